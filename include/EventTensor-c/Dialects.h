@@ -1,0 +1,56 @@
+//===- Dialects.h - C API for the et dialect ----------------------*- C -*-===//
+//
+// C API of the et dialect: dialect registration and its types. The Python
+// extension is built on this API only.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef EVENTTENSOR_C_DIALECTS_H
+#define EVENTTENSOR_C_DIALECTS_H
+
+#include "mlir-c/IR.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+MLIR_DECLARE_CAPI_DIALECT_REGISTRATION(EventTensor, et);
+
+/// Adds the et dialect and every upstream dialect the project lowers through
+/// (and their extensions) to `registry`.
+MLIR_CAPI_EXPORTED void
+mlirEventTensorRegisterAllDialects(MlirDialectRegistry registry);
+
+/// Registers the project's passes and pipelines and the upstream passes it
+/// uses, so that `PassManager.parse` understands them.
+MLIR_CAPI_EXPORTED void mlirEventTensorRegisterAllPasses(void);
+
+//===----------------------------------------------------------------------===//
+// EventType
+//===----------------------------------------------------------------------===//
+
+/// True when `type` is an `!et.event<...>` type.
+MLIR_CAPI_EXPORTED bool mlirTypeIsAEventTensorEventType(MlirType type);
+
+/// The TypeID of `!et.event<...>`.
+MLIR_CAPI_EXPORTED MlirTypeID mlirEventTensorEventTypeGetTypeID(void);
+
+/// Returns `!et.event<shape>`; dynamic dimensions are
+/// `mlirShapedTypeGetDynamicSize()`. Returns a null type (and emits a
+/// diagnostic) when the shape is invalid.
+MLIR_CAPI_EXPORTED MlirType mlirEventTensorEventTypeGet(MlirContext ctx,
+                                                        intptr_t rank,
+                                                        const int64_t *shape);
+
+/// Rank of an event type.
+MLIR_CAPI_EXPORTED intptr_t mlirEventTensorEventTypeGetRank(MlirType type);
+
+/// Extent of dimension `dim`; `mlirShapedTypeGetDynamicSize()` when dynamic.
+MLIR_CAPI_EXPORTED int64_t mlirEventTensorEventTypeGetDimSize(MlirType type,
+                                                              intptr_t dim);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // EVENTTENSOR_C_DIALECTS_H

@@ -1,0 +1,46 @@
+//===- EventTensorDialect.td - EventTensor dialect ---------*- tablegen -*-===//
+//
+// The et dialect definition and the base classes of its ops and types.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef EVENTTENSOR_DIALECT_EVENTTENSOR_EVENTTENSORDIALECT_TD
+#define EVENTTENSOR_DIALECT_EVENTTENSOR_EVENTTENSORDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def EventTensor_Dialect : Dialect {
+  let name = "et";
+  let cppNamespace = "::mlir::et";
+  let summary = "Tiled tasks and event tensors for persistent GPU megakernels";
+  let description = [{
+    The `et` dialect describes one persistent GPU kernel (a *megakernel*) as a
+    set of tiled tasks whose dependencies are explicit. Dependencies are
+    carried by *event tensors*: N-d arrays of counters indexed by tile
+    coordinates. A task waits on elements of event tensors before it runs a
+    tile and signals elements after. An element is ready once it has received
+    its expected number of signals.
+
+    Event-tensor shapes may be dynamic (batch size, sequence length, number of
+    KV splits), so one compiled kernel serves every runtime shape.
+  }];
+  let useDefaultTypePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerTypes();
+  }];
+}
+
+class ET_Op<string mnemonic, list<Trait> traits = []>
+    : Op<EventTensor_Dialect, mnemonic, traits>;
+
+class ET_PureOp<string mnemonic, list<Trait> traits = []>
+    : ET_Op<mnemonic, !listconcat(traits, [Pure])>;
+
+class ET_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<EventTensor_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+#endif // EVENTTENSOR_DIALECT_EVENTTENSOR_EVENTTENSORDIALECT_TD

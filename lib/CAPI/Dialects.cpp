@@ -1,0 +1,56 @@
+//===- Dialects.cpp - C API for the et dialect ----------------------------===//
+//
+// Implements include/EventTensor-c/Dialects.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor-c/Dialects.h"
+
+#include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
+#include "EventTensor/Dialect/EventTensor/EventTensorTypes.h"
+#include "EventTensor/InitAll.h"
+
+#include "mlir/CAPI/IR.h"
+#include "mlir/CAPI/Registration.h"
+#include "mlir/CAPI/Support.h"
+#include "mlir/IR/Diagnostics.h"
+
+using namespace mlir;
+
+MLIR_DEFINE_CAPI_DIALECT_REGISTRATION(EventTensor, et, et::EventTensorDialect)
+
+void mlirEventTensorRegisterAllDialects(MlirDialectRegistry registry) {
+  et::registerAllDialects(*unwrap(registry));
+}
+
+void mlirEventTensorRegisterAllPasses(void) {
+  static bool once = [] {
+    et::registerAllPasses();
+    return true;
+  }();
+  (void)once;
+}
+
+bool mlirTypeIsAEventTensorEventType(MlirType type) {
+  return isa<et::EventType>(unwrap(type));
+}
+
+MlirTypeID mlirEventTensorEventTypeGetTypeID(void) {
+  return wrap(et::EventType::getTypeID());
+}
+
+MlirType mlirEventTensorEventTypeGet(MlirContext ctx, intptr_t rank,
+                                     const int64_t *shape) {
+  MLIRContext *context = unwrap(ctx);
+  return wrap(et::EventType::getChecked(
+      [context] { return emitError(UnknownLoc::get(context)); }, context,
+      ArrayRef<int64_t>(shape, rank)));
+}
+
+intptr_t mlirEventTensorEventTypeGetRank(MlirType type) {
+  return cast<et::EventType>(unwrap(type)).getRank();
+}
+
+int64_t mlirEventTensorEventTypeGetDimSize(MlirType type, intptr_t dim) {
+  return cast<et::EventType>(unwrap(type)).getShape()[dim];
+}

@@ -1,0 +1,55 @@
+//===- EventTensorModule.cpp - Python extension of the et dialect ---------===//
+//
+// The `_etDialects` nanobind extension: the et dialect's custom type classes.
+// Ops are generated from ODS, never bound here. Dialect and pass registration
+// live in `_etRegistration` (EventTensorRegistration.cpp), which the package
+// imports while `event_tensor.ir` is still initializing; this module needs a
+// fully initialized `ir` to subclass its Type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor-c/Dialects.h"
+
+#include "mlir-c/BuiltinTypes.h"
+#include "mlir-c/IR.h"
+#include "mlir/Bindings/Python/Nanobind.h"
+#include "mlir/Bindings/Python/NanobindAdaptors.h"
+
+#include <vector>
+
+namespace nb = nanobind;
+using namespace mlir::python::nanobind_adaptors;
+
+NB_MODULE(_etDialects, m) {
+  m.doc() = "EventTensor dialect types";
+
+  auto et = m.def_submodule("et");
+
+  mlir_type_subclass(et, "EventType", mlirTypeIsAEventTensorEventType,
+                     mlirEventTensorEventTypeGetTypeID)
+      .def_classmethod(
+          "get",
+          [](const nb::object &cls, const std::vector<int64_t> &shape,
+             MlirContext ctx) {
+            MlirType type =
+                mlirEventTensorEventTypeGet(ctx, shape.size(), shape.data());
+            if (mlirTypeIsNull(type))
+              throw nb::value_error(
+                  "invalid event tensor shape: every dimension must be "
+                  "positive or dynamic");
+            return cls(type);
+          },
+          nb::arg("cls"), nb::arg("shape"), nb::arg("context").none() = nb::none(),
+          "Returns !et.event<shape>; use EventType.DYNAMIC for a dynamic dim.")
+      .def_property_readonly(
+          "rank",
+          [](MlirType self) { return mlirEventTensorEventTypeGetRank(self); })
+      .def_property_readonly("shape", [](MlirType self) {
+        std::vector<int64_t> shape;
+        for (intptr_t i = 0, e = mlirEventTensorEventTypeGetRank(self); i < e;
+             ++i)
+          shape.push_back(mlirEventTensorEventTypeGetDimSize(self, i));
+        return shape;
+      });
+  et.attr("DYNAMIC") = mlirShapedTypeGetDynamicSize();
+}

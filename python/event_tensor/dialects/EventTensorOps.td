@@ -1,0 +1,1 @@
+include "EventTensor/Dialect/EventTensor/EventTensor.td"

@@ -1,0 +1,41 @@
+"""Test helpers shared by the pytest suite and the Python lit tests."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+__all__ = ["cuda_available", "cuda_skip_reason", "run"]
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_skip_reason() -> str | None:
+    """None when a CUDA GPU is usable here, else why GPU tests are skipped."""
+    if os.environ.get("ET_DISABLE_CUDA"):
+        return "ET_DISABLE_CUDA is set"
+    if shutil.which("nvidia-smi") is None:
+        return "no CUDA GPU on this machine (nvidia-smi not found)"
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"nvidia-smi failed: {err}"
+    if out.returncode != 0 or "GPU" not in out.stdout:
+        return "no CUDA GPU listed by nvidia-smi"
+    return None
+
+
+def cuda_available() -> bool:
+    return cuda_skip_reason() is None
+
+
+def run(f):
+    """Decorator for Python lit tests: prints a label and runs `f` in a fresh
+    Context with an unknown Location."""
+    from .ir import Context, Location
+
+    print(f"\nTEST: {f.__name__}")
+    with Context(), Location.unknown():
+        f()
+    return f
