@@ -1,7 +1,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 
-from event_tensor.dialects import et, func
-from event_tensor.ir import FunctionType, IndexType, InsertionPoint, Module
+from event_tensor.dialects import et
+from event_tensor.ir import IndexType, InsertionPoint, Module
 from event_tensor.testing import run
 
 
@@ -14,18 +14,22 @@ def testEventType():
     print(et.EventType.get([]))
 
 
-# CHECK-LABEL: TEST: testEventCreateBuilder
+# CHECK-LABEL: TEST: testKernelBuilder
 @run
-def testEventCreateBuilder():
+def testKernelBuilder():
     module = Module.create()
     with InsertionPoint(module.body):
-        f = func.FuncOp("events", FunctionType.get([IndexType.get()], []))
-        with InsertionPoint(f.add_entry_block()):
-            et.EventCreateOp(et.EventType.get([et.DYNAMIC, 4]), [f.arguments[0]])
-            et.event_create(et.EventType.get([16]), [])
-            func.ReturnOp([])
+        with et.kernel("attn", [IndexType.get()]) as (splits,):
+            partials = et.event([8])
+            with et.task("split", [8, splits]) as (h, s):
+                et.signal(partials, [h])
+            with et.task("merge", [8]) as (h,):
+                et.wait(partials, [h])
     module.operation.verify()
-    # CHECK: func.func @events(%[[N:.*]]: index)
-    # CHECK: et.event.create(%[[N]]) : !et.event<?x4>
-    # CHECK: et.event.create() : !et.event<16>
+    # CHECK: et.kernel @attn(%[[S:.*]]: index)
+    # CHECK: %[[P:.*]] = et.event.create() : !et.event<8>
+    # CHECK: et.task @split tiles(%[[H:.*]], %{{.*}}) in (%{{.*}}, %[[S]])
+    # CHECK-NEXT: et.event.signal %[[P]][%[[H]]] : !et.event<8>
+    # CHECK: et.task @merge tiles(%[[H2:.*]]) in
+    # CHECK-NEXT: et.event.wait %[[P]][%[[H2]]] : !et.event<8>
     print(module)

@@ -10,8 +10,9 @@ from event_tensor.testing import run
 def testVerifierDiagnostic():
     module = Module.create()
     with InsertionPoint(module.body):
-        n = arith.ConstantOp(IndexType.get(), 1).result
-        et.EventCreateOp(et.EventType.get([et.DYNAMIC, et.DYNAMIC]), [n])
+        with et.kernel("k", []):
+            n = arith.ConstantOp(IndexType.get(), 1).result
+            et.EventCreateOp(et.EventType.get([et.DYNAMIC, et.DYNAMIC]), [n])
     try:
         module.operation.verify()
     except MLIRError as err:

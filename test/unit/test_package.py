@@ -41,7 +41,7 @@ def test_et_opt_installed(tmp_path):
     et_opt = BIN / "et-opt"
     assert et_opt.exists()
     src = tmp_path / "in.mlir"
-    src.write_text("func.func @f(%n: index) {\n  %e = et.event.create(%n) : !et.event<?x2>\n  return\n}\n")
+    src.write_text("et.kernel @f(%n: index) {\n  %e = et.event.create(%n) : !et.event<?x2>\n}\n")
     out = run([str(et_opt), str(src)], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "et.event.create(%arg0) : !et.event<?x2>" in out.stdout
@@ -76,7 +76,7 @@ def test_cli_opt_runs_pipeline(tmp_path):
 
 def test_cli_opt_reports_verifier_error(tmp_path):
     src = tmp_path / "bad.mlir"
-    src.write_text("func.func @f(%n: index) {\n  %e = et.event.create(%n) : !et.event<4>\n  return\n}\n")
+    src.write_text("et.kernel @f(%n: index) {\n  %e = et.event.create(%n) : !et.event<4>\n}\n")
     out = run([str(BIN / "event-tensor"), "opt", str(src)])
     assert out.returncode == 1
     assert "expected 0 dynamic size operands for '!et.event<4>', got 1" in out.stderr

@@ -1,35 +1,234 @@
 // RUN: et-opt %s --split-input-file --verify-diagnostics
 
+// Test: an event tensor with a zero-sized dimension.
+et.kernel @zero_dim() {
+  // expected-error @+1 {{event tensor dimension 1 must be positive or '?', got 0}}
+  %e = et.event.create() : !et.event<4x0>
+}
+
+// -----
+
 // Test: fewer size operands than dynamic dimensions.
-func.func @missing_dynamic_size(%n: index) {
+et.kernel @missing_dynamic_size(%n: index) {
   // expected-error @+1 {{'et.event.create' op expected 2 dynamic size operands for '!et.event<?x?>', got 1}}
   %e = et.event.create(%n) : !et.event<?x?>
-  return
 }
 
 // -----
 
 // Test: a size operand for a static dimension.
-func.func @extra_dynamic_size(%n: index) {
+et.kernel @extra_dynamic_size(%n: index) {
   // expected-error @+1 {{'et.event.create' op expected 0 dynamic size operands for '!et.event<4>', got 1}}
   %e = et.event.create(%n) : !et.event<4>
-  return
-}
-
-// -----
-
-// Test: a zero-sized dimension.
-func.func @zero_dim() {
-  // expected-error @+1 {{event tensor dimension 1 must be positive or '?', got 0}}
-  %e = et.event.create() : !et.event<4x0>
-  return
 }
 
 // -----
 
 // Test: a size operand that is not an index.
-func.func @non_index_size(%n: i32) {
+et.kernel @non_index_size(%n: i32) {
   // expected-error @+1 {{'et.event.create' op operand #0 must be variadic of index, but got 'i32'}}
   %e = "et.event.create"(%n) : (i32) -> !et.event<?>
+}
+
+// -----
+
+// Test: an explicit expected count below one.
+et.kernel @zero_expected() {
+  // expected-error @+1 {{'et.event.create' op attribute 'expected' failed to satisfy constraint: 64-bit signless integer attribute whose minimum value is 1}}
+  %e = et.event.create() {expected = 0} : !et.event<4>
+}
+
+// -----
+
+// Test: an event tensor outside a kernel.
+func.func @event_outside_kernel() {
+  // expected-error @+1 {{'et.event.create' op expects parent op 'et.kernel'}}
+  %e = et.event.create() : !et.event<4>
   return
+}
+
+// -----
+
+// Test: a kernel with results.
+// expected-error @+1 {{'et.kernel' op expected no results, got 1}}
+et.kernel @with_result() -> index {
+  %e = et.event.create() : !et.event<4>
+}
+
+// -----
+
+// Test: kernel body arguments that do not match the signature (count).
+// expected-error @+1 {{'et.kernel' op entry block must have 1 arguments to match function signature}}
+"et.kernel"() ({
+^bb0:
+}) {sym_name = "k", function_type = (index) -> ()} : () -> ()
+
+// -----
+
+// Test: kernel body arguments that do not match the signature (type).
+// expected-error @+1 {{'et.kernel' op type of entry block argument #0('i32') must match the type of the corresponding argument in function signature('index')}}
+"et.kernel"() ({
+^bb0(%a: i32):
+}) {sym_name = "k", function_type = (index) -> ()} : () -> ()
+
+// -----
+
+// Test: a task outside a kernel.
+func.func @task_outside_kernel(%n: index) {
+  // expected-error @+1 {{'et.task' op expects parent op 'et.kernel'}}
+  et.task @t tiles(%i) in (%n) {
+  }
+  return
+}
+
+// -----
+
+// Test: more tile coordinates than extents.
+et.kernel @coords_vs_extents(%n: index) {
+  // expected-error @+1 {{expected as many extents as tile coordinates (2), got 1}}
+  et.task @t tiles(%i, %j) in (%n) {
+  }
+}
+
+// -----
+
+// Test: a task body whose block arguments do not match the extents.
+et.kernel @body_args(%n: index) {
+  // expected-error @+1 {{'et.task' op expected 1 tile coordinates (one per extent), got 0}}
+  "et.task"(%n) ({
+  ^bb0:
+  }) {sym_name = "t"} : (index) -> ()
+}
+
+// -----
+
+// Test: a tile coordinate that is not an index.
+et.kernel @coord_type(%n: index) {
+  // expected-error @+1 {{'et.task' op tile coordinate #0 must be of type index, got 'i32'}}
+  "et.task"(%n) ({
+  ^bb0(%i: i32):
+  }) {sym_name = "t"} : (index) -> ()
+}
+
+// -----
+
+// Test: a task without tile dimensions.
+et.kernel @no_dims() {
+  // expected-error @+1 {{'et.task' op expected at least one tile dimension}}
+  et.task @t tiles() in () {
+  }
+}
+
+// -----
+
+// Test: a constant extent of zero.
+et.kernel @zero_extent() {
+  %c0 = arith.constant 0 : index
+  // expected-error @+1 {{'et.task' op tile extent #0 must be positive, got 0}}
+  et.task @t tiles(%i) in (%c0) {
+  }
+}
+
+// -----
+
+// Test: a wait with fewer indices than the event's rank.
+et.kernel @wait_rank(%n: index) {
+  %e = et.event.create() : !et.event<4x4>
+  et.task @t tiles(%i) in (%n) {
+    // expected-error @+1 {{'et.event.wait' op expected 2 indices for '!et.event<4x4>', got 1}}
+    et.event.wait %e[%i] : !et.event<4x4>
+  }
+}
+
+// -----
+
+// Test: a signal with more indices than the event's rank.
+et.kernel @signal_rank(%n: index) {
+  %e = et.event.create() : !et.event<4>
+  et.task @t tiles(%i) in (%n) {
+    // expected-error @+1 {{'et.event.signal' op expected 1 indices for '!et.event<4>', got 2}}
+    et.event.signal %e[%i, %i] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: a constant index past the end of a static dimension.
+et.kernel @wait_constant_oob(%n: index) {
+  %c4 = arith.constant 4 : index
+  %e = et.event.create() : !et.event<4>
+  et.task @t tiles(%i) in (%n) {
+    // expected-error @+1 {{'et.event.wait' op index #0 is out of bounds: 4 not in [0, 4)}}
+    et.event.wait %e[%c4] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: a negative constant index into a dynamic dimension.
+et.kernel @signal_negative(%n: index) {
+  %cm1 = arith.constant -1 : index
+  %e = et.event.create(%n) : !et.event<?>
+  et.task @t tiles(%i) in (%n) {
+    // expected-error @+1 {{'et.event.signal' op index #0 is out of bounds: -1 not in [0, ?)}}
+    et.event.signal %e[%cm1] : !et.event<?>
+  }
+}
+
+// -----
+
+// Test: a wait outside a task.
+et.kernel @wait_outside_task() {
+  %c0 = arith.constant 0 : index
+  %e = et.event.create() : !et.event<4>
+  // expected-error @+1 {{'et.event.wait' op expects parent op 'et.task'}}
+  et.event.wait %e[%c0] : !et.event<4>
+}
+
+// -----
+
+// Test: a signal nested in a loop of the task body (not once per tile).
+et.kernel @signal_in_loop(%n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<4>
+  et.task @t tiles(%i) in (%n) {
+    scf.for %k = %c0 to %n step %c1 {
+      // expected-error @+1 {{'et.event.signal' op expects parent op 'et.task'}}
+      et.event.signal %e[%c0] : !et.event<4>
+    }
+  }
+}
+
+// -----
+
+// Test: an extent load with the wrong number of indices.
+et.kernel @extent_rank(%m: memref<8xi32>) {
+  // expected-error @+1 {{'et.extent.load' op expected 1 indices for 'memref<8xi32>', got 0}}
+  %n = et.extent.load %m[] : memref<8xi32>
+}
+
+// -----
+
+// Test: an extent load from a memref of floats.
+et.kernel @extent_float(%m: memref<8xf32>, %i: index) {
+  // expected-error @+1 {{'et.extent.load' op expected a memref of integers or index, got 'memref<8xf32>'}}
+  %n = et.extent.load %m[%i] : memref<8xf32>
+}
+
+// -----
+
+// Test: an extent load whose 'after' element has the wrong rank.
+et.kernel @extent_after_rank(%m: memref<8xi32>, %i: index) {
+  %e = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.extent.load' op expected 1 indices for '!et.event<2>', got 0}}
+  %n = et.extent.load %m[%i] : memref<8xi32> after %e[] : !et.event<2>
+}
+
+// -----
+
+// Test: 'after' indices without an 'after' event (generic form).
+et.kernel @extent_after_missing(%m: memref<8xi32>, %i: index) {
+  // expected-error @+1 {{'et.extent.load' op has 'after' indices but no 'after' event}}
+  %n = "et.extent.load"(%m, %i, %i) {operandSegmentSizes = array<i32: 1, 1, 0, 1>} : (memref<8xi32>, index, index) -> index
 }

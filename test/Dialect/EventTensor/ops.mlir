@@ -2,23 +2,129 @@
 // RUN: et-opt %s | et-opt | FileCheck %s
 // RUN: et-opt %s --mlir-print-op-generic | et-opt | FileCheck %s
 
-// CHECK-LABEL: func.func @static_events
-func.func @static_events() {
+// Event tensors of every rank, static and dynamic.
+// CHECK-LABEL: et.kernel @events
+// CHECK-SAME: (%[[ROWS:.*]]: index, %[[SPLITS:.*]]: index)
+et.kernel @events(%rows: index, %splits: index) {
   // CHECK: et.event.create() : !et.event<>
   %scalar = et.event.create() : !et.event<>
   // CHECK: et.event.create() : !et.event<16>
   %tiles = et.event.create() : !et.event<16>
-  // CHECK: et.event.create() : !et.event<4x8>
-  %grid = et.event.create() : !et.event<4x8>
-  return
-}
-
-// CHECK-LABEL: func.func @dynamic_events
-// CHECK-SAME: (%[[ROWS:.*]]: index, %[[SPLITS:.*]]: index)
-func.func @dynamic_events(%rows: index, %splits: index) {
+  // CHECK: et.event.create() {expected = 4 : i64} : !et.event<4x8>
+  %grid = et.event.create() {expected = 4} : !et.event<4x8>
   // CHECK: et.event.create(%[[ROWS]]) : !et.event<?x4>
   %a = et.event.create(%rows) : !et.event<?x4>
   // CHECK: et.event.create(%[[ROWS]], %[[SPLITS]]) : !et.event<?x?>
   %b = et.event.create(%rows, %splits) : !et.event<?x?>
-  return
+}
+
+// 1. One-to-one: tile i of the consumer waits on element i, signalled by tile
+// i of the producer.
+// CHECK-LABEL: et.kernel @one_to_one
+et.kernel @one_to_one(%x: memref<1024xf32>, %y: memref<1024xf32>) {
+  %c8 = arith.constant 8 : index
+  %ready = et.event.create() : !et.event<8>
+  // CHECK: et.task @producer tiles(%[[I:.*]]) in (%{{.*}}) {
+  et.task @producer tiles(%i) in (%c8) {
+    // CHECK: et.event.signal %{{.*}}[%[[I]]] : !et.event<8>
+    et.event.signal %ready[%i] : !et.event<8>
+  }
+  // CHECK: et.task @consumer tiles(%[[J:.*]]) in (%{{.*}}) {
+  et.task @consumer tiles(%j) in (%c8) {
+    // CHECK-NEXT: et.event.wait %{{.*}}[%[[J]]] : !et.event<8>
+    et.event.wait %ready[%j] : !et.event<8>
+  }
+}
+
+// 2. Many-to-one (fan-in): each output tile waits for its 4 split-K partial
+// tiles; the expected count (4) follows from the signal map, which drops k.
+// CHECK-LABEL: et.kernel @fan_in
+et.kernel @fan_in() {
+  %c16 = arith.constant 16 : index
+  %c4 = arith.constant 4 : index
+  %partials = et.event.create() : !et.event<16>
+  // CHECK: et.task @gemv_split_k tiles(%[[N:.*]], %[[K:.*]]) in
+  et.task @gemv_split_k tiles(%n, %k) in (%c16, %c4) {
+    // CHECK: et.event.signal %{{.*}}[%[[N]]]
+    et.event.signal %partials[%n] : !et.event<16>
+  }
+  et.task @reduce tiles(%n) in (%c16) {
+    et.event.wait %partials[%n] : !et.event<16>
+  }
+}
+
+// 3. One-to-many (broadcast): every tile of the linear layer waits on the
+// single element the norm signals.
+// CHECK-LABEL: et.kernel @broadcast
+et.kernel @broadcast() {
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %normed = et.event.create() : !et.event<>
+  et.task @rmsnorm tiles(%t) in (%c1) {
+    et.event.signal %normed[] : !et.event<>
+  }
+  et.task @linear tiles(%n) in (%c64) {
+    // CHECK: et.event.wait %{{.*}}[] : !et.event<>
+    et.event.wait %normed[] : !et.event<>
+  }
+}
+
+// 4. Different tilings: 64-row producer tiles, 128-row consumer tiles. The
+// consumer tile j needs producer tiles 2j and 2j+1: the producer signals
+// element i floordiv 2 (count 2 per element).
+// CHECK-LABEL: et.kernel @retile
+et.kernel @retile() {
+  %c16 = arith.constant 16 : index
+  %c8 = arith.constant 8 : index
+  %rows = et.event.create() : !et.event<8>
+  et.task @rows64 tiles(%i) in (%c16) {
+    // CHECK: %[[J:.*]] = affine.apply #{{.*}}(%{{.*}})
+    // CHECK: et.event.signal %{{.*}}[%[[J]]] : !et.event<8>
+    %j = affine.apply affine_map<(d0) -> (d0 floordiv 2)>(%i)
+    et.event.signal %rows[%j] : !et.event<8>
+  }
+  et.task @rows128 tiles(%j) in (%c8) {
+    et.event.wait %rows[%j] : !et.event<8>
+  }
+}
+
+// 5. Shape dynamism: extents and event dims are runtime values (rows, KV
+// splits); counts become expressions of them.
+// CHECK-LABEL: et.kernel @dynamic
+et.kernel @dynamic(%rows: index, %splits: index) {
+  %c64 = arith.constant 64 : index
+  %row_tiles = arith.ceildivsi %rows, %c64 : index
+  %partials = et.event.create(%row_tiles) : !et.event<?>
+  // CHECK: et.task @attn_split tiles(%{{.*}}, %{{.*}}) in (%{{.*}}, %{{.*}})
+  et.task @attn_split tiles(%r, %s) in (%row_tiles, %splits) {
+    et.event.signal %partials[%r] : !et.event<?>
+  }
+  et.task @merge tiles(%r) in (%row_tiles) {
+    et.event.wait %partials[%r] : !et.event<?>
+  }
+}
+
+// 6. Data dependence: the signalled element is an expert id read from the
+// routing buffer, and the expert task's tile count is read from memory
+// after the router has finished.
+// CHECK-LABEL: et.kernel @moe
+et.kernel @moe(%route: memref<?xindex>, %counts: memref<8xi32>, %tokens: index) {
+  %c0 = arith.constant 0 : index
+  %c3 = arith.constant 3 : index
+  %routed = et.event.create() : !et.event<>
+  %expert_in = et.event.create() : !et.event<8>
+  et.task @router tiles(%t) in (%tokens) {
+    // CHECK: %[[E:.*]] = memref.load
+    // CHECK: et.event.signal %{{.*}}[%[[E]]] : !et.event<8>
+    %e = memref.load %route[%t] : memref<?xindex>
+    et.event.signal %expert_in[%e] : !et.event<8>
+    et.event.signal %routed[] : !et.event<>
+  }
+  // CHECK: et.extent.load %{{.*}}[%{{.*}}] : memref<8xi32> after %{{.*}}[] : !et.event<>
+  %n3 = et.extent.load %counts[%c3] : memref<8xi32> after %routed[] : !et.event<>
+  // CHECK: et.extent.load %{{.*}}[%{{.*}}] : memref<8xi32>
+  %n0 = et.extent.load %counts[%c0] : memref<8xi32>
+  et.task @expert3 tiles(%t) in (%n3) {
+    et.event.wait %expert_in[%c3] : !et.event<8>
+  }
 }

@@ -1,6 +1,7 @@
 //===- EventTensorOps.td - EventTensor ops -----------------*- tablegen -*-===//
 //
-// Ops of the et dialect, grouped by concept.
+// Ops of the et dialect, grouped by concept: kernels and tasks, events, and
+// runtime extents.
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,34 +10,243 @@
 
 include "EventTensor/Dialect/EventTensor/EventTensorDialect.td"
 include "EventTensor/Dialect/EventTensor/EventTensorTypes.td"
+include "mlir/Interfaces/FunctionInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/OpAsmInterface.td"
+include "mlir/IR/SymbolInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Kernels and tasks
+//===----------------------------------------------------------------------===//
+
+def ET_KernelOp : ET_Op<"kernel", [
+    IsolatedFromAbove, FunctionOpInterface, SymbolTable, SingleBlock,
+    NoTerminator]> {
+  let summary = "one persistent kernel: arguments, event tensors and tiled tasks";
+  let description = [{
+    A kernel holds everything that becomes one persistent GPU kernel (a
+    megakernel): its arguments (buffers as memrefs, runtime sizes as `index`
+    values), the event tensors that carry dependencies (`et.event.create`),
+    the runtime extents read from memory (`et.extent.load`), and the tiled
+    tasks (`et.task`). Index arithmetic on the arguments (`arith`, `affine`)
+    may appear at kernel level; it computes dynamic extents and event shapes.
+
+    The body is one block without terminator. Tasks are symbols, so schedules
+    can refer to them by name. A kernel has no results: it communicates through
+    its buffers.
+
+    Example:
+
+    ```mlir
+    et.kernel @mlp(%x: memref<?x64xf32>, %y: memref<?x64xf32>, %rows: index) {
+      %c16 = arith.constant 16 : index
+      %tiles = arith.ceildivsi %rows, %c16 : index
+      %h = et.event.create(%tiles) : !et.event<?>
+      et.task @up tiles(%i) in (%tiles) {
+        ...
+        et.event.signal %h[%i] : !et.event<?>
+      }
+      et.task @down tiles(%i) in (%tiles) {
+        et.event.wait %h[%i] : !et.event<?>
+        ...
+      }
+    }
+    ```
+
+    Lowering: one `gpu.func` kernel in which every CTA is a persistent worker
+    looping over its tiles (and a host function that runs one thread per
+    worker on the CPU target).
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<FunctionType>:$function_type,
+                       OptionalAttr<StrAttr>:$sym_visibility,
+                       OptionalAttr<DictArrayAttr>:$arg_attrs,
+                       OptionalAttr<DictArrayAttr>:$res_attrs);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins "StringRef":$name, "FunctionType":$type)>];
+  let extraClassDeclaration = [{
+    ::mlir::Region *getCallableRegion() { return &getBody(); }
+    ArrayRef<Type> getArgumentTypes() { return getFunctionType().getInputs(); }
+    ArrayRef<Type> getResultTypes() { return getFunctionType().getResults(); }
+    bool isDeclaration() { return false; }
+    /// The tasks of this kernel, in program order.
+    auto getTasks() { return getBody().front().getOps<TaskOp>(); }
+    /// The event tensors of this kernel, in program order.
+    auto getEvents() { return getBody().front().getOps<EventCreateOp>(); }
+  }];
+}
+
+def ET_TaskOp : ET_Op<"task", [
+    HasParent<"KernelOp">, Symbol, SingleBlock, NoTerminator,
+    RecursiveMemoryEffects]> {
+  let summary = "a tiled task: one body instance per tile of an iteration space";
+  let description = [{
+    A tiled task runs its body once per tile of a rectangular iteration space.
+    The space has one dimension per `index` extent operand; each extent is a
+    constant, a value computed from the kernel's runtime sizes, or a value
+    read from memory on the device (`et.extent.load`). The body's block
+    arguments are the tile coordinates.
+
+    The body states the task's dependencies with `et.event.wait` (before the
+    tile may run, an element of an event tensor must be ready) and
+    `et.event.signal` (after the tile, an element receives one signal). Event
+    indices are computed from the tile coordinates (affine expressions such as
+    `floordiv` between different tilings) or read from data (for example an
+    expert id from a routing buffer). Waits and signals sit directly in the
+    body, so each runs exactly once per tile.
+
+    Example:
+
+    ```mlir
+    et.task @attn_partial tiles(%head, %split) in (%c8, %num_splits) {
+      et.event.wait %kv_ready[%split] : !et.event<?>
+      ...
+      et.event.signal %partials[%head] : !et.event<8>
+    }
+    ```
+
+    Lowering: a case of the persistent worker's task dispatch; the tile
+    coordinates are decoded from the linear tile id assigned by the schedule.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, Variadic<Index>:$extents);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins "StringRef":$name, "ValueRange":$extents)>];
+  let extraClassDeclaration = [{
+    /// Number of dimensions of the iteration space.
+    unsigned getNumTileDims() { return getExtents().size(); }
+    /// The tile coordinates (block arguments of the body).
+    Block::BlockArgListType getTileIds() { return getBody().front().getArguments(); }
+    /// The waits and signals of this task, in program order.
+    auto getWaits() { return getBody().front().getOps<EventWaitOp>(); }
+    auto getSignals() { return getBody().front().getOps<EventSignalOp>(); }
+  }];
+}
 
 //===----------------------------------------------------------------------===//
 // Events
 //===----------------------------------------------------------------------===//
 
 def ET_EventCreateOp : ET_Op<"event.create", [
-    MemoryEffects<[MemAlloc<DefaultResource>]>]> {
+    HasParent<"KernelOp">, MemoryEffects<[MemAlloc<DefaultResource>]>]> {
   let summary = "creates an event tensor";
   let description = [{
     Creates an event tensor of the result type. Each dynamic (`?`) dimension
     of the result type takes its extent from one `index` operand, in order.
-    Every counter starts at zero at the start of each kernel launch.
+
+    The expected count of each element (the number of signals after which
+    it is ready) is derived from the tasks that signal it; it is not written
+    by hand. An optional `expected` attribute states it explicitly, for
+    documentation or as a check: `et-verify-event-graph` reports an element
+    whose derived count disagrees.
 
     Example:
 
     ```mlir
     %done = et.event.create() : !et.event<16>
     %rows = et.event.create(%num_rows) : !et.event<?x4>
+    %acc  = et.event.create() {expected = 4} : !et.event<8>
     ```
 
     Lowering: a slice of the kernel's counter buffer; the offsets of the
     slices are computed on the device from the dynamic extents. Counters are
     epoch-based, so launches need not clear them.
   }];
-  let arguments = (ins Variadic<Index>:$dynamic_sizes);
+  let arguments = (ins Variadic<Index>:$dynamic_sizes,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$expected);
   let results = (outs ET_EventType:$result);
   let assemblyFormat = "`(` $dynamic_sizes `)` attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def ET_EventWaitOp : ET_Op<"event.wait", [
+    HasParent<"TaskOp">,
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "waits until an element of an event tensor is ready";
+  let description = [{
+    Blocks the tile until element `indices` of `event` has received its
+    expected number of signals. There is one index per dimension of the
+    event tensor; each is computed from the tile coordinates, from kernel
+    values, or from data.
+
+    Example:
+
+    ```mlir
+    %j = affine.apply affine_map<(d0) -> (d0 floordiv 2)>(%i)
+    et.event.wait %rows[%j] : !et.event<?>
+    ```
+
+    Lowering: a bounded spin on `ld.acquire.gpu` of the counter with
+    `nanosleep` backoff (a host atomic acquire load on the CPU target); on
+    timeout the watchdog reports the task, tile, event and element.
+  }];
+  let arguments = (ins ET_EventType:$event, Variadic<Index>:$indices);
+  let assemblyFormat = "$event `[` $indices `]` attr-dict `:` qualified(type($event))";
+  let hasVerifier = 1;
+}
+
+def ET_EventSignalOp : ET_Op<"event.signal", [
+    HasParent<"TaskOp">,
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "signals one element of an event tensor";
+  let description = [{
+    Adds one signal to element `indices` of `event` after everything the
+    tile wrote before it is visible to the tiles that wait on the element.
+    Indices are computed as for `et.event.wait`.
+
+    Example:
+
+    ```mlir
+    et.event.signal %partials[%head] : !et.event<8>
+    ```
+
+    Lowering: `fence.acq_rel.gpu` (release) followed by an atomic add on the
+    counter (a host release fetch-add on the CPU target).
+  }];
+  let arguments = (ins ET_EventType:$event, Variadic<Index>:$indices);
+  let assemblyFormat = "$event `[` $indices `]` attr-dict `:` qualified(type($event))";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Runtime extents
+//===----------------------------------------------------------------------===//
+
+def ET_ExtentLoadOp : ET_Op<"extent.load", [
+    HasParent<"KernelOp">, AttrSizedOperandSegments,
+    MemoryEffects<[MemRead<DefaultResource>]>]> {
+  let summary = "reads a tile extent from memory on the device";
+  let description = [{
+    Reads an integer from `source[indices]` on the device and returns it as
+    an `index`, for use as a task extent (for example, the number of tokens
+    routed to one expert). With `after`, the value is read only once element
+    `after_indices` of the event `after_event` is ready, so a task of the same
+    kernel may compute it; without `after`, it is read at kernel start.
+    Expected counts that depend on it are known only on the device.
+
+    Example:
+
+    ```mlir
+    %n = et.extent.load %counts[%c3] : memref<8xi32> after %routed[] : !et.event<>
+    ```
+
+    Lowering: an acquire wait on the event element, then a load, evaluated by
+    the worker that enumerates the dependent task's tiles.
+  }];
+  let arguments = (ins AnyMemRef:$source, Variadic<Index>:$indices,
+                       Optional<ET_EventType>:$after_event,
+                       Variadic<Index>:$after_indices);
+  let results = (outs Index:$result);
+  let assemblyFormat = [{
+    $source `[` $indices `]` `:` type($source)
+    (`after` $after_event^ `[` $after_indices `]` `:` qualified(type($after_event)))?
+    attr-dict
+  }];
   let hasVerifier = 1;
 }
 
