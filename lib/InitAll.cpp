@@ -8,6 +8,7 @@
 #include "EventTensor/InitAll.h"
 
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
+#include "EventTensor/Transforms/Passes.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -77,6 +78,9 @@ void mlir::et::registerAllDialects(DialectRegistry &registry) {
 }
 
 void mlir::et::registerAllPasses() {
+  // The project's own passes.
+  et::registerEventTensorTransformsPasses();
+
   // Generic transformations: canonicalize, cse, inline, ...
   registerTransformsPasses();
 

@@ -49,6 +49,22 @@ MLIR_CAPI_EXPORTED intptr_t mlirEventTensorEventTypeGetRank(MlirType type);
 MLIR_CAPI_EXPORTED int64_t mlirEventTensorEventTypeGetDimSize(MlirType type,
                                                               intptr_t dim);
 
+//===----------------------------------------------------------------------===//
+// Event graph analysis
+//===----------------------------------------------------------------------===//
+
+/// Writes the task/event graph of `kernel` (an et.kernel op) as JSON through
+/// `callback`. Returns false, writing nothing, if `kernel` is not an
+/// et.kernel.
+MLIR_CAPI_EXPORTED bool
+mlirEventTensorPrintEventGraphJSON(MlirOperation kernel,
+                                   MlirStringCallback callback, void *userData);
+
+/// Same as mlirEventTensorPrintEventGraphJSON, in Graphviz DOT.
+MLIR_CAPI_EXPORTED bool
+mlirEventTensorPrintEventGraphDOT(MlirOperation kernel,
+                                  MlirStringCallback callback, void *userData);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 
 #include "EventTensor-c/Dialects.h"
 
+#include "EventTensor/Analysis/EventGraph.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorTypes.h"
 #include "EventTensor/InitAll.h"
@@ -13,6 +14,7 @@
 #include "mlir/CAPI/IR.h"
 #include "mlir/CAPI/Registration.h"
 #include "mlir/CAPI/Support.h"
+#include "mlir/CAPI/Utils.h"
 #include "mlir/IR/Diagnostics.h"
 
 using namespace mlir;
@@ -53,4 +55,31 @@ intptr_t mlirEventTensorEventTypeGetRank(MlirType type) {
 
 int64_t mlirEventTensorEventTypeGetDimSize(MlirType type, intptr_t dim) {
   return cast<et::EventType>(unwrap(type)).getShape()[dim];
+}
+
+template <typename PrintFn>
+static bool printGraph(MlirOperation kernel, MlirStringCallback callback,
+                       void *userData, PrintFn print) {
+  auto op = dyn_cast<et::KernelOp>(unwrap(kernel));
+  if (!op)
+    return false;
+  et::EventGraph graph(op);
+  mlir::detail::CallbackOstream stream(callback, userData);
+  print(graph, stream);
+  stream.flush();
+  return true;
+}
+
+bool mlirEventTensorPrintEventGraphJSON(MlirOperation kernel,
+                                        MlirStringCallback callback,
+                                        void *userData) {
+  return printGraph(kernel, callback, userData,
+                    [](et::EventGraph &g, raw_ostream &os) { g.printJSON(os); });
+}
+
+bool mlirEventTensorPrintEventGraphDOT(MlirOperation kernel,
+                                       MlirStringCallback callback,
+                                       void *userData) {
+  return printGraph(kernel, callback, userData,
+                    [](et::EventGraph &g, raw_ostream &os) { g.printDOT(os); });
 }

@@ -1,0 +1,105 @@
+// RUN: et-opt %s --split-input-file --et-verify-event-graph --verify-diagnostics
+
+// Test: a wait on an event that no task signals.
+et.kernel @never_signalled(%n: index) {
+  // expected-note @+1 {{event created here}}
+  %e = et.event.create() : !et.event<4>
+  et.task @t tiles(%i) in (%n) {
+    // expected-error @+1 {{'et.event.wait' op waits on an event that no task signals (certain deadlock)}}
+    et.event.wait %e[%i] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: a wait on an element that no tile signals (only even elements are).
+et.kernel @element_never_signalled() {
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  // expected-note @+1 {{event created here}}
+  %e = et.event.create() : !et.event<4>
+  et.task @even tiles(%i) in (%c2) {
+    %j = affine.apply affine_map<(d0) -> (d0 * 2)>(%i)
+    et.event.signal %e[%j] : !et.event<4>
+  }
+  et.task @all tiles(%i) in (%c4) {
+    // expected-error @+1 {{'et.event.wait' op waits on element [1] (at tile [1]), which no task signals (certain deadlock)}}
+    et.event.wait %e[%i] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: a signal whose index leaves the event's static shape.
+et.kernel @signal_out_of_bounds() {
+  %c8 = arith.constant 8 : index
+  %e = et.event.create() : !et.event<4>
+  et.task @t tiles(%i) in (%c8) {
+    // expected-error @+1 {{'et.event.signal' op index #0 is out of bounds at tile [4]: 4 not in [0, 4)}}
+    et.event.signal %e[%i] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: a wait whose index goes negative.
+et.kernel @wait_negative() {
+  %c4 = arith.constant 4 : index
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<4>
+  et.task @p tiles(%i) in (%c4) {
+    et.event.signal %e[%i] : !et.event<4>
+  }
+  et.task @c tiles(%i) in (%c4) {
+    %j = arith.subi %i, %c1 : index
+    // expected-error @+1 {{'et.event.wait' op index #0 is out of bounds at tile [0]: -1 not in [0, 4)}}
+    et.event.wait %e[%j] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: an explicit count that disagrees with the one derived from the signals.
+et.kernel @explicit_count_mismatch() {
+  %c16 = arith.constant 16 : index
+  %c4 = arith.constant 4 : index
+  // expected-error @+1 {{'et.event.create' op explicit expected count 2 disagrees with the derived count 4 of element [0]}}
+  %e = et.event.create() {expected = 2} : !et.event<16>
+  et.task @split_k tiles(%n, %k) in (%c16, %c4) {
+    et.event.signal %e[%n] : !et.event<16>
+  }
+}
+
+// -----
+
+// Test: two tasks that wait on each other.
+et.kernel @cycle() {
+  %c4 = arith.constant 4 : index
+  %a = et.event.create() : !et.event<4>
+  %b = et.event.create() : !et.event<4>
+  // expected-error @+1 {{'et.task' op is on a dependency cycle: @first -> @second -> @first}}
+  et.task @first tiles(%i) in (%c4) {
+    // expected-note @+1 {{@first waits here on an event signalled by @second}}
+    et.event.wait %b[%i] : !et.event<4>
+    et.event.signal %a[%i] : !et.event<4>
+  }
+  et.task @second tiles(%i) in (%c4) {
+    // expected-note @+1 {{@second waits here on an event signalled by @first}}
+    et.event.wait %a[%i] : !et.event<4>
+    et.event.signal %b[%i] : !et.event<4>
+  }
+}
+
+// -----
+
+// Test: a task that waits on an event it signals itself.
+et.kernel @self_cycle() {
+  %c4 = arith.constant 4 : index
+  %a = et.event.create() : !et.event<4>
+  // expected-error @+1 {{'et.task' op is on a dependency cycle: @loop -> @loop}}
+  et.task @loop tiles(%i) in (%c4) {
+    // expected-note @+1 {{@loop waits here on an event signalled by @loop}}
+    et.event.wait %a[%i] : !et.event<4>
+    et.event.signal %a[%i] : !et.event<4>
+  }
+}
