@@ -15,6 +15,7 @@
 #include "mlir/Bindings/Python/Nanobind.h"
 #include "mlir/Bindings/Python/NanobindAdaptors.h"
 
+#include <string>
 #include <vector>
 
 namespace nb = nanobind;
@@ -22,6 +23,23 @@ using namespace mlir::python::nanobind_adaptors;
 
 NB_MODULE(_etDialects, m) {
   m.doc() = "EventTensor dialect types";
+
+  auto printer = [](bool (*print)(MlirOperation, MlirStringCallback, void *)) {
+    return [print](MlirOperation op) {
+      std::string out;
+      auto append = [](MlirStringRef part, void *user) {
+        static_cast<std::string *>(user)->append(part.data, part.length);
+      };
+      if (!print(op, append, &out))
+        throw nb::value_error("expected an 'et.kernel' operation");
+      return out;
+    };
+  };
+  m.def("event_graph_json", printer(mlirEventTensorPrintEventGraphJSON),
+        nb::arg("kernel"),
+        "The task/event graph of an et.kernel, with expected counts, as JSON.");
+  m.def("event_graph_dot", printer(mlirEventTensorPrintEventGraphDOT),
+        nb::arg("kernel"), "The task/event graph of an et.kernel in DOT.");
 
   auto et = m.def_submodule("et");
 

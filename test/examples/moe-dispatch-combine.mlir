@@ -1,0 +1,38 @@
+// RUN: et-opt %s --et-verify-event-graph=emit-counts --verify-diagnostics --verify-roundtrip | FileCheck %s
+
+// MoE dispatch/combine with data-dependent routing: the router signals, per
+// token, the expert chosen in the routing buffer; each expert's tile count is
+// the number of tokens routed to it, read from memory once routing is done;
+// the combine waits on every token's expert output.
+// CHECK-LABEL: et.kernel @moe
+et.kernel @moe(%route: memref<?xindex>, %counts: memref<4xindex>, %tokens: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  // expected-remark @+1 {{expected count: symbolic, arg2}}
+  %routed = et.event.create() : !et.event<>
+  // expected-remark @+1 {{expected count: device, ? (signal index computed from data in @router)}}
+  %dispatched = et.event.create() : !et.event<4>
+  // expected-remark @+1 {{expected count: device, ? (signal index computed from data in @expert0)}}
+  %expert_out = et.event.create(%tokens) : !et.event<?>
+  et.task @router tiles(%t) in (%tokens) {
+    %e = memref.load %route[%t] : memref<?xindex>
+    et.event.signal %dispatched[%e] : !et.event<4>
+    et.event.signal %routed[] : !et.event<>
+  }
+  // CHECK: et.extent.load
+  %n0 = et.extent.load %counts[%c0] : memref<4xindex> after %routed[] : !et.event<>
+  %n1 = et.extent.load %counts[%c1] : memref<4xindex> after %routed[] : !et.event<>
+  et.task @expert0 tiles(%i) in (%n0) {
+    et.event.wait %dispatched[%c0] : !et.event<4>
+    %tok = memref.load %route[%i] : memref<?xindex>
+    et.event.signal %expert_out[%tok] : !et.event<?>
+  }
+  et.task @expert1 tiles(%i) in (%n1) {
+    et.event.wait %dispatched[%c1] : !et.event<4>
+    %tok = memref.load %route[%i] : memref<?xindex>
+    et.event.signal %expert_out[%tok] : !et.event<?>
+  }
+  et.task @combine tiles(%t) in (%tokens) {
+    et.event.wait %expert_out[%t] : !et.event<?>
+  }
+}
