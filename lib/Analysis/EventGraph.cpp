@@ -78,6 +78,9 @@ EventGraph::EventGraph(KernelOp kernel) : kernel(kernel) {
       accesses.push_back(std::move(access));
     }
   }
+  // Symbols are complete once every access is traced.
+  for (Value s : symbols)
+    symbolConstants.push_back(constantIndex(s));
   for (auto &info : events)
     deriveCounts(*info);
   for (auto &info : events)
@@ -242,11 +245,6 @@ bool EventGraph::forEachStaticTile(
 
 std::optional<SmallVector<int64_t>>
 EventGraph::evaluate(const EventAccess &access, ArrayRef<int64_t> tile) const {
-  SmallVector<int64_t> symbolValues;
-  for (Value s : symbols) {
-    std::optional<int64_t> c = constantIndex(s);
-    symbolValues.push_back(c.value_or(0));
-  }
   SmallVector<int64_t> result;
   for (const std::optional<AffineExpr> &e : access.indices) {
     if (!e)
@@ -255,14 +253,15 @@ EventGraph::evaluate(const EventAccess &access, ArrayRef<int64_t> tile) const {
     bool usesDynamicSymbol = false;
     e->walk([&](AffineExpr sub) {
       if (auto s = dyn_cast<AffineSymbolExpr>(sub))
-        if (!constantIndex(symbols[s.getPosition()]))
+        if (!symbolConstants[s.getPosition()])
           usesDynamicSymbol = true;
     });
     if (usesDynamicSymbol)
       return std::nullopt;
     AffineMap map = AffineMap::get(tile.size(), symbols.size(), *e);
     SmallVector<int64_t> operands(tile.begin(), tile.end());
-    operands.append(symbolValues);
+    for (const std::optional<int64_t> &c : symbolConstants)
+      operands.push_back(c.value_or(0));
     SmallVector<Attribute> attrs;
     Builder b(kernel.getContext());
     for (int64_t v : operands)
@@ -432,7 +431,7 @@ void EventGraph::deriveCounts(EventInfo &info) {
 // Export
 //===----------------------------------------------------------------------===//
 
-static std::string eventName(const EventInfo &info, unsigned i) {
+static std::string eventName(unsigned i) {
   return "event" + std::to_string(i);
 }
 
@@ -462,7 +461,7 @@ void EventGraph::printJSON(raw_ostream &os) const {
       signals.push_back(a->task.getSymName());
     for (EventAccess *a : info->waits)
       waits.push_back(a->task.getSymName());
-    llvm::json::Object obj{{"name", eventName(*info, i)},
+    llvm::json::Object obj{{"name", eventName(i)},
                            {"shape", std::move(shape)},
                            {"signalled_by", std::move(signals)},
                            {"waited_by", std::move(waits)},
@@ -480,7 +479,7 @@ void EventGraph::printJSON(raw_ostream &os) const {
     edgesJson.push_back(llvm::json::Object{
         {"from", e.producer.getSymName()},
         {"to", e.consumer.getSymName()},
-        {"event", eventName(*eventMap.lookup(e.event), eventIds[e.event])}});
+        {"event", eventName(eventIds[e.event])}});
   llvm::json::Object root{{"kernel", kernel.getSymName()},
                           {"tasks", std::move(tasks)},
                           {"events", std::move(eventsJson)},
@@ -493,7 +492,7 @@ void EventGraph::printDOT(raw_ostream &os) const {
   for (TaskOp task : kernel.getTasks())
     os << "  \"" << task.getSymName() << "\" [shape=box];\n";
   for (auto [i, info] : llvm::enumerate(events)) {
-    std::string name = eventName(*info, i);
+    std::string name = eventName(i);
     os << "  \"" << name << "\" [shape=ellipse, label=\"" << name << "\\n"
        << stringifyCountKind(info->kind) << ": ";
     os.write_escaped(info->countExpr);

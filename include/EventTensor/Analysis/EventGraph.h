@@ -106,6 +106,8 @@ private:
   llvm::DenseMap<Value, EventInfo *> eventMap;
   SmallVector<Value> symbols;
   llvm::DenseMap<Value, unsigned> symbolIndex;
+  /// The constant value of each symbol, if it is a constant.
+  SmallVector<std::optional<int64_t>> symbolConstants;
   SmallVector<Edge> edges;
 };
 
