@@ -41,6 +41,23 @@ NB_MODULE(_etDialects, m) {
   m.def("event_graph_dot", printer(mlirEventTensorPrintEventGraphDOT),
         nb::arg("kernel"), "The task/event graph of an et.kernel in DOT.");
 
+  m.def(
+      "schedule_plan_json",
+      [](MlirOperation op, const std::string &bindings) {
+        std::string out;
+        auto append = [](MlirStringRef part, void *user) {
+          static_cast<std::string *>(user)->append(part.data, part.length);
+        };
+        if (!mlirEventTensorPrintSchedulePlanJSON(
+                op, mlirStringRefCreate(bindings.data(), bindings.size()),
+                append, &out))
+          throw nb::value_error(out.c_str());
+        return out;
+      },
+      nb::arg("kernel"), nb::arg("bindings") = "",
+      "The schedule plan of a scheduled et.kernel for concrete sizes "
+      "(`name=value,...`), as JSON.");
+
   auto et = m.def_submodule("et");
 
   mlir_type_subclass(et, "EventType", mlirTypeIsAEventTensorEventType,

@@ -65,6 +65,17 @@ MLIR_CAPI_EXPORTED bool
 mlirEventTensorPrintEventGraphDOT(MlirOperation kernel,
                                   MlirStringCallback callback, void *userData);
 
+/// Writes the schedule plan of a scheduled `kernel` for concrete runtime
+/// sizes as JSON through `callback` (see et::printSchedulePlan). `bindings`
+/// is a comma-separated list of `name=value` (kernel argument `i` is `argi`,
+/// the `k`-th et.extent.load is `loadk`). On failure writes the error message
+/// through `callback` instead and returns false.
+MLIR_CAPI_EXPORTED bool
+mlirEventTensorPrintSchedulePlanJSON(MlirOperation kernel,
+                                     MlirStringRef bindings,
+                                     MlirStringCallback callback,
+                                     void *userData);
+
 #ifdef __cplusplus
 }
 #endif

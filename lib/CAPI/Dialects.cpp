@@ -7,6 +7,7 @@
 #include "EventTensor-c/Dialects.h"
 
 #include "EventTensor/Analysis/EventGraph.h"
+#include "EventTensor/Analysis/TileGraph.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorTypes.h"
 #include "EventTensor/InitAll.h"
@@ -82,4 +83,38 @@ bool mlirEventTensorPrintEventGraphDOT(MlirOperation kernel,
                                        void *userData) {
   return printGraph(kernel, callback, userData,
                     [](et::EventGraph &g, raw_ostream &os) { g.printDOT(os); });
+}
+
+bool mlirEventTensorPrintSchedulePlanJSON(MlirOperation kernel,
+                                          MlirStringRef bindings,
+                                          MlirStringCallback callback,
+                                          void *userData) {
+  mlir::detail::CallbackOstream stream(callback, userData);
+  auto fail = [&](const std::string &message) {
+    stream << message;
+    stream.flush();
+    return false;
+  };
+  auto op = dyn_cast<et::KernelOp>(unwrap(kernel));
+  if (!op)
+    return fail("expected an 'et.kernel' operation");
+  et::SizeBindings sizes;
+  SmallVector<StringRef> items;
+  unwrap(bindings).split(items, ',', -1, /*KeepEmpty=*/false);
+  for (StringRef item : items) {
+    auto [name, value] = item.split('=');
+    int64_t v;
+    if (name.trim().empty() || value.trim().getAsInteger(10, v))
+      return fail("malformed size binding '" + item.str() +
+                  "' (expected name=integer)");
+    sizes[name.trim()] = v;
+  }
+  std::string error;
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  if (failed(et::printSchedulePlan(op, sizes, os, error)))
+    return fail(error);
+  stream << out;
+  stream.flush();
+  return true;
 }

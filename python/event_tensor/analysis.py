@@ -16,11 +16,13 @@ symbolic count it is an expression of the kernel arguments (`arg0`, ...).
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ._mlir_libs import _etDialects
 
-__all__ = ["event_graph", "event_graph_dot", "kernels"]
+__all__ = ["event_graph", "event_graph_dot", "kernels", "schedule_plan"]
 
 
 def _as_operation(op):
@@ -53,3 +55,26 @@ def event_graph(kernel) -> dict[str, Any]:
 def event_graph_dot(kernel) -> str:
     """The task/event graph of `kernel` in Graphviz DOT."""
     return _etDialects.event_graph_dot(_one_kernel(kernel))
+
+
+_SIZE_NAME = re.compile(r"(arg|load)[0-9]+")
+
+
+def schedule_plan(kernel, bindings: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The schedule of a scheduled `kernel`, expanded into tiles for concrete
+    runtime sizes: the input of `event_tensor.simulator.simulate`.
+
+    `bindings` gives every runtime size a tile count depends on: kernel
+    argument `i` as "arg<i>", the `k`-th `et.extent.load` as "load<k>". The
+    plan holds the tasks (tile counts, bytes, flops and durations under the
+    schedule's cost model), every tile's dependencies, and either the
+    per-worker programs (static) or the ticket order (dynamic).
+    """
+    items = []
+    for name, value in (bindings or {}).items():
+        if not isinstance(name, str) or not _SIZE_NAME.fullmatch(name):
+            raise ValueError(f"size binding name {name!r} is not 'arg<i>' or 'load<k>'")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"size binding {name!r} must be an int, got {value!r}")
+        items.append(f"{name}={value}")
+    return json.loads(_etDialects.schedule_plan_json(_one_kernel(kernel), ",".join(items)))

@@ -1,4 +1,6 @@
 // RUN: et-opt %s --et-verify-event-graph=emit-counts --verify-diagnostics --verify-roundtrip | FileCheck %s
+// RUN: et-opt %s --et-optimize-events --et-static-schedule=workers=2 --verify-roundtrip | FileCheck %s --check-prefix=STATIC
+// RUN: et-opt %s --et-dynamic-schedule=workers=2 --verify-roundtrip | FileCheck %s --check-prefix=DYNAMIC
 
 // A 2-layer MLP over a dynamic number of rows: up-projection (split-K over 4
 // chunks of the hidden input), then down-projection of each 64-row block,
@@ -31,3 +33,23 @@ et.kernel @mlp2(%x: memref<?x512xbf16>, %w1: memref<512x1024xbf16>, %w2: memref<
     et.event.wait %h_ready[%r] : !et.event<?>
   }
 }
+
+// The optimizer erases the event nobody waits on (%y_ready); the row counts
+// are runtime sizes, so every task is spread by formula.
+// STATIC-LABEL: et.kernel @mlp2
+// STATIC-COUNT-2: et.event.create
+// STATIC-NOT: et.event.create
+// STATIC: et.schedule static workers(2)
+// STATIC-NEXT: et.worker 0 {
+// STATIC-NEXT: et.run @up cyclic
+// STATIC-NEXT: et.run @up_reduce cyclic
+// STATIC-NEXT: et.run @down cyclic
+// STATIC-NEXT: }
+// STATIC-NEXT: et.worker 1 {
+
+// DYNAMIC-LABEL: et.kernel @mlp2
+// DYNAMIC: et.schedule dynamic workers(2) {
+// DYNAMIC-NEXT: et.run @up
+// DYNAMIC-NEXT: et.run @up_reduce
+// DYNAMIC-NEXT: et.run @down
+// DYNAMIC-NEXT: }

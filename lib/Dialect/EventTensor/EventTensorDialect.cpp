@@ -19,4 +19,5 @@ void EventTensorDialect::initialize() {
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.cpp.inc"
       >();
   registerTypes();
+  registerAttributes();
 }

@@ -8,12 +8,33 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/FunctionImplementation.h"
 
 using namespace mlir;
 using namespace mlir::et;
+
+// `static` or `dynamic`, a bare keyword.
+static ParseResult parseScheduleKind(OpAsmParser &parser,
+                                     ScheduleKindAttr &kind) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (parser.parseKeyword(&keyword))
+    return failure();
+  std::optional<ScheduleKind> value = symbolizeScheduleKind(keyword);
+  if (!value)
+    return parser.emitError(loc, "expected 'static' or 'dynamic', got '")
+           << keyword << "'";
+  kind = ScheduleKindAttr::get(parser.getContext(), *value);
+  return success();
+}
+
+static void printScheduleKind(OpAsmPrinter &p, Operation *,
+                              ScheduleKindAttr kind) {
+  p << stringifyScheduleKind(kind.getValue());
+}
 
 #define GET_OP_CLASSES
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.cpp.inc"
@@ -56,7 +77,12 @@ LogicalResult KernelOp::verify() {
     return emitOpError("expected no results, got ")
            << getFunctionType().getNumResults();
   // FunctionOpInterface has already checked the entry block against the
-  // signature.
+  // signature. A schedule, if any, is the last op and is unique.
+  Block &body = getBody().front();
+  for (ScheduleOp schedule : body.getOps<ScheduleOp>())
+    if (schedule.getOperation() != &body.back())
+      return schedule.emitOpError(
+          "must be the last op of its kernel (a kernel has one schedule)");
   return success();
 }
 
@@ -140,11 +166,27 @@ LogicalResult TaskOp::verify() {
              << i << " must be of type index, got " << arg.getType();
   if (getExtents().empty())
     return emitOpError("expected at least one tile dimension");
+  std::optional<ArrayRef<int64_t>> bounds = getMaxExtents();
+  if (bounds && bounds->size() != getExtents().size())
+    return emitOpError("expected ")
+           << getExtents().size() << " 'max_extents' (one per extent), got "
+           << bounds->size();
   for (auto [i, extent] : llvm::enumerate(getExtents())) {
     APInt value;
-    if (matchPattern(extent, m_ConstantInt(&value)) && value.getSExtValue() < 1)
+    bool isConstant = matchPattern(extent, m_ConstantInt(&value));
+    if (isConstant && value.getSExtValue() < 1)
       return emitOpError("tile extent #")
              << i << " must be positive, got " << value.getSExtValue();
+    if (!bounds)
+      continue;
+    int64_t bound = (*bounds)[i];
+    if (bound < 1)
+      return emitOpError("max_extents #")
+             << i << " must be positive, got " << bound;
+    if (isConstant && value.getSExtValue() > bound)
+      return emitOpError("tile extent #")
+             << i << " (" << value.getSExtValue()
+             << ") exceeds its declared bound " << bound;
   }
   return success();
 }
@@ -215,5 +257,186 @@ LogicalResult ExtentLoadOp::verify() {
                              getAfterIndices());
   if (!getAfterIndices().empty())
     return emitOpError("has 'after' indices but no 'after' event");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Schedules
+//===----------------------------------------------------------------------===//
+
+/// The number of tiles of `task` when every extent is a constant.
+static std::optional<int64_t> staticTileCount(TaskOp task) {
+  int64_t total = 1;
+  for (Value extent : task.getExtents()) {
+    APInt value;
+    if (!matchPattern(extent, m_ConstantInt(&value)))
+      return std::nullopt;
+    total *= value.getSExtValue();
+  }
+  return total;
+}
+
+void ScheduleOp::build(OpBuilder &builder, OperationState &state,
+                       ScheduleKind kind, int64_t workers) {
+  state.addAttribute(getKindAttrName(state.name),
+                     ScheduleKindAttr::get(builder.getContext(), kind));
+  state.addAttribute(getWorkersAttrName(state.name),
+                     builder.getI64IntegerAttr(workers));
+  state.addRegion()->push_back(new Block());
+}
+
+LogicalResult ScheduleOp::verify() { return success(); }
+
+LogicalResult ScheduleOp::verifyRegions() {
+  Block &body = getBody().front();
+  KernelOp kernel = getKernel();
+  int64_t numWorkers = getWorkers();
+  if (!isStatic()) {
+    llvm::SmallDenseSet<Operation *> seen;
+    for (Operation &op : body) {
+      auto run = dyn_cast<RunOp>(op);
+      if (!run)
+        return op.emitOpError("is not allowed in a dynamic schedule (expected "
+                              "'et.run' entries)");
+      TaskOp task = run.getTaskOp();
+      if (!task)
+        return run.emitOpError("'") << run.getTaskAttr()
+                                    << "' is not a task of kernel @"
+                                    << kernel.getSymName();
+      if (!seen.insert(task).second)
+        return run.emitOpError("task @")
+               << task.getSymName() << " appears twice in the queue";
+    }
+    for (TaskOp task : kernel.getTasks())
+      if (!seen.contains(task))
+        return emitOpError("does not schedule task @") << task.getSymName();
+    return success();
+  }
+
+  // Static: one et.worker per worker, in id order.
+  int64_t expectedId = 0;
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> tileOwners;
+  llvm::DenseMap<Operation *, int64_t> cyclicOffsets;
+  llvm::DenseMap<Operation *, int64_t> cyclicWorkers;
+  for (Operation &op : body) {
+    auto worker = dyn_cast<WorkerOp>(op);
+    if (!worker)
+      return op.emitOpError(
+          "is not allowed in a static schedule (expected 'et.worker')");
+    if (worker.getId() != expectedId)
+      return worker.emitOpError("expected worker id ")
+             << expectedId << " (ids are 0.." << numWorkers - 1
+             << " in order), got " << worker.getId();
+    ++expectedId;
+    for (Operation &entry : worker.getBody().front()) {
+      auto run = dyn_cast<RunOp>(entry);
+      if (!run)
+        return entry.emitOpError("is not allowed in 'et.worker' (expected "
+                                 "'et.run' entries)");
+      TaskOp task = run.getTaskOp();
+      if (!task)
+        return run.emitOpError("'") << run.getTaskAttr()
+                                    << "' is not a task of kernel @"
+                                    << kernel.getSymName();
+      if (std::optional<int64_t> offset = run.getCyclic()) {
+        if (*offset >= numWorkers)
+          return run.emitOpError("cyclic offset ")
+                 << *offset << " must be less than the worker count "
+                 << numWorkers;
+        auto [it, inserted] = cyclicOffsets.try_emplace(task, *offset);
+        if (!inserted && it->second != *offset)
+          return run.emitOpError("cyclic offset ")
+                 << *offset << " of @" << task.getSymName()
+                 << " differs from the offset " << it->second
+                 << " on another worker";
+        if (++cyclicWorkers[task] > expectedId)
+          return run.emitOpError("task @")
+                 << task.getSymName() << " is cyclic twice on worker "
+                 << worker.getId();
+        continue;
+      }
+      std::optional<int64_t> count = staticTileCount(task);
+      if (!count)
+        return run.emitOpError("lists tiles of @")
+               << task.getSymName()
+               << ", whose tile count is only known at run time (use "
+                  "'cyclic')";
+      SmallVector<int64_t> &owners = tileOwners[task];
+      owners.resize(*count, -1);
+      ArrayRef<int64_t> tiles = *run.getTiles();
+      for (int64_t tile : tiles) {
+        if (tile < 0 || tile >= *count)
+          return run.emitOpError("tile ")
+                 << tile << " of @" << task.getSymName()
+                 << " is out of range [0, " << *count << ")";
+        if (owners[tile] != -1)
+          return run.emitOpError("tile ")
+                 << tile << " of @" << task.getSymName()
+                 << " is already scheduled on worker " << owners[tile];
+        owners[tile] = worker.getId();
+      }
+    }
+  }
+  if (expectedId != numWorkers)
+    return emitOpError("expected ")
+           << numWorkers << " 'et.worker' ops, got " << expectedId;
+  for (TaskOp task : kernel.getTasks()) {
+    if (cyclicOffsets.contains(task)) {
+      if (tileOwners.contains(task))
+        return emitOpError("task @")
+               << task.getSymName() << " is both cyclic and listed by tile";
+      if (cyclicWorkers[task] != numWorkers)
+        return emitOpError("cyclic task @")
+               << task.getSymName() << " is on " << cyclicWorkers[task]
+               << " of " << numWorkers << " workers (it must be on all)";
+      continue;
+    }
+    auto it = tileOwners.find(task);
+    if (it == tileOwners.end())
+      return emitOpError("does not schedule task @") << task.getSymName();
+    for (auto [tile, owner] : llvm::enumerate(it->second))
+      if (owner == -1)
+        return emitOpError("does not schedule tile ")
+               << tile << " of task @" << task.getSymName();
+  }
+  return success();
+}
+
+void WorkerOp::build(OpBuilder &builder, OperationState &state, int64_t id) {
+  state.addAttribute(getIdAttrName(state.name),
+                     builder.getI64IntegerAttr(id));
+  state.addRegion()->push_back(new Block());
+}
+
+TaskOp RunOp::getTaskOp() {
+  Operation *kernel = (*this)->getParentOfType<KernelOp>();
+  if (!kernel)
+    return {};
+  return dyn_cast_or_null<TaskOp>(
+      ::mlir::SymbolTable::lookupSymbolIn(kernel, getTaskAttr()));
+}
+
+LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &tables) {
+  auto kernel = (*this)->getParentOfType<KernelOp>();
+  if (!kernel)
+    return emitOpError("must be nested in an 'et.kernel'");
+  Operation *sym = tables.lookupSymbolIn(kernel, getTaskAttr());
+  if (!sym || !isa<TaskOp>(sym))
+    return emitOpError("'") << getTaskAttr() << "' is not a task of kernel @"
+                            << kernel.getSymName();
+  return success();
+}
+
+LogicalResult RunOp::verify() {
+  bool inWorker = isa<WorkerOp>((*this)->getParentOp());
+  bool hasTiles = getTiles().has_value(), isCyclic = getCyclic().has_value();
+  if (inWorker && hasTiles == isCyclic)
+    return emitOpError("in 'et.worker' needs exactly one of 'tiles' or "
+                       "'cyclic'");
+  if (!inWorker && (hasTiles || isCyclic))
+    return emitOpError("in a dynamic schedule takes no 'tiles' or 'cyclic' "
+                       "(the queue runs all tiles)");
+  if (hasTiles && getTiles()->empty())
+    return emitOpError("has an empty tile list");
   return success();
 }

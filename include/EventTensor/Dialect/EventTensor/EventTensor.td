@@ -10,6 +10,7 @@
 
 include "EventTensor/Dialect/EventTensor/EventTensorDialect.td"
 include "EventTensor/Dialect/EventTensor/EventTensorTypes.td"
+include "EventTensor/Dialect/EventTensor/EventTensorAttrs.td"
 include "EventTensor/Dialect/EventTensor/EventTensorOps.td"
 
 #endif // EVENTTENSOR_DIALECT_EVENTTENSOR_EVENTTENSOR_TD

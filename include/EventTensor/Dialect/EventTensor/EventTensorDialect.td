@@ -27,8 +27,15 @@ def EventTensor_Dialect : Dialect {
     KV splits), so one compiled kernel serves every runtime shape.
   }];
   let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
+  // Verifies the dialect's discardable attributes (`et.cost`).
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerTypes();
+    void registerAttributes();
+
+    /// The discardable attribute that overrides a task's derived cost.
+    static constexpr ::llvm::StringLiteral getCostAttrName() { return "et.cost"; }
   }];
 }
 

@@ -16,6 +16,7 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "EventTensor/Dialect/EventTensor/EventTensorAttrs.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorTypes.h"
 

@@ -10,6 +10,7 @@
 
 include "EventTensor/Dialect/EventTensor/EventTensorDialect.td"
 include "EventTensor/Dialect/EventTensor/EventTensorTypes.td"
+include "EventTensor/Dialect/EventTensor/EventTensorAttrs.td"
 include "mlir/Interfaces/FunctionInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/OpAsmInterface.td"
@@ -108,10 +109,20 @@ def ET_TaskOp : ET_Op<"task", [
     }
     ```
 
+    An optional `max_extents` attribute declares an upper bound of each
+    extent. A static schedule needs it for an extent that is only known on
+    the device (`et.extent.load`); for extents computed from runtime sizes it
+    replaces the scheduler's default estimate.
+
+    An optional `et.cost = #et.cost<bytes = B, flops = F>` attribute states
+    the work of one tile; without it, schedulers derive the cost from the
+    body.
+
     Lowering: a case of the persistent worker's task dispatch; the tile
     coordinates are decoded from the linear tile id assigned by the schedule.
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, Variadic<Index>:$extents);
+  let arguments = (ins SymbolNameAttr:$sym_name, Variadic<Index>:$extents,
+                       OptionalAttr<DenseI64ArrayAttr>:$max_extents);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
@@ -248,6 +259,131 @@ def ET_ExtentLoadOp : ET_Op<"extent.load", [
     attr-dict
   }];
   let hasVerifier = 1;
+}
+
+
+//===----------------------------------------------------------------------===//
+// Schedules
+//===----------------------------------------------------------------------===//
+
+def ET_ScheduleOp : ET_Op<"schedule", [
+    HasParent<"KernelOp">, SingleBlock, NoTerminator]> {
+  let summary = "assigns the kernel's tiles to persistent workers";
+  let description = [{
+    The presence of `et.schedule` (the last op of a kernel) makes a kernel
+    *scheduled*. It records how the tiles of every task are assigned to
+    `workers` persistent workers (one per SM by default), and the cost model
+    the assignment was computed with.
+
+    - `static`: the body holds one `et.worker` per worker, in id order; each
+      lists, in execution order, the tiles it runs (`et.run`). A task whose
+      tile count is known at compile time has its tiles listed; a task whose
+      count is known only at run time is distributed by a formula of the
+      tile id, the runtime count and the worker count (`cyclic`). Every
+      worker's list is a subsequence of one topological order of the tile
+      graph, so no worker waits on a tile that is behind it in its own list,
+      and no set of workers can wait on each other in a cycle.
+    - `dynamic`: the body lists the tasks (`et.run` without tiles) in a
+      topological order. Workers take tiles from a device queue in that
+      order (all tiles of the first task in row-major order, then the
+      second, ...) through one atomic ticket counter.
+
+    Example:
+
+    ```mlir
+    et.schedule static workers(2) {
+      et.worker 0 {
+        et.run @norm tiles [0]
+        et.run @proj tiles [0, 2]
+        et.run @attn cyclic 0
+      }
+      et.worker 1 {
+        et.run @proj tiles [1, 3]
+        et.run @attn cyclic 0
+      }
+    }
+    et.schedule dynamic workers(132) {
+      et.run @norm
+      et.run @proj
+      et.run @attn
+    }
+    ```
+  }];
+  let arguments = (ins ET_ScheduleKindAttr:$kind,
+                       ConfinedAttr<I64Attr, [IntMinValue<1>]>:$workers,
+                       OptionalAttr<ET_CostModelAttr>:$cost_model);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    custom<ScheduleKind>($kind) `workers` `(` $workers `)` attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins "ScheduleKind":$kind, "int64_t":$workers)>];
+  let extraClassDeclaration = [{
+    bool isStatic() { return getKind() == ScheduleKind::Static; }
+    KernelOp getKernel() { return cast<KernelOp>((*this)->getParentOp()); }
+  }];
+}
+
+def ET_WorkerOp : ET_Op<"worker", [
+    HasParent<"ScheduleOp">, SingleBlock, NoTerminator]> {
+  let summary = "the ordered tile list of one persistent worker";
+  let description = [{
+    The tiles one worker of a static schedule runs, in order (`et.run` ops).
+
+    Example:
+
+    ```mlir
+    et.worker 3 {
+      et.run @proj tiles [3, 7]
+      et.run @attn cyclic 1
+    }
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$id);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$id attr-dict-with-keyword $body";
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins "int64_t":$id)>];
+}
+
+def ET_RunOp : ET_Op<"run", [
+    ParentOneOf<["WorkerOp", "ScheduleOp"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "runs tiles of a task in a schedule";
+  let description = [{
+    One entry of a schedule: tiles of the task `task`.
+
+    - `tiles [t0, t1, ...]` (in `et.worker`): these linear tile ids
+      (row-major over the task's extents), in order.
+    - `cyclic k` (in `et.worker`): a runtime tile count `n` is split over the
+      `W` workers by a formula: worker `w` runs tiles
+      `t = (w - k) mod W, t + W, t + 2W, ... < n`, that is, tile `t` runs on
+      worker `(t + k) mod W`. Every worker of the schedule has this entry at
+      the same place of its order.
+    - no tiles (in a `dynamic` `et.schedule`): all tiles of the task, taken
+      from the device queue in row-major order.
+
+    Example:
+
+    ```mlir
+    et.run @proj tiles [0, 4]
+    et.run @attn cyclic 3
+    et.run @merge
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$task,
+                       OptionalAttr<DenseI64ArrayAttr>:$tiles,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cyclic);
+  let assemblyFormat = [{
+    $task (`tiles` $tiles^)? (`cyclic` $cyclic^)? attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scheduled task (resolved in the enclosing kernel).
+    TaskOp getTaskOp();
+  }];
 }
 
 #endif // EVENTTENSOR_DIALECT_EVENTTENSOR_EVENTTENSOROPS_TD

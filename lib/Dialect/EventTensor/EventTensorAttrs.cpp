@@ -1,0 +1,70 @@
+//===- EventTensorAttrs.cpp - EventTensor attributes ----------------------===//
+//
+// Attributes and enums of the et dialect, and the verifier of its
+// discardable attributes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor/Dialect/EventTensor/EventTensorAttrs.h"
+#include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
+#include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::et;
+
+#include "EventTensor/Dialect/EventTensor/EventTensorEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "EventTensor/Dialect/EventTensor/EventTensorAttrs.cpp.inc"
+
+void EventTensorDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "EventTensor/Dialect/EventTensor/EventTensorAttrs.cpp.inc"
+      >();
+}
+
+LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t bytes, int64_t flops) {
+  if (bytes < 0 || flops < 0)
+    return emitError() << "cost must be non-negative, got bytes = " << bytes
+                       << ", flops = " << flops;
+  return success();
+}
+
+LogicalResult
+CostModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                      int64_t bandwidthGbps, int64_t gflops, int64_t dispatchNs,
+                      int64_t syncNs) {
+  if (bandwidthGbps < 1 || gflops < 1)
+    return emitError() << "cost model bandwidth and flops must be positive, "
+                          "got bandwidth_gbps = "
+                       << bandwidthGbps << ", gflops = " << gflops;
+  if (dispatchNs < 0 || syncNs < 0)
+    return emitError() << "cost model latencies must be non-negative, got "
+                          "dispatch_ns = "
+                       << dispatchNs << ", sync_ns = " << syncNs;
+  return success();
+}
+
+LogicalResult
+EventTensorDialect::verifyOperationAttribute(Operation *op,
+                                             NamedAttribute attr) {
+  if (attr.getName() == getCostAttrName()) {
+    if (!isa<TaskOp>(op))
+      return op->emitOpError("'")
+             << getCostAttrName() << "' is only meaningful on 'et.task'";
+    if (!isa<CostAttr>(attr.getValue()))
+      return op->emitOpError("'")
+             << getCostAttrName()
+             << "' must be a #et.cost<bytes = B, flops = F> attribute, got "
+             << attr.getValue();
+    return success();
+  }
+  return op->emitOpError("unknown et dialect attribute '")
+         << attr.getName().getValue() << "'";
+}

@@ -1,0 +1,308 @@
+//===- OptimizeEvents.cpp - Event graph optimization ----------------------===//
+//
+// Implements et-optimize-events: transitive reduction of waits, coarsening of
+// events whose waiters need every element, program-order synchronization on
+// one worker of a static schedule, and dead-event elimination. Each step
+// works on the tile graph, rebuilt after the steps that change the IR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor/Analysis/TileGraph.h"
+#include "EventTensor/Transforms/Passes.h"
+#include "EventTensor/Transforms/Scheduling.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/BitVector.h"
+
+#include <map>
+#include <set>
+
+namespace mlir::et {
+#define GEN_PASS_DEF_OPTIMIZEEVENTSPASS
+#include "EventTensor/Transforms/Passes.h.inc"
+} // namespace mlir::et
+
+using namespace mlir;
+using namespace mlir::et;
+
+namespace {
+struct OptimizeEventsPass
+    : public mlir::et::impl::OptimizeEventsPassBase<OptimizeEventsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    KernelOp kernel = getOperation();
+    if (selectSync)
+      if (ScheduleOp schedule = getSchedule(kernel);
+          schedule && schedule.isStatic())
+        withTileGraph(kernel, [&](const EventGraph &g, const TileGraph &tg) {
+          programOrderWaits(schedule, g, tg);
+        });
+    if (transitiveReduction)
+      withTileGraph(kernel, [&](const EventGraph &g, const TileGraph &tg) {
+        reduce(g, tg);
+      });
+    if (coarsen)
+      withTileGraph(kernel, [&](const EventGraph &g, const TileGraph &tg) {
+        coarsenEvents(kernel, g, tg);
+      });
+    removeDeadEvents(kernel);
+  }
+
+  /// Runs `fn` on fresh graphs when every tile count is a compile-time
+  /// constant and the kernel is small enough; otherwise does nothing.
+  void withTileGraph(
+      KernelOp kernel,
+      function_ref<void(const EventGraph &, const TileGraph &)> fn) {
+    EventGraph graph(kernel);
+    TileGraphOptions options;
+    options.useBounds = false;
+    options.maxTiles = maxTiles;
+    Operation *errorOp;
+    std::string error;
+    FailureOr<TileGraph> tg = TileGraph::build(graph, options, errorOp, error);
+    if (failed(tg))
+      return;
+    for (const TileGraph::Task &t : tg->getTasks())
+      if (!t.staticCount)
+        return;
+    fn(graph, *tg);
+  }
+
+  void remark(Operation *op, const Twine &message) {
+    if (emitRemarks)
+      op->emitRemark(message);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Program order on one worker
+  //===--------------------------------------------------------------------===//
+
+  void programOrderWaits(ScheduleOp schedule, const EventGraph &graph,
+                         const TileGraph &tg) {
+    // (worker, position) of every tile.
+    std::map<std::pair<unsigned, int64_t>, std::pair<int64_t, int64_t>> where;
+    for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
+      int64_t pos = 0;
+      for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
+        if (!run.getTiles())
+          return; // cyclic entries: positions unknown at compile time
+        unsigned task = tg.getTaskIndex(run.getTaskOp());
+        ArrayRef<int64_t> tiles = *run.getTiles();
+        for (int64_t tile : tiles)
+          where[{task, tile}] = {worker.getId(), pos++};
+      }
+    }
+    SmallVector<Operation *> erase;
+    for (auto [ti, task] : llvm::enumerate(tg.getTasks())) {
+      for (auto [wi, wait] : llvm::enumerate(task.waits)) {
+        bool local = true;
+        for (int64_t tile = 0; tile < task.numTiles && local; ++tile) {
+          auto [worker, pos] = where.at({static_cast<unsigned>(ti), tile});
+          const auto &deps = task.deps[wi][tile];
+          if (deps.empty())
+            local = false; // nobody signals: leave it to the verifier
+          for (TileRef d : deps) {
+            auto [dw, dp] = where.at({d.task, d.tile});
+            if (dw != worker || dp >= pos)
+              local = false;
+          }
+        }
+        if (!local)
+          continue;
+        remark(wait->op, "wait satisfied by program order on one worker; "
+                         "removed");
+        erase.push_back(wait->op);
+      }
+    }
+    for (Operation *op : erase)
+      op->erase();
+    numProgramOrderWaits += erase.size();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Transitive reduction
+  //===--------------------------------------------------------------------===//
+
+  void reduce(const EventGraph &graph, const TileGraph &tg) {
+    // Global tile ids.
+    SmallVector<int64_t> base;
+    int64_t n = 0;
+    for (const TileGraph::Task &t : tg.getTasks()) {
+      base.push_back(n);
+      n += t.numTiles;
+    }
+    auto gid = [&](TileRef r) { return base[r.task] + r.tile; };
+
+    // Certain predecessors: exact waits only.
+    SmallVector<SmallVector<int64_t, 4>> certain(n);
+    SmallVector<SmallVector<int64_t, 4>> all(n);
+    for (auto [ti, t] : llvm::enumerate(tg.getTasks()))
+      for (int64_t tile = 0; tile < t.numTiles; ++tile) {
+        int64_t g = base[ti] + tile;
+        for (auto [wi, perTile] : llvm::enumerate(t.deps))
+          for (TileRef d : perTile[tile]) {
+            all[g].push_back(gid(d));
+            if (t.exact[wi])
+              certain[g].push_back(gid(d));
+          }
+        for (TileRef d : t.extentDeps)
+          all[g].push_back(gid(d));
+      }
+    // Topological order over every dependency.
+    SmallVector<SmallVector<int64_t, 4>> succs(n);
+    SmallVector<int64_t> indegree(n, 0);
+    for (int64_t g = 0; g < n; ++g)
+      for (int64_t p : all[g]) {
+        succs[p].push_back(g);
+        ++indegree[g];
+      }
+    SmallVector<int64_t> order;
+    for (int64_t g = 0; g < n; ++g)
+      if (indegree[g] == 0)
+        order.push_back(g);
+    for (size_t i = 0; i < order.size(); ++i)
+      for (int64_t s : succs[order[i]])
+        if (--indegree[s] == 0)
+          order.push_back(s);
+    if (static_cast<int64_t>(order.size()) != n)
+      return; // a cycle: et-verify-event-graph reports it
+    // Certain ancestors (including the tile itself).
+    std::vector<llvm::BitVector> anc(n, llvm::BitVector(n));
+    for (int64_t g : order) {
+      anc[g].set(g);
+      for (int64_t p : certain[g])
+        anc[g] |= anc[p];
+    }
+
+    SmallVector<Operation *> erase;
+    for (auto [ti, t] : llvm::enumerate(tg.getTasks())) {
+      SmallVector<bool> removed(t.waits.size(), false);
+      for (size_t wi = 0; wi < t.waits.size(); ++wi) {
+        bool redundant = t.waits.size() > 1;
+        for (int64_t tile = 0; tile < t.numTiles && redundant; ++tile) {
+          if (t.deps[wi][tile].empty()) {
+            redundant = false;
+            break;
+          }
+          llvm::BitVector covered(n);
+          for (size_t wj = 0; wj < t.waits.size(); ++wj) {
+            if (wj == wi || removed[wj] || !t.exact[wj])
+              continue;
+            for (TileRef d : t.deps[wj][tile])
+              covered |= anc[gid(d)];
+          }
+          for (TileRef d : t.deps[wi][tile])
+            if (!covered.test(gid(d)))
+              redundant = false;
+        }
+        if (!redundant)
+          continue;
+        removed[wi] = true;
+        remark(t.waits[wi]->op, "wait implied by the task's other waits; "
+                                "removed");
+        erase.push_back(t.waits[wi]->op);
+      }
+    }
+    for (Operation *op : erase)
+      op->erase();
+    numRedundantWaits += erase.size();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Coarsening
+  //===--------------------------------------------------------------------===//
+
+  void coarsenEvents(KernelOp kernel, const EventGraph &graph,
+                     const TileGraph &tg) {
+    for (const auto &info : graph.getEvents()) {
+      EventType type = info->op.getResult().getType();
+      if (!type.hasStaticShape() || info->waits.empty() ||
+          info->op.getExpected())
+        continue;
+      int64_t numElements = 1;
+      for (int64_t d : type.getShape())
+        numElements *= d;
+      if (numElements < 2)
+        continue;
+      bool usedByLoad = llvm::any_of(info->op->getUsers(), [](Operation *u) {
+        return isa<ExtentLoadOp>(u);
+      });
+      if (usedByLoad)
+        continue;
+      // Every waiting tile must wait on every element.
+      llvm::MapVector<Operation *, SmallVector<EventAccess *>> byTask;
+      for (EventAccess *w : info->waits)
+        byTask[w->task].push_back(w);
+      bool full = true;
+      for (auto &[taskOp, waits] : byTask) {
+        unsigned ti = tg.getTaskIndex(cast<TaskOp>(taskOp));
+        for (int64_t tile = 0; tile < tg.getTask(ti).numTiles && full;
+             ++tile) {
+          std::set<SmallVector<int64_t>> seen;
+          for (EventAccess *w : waits) {
+            auto idx = tg.evaluateAccess(*w, ti, tile);
+            if (!idx) {
+              full = false;
+              break;
+            }
+            seen.insert(*idx);
+          }
+          full &= static_cast<int64_t>(seen.size()) == numElements;
+        }
+        if (!full)
+          break;
+      }
+      if (!full)
+        continue;
+
+      // One counter receives every signal; each task waits on it once.
+      OpBuilder b(info->op);
+      b.setInsertionPointAfter(info->op);
+      auto coarse = EventCreateOp::create(
+          b, info->op.getLoc(), EventType::get(kernel.getContext(), {}),
+          ValueRange(), IntegerAttr());
+      remark(coarse, "event coarsened into one counter: every waiting tile "
+                     "needs all " +
+                         Twine(numElements) + " elements");
+      for (EventAccess *s : info->signals) {
+        b.setInsertionPoint(s->op);
+        EventSignalOp::create(b, s->op->getLoc(), coarse, ValueRange());
+        s->op->erase();
+      }
+      for (auto &[taskOp, waits] : byTask) {
+        b.setInsertionPoint(waits.front()->op);
+        EventWaitOp::create(b, waits.front()->op->getLoc(), coarse,
+                            ValueRange());
+        for (EventAccess *w : waits)
+          w->op->erase();
+        numMergedWaits += waits.size() - 1;
+      }
+      info->op->erase();
+      ++numCoarsenedEvents;
+    }
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Dead events
+  //===--------------------------------------------------------------------===//
+
+  void removeDeadEvents(KernelOp kernel) {
+    for (EventCreateOp create :
+         llvm::make_early_inc_range(kernel.getEvents())) {
+      bool live = llvm::any_of(create->getUsers(), [](Operation *u) {
+        return !isa<EventSignalOp>(u);
+      });
+      if (live)
+        continue;
+      remark(create, "nobody waits on this event; erased with its signals");
+      for (Operation *user : llvm::make_early_inc_range(create->getUsers())) {
+        user->erase();
+        ++numDeadSignals;
+      }
+      create->erase();
+      ++numDeadEvents;
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,251 @@
+//===- StaticSchedule.cpp - Compile-time tile-to-worker assignment --------===//
+//
+// Implements et-static-schedule: critical-path list scheduling of the tile
+// graph onto persistent workers, recorded as an `et.schedule static` op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor/Analysis/TileGraph.h"
+#include "EventTensor/Transforms/Passes.h"
+#include "EventTensor/Transforms/Scheduling.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <queue>
+
+namespace mlir::et {
+#define GEN_PASS_DEF_STATICSCHEDULEPASS
+#include "EventTensor/Transforms/Passes.h.inc"
+} // namespace mlir::et
+
+using namespace mlir;
+using namespace mlir::et;
+
+namespace {
+
+/// A unit of list scheduling: one tile of a task with a compile-time tile
+/// count, or all tiles of a task with a runtime count (distributed by
+/// formula).
+struct Node {
+  unsigned task;
+  int64_t tile; // -1 for a whole (cyclic) task
+  int64_t numTiles = 1;
+  double tileNs = 0;
+  SmallVector<unsigned, 4> preds, succs;
+  double rank = 0;
+};
+
+struct StaticSchedulePass
+    : public mlir::et::impl::StaticSchedulePassBase<StaticSchedulePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    KernelOp kernel = getOperation();
+    if (failed(checkSchedulable(kernel, workers, "et-static-schedule")))
+      return signalPassFailure();
+    if (dynamicExtent < 1) {
+      kernel.emitOpError("'et-static-schedule' needs a positive "
+                         "dynamic-extent, got ")
+          << static_cast<int64_t>(dynamicExtent);
+      return signalPassFailure();
+    }
+    CostModel model;
+    model.bandwidthGbps = bandwidthGbps;
+    model.gflops = gflops;
+    model.dispatchNs = dispatchNs;
+    model.syncNs = syncNs;
+    if (failed(CostModelAttr::verifyInvariants(
+            [&] { return kernel.emitOpError("invalid cost model options: "); },
+            model.bandwidthGbps, model.gflops, model.dispatchNs,
+            model.syncNs)))
+      return signalPassFailure();
+
+    EventGraph graph(kernel);
+    TileGraphOptions options;
+    options.defaultExtent = dynamicExtent;
+    Operation *errorOp = nullptr;
+    std::string error;
+    FailureOr<TileGraph> tg = TileGraph::build(graph, options, errorOp, error);
+    if (failed(tg)) {
+      errorOp->emitOpError("cannot be scheduled statically: ") << error;
+      return signalPassFailure();
+    }
+
+    // Nodes.
+    SmallVector<Node> nodes;
+    SmallVector<unsigned> base;
+    for (auto [ti, task] : llvm::enumerate(tg->getTasks())) {
+      base.push_back(nodes.size());
+      double ns = model.tileNs(task.cost, workers);
+      if (task.staticCount) {
+        for (int64_t tile = 0; tile < task.numTiles; ++tile)
+          nodes.push_back({static_cast<unsigned>(ti), tile, 1, ns, {}, {}, 0});
+      } else {
+        nodes.push_back(
+            {static_cast<unsigned>(ti), -1, task.numTiles, ns, {}, {}, 0});
+      }
+    }
+    auto nodeOf = [&](TileRef ref) {
+      return tg->getTask(ref.task).staticCount ? base[ref.task] + ref.tile
+                                               : base[ref.task];
+    };
+    for (auto [id, node] : llvm::enumerate(nodes)) {
+      const TileGraph::Task &task = tg->getTask(node.task);
+      llvm::SmallDenseSet<unsigned, 8> preds;
+      auto addDeps = [&](int64_t tile) {
+        for (TileRef dep : tg->getAllDeps(node.task, tile)) {
+          unsigned p = nodeOf(dep);
+          if (p != id)
+            preds.insert(p);
+        }
+      };
+      if (node.tile >= 0)
+        addDeps(node.tile);
+      else
+        for (int64_t tile = 0; tile < task.numTiles; ++tile)
+          addDeps(tile);
+      node.preds.assign(preds.begin(), preds.end());
+      llvm::sort(node.preds);
+    }
+    for (auto [id, node] : llvm::enumerate(nodes))
+      for (unsigned p : node.preds)
+        nodes[p].succs.push_back(id);
+
+    // Upward ranks over a topological order.
+    SmallVector<unsigned> order;
+    SmallVector<unsigned> indegree;
+    for (Node &n : nodes)
+      indegree.push_back(n.preds.size());
+    for (auto [id, n] : llvm::enumerate(nodes))
+      if (indegree[id] == 0)
+        order.push_back(id);
+    for (size_t i = 0; i < order.size(); ++i)
+      for (unsigned s : nodes[order[i]].succs)
+        if (--indegree[s] == 0)
+          order.push_back(s);
+    if (order.size() != nodes.size()) {
+      kernel.emitOpError("cannot be scheduled statically: its tiles depend "
+                         "on each other in a cycle (et-verify-event-graph "
+                         "reports the tasks involved)");
+      return signalPassFailure();
+    }
+    auto duration = [&](const Node &n) {
+      return n.tile >= 0 ? n.tileNs
+                         : n.tileNs * double((n.numTiles + workers - 1) /
+                                             workers);
+    };
+    for (unsigned id : llvm::reverse(order)) {
+      double best = 0;
+      for (unsigned s : nodes[id].succs)
+        best = std::max(best, nodes[s].rank);
+      nodes[id].rank = duration(nodes[id]) + best;
+    }
+
+    // List scheduling.
+    auto lower = [&](unsigned a, unsigned b) {
+      // Max-heap: higher rank first, then lower id.
+      if (nodes[a].rank != nodes[b].rank)
+        return nodes[a].rank < nodes[b].rank;
+      return a > b;
+    };
+    std::priority_queue<unsigned, std::vector<unsigned>, decltype(lower)>
+        ready(lower);
+    SmallVector<unsigned> waiting;
+    for (Node &n : nodes)
+      waiting.push_back(n.preds.size());
+    for (auto [id, n] : llvm::enumerate(nodes))
+      if (n.preds.empty())
+        ready.push(id);
+
+    SmallVector<double> freeAt(workers, 0.0);
+    SmallVector<double> finish(nodes.size(), 0.0);
+    SmallVector<int64_t> placedOn(nodes.size(), -1); // -1: all workers
+    // Per worker: (task, tile) entries; tile -1 means cyclic.
+    SmallVector<SmallVector<std::pair<unsigned, int64_t>>> programs(workers);
+    SmallVector<int64_t> cyclicOffset(tg->getTasks().size(), 0);
+    double sync = model.syncNs;
+
+    while (!ready.empty()) {
+      unsigned id = ready.top();
+      ready.pop();
+      Node &n = nodes[id];
+      if (n.tile >= 0) {
+        // Earliest start on each worker.
+        int64_t bestWorker = 0;
+        double bestStart = 0;
+        for (int64_t w = 0; w < workers; ++w) {
+          double start = freeAt[w];
+          for (unsigned p : n.preds)
+            start = std::max(start, finish[p] + (placedOn[p] == w ? 0 : sync));
+          if (w == 0 || start < bestStart) {
+            bestStart = start;
+            bestWorker = w;
+          }
+        }
+        placedOn[id] = bestWorker;
+        finish[id] = bestStart + n.tileNs;
+        freeAt[bestWorker] = finish[id];
+        programs[bestWorker].push_back({n.task, n.tile});
+        ++numTiles;
+      } else {
+        double readyAt = 0;
+        for (unsigned p : n.preds)
+          readyAt = std::max(readyAt, finish[p] + sync);
+        int64_t offset = 0;
+        for (int64_t w = 1; w < workers; ++w)
+          if (freeAt[w] < freeAt[offset])
+            offset = w;
+        cyclicOffset[n.task] = offset;
+        double end = readyAt;
+        for (int64_t w = 0; w < workers; ++w) {
+          // Tiles t with (t + offset) mod W == w.
+          int64_t first = ((w - offset) % workers + workers) % workers;
+          int64_t count = n.numTiles > first
+                              ? (n.numTiles - first + workers - 1) / workers
+                              : 0;
+          if (count > 0) {
+            freeAt[w] = std::max(freeAt[w], readyAt) + count * n.tileNs;
+            end = std::max(end, freeAt[w]);
+          }
+          programs[w].push_back({n.task, -1});
+        }
+        finish[id] = end;
+        ++numCyclic;
+      }
+      for (unsigned s : n.succs)
+        if (--waiting[s] == 0)
+          ready.push(s);
+    }
+    makespanNs = static_cast<uint64_t>(*llvm::max_element(freeAt));
+
+    // Record the schedule.
+    OpBuilder b = OpBuilder::atBlockEnd(&kernel.getBody().front());
+    auto schedule =
+        ScheduleOp::create(b, kernel.getLoc(), ScheduleKind::Static, workers);
+    schedule.setCostModelAttr(model.toAttr(kernel.getContext()));
+    b.setInsertionPointToStart(&schedule.getBody().front());
+    for (int64_t w = 0; w < workers; ++w) {
+      auto worker = WorkerOp::create(b, kernel.getLoc(), w);
+      OpBuilder wb = OpBuilder::atBlockEnd(&worker.getBody().front());
+      ArrayRef<std::pair<unsigned, int64_t>> program = programs[w];
+      for (size_t i = 0; i < program.size();) {
+        unsigned task = program[i].first;
+        auto sym = FlatSymbolRefAttr::get(tg->getTask(task).op.getSymNameAttr());
+        if (program[i].second < 0) {
+          RunOp::create(wb, kernel.getLoc(), sym, DenseI64ArrayAttr(),
+                        wb.getI64IntegerAttr(cyclicOffset[task]));
+          ++i;
+          continue;
+        }
+        SmallVector<int64_t> tiles;
+        while (i < program.size() && program[i].first == task &&
+               program[i].second >= 0)
+          tiles.push_back(program[i++].second);
+        RunOp::create(wb, kernel.getLoc(), sym,
+                      wb.getDenseI64ArrayAttr(tiles), IntegerAttr());
+      }
+    }
+  }
+};
+
+} // namespace
