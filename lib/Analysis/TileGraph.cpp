@@ -242,6 +242,7 @@ TileCost mlir::et::getTaskCost(TaskOp task) {
     TileCost cost;
     cost.bytes = attr.getBytes();
     cost.flops = attr.getFlops();
+    cost.prologueBytes = attr.getPrologueBytes();
     cost.fromAttribute = true;
     return cost;
   }

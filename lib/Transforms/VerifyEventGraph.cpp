@@ -5,10 +5,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "EventTensor/Analysis/EventGraph.h"
+#include "EventTensor/Analysis/TileGraph.h"
 #include "EventTensor/Transforms/Passes.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+
+#include <map>
 
 #define DEBUG_TYPE "et-verify-event-graph"
 
@@ -54,6 +57,8 @@ struct VerifyEventGraphPass
     for (const auto &access : graph.getAccesses())
       failed |= checkAccess(graph, *access);
     failed |= checkCycles(graph);
+    if (!failed)
+      failed |= checkSchedule(graph);
     if (failed)
       signalPassFailure();
   }
@@ -133,6 +138,130 @@ struct VerifyEventGraphPass
       return true;
     }
     return false;
+  }
+
+  /// A dynamic schedule must queue producers before consumers; a static
+  /// one must order every worker's tiles after their dependencies on that
+  /// worker, and must not make workers wait on each other in a cycle.
+  bool checkSchedule(const EventGraph &graph) {
+    KernelOp kernel = graph.getKernel();
+    Block &body = kernel.getBody().front();
+    auto schedule = body.empty() ? ScheduleOp() : dyn_cast<ScheduleOp>(body.back());
+    if (!schedule)
+      return false;
+    if (!schedule.isStatic()) {
+      llvm::DenseMap<Operation *, RunOp> position;
+      for (RunOp run : schedule.getBody().front().getOps<RunOp>())
+        position[run.getTaskOp()] = run;
+      for (RunOp run : schedule.getBody().front().getOps<RunOp>()) {
+        for (const EventGraph::Edge &e : graph.getEdges()) {
+          TaskOp consumer = e.consumer, producer = e.producer;
+          if (consumer != run.getTaskOp() || producer == consumer)
+            continue;
+          RunOp producerRun = position.lookup(producer);
+          if (!producerRun || !run->isBeforeInBlock(producerRun))
+            continue;
+          InFlightDiagnostic diag =
+              run.emitOpError("queues @")
+              << consumer.getSymName() << " before @" << producer.getSymName()
+              << ", on which it depends: workers holding its tiles may wait "
+                 "on tiles nobody has taken (deadlock)";
+          diag.attachNote(producerRun.getLoc())
+              << "@" << producer.getSymName() << " is queued here";
+          return true;
+        }
+      }
+      return false;
+    }
+
+    // Static: tile level, when every tile count is a compile-time constant.
+    TileGraphOptions options;
+    options.useBounds = false;
+    Operation *errorOp;
+    std::string error;
+    FailureOr<TileGraph> tg = TileGraph::build(graph, options, errorOp, error);
+    if (failed(tg) || llvm::any_of(tg->getTasks(), [](const auto &t) {
+          return !t.staticCount;
+        }))
+      return false;
+    struct Place {
+      int64_t worker, pos;
+      RunOp run;
+    };
+    std::map<std::pair<unsigned, int64_t>, Place> where;
+    SmallVector<SmallVector<std::pair<unsigned, int64_t>>> programs;
+    for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
+      auto &program = programs.emplace_back();
+      for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
+        unsigned task = tg->getTaskIndex(run.getTaskOp());
+        ArrayRef<int64_t> tiles = *run.getTiles();
+        for (int64_t tile : tiles) {
+          where[{task, tile}] = {worker.getId(),
+                                 static_cast<int64_t>(program.size()), run};
+          program.push_back({task, tile});
+        }
+      }
+    }
+    // Same worker: dependencies first.
+    for (auto &[key, place] : where) {
+      for (TileRef d : tg->getAllDeps(key.first, key.second)) {
+        Place dep = where.at({d.task, d.tile});
+        if (dep.worker != place.worker || dep.pos < place.pos)
+          continue;
+        InFlightDiagnostic diag =
+            place.run.emitOpError("runs tile ")
+            << key.second << " of @" << tg->getTask(key.first).op.getSymName()
+            << " on worker " << place.worker << " before tile " << d.tile
+            << " of @" << tg->getTask(d.task).op.getSymName()
+            << ", which it waits on (certain deadlock)";
+        diag.attachNote(dep.run.getLoc())
+            << "tile " << d.tile << " is scheduled here";
+        return true;
+      }
+    }
+    // Across workers: program order and dependencies must be acyclic.
+    std::map<std::pair<unsigned, int64_t>, SmallVector<std::pair<unsigned, int64_t>>> succ;
+    std::map<std::pair<unsigned, int64_t>, int64_t> indegree;
+    for (auto &[key, place] : where) {
+      indegree[key];
+      for (TileRef d : tg->getAllDeps(key.first, key.second)) {
+        succ[{d.task, d.tile}].push_back(key);
+        ++indegree[key];
+      }
+    }
+    for (auto &program : programs)
+      for (size_t i = 1; i < program.size(); ++i) {
+        succ[program[i - 1]].push_back(program[i]);
+        ++indegree[program[i]];
+      }
+    SmallVector<std::pair<unsigned, int64_t>> ready;
+    for (auto &[key, n] : indegree)
+      if (n == 0)
+        ready.push_back(key);
+    size_t done = 0;
+    while (!ready.empty()) {
+      auto key = ready.pop_back_val();
+      ++done;
+      for (auto &s : succ[key])
+        if (--indegree[s] == 0)
+          ready.push_back(s);
+    }
+    if (done == where.size())
+      return false;
+    InFlightDiagnostic diag = schedule.emitOpError(
+        "deadlocks: workers wait on each other's tiles in a cycle");
+    // Where the first stuck worker blocks: its first unfinished tile.
+    for (auto &program : programs) {
+      auto it = llvm::find_if(program, [&](auto key) { return indegree[key] != 0; });
+      if (it == program.end())
+        continue;
+      Place place = where.at(*it);
+      diag.attachNote(place.run.getLoc())
+          << "worker " << place.worker << " blocks at tile " << it->second
+          << " of @" << tg->getTask(it->first).op.getSymName();
+      break;
+    }
+    return true;
   }
 
   /// Reports one dependency cycle between tasks, if any.

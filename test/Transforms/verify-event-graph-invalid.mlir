@@ -103,3 +103,75 @@ et.kernel @self_cycle() {
     et.event.signal %a[%i] : !et.event<4>
   }
 }
+
+// -----
+
+// A hand-written static schedule that runs a consumer before its producer on
+// the same worker.
+et.kernel @static_backwards() {
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c2) {
+    et.event.signal %e[%i] : !et.event<2>
+  }
+  et.task @b tiles(%i) in (%c2) {
+    et.event.wait %e[%i] : !et.event<2>
+  }
+  et.schedule static workers(2) {
+    et.worker 0 {
+      // expected-error @+1 {{runs tile 0 of @b on worker 0 before tile 0 of @a, which it waits on (certain deadlock)}}
+      et.run @b tiles [0]
+      // expected-note @+1 {{tile 0 is scheduled here}}
+      et.run @a tiles [0]
+    }
+    et.worker 1 {
+      et.run @a tiles [1]
+      et.run @b tiles [1]
+    }
+  }
+}
+
+// -----
+
+// Two workers that each run a consumer of the other's second tile first.
+et.kernel @static_cross_cycle() {
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c2) {
+    et.event.signal %e[%i] : !et.event<2>
+  }
+  et.task @b tiles(%i) in (%c2) {
+    %j = affine.apply affine_map<(d0) -> (1 - d0)>(%i)
+    et.event.wait %e[%j] : !et.event<2>
+  }
+  // expected-error @+1 {{deadlocks: workers wait on each other's tiles in a cycle}}
+  et.schedule static workers(2) {
+    et.worker 0 {
+      // expected-note @+1 {{worker 0 blocks at tile 0 of @b}}
+      et.run @b tiles [0]
+      et.run @a tiles [0]
+    }
+    et.worker 1 {
+      et.run @b tiles [1]
+      et.run @a tiles [1]
+    }
+  }
+}
+
+// -----
+
+et.kernel @dynamic_backwards(%n: index) {
+  %e = et.event.create() : !et.event<>
+  et.task @a tiles(%i) in (%n) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @b tiles(%i) in (%n) {
+    et.event.wait %e[] : !et.event<>
+  }
+  et.schedule dynamic workers(4) {
+    // expected-error @+1 {{queues @b before @a, on which it depends}}
+    et.run @b
+    // expected-note @+1 {{@a is queued here}}
+    et.run @a
+  }
+}

@@ -25,13 +25,13 @@ et.kernel @attention(%x: memref<1x2048xbf16>, %kv: memref<?x8x128xbf16>, %out: m
     et.event.signal %normed[] : !et.event<>
   }
   // 32 column tiles; 4 of them belong to each KV head.
-  et.task @qkv_proj tiles(%n) in (%c32) attributes {et.cost = #et.cost<bytes = 393216, flops = 393216>} {
+  et.task @qkv_proj tiles(%n) in (%c32) attributes {et.cost = #et.cost<bytes = 393216, flops = 393216, prologue_bytes = 389120>} {
     et.event.wait %normed[] : !et.event<>
     %head = affine.apply affine_map<(d0) -> (d0 floordiv 4)>(%n)
     et.event.signal %qkv[%head] : !et.event<8>
   }
   // CHECK: et.task @attn_split tiles
-  et.task @attn_split tiles(%head, %s) in (%c8, %splits) attributes {et.cost = #et.cost<bytes = 65536, flops = 65536>} {
+  et.task @attn_split tiles(%head, %s) in (%c8, %splits) attributes {et.cost = #et.cost<bytes = 65536, flops = 65536, prologue_bytes = 61440>} {
     et.event.wait %qkv[%head] : !et.event<8>
     et.event.signal %partial[%head] : !et.event<8>
   }
@@ -39,7 +39,7 @@ et.kernel @attention(%x: memref<1x2048xbf16>, %kv: memref<?x8x128xbf16>, %out: m
     et.event.wait %partial[%head] : !et.event<8>
     et.event.signal %merged[] : !et.event<>
   }
-  et.task @o_proj tiles(%n) in (%c16) attributes {et.cost = #et.cost<bytes = 524288, flops = 524288>} {
+  et.task @o_proj tiles(%n) in (%c16) attributes {et.cost = #et.cost<bytes = 524288, flops = 524288, prologue_bytes = 520192>} {
     et.event.wait %merged[] : !et.event<>
   }
 }

@@ -21,15 +21,15 @@ et.kernel @mlp2(%x: memref<?x512xbf16>, %w1: memref<512x1024xbf16>, %w2: memref<
   // expected-remark @+1 {{expected count: static, 0}}
   %y_ready = et.event.create(%down_tiles) : !et.event<?>
   // CHECK: et.task @up tiles
-  et.task @up tiles(%r, %k) in (%up_tiles, %c4) {
+  et.task @up tiles(%r, %k) in (%up_tiles, %c4) attributes {et.cost = #et.cost<bytes = 270336, flops = 8388608, prologue_bytes = 270336>} {
     et.event.signal %h_part[%r] : !et.event<?>
   }
-  et.task @up_reduce tiles(%r) in (%up_tiles) {
+  et.task @up_reduce tiles(%r) in (%up_tiles) attributes {et.cost = #et.cost<bytes = 524288, flops = 131072>} {
     et.event.wait %h_part[%r] : !et.event<?>
     %d = affine.apply affine_map<(d0) -> (d0 floordiv 2)>(%r)
     et.event.signal %h_ready[%d] : !et.event<?>
   }
-  et.task @down tiles(%r, %n) in (%down_tiles, %c8) {
+  et.task @down tiles(%r, %n) in (%down_tiles, %c8) attributes {et.cost = #et.cost<bytes = 393216, flops = 8388608, prologue_bytes = 131072>} {
     et.event.wait %h_ready[%r] : !et.event<?>
   }
 }

@@ -18,7 +18,7 @@ et.kernel @moe(%route: memref<?xindex>, %counts: memref<4xindex>, %tokens: index
   %dispatched = et.event.create() : !et.event<4>
   // expected-remark @+1 {{expected count: device, ? (signal index computed from data in @expert0)}}
   %expert_out = et.event.create(%tokens) : !et.event<?>
-  et.task @router tiles(%t) in (%tokens) {
+  et.task @router tiles(%t) in (%tokens) attributes {et.cost = #et.cost<bytes = 4096, flops = 4096>} {
     %e = memref.load %route[%t] : memref<?xindex>
     et.event.signal %dispatched[%e] : !et.event<4>
     et.event.signal %routed[] : !et.event<>
@@ -26,17 +26,17 @@ et.kernel @moe(%route: memref<?xindex>, %counts: memref<4xindex>, %tokens: index
   // CHECK: et.extent.load
   %n0 = et.extent.load %counts[%c0] : memref<4xindex> after %routed[] : !et.event<>
   %n1 = et.extent.load %counts[%c1] : memref<4xindex> after %routed[] : !et.event<>
-  et.task @expert0 tiles(%i) in (%n0) attributes {max_extents = array<i64: 256>} {
+  et.task @expert0 tiles(%i) in (%n0) attributes {max_extents = array<i64: 256>, et.cost = #et.cost<bytes = 1048576, flops = 2097152, prologue_bytes = 1048576>} {
     et.event.wait %dispatched[%c0] : !et.event<4>
     %tok = memref.load %route[%i] : memref<?xindex>
     et.event.signal %expert_out[%tok] : !et.event<?>
   }
-  et.task @expert1 tiles(%i) in (%n1) attributes {max_extents = array<i64: 256>} {
+  et.task @expert1 tiles(%i) in (%n1) attributes {max_extents = array<i64: 256>, et.cost = #et.cost<bytes = 1048576, flops = 2097152, prologue_bytes = 1048576>} {
     et.event.wait %dispatched[%c1] : !et.event<4>
     %tok = memref.load %route[%i] : memref<?xindex>
     et.event.signal %expert_out[%tok] : !et.event<?>
   }
-  et.task @combine tiles(%t) in (%tokens) {
+  et.task @combine tiles(%t) in (%tokens) attributes {et.cost = #et.cost<bytes = 8192, flops = 8192>} {
     et.event.wait %expert_out[%t] : !et.event<?>
   }
 }

@@ -29,10 +29,15 @@ void EventTensorDialect::registerAttributes() {
 }
 
 LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               int64_t bytes, int64_t flops) {
-  if (bytes < 0 || flops < 0)
+                               int64_t bytes, int64_t flops,
+                               int64_t prologueBytes) {
+  if (bytes < 0 || flops < 0 || prologueBytes < 0)
     return emitError() << "cost must be non-negative, got bytes = " << bytes
-                       << ", flops = " << flops;
+                       << ", flops = " << flops
+                       << ", prologue_bytes = " << prologueBytes;
+  if (prologueBytes > bytes)
+    return emitError() << "prologue_bytes (" << prologueBytes
+                       << ") exceeds bytes (" << bytes << ")";
   return success();
 }
 

@@ -415,7 +415,7 @@ et.kernel @unknown_attr() {
 
 et.kernel @cost_negative() {
   %c1 = arith.constant 1 : index
-  // expected-error @+1 {{cost must be non-negative, got bytes = -1, flops = 0}}
+  // expected-error @+1 {{cost must be non-negative, got bytes = -1, flops = 0, prologue_bytes = 0}}
   et.task @a tiles(%i) in (%c1) attributes {et.cost = #et.cost<bytes = -1, flops = 0>} {
   }
 }
@@ -447,5 +447,14 @@ et.kernel @cost_model_latency(%n: index) {
 et.kernel @bad_kind() {
   // expected-error @+1 {{expected 'static' or 'dynamic', got 'eager'}}
   et.schedule eager workers(1) {
+  }
+}
+
+// -----
+
+et.kernel @prologue_too_large() {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{prologue_bytes (8) exceeds bytes (4)}}
+  et.task @a tiles(%i) in (%c1) attributes {et.cost = #et.cost<bytes = 4, flops = 0, prologue_bytes = 8>} {
   }
 }

@@ -25,15 +25,20 @@ def ET_CostAttr : ET_Attr<"Cost", "cost"> {
     overrides it (for bodies whose work the derivation cannot see, such as
     calls, or to model a task before its body is written).
 
+    The optional `prologue_bytes` (at most `bytes`) is the part of the bytes
+    a tile may load before its dependencies are ready, such as its weights;
+    derived costs count the loads before the first `et.event.wait`.
+
     Example:
 
     ```mlir
-    et.task @qkv_proj tiles(%n) in (%c32) attributes {et.cost = #et.cost<bytes = 262144, flops = 131072>} {
+    et.task @qkv_proj tiles(%n) in (%c32) attributes {et.cost = #et.cost<bytes = 262144, flops = 131072, prologue_bytes = 262144>} {
       ...
     }
     ```
   }];
-  let parameters = (ins "int64_t":$bytes, "int64_t":$flops);
+  let parameters = (ins "int64_t":$bytes, "int64_t":$flops,
+                        DefaultValuedParameter<"int64_t", "0">:$prologue_bytes);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }
