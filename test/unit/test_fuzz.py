@@ -1,6 +1,6 @@
 """IR mutation fuzzing: random edits of the valid test files, fed through
-et-opt and et-verify-event-graph, must never crash (only succeed or report
-diagnostics). Bounded by ET_FUZZ_SECONDS (default 20); the seed of a failing
+et-opt and the project's passes (verifier, schedulers, optimizer), must
+never crash (only succeed or report diagnostics). Bounded by ET_FUZZ_SECONDS (default 20); the seed of a failing
 case is printed so it can be replayed with ET_FUZZ_SEED."""
 
 import os
@@ -15,8 +15,20 @@ ROOT = Path(__file__).resolve().parent.parent
 ET_OPT = Path(sys.executable).parent / "et-opt"
 SOURCES = [
     ROOT / "Dialect" / "EventTensor" / "ops.mlir",
+    ROOT / "Dialect" / "EventTensor" / "schedule.mlir",
     ROOT / "Transforms" / "verify-event-graph.mlir",
+    ROOT / "Transforms" / "static-schedule.mlir",
+    ROOT / "Transforms" / "dynamic-schedule.mlir",
+    ROOT / "Transforms" / "optimize-events.mlir",
     *sorted((ROOT / "examples").glob("*.mlir")),
+]
+
+
+# Every pass sees mutated input; each pipeline ends in the verifier.
+PIPELINES = [
+    "builtin.module(et.kernel(et-verify-event-graph{emit-counts}))",
+    "builtin.module(et.kernel(et-optimize-events,et-static-schedule{workers=3},et-optimize-events,et-verify-event-graph))",
+    "builtin.module(et.kernel(et-optimize-events,et-dynamic-schedule{workers=2},et-verify-event-graph))",
 ]
 
 
@@ -75,7 +87,7 @@ def test_mutated_ir_never_crashes(tmp_path):
             text = mutate(text, rng)
         case.write_text(text)
         out = subprocess.run(
-            [str(ET_OPT), str(case), "--et-verify-event-graph=emit-counts", "-o", os.devnull],
+            [str(ET_OPT), str(case), f"--pass-pipeline={rng.choice(PIPELINES)}", "-o", os.devnull],
             capture_output=True, text=True, timeout=60,
         )
         runs += 1
