@@ -20,6 +20,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence, Union
 
+from ._et_enum_gen import *  # noqa: F401,F403
 from ._et_ops_gen import *  # noqa: F401,F403
 from ._et_ops_gen import _Dialect
 from ._et_ops_gen import KernelOp as _KernelOpGen
