@@ -7,10 +7,13 @@
 
 #include "EventTensor/InitAll.h"
 
+#include "EventTensor/Conversion/Passes.h"
+#include "EventTensor/Conversion/Pipelines.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
 #include "EventTensor/Transforms/Passes.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ComplexToLLVM/ComplexToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
 #include "mlir/Conversion/GPUCommon/GPUToLLVM.h"
@@ -67,6 +70,9 @@ void mlir::et::registerAllDialects(DialectRegistry &registry) {
   registerConvertNVVMToLLVMInterface(registry);
   ub::registerConvertUBToLLVMInterface(registry);
   vector::registerConvertVectorToLLVMInterface(registry);
+  // The NVVM pipeline's vector lowering loads the tensor dialect, which
+  // loads complex: its promised interface must be registered too.
+  registerConvertComplexToLLVMInterface(registry);
 
   // NVVM target attributes and LLVM IR translation (gpu-module-to-binary).
   NVVM::registerNVVMTargetInterfaceExternalModels(registry);
@@ -80,6 +86,8 @@ void mlir::et::registerAllDialects(DialectRegistry &registry) {
 void mlir::et::registerAllPasses() {
   // The project's own passes.
   et::registerEventTensorTransformsPasses();
+  et::registerEventTensorConversionPasses();
+  et::registerEventTensorPipelines();
 
   // Generic transformations: canonicalize, cse, inline, ...
   registerTransformsPasses();

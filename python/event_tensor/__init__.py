@@ -12,4 +12,14 @@ so that runtime-only code can import the package on machines without MLIR.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "compile"]
+
+
+def compile(module, target: str = "cpu", **options):
+    """Compiles the et.kernel of `module` (an MLIR Module or IR text) for
+    `target` ("cpu" or "cuda") into an `event_tensor.runtime.Artifact`; see
+    `event_tensor.build.compile_kernel` for the options. Needs MLIR; the
+    artifact it returns runs without it."""
+    from .build import compile_kernel
+
+    return compile_kernel(module, target=target, **options)

@@ -1,0 +1,56 @@
+//===- Passes.td - Conversions out of the et dialect -------*- tablegen -*-===//
+
+#ifndef EVENTTENSOR_CONVERSION_PASSES_TD
+#define EVENTTENSOR_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
+  let summary = "lowers scheduled et.kernels to one persistent gpu.func each";
+  let description = [{
+    Turns every scheduled `et.kernel` into a `gpu.module` holding one
+    `gpu.func` kernel: every CTA is a persistent worker (worker id =
+    `blockIdx.x`) that runs its part of the schedule. The result goes
+    through the upstream GPU-to-NVVM lowering (`et-lower-to-nvvm-pipeline`).
+
+    Kernel parameters, in order: `epoch` (i64, the launch number: counters
+    alternate between two banks by its parity, and each launch clears the
+    bank the next one uses), `spin_limit` (i64, the watchdog: spins of one
+    wait before it gives up), `counters` (memref<?xi32>), `control`
+    (memref<?xi32>: tickets, abort and error flags), `error`
+    (memref<?xi64>: the error record), then the kernel's own arguments.
+
+    Synchronization: a wait is thread 0 spinning on an acquire load at GPU
+    scope (`ld.acquire.gpu`) with `nanosleep` backoff, then a CTA barrier; a
+    signal is a CTA barrier, then thread 0 issues a release fence at GPU
+    scope and a relaxed atomic add (LLVM 22's NVPTX backend drops the
+    ordering of `atomicrmw`, hence the explicit fence). Every spin is
+    bounded by `spin_limit`; on timeout the worker records (kind, worker,
+    task, tile, event, element, expected, observed) in `error`, raises the
+    abort flag that stops every other worker, and exits.
+  }];
+  let options = [
+    Option<"backoffNs", "backoff-ns", "int64_t", /*default=*/"64",
+           "nanosleep between two polls of a counter (ns)">,
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::cf::ControlFlowDialect", "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+def ConvertEventTensorToCPUPass : Pass<"convert-et-to-cpu", "ModuleOp"> {
+  let summary = "lowers scheduled et.kernels to one host worker function each";
+  let description = [{
+    Turns every scheduled `et.kernel` into a `func.func @<kernel>_worker`
+    that one host thread per worker calls with its worker id as the first
+    argument; the other parameters are those of `convert-et-to-nvvm`.
+    Counters are host atomics with the same acquire/release meaning (system
+    scope); a waiting worker yields its thread (`sched_yield`) between polls.
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::LLVM::LLVMDialect",
+                           "::mlir::scf::SCFDialect", "::mlir::cf::ControlFlowDialect",
+                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
+}
+
+#endif // EVENTTENSOR_CONVERSION_PASSES_TD

@@ -1,0 +1,1212 @@
+//===- EventTensorToWorkers.cpp - Scheduled kernels to worker code --------===//
+//
+// Lowers a scheduled et.kernel to the code of one persistent worker: a
+// gpu.func kernel (one CTA per worker) or a host function (one thread per
+// worker). Both targets share this emitter; they differ in how a worker
+// finds its id and its threads, in barriers, and in the scope and backoff of
+// the counter atomics (the `Target` hooks below).
+//
+// Shape of the generated code:
+//
+//   entry:   clone the kernel-level index arithmetic that needs no device
+//            data; lay out the event counters (two banks, selected by the
+//            parity of `epoch`); check the counter buffer is large enough;
+//            clear the bank of the next launch.
+//   static:  walk this worker's entries of the program table: one tile, or
+//            all tiles t = (w - k) mod W, t + W, ... of a runtime-count task.
+//   dynamic: take tickets from one atomic counter and map each to the
+//            (task, tile) of the queue.
+//
+// Tile bodies are emitted as control-flow graphs inside scf.execute_region
+// ops so that a wait can leave them: a wait that times out (or sees another
+// worker's abort) branches to the region's failure block, and the worker
+// returns.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor/Analysis/EventGraph.h"
+#include "EventTensor/Analysis/TileGraph.h"
+#include "EventTensor/Conversion/Passes.h"
+#include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace mlir::et {
+#define GEN_PASS_DEF_CONVERTEVENTTENSORTONVVMPASS
+#define GEN_PASS_DEF_CONVERTEVENTTENSORTOCPUPASS
+#include "EventTensor/Conversion/Passes.h.inc"
+} // namespace mlir::et
+
+using namespace mlir;
+using namespace mlir::et;
+
+namespace {
+
+// Words of the control buffer (i32).
+constexpr int64_t kTicket0 = 0; // tickets of bank 0 and 1
+constexpr int64_t kAbort = 2;
+constexpr int64_t kErrorClaimed = 3;
+constexpr int64_t kControlWords = 8;
+// Words of the error record (i64).
+constexpr int64_t kErrorWords = 8;
+
+/// What differs between the GPU and the host worker.
+struct Target {
+  bool gpu = false;
+  int64_t backoffNs = 64;
+  StringRef syncscope() const { return gpu ? "device" : ""; }
+};
+
+/// Layout of one event tensor in a counter bank.
+struct EventLayout {
+  unsigned id = 0;
+  EventInfo *info = nullptr;
+  /// One counter for the whole event: its counts are only known on the
+  /// device, so a wait waits for every signal of the event.
+  bool aggregate = false;
+  SmallVector<Value> dims; // index values, in the worker function
+  Value offset;            // index, within a bank
+  Value size;              // index
+};
+
+class WorkerEmitter {
+public:
+  WorkerEmitter(KernelOp kernel, Target target)
+      : kernel(kernel), target(target), graph(kernel), b(kernel.getContext()),
+        loc(kernel.getLoc()) {}
+
+  /// Emits the worker into `container` (a module or a gpu.module).
+  LogicalResult emit(Operation *container);
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Small builders
+  //===--------------------------------------------------------------------===//
+
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value i32(int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+  }
+  Value i64(int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), v);
+  }
+  Value i1(bool v) {
+    return arith::ConstantIntOp::create(b, loc, b.getI1Type(), v);
+  }
+  Value toI64(Value v) {
+    if (v.getType().isIndex())
+      return arith::IndexCastOp::create(b, loc, b.getI64Type(), v);
+    if (v.getType().getIntOrFloatBitWidth() < 64)
+      return arith::ExtSIOp::create(b, loc, b.getI64Type(), v);
+    return v;
+  }
+  Value toIndex(Value v) {
+    if (v.getType().isIndex())
+      return v;
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  }
+  /// The base pointer of a memref (aligned pointer) as an !llvm.ptr.
+  Value basePointer(Value memref) {
+    Value asIndex =
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
+    Value asInt = arith::IndexCastOp::create(b, loc, b.getI64Type(), asIndex);
+    return LLVM::IntToPtrOp::create(b, loc,
+                                    LLVM::LLVMPointerType::get(b.getContext()),
+                                    asInt);
+  }
+  Value elementPointer(Value base, Value index, Type elementType) {
+    return LLVM::GEPOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()), elementType, base,
+        ValueRange{toI64(index)});
+  }
+  Value counterPointer(Value index) {
+    return elementPointer(countersBase, index, b.getI32Type());
+  }
+  Value controlPointer(int64_t word) {
+    return elementPointer(controlBase, idx(word), b.getI32Type());
+  }
+  Value isThread0() {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId,
+                                 idx(0));
+  }
+  void barrier() {
+    if (target.gpu)
+      gpu::BarrierOp::create(b, loc);
+  }
+  /// Makes thread 0's value of `v` (i1 or i64) every thread's value.
+  Value broadcast(Value v) {
+    if (!target.gpu)
+      return v;
+    bool isBool = v.getType().isInteger(1);
+    Value wide = isBool ? arith::ExtUIOp::create(b, loc, b.getI64Type(), v)
+                        : toI64(v);
+    auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      memref::StoreOp::create(b, loc, wide, sharedScratch, ValueRange{idx(0)});
+    }
+    barrier();
+    Value out =
+        memref::LoadOp::create(b, loc, sharedScratch, ValueRange{idx(0)});
+    barrier();
+    if (isBool)
+      return arith::TruncIOp::create(b, loc, b.getI1Type(), out);
+    return out;
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Control flow inside an scf.execute_region
+  //===--------------------------------------------------------------------===//
+
+  /// The region being emitted into and its failure exit.
+  struct Scope {
+    Region *region = nullptr;
+    Block *fail = nullptr;
+    /// Kernel-level values materialized in this scope (they dominate the
+    /// rest of the scope only along one straight path; see materialize).
+    IRMapping cache;
+  };
+
+  Block *newBlock(Scope &scope, TypeRange args = {}) {
+    Block *block = new Block();
+    scope.region->push_back(block);
+    for (Type t : args)
+      block->addArgument(t, loc);
+    return block;
+  }
+
+  /// Records an error (first writer wins), raises the abort flag.
+  void recordError(WorkerError kind, Value task, Value tile, Value event,
+                   Value element, Value expected, Value observed) {
+    Value claimed = LLVM::AtomicCmpXchgOp::create(
+        b, loc, controlPointer(kErrorClaimed), i32(0), i32(1),
+        LLVM::AtomicOrdering::acq_rel, LLVM::AtomicOrdering::monotonic,
+        target.syncscope(), /*alignment=*/4);
+    Value won = LLVM::ExtractValueOp::create(b, loc, claimed, 1);
+    auto ifOp = scf::IfOp::create(b, loc, won, /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value fields[kErrorWords] = {
+          i64(static_cast<int64_t>(kind)), toI64(workerId), toI64(task),
+          toI64(tile),  toI64(event),      toI64(element),
+          toI64(expected), toI64(observed)};
+      for (int64_t i = 0; i < kErrorWords; ++i)
+        memref::StoreOp::create(b, loc, fields[i], errorMem,
+                                ValueRange{idx(i)});
+      LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
+                            target.syncscope());
+    }
+    LLVM::StoreOp::create(b, loc, i32(1), controlPointer(kAbort),
+                          /*alignment=*/4, /*isVolatile=*/false,
+                          /*isNonTemporal=*/false, /*isInvariantGroup=*/false,
+                          LLVM::AtomicOrdering::release, target.syncscope());
+  }
+
+  /// Waits until counter `index` reaches `expected` (i32). Thread 0 spins;
+  /// the outcome is shared by the CTA. On timeout or abort, branches to the
+  /// scope's failure block. Continues in a new current block.
+  void emitSpin(Scope &scope, Value counterIndex, Value expected, Value task,
+                Value tile, Value event, Value element) {
+    Type i64Type = b.getI64Type(), i1Type = b.getI1Type();
+    Block *spin = newBlock(scope, {i64Type});
+    Block *check = newBlock(scope, {i64Type});
+    Block *timeout = newBlock(scope, {i64Type});
+    Block *record = newBlock(scope);
+    Block *sleep = newBlock(scope, {i64Type});
+    Block *join = newBlock(scope, {i1Type});
+    Block *cont = newBlock(scope);
+
+    Value ptr = counterPointer(counterIndex);
+    Value expected32 =
+        arith::TruncIOp::create(b, loc, b.getI32Type(), toI64(expected));
+    cf::CondBranchOp::create(b, loc, isThread0(), spin, ValueRange{i64(0)},
+                             join, ValueRange{i1(true)});
+
+    b.setInsertionPointToEnd(spin);
+    Value observed = LLVM::LoadOp::create(
+        b, loc, b.getI32Type(), ptr, /*alignment=*/4, /*isVolatile=*/false,
+        /*isNonTemporal=*/false, /*isInvariant=*/false,
+        /*isInvariantGroup=*/false, LLVM::AtomicOrdering::acquire,
+        target.syncscope());
+    Value ready = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                        observed, expected32);
+    cf::CondBranchOp::create(b, loc, ready, join, ValueRange{i1(true)}, check,
+                             ValueRange{spin->getArgument(0)});
+
+    b.setInsertionPointToEnd(check);
+    Value abortFlag = LLVM::LoadOp::create(
+        b, loc, b.getI32Type(), controlPointer(kAbort), /*alignment=*/4,
+        false, false, false, false, LLVM::AtomicOrdering::monotonic,
+        target.syncscope());
+    Value aborted = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                          abortFlag, i32(0));
+    cf::CondBranchOp::create(b, loc, aborted, join, ValueRange{i1(false)},
+                             timeout, ValueRange{check->getArgument(0)});
+
+    b.setInsertionPointToEnd(timeout);
+    Value next =
+        arith::AddIOp::create(b, loc, timeout->getArgument(0), i64(1));
+    Value expired = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                          next, spinLimit);
+    cf::CondBranchOp::create(b, loc, expired, record, ValueRange{}, sleep,
+                             ValueRange{next});
+
+    b.setInsertionPointToEnd(record);
+    recordError(WorkerError::Timeout, task, tile, event, element, expected,
+                observed);
+    cf::BranchOp::create(b, loc, join, ValueRange{i1(false)});
+
+    b.setInsertionPointToEnd(sleep);
+    if (target.gpu)
+      NVVM::NanosleepOp::create(b, loc, i32(target.backoffNs));
+    else
+      func::CallOp::create(b, loc, "sched_yield", TypeRange{b.getI32Type()},
+                           ValueRange{});
+    cf::BranchOp::create(b, loc, spin, ValueRange{sleep->getArgument(0)});
+
+    b.setInsertionPointToEnd(join);
+    Value ok = broadcast(join->getArgument(0));
+    cf::CondBranchOp::create(b, loc, ok, cont, ValueRange{}, scope.fail,
+                             ValueRange{});
+    b.setInsertionPointToEnd(cont);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Kernel-level values
+  //===--------------------------------------------------------------------===//
+
+  /// The value of kernel-level `v` at the current point of `scope`.
+  FailureOr<Value> materialize(Value v, Scope &scope) {
+    if (Value m = eager.lookupOrNull(v))
+      return m;
+    if (Value m = scope.cache.lookupOrNull(v))
+      return m;
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return kernel.emitOpError("cannot materialize a value in the worker");
+    if (auto load = dyn_cast<ExtentLoadOp>(def)) {
+      if (Value after = load.getAfterEvent()) {
+        SmallVector<Value> coords;
+        for (Value i : load.getAfterIndices()) {
+          FailureOr<Value> m = materialize(i, scope);
+          if (failed(m))
+            return failure();
+          coords.push_back(*m);
+        }
+        if (failed(emitWait(scope, after, coords, idx(-1), idx(-1))))
+          return failure();
+      }
+      SmallVector<Value> indices;
+      for (Value i : load.getIndices()) {
+        FailureOr<Value> m = materialize(i, scope);
+        if (failed(m))
+          return failure();
+        indices.push_back(*m);
+      }
+      FailureOr<Value> source = materialize(load.getSource(), scope);
+      if (failed(source))
+        return failure();
+      Value raw = memref::LoadOp::create(b, loc, *source, indices);
+      Value result = toIndex(raw);
+      scope.cache.map(v, result);
+      return result;
+    }
+    if (def->getNumRegions() != 0)
+      return def->emitOpError("kernel-level ops with regions are not "
+                              "supported by the worker lowering");
+    for (Value operand : def->getOperands()) {
+      FailureOr<Value> m = materialize(operand, scope);
+      if (failed(m))
+        return failure();
+      scope.cache.map(operand, *m);
+    }
+    Operation *clone = b.clone(*def, scope.cache);
+    for (auto [from, to] : llvm::zip(def->getResults(), clone->getResults()))
+      scope.cache.map(from, to);
+    return scope.cache.lookup(v);
+  }
+
+  /// Product of a task's extents.
+  FailureOr<Value> tileCount(TaskOp task, Scope &scope,
+                             SmallVectorImpl<Value> *extents = nullptr) {
+    Value n = idx(1);
+    for (Value e : task.getExtents()) {
+      FailureOr<Value> m = materialize(e, scope);
+      if (failed(m))
+        return failure();
+      if (extents)
+        extents->push_back(*m);
+      n = arith::MulIOp::create(b, loc, n, *m);
+    }
+    return n;
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Events
+  //===--------------------------------------------------------------------===//
+
+  /// Linear index of an element; also reports whether it is in bounds.
+  std::pair<Value, Value> linearize(const EventLayout &layout,
+                                    ArrayRef<Value> coords) {
+    Value lin = idx(0), inBounds = i1(true);
+    for (auto [c, d] : llvm::zip(coords, layout.dims)) {
+      Value ge = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, c,
+                                       idx(0));
+      Value lt =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, c, d);
+      inBounds = arith::AndIOp::create(
+          b, loc, inBounds, arith::AndIOp::create(b, loc, ge, lt));
+      lin = arith::AddIOp::create(b, loc,
+                                  arith::MulIOp::create(b, loc, lin, d), c);
+    }
+    return {lin, inBounds};
+  }
+
+  /// Branches to the failure block, recording an out-of-bounds error, when
+  /// `inBounds` is false.
+  void checkBounds(Scope &scope, Value inBounds, Value task, Value tile,
+                   unsigned eventId, Value element) {
+    Block *bad = newBlock(scope);
+    Block *cont = newBlock(scope);
+    cf::CondBranchOp::create(b, loc, inBounds, cont, ValueRange{}, bad,
+                             ValueRange{});
+    b.setInsertionPointToEnd(bad);
+    recordError(WorkerError::IndexOutOfBounds, task, tile, idx(eventId),
+                element, idx(-1), idx(-1));
+    cf::BranchOp::create(b, loc, scope.fail, ValueRange{});
+    b.setInsertionPointToEnd(cont);
+  }
+
+  /// The expected count of `element` (coords) of an event, as an index.
+  FailureOr<Value> expectedCount(const EventLayout &layout,
+                                 ArrayRef<Value> coords, Value lin,
+                                 Scope &scope) {
+    EventInfo &info = *layout.info;
+    if (layout.aggregate) {
+      // Every signal of the event: one per tile of each signalling site.
+      Value total = idx(0);
+      for (EventAccess *signal : info.signals) {
+        FailureOr<Value> n = tileCount(signal->task, scope);
+        if (failed(n))
+          return failure();
+        total = arith::AddIOp::create(b, loc, total, *n);
+      }
+      return total;
+    }
+    if (info.staticCounts) {
+      ArrayRef<int64_t> counts = *info.staticCounts;
+      if (llvm::all_equal(counts))
+        return idx(counts.front());
+      memref::GlobalOp table = countTable(layout);
+      Value t = memref::GetGlobalOp::create(b, loc, table.getType(),
+                                            table.getSymName());
+      return toIndex(memref::LoadOp::create(b, loc, t, ValueRange{lin}));
+    }
+    // A closed form per signalling site, summed.
+    Value total = idx(0);
+    for (EventAccess *signal : info.signals) {
+      FailureOr<Value> term = siteCount(*signal, coords, scope);
+      if (failed(term))
+        return failure();
+      total = arith::AddIOp::create(b, loc, total, *term);
+    }
+    return total;
+  }
+
+  /// How many tiles of a separable signal site signal element `coords`.
+  FailureOr<Value> siteCount(const EventAccess &signal, ArrayRef<Value> coords,
+                             Scope &scope) {
+    TaskOp task = signal.task;
+    SmallVector<Value> extents;
+    for (Value e : task.getExtents()) {
+      FailureOr<Value> m = materialize(e, scope);
+      if (failed(m))
+        return failure();
+      extents.push_back(*m);
+    }
+    auto select = [&](Value cond) {
+      return arith::SelectOp::create(b, loc, cond, idx(1), idx(0));
+    };
+    auto cmp = [&](arith::CmpIPredicate p, Value x, Value y) {
+      return arith::CmpIOp::create(b, loc, p, x, y);
+    };
+    SmallVector<bool> used(task.getNumTileDims(), false);
+    Value product = idx(1);
+    for (auto [k, expr] : llvm::enumerate(signal.indices)) {
+      AffineExpr e = *expr;
+      Value ek = coords[k];
+      Value factor;
+      if (auto c = dyn_cast<AffineConstantExpr>(e)) {
+        factor = select(cmp(arith::CmpIPredicate::eq, ek, idx(c.getValue())));
+      } else if (auto s = dyn_cast<AffineSymbolExpr>(e)) {
+        FailureOr<Value> sv =
+            materialize(graph.getSymbols()[s.getPosition()], scope);
+        if (failed(sv))
+          return failure();
+        factor = select(cmp(arith::CmpIPredicate::eq, ek, *sv));
+      } else {
+        AffineExpr base = e;
+        int64_t divisor = 1, multiplier = 1, shift = 0;
+        if (auto bin = dyn_cast<AffineBinaryOpExpr>(e)) {
+          auto rhs = dyn_cast<AffineConstantExpr>(bin.getRHS());
+          if (!rhs)
+            return signal.op->emitOpError(
+                "has no closed-form expected count for the lowering");
+          base = bin.getLHS();
+          if (bin.getKind() == AffineExprKind::Add)
+            shift = rhs.getValue();
+          else if (bin.getKind() == AffineExprKind::FloorDiv)
+            divisor = rhs.getValue();
+          else if (bin.getKind() == AffineExprKind::Mul)
+            multiplier = rhs.getValue();
+          else
+            return signal.op->emitOpError(
+                "has no closed-form expected count for the lowering");
+        }
+        auto dim = dyn_cast<AffineDimExpr>(base);
+        if (!dim)
+          return signal.op->emitOpError(
+              "has no closed-form expected count for the lowering");
+        used[dim.getPosition()] = true;
+        Value n = extents[dim.getPosition()];
+        if (divisor > 1) {
+          // min(c, n - c*e), clamped at 0.
+          Value rest = arith::SubIOp::create(
+              b, loc, n, arith::MulIOp::create(b, loc, idx(divisor), ek));
+          Value m = arith::MinSIOp::create(b, loc, idx(divisor), rest);
+          factor = arith::MaxSIOp::create(b, loc, m, idx(0));
+        } else if (multiplier > 1) {
+          Value divisible = cmp(arith::CmpIPredicate::eq,
+                                arith::RemSIOp::create(b, loc, ek,
+                                                       idx(multiplier)),
+                                idx(0));
+          Value q = arith::DivSIOp::create(b, loc, ek, idx(multiplier));
+          Value inRange = cmp(arith::CmpIPredicate::slt, q, n);
+          factor = select(arith::AndIOp::create(b, loc, divisible, inRange));
+        } else {
+          Value d = arith::SubIOp::create(b, loc, ek, idx(shift));
+          Value inRange = arith::AndIOp::create(
+              b, loc, cmp(arith::CmpIPredicate::sge, d, idx(0)),
+              cmp(arith::CmpIPredicate::slt, d, n));
+          factor = select(inRange);
+        }
+      }
+      product = arith::MulIOp::create(b, loc, product, factor);
+    }
+    for (auto [d, u] : llvm::enumerate(used))
+      if (!u)
+        product = arith::MulIOp::create(b, loc, product, extents[d]);
+    return product;
+  }
+
+  memref::GlobalOp countTable(const EventLayout &layout) {
+    auto it = countTables.find(layout.id);
+    if (it != countTables.end())
+      return it->second;
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&container->getRegion(0).front());
+    SmallVector<int32_t> counts(layout.info->staticCounts->begin(),
+                                layout.info->staticCounts->end());
+    auto type = MemRefType::get({static_cast<int64_t>(counts.size())},
+                                b.getI32Type());
+    auto value = DenseIntElementsAttr::get(
+        RankedTensorType::get(type.getShape(), b.getI32Type()),
+        ArrayRef<int32_t>(counts));
+    std::string name = ("__et_" + kernel.getSymName() + "_counts" +
+                        Twine(layout.id))
+                           .str();
+    auto global = memref::GlobalOp::create(
+        b, loc, name, b.getStringAttr("private"), type, value,
+        /*constant=*/true, /*alignment=*/IntegerAttr());
+    countTables[layout.id] = global;
+    return global;
+  }
+
+  LogicalResult emitWait(Scope &scope, Value event, ArrayRef<Value> coords,
+                         Value task, Value tile) {
+    EventLayout &layout = layouts[event];
+    Value counter, lin = idx(0), inBounds;
+    if (!layout.aggregate)
+      std::tie(lin, inBounds) = linearize(layout, coords);
+    else
+      inBounds = i1(true);
+    checkBounds(scope, inBounds, task, tile, layout.id, lin);
+    FailureOr<Value> expected = expectedCount(layout, coords, lin, scope);
+    if (failed(expected))
+      return failure();
+    counter = arith::AddIOp::create(
+        b, loc, bankBase, arith::AddIOp::create(b, loc, layout.offset, lin));
+    emitSpin(scope, counter, *expected, task, tile, idx(layout.id), lin);
+    return success();
+  }
+
+  LogicalResult emitSignal(Scope &scope, Value event, ArrayRef<Value> coords,
+                           Value task, Value tile) {
+    EventLayout &layout = layouts[event];
+    Value lin = idx(0), inBounds = i1(true);
+    if (!layout.aggregate)
+      std::tie(lin, inBounds) = linearize(layout, coords);
+    checkBounds(scope, inBounds, task, tile, layout.id, lin);
+    Value counter = arith::AddIOp::create(
+        b, loc, bankBase, arith::AddIOp::create(b, loc, layout.offset, lin));
+    // Every thread's writes of the tile happen before thread 0's release.
+    barrier();
+    auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
+                          target.syncscope());
+    LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
+                              counterPointer(counter), i32(1),
+                              LLVM::AtomicOrdering::monotonic,
+                              target.syncscope(), /*alignment=*/4);
+    return success();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Tiles
+  //===--------------------------------------------------------------------===//
+
+  /// Emits the body of `task` for linear tile `tile` (index) at the end of
+  /// the current block of `scope`; continues in a new current block.
+  LogicalResult emitTile(Scope &scope, TaskOp task, unsigned taskId,
+                         Value tile) {
+    SmallVector<Value> extents;
+    if (failed(tileCount(task, scope, &extents)))
+      return failure();
+    // Row-major delinearization.
+    SmallVector<Value> coords(extents.size());
+    Value rest = tile;
+    for (int64_t d = extents.size() - 1; d >= 0; --d) {
+      coords[d] = arith::RemUIOp::create(b, loc, rest, extents[d]);
+      rest = arith::DivUIOp::create(b, loc, rest, extents[d]);
+    }
+    IRMapping map;
+    Block &body = task.getBody().front();
+    for (auto [arg, c] : llvm::zip(body.getArguments(), coords))
+      map.map(arg, c);
+    Value taskValue = idx(taskId);
+    auto mapped = [&](Value v) -> FailureOr<Value> {
+      if (Value m = map.lookupOrNull(v))
+        return m;
+      return materialize(v, scope);
+    };
+    for (Operation &op : body) {
+      if (auto wait = dyn_cast<EventWaitOp>(op)) {
+        SmallVector<Value> idxs;
+        for (Value i : wait.getIndices()) {
+          FailureOr<Value> m = mapped(i);
+          if (failed(m))
+            return failure();
+          idxs.push_back(*m);
+        }
+        if (failed(emitWait(scope, wait.getEvent(), idxs, taskValue, tile)))
+          return failure();
+        continue;
+      }
+      if (auto signal = dyn_cast<EventSignalOp>(op)) {
+        SmallVector<Value> idxs;
+        for (Value i : signal.getIndices()) {
+          FailureOr<Value> m = mapped(i);
+          if (failed(m))
+            return failure();
+          idxs.push_back(*m);
+        }
+        if (failed(emitSignal(scope, signal.getEvent(), idxs, taskValue,
+                              tile)))
+          return failure();
+        continue;
+      }
+      // Values from outside the task (kernel level) used anywhere in `op`.
+      WalkResult walk = op.walk([&](Operation *inner) {
+        for (Value operand : inner->getOperands()) {
+          if (map.contains(operand))
+            continue;
+          Region *r = operand.getParentRegion();
+          if (!r || task->isAncestor(r->getParentOp()))
+            continue;
+          FailureOr<Value> m = materialize(operand, scope);
+          if (failed(m))
+            return WalkResult::interrupt();
+          map.map(operand, *m);
+        }
+        return WalkResult::advance();
+      });
+      if (walk.wasInterrupted())
+        return failure();
+      b.clone(op, map);
+    }
+    // The tile is done on every thread before the next one starts.
+    barrier();
+    return success();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Setup
+  //===--------------------------------------------------------------------===//
+
+  LogicalResult cloneEagerValues();
+  LogicalResult layoutEvents();
+  void emitCapacityCheckAndClear(Block *exit);
+  LogicalResult emitStatic(ScheduleOp schedule);
+  LogicalResult emitDynamic(ScheduleOp schedule);
+
+  KernelOp kernel;
+  Target target;
+  EventGraph graph;
+  OpBuilder b;
+  Location loc;
+  Operation *container = nullptr;
+
+  SmallVector<TaskOp> tasks;
+  IRMapping eager;
+  llvm::DenseMap<Value, EventLayout> layouts;
+  llvm::DenseMap<unsigned, memref::GlobalOp> countTables;
+  Value totalCounters;
+
+  // Worker function values.
+  Value workerId, threadId, numThreads, epoch, spinLimit;
+  Value countersMem, controlMem, errorMem;
+  Value countersBase, controlBase;
+  Value bank, bankBase;
+  Value sharedScratch;
+  int64_t numWorkers = 1;
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Setup
+//===----------------------------------------------------------------------===//
+
+/// Clones the kernel-level ops that depend on no device data into the entry
+/// of the worker; the others are materialized where they are used.
+LogicalResult WorkerEmitter::cloneEagerValues() {
+  llvm::DenseSet<Operation *> lazy;
+  for (Operation &op : kernel.getBody().front()) {
+    if (isa<TaskOp, ScheduleOp, EventCreateOp>(op))
+      continue;
+    bool isLazy = isa<ExtentLoadOp>(op) || op.getNumRegions() != 0 ||
+                  llvm::any_of(op.getOperands(), [&](Value v) {
+                    Operation *def = v.getDefiningOp();
+                    return def && lazy.contains(def);
+                  });
+    if (isLazy) {
+      lazy.insert(&op);
+      continue;
+    }
+    b.clone(op, eager);
+  }
+  return success();
+}
+
+LogicalResult WorkerEmitter::layoutEvents() {
+  Value offset = idx(0);
+  for (auto [id, info] : llvm::enumerate(graph.getEvents())) {
+    EventLayout layout;
+    layout.id = id;
+    layout.info = info.get();
+    layout.aggregate = info->kind == CountKind::Device;
+    EventType type = info->op.getResult().getType();
+    unsigned dyn = 0;
+    for (int64_t d : type.getShape()) {
+      if (!ShapedType::isDynamic(d)) {
+        layout.dims.push_back(idx(d));
+        continue;
+      }
+      Value size = info->op.getDynamicSizes()[dyn++];
+      Value m = eager.lookupOrNull(size);
+      if (!m)
+        return info->op.emitOpError(
+            "has a size computed from data read on the device, which the "
+            "worker lowering does not support (give the event a size "
+            "computed from kernel arguments)");
+      layout.dims.push_back(m);
+    }
+    Value size = idx(1);
+    if (!layout.aggregate)
+      for (Value d : layout.dims)
+        size = arith::MulIOp::create(b, loc, size, d);
+    layout.size = size;
+    layout.offset = offset;
+    offset = arith::AddIOp::create(b, loc, offset, size);
+    layouts[info->op.getResult()] = layout;
+  }
+  totalCounters = offset;
+  return success();
+}
+
+/// Fails the launch (before any tile runs) when the counter buffer cannot
+/// hold both banks; otherwise clears the bank the next launch uses.
+void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
+  Value needed = arith::MulIOp::create(b, loc, totalCounters, idx(2));
+  Value have = memref::DimOp::create(b, loc, countersMem, 0);
+  Value tooSmall =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, have, needed);
+  Block *current = b.getInsertionBlock();
+  Block *ok = current->splitBlock(b.getInsertionPoint());
+  Block *bad = new Block();
+  bad->insertBefore(ok);
+  b.setInsertionPointToEnd(current);
+  cf::CondBranchOp::create(b, loc, tooSmall, bad, ValueRange{}, ok,
+                           ValueRange{});
+  b.setInsertionPointToEnd(bad);
+  {
+    auto first = scf::IfOp::create(
+        b, loc,
+        arith::AndIOp::create(b, loc, isThread0(),
+                              arith::CmpIOp::create(b, loc,
+                                                    arith::CmpIPredicate::eq,
+                                                    workerId, idx(0))),
+        /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(first.thenBlock());
+    recordError(WorkerError::CounterCapacity, idx(-1), idx(-1), idx(-1),
+                idx(-1), needed, have);
+  }
+  cf::BranchOp::create(b, loc, exit, ValueRange{});
+  b.setInsertionPointToStart(ok);
+
+  // Clear the other bank: worker w, thread t clears words w*T + t, + W*T...
+  Value other = arith::SubIOp::create(b, loc, idx(1), bank);
+  Value otherBase = arith::MulIOp::create(b, loc, other, totalCounters);
+  Value first = arith::AddIOp::create(
+      b, loc, arith::MulIOp::create(b, loc, workerId, numThreads), threadId);
+  Value stride =
+      arith::MulIOp::create(b, loc, idx(numWorkers), numThreads);
+  auto loop = scf::ForOp::create(b, loc, first, totalCounters, stride);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value at = arith::AddIOp::create(b, loc, otherBase,
+                                     loop.getInductionVar());
+    memref::StoreOp::create(b, loc, i32(0), countersMem, ValueRange{at});
+  }
+  auto clearTicket = scf::IfOp::create(
+      b, loc,
+      arith::AndIOp::create(b, loc, isThread0(),
+                            arith::CmpIOp::create(b, loc,
+                                                  arith::CmpIPredicate::eq,
+                                                  workerId, idx(0))),
+      /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(clearTicket.thenBlock());
+    Value word = arith::AddIOp::create(b, loc, idx(kTicket0), other);
+    memref::StoreOp::create(b, loc, i32(0), controlMem, ValueRange{word});
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Static schedules
+//===----------------------------------------------------------------------===//
+
+LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
+  // The program table: (task, tile) pairs; tile -1 - k is "cyclic k".
+  SmallVector<int32_t> entries, offsets{0};
+  llvm::DenseMap<Operation *, unsigned> taskIds;
+  for (auto [i, t] : llvm::enumerate(tasks))
+    taskIds[t] = i;
+  for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
+    for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
+      int32_t task = taskIds.lookup(run.getTaskOp());
+      if (std::optional<ArrayRef<int64_t>> tiles = run.getTiles()) {
+        for (int64_t tile : *tiles) {
+          if (tile > INT32_MAX)
+            return run.emitOpError("tile id does not fit in 32 bits");
+          entries.append({task, static_cast<int32_t>(tile)});
+        }
+      } else {
+        entries.append({task, static_cast<int32_t>(-1 - *run.getCyclic())});
+      }
+    }
+    offsets.push_back(entries.size() / 2);
+  }
+  if (entries.empty())
+    entries.append({0, 0}); // keep the table non-empty
+  auto makeTable = [&](StringRef suffix, ArrayRef<int32_t> data,
+                       ArrayRef<int64_t> shape) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&container->getRegion(0).front());
+    auto type = MemRefType::get(shape, b.getI32Type());
+    auto value = DenseIntElementsAttr::get(
+        RankedTensorType::get(shape, b.getI32Type()), data);
+    return memref::GlobalOp::create(
+        b, loc, ("__et_" + kernel.getSymName() + suffix).str(),
+        b.getStringAttr("private"), type, value, /*constant=*/true,
+        IntegerAttr());
+  };
+  memref::GlobalOp program =
+      makeTable("_program", entries, {static_cast<int64_t>(entries.size() / 2), 2});
+  memref::GlobalOp starts =
+      makeTable("_starts", offsets, {static_cast<int64_t>(offsets.size())});
+  Value programMem = memref::GetGlobalOp::create(b, loc, program.getType(),
+                                                 program.getSymName());
+  Value startsMem = memref::GetGlobalOp::create(b, loc, starts.getType(),
+                                                starts.getSymName());
+  Value begin = toIndex(
+      memref::LoadOp::create(b, loc, startsMem, ValueRange{workerId}));
+  Value end = toIndex(memref::LoadOp::create(
+      b, loc, startsMem,
+      ValueRange{arith::AddIOp::create(b, loc, workerId, idx(1))}));
+
+  Type indexType = b.getIndexType(), i1Type = b.getI1Type();
+  auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i1Type},
+                                   ValueRange{begin, i1(true)});
+  {
+    Block *before = b.createBlock(&loop.getBefore(), {}, {indexType, i1Type},
+                                  {loc, loc});
+    Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                       before->getArgument(0), end);
+    Value go = arith::AndIOp::create(b, loc, more, before->getArgument(1));
+    scf::ConditionOp::create(b, loc, go, before->getArguments());
+  }
+  Block *after =
+      b.createBlock(&loop.getAfter(), {}, {indexType, i1Type}, {loc, loc});
+  Value i = after->getArgument(0);
+  Value taskId = toIndex(
+      memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(0)}));
+  Value tile32 =
+      memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(1)});
+  Value tileI64 = arith::ExtSIOp::create(b, loc, b.getI64Type(), tile32);
+
+  auto region = scf::ExecuteRegionOp::create(b, loc, TypeRange{i1Type});
+  Scope top;
+  top.region = &region.getRegion();
+  Block *entry = new Block();
+  top.region->push_back(entry);
+  top.fail = newBlock(top);
+  Block *done = newBlock(top);
+  b.setInsertionPointToEnd(top.fail);
+  scf::YieldOp::create(b, loc, ValueRange{i1(false)});
+  b.setInsertionPointToEnd(done);
+  scf::YieldOp::create(b, loc, ValueRange{i1(true)});
+
+  // Dispatch on the task id.
+  SmallVector<Block *> cases;
+  SmallVector<int32_t> caseValues;
+  for (unsigned k = 0; k < tasks.size(); ++k) {
+    cases.push_back(newBlock(top));
+    caseValues.push_back(k);
+  }
+  Block *badEntry = newBlock(top);
+  b.setInsertionPointToEnd(entry);
+  Value task32 = arith::IndexCastOp::create(b, loc, b.getI32Type(), taskId);
+  cf::SwitchOp::create(b, loc, task32, badEntry, ValueRange{}, caseValues,
+                       cases, SmallVector<ValueRange>(cases.size(), ValueRange{}));
+  b.setInsertionPointToEnd(badEntry);
+  recordError(WorkerError::BadScheduleEntry, taskId, idx(-1), idx(-1),
+              idx(-1), idx(-1), idx(-1));
+  cf::BranchOp::create(b, loc, top.fail, ValueRange{});
+
+  for (auto [k, task] : llvm::enumerate(tasks)) {
+    // ^case: tile >= 0 ? body(tile, once) : cyclic
+    Block *cyc = newBlock(top);
+    Block *loopHead = newBlock(top, {indexType, indexType});
+    Block *bodyEntry = newBlock(top, {indexType, i1Type, indexType});
+    b.setInsertionPointToEnd(cases[k]);
+    Value isCyclic = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                           tileI64, i64(0));
+    Value single = toIndex(arith::MaxSIOp::create(b, loc, tileI64, i64(0)));
+    cf::CondBranchOp::create(b, loc, isCyclic, cyc, ValueRange{}, bodyEntry,
+                             ValueRange{single, i1(false), idx(0)});
+
+    // ^cyc: n = tiles; first = (w - k) mod W.
+    b.setInsertionPointToEnd(cyc);
+    {
+      Scope scope{top.region, top.fail, {}};
+      FailureOr<Value> n = tileCount(task, scope);
+      if (failed(n))
+        return failure();
+      Value offset = toIndex(arith::SubIOp::create(b, loc, i64(-1), tileI64));
+      Value shifted = arith::SubIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, workerId, idx(numWorkers)),
+          offset);
+      Value first = arith::RemUIOp::create(b, loc, shifted, idx(numWorkers));
+      cf::BranchOp::create(b, loc, loopHead, ValueRange{first, *n});
+    }
+    b.setInsertionPointToEnd(loopHead);
+    {
+      Value t = loopHead->getArgument(0), n = loopHead->getArgument(1);
+      Value more =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t, n);
+      cf::CondBranchOp::create(b, loc, more, bodyEntry,
+                               ValueRange{t, i1(true), n}, done, ValueRange{});
+    }
+    b.setInsertionPointToEnd(bodyEntry);
+    {
+      Scope scope{top.region, top.fail, {}};
+      Value t = bodyEntry->getArgument(0);
+      if (failed(emitTile(scope, task, k, t)))
+        return failure();
+      Value next = arith::AddIOp::create(b, loc, t, idx(numWorkers));
+      Block *again = newBlock(top);
+      cf::CondBranchOp::create(b, loc, bodyEntry->getArgument(1), again,
+                               ValueRange{}, done, ValueRange{});
+      b.setInsertionPointToEnd(again);
+      cf::BranchOp::create(b, loc, loopHead,
+                           ValueRange{next, bodyEntry->getArgument(2)});
+    }
+  }
+  b.setInsertionPointAfter(region);
+  Value nextI = arith::AddIOp::create(b, loc, i, idx(1));
+  scf::YieldOp::create(b, loc, ValueRange{nextI, region.getResult(0)});
+  b.setInsertionPointAfter(loop);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Dynamic schedules
+//===----------------------------------------------------------------------===//
+
+LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
+  llvm::DenseMap<Operation *, unsigned> taskIds;
+  for (auto [i, t] : llvm::enumerate(tasks))
+    taskIds[t] = i;
+  SmallVector<TaskOp> queue;
+  for (RunOp run : schedule.getBody().front().getOps<RunOp>())
+    queue.push_back(run.getTaskOp());
+
+  Type i1Type = b.getI1Type();
+  auto loop = scf::WhileOp::create(b, loc, TypeRange{i1Type, i1Type},
+                                   ValueRange{i1(true), i1(false)});
+  {
+    Block *before =
+        b.createBlock(&loop.getBefore(), {}, {i1Type, i1Type}, {loc, loc});
+    Value notDone = arith::XOrIOp::create(b, loc, before->getArgument(1),
+                                          i1(true));
+    Value go = arith::AndIOp::create(b, loc, before->getArgument(0), notDone);
+    scf::ConditionOp::create(b, loc, go, before->getArguments());
+  }
+  b.createBlock(&loop.getAfter(), {}, {i1Type, i1Type}, {loc, loc});
+  // Thread 0 takes the ticket; the CTA shares it.
+  Value ticketWord = arith::AddIOp::create(b, loc, idx(kTicket0), bank);
+  auto take = scf::IfOp::create(b, loc, TypeRange{b.getI64Type()},
+                                isThread0(), /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(take.thenBlock());
+    Value old = LLVM::AtomicRMWOp::create(
+        b, loc, LLVM::AtomicBinOp::add,
+        elementPointer(controlBase, ticketWord, b.getI32Type()), i32(1),
+        LLVM::AtomicOrdering::monotonic, target.syncscope(), 4);
+    scf::YieldOp::create(b, loc, ValueRange{toI64(old)});
+    b.setInsertionPointToStart(take.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{i64(0)});
+  }
+  Value ticket = toIndex(broadcast(take.getResult(0)));
+
+  auto region = scf::ExecuteRegionOp::create(b, loc, TypeRange{i1Type, i1Type});
+  Scope top;
+  top.region = &region.getRegion();
+  Block *entry = new Block();
+  top.region->push_back(entry);
+  top.fail = newBlock(top);
+  b.setInsertionPointToEnd(top.fail);
+  scf::YieldOp::create(b, loc, ValueRange{i1(false), i1(true)});
+  Block *exhausted = newBlock(top);
+  b.setInsertionPointToEnd(exhausted);
+  scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
+
+  // ^check_k(base): is the ticket in task k's range?
+  SmallVector<Block *> checks;
+  for (size_t k = 0; k < queue.size(); ++k)
+    checks.push_back(newBlock(top, {b.getIndexType()}));
+  checks.push_back(exhausted);
+  b.setInsertionPointToEnd(entry);
+  if (queue.empty())
+    cf::BranchOp::create(b, loc, exhausted, ValueRange{});
+  else
+    cf::BranchOp::create(b, loc, checks[0], ValueRange{idx(0)});
+  for (auto [k, task] : llvm::enumerate(queue)) {
+    b.setInsertionPointToEnd(checks[k]);
+    Scope scope{top.region, top.fail, {}};
+    Value base = checks[k]->getArgument(0);
+    FailureOr<Value> n = tileCount(task, scope);
+    if (failed(n))
+      return failure();
+    Value end = arith::AddIOp::create(b, loc, base, *n);
+    Value inTask =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ticket, end);
+    Block *run = newBlock(top);
+    if (k + 1 < queue.size())
+      cf::CondBranchOp::create(b, loc, inTask, run, ValueRange{},
+                               checks[k + 1], ValueRange{end});
+    else
+      cf::CondBranchOp::create(b, loc, inTask, run, ValueRange{}, exhausted,
+                               ValueRange{});
+    b.setInsertionPointToEnd(run);
+    Value tile = arith::SubIOp::create(b, loc, ticket, base);
+    Scope bodyScope{top.region, top.fail, {}};
+    if (failed(emitTile(bodyScope, task, taskIds.lookup(task), tile)))
+      return failure();
+    scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(false)});
+  }
+  b.setInsertionPointAfter(region);
+  scf::YieldOp::create(b, loc, region.getResults());
+  b.setInsertionPointAfter(loop);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+LogicalResult WorkerEmitter::emit(Operation *containerOp) {
+  container = containerOp;
+  Block &kernelBody = kernel.getBody().front();
+  auto schedule =
+      kernelBody.empty() ? ScheduleOp() : dyn_cast<ScheduleOp>(kernelBody.back());
+  if (!schedule)
+    return kernel.emitOpError("must be scheduled before it is lowered (run "
+                              "et-static-schedule or et-dynamic-schedule)");
+  numWorkers = schedule.getWorkers();
+  tasks.assign(kernel.getTasks().begin(), kernel.getTasks().end());
+  if (graph.getEdges().size() &&
+      llvm::any_of(graph.getEdges(), [](const EventGraph::Edge &e) {
+        return e.producer == e.consumer;
+      }))
+    return kernel.emitOpError("has a task that waits on its own signals; "
+                              "the worker lowering does not support it");
+
+  // The signature: [worker], epoch, spin_limit, counters, control, error,
+  // kernel arguments.
+  MLIRContext *ctx = kernel.getContext();
+  Type i64Type = b.getI64Type();
+  auto dynI32 = MemRefType::get({ShapedType::kDynamic}, b.getI32Type());
+  auto dynI64 = MemRefType::get({ShapedType::kDynamic}, i64Type);
+  SmallVector<Type> inputs;
+  if (!target.gpu)
+    inputs.push_back(b.getIndexType());
+  inputs.append({i64Type, i64Type, dynI32, dynI32, dynI64});
+  unsigned firstKernelArg = inputs.size();
+  llvm::append_range(inputs, kernel.getArgumentTypes());
+  auto fnType = FunctionType::get(ctx, inputs, {});
+
+  b.setInsertionPointToEnd(&container->getRegion(0).front());
+  Block *entry;
+  if (target.gpu) {
+    auto smemType = MemRefType::get(
+        {4}, i64Type, MemRefLayoutAttrInterface(),
+        gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup));
+    auto fn = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(), fnType,
+                                     TypeRange{smemType}, TypeRange{});
+    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+    entry = &fn.getBody().front();
+    sharedScratch = fn.getWorkgroupAttributions()[0];
+    b.setInsertionPointToStart(entry);
+    workerId = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+    threadId = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+    numThreads = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
+  } else {
+    auto fn = func::FuncOp::create(b, loc,
+                                   (kernel.getSymName() + "_worker").str(),
+                                   fnType);
+    entry = fn.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    workerId = entry->getArgument(0);
+    threadId = idx(0);
+    numThreads = idx(1);
+  }
+  unsigned a = target.gpu ? 0 : 1;
+  epoch = entry->getArgument(a);
+  spinLimit = entry->getArgument(a + 1);
+  countersMem = entry->getArgument(a + 2);
+  controlMem = entry->getArgument(a + 3);
+  errorMem = entry->getArgument(a + 4);
+  for (auto [kArg, fArg] :
+       llvm::zip(kernel.getArguments(),
+                 entry->getArguments().drop_front(firstKernelArg)))
+    eager.map(kArg, fArg);
+
+  countersBase = basePointer(countersMem);
+  controlBase = basePointer(controlMem);
+  bank = toIndex(arith::AndIOp::create(b, loc, epoch, i64(1)));
+
+  if (failed(cloneEagerValues()) || failed(layoutEvents()))
+    return failure();
+  bankBase = arith::MulIOp::create(b, loc, bank, totalCounters);
+
+  // The exit block: return.
+  Block *exit = new Block();
+  entry->getParent()->push_back(exit);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(exit);
+    if (target.gpu)
+      gpu::ReturnOp::create(b, loc);
+    else
+      func::ReturnOp::create(b, loc);
+  }
+  emitCapacityCheckAndClear(exit);
+  if (failed(schedule.isStatic() ? emitStatic(schedule)
+                                 : emitDynamic(schedule)))
+    return failure();
+  cf::BranchOp::create(b, loc, exit, ValueRange{});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Passes
+//===----------------------------------------------------------------------===//
+
+static LogicalResult lowerKernels(ModuleOp module, Target target) {
+  SmallVector<KernelOp> kernels(module.getOps<KernelOp>());
+  OpBuilder b(module.getContext());
+  if (!target.gpu && !kernels.empty() &&
+      !module.lookupSymbol("sched_yield")) {
+    b.setInsertionPointToStart(module.getBody());
+    auto decl = func::FuncOp::create(
+        b, module.getLoc(), "sched_yield",
+        b.getFunctionType({}, {b.getI32Type()}));
+    decl.setPrivate();
+  }
+  for (KernelOp kernel : kernels) {
+    Operation *container = module;
+    if (target.gpu) {
+      b.setInsertionPoint(kernel);
+      auto gpuModule = gpu::GPUModuleOp::create(
+          b, kernel.getLoc(), (kernel.getSymName() + "_module").str());
+      container = gpuModule;
+    }
+    WorkerEmitter emitter(kernel, target);
+    if (failed(emitter.emit(container)))
+      return failure();
+    kernel.erase();
+  }
+  if (target.gpu && !kernels.empty())
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    b.getUnitAttr());
+  return success();
+}
+
+namespace {
+struct ConvertEventTensorToNVVMPass
+    : public mlir::et::impl::ConvertEventTensorToNVVMPassBase<
+          ConvertEventTensorToNVVMPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    Target target;
+    target.gpu = true;
+    target.backoffNs = backoffNs;
+    if (failed(lowerKernels(getOperation(), target)))
+      signalPassFailure();
+  }
+};
+
+struct ConvertEventTensorToCPUPass
+    : public mlir::et::impl::ConvertEventTensorToCPUPassBase<
+          ConvertEventTensorToCPUPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    if (failed(lowerKernels(getOperation(), Target())))
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,137 @@
+//===- Pipelines.cpp - End-to-end lowering pipelines ----------------------===//
+//
+// et-lower-to-nvvm-pipeline: schedule, optimize the event graph, lower to one
+// persistent gpu.func per kernel, and serialize it to PTX (or a cubin).
+// et-lower-to-cpu-pipeline: the same up to one host worker function per
+// kernel, lowered to the LLVM dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor/Conversion/Pipelines.h"
+
+#include "EventTensor/Conversion/Passes.h"
+#include "EventTensor/Transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/GPU/Pipelines/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace mlir::et;
+
+namespace {
+template <typename Options>
+void addScheduling(OpPassManager &pm, const Options &options) {
+  OpPassManager &kernels = pm.nest<KernelOp>();
+  if (options.mode != "keep") {
+    if (options.optimize)
+      kernels.addPass(createOptimizeEventsPass());
+    if (options.mode == "static") {
+      StaticSchedulePassOptions o;
+      o.workers = options.workers;
+      kernels.addPass(createStaticSchedulePass(o));
+      if (options.optimize)
+        kernels.addPass(createOptimizeEventsPass());
+    } else {
+      DynamicSchedulePassOptions o;
+      o.workers = options.workers;
+      kernels.addPass(createDynamicSchedulePass(o));
+    }
+  }
+  kernels.addPass(createVerifyEventGraphPass());
+}
+
+struct NVVMPipelineOptions
+    : public PassPipelineOptions<NVVMPipelineOptions> {
+  PassOptions::Option<std::string> chip{*this, "chip",
+                                        llvm::cl::desc("GPU architecture"),
+                                        llvm::cl::init("sm_90a")};
+  PassOptions::Option<std::string> features{
+      *this, "features", llvm::cl::desc("PTX features"),
+      llvm::cl::init("+ptx80")};
+  PassOptions::Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("Serialization: isa (PTX text), bin (cubin, needs "
+                     "ptxas) or fatbin"),
+      llvm::cl::init("isa")};
+  PassOptions::Option<int64_t> workers{
+      *this, "workers", llvm::cl::desc("Persistent workers (CTAs)"),
+      llvm::cl::init(132)};
+  PassOptions::Option<std::string> mode{
+      *this, "mode",
+      llvm::cl::desc("static, dynamic, or keep (already scheduled)"),
+      llvm::cl::init("static")};
+  PassOptions::Option<bool> optimize{
+      *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
+      llvm::cl::init(true)};
+  PassOptions::Option<int64_t> backoffNs{
+      *this, "backoff-ns", llvm::cl::desc("nanosleep between polls"),
+      llvm::cl::init(64)};
+};
+
+struct CPUPipelineOptions : public PassPipelineOptions<CPUPipelineOptions> {
+  PassOptions::Option<int64_t> workers{
+      *this, "workers", llvm::cl::desc("Persistent workers (host threads)"),
+      llvm::cl::init(4)};
+  PassOptions::Option<std::string> mode{
+      *this, "mode",
+      llvm::cl::desc("static, dynamic, or keep (already scheduled)"),
+      llvm::cl::init("static")};
+  PassOptions::Option<bool> optimize{
+      *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
+      llvm::cl::init(true)};
+};
+} // namespace
+
+static LogicalResult checkMode(StringRef mode) {
+  if (mode == "static" || mode == "dynamic" || mode == "keep")
+    return success();
+  llvm::errs() << "error: mode must be static, dynamic or keep, got '" << mode
+               << "'\n";
+  return failure();
+}
+
+void mlir::et::registerEventTensorPipelines() {
+  PassPipelineRegistration<NVVMPipelineOptions>(
+      "et-lower-to-nvvm-pipeline",
+      "Schedules et kernels and lowers each to one persistent GPU kernel "
+      "(PTX or cubin in a gpu.binary)",
+      [](OpPassManager &pm, const NVVMPipelineOptions &options) {
+        if (failed(checkMode(options.mode)))
+          return;
+        addScheduling(pm, options);
+        ConvertEventTensorToNVVMPassOptions o;
+        o.backoffNs = options.backoffNs;
+        pm.addPass(createConvertEventTensorToNVVMPass(o));
+        pm.addPass(createCanonicalizerPass());
+        gpu::GPUToNVVMPipelineOptions nvvm;
+        nvvm.cubinChip = options.chip;
+        nvvm.cubinFeatures = options.features;
+        nvvm.cubinFormat = options.format;
+        gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
+      });
+  PassPipelineRegistration<CPUPipelineOptions>(
+      "et-lower-to-cpu-pipeline",
+      "Schedules et kernels and lowers each to a host worker function in "
+      "the LLVM dialect",
+      [](OpPassManager &pm, const CPUPipelineOptions &options) {
+        if (failed(checkMode(options.mode)))
+          return;
+        addScheduling(pm, options);
+        pm.addPass(createConvertEventTensorToCPUPass());
+        pm.addPass(createCanonicalizerPass());
+        pm.addPass(createLowerAffinePass());
+        pm.addPass(createSCFToControlFlowPass());
+        pm.addPass(memref::createExpandStridedMetadataPass());
+        pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+        pm.addPass(createArithToLLVMConversionPass());
+        pm.addPass(createConvertIndexToLLVMPass());
+        pm.addPass(createConvertControlFlowToLLVMPass());
+        pm.addPass(createConvertFuncToLLVMPass());
+        pm.addPass(createReconcileUnrealizedCastsPass());
+        pm.addPass(createCanonicalizerPass());
+      });
+}

@@ -1,0 +1,186 @@
+"""Compiles an et kernel into an artifact (`event_tensor.compile`).
+
+The pipeline is et-lower-to-cpu-pipeline (a host shared object, one thread
+per worker) or et-lower-to-nvvm-pipeline (PTX, or a cubin where ptxas is
+present). Artifacts are cached on disk by a hash of the IR, the options and
+the toolchain: compiling the same kernel again loads the cached artifact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .runtime.artifact import FORMAT_VERSION, METADATA, Artifact, load
+
+__all__ = ["compile_kernel", "default_cache_dir"]
+
+TOOLCHAIN = f"event_tensor {__version__}"
+LLVM_VERSION = "22.1.8"
+
+_DTYPES = {
+    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+}
+
+
+def default_cache_dir() -> Path:
+    """$ET_CACHE_DIR, else ~/.cache/event_tensor."""
+    env = os.environ.get("ET_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "event_tensor"
+
+
+def _arguments(kernel) -> list[dict[str, Any]]:
+    from .ir import IndexType, MemRefType
+
+    args = []
+    for i, arg in enumerate(kernel.regions[0].blocks[0].arguments):
+        t = arg.type
+        entry: dict[str, Any] = {"name": f"arg{i}", "type": str(t)}
+        if isinstance(t, MemRefType):
+            m = t
+            elt = str(m.element_type)
+            if elt not in _DTYPES:
+                raise ValueError(f"argument arg{i}: unsupported element type {elt}")
+            entry.update(kind="memref", dtype=_DTYPES[elt],
+                         shape=[-1 if m.is_dynamic_dim(d) else m.shape[d] for d in range(m.rank)])
+        elif isinstance(t, IndexType):
+            entry.update(kind="scalar", dtype="index")
+        elif str(t) in _DTYPES:
+            entry.update(kind="scalar", dtype=_DTYPES[str(t)])
+        else:
+            raise ValueError(f"argument arg{i}: unsupported type {t}")
+        args.append(entry)
+    return args
+
+
+def _counter_words(graph: dict) -> int | None:
+    """Counters of both banks when every event shape is static."""
+    total = 0
+    for event in graph["events"]:
+        if event["count_kind"] == "device":
+            total += 1
+            continue
+        size = 1
+        for d in event["shape"]:
+            if not isinstance(d, int):
+                return None
+            size *= d
+        total += size
+    return 2 * total
+
+
+def _ptx_from_binary(module) -> bytes:
+    from .dialects import gpu
+
+    for op in module.body.operations:
+        if op.operation.name == "gpu.binary":
+            objects = op.operation.attributes["objects"]
+            return gpu.ObjectAttr(objects[0]).object
+    raise RuntimeError("the NVVM pipeline produced no gpu.binary")
+
+
+def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
+                   optimize: bool = True, chip: str = "sm_90a", features: str = "+ptx80",
+                   format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
+                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
+    """Compiles the one et.kernel of `module` (a Module or IR text) for
+    `target` ("cpu" or "cuda") and returns the artifact.
+
+    `mode` is "static", "dynamic" or "keep" (the kernel is already
+    scheduled); `workers` defaults to 4 on the CPU and 132 on CUDA. Errors
+    raise `EventTensorCompileError` with the diagnostics and an et-opt repro
+    line."""
+    from . import analysis
+    from .compiler import parse, run_pipeline
+    from .ir import Context
+
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
+    if mode not in ("static", "dynamic", "keep"):
+        raise ValueError(f"mode must be 'static', 'dynamic' or 'keep', got {mode!r}")
+    if format not in ("isa", "bin", "fatbin"):
+        raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
+    if workers is None:
+        workers = 4 if target == "cpu" else 132
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    text = module if isinstance(module, str) else module.operation.get_asm(print_generic_op_form=True)
+
+    options = {"target": target, "workers": workers, "mode": mode, "optimize": optimize}
+    if target == "cuda":
+        options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
+                       threads_per_worker=threads_per_worker)
+    key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    out_dir = cache / key
+    if use_cache and (out_dir / METADATA).exists():
+        return load(out_dir)
+
+    with Context():
+        mod = parse(text)
+        kernel = analysis._one_kernel(mod)
+        name = kernel.attributes["sym_name"].value
+        graph = analysis.event_graph(kernel)
+        metadata: dict[str, Any] = {
+            "format": FORMAT_VERSION, "toolchain": TOOLCHAIN, "llvm": LLVM_VERSION,
+            "target": target, "kernel": name, "workers": workers, "mode": mode,
+            "options": options, "ir_hash": key,
+            "arguments": _arguments(kernel),
+            "tasks": [t["name"] for t in graph["tasks"]],
+            "events": [{"name": e["name"], "shape": e["shape"], "count_kind": e["count_kind"],
+                        "count": e["count"]} for e in graph["events"]],
+            "counter_words": _counter_words(graph),
+        }
+        if target == "cpu":
+            pipeline = f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} optimize={int(optimize)}}})"
+        else:
+            pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
+                        f"optimize={int(optimize)} chip={chip} features={features} format={format} "
+                        f"backoff-ns={backoff_ns}}})")
+        run_pipeline(mod, pipeline, name=name)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
+        try:
+            if target == "cpu":
+                _emit_shared_object(mod, tmp / "kernel.o", tmp / "kernel.so")
+                metadata.update(binary="kernel.so", entry=f"{name}_worker", threads_per_worker=1,
+                                shared_memory_bytes=0)
+            else:
+                binary = _ptx_from_binary(mod)
+                suffix = {"isa": "ptx", "bin": "cubin", "fatbin": "fatbin"}[format]
+                (tmp / f"kernel.{suffix}").write_bytes(binary)
+                metadata.update(binary=f"kernel.{suffix}", entry=name,
+                                threads_per_worker=threads_per_worker, shared_memory_bytes=32)
+            (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            tmp.rename(out_dir)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return load(out_dir)
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _emit_shared_object(module, obj: Path, so: Path) -> None:
+    from ._mlir_libs._mlirExecutionEngine import ExecutionEngine
+
+    engine = ExecutionEngine(module, opt_level=2)
+    engine.dump_to_object_file(str(obj))
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise RuntimeError("linking the host artifact needs a C compiler (cc, gcc or clang); set CC")
+    result = subprocess.run([cc, "-shared", "-o", str(so), str(obj)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"linking {so.name} failed:\n{result.stderr}")

@@ -1,0 +1,65 @@
+"""What the CPU and CUDA launchers share: the state buffers of a kernel
+(event counters in two banks, control words, the error record), the epoch
+protocol, and decoding of error records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import KernelError, WatchdogError
+
+__all__ = ["ERROR_WORDS", "CONTROL_WORDS", "decode_error"]
+
+CONTROL_WORDS = 8
+ERROR_WORDS = 8
+# Control words.
+ABORT, ERROR_CLAIMED = 2, 3
+# Error kinds (first word of the record).
+TIMEOUT, CAPACITY, OUT_OF_BOUNDS, BAD_ENTRY = 1, 2, 3, 4
+
+
+def _name(names: list[str], index: int, what: str) -> str:
+    if 0 <= index < len(names):
+        return names[index]
+    return f"{what} #{index}"
+
+
+def decode_error(metadata: dict[str, Any], record: list[int]) -> KernelError:
+    """The exception for an error record written by the kernel."""
+    kind, worker, task, tile, event, element, expected, observed = record[:ERROR_WORDS]
+    tasks = metadata.get("tasks", [])
+    events = metadata.get("events", [])
+    event_names = [e["name"] for e in events]
+    info = {
+        "kind": kind, "worker": worker,
+        "task": _name(tasks, task, "task") if task >= 0 else None,
+        "tile": tile if tile >= 0 else None,
+        "event": _name(event_names, event, "event") if event >= 0 else None,
+        "element": element if element >= 0 else None,
+        "expected": expected, "observed": observed,
+    }
+    where = f"worker {worker}"
+    if task >= 0:
+        where += f", task @{info['task']}"
+        where += f" tile {tile}" if tile >= 0 else " (computing its tile count)"
+    if kind == TIMEOUT:
+        return WatchdogError(
+            f"kernel {metadata['kernel']}: watchdog timeout: {where} waited on {info['event']}"
+            f"[{element}] (linear element), which received {observed} of {expected} expected signals; "
+            "the kernel was stopped",
+            info,
+        )
+    if kind == OUT_OF_BOUNDS:
+        return KernelError(
+            f"kernel {metadata['kernel']}: {where} accessed {info['event']} at linear element {element}, "
+            "which is out of bounds",
+            info,
+        )
+    if kind == BAD_ENTRY:
+        return KernelError(f"kernel {metadata['kernel']}: {where} read an invalid schedule entry", info)
+    if kind == CAPACITY:
+        return KernelError(
+            f"kernel {metadata['kernel']}: the counter buffer holds {observed} words, {expected} are needed",
+            info,
+        )
+    return KernelError(f"kernel {metadata['kernel']}: unknown error record {record}", info)
