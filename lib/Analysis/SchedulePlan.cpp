@@ -60,8 +60,70 @@ LogicalResult mlir::et::printSchedulePlan(KernelOp kernel,
     deps.push_back(std::move(perTile));
   }
 
+  // Event sizes and every access's element per tile (linear, row-major;
+  // null where the index is computed from data).
+  llvm::json::Array eventsJson;
+  llvm::DenseMap<Value, unsigned> eventIds;
+  SmallVector<SmallVector<int64_t>> eventDims;
+  for (auto [i, info] : llvm::enumerate(graph.getEvents())) {
+    eventIds[info->op.getResult()] = i;
+    EventType type = info->op.getResult().getType();
+    SmallVector<int64_t> dims;
+    unsigned dyn = 0;
+    for (int64_t d : type.getShape()) {
+      if (!ShapedType::isDynamic(d)) {
+        dims.push_back(d);
+        continue;
+      }
+      std::optional<int64_t> v =
+          evaluateSize(info->op.getDynamicSizes()[dyn++], bindings);
+      dims.push_back(v.value_or(-1));
+    }
+    int64_t size = 1;
+    for (int64_t d : dims)
+      size = d < 0 ? -1 : size * d;
+    eventsJson.push_back(llvm::json::Object{
+        {"name", "event" + std::to_string(i)},
+        {"shape", llvm::json::Array(dims)},
+        {"size", size}});
+    eventDims.push_back(dims);
+  }
+  auto accessJson = [&](const EventAccess &access, unsigned ti) {
+    Value event = access.isSignal ? cast<EventSignalOp>(access.op).getEvent()
+                                  : cast<EventWaitOp>(access.op).getEvent();
+    unsigned id = eventIds.lookup(event);
+    llvm::json::Array elements;
+    for (int64_t tile = 0; tile < tg->getTask(ti).numTiles; ++tile) {
+      std::optional<SmallVector<int64_t>> idx = tg->evaluateAccess(access, ti, tile);
+      if (!idx) {
+        elements.push_back(nullptr);
+        continue;
+      }
+      int64_t lin = 0;
+      for (auto [v, d] : llvm::zip(*idx, eventDims[id]))
+        lin = lin * d + v;
+      elements.push_back(lin);
+    }
+    return llvm::json::Object{{"event", static_cast<int64_t>(id)},
+                              {"elements", std::move(elements)}};
+  };
+  llvm::json::Array accessesJson;
+  for (auto [ti, t] : llvm::enumerate(tg->getTasks())) {
+    llvm::json::Array waits, signals;
+    for (const auto &access : graph.getAccesses()) {
+      if (access->task != t.op)
+        continue;
+      (access->isSignal ? signals : waits)
+          .push_back(accessJson(*access, ti));
+    }
+    accessesJson.push_back(llvm::json::Object{{"waits", std::move(waits)},
+                                              {"signals", std::move(signals)}});
+  }
+
   llvm::json::Object root{
       {"kernel", kernel.getSymName()},
+      {"events", std::move(eventsJson)},
+      {"accesses", std::move(accessesJson)},
       {"mode", stringifyScheduleKind(schedule.getKind())},
       {"workers", workers},
       {"cost_model",

@@ -362,3 +362,182 @@ def random_kernel(
     a seed is the same with and without them.
     """
     return _Gen(seed, max_tasks, max_tiles, dynamic, with_costs, kernel_name).run()
+
+
+# ---------------------------------------------------------------------------
+# Executable kernels: bodies that compute, and their sequential reference
+# ---------------------------------------------------------------------------
+
+_MIX = 1000003
+_MASK = (1 << 64) - 1
+
+
+def _seed(task_index: int) -> int:
+    return 7919 * (task_index + 1)
+
+
+def with_bodies(rk: RandomKernel) -> str:
+    """`rk`'s kernel with task bodies that compute: each tile mixes the values
+    of the event elements it waits on (one i64 data slot per element) into a
+    value, stores it in its task's output (one slot per tile), and adds it
+    atomically to the data slot of every element it signals, before the
+    signal. A tile that read a slot before all its signallers had added to it
+    would produce a different value, so comparing with `reference` checks
+    the synchronization.
+
+    New kernel arguments, after the original ones: one `memref<?xi64>` data
+    buffer per event (creation order), then one output buffer per task."""
+    lines = rk.text.splitlines()
+    events: list[tuple[str, list[str]]] = []  # name, dims (int text or %ssa)
+    tasks: list[str] = []
+    for line in lines:
+        s = line.strip()
+        if " = et.event.create(" in s:
+            name = s.split(" = ")[0][1:]
+            operands = [o.strip() for o in s.split("(", 1)[1].split(")", 1)[0].split(",") if o.strip()]
+            shape = s.rsplit("<", 1)[1].rstrip(">")
+            dims, dyn = [], iter(operands)
+            for d in (shape.split("x") if shape else []):
+                dims.append(next(dyn) if d == "?" else d)
+            events.append((name, dims))
+        elif s.startswith("et.task @"):
+            tasks.append(s.split()[1][1:])
+    dims_of = dict(events)
+    out: list[str] = []
+    counter = [0]
+
+    def fresh(prefix: str) -> str:
+        counter[0] += 1
+        return f"%b{counter[0]}_{prefix}"
+
+    i = 0
+    task_index = 0
+    while i < len(lines):
+        line = lines[i]
+        s = line.strip()
+        if s.startswith("et.kernel @"):
+            head, rest = line.split("(", 1)
+            params = rest.rsplit(")", 1)[0]
+            extra = [f"%d_{e}: memref<?xi64>" for e, _ in events] + [f"%o_{t}: memref<?xi64>" for t in tasks]
+            joined = ", ".join(p for p in [params] + extra if p)
+            out.append(f"{head}({joined}) {{")
+            i += 1
+            continue
+        if not s.startswith("et.task @"):
+            out.append(line)
+            i += 1
+            continue
+        # A task: header, body lines, closing brace.
+        out.append(line)
+        tiles = [t.strip() for t in s.split("tiles(", 1)[1].split(")", 1)[0].split(",")]
+        extents = [t.strip() for t in s.split(" in (", 1)[1].split(")", 1)[0].split(",")]
+        body = []
+        i += 1
+        while lines[i].strip() != "}":
+            body.append(lines[i].strip())
+            i += 1
+        closing = lines[i]
+        i += 1
+        waits = [b for b in body if b.startswith("et.event.wait")]
+        signals = [b for b in body if b.startswith("et.event.signal")]
+        pad = "    "
+        for b in body:
+            if not b.startswith("et.event.signal"):
+                out.append(pad + b)
+        tid, c0, first = fresh("tid"), fresh("c0"), fresh("first")
+        out += [f"{pad}{tid} = et.thread_id", f"{pad}{c0} = arith.constant 0 : index",
+                f"{pad}{first} = arith.cmpi eq, {tid}, {c0} : index", f"{pad}scf.if {first} {{"]
+        inner = pad + "  "
+
+        def linear(access: str) -> str:
+            event = access.split("%", 2)[1].split("[")[0]
+            idx = [x.strip() for x in access.split("[", 1)[1].split("]", 1)[0].split(",") if x.strip()]
+            lin = c0
+            for pos, (x, d) in enumerate(zip(idx, dims_of[event])):
+                if pos == 0:
+                    lin = x
+                    continue
+                dim = d if d.startswith("%") else fresh("dim")
+                if not d.startswith("%"):
+                    out.append(f"{inner}{dim} = arith.constant {d} : index")
+                mul, add = fresh("mul"), fresh("lin")
+                out.append(f"{inner}{mul} = arith.muli {lin}, {dim} : index")
+                out.append(f"{inner}{add} = arith.addi {mul}, {x} : index")
+                lin = add
+            return lin
+
+        acc = fresh("acc")
+        mix = fresh("mix")
+        out += [f"{inner}{acc} = arith.constant {_seed(task_index)} : i64",
+                f"{inner}{mix} = arith.constant {_MIX} : i64"]
+        for w in waits:
+            event = w.split("%", 2)[1].split("[")[0]
+            lin = linear(w)
+            x, m, a = fresh("x"), fresh("m"), fresh("acc")
+            out += [f"{inner}{x} = memref.load %d_{event}[{lin}] : memref<?xi64>",
+                    f"{inner}{m} = arith.muli {acc}, {mix} : i64",
+                    f"{inner}{a} = arith.addi {m}, {x} : i64"]
+            acc = a
+        tile = tiles[0]
+        if len(tiles) == 2:
+            mul, add = fresh("tm"), fresh("tile")
+            out += [f"{inner}{mul} = arith.muli {tiles[0]}, {extents[1]} : index",
+                    f"{inner}{add} = arith.addi {mul}, {tiles[1]} : index"]
+            tile = add
+        t64, c31, v0, v = fresh("t64"), fresh("c31"), fresh("v0"), fresh("v")
+        out += [f"{inner}{t64} = arith.index_cast {tile} : index to i64",
+                f"{inner}{c31} = arith.constant 31 : i64",
+                f"{inner}{v0} = arith.muli {acc}, {c31} : i64",
+                f"{inner}{v} = arith.addi {v0}, {t64} : i64",
+                f"{inner}memref.store {v}, %o_{tasks[task_index]}[{tile}] : memref<?xi64>"]
+        for sig in signals:
+            event = sig.split("%", 2)[1].split("[")[0]
+            lin = linear(sig)
+            out.append(f"{inner}{fresh('old')} = memref.atomic_rmw addi {v}, %d_{event}[{lin}] : (i64, memref<?xi64>) -> i64")
+        out.append(f"{pad}}}")
+        for sig in signals:
+            out.append(pad + sig)
+        out.append(closing)
+        task_index += 1
+    return "\n".join(out) + "\n"
+
+
+def reference(plan: dict) -> tuple[list[list[int]], list[list[int]]]:
+    """The outputs and event data slots of a `with_bodies` kernel, computed
+    sequentially in a topological order of the tiles of `plan` (a schedule
+    plan for the same sizes: its `deps`, `accesses` and `events`)."""
+    tasks = plan["tasks"]
+    deps = plan["deps"]
+    data = [[0] * ev["size"] for ev in plan["events"]]
+    outs = [[0] * t["num_tiles"] for t in tasks]
+    pending = {(t, i): len(deps[t][i]) for t, task in enumerate(tasks) for i in range(task["num_tiles"])}
+    users: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for t, per_task in enumerate(deps):
+        for i, refs in enumerate(per_task):
+            for r in refs:
+                users.setdefault((r[0], r[1]), []).append((t, i))
+    ready = [k for k, n in pending.items() if n == 0]
+    done = 0
+    while ready:
+        t, i = ready.pop()
+        done += 1
+        acc = _seed(t)
+        for w in plan["accesses"][t]["waits"]:
+            acc = (acc * _MIX + data[w["event"]][w["elements"][i]]) & _MASK
+        v = (acc * 31 + i) & _MASK
+        outs[t][i] = v
+        for s in plan["accesses"][t]["signals"]:
+            slot = data[s["event"]]
+            e = s["elements"][i]
+            slot[e] = (slot[e] + v) & _MASK
+        for u in users.get((t, i), []):
+            pending[u] -= 1
+            if pending[u] == 0:
+                ready.append(u)
+    if done != len(pending):
+        raise ValueError("the plan's dependencies have a cycle")
+
+    def signed(x: int) -> int:
+        return x - (1 << 64) if x >= 1 << 63 else x
+
+    return [[signed(x) for x in o] for o in outs], [[signed(x) for x in d] for d in data]

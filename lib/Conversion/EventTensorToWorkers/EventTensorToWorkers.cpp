@@ -1149,6 +1149,17 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
                                  : emitDynamic(schedule)))
     return failure();
   cf::BranchOp::create(b, loc, exit, ValueRange{});
+
+  // Thread ids of the tile bodies.
+  entry->getParentOp()->walk([&](Operation *op) {
+    if (isa<ThreadIdOp>(op)) {
+      op->getResult(0).replaceAllUsesWith(threadId);
+      op->erase();
+    } else if (isa<NumThreadsOp>(op)) {
+      op->getResult(0).replaceAllUsesWith(numThreads);
+      op->erase();
+    }
+  });
   return success();
 }
 

@@ -440,3 +440,16 @@ LogicalResult RunOp::verify() {
     return emitOpError("has an empty tile list");
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Threads of a worker
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyInTask(Operation *op) {
+  if (!op->getParentOfType<TaskOp>())
+    return op->emitOpError("must be nested in an 'et.task' body");
+  return success();
+}
+
+LogicalResult ThreadIdOp::verify() { return verifyInTask(*this); }
+LogicalResult NumThreadsOp::verify() { return verifyInTask(*this); }

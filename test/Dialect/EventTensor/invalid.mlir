@@ -232,3 +232,17 @@ et.kernel @extent_after_missing(%m: memref<8xi32>, %i: index) {
   // expected-error @+1 {{'et.extent.load' op has 'after' indices but no 'after' event}}
   %n = "et.extent.load"(%m, %i, %i) {operandSegmentSizes = array<i32: 1, 1, 0, 1>} : (memref<8xi32>, index, index) -> index
 }
+
+// -----
+
+et.kernel @thread_id_outside_task() {
+  // expected-error @+1 {{'et.thread_id' op must be nested in an 'et.task' body}}
+  %t = et.thread_id
+}
+
+// -----
+
+et.kernel @num_threads_outside_task() {
+  // expected-error @+1 {{'et.num_threads' op must be nested in an 'et.task' body}}
+  %t = et.num_threads
+}

@@ -128,3 +128,22 @@ et.kernel @moe(%route: memref<?xindex>, %counts: memref<8xi32>, %tokens: index) 
     et.event.wait %expert_in[%c3] : !et.event<8>
   }
 }
+
+// -----
+
+// CHECK-LABEL: et.kernel @threads
+et.kernel @threads(%acc: memref<4xi64>) {
+  %c4 = arith.constant 4 : index
+  et.task @t tiles(%i) in (%c4) {
+    // CHECK: %{{.*}} = et.thread_id
+    // CHECK: %{{.*}} = et.num_threads
+    %t = et.thread_id
+    %n = et.num_threads
+    %c0 = arith.constant 0 : index
+    %first = arith.cmpi eq, %t, %c0 : index
+    scf.if %first {
+      %one = arith.constant 1 : i64
+      %old = memref.atomic_rmw addi %one, %acc[%i] : (i64, memref<4xi64>) -> i64
+    }
+  }
+}

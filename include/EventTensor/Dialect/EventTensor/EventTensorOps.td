@@ -263,6 +263,49 @@ def ET_ExtentLoadOp : ET_Op<"extent.load", [
 
 
 //===----------------------------------------------------------------------===//
+// Threads of a worker
+//===----------------------------------------------------------------------===//
+
+def ET_ThreadIdOp : ET_PureOp<"thread_id"> {
+  let summary = "the calling thread's id within its worker";
+  let description = [{
+    A tile body runs on every thread of its worker (a CTA on the GPU, one
+    host thread on the CPU). `et.thread_id` is the calling thread's id in
+    `0 .. et.num_threads - 1`; it is 0 on the CPU target. Side effects that
+    must happen once per tile (an atomic update, a store of a reduced value)
+    are guarded by `et.thread_id == 0` or partitioned by thread.
+
+    Example:
+
+    ```mlir
+    %t = et.thread_id
+    %first = arith.cmpi eq, %t, %c0 : index
+    scf.if %first { memref.atomic_rmw addi %v, %acc[%i] : (i64, memref<?xi64>) -> i64 }
+    ```
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def ET_NumThreadsOp : ET_PureOp<"num_threads"> {
+  let summary = "the number of threads of a worker";
+  let description = [{
+    The number of threads that run each tile body: the CTA size on the GPU,
+    1 on the CPU target.
+
+    Example:
+
+    ```mlir
+    %n = et.num_threads
+    ```
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Schedules
 //===----------------------------------------------------------------------===//
 
