@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["cuda_available", "cuda_skip_reason", "run"]
+__all__ = ["cuda_available", "cuda_skip_reason", "ptxas_path", "run"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,6 +23,17 @@ def cuda_skip_reason() -> str | None:
         return f"nvidia-smi failed: {err}"
     if out.returncode != 0 or "GPU" not in out.stdout:
         return "no CUDA GPU listed by nvidia-smi"
+    return None
+
+
+def ptxas_path() -> str | None:
+    """ptxas on PATH, under $CUDA_HOME/bin, or under /usr/local/cuda/bin."""
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "ptxas")):
+            return os.path.join(root, "bin", "ptxas")
     return None
 
 

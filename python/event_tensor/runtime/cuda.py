@@ -1,0 +1,150 @@
+"""Runs a CUDA artifact through the driver API (cuda-bindings): loads the PTX
+or cubin, keeps the kernel's counter/control/error buffers on the device,
+and launches one CTA per worker."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from .args import flatten_arguments
+from .artifact import Artifact
+from .errors import ArtifactError, DeviceError
+from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, decode_error
+
+__all__ = ["CUDALauncher"]
+
+_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+           "f32": ctypes.c_float, "f64": ctypes.c_double}
+# A waiting CTA polls about once per (backoff + load latency).
+POLL_OVERHEAD_NS = 200
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # older cuda-python layout
+        except ImportError:
+            raise DeviceError("the CUDA runtime needs cuda-bindings (pip install cuda-bindings)") from None
+    return driver
+
+
+def _check(result, what: str):
+    err = result[0]
+    if int(err) != 0:
+        driver = _driver()
+        _, name = driver.cuGetErrorName(err)
+        raise DeviceError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+class CUDALauncher:
+    """Launches a CUDA artifact on `device`; `timeout_s` bounds every wait."""
+
+    def __init__(self, artifact: Artifact, *, device: int = 0, timeout_s: float = 10.0):
+        if artifact.target != "cuda":
+            raise ArtifactError(f"{artifact.path}: a {artifact.target} artifact cannot run on the CUDA launcher")
+        self.artifact = artifact
+        self.metadata = artifact.metadata
+        self.timeout_s = timeout_s
+        drv = self.driver = _driver()
+        _check(drv.cuInit(0), "cuInit")
+        dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
+        self.context = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _check(drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        image = artifact.binary_path.read_bytes()
+        if artifact.binary_path.suffix == ".ptx":
+            image += b"\0"
+        self._image = ctypes.create_string_buffer(image, len(image))
+        self.module = _check(drv.cuModuleLoadData(ctypes.addressof(self._image)), "cuModuleLoadData")
+        self.function = _check(drv.cuModuleGetFunction(self.module, self.metadata["entry"].encode()),
+                               "cuModuleGetFunction")
+        self.workers = int(self.metadata["workers"])
+        self.threads = int(self.metadata["threads_per_worker"])
+        self._buffers: dict[str, tuple[int, int]] = {}
+        self._reset(int(self.metadata.get("counter_words") or 64))
+
+    # -- device buffers --------------------------------------------------
+    def _alloc(self, name: str, words: int, word_bytes: int) -> None:
+        drv = self.driver
+        if name in self._buffers:
+            _check(drv.cuMemFree(self._buffers[name][0]), "cuMemFree")
+        ptr = _check(drv.cuMemAlloc(words * word_bytes), "cuMemAlloc")
+        _check(drv.cuMemsetD8(ptr, 0, words * word_bytes), "cuMemsetD8")
+        self._buffers[name] = (int(ptr), words)
+
+    def _reset(self, counter_words: int) -> None:
+        self._alloc("counters", max(counter_words, 2), 4)
+        self._alloc("control", CONTROL_WORDS, 4)
+        self._alloc("error", ERROR_WORDS, 8)
+        self.epoch = 0
+
+    def _read(self, name: str, word_bytes: int, ctype) -> list[int]:
+        ptr, words = self._buffers[name]
+        host = (ctype * words)()
+        _check(self.driver.cuMemcpyDtoH(ctypes.addressof(host), ptr, words * word_bytes), "cuMemcpyDtoH")
+        return list(host)
+
+    def _descriptor(self, name: str) -> list[tuple[str, int]]:
+        ptr, words = self._buffers[name]
+        return [("ptr", ptr), ("ptr", ptr), ("i64", 0), ("i64", words), ("i64", 1)]
+
+    # -- launching -------------------------------------------------------
+    def launch_async(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
+        """Enqueues one launch on `stream` without waiting or checking errors
+        (for timing); `check()` synchronizes and raises a kernel error."""
+        flat, _ = flatten_arguments(self.metadata, args, "cuda")
+        self._enqueue(flat, timeout_s, stream)
+
+    def _enqueue(self, flat, timeout_s, stream) -> None:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        backoff = int(self.metadata["options"].get("backoff_ns", 64))
+        spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
+        self.epoch += 1
+        params = [("i64", self.epoch), ("i64", spin_limit), *self._descriptor("counters"),
+                  *self._descriptor("control"), *self._descriptor("error"), *flat]
+        # kernelParams: an array of pointers, each to one parameter's value.
+        holders = [_CTYPES[t](v) for t, v in params]
+        pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, 0, stream,
+                                          ctypes.addressof(pointers), 0), "cuLaunchKernel")
+        # The driver copies the parameters during the call.
+        del holders, pointers
+
+    def check(self, stream: int = 0) -> None:
+        """Waits for `stream` and raises the error the kernel recorded, if any."""
+        _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        control = self._read("control", 4, ctypes.c_int32)
+        if not control[ERROR_CLAIMED]:
+            return
+        record = self._read("error", 8, ctypes.c_int64)
+        self._reset(self._buffers["counters"][1])
+        raise decode_error(self.metadata, record)
+
+    def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
+        flat, keep = flatten_arguments(self.metadata, args, "cuda")
+        for attempt in range(2):
+            self._enqueue(flat, timeout_s, stream)
+            _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            control = self._read("control", 4, ctypes.c_int32)
+            if not control[ERROR_CLAIMED]:
+                return
+            record = self._read("error", 8, ctypes.c_int64)
+            if record[0] == CAPACITY and attempt == 0:
+                self._reset(record[6])
+                continue
+            self._reset(self._buffers["counters"][1])
+            raise decode_error(self.metadata, record)
+        del keep
+
+    def close(self) -> None:
+        for ptr, _ in self._buffers.values():
+            self.driver.cuMemFree(ptr)
+        self._buffers.clear()
+        if getattr(self, "module", None) is not None:
+            self.driver.cuModuleUnload(self.module)
+            self.module = None

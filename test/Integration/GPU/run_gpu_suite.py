@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Runs the GPU suite prepared by utils/prepare_gpu_suite.py on a CUDA
+machine with no MLIR (numpy, torch and cuda-bindings): every random task
+graph must match its sequential reference on three consecutive launches
+(the counters are reused through epochs), and the planted deadlock must
+raise the watchdog error within its timeout instead of hanging the GPU.
+
+    PYTHONPATH=python python3 test/Integration/GPU/run_gpu_suite.py .device/suite
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from event_tensor import runtime
+
+
+def main(root: Path) -> int:
+    cases = json.loads((root / "cases.json").read_text())
+    failures = []
+    start = time.monotonic()
+    for name in cases:
+        art = runtime.load(root / name)
+        case = np.load(root / name / "case.npz")
+        launch = art.launcher(timeout_s=5)
+        sizes = [int(x) for x in case["sizes"]]
+        for rep in range(3):
+            data = [torch.zeros(int(n), dtype=torch.int64, device="cuda") for n in case["data_sizes"]]
+            outs = [torch.full((int(n),), -7777, dtype=torch.int64, device="cuda") for n in case["out_sizes"]]
+            try:
+                launch(*sizes, *data, *outs)
+            except runtime.KernelError as err:
+                failures.append(f"{name} launch {rep}: {err}")
+                break
+            bad = [t for t, o in enumerate(outs) if not np.array_equal(o.cpu().numpy(), case[f"out{t}"])]
+            bad += [f"event{e}" for e, d in enumerate(data)
+                    if not np.array_equal(d.cpu().numpy()[: len(case[f"data{e}"])], case[f"data{e}"])]
+            if bad:
+                failures.append(f"{name} launch {rep}: mismatch in {bad}")
+                break
+        launch.close()
+    elapsed = time.monotonic() - start
+    print(f"random graphs: {len(cases) - len(failures)}/{len(cases)} cases match the reference "
+          f"(3 launches each, {elapsed:.1f} s)")
+    for f in failures:
+        print("  FAIL", f)
+
+    art = runtime.load(root / "planted-deadlock")
+    launch = art.launcher()
+    t0 = time.monotonic()
+    try:
+        launch(64, timeout_s=0.5)
+        print("planted deadlock: FAIL (no error)")
+        failures.append("deadlock")
+    except runtime.WatchdogError as err:
+        print(f"planted deadlock: watchdog error after {time.monotonic() - t0:.2f} s (timeout 0.5 s): {err}")
+    # The launcher recovers and the GPU is usable afterwards.
+    x = torch.ones(4, device="cuda")
+    torch.cuda.synchronize()
+    print("GPU usable after the watchdog:", float(x.sum()) == 4.0)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Compiles what the GPU machine runs (it has no MLIR) into .device/:
+
+    .device/suite/<case>/        random task graphs with computing bodies: a
+                                 CUDA artifact, the inputs and the sequential
+                                 reference (case.npz); plus a planted deadlock
+    .device/bench/<name>/        the synchronization microbenchmarks' kernels
+
+Then on the GPU machine (device tool, carry .device):
+    python3 test/Integration/GPU/run_gpu_suite.py .device/suite
+    python3 benchmarks/sync_latency.py .device/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+import event_tensor as et
+from event_tensor import analysis, compiler, ir
+from event_tensor.dag import random_kernel, reference, with_bodies
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _copy_artifact(art, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(art.path, dest)
+
+
+def suite(out: Path, seeds: int, cache: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cases = []
+    for seed in range(seeds):
+        rng = random.Random(5000 + seed)
+        rk = random_kernel(seed, max_tasks=rng.choice([3, 6, 9]), dynamic=seed % 3 != 0)
+        text = with_bodies(rk)
+        with ir.Context():
+            module = compiler.parse(text)
+            compiler.run_pipeline(module, "builtin.module(et.kernel(et-dynamic-schedule{workers=1}))")
+            plan = analysis.schedule_plan(module, rk.bindings)
+        outs, data = reference(plan)
+        for mode in ("static", "dynamic"):
+            workers = rng.choice([8, 32, 132])
+            art = et.compile(text, target="cuda", workers=workers, mode=mode, cache_dir=cache)
+            name = f"graph{seed:03d}-{mode}-w{workers}"
+            _copy_artifact(art, out / name)
+            np.savez(out / name / "case.npz",
+                     sizes=np.array([rk.bindings[f"arg{i}"] for i in range(len(rk.args))], np.int64),
+                     data_sizes=np.array([max(e["size"], 1) for e in plan["events"]], np.int64),
+                     out_sizes=np.array([t["num_tiles"] for t in plan["tasks"]], np.int64),
+                     **{f"out{t}": np.array(o, np.int64) for t, o in enumerate(outs)},
+                     **{f"data{e}": np.array(d, np.int64) for e, d in enumerate(data)})
+            cases.append(name)
+    deadlock = """
+et.kernel @deadlock(%n: index) {
+  %e = et.event.create() : !et.event<>
+  et.task @producer tiles(%i) in (%n) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @consumer tiles(%i) in (%n) {
+    et.event.wait %e[] : !et.event<>
+  }
+  et.schedule static workers(4) {
+""" + "".join(f"""    et.worker {w} {{
+      et.run @consumer cyclic 0
+      et.run @producer cyclic 0
+    }}
+""" for w in range(4)) + """  }
+}
+"""
+    art = et.compile(deadlock, target="cuda", workers=4, mode="keep", cache_dir=cache)
+    _copy_artifact(art, out / "planted-deadlock")
+    (out / "cases.json").write_text(json.dumps(cases, indent=1))
+    print(f"suite: {len(cases)} random-graph cases and a planted deadlock in {out}")
+
+
+def _hop_chain(workers: int, rounds: int, waits: bool) -> str:
+    """A chain of workers*rounds one-tile tasks, task k on worker k mod W:
+    each waits for the previous one (on the previous worker) when `waits`.
+    (One event per link: a task may not wait on an event it signals.)"""
+    n = workers * rounds
+    lines = ["et.kernel @hops() {", "  %c1 = arith.constant 1 : index"]
+    lines += [f"  %e{k} = et.event.create() : !et.event<>" for k in range(n + 1)]
+    lines += ["  et.task @start tiles(%i) in (%c1) {", "    et.event.signal %e0[] : !et.event<>", "  }"]
+    for k in range(n):
+        lines.append(f"  et.task @hop{k} tiles(%i) in (%c1) {{")
+        if waits:
+            lines.append(f"    et.event.wait %e{k}[] : !et.event<>")
+        lines.append(f"    et.event.signal %e{k + 1}[] : !et.event<>")
+        lines.append("  }")
+    lines.append(f"  et.schedule static workers({workers}) {{")
+    for w in range(workers):
+        lines.append(f"    et.worker {w} {{")
+        if w == 0:
+            lines.append("      et.run @start tiles [0]")
+        for k in range(w, n, workers):
+            lines.append(f"      et.run @hop{k} tiles [0]")
+        lines.append("    }")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+DISPATCH = """
+et.kernel @dispatch(%n: index) {
+  et.task @empty tiles(%i) in (%n) {
+  }
+}
+"""
+
+
+def bench(out: Path, workers: int, cache: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rounds = 2
+    for waits in (True, False):
+        name = "hops-chain" if waits else "hops-free"
+        art = et.compile(_hop_chain(workers, rounds, waits), target="cuda", workers=workers, mode="keep",
+                         cache_dir=cache)
+        _copy_artifact(art, out / name)
+    for mode in ("static", "dynamic"):
+        art = et.compile(DISPATCH, target="cuda", workers=workers, mode=mode, cache_dir=cache)
+        _copy_artifact(art, out / f"dispatch-{mode}")
+    (out / "bench.json").write_text(json.dumps({"workers": workers, "rounds": rounds}))
+    print(f"bench: kernels for {workers} workers in {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / ".device"))
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=132)
+    args = parser.parse_args()
+    out = Path(args.out)
+    cache = out / "cache"
+    suite(out / "suite", args.seeds, cache)
+    bench(out / "bench", args.workers, cache)
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
