@@ -41,7 +41,8 @@ void addScheduling(OpPassManager &pm, const Options &options) {
       kernels.addPass(createDynamicSchedulePass(o));
     }
   }
-  kernels.addPass(createVerifyEventGraphPass());
+  if (options.verify)
+    kernels.addPass(createVerifyEventGraphPass());
 }
 
 struct NVVMPipelineOptions
@@ -67,6 +68,11 @@ struct NVVMPipelineOptions
   PassOptions::Option<bool> optimize{
       *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
       llvm::cl::init(true)};
+  PassOptions::Option<bool> verify{
+      *this, "verify",
+      llvm::cl::desc("Run et-verify-event-graph (turn off only to test the "
+                     "runtime watchdog on a schedule it would reject)"),
+      llvm::cl::init(true)};
   PassOptions::Option<int64_t> backoffNs{
       *this, "backoff-ns", llvm::cl::desc("nanosleep between polls"),
       llvm::cl::init(64)};
@@ -82,6 +88,11 @@ struct CPUPipelineOptions : public PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::init("static")};
   PassOptions::Option<bool> optimize{
       *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
+      llvm::cl::init(true)};
+  PassOptions::Option<bool> verify{
+      *this, "verify",
+      llvm::cl::desc("Run et-verify-event-graph (turn off only to test the "
+                     "runtime watchdog on a schedule it would reject)"),
       llvm::cl::init(true)};
 };
 } // namespace

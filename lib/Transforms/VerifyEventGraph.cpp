@@ -174,6 +174,35 @@ struct VerifyEventGraphPass
       return false;
     }
 
+    // Static, task level: on each worker, a task spread by formula (cyclic)
+    // must come before the tasks that depend on it: which of its tiles land
+    // on that worker is only known at run time. (A consumer spread by
+    // formula after a producer listed by tile may depend on only some of
+    // the producer's tiles; that is checked tile by tile when counts are
+    // static.)
+    for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
+      llvm::DenseMap<Operation *, RunOp> first;
+      for (RunOp run : worker.getBody().front().getOps<RunOp>())
+        first.try_emplace(run.getTaskOp(), run);
+      for (const EventGraph::Edge &e : graph.getEdges()) {
+        TaskOp producer = e.producer, consumer = e.consumer;
+        RunOp p = first.lookup(producer), c = first.lookup(consumer);
+        if (!p || !c || producer == consumer || p->isBeforeInBlock(c))
+          continue;
+        if (!p.getCyclic())
+          continue;
+        InFlightDiagnostic diag =
+            c.emitOpError("runs @")
+            << consumer.getSymName() << " on worker " << worker.getId()
+            << " before @" << producer.getSymName()
+            << ", on which it depends and which is spread by formula: the "
+               "worker may wait on its own later tiles (deadlock)";
+        diag.attachNote(p.getLoc())
+            << "@" << producer.getSymName() << " is scheduled here";
+        return true;
+      }
+    }
+
     // Static: tile level, when every tile count is a compile-time constant.
     TileGraphOptions options;
     options.useBounds = false;

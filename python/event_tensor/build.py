@@ -88,14 +88,16 @@ def _ptx_from_binary(module) -> bytes:
 
 
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
-                   optimize: bool = True, chip: str = "sm_90a", features: str = "+ptx80",
+                   optimize: bool = True, verify: bool = True, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
 
     `mode` is "static", "dynamic" or "keep" (the kernel is already
-    scheduled); `workers` defaults to 4 on the CPU and 132 on CUDA. Errors
+    scheduled); `workers` defaults to 4 on the CPU and 132 on CUDA.
+    `verify=False` skips et-verify-event-graph (to test the runtime's
+    watchdog on a schedule the verifier would reject). Errors
     raise `EventTensorCompileError` with the diagnostics and an et-opt repro
     line."""
     from . import analysis
@@ -114,7 +116,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     text = module if isinstance(module, str) else module.operation.get_asm(print_generic_op_form=True)
 
-    options = {"target": target, "workers": workers, "mode": mode, "optimize": optimize}
+    options = {"target": target, "workers": workers, "mode": mode, "optimize": optimize, "verify": verify}
     if target == "cuda":
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker)
@@ -140,10 +142,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             "counter_words": _counter_words(graph),
         }
         if target == "cpu":
-            pipeline = f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} optimize={int(optimize)}}})"
+            pipeline = f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} optimize={int(optimize)} verify={int(verify)}}})"
         else:
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
-                        f"optimize={int(optimize)} chip={chip} features={features} format={format} "
+                        f"optimize={int(optimize)} verify={int(verify)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))

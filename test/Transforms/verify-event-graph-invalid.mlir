@@ -175,3 +175,23 @@ et.kernel @dynamic_backwards(%n: index) {
     et.run @a
   }
 }
+
+// -----
+
+et.kernel @cyclic_backwards(%n: index) {
+  %e = et.event.create() : !et.event<>
+  et.task @a tiles(%i) in (%n) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @b tiles(%i) in (%n) {
+    et.event.wait %e[] : !et.event<>
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      // expected-error @+1 {{runs @b on worker 0 before @a, on which it depends and which is spread by formula}}
+      et.run @b cyclic 0
+      // expected-note @+1 {{@a is scheduled here}}
+      et.run @a cyclic 0
+    }
+  }
+}

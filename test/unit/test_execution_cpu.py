@@ -84,10 +84,11 @@ et.kernel @deadlock(%n: index, %out: memref<?xi64>) {
 
 def test_planted_deadlock_raises_watchdog_error(tmp_path):
     # Every worker runs the consumer before the producer: a deadlock the
-    # watchdog must end. mode=keep keeps the hand-written schedule; the
-    # verifier checks task order in static schedules only at tile level, so
-    # it lets this runtime-count schedule through.
-    art = et.compile(DEADLOCK, target="cpu", workers=2, mode="keep", cache_dir=tmp_path)
+    # watchdog must end. The verifier rejects this schedule...
+    with pytest.raises(compiler.EventTensorCompileError, match="runs @consumer on worker 0 before @producer"):
+        et.compile(DEADLOCK, target="cpu", workers=2, mode="keep", cache_dir=tmp_path)
+    # ...so it is planted past it (mode=keep keeps the hand-written schedule).
+    art = et.compile(DEADLOCK, target="cpu", workers=2, mode="keep", verify=False, cache_dir=tmp_path)
     launch = art.launcher()
     start = time.monotonic()
     with pytest.raises(runtime.WatchdogError) as info:

@@ -1,0 +1,75 @@
+// RUN: et-opt %s --split-input-file --convert-et-to-cpu | FileCheck %s
+
+// A static schedule: the program table, the worker function and its
+// parameters, the wait (acquire load, bounded spin, sched_yield) and the
+// signal (release fence, then a relaxed atomic add).
+
+// CHECK-DAG: memref.global "private" constant @__et_chain_starts : memref<3xi32> = dense<[0, 2, 4]>
+// CHECK-DAG: memref.global "private" constant @__et_chain_program : memref<4x2xi32> = dense<{{\[\[}}0, 0], [1, 0], [0, 1], [1, 1]]>
+// CHECK-DAG: func.func private @sched_yield() -> i32
+// CHECK-LABEL: func.func @chain_worker(
+// CHECK-SAME: %[[W:.*]]: index, %[[EPOCH:.*]]: i64, %[[SPIN:.*]]: i64, %[[COUNTERS:.*]]: memref<?xi32>, %[[CONTROL:.*]]: memref<?xi32>, %[[ERROR:.*]]: memref<?xi64>, %{{.*}}: memref<2xi64>)
+// The capacity check, then the next launch's bank is cleared, then the
+// program loop dispatches on the task id.
+// CHECK: memref.dim %[[COUNTERS]]
+// CHECK: scf.for
+// CHECK: scf.while
+// CHECK: scf.execute_region -> i1
+// CHECK: cf.switch
+// The wait: thread 0 polls with an acquire load at system scope, checks the
+// abort flag, gives up after spin_limit polls (recording the error and
+// raising the abort flag), else yields its thread. The signal: a release
+// fence, then a relaxed atomic add.
+// CHECK-DAG: llvm.load %{{.*}} atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
+// CHECK-DAG: llvm.load %{{.*}} atomic monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
+// CHECK-DAG: arith.cmpi sge, %{{.*}}, %[[SPIN]] : i64
+// CHECK-DAG: llvm.cmpxchg %{{.*}}, %{{.*}}, %{{.*}} acq_rel monotonic
+// CHECK-DAG: llvm.store %{{.*}}, %{{.*}} atomic release
+// CHECK-DAG: func.call @sched_yield()
+// CHECK-DAG: llvm.fence release
+// CHECK-DAG: llvm.atomicrmw add %{{.*}}, %{{.*}} monotonic
+et.kernel @chain(%out: memref<2xi64>) {
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c2) {
+    et.event.signal %e[%i] : !et.event<2>
+  }
+  et.task @b tiles(%i) in (%c2) {
+    et.event.wait %e[%i] : !et.event<2>
+  }
+  et.schedule static workers(2) {
+    et.worker 0 {
+      et.run @a tiles [0]
+      et.run @b tiles [0]
+    }
+    et.worker 1 {
+      et.run @a tiles [1]
+      et.run @b tiles [1]
+    }
+  }
+}
+
+// -----
+
+// A dynamic schedule: tickets from the control buffer (word 0 or 1 by the
+// epoch's parity), mapped to tasks in queue order; thread ids become 0.
+// CHECK-LABEL: func.func @queue_worker(
+// CHECK: arith.andi %{{.*}}, %c1_i64 : i64
+// CHECK: scf.while
+// CHECK: llvm.atomicrmw add %{{.*}}, %{{.*}} monotonic
+// CHECK: scf.execute_region -> (i1, i1)
+// CHECK-NOT: et.thread_id
+et.kernel @queue(%n: index, %acc: memref<?xi64>) {
+  %e = et.event.create(%n) : !et.event<?>
+  et.task @p tiles(%i) in (%n) {
+    %t = et.thread_id
+    et.event.signal %e[%i] : !et.event<?>
+  }
+  et.task @q tiles(%i) in (%n) {
+    et.event.wait %e[%i] : !et.event<?>
+  }
+  et.schedule dynamic workers(4) {
+    et.run @p
+    et.run @q
+  }
+}

@@ -1,0 +1,47 @@
+// RUN: et-opt %s --convert-et-to-nvvm=backoff-ns=100 | FileCheck %s
+// RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep})" -o %t
+// RUN: FileCheck %s --check-prefix=PTX < %t
+// RUN: FileCheck %s --check-prefix=PTX-ACQUIRE < %t
+// RUN: FileCheck %s --check-prefix=PTX-SIGNAL < %t
+
+// One gpu.func per kernel: worker = block id, a workgroup word to share
+// thread 0's results, GPU-scope acquire loads, nanosleep backoff, and a
+// GPU-scope release fence before each signal's atomic add.
+// CHECK: module attributes {gpu.container_module}
+// CHECK: gpu.module @chain_module
+// CHECK: gpu.func @chain(%{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?xi64>) workgroup(%{{.*}} : memref<4xi64, #gpu.address_space<workgroup>>) kernel
+// CHECK: gpu.block_id x
+// CHECK: gpu.thread_id x
+// CHECK-DAG: llvm.load %{{.*}} atomic syncscope("device") acquire
+// CHECK-DAG: nvvm.nanosleep %c100_i32
+// CHECK-DAG: gpu.barrier
+// CHECK-DAG: llvm.fence syncscope("device") release
+// CHECK-DAG: llvm.atomicrmw add %{{.*}}, %{{.*}} syncscope("device") monotonic
+
+// In the PTX text, acquire loads at GPU scope and a fence right before the
+// atomic add.
+// PTX: gpu.binary @chain_module
+// PTX-SAME: .target sm_90a
+// PTX-ACQUIRE: ld.acquire.gpu.global.b32
+// PTX-ACQUIRE-SAME: nanosleep.u32
+// PTX-SIGNAL: fence.acq_rel.gpu;\0A\09atom.global.add.u32
+et.kernel @chain() {
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c2) {
+    et.event.signal %e[%i] : !et.event<2>
+  }
+  et.task @b tiles(%i) in (%c2) {
+    et.event.wait %e[%i] : !et.event<2>
+  }
+  et.schedule static workers(2) {
+    et.worker 0 {
+      et.run @a tiles [0]
+      et.run @b tiles [0]
+    }
+    et.worker 1 {
+      et.run @a tiles [1]
+      et.run @b tiles [1]
+    }
+  }
+}

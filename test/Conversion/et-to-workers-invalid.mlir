@@ -1,0 +1,56 @@
+// RUN: et-opt %s --split-input-file --convert-et-to-cpu --verify-diagnostics
+
+// expected-error @+1 {{must be scheduled before it is lowered (run et-static-schedule or et-dynamic-schedule)}}
+et.kernel @unscheduled(%n: index) {
+  et.task @a tiles(%i) in (%n) {
+  }
+}
+
+// -----
+
+// expected-error @+1 {{has a task that waits on its own signals; the worker lowering does not support it}}
+et.kernel @self_wait() {
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c2) {
+    et.event.wait %e[%i] : !et.event<2>
+    et.event.signal %e[%i] : !et.event<2>
+  }
+  et.schedule dynamic workers(1) {
+    et.run @a
+  }
+}
+
+// -----
+
+et.kernel @device_sized_event(%counts: memref<1xindex>) {
+  %c0 = arith.constant 0 : index
+  %n = et.extent.load %counts[%c0] : memref<1xindex>
+  // expected-error @+1 {{has a size computed from data read on the device, which the worker lowering does not support}}
+  %e = et.event.create(%n) : !et.event<?>
+  et.task @a tiles(%i) in (%n) {
+    et.event.signal %e[%i] : !et.event<?>
+  }
+  et.schedule dynamic workers(1) {
+    et.run @a
+  }
+}
+
+// -----
+
+et.kernel @region_at_kernel_level(%counts: memref<1xindex>, %flag: i1) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %m = et.extent.load %counts[%c0] : memref<1xindex>
+  // expected-error @+1 {{kernel-level ops with regions are not supported by the worker lowering}}
+  %x = scf.if %flag -> index {
+    scf.yield %m : index
+  } else {
+    scf.yield %c1 : index
+  }
+  et.task @a tiles(%i) in (%x) {
+  }
+  et.schedule dynamic workers(1) {
+    et.run @a
+  }
+}
