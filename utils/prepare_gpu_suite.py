@@ -58,6 +58,17 @@ def suite(out: Path, seeds: int, cache: Path) -> None:
                      **{f"out{t}": np.array(o, np.int64) for t, o in enumerate(outs)},
                      **{f"data{e}": np.array(d, np.int64) for e, d in enumerate(data)})
             cases.append(name)
+        if seed == 2:
+            # A cubin built here by ptxas (format=bin) instead of PTX.
+            art = et.compile(text, target="cuda", workers=64, mode="static", format="bin", cache_dir=cache)
+            _copy_artifact(art, out / f"graph{seed:03d}-cubin")
+            shutil.copy(out / name / "case.npz", out / f"graph{seed:03d}-cubin" / "case.npz")
+            cases.append(f"graph{seed:03d}-cubin")
+        if seed == 1:
+            # The same graph with in-kernel profiling.
+            art = et.compile(text, target="cuda", workers=32, mode="dynamic", profile=True, cache_dir=cache)
+            _copy_artifact(art, out / "profiled")
+            shutil.copy(out / name / "case.npz", out / "profiled" / "case.npz")
     deadlock = """
 et.kernel @deadlock(%n: index) {
   %e = et.event.create() : !et.event<>

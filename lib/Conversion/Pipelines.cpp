@@ -73,12 +73,20 @@ struct NVVMPipelineOptions
       llvm::cl::desc("Run et-verify-event-graph (turn off only to test the "
                      "runtime watchdog on a schedule it would reject)"),
       llvm::cl::init(true)};
+  PassOptions::Option<bool> profile{
+      *this, "profile",
+      llvm::cl::desc("Record per-tile timestamps in a trace buffer"),
+      llvm::cl::init(false)};
   PassOptions::Option<int64_t> backoffNs{
       *this, "backoff-ns", llvm::cl::desc("nanosleep between polls"),
       llvm::cl::init(64)};
 };
 
 struct CPUPipelineOptions : public PassPipelineOptions<CPUPipelineOptions> {
+  PassOptions::Option<bool> profile{
+      *this, "profile",
+      llvm::cl::desc("Record per-tile timestamps in a trace buffer"),
+      llvm::cl::init(false)};
   PassOptions::Option<int64_t> workers{
       *this, "workers", llvm::cl::desc("Persistent workers (host threads)"),
       llvm::cl::init(4)};
@@ -116,6 +124,7 @@ void mlir::et::registerEventTensorPipelines() {
         addScheduling(pm, options);
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;
+        o.profile = options.profile;
         pm.addPass(createConvertEventTensorToNVVMPass(o));
         pm.addPass(createCanonicalizerPass());
         gpu::GPUToNVVMPipelineOptions nvvm;
@@ -132,7 +141,9 @@ void mlir::et::registerEventTensorPipelines() {
         if (failed(checkMode(options.mode)))
           return;
         addScheduling(pm, options);
-        pm.addPass(createConvertEventTensorToCPUPass());
+        ConvertEventTensorToCPUPassOptions o;
+        o.profile = options.profile;
+        pm.addPass(createConvertEventTensorToCPUPass(o));
         pm.addPass(createCanonicalizerPass());
         pm.addPass(createLowerAffinePass());
         pm.addPass(createSCFToControlFlowPass());

@@ -88,7 +88,7 @@ def _ptx_from_binary(module) -> bytes:
 
 
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
-                   optimize: bool = True, verify: bool = True, chip: str = "sm_90a", features: str = "+ptx80",
+                   optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -96,7 +96,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
 
     `mode` is "static", "dynamic" or "keep" (the kernel is already
     scheduled); `workers` defaults to 4 on the CPU and 132 on CUDA.
-    `verify=False` skips et-verify-event-graph (to test the runtime's
+    `profile=True` makes every tile record its worker and start/end times
+    (the launcher's `last_trace`). `verify=False` skips et-verify-event-graph (to test the runtime's
     watchdog on a schedule the verifier would reject). Errors
     raise `EventTensorCompileError` with the diagnostics and an et-opt repro
     line."""
@@ -116,7 +117,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     text = module if isinstance(module, str) else module.operation.get_asm(print_generic_op_form=True)
 
-    options = {"target": target, "workers": workers, "mode": mode, "optimize": optimize, "verify": verify}
+    options = {"target": target, "workers": workers, "mode": mode, "optimize": optimize, "verify": verify,
+               "profile": profile}
     if target == "cuda":
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker)
@@ -133,7 +135,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         graph = analysis.event_graph(kernel)
         metadata: dict[str, Any] = {
             "format": FORMAT_VERSION, "toolchain": TOOLCHAIN, "llvm": LLVM_VERSION,
-            "target": target, "kernel": name, "workers": workers, "mode": mode,
+            "target": target, "kernel": name, "workers": workers, "mode": mode, "profile": profile,
             "options": options, "ir_hash": key,
             "arguments": _arguments(kernel),
             "tasks": [t["name"] for t in graph["tasks"]],
@@ -142,10 +144,11 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             "counter_words": _counter_words(graph),
         }
         if target == "cpu":
-            pipeline = f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} optimize={int(optimize)} verify={int(verify)}}})"
+            pipeline = (f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} "
+                        f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)}}})")
         else:
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
-                        f"optimize={int(optimize)} verify={int(verify)} chip={chip} features={features} format={format} "
+                        f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))

@@ -186,3 +186,39 @@ def test_compile_errors_carry_diagnostics(tmp_path):
         et.compile(CHAIN, target="tpu", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="workers must be a positive int"):
         et.compile(CHAIN, target="cpu", workers=0, cache_dir=tmp_path)
+
+
+def test_profile_trace(tmp_path):
+    """profile=True: every tile leaves one record; a worker's tiles do not
+    overlap; a tile ends after every tile it depends on."""
+    rk = random_kernel(7, max_tasks=6)
+    text = with_bodies(rk)
+    plan = _reference_plan(text, rk.bindings)
+    art = et.compile(text, target="cpu", workers=3, mode="static", profile=True, cache_dir=tmp_path)
+    assert art.metadata["profile"] is True
+    launch = art.launcher()
+    sizes, data, outs = _buffers(rk, plan)
+    launch(*sizes, *data, *outs)
+    trace = launch.last_trace
+    total = sum(t["num_tiles"] for t in plan["tasks"])
+    assert len(trace.records) == total and trace.dropped == 0
+    assert sorted((t, tile) for _, t, tile, _, _ in trace.records) == sorted(
+        (t, i) for t, task in enumerate(plan["tasks"]) for i in range(task["num_tiles"]))
+    end = {(t, tile): e for _, t, tile, _, e in trace.records}
+    for t, per_task in enumerate(plan["deps"]):
+        for i, refs in enumerate(per_task):
+            for d in refs:
+                assert end[(t, i)] >= end[tuple(d)]
+    for w in range(trace.workers):
+        mine = sorted((s, e) for worker, _, _, s, e in trace.records if worker == w)
+        assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:]))
+    events = trace.chrome_trace()["traceEvents"]
+    assert sum(1 for e in events if e.get("ph") == "X") == total
+    pytest.importorskip("matplotlib")
+    trace.gantt_png(tmp_path / "trace.png")
+    assert (tmp_path / "trace.png").stat().st_size > 0
+    # A trace buffer too small keeps the first records and counts the rest.
+    small = art.launcher(trace_capacity=4)
+    sizes, data, outs = _buffers(rk, plan)
+    small(*sizes, *data, *outs)
+    assert len(small.last_trace.records) == 4 and small.last_trace.dropped == total - 4

@@ -32,6 +32,10 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
   let options = [
     Option<"backoffNs", "backoff-ns", "int64_t", /*default=*/"64",
            "nanosleep between two polls of a counter (ns)">,
+    Option<"profile", "profile", "bool", /*default=*/"false",
+           "Record each tile's worker, task, tile, start and end time "
+           "(globaltimer, ns) in a trace buffer (an extra parameter after "
+           "`error`)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
@@ -47,7 +51,13 @@ def ConvertEventTensorToCPUPass : Pass<"convert-et-to-cpu", "ModuleOp"> {
     argument; the other parameters are those of `convert-et-to-nvvm`.
     Counters are host atomics with the same acquire/release meaning (system
     scope); a waiting worker yields its thread (`sched_yield`) between polls.
+    With `profile`, tile times come from `clock_gettime(CLOCK_MONOTONIC)`.
   }];
+  let options = [
+    Option<"profile", "profile", "bool", /*default=*/"false",
+           "Record each tile's worker, task, tile, start and end time (ns) "
+           "in a trace buffer (an extra parameter after `error`)">,
+  ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::scf::SCFDialect", "::mlir::cf::ControlFlowDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];

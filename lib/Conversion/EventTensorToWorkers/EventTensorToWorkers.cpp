@@ -50,6 +50,9 @@ namespace {
 constexpr int64_t kTicket0 = 0; // tickets of bank 0 and 1
 constexpr int64_t kAbort = 2;
 constexpr int64_t kErrorClaimed = 3;
+constexpr int64_t kTraceCursor = 4;
+// Words of one trace record (i64): worker, task, tile, start, end.
+constexpr int64_t kTraceWords = 5;
 constexpr int64_t kControlWords = 8;
 // Words of the error record (i64).
 constexpr int64_t kErrorWords = 8;
@@ -57,6 +60,7 @@ constexpr int64_t kErrorWords = 8;
 /// What differs between the GPU and the host worker.
 struct Target {
   bool gpu = false;
+  bool profile = false;
   int64_t backoffNs = 64;
   StringRef syncscope() const { return gpu ? "device" : ""; }
 };
@@ -157,6 +161,45 @@ private:
     if (isBool)
       return arith::TruncIOp::create(b, loc, b.getI1Type(), out);
     return out;
+  }
+
+  /// Nanoseconds from a monotonic clock (globaltimer on the GPU).
+  Value now() {
+    if (target.gpu)
+      return NVVM::GlobalTimerOp::create(b, loc, b.getI64Type());
+    func::CallOp::create(b, loc, "clock_gettime", TypeRange{b.getI32Type()},
+                         ValueRange{i32(1), clockBuffer});
+    Value sec = LLVM::LoadOp::create(b, loc, b.getI64Type(), clockBuffer);
+    Value nsecPtr = LLVM::GEPOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
+        clockBuffer, ArrayRef<LLVM::GEPArg>{1});
+    Value nsec = LLVM::LoadOp::create(b, loc, b.getI64Type(), nsecPtr);
+    return arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, sec, i64(1000000000)), nsec);
+  }
+
+  /// Appends (worker, task, tile, start, end) to the trace, if it has room.
+  void recordTile(Value task, Value tile, Value start) {
+    Value end = now();
+    auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(first.thenBlock());
+    Value slot = toIndex(LLVM::AtomicRMWOp::create(
+        b, loc, LLVM::AtomicBinOp::add, controlPointer(kTraceCursor), i32(1),
+        LLVM::AtomicOrdering::monotonic, target.syncscope(), 4));
+    Value capacity = arith::DivUIOp::create(
+        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
+    Value fits =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, slot, capacity);
+    auto store = scf::IfOp::create(b, loc, fits, /*withElse=*/false);
+    b.setInsertionPointToStart(store.thenBlock());
+    Value base = arith::MulIOp::create(b, loc, slot, idx(kTraceWords));
+    Value fields[kTraceWords] = {toI64(workerId), toI64(task), toI64(tile),
+                                 start, end};
+    for (int64_t i = 0; i < kTraceWords; ++i)
+      memref::StoreOp::create(
+          b, loc, fields[i], traceMem,
+          ValueRange{arith::AddIOp::create(b, loc, base, idx(i))});
   }
 
   //===--------------------------------------------------------------------===//
@@ -573,6 +616,7 @@ private:
   /// the current block of `scope`; continues in a new current block.
   LogicalResult emitTile(Scope &scope, TaskOp task, unsigned taskId,
                          Value tile) {
+    Value start = target.profile ? now() : Value();
     SmallVector<Value> extents;
     if (failed(tileCount(task, scope, &extents)))
       return failure();
@@ -640,6 +684,8 @@ private:
     }
     // The tile is done on every thread before the next one starts.
     barrier();
+    if (target.profile)
+      recordTile(taskValue, tile, start);
     return success();
   }
 
@@ -668,7 +714,7 @@ private:
 
   // Worker function values.
   Value workerId, threadId, numThreads, epoch, spinLimit;
-  Value countersMem, controlMem, errorMem;
+  Value countersMem, controlMem, errorMem, traceMem, clockBuffer;
   Value countersBase, controlBase;
   Value bank, bankBase;
   Value sharedScratch;
@@ -1081,6 +1127,8 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   if (!target.gpu)
     inputs.push_back(b.getIndexType());
   inputs.append({i64Type, i64Type, dynI32, dynI32, dynI64});
+  if (target.profile)
+    inputs.push_back(dynI64);
   unsigned firstKernelArg = inputs.size();
   llvm::append_range(inputs, kernel.getArgumentTypes());
   auto fnType = FunctionType::get(ctx, inputs, {});
@@ -1116,6 +1164,15 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   countersMem = entry->getArgument(a + 2);
   controlMem = entry->getArgument(a + 3);
   errorMem = entry->getArgument(a + 4);
+  if (target.profile)
+    traceMem = entry->getArgument(a + 5);
+  if (target.profile && !target.gpu) {
+    Value one = LLVM::ConstantOp::create(b, loc, b.getI64Type(),
+                                         b.getI64IntegerAttr(1));
+    clockBuffer = LLVM::AllocaOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()),
+        LLVM::LLVMArrayType::get(b.getI64Type(), 2), one, /*alignment=*/8);
+  }
   for (auto [kArg, fArg] :
        llvm::zip(kernel.getArguments(),
                  entry->getArguments().drop_front(firstKernelArg)))
@@ -1166,13 +1223,19 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
 static LogicalResult lowerKernels(ModuleOp module, Target target) {
   SmallVector<KernelOp> kernels(module.getOps<KernelOp>());
   OpBuilder b(module.getContext());
-  if (!target.gpu && !kernels.empty() &&
-      !module.lookupSymbol("sched_yield")) {
+  auto declare = [&](StringRef name, FunctionType type) {
+    if (module.lookupSymbol(name))
+      return;
     b.setInsertionPointToStart(module.getBody());
-    auto decl = func::FuncOp::create(
-        b, module.getLoc(), "sched_yield",
-        b.getFunctionType({}, {b.getI32Type()}));
-    decl.setPrivate();
+    func::FuncOp::create(b, module.getLoc(), name, type).setPrivate();
+  };
+  if (!target.gpu && !kernels.empty()) {
+    declare("sched_yield", b.getFunctionType({}, {b.getI32Type()}));
+    if (target.profile)
+      declare("clock_gettime",
+              b.getFunctionType({b.getI32Type(),
+                                 LLVM::LLVMPointerType::get(b.getContext())},
+                                {b.getI32Type()}));
   }
   for (KernelOp kernel : kernels) {
     Operation *container = module;
@@ -1202,6 +1265,7 @@ struct ConvertEventTensorToNVVMPass
     Target target;
     target.gpu = true;
     target.backoffNs = backoffNs;
+    target.profile = profile;
     if (failed(lowerKernels(getOperation(), target)))
       signalPassFailure();
   }
@@ -1212,7 +1276,9 @@ struct ConvertEventTensorToCPUPass
           ConvertEventTensorToCPUPass> {
   using Base::Base;
   void runOnOperation() override {
-    if (failed(lowerKernels(getOperation(), Target())))
+    Target target;
+    target.profile = profile;
+    if (failed(lowerKernels(getOperation(), target)))
       signalPassFailure();
   }
 };

@@ -12,7 +12,8 @@ import numpy as np
 from .args import flatten_arguments
 from .artifact import Artifact
 from .errors import ArtifactError
-from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, decode_error
+from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error
+from .trace import RECORD_WORDS, Trace
 
 __all__ = ["CPULauncher"]
 
@@ -31,7 +32,7 @@ def _descriptor(array: np.ndarray) -> list[tuple[str, int]]:
 class CPULauncher:
     """Launches a host artifact; `timeout_s` bounds every wait (watchdog)."""
 
-    def __init__(self, artifact: Artifact, *, timeout_s: float = 10.0):
+    def __init__(self, artifact: Artifact, *, timeout_s: float = 10.0, trace_capacity: int = 1 << 16):
         if artifact.target != "cpu":
             raise ArtifactError(f"{artifact.path}: a {artifact.target} artifact cannot run on the CPU launcher")
         self.artifact = artifact
@@ -44,6 +45,9 @@ class CPULauncher:
             raise ArtifactError(f"{artifact.path}: cannot load the worker function: {err}") from None
         self._fn.restype = None
         self.workers = int(self.metadata["workers"])
+        self.profile = bool(self.metadata.get("profile"))
+        self.trace_buffer = np.zeros(trace_capacity * RECORD_WORDS if self.profile else 1, np.int64)
+        self.last_trace: Trace | None = None
         self._reset(int(self.metadata.get("counter_words") or 64))
 
     def _reset(self, counter_words: int) -> None:
@@ -58,8 +62,12 @@ class CPULauncher:
         spin_limit = max(1, int(timeout * POLLS_PER_SECOND))
         for attempt in range(2):
             self.epoch += 1
+            self.control[TRACE_CURSOR] = 0
             params = [("i64", self.epoch), ("i64", spin_limit), *_descriptor(self.counters),
-                      *_descriptor(self.control), *_descriptor(self.error), *flat]
+                      *_descriptor(self.control), *_descriptor(self.error)]
+            if self.profile:
+                params += _descriptor(self.trace_buffer)
+            params += flat
             self._fn.argtypes = [ctypes.c_int64] + [_CTYPES[t] for t, _ in params]
             values = [v for _, v in params]
             threads = [threading.Thread(target=self._fn, args=(w, *values)) for w in range(self.workers)]
@@ -68,6 +76,10 @@ class CPULauncher:
             for t in threads:
                 t.join()
             if not self.control[ERROR_CLAIMED]:
+                if self.profile:
+                    self.last_trace = Trace.from_words(
+                        self.metadata, self.trace_buffer.tolist(), int(self.control[TRACE_CURSOR]),
+                        self.trace_buffer.shape[0] // RECORD_WORDS)
                 return
             record = [int(x) for x in self.error]
             if record[0] == CAPACITY and attempt == 0:

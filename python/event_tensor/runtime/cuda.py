@@ -10,7 +10,8 @@ from typing import Any
 from .args import flatten_arguments
 from .artifact import Artifact
 from .errors import ArtifactError, DeviceError
-from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, decode_error
+from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error
+from .trace import RECORD_WORDS, Trace
 
 __all__ = ["CUDALauncher"]
 
@@ -45,7 +46,8 @@ def _check(result, what: str):
 class CUDALauncher:
     """Launches a CUDA artifact on `device`; `timeout_s` bounds every wait."""
 
-    def __init__(self, artifact: Artifact, *, device: int = 0, timeout_s: float = 10.0):
+    def __init__(self, artifact: Artifact, *, device: int = 0, timeout_s: float = 10.0,
+                 trace_capacity: int = 1 << 16):
         if artifact.target != "cuda":
             raise ArtifactError(f"{artifact.path}: a {artifact.target} artifact cannot run on the CUDA launcher")
         self.artifact = artifact
@@ -66,6 +68,10 @@ class CUDALauncher:
         self.workers = int(self.metadata["workers"])
         self.threads = int(self.metadata["threads_per_worker"])
         self._buffers: dict[str, tuple[int, int]] = {}
+        self.profile = bool(self.metadata.get("profile"))
+        self.last_trace: Trace | None = None
+        if self.profile:
+            self._alloc("trace", trace_capacity * RECORD_WORDS, 8)
         self._reset(int(self.metadata.get("counter_words") or 64))
 
     # -- device buffers --------------------------------------------------
@@ -78,6 +84,7 @@ class CUDALauncher:
         self._buffers[name] = (int(ptr), words)
 
     def _reset(self, counter_words: int) -> None:
+        # (The trace buffer is kept: each launch restarts its cursor.)
         self._alloc("counters", max(counter_words, 2), 4)
         self._alloc("control", CONTROL_WORDS, 4)
         self._alloc("error", ERROR_WORDS, 8)
@@ -106,7 +113,13 @@ class CUDALauncher:
         spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
         self.epoch += 1
         params = [("i64", self.epoch), ("i64", spin_limit), *self._descriptor("counters"),
-                  *self._descriptor("control"), *self._descriptor("error"), *flat]
+                  *self._descriptor("control"), *self._descriptor("error")]
+        if self.profile:
+            # The trace cursor restarts at 0 for every launch.
+            cursor = self._buffers["control"][0] + 4 * TRACE_CURSOR
+            _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
+            params += self._descriptor("trace")
+        params += flat
         # kernelParams: an array of pointers, each to one parameter's value.
         holders = [_CTYPES[t](v) for t, v in params]
         pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
@@ -132,6 +145,10 @@ class CUDALauncher:
             _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
             control = self._read("control", 4, ctypes.c_int32)
             if not control[ERROR_CLAIMED]:
+                if self.profile:
+                    words = self._read("trace", 8, ctypes.c_int64)
+                    self.last_trace = Trace.from_words(self.metadata, words, control[TRACE_CURSOR],
+                                                       self._buffers["trace"][1] // RECORD_WORDS)
                 return
             record = self._read("error", 8, ctypes.c_int64)
             if record[0] == CAPACITY and attempt == 0:

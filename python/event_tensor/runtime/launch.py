@@ -13,7 +13,7 @@ __all__ = ["ERROR_WORDS", "CONTROL_WORDS", "decode_error"]
 CONTROL_WORDS = 8
 ERROR_WORDS = 8
 # Control words.
-ABORT, ERROR_CLAIMED = 2, 3
+ABORT, ERROR_CLAIMED, TRACE_CURSOR = 2, 3, 4
 # Error kinds (first word of the record).
 TIMEOUT, CAPACITY, OUT_OF_BOUNDS, BAD_ENTRY = 1, 2, 3, 4
 

@@ -5,7 +5,9 @@ graph must match its sequential reference on three consecutive launches
 (the counters are reused through epochs), and the planted deadlock must
 raise the watchdog error within its timeout instead of hanging the GPU.
 
-    PYTHONPATH=python python3 test/Integration/GPU/run_gpu_suite.py .device/suite
+    PYTHONPATH=python python3 test/Integration/GPU/run_gpu_suite.py .device/suite [OUTDIR]
+
+With OUTDIR, the profiled case's Chrome trace and Gantt chart are written there.
 """
 
 import json
@@ -19,7 +21,29 @@ import torch
 from event_tensor import runtime
 
 
-def main(root: Path) -> int:
+def run_profiled(root: Path, out: Path | None) -> bool:
+    art = runtime.load(root / "profiled")
+    case = np.load(root / "profiled" / "case.npz")
+    launch = art.launcher(timeout_s=5)
+    data = [torch.zeros(int(n), dtype=torch.int64, device="cuda") for n in case["data_sizes"]]
+    outs = [torch.full((int(n),), -7777, dtype=torch.int64, device="cuda") for n in case["out_sizes"]]
+    launch(*[int(x) for x in case["sizes"]], *data, *outs)
+    trace = launch.last_trace
+    total = int(sum(case["out_sizes"]))
+    ok = len(trace.records) == total and all(
+        np.array_equal(o.cpu().numpy(), case[f"out{t}"]) for t, o in enumerate(outs))
+    print(f"profiled launch: {len(trace.records)}/{total} tile records, makespan {trace.makespan_ns / 1e3:.1f} us, "
+          f"outputs {'match' if ok else 'DIFFER'}")
+    if out is not None:
+        trace.chrome_trace(out / "profiled-trace.json")
+        try:
+            trace.gantt_png(out / "profiled-gantt.png")
+        except ImportError:
+            pass
+    return ok
+
+
+def main(root: Path, out: Path | None = None) -> int:
     cases = json.loads((root / "cases.json").read_text())
     failures = []
     start = time.monotonic()
@@ -62,8 +86,10 @@ def main(root: Path) -> int:
     x = torch.ones(4, device="cuda")
     torch.cuda.synchronize()
     print("GPU usable after the watchdog:", float(x.sum()) == 4.0)
+    if not run_profiled(root, out):
+        failures.append("profiled")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None))

@@ -1,0 +1,71 @@
+"""In-kernel profiles: what a kernel compiled with `profile=True` records for
+every tile (worker, task, tile, start and end time in ns), turned into the
+simulator's result type so that the same Chrome trace and Gantt chart code
+draws measured and predicted schedules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Trace"]
+
+RECORD_WORDS = 5
+
+
+@dataclass
+class Trace:
+    """The tiles one launch ran, with times in ns relative to the first start."""
+
+    kernel: str
+    workers: int
+    tasks: list[str]
+    records: list[tuple[int, int, int, int, int]]  # worker, task, tile, start, end
+    dropped: int = 0  # records that did not fit in the trace buffer
+    mode: str = "static"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_words(cls, metadata: dict, words: list[int], count: int, capacity: int) -> "Trace":
+        kept = min(count, capacity)
+        raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i in range(kept)]
+        t0 = min((r[3] for r in raw), default=0)
+        records = [(w, t, tile, s - t0, e - t0) for w, t, tile, s, e in raw]
+        records.sort(key=lambda r: (r[3], r[0]))
+        return cls(metadata["kernel"], int(metadata["workers"]), list(metadata.get("tasks", [])), records,
+                   dropped=max(0, count - capacity), mode=metadata.get("mode", "static"))
+
+    @property
+    def makespan_ns(self) -> int:
+        return max((r[4] for r in self.records), default=0)
+
+    def to_result(self):
+        """A `simulator.SimResult` of the measured schedule (waiting is not
+        separated from work: each tile spans dispatch to end)."""
+        from ..simulator import SimResult, TaskInfo, TileRecord
+
+        busy = [0.0] * self.workers
+        tiles = []
+        counts = [0] * len(self.tasks)
+        for w, t, tile, s, e in self.records:
+            busy[w] += e - s
+            if 0 <= t < len(counts):
+                counts[t] += 1
+            name = self.tasks[t] if 0 <= t < len(self.tasks) else f"task{t}"
+            tiles.append(TileRecord(name, t, tile, w, float(s), float(s), float(e)))
+        span = float(self.makespan_ns)
+        util = [b / span if span else 0.0 for b in busy]
+        infos = [TaskInfo(n, counts[i], 0.0, 0.0) for i, n in enumerate(self.tasks)]
+        return SimResult(span, self.workers, busy, util, sum(util) / max(len(util), 1), tiles,
+                         kernel=self.kernel, mode=f"{self.mode}, measured", tasks=infos)
+
+    def chrome_trace(self, path: str | Path | None = None) -> dict:
+        from ..simulator import chrome_trace
+
+        return chrome_trace(self.to_result(), path)
+
+    def gantt_png(self, path: str | Path, *, title: str | None = None) -> None:
+        from ..simulator import gantt_png
+
+        gantt_png(self.to_result(), path, title=title)
