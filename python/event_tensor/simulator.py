@@ -444,9 +444,11 @@ def _deadlock(kernel, mode, workers, tasks, blocked, dep_ids, resolved, worker_o
             return f"held by worker {v} ({place(d)}), {state}"
         if mode == "static":
             owner, k = location[d]
-            own = "its own" if owner == w else f"worker {owner}'s"
-            return (f"not reached: position {k} of {own} program, where worker {owner} "
-                    f"is stuck at position {position[owner] - 1}")
+            if owner == w:
+                return (f"later in its own program (position {k}; the worker waits at "
+                        f"position {position[w] - 1})")
+            return (f"not reached: position {k} of worker {owner}'s program, which is "
+                    f"stuck at position {position[owner] - 1}")
         return f"not taken: {place(d)} of the queue, the next ticket is {next_ticket}"
 
     lines = []

@@ -185,7 +185,7 @@ def test_static_deadlock_dependency_later_in_own_program():
     message = str(info.value)
     assert "worker 0" in message
     assert "('a', 0)" in message and "('b', 0)" in message
-    assert "its own program" in message
+    assert "later in its own program" in message
     assert "'stuck'" in message
     assert info.value.stuck == [(0, ("a", 0), ("b", 0))]
     assert isinstance(info.value, RuntimeError)
