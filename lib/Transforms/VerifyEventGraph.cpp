@@ -223,7 +223,18 @@ struct VerifyEventGraphPass
       auto &program = programs.emplace_back();
       for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
         unsigned task = tg->getTaskIndex(run.getTaskOp());
-        ArrayRef<int64_t> tiles = *run.getTiles();
+        SmallVector<int64_t> tiles;
+        if (std::optional<ArrayRef<int64_t>> listed = run.getTiles()) {
+          tiles.assign(listed->begin(), listed->end());
+        } else {
+          // A static-count task spread by formula: tile t on worker
+          // (t + k) mod W.
+          int64_t w = worker.getId(), k = *run.getCyclic();
+          int64_t numWorkers = schedule.getWorkers();
+          for (int64_t t = ((w - k) % numWorkers + numWorkers) % numWorkers;
+               t < tg->getTask(task).numTiles; t += numWorkers)
+            tiles.push_back(t);
+        }
         for (int64_t tile : tiles) {
           where[{task, tile}] = {worker.getId(),
                                  static_cast<int64_t>(program.size()), run};

@@ -195,3 +195,29 @@ et.kernel @cyclic_backwards(%n: index) {
     }
   }
 }
+
+// -----
+
+// A static-count task spread by formula is checked tile by tile (found by
+// the fuzz test): @c tile 0 runs on worker 0 before @p tile 0.
+et.kernel @cyclic_static_count() {
+  %c4 = arith.constant 4 : index
+  %e = et.event.create() : !et.event<4>
+  et.task @p tiles(%i) in (%c4) {
+    et.event.signal %e[%i] : !et.event<4>
+  }
+  et.task @c tiles(%i) in (%c4) {
+    et.event.wait %e[%i] : !et.event<4>
+  }
+  et.schedule static workers(2) {
+    et.worker 0 {
+      // expected-error @+1 {{runs tile 0 of @c on worker 0 before tile 0 of @p, which it waits on (certain deadlock)}}
+      et.run @c cyclic 0
+      // expected-note @+1 {{tile 0 is scheduled here}}
+      et.run @p tiles [0, 1, 2, 3]
+    }
+    et.worker 1 {
+      et.run @c cyclic 0
+    }
+  }
+}

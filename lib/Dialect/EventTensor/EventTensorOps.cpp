@@ -264,14 +264,19 @@ LogicalResult ExtentLoadOp::verify() {
 // Schedules
 //===----------------------------------------------------------------------===//
 
-/// The number of tiles of `task` when every extent is a constant.
+/// The number of tiles of `task` when every extent is a constant
+/// (saturating at INT64_MAX).
 static std::optional<int64_t> staticTileCount(TaskOp task) {
   int64_t total = 1;
   for (Value extent : task.getExtents()) {
     APInt value;
     if (!matchPattern(extent, m_ConstantInt(&value)))
       return std::nullopt;
-    total *= value.getSExtValue();
+    int64_t v = value.getSExtValue();
+    if (v > 0 && total > INT64_MAX / v)
+      total = INT64_MAX;
+    else
+      total *= v;
   }
   return total;
 }
@@ -315,7 +320,8 @@ LogicalResult ScheduleOp::verifyRegions() {
 
   // Static: one et.worker per worker, in id order.
   int64_t expectedId = 0;
-  llvm::DenseMap<Operation *, SmallVector<int64_t>> tileOwners;
+  // Per task listed by tile: tile -> worker.
+  llvm::DenseMap<Operation *, llvm::DenseMap<int64_t, int64_t>> tileOwners;
   llvm::DenseMap<Operation *, int64_t> cyclicOffsets;
   llvm::DenseMap<Operation *, int64_t> cyclicWorkers;
   for (Operation &op : body) {
@@ -361,19 +367,18 @@ LogicalResult ScheduleOp::verifyRegions() {
                << task.getSymName()
                << ", whose tile count is only known at run time (use "
                   "'cyclic')";
-      SmallVector<int64_t> &owners = tileOwners[task];
-      owners.resize(*count, -1);
+      llvm::DenseMap<int64_t, int64_t> &owners = tileOwners[task];
       ArrayRef<int64_t> tiles = *run.getTiles();
       for (int64_t tile : tiles) {
         if (tile < 0 || tile >= *count)
           return run.emitOpError("tile ")
                  << tile << " of @" << task.getSymName()
                  << " is out of range [0, " << *count << ")";
-        if (owners[tile] != -1)
+        auto [it, inserted] = owners.try_emplace(tile, worker.getId());
+        if (!inserted)
           return run.emitOpError("tile ")
                  << tile << " of @" << task.getSymName()
-                 << " is already scheduled on worker " << owners[tile];
-        owners[tile] = worker.getId();
+                 << " is already scheduled on worker " << it->second;
       }
     }
   }
@@ -394,10 +399,15 @@ LogicalResult ScheduleOp::verifyRegions() {
     auto it = tileOwners.find(task);
     if (it == tileOwners.end())
       return emitOpError("does not schedule task @") << task.getSymName();
-    for (auto [tile, owner] : llvm::enumerate(it->second))
-      if (owner == -1)
-        return emitOpError("does not schedule tile ")
-               << tile << " of task @" << task.getSymName();
+    int64_t count = *staticTileCount(task);
+    if (static_cast<int64_t>(it->second.size()) != count) {
+      // Tiles are in range and distinct, so one below the count is missing.
+      int64_t missing = 0;
+      while (it->second.contains(missing))
+        ++missing;
+      return emitOpError("does not schedule tile ")
+             << missing << " of task @" << task.getSymName();
+    }
   }
   return success();
 }

@@ -458,3 +458,19 @@ et.kernel @prologue_too_large() {
   et.task @a tiles(%i) in (%c1) attributes {et.cost = #et.cost<bytes = 4, flops = 0, prologue_bytes = 8>} {
   }
 }
+
+// -----
+
+// A huge static tile count (found by the fuzz test): the check must not
+// allocate per tile.
+et.kernel @huge_tile_count() {
+  %big = arith.constant 1099511627776 : index
+  et.task @a tiles(%i) in (%big) {
+  }
+  // expected-error @+1 {{does not schedule tile 1 of task @a}}
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @a tiles [0, 2]
+    }
+  }
+}
