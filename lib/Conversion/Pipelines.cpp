@@ -14,6 +14,7 @@
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/GPU/Pipelines/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -122,6 +123,9 @@ void mlir::et::registerEventTensorPipelines() {
         if (failed(checkMode(options.mode)))
           return;
         addScheduling(pm, options);
+        LowerTileOpsPassOptions tile;
+        tile.target = "gpu";
+        pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;
         o.profile = options.profile;
@@ -141,12 +145,19 @@ void mlir::et::registerEventTensorPipelines() {
         if (failed(checkMode(options.mode)))
           return;
         addScheduling(pm, options);
+        LowerTileOpsPassOptions tile;
+        tile.target = "cpu";
+        pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToCPUPassOptions o;
         o.profile = options.profile;
         pm.addPass(createConvertEventTensorToCPUPass(o));
         pm.addPass(createCanonicalizerPass());
         pm.addPass(createLowerAffinePass());
         pm.addPass(createSCFToControlFlowPass());
+        // bf16 <-> f32 as integer arithmetic: no libgcc bf16 helpers needed.
+        arith::ArithExpandOpsPassOptions expand;
+        expand.includeBf16 = true;
+        pm.addPass(arith::createArithExpandOpsPass(expand));
         pm.addPass(memref::createExpandStridedMetadataPass());
         pm.addPass(createFinalizeMemRefToLLVMConversionPass());
         pm.addPass(createArithToLLVMConversionPass());

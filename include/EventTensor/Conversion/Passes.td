@@ -63,4 +63,26 @@ def ConvertEventTensorToCPUPass : Pass<"convert-et-to-cpu", "ModuleOp"> {
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
 }
 
+def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
+  let summary = "lowers tile compute ops (et.linear, ...) to loops for a target";
+  let description = [{
+    Rewrites the tile compute ops of every task body into scf, vector,
+    memref and arith code that splits the work between the worker's threads
+    (`et.thread_id`, `et.num_threads`). With `target=gpu` it uses warps: one
+    warp per output row of `et.linear`, 16-byte loads with `unroll`
+    independent loads per lane in flight, and a `gpu.shuffle xor` butterfly
+    for the lane sums; with `target=cpu` it emits scalar loops. Runs before
+    `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"gpu\"",
+           "gpu or cpu">,
+    Option<"unroll", "unroll", "int64_t", /*default=*/"4",
+           "Independent 16-byte weight loads per lane in flight (gpu)">,
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 #endif // EVENTTENSOR_CONVERSION_PASSES_TD

@@ -463,3 +463,33 @@ static LogicalResult verifyInTask(Operation *op) {
 
 LogicalResult ThreadIdOp::verify() { return verifyInTask(*this); }
 LogicalResult NumThreadsOp::verify() { return verifyInTask(*this); }
+
+//===----------------------------------------------------------------------===//
+// Tile compute
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), w = getW().getType(), y = getY().getType();
+  auto match = [](int64_t a, int64_t b) {
+    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+  };
+  if (!match(x.getDimSize(1), w.getDimSize(1)))
+    return emitOpError("x has K = ")
+           << x.getDimSize(1) << " but w has K = " << w.getDimSize(1);
+  if (!match(x.getDimSize(0), y.getDimSize(0)))
+    return emitOpError("x has ")
+           << x.getDimSize(0) << " tokens but y has " << y.getDimSize(0);
+  if (!match(w.getDimSize(0), y.getDimSize(1)))
+    return emitOpError("w has N = ")
+           << w.getDimSize(0) << " rows but y has " << y.getDimSize(1)
+           << " columns";
+  if (!ShapedType::isDynamic(x.getDimSize(0)) && x.getDimSize(0) > 16)
+    return emitOpError("supports at most 16 tokens, x has ")
+           << x.getDimSize(0);
+  if (!ShapedType::isDynamic(x.getDimSize(1)) && x.getDimSize(1) % 8 != 0)
+    return emitOpError("needs K to be a multiple of 8 (16-byte loads), got ")
+           << x.getDimSize(1);
+  return success();
+}

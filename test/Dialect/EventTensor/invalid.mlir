@@ -246,3 +246,71 @@ et.kernel @num_threads_outside_task() {
   // expected-error @+1 {{'et.num_threads' op must be nested in an 'et.task' body}}
   %t = et.num_threads
 }
+
+// -----
+
+et.kernel @linear_outside_task(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>) {
+  %c0 = arith.constant 0 : index
+  // expected-error @+1 {{'et.linear' op must be nested in an 'et.task' body}}
+  et.linear %x, %w, %y rows(%c0, %c0) : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>
+}
+
+// -----
+
+et.kernel @linear_k_mismatch(%x: memref<1x16xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{x has K = 16 but w has K = 8}}
+    et.linear %x, %w, %y rows(%i, %c1) : memref<1x16xbf16>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_m_mismatch(%x: memref<2x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{x has 2 tokens but y has 1}}
+    et.linear %x, %w, %y rows(%i, %c1) : memref<2x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_n_mismatch(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x5xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{w has N = 4 rows but y has 5 columns}}
+    et.linear %x, %w, %y rows(%i, %c1) : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x5xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_too_many_tokens(%x: memref<17x8xbf16>, %w: memref<4x8xbf16>, %y: memref<17x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{supports at most 16 tokens, x has 17}}
+    et.linear %x, %w, %y rows(%i, %c1) : memref<17x8xbf16>, memref<4x8xbf16>, memref<17x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_k_alignment(%x: memref<1x12xbf16>, %w: memref<4x12xbf16>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{needs K to be a multiple of 8 (16-byte loads), got 12}}
+    et.linear %x, %w, %y rows(%i, %c1) : memref<1x12xbf16>, memref<4x12xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_f32_weights(%x: memref<1x8xbf16>, %w: memref<4x8xf32>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{operand #1 must be 2D memref of bfloat16 type values}}
+    et.linear %x, %w, %y rows(%i, %c1) : memref<1x8xbf16>, memref<4x8xf32>, memref<1x4xf32>
+  }
+}

@@ -147,3 +147,16 @@ et.kernel @threads(%acc: memref<4xi64>) {
     }
   }
 }
+
+// -----
+
+// CHECK-LABEL: et.kernel @linear
+et.kernel @linear(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memref<?x8192xbf16>) {
+  %c16 = arith.constant 16 : index
+  %c512 = arith.constant 512 : index
+  et.task @rows tiles(%t) in (%c512) {
+    %r0 = arith.muli %t, %c16 : index
+    // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    et.linear %x, %w, %y rows(%r0, %c16) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+  }
+}

@@ -306,6 +306,53 @@ def ET_NumThreadsOp : ET_PureOp<"num_threads"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Tile compute
+//===----------------------------------------------------------------------===//
+
+def ET_LinearOp : ET_Op<"linear", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a linear-layer tile: rows of y = x * w^T for a few tokens";
+  let description = [{
+    Computes, for every token `m` of `x` and every output row `n` in
+    `[row0, row0 + rows)` that is below N:
+
+    ```
+    y[m, n] = sum_k float32(x[m, k]) * float32(w[n, k])
+    ```
+
+    `x` is `M x K` bf16 activations (M <= 16 tokens: decode and short
+    prompts), `w` is `N x K` bf16 weights in the layout of a PyTorch
+    `Linear` (out features x in features), and `y` is `M x N`, f32 or bf16
+    (the f32 sum rounded to nearest even). Accumulation is in f32. The op
+    runs on all threads of the worker, which split the rows and the
+    reduction between them; it sits in an `et.task` body, typically with
+    one task tile per block of rows.
+
+    Lowering (`et-lower-tile-ops`): on the GPU, one warp per row, each lane
+    reading 16 bytes of the row per load with four loads in flight, and a
+    warp butterfly (`gpu.shuffle xor`) to sum the lanes; on the CPU, scalar
+    loops.
+
+    Example:
+
+    ```mlir
+    %row0 = arith.muli %tile, %c16 : index
+    et.linear %x, %w, %y rows(%row0, %c16)
+        : memref<1x2048xbf16>, memref<8192x2048xbf16>, memref<1x8192xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
+                       Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemWrite]>:$y,
+                       Index:$row0, Index:$rows);
+  let assemblyFormat = [{
+    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` attr-dict `:`
+    type($x) `,` type($w) `,` type($y)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Schedules
 //===----------------------------------------------------------------------===//
 
