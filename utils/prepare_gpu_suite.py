@@ -141,6 +141,64 @@ def bench(out: Path, workers: int, cache: Path) -> None:
     print(f"bench: kernels for {workers} workers in {out}")
 
 
+LINEAR_SHAPES = [(2048, 8192), (8192, 2048), (4096, 4096)]  # N x K
+
+
+def _linear_layers(n: int, k: int, layers: int, rows: int) -> str:
+    """`layers` independent linear tasks (one weight matrix each) in one
+    persistent kernel: a weight stream larger than L2."""
+    ws = ", ".join(f"%w{i}: memref<{n}x{k}xbf16>" for i in range(layers))
+    ys = ", ".join(f"%y{i}: memref<1x{n}xf32>" for i in range(layers))
+    lines = [f"et.kernel @linear(%x: memref<1x{k}xbf16>, {ws}, {ys}) {{",
+             f"  %ct = arith.constant {n // rows} : index", f"  %cr = arith.constant {rows} : index"]
+    for i in range(layers):
+        lines += [f"  et.task @layer{i} tiles(%t) in (%ct) {{",
+                  "    %r0 = arith.muli %t, %cr : index",
+                  f"    et.linear %x, %w{i}, %y{i} rows(%r0, %cr) : memref<1x{k}xbf16>, "
+                  f"memref<{n}x{k}xbf16>, memref<1x{n}xf32>",
+                  "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def linear(out: Path, workers: int, cache: Path) -> None:
+    """Linear-layer bandwidth kernels, and a numerics case with inputs and a
+    float64 reference."""
+    out.mkdir(parents=True, exist_ok=True)
+    layers = 8
+    variants = [(rows, unroll) for rows in (32, 64) for unroll in (4, 8)]
+    for n, k in LINEAR_SHAPES:
+        for rows, unroll in variants:
+            art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
+                             threads_per_worker=1024, tile_unroll=unroll, cache_dir=cache)
+            _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}")
+    (out / "linear.json").write_text(json.dumps({"shapes": LINEAR_SHAPES, "layers": layers,
+                                                 "variants": variants}))
+    # Numerics: M = 3 tokens, N = 1000, K = 1032 (not a multiple of the
+    # unrolled step, so the remainder loop runs too).
+    import ml_dtypes
+
+    m, n, k = 3, 1000, 1032
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    text = f"""
+et.kernel @lin(%x: memref<{m}x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<{m}x{n}xf32>) {{
+  %ct = arith.constant {-(-n // 16)} : index
+  %cr = arith.constant 16 : index
+  et.task @rows tiles(%t) in (%ct) {{
+    %r0 = arith.muli %t, %cr : index
+    et.linear %x, %w, %y rows(%r0, %cr) : memref<{m}x{k}xbf16>, memref<{n}x{k}xbf16>, memref<{m}x{n}xf32>
+  }}
+}}
+"""
+    art = et.compile(text, target="cuda", workers=workers, mode="dynamic", cache_dir=cache)
+    _copy_artifact(art, out / "linear-numerics")
+    np.savez(out / "linear-numerics" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), ref=ref)
+    print(f"linear: {len(LINEAR_SHAPES) * 2} bandwidth kernels and a numerics case in {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / ".device"))
@@ -151,6 +209,7 @@ def main() -> None:
     cache = out / "cache"
     suite(out / "suite", args.seeds, cache)
     bench(out / "bench", args.workers, cache)
+    linear(out / "linear", args.workers, cache)
     shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -78,6 +78,14 @@ struct NVVMPipelineOptions
       *this, "profile",
       llvm::cl::desc("Record per-tile timestamps in a trace buffer"),
       llvm::cl::init(false)};
+  PassOptions::Option<int64_t> threads{
+      *this, "threads",
+      llvm::cl::desc("Threads per worker fixed at compile time (0: at launch)"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> tileUnroll{
+      *this, "tile-unroll",
+      llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
+      llvm::cl::init(4)};
   PassOptions::Option<int64_t> backoffNs{
       *this, "backoff-ns", llvm::cl::desc("nanosleep between polls"),
       llvm::cl::init(64)};
@@ -125,10 +133,12 @@ void mlir::et::registerEventTensorPipelines() {
         addScheduling(pm, options);
         LowerTileOpsPassOptions tile;
         tile.target = "gpu";
+        tile.unroll = options.tileUnroll;
         pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;
         o.profile = options.profile;
+        o.threads = options.threads;
         pm.addPass(createConvertEventTensorToNVVMPass(o));
         pm.addPass(createCanonicalizerPass());
         gpu::GPUToNVVMPipelineOptions nvvm;

@@ -90,6 +90,7 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
+                   tile_unroll: int = 4,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -113,6 +114,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
     if workers is None:
         workers = 4 if target == "cpu" else 132
+    if target == "cuda" and (threads_per_worker < 32 or threads_per_worker > 1024 or threads_per_worker % 32):
+        raise ValueError(f"threads_per_worker must be a multiple of 32 in [32, 1024], got {threads_per_worker}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     text = module if isinstance(module, str) else module.operation.get_asm(print_generic_op_form=True)
@@ -121,7 +124,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                "profile": profile}
     if target == "cuda":
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
-                       threads_per_worker=threads_per_worker)
+                       threads_per_worker=threads_per_worker, tile_unroll=tile_unroll)
     key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
@@ -149,7 +152,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         else:
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
-                        f"backoff-ns={backoff_ns}}})")
+                        f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} threads={threads_per_worker}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
         try:

@@ -1,4 +1,8 @@
 // RUN: et-opt %s --convert-et-to-nvvm=backoff-ns=100 | FileCheck %s
+// RUN: et-opt %s --convert-et-to-nvvm=threads=256 | FileCheck %s --check-prefix=THREADS
+// RUN: not et-opt %s --convert-et-to-nvvm=threads=100 2>&1 | FileCheck %s --check-prefix=BADTHREADS
+// THREADS: known_block_size = array<i32: 256, 1, 1>
+// BADTHREADS: error: 'convert-et-to-nvvm' threads must be 0 or a multiple of 32 up to 1024, got 100
 // RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep})" -o %t
 // RUN: FileCheck %s --check-prefix=PTX < %t
 // RUN: FileCheck %s --check-prefix=PTX-ACQUIRE < %t

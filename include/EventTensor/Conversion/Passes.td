@@ -36,6 +36,10 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
            "Record each tile's worker, task, tile, start and end time "
            "(globaltimer, ns) in a trace buffer (an extra parameter after "
            "`error`)">,
+    Option<"threads", "threads", "int64_t", /*default=*/"0",
+           "Threads per worker, fixed at compile time (the kernel's "
+           "known_block_size, so ptxas can budget registers for it); 0 "
+           "leaves it to the launch">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",

@@ -62,6 +62,7 @@ struct Target {
   bool gpu = false;
   bool profile = false;
   int64_t backoffNs = 64;
+  int64_t threads = 0; // fixed CTA size, 0 if chosen at launch
   StringRef syncscope() const { return gpu ? "device" : ""; }
 };
 
@@ -1142,6 +1143,9 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     auto fn = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(), fnType,
                                      TypeRange{smemType}, TypeRange{});
     fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+    if (target.threads > 0)
+      fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
+          {static_cast<int32_t>(target.threads), 1, 1}));
     entry = &fn.getBody().front();
     sharedScratch = fn.getWorkgroupAttributions()[0];
     b.setInsertionPointToStart(entry);
@@ -1266,6 +1270,13 @@ struct ConvertEventTensorToNVVMPass
     target.gpu = true;
     target.backoffNs = backoffNs;
     target.profile = profile;
+    target.threads = threads;
+    if (threads < 0 || threads > 1024 || threads % 32 != 0) {
+      getOperation().emitError("'convert-et-to-nvvm' threads must be 0 or a "
+                               "multiple of 32 up to 1024, got ")
+          << static_cast<int64_t>(threads);
+      return signalPassFailure();
+    }
     if (failed(lowerKernels(getOperation(), target)))
       signalPassFailure();
   }

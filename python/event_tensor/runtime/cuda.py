@@ -47,7 +47,7 @@ class CUDALauncher:
     """Launches a CUDA artifact on `device`; `timeout_s` bounds every wait."""
 
     def __init__(self, artifact: Artifact, *, device: int = 0, timeout_s: float = 10.0,
-                 trace_capacity: int = 1 << 16):
+                 trace_capacity: int = 1 << 16, threads: int | None = None):
         if artifact.target != "cuda":
             raise ArtifactError(f"{artifact.path}: a {artifact.target} artifact cannot run on the CUDA launcher")
         self.artifact = artifact
@@ -66,7 +66,11 @@ class CUDALauncher:
         self.function = _check(drv.cuModuleGetFunction(self.module, self.metadata["entry"].encode()),
                                "cuModuleGetFunction")
         self.workers = int(self.metadata["workers"])
+        # Threads per worker (CTA size) are fixed when the artifact is compiled
+        # (ptxas budgets registers for it).
         self.threads = int(self.metadata["threads_per_worker"])
+        if threads is not None and threads != self.threads:
+            raise ValueError(f"{artifact.path}: compiled for {self.threads} threads per worker, got {threads}")
         self._buffers: dict[str, tuple[int, int]] = {}
         self.profile = bool(self.metadata.get("profile"))
         self.last_trace: Trace | None = None
@@ -127,6 +131,33 @@ class CUDALauncher:
                                           ctypes.addressof(pointers), 0), "cuLaunchKernel")
         # The driver copies the parameters during the call.
         del holders, pointers
+
+    def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
+        """Checks and packs `args` once; returns a function that enqueues a
+        launch with them (no Python argument work per launch; `check()`
+        reports errors). The tensors must stay alive while it is used."""
+        flat, keep = flatten_arguments(self.metadata, args, "cuda")
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        backoff = int(self.metadata["options"].get("backoff_ns", 64))
+        spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
+        params = [("i64", 0), ("i64", spin_limit), *self._descriptor("counters"),
+                  *self._descriptor("control"), *self._descriptor("error")]
+        if self.profile:
+            params += self._descriptor("trace")
+        params += flat
+        holders = [_CTYPES[t](v) for t, v in params]
+        pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        epoch = holders[0]
+        drv, function, grid, block = self.driver, self.function, self.workers, self.threads
+
+        def launch() -> None:
+            self.epoch += 1
+            epoch.value = self.epoch
+            _check(drv.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream,
+                                      ctypes.addressof(pointers), 0), "cuLaunchKernel")
+
+        launch._keep = (holders, pointers, keep)  # type: ignore[attr-defined]
+        return launch
 
     def check(self, stream: int = 0) -> None:
         """Waits for `stream` and raises the error the kernel recorded, if any."""

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Linear-layer (GEMV) bandwidth of the persistent kernel at decode (M = 1,
+bf16 weights, f32 accumulation), on a CUDA machine without MLIR (kernels
+from utils/prepare_gpu_suite.py).
+
+Each kernel holds 8 independent linear tasks with their own N x K weight
+matrix (268 MB for every shape, several times the L2), tiled by 32 or 64
+rows, with 4 or 8 16-byte loads per lane in flight, 1024 threads per worker. Measured in the same run: the device's copy bandwidth (a 1 GiB
+device-to-device copy, bytes read plus written) and, as a peer, the same 8
+products through torch (cuBLAS) launched back to back. Also checks the
+numerics case (M = 3, N = 1000, K = 1032) against its float64 reference.
+
+    PYTHONPATH=python python3 benchmarks/linear_bandwidth.py .device/linear --json results.json
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from event_tensor import runtime
+
+
+THREADS = (1024,)  # threads per worker (CTA size), as compiled
+
+
+def events_median(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)  # s
+    return statistics.median(times)
+
+
+def copy_bandwidth():
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    t = events_median(lambda: dst.copy_(src))
+    return 2 * src.numel() * 2 / t
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    root = Path(args.root)
+    info = json.loads((root / "linear.json").read_text())
+    results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": []}
+
+    # Numerics first.
+    case = np.load(root / "linear-numerics" / "case.npz")
+    x = torch.from_numpy(case["x"].copy()).view(torch.bfloat16).cuda()
+    w = torch.from_numpy(case["w"].copy()).view(torch.bfloat16).cuda()
+    y = torch.full((x.shape[0], w.shape[0]), float("nan"), device="cuda")
+    runtime.load(root / "linear-numerics").launcher()(x, w, y)
+    got = y.cpu().double().numpy()
+    ref = case["ref"]
+    err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    results["numerics_rel_err"] = err
+    print(f"numerics (M=3, N=1000, K=1032): relative error {err:.2e} "
+          f"({'ok' if err < 1e-5 and not np.isnan(got).any() else 'FAIL'})")
+
+    copy_bw = copy_bandwidth()
+    results["copy_bandwidth_tb_s"] = copy_bw / 1e12
+    print(f"copy bandwidth: {copy_bw / 1e12:.2f} TB/s")
+    layers = info["layers"]
+    print(f"{'shape N x K':>14} {'rows/unr/thr':>12} {'time us':>9} {'TB/s':>6} {'% copy':>7}   torch (cuBLAS) TB/s")
+    for n, k in info["shapes"]:
+        x = torch.randn(1, k, device="cuda").to(torch.bfloat16)
+        ws = [torch.randn(n, k, device="cuda").to(torch.bfloat16) for _ in range(layers)]
+        ys = [torch.zeros(1, n, device="cuda") for _ in range(layers)]
+        nbytes = layers * n * k * 2
+        ref = [torch.nn.functional.linear(x.float(), w.float()) for w in ws]
+        torch_t = events_median(lambda: [torch.nn.functional.linear(x, w) for w in ws])
+        for (rows, unroll), threads in [(v, t) for v in info["variants"] for t in THREADS]:
+            launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}").launcher(timeout_s=5,
+                                                                                   threads=threads)
+            launch(x, *ws, *ys)
+            ok = all(torch.allclose(y, r, rtol=1e-3, atol=1e-3) for y, r in zip(ys, ref))
+            go = launch.bind(x, *ws, *ys)
+            t = events_median(go)
+            launch.check()
+            bw = nbytes / t
+            results["rows"].append({"n": n, "k": k, "rows_per_tile": rows, "unroll": unroll, "threads": threads,
+                                    "time_us": t * 1e6,
+                                    "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw,
+                                    "torch_tb_s": nbytes / torch_t / 1e12, "correct": ok})
+            print(f"{n:>6} x {k:<6} {rows:>3}/{unroll}/{threads:<4} {t * 1e6:>9.1f} {bw / 1e12:>6.2f} {100 * bw / copy_bw:>6.1f}%"
+                  f"   {nbytes / torch_t / 1e12:.2f}{'' if ok else '  WRONG RESULT'}")
+            launch.close()
+        del ws, ys
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
