@@ -199,6 +199,45 @@ et.kernel @lin(%x: memref<{m}x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<{m
     print(f"linear: {len(LINEAR_SHAPES) * 2} bandwidth kernels and a numerics case in {out}")
 
 
+def tile_numerics(out: Path, workers: int, cache: Path) -> None:
+    """RMSNorm (fused residual) and SiLU-mul on the GPU against float64."""
+    import ml_dtypes
+
+    out.mkdir(parents=True, exist_ok=True)
+    m, h = 2, 2048
+    text = f"""
+et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}xf32>,
+             %g: memref<{m}x{h}xbf16>, %u: memref<{m}x{h}xbf16>, %o: memref<{m}x{h}xf32>, %res: memref<{m}x{h}xf32>) {{
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %c256 = arith.constant 256 : index
+  et.task @norm tiles(%t) in (%c1) {{
+    et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%res) : memref<{m}x{h}xbf16>, memref<{h}xbf16>, memref<{m}x{h}xf32>, memref<{m}x{h}xf32>
+  }}
+  et.task @act tiles(%t) in (%c8) {{
+    %c0 = arith.muli %t, %c256 : index
+    et.silu_mul %g, %u, %o cols(%c0, %c256) : memref<{m}x{h}xbf16>, memref<{m}x{h}xbf16>, memref<{m}x{h}xf32>
+  }}
+}}
+"""
+    rng = np.random.default_rng(3)
+    bf = ml_dtypes.bfloat16
+    x = rng.standard_normal((m, h)).astype(bf)
+    w = (1 + 0.1 * rng.standard_normal(h)).astype(bf)
+    g = rng.standard_normal((m, h)).astype(bf)
+    u = rng.standard_normal((m, h)).astype(bf)
+    res = rng.standard_normal((m, h)).astype(np.float32)
+    h64 = x.astype(np.float64) + res
+    ref_y = h64 / np.sqrt((h64 * h64).mean(axis=1, keepdims=True) + 1e-5) * w.astype(np.float64)
+    g64 = g.astype(np.float64)
+    ref_o = g64 / (1 + np.exp(-g64)) * u.astype(np.float64)
+    art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=256, cache_dir=cache)
+    _copy_artifact(art, out / "norm-act")
+    np.savez(out / "norm-act" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), g=g.view(np.uint16),
+             u=u.view(np.uint16), res=res, ref_y=ref_y, ref_o=ref_o, ref_res=h64)
+    print(f"tile numerics: rmsnorm + silu_mul case in {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / ".device"))
@@ -210,6 +249,7 @@ def main() -> None:
     suite(out / "suite", args.seeds, cache)
     bench(out / "bench", args.workers, cache)
     linear(out / "linear", args.workers, cache)
+    tile_numerics(out / "tiles", args.workers, cache)
     shutil.rmtree(cache, ignore_errors=True)
 
 

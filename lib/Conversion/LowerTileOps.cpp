@@ -8,6 +8,7 @@
 
 #include "EventTensor/Conversion/Passes.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir::et {
@@ -200,6 +201,113 @@ void lowerLinearGPU(LinearOp op, int64_t unroll) {
   op.erase();
 }
 
+/// f32 value of a bf16 or f32 element.
+Value toF32(OpBuilder &b, Location loc, Value v) {
+  if (v.getType().isF32())
+    return v;
+  return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
+}
+Value fromF32(OpBuilder &b, Location loc, Value v, Type t) {
+  if (t.isF32())
+    return v;
+  return arith::TruncFOp::create(b, loc, t, v);
+}
+
+/// y = silu(gate) * up, columns strided by thread.
+void lowerSiluMul(SiluMulOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  Value m = memref::DimOp::create(b, loc, op.getGate(), 0);
+  Value cols = memref::DimOp::create(b, loc, op.getGate(), 1);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), cols);
+  Value first = arith::AddIOp::create(b, loc, op.getCol0(), tid);
+  Type outType = op.getY().getType().getElementType();
+  scf::ForOp::create(
+      b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        scf::ForOp::create(
+            b, loc, first, end, nt, ValueRange{},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+              Value g = toF32(b, loc, memref::LoadOp::create(b, loc, op.getGate(), ValueRange{tok, j}));
+              Value u = toF32(b, loc, memref::LoadOp::create(b, loc, op.getUp(), ValueRange{tok, j}));
+              Value e = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, g));
+              Value den = arith::AddFOp::create(b, loc, h.f32(1.0), e);
+              Value silu = arith::DivFOp::create(b, loc, g, den);
+              Value y = arith::MulFOp::create(b, loc, silu, u);
+              memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
+              scf::YieldOp::create(b, loc);
+            });
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+}
+
+/// RMSNorm: tokens spread over groups of `lanes` threads (a warp on the GPU,
+/// one thread on the CPU); each group sums squares over its lanes, shares the
+/// total, then scales.
+void lowerRMSNorm(RMSNormOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  int64_t lanes = gpu ? kWarp : 1;
+  Value lane = gpu ? arith::RemUIOp::create(b, loc, tid, h.idx(kWarp)).getResult() : h.idx(0);
+  Value group = gpu ? arith::DivUIOp::create(b, loc, tid, h.idx(kWarp)).getResult() : tid;
+  Value groups = gpu ? arith::MaxUIOp::create(b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(kWarp)),
+                                              h.idx(1)).getResult()
+                     : nt;
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value hidden = memref::DimOp::create(b, loc, op.getX(), 1);
+  Type outType = op.getY().getType().getElementType();
+  Value residual = op.getResidual();
+  float eps = op.getEps().convertToFloat();
+  scf::ForOp::create(
+      b, loc, group, m, groups, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        auto sum = scf::ForOp::create(
+            b, loc, lane, hidden, h.idx(lanes), ValueRange{h.f32(0)},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
+              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+              if (residual) {
+                Value r = memref::LoadOp::create(b, loc, residual, ValueRange{tok, j});
+                v = arith::AddFOp::create(b, loc, v, r);
+                memref::StoreOp::create(b, loc, v, residual, ValueRange{tok, j});
+              }
+              Value sq = arith::MulFOp::create(b, loc, v, v);
+              scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], sq)});
+            });
+        Value total = sum.getResult(0);
+        if (gpu)
+          for (int64_t offset = kWarp / 2; offset >= 1; offset /= 2) {
+            auto shuffle = gpu::ShuffleOp::create(
+                b, loc, total, arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset),
+                arith::ConstantIntOp::create(b, loc, b.getI32Type(), kWarp), gpu::ShuffleMode::XOR);
+            total = arith::AddFOp::create(b, loc, total, shuffle.getShuffleResult());
+          }
+        Value count = arith::UIToFPOp::create(
+            b, loc, b.getF32Type(), arith::IndexCastUIOp::create(b, loc, b.getI64Type(), hidden));
+        Value mean = arith::DivFOp::create(b, loc, total, count);
+        Value inv = math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, mean, h.f32(eps)));
+        scf::ForOp::create(
+            b, loc, lane, hidden, h.idx(lanes), ValueRange{},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+              Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, j}).getResult()
+                                 : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+              Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{j}));
+              Value y = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w);
+              memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
+              scf::YieldOp::create(b, loc);
+            });
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+}
+
 struct LowerTileOpsPass
     : public mlir::et::impl::LowerTileOpsPassBase<LowerTileOpsPass> {
   using Base::Base;
@@ -214,6 +322,17 @@ struct LowerTileOpsPass
       getOperation().emitOpError("'et-lower-tile-ops' needs unroll >= 1, got ")
           << static_cast<int64_t>(unroll);
       return signalPassFailure();
+    }
+    SmallVector<Operation *> ops;
+    getOperation().walk([&](Operation *op) {
+      if (isa<SiluMulOp, RMSNormOp>(op))
+        ops.push_back(op);
+    });
+    for (Operation *op : ops) {
+      if (auto silu = dyn_cast<SiluMulOp>(op))
+        lowerSiluMul(silu);
+      else
+        lowerRMSNorm(cast<RMSNormOp>(op), target == "gpu");
     }
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });

@@ -170,6 +170,7 @@ void mlir::et::registerEventTensorPipelines() {
         pm.addPass(arith::createArithExpandOpsPass(expand));
         pm.addPass(memref::createExpandStridedMetadataPass());
         pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+        pm.addPass(createConvertMathToLLVMPass());
         pm.addPass(createArithToLLVMConversionPass());
         pm.addPass(createConvertIndexToLLVMPass());
         pm.addPass(createConvertControlFlowToLLVMPass());

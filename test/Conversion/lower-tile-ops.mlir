@@ -31,3 +31,24 @@ et.kernel @gemv(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<
     et.linear %x, %w, %y rows(%r0, %c128) : memref<1x1024xbf16>, memref<4096x1024xbf16>, memref<1x4096xf32>
   }
 }
+
+// RMSNorm: on the GPU a warp per token with a shuffle butterfly and rsqrt;
+// SiLU-mul: columns strided by thread, exp.
+// GPU-LABEL: et.kernel @norm
+// GPU: arith.divui
+// GPU: scf.for
+// GPU-COUNT-5: gpu.shuffle  xor
+// GPU: math.rsqrt
+// GPU: math.exp
+// CPU-LABEL: et.kernel @norm
+// CPU-NOT: gpu.shuffle
+// CPU: math.rsqrt
+// CPU: math.exp
+et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.rmsnorm %x, %w, %y eps(1.0e-05) : memref<1x64xbf16>, memref<64xbf16>, memref<1x64xbf16>
+    et.silu_mul %x, %x, %y cols(%c0, %c1) : memref<1x64xbf16>, memref<1x64xbf16>, memref<1x64xbf16>
+  }
+}

@@ -86,7 +86,7 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",
-                           "::mlir::arith::ArithDialect"];
+                           "::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
 }
 
 #endif // EVENTTENSOR_CONVERSION_PASSES_TD

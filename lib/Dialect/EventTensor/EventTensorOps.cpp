@@ -493,3 +493,44 @@ LogicalResult LinearOp::verify() {
            << x.getDimSize(1);
   return success();
 }
+
+static bool sameDim(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+LogicalResult SiluMulOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto g = getGate().getType(), u = getUp().getType(), y = getY().getType();
+  for (int d = 0; d < 2; ++d)
+    if (!sameDim(g.getDimSize(d), u.getDimSize(d)) ||
+        !sameDim(g.getDimSize(d), y.getDimSize(d)))
+      return emitOpError("gate, up and y must have the same shape, got ")
+             << g << ", " << u << " and " << y;
+  return success();
+}
+
+LogicalResult RMSNormOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), y = getY().getType();
+  auto w = getW().getType();
+  for (int d = 0; d < 2; ++d)
+    if (!sameDim(x.getDimSize(d), y.getDimSize(d)))
+      return emitOpError("x and y must have the same shape, got ")
+             << x << " and " << y;
+  if (!sameDim(x.getDimSize(1), w.getDimSize(0)))
+    return emitOpError("w has ")
+           << w.getDimSize(0) << " weights but rows have " << x.getDimSize(1)
+           << " elements";
+  if (Value r = getResidual()) {
+    auto rt = cast<MemRefType>(r.getType());
+    for (int d = 0; d < 2; ++d)
+      if (!sameDim(x.getDimSize(d), rt.getDimSize(d)))
+        return emitOpError("residual must have x's shape, got ") << rt;
+  }
+  if (getEps().convertToFloat() < 0)
+    return emitOpError("eps must be non-negative, got ")
+           << getEps().convertToFloat();
+  return success();
+}

@@ -314,3 +314,68 @@ et.kernel @linear_f32_weights(%x: memref<1x8xbf16>, %w: memref<4x8xf32>, %y: mem
     et.linear %x, %w, %y rows(%i, %c1) : memref<1x8xbf16>, memref<4x8xf32>, memref<1x4xf32>
   }
 }
+
+// -----
+
+et.kernel @silu_shapes(%g: memref<1x8xf32>, %u: memref<1x4xf32>, %y: memref<1x8xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{gate, up and y must have the same shape, got 'memref<1x8xf32>', 'memref<1x4xf32>' and 'memref<1x8xf32>'}}
+    et.silu_mul %g, %u, %y cols(%i, %c1) : memref<1x8xf32>, memref<1x4xf32>, memref<1x8xf32>
+  }
+}
+
+// -----
+
+et.kernel @silu_outside_task(%g: memref<1x8xf32>) {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'et.silu_mul' op must be nested in an 'et.task' body}}
+  et.silu_mul %g, %g, %g cols(%c1, %c1) : memref<1x8xf32>, memref<1x8xf32>, memref<1x8xf32>
+}
+
+// -----
+
+et.kernel @rmsnorm_shapes(%x: memref<1x8xf32>, %w: memref<8xf32>, %y: memref<2x8xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{x and y must have the same shape, got 'memref<1x8xf32>' and 'memref<2x8xf32>'}}
+    et.rmsnorm %x, %w, %y eps(1.0e-05) : memref<1x8xf32>, memref<8xf32>, memref<2x8xf32>
+  }
+}
+
+// -----
+
+et.kernel @rmsnorm_weights(%x: memref<1x8xf32>, %w: memref<4xf32>, %y: memref<1x8xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{w has 4 weights but rows have 8 elements}}
+    et.rmsnorm %x, %w, %y eps(1.0e-05) : memref<1x8xf32>, memref<4xf32>, memref<1x8xf32>
+  }
+}
+
+// -----
+
+et.kernel @rmsnorm_residual(%x: memref<1x8xf32>, %w: memref<8xf32>, %y: memref<1x8xf32>, %r: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{residual must have x's shape, got 'memref<1x4xf32>'}}
+    et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%r) : memref<1x8xf32>, memref<8xf32>, memref<1x8xf32>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @rmsnorm_eps(%x: memref<1x8xf32>, %w: memref<8xf32>, %y: memref<1x8xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{eps must be non-negative, got -1}}
+    et.rmsnorm %x, %w, %y eps(-1.0) : memref<1x8xf32>, memref<8xf32>, memref<1x8xf32>
+  }
+}
+
+// -----
+
+et.kernel @rmsnorm_outside_task(%x: memref<1x8xf32>, %w: memref<8xf32>) {
+  // expected-error @+1 {{'et.rmsnorm' op must be nested in an 'et.task' body}}
+  et.rmsnorm %x, %w, %x eps(1.0e-05) : memref<1x8xf32>, memref<8xf32>, memref<1x8xf32>
+}

@@ -160,3 +160,17 @@ et.kernel @linear(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
     et.linear %x, %w, %y rows(%r0, %c16) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
   }
 }
+
+// -----
+
+// CHECK-LABEL: et.kernel @norm_and_act
+et.kernel @norm_and_act(%x: memref<1x2048xbf16>, %w: memref<2048xbf16>, %y: memref<1x2048xbf16>, %r: memref<1x2048xf32>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  et.task @t tiles(%i) in (%c1) {
+    // CHECK: et.rmsnorm %{{.*}}, %{{.*}}, %{{.*}} eps(9.99999974E-6) residual(%{{.*}}) : memref<1x2048xbf16>, memref<2048xbf16>, memref<1x2048xbf16>, memref<1x2048xf32>
+    et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%r) : memref<1x2048xbf16>, memref<2048xbf16>, memref<1x2048xbf16>, memref<1x2048xf32>
+    // CHECK: et.silu_mul %{{.*}}, %{{.*}}, %{{.*}} cols(%{{.*}}, %{{.*}}) : memref<1x2048xf32>
+    et.silu_mul %r, %r, %y cols(%c0, %c1) : memref<1x2048xf32>, memref<1x2048xf32>, memref<1x2048xbf16>
+  }
+}

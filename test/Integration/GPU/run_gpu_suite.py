@@ -43,6 +43,26 @@ def run_profiled(root: Path, out: Path | None) -> bool:
     return ok
 
 
+def run_tile_numerics(root: Path) -> bool:
+    """RMSNorm with the residual add, and SiLU-mul, against float64."""
+    case_dir = root.parent / "tiles" / "norm-act"
+    if not case_dir.exists():
+        return True
+    c = np.load(case_dir / "case.npz")
+    bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()
+    x, w, g, u = bf(c["x"]), bf(c["w"]), bf(c["g"]), bf(c["u"])
+    res = torch.from_numpy(c["res"].copy()).cuda()
+    y = torch.full(x.shape, float("nan"), device="cuda")
+    o = torch.full(x.shape, float("nan"), device="cuda")
+    runtime.load(case_dir).launcher()(x, w, y, g, u, o, res)
+    err = lambda t, r: float(np.linalg.norm(t.cpu().double().numpy() - r) / np.linalg.norm(r))
+    errs = {"rmsnorm": err(y, c["ref_y"]), "silu_mul": err(o, c["ref_o"]), "residual": err(res, c["ref_res"])}
+    ok = all(e < 1e-3 for e in errs.values())
+    print("tile numerics vs float64: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+          + ("" if ok else "  FAIL"))
+    return ok
+
+
 def main(root: Path, out: Path | None = None) -> int:
     cases = json.loads((root / "cases.json").read_text())
     failures = []
@@ -88,6 +108,8 @@ def main(root: Path, out: Path | None = None) -> int:
     print("GPU usable after the watchdog:", float(x.sum()) == 4.0)
     if not run_profiled(root, out):
         failures.append("profiled")
+    if not run_tile_numerics(root):
+        failures.append("tile numerics")
     return 1 if failures else 0
 
 

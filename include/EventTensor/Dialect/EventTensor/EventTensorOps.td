@@ -352,6 +352,71 @@ def ET_LinearOp : ET_Op<"linear", [
   let hasVerifier = 1;
 }
 
+def ET_SiluMulOp : ET_Op<"silu_mul", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "the gated MLP activation: y = silu(gate) * up";
+  let description = [{
+    For every token `m` and column `j` in `[col0, col0 + cols)` below H:
+
+    ```
+    y[m, j] = silu(gate[m, j]) * up[m, j],   silu(g) = g / (1 + exp(-g))
+    ```
+
+    computed in f32 from bf16 or f32 inputs and rounded to `y`'s element
+    type. All threads of the worker split the columns.
+
+    Example:
+
+    ```mlir
+    et.silu_mul %gate, %up, %y cols(%c0, %c8192) : memref<1x8192xf32>, memref<1x8192xf32>, memref<1x8192xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$gate,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$up,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemWrite]>:$y,
+                       Index:$col0, Index:$cols);
+  let assemblyFormat = [{
+    $gate `,` $up `,` $y `cols` `(` $col0 `,` $cols `)` attr-dict `:`
+    type($gate) `,` type($up) `,` type($y)
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_RMSNormOp : ET_Op<"rmsnorm", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "RMSNorm of token rows, optionally fused with the residual add";
+  let description = [{
+    For every token `m` of `x` (`M x H`):
+
+    ```
+    h = x[m, :] (+ residual[m, :] when `residual` is given; h is then
+        stored back into residual, the new residual stream)
+    y[m, :] = h / sqrt(mean(h * h) + eps) * w
+    ```
+
+    in f32, from bf16 or f32 inputs, rounded to `y`'s element type. `w` is
+    the `H` weights. On the GPU one warp handles a token (shuffle-butterfly
+    sum of squares); on the CPU, loops.
+
+    Example:
+
+    ```mlir
+    et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%res)
+        : memref<1x2048xbf16>, memref<2048xbf16>, memref<1x2048xbf16>, memref<1x2048xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
+                       Arg<MemRefRankOf<[BF16, F32], [1]>, "", [MemRead]>:$w,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemWrite]>:$y,
+                       Optional<MemRefRankOf<[F32], [2]>>:$residual,
+                       F32Attr:$eps);
+  let assemblyFormat = [{
+    $x `,` $w `,` $y `eps` `(` $eps `)` (`residual` `(` $residual^ `)`)? attr-dict `:`
+    type($x) `,` type($w) `,` type($y) (`,` type($residual)^)?
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Schedules
 //===----------------------------------------------------------------------===//
