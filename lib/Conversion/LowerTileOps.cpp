@@ -11,6 +11,9 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 
+#include <cmath>
+#include <limits>
+
 namespace mlir::et {
 #define GEN_PASS_DEF_LOWERTILEOPSPASS
 #include "EventTensor/Conversion/Passes.h.inc"
@@ -308,6 +311,211 @@ void lowerRMSNorm(RMSNormOp op, bool gpu) {
   op.erase();
 }
 
+/// Converts an integer id (i32, i64 or index) to index.
+Value idToIndex(OpBuilder &b, Location loc, Value v) {
+  if (v.getType().isIndex())
+    return v;
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+}
+
+/// A loop over [0, n) strided by the worker's threads.
+template <typename Fn>
+void threadLoop(OpBuilder &b, Location loc, Value n, Fn body) {
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  scf::ForOp::create(b, loc, tid, n, nt, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+                       body(b, loc, i);
+                       scf::YieldOp::create(b, loc);
+                     });
+}
+
+void lowerEmbedding(EmbeddingOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value vocab = memref::DimOp::create(b, loc, op.getTable(), 0);
+  Value hidden = memref::DimOp::create(b, loc, op.getTable(), 1);
+  Value m = memref::DimOp::create(b, loc, op.getY(), 0);
+  Type outType = op.getY().getType().getElementType();
+  Value total = arith::MulIOp::create(b, loc, m, hidden);
+  threadLoop(b, loc, total, [&](OpBuilder &b, Location loc, Value e) {
+    Value tok = arith::DivUIOp::create(b, loc, e, hidden);
+    Value j = arith::RemUIOp::create(b, loc, e, hidden);
+    Value id = idToIndex(b, loc, memref::LoadOp::create(b, loc, op.getIds(), ValueRange{tok}));
+    Value valid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, h.idx(0)),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id, vocab));
+    auto pick = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, valid, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(pick.thenBlock());
+      Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getTable(), ValueRange{id, j}));
+      scf::YieldOp::create(b, loc, ValueRange{v});
+      b.setInsertionPointToStart(pick.elseBlock());
+      scf::YieldOp::create(b, loc, ValueRange{h.f32(0)});
+    }
+    memref::StoreOp::create(b, loc, fromF32(b, loc, pick.getResult(0), outType), op.getY(),
+                            ValueRange{tok, j});
+  });
+  op.erase();
+}
+
+void lowerKVAppend(KVAppendOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value src = op.getNewValues(), cache = op.getCache();
+  Value m = memref::DimOp::create(b, loc, src, 0);
+  Value heads = memref::DimOp::create(b, loc, src, 1);
+  Value d = memref::DimOp::create(b, loc, src, 2);
+  Value s = memref::DimOp::create(b, loc, cache, 0);
+  Value perTok = arith::MulIOp::create(b, loc, heads, d);
+  Value total = arith::MulIOp::create(b, loc, m, perTok);
+  Type outType = op.getCache().getType().getElementType();
+  threadLoop(b, loc, total, [&](OpBuilder &b, Location loc, Value e) {
+    Value tok = arith::DivUIOp::create(b, loc, e, perTok);
+    Value rest = arith::RemUIOp::create(b, loc, e, perTok);
+    Value hh = arith::DivUIOp::create(b, loc, rest, d);
+    Value dd = arith::RemUIOp::create(b, loc, rest, d);
+    Value row = arith::AddIOp::create(b, loc, op.getPosition(), tok);
+    Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, s);
+    auto guard = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(guard.thenBlock());
+    Value v = toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{tok, hh, dd}));
+    memref::StoreOp::create(b, loc, fromF32(b, loc, v, outType), cache, ValueRange{row, hh, dd});
+  });
+  op.erase();
+}
+
+void lowerRoPE(RoPEOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value x = op.getX();
+  Type elt = op.getX().getType().getElementType();
+  Value m = memref::DimOp::create(b, loc, x, 0);
+  Value heads = memref::DimOp::create(b, loc, x, 1);
+  Value d = memref::DimOp::create(b, loc, x, 2);
+  Value half = arith::DivUIOp::create(b, loc, d, h.idx(2));
+  Value perTok = arith::MulIOp::create(b, loc, heads, half);
+  Value total = arith::MulIOp::create(b, loc, m, perTok);
+  auto toFloat = [&](OpBuilder &b, Value i) {
+    return arith::UIToFPOp::create(b, loc, b.getF32Type(),
+                                   arith::IndexCastUIOp::create(b, loc, b.getI64Type(), i));
+  };
+  float theta = op.getTheta().convertToFloat();
+  std::optional<ArrayRef<float>> scaling = op.getLlama3Scaling();
+  threadLoop(b, loc, total, [&](OpBuilder &b, Location loc, Value e) {
+    Value tok = arith::DivUIOp::create(b, loc, e, perTok);
+    Value rest = arith::RemUIOp::create(b, loc, e, perTok);
+    Value hh = arith::DivUIOp::create(b, loc, rest, half);
+    Value i = arith::RemUIOp::create(b, loc, rest, half);
+    Value pos = toFloat(b, idToIndex(b, loc, memref::LoadOp::create(b, loc, op.getPositions(), ValueRange{tok})));
+    // inv_freq = theta ^ (-2i / D)
+    Value expo = arith::DivFOp::create(
+        b, loc, arith::MulFOp::create(b, loc, h.f32(-2.0), toFloat(b, i)), toFloat(b, d));
+    Value inv = math::PowFOp::create(b, loc, h.f32(theta), expo);
+    if (scaling) {
+      float factor = (*scaling)[0], low = (*scaling)[1], high = (*scaling)[2], orig = (*scaling)[3];
+      float lowWavelen = orig / low, highWavelen = orig / high;
+      Value wavelen = arith::DivFOp::create(b, loc, h.f32(2.0 * M_PI), inv);
+      Value scaled = arith::DivFOp::create(b, loc, inv, h.f32(factor));
+      // smooth = (orig / wavelen - low) / (high - low)
+      Value smooth = arith::DivFOp::create(
+          b, loc,
+          arith::SubFOp::create(b, loc, arith::DivFOp::create(b, loc, h.f32(orig), wavelen), h.f32(low)),
+          h.f32(high - low));
+      Value mid = arith::AddFOp::create(
+          b, loc,
+          arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, h.f32(1.0), smooth), scaled),
+          arith::MulFOp::create(b, loc, smooth, inv));
+      Value isLow = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, wavelen, h.f32(lowWavelen));
+      Value isHigh = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, wavelen, h.f32(highWavelen));
+      inv = arith::SelectOp::create(b, loc, isHigh, inv,
+                                    arith::SelectOp::create(b, loc, isLow, scaled, mid));
+    }
+    Value angle = arith::MulFOp::create(b, loc, pos, inv);
+    Value c = math::CosOp::create(b, loc, angle), sn = math::SinOp::create(b, loc, angle);
+    Value j = arith::AddIOp::create(b, loc, i, half);
+    Value x1 = toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{tok, hh, i}));
+    Value x2 = toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{tok, hh, j}));
+    Value y1 = arith::SubFOp::create(b, loc, arith::MulFOp::create(b, loc, x1, c),
+                                     arith::MulFOp::create(b, loc, x2, sn));
+    Value y2 = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, x2, c),
+                                     arith::MulFOp::create(b, loc, x1, sn));
+    memref::StoreOp::create(b, loc, fromF32(b, loc, y1, elt), x, ValueRange{tok, hh, i});
+    memref::StoreOp::create(b, loc, fromF32(b, loc, y2, elt), x, ValueRange{tok, hh, j});
+  });
+  op.erase();
+}
+
+/// Argmax: `lanes` threads (warp 0 on the GPU, thread 0 on the CPU) stride
+/// over the columns, keep (value, index) with ties to the smaller index,
+/// then combine with a shuffle butterfly.
+void lowerArgmax(ArgmaxOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  int64_t lanes = gpu ? kWarp : 1;
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(lanes));
+  Value inGroup = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, tid, h.idx(lanes));
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value width = memref::DimOp::create(b, loc, op.getX(), 1);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), width);
+  Value first = arith::AddIOp::create(b, loc, op.getCol0(), lane);
+  Type i32 = b.getI32Type();
+  auto better = [&](OpBuilder &b, Value v, Value i, Value bv, Value bi) {
+    // v > bv, or equal with a smaller index (NaN never wins).
+    Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
+    Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
+    Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
+    return arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
+  };
+  auto guard = scf::IfOp::create(b, loc, inGroup, /*withElse=*/false);
+  b.setInsertionPointToStart(guard.thenBlock());
+  scf::ForOp::create(
+      b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+        Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
+        auto scan = scf::ForOp::create(
+            b, loc, first, end, h.idx(lanes), ValueRange{negInf, noIndex},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
+              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+              Value idx = op.getFrom()
+                              ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
+                              : arith::IndexCastOp::create(b, loc, i32, j).getResult();
+              Value take = better(b, v, idx, best[0], best[1]);
+              scf::YieldOp::create(b, loc,
+                                   ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
+                                              arith::SelectOp::create(b, loc, take, idx, best[1])});
+            });
+        Value bv = scan.getResult(0), bi = scan.getResult(1);
+        for (int64_t offset = lanes / 2; offset >= 1; offset /= 2) {
+          Value off = arith::ConstantIntOp::create(b, loc, i32, offset);
+          Value w = arith::ConstantIntOp::create(b, loc, i32, kWarp);
+          Value ov = gpu::ShuffleOp::create(b, loc, bv, off, w, gpu::ShuffleMode::XOR).getShuffleResult();
+          Value oi = gpu::ShuffleOp::create(b, loc, bi, off, w, gpu::ShuffleMode::XOR).getShuffleResult();
+          Value take = better(b, ov, oi, bv, bi);
+          bv = arith::SelectOp::create(b, loc, take, ov, bv);
+          bi = arith::SelectOp::create(b, loc, take, oi, bi);
+        }
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+        auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, bv, op.getValues(), ValueRange{tok, op.getSlot()});
+          memref::StoreOp::create(b, loc, bi, op.getIndices(), ValueRange{tok, op.getSlot()});
+        }
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+}
+
 struct LowerTileOpsPass
     : public mlir::et::impl::LowerTileOpsPassBase<LowerTileOpsPass> {
   using Base::Base;
@@ -325,14 +533,23 @@ struct LowerTileOpsPass
     }
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SiluMulOp, RMSNormOp>(op))
+      if (isa<SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp, ArgmaxOp>(op))
         ops.push_back(op);
     });
+    bool gpu = target == "gpu";
     for (Operation *op : ops) {
       if (auto silu = dyn_cast<SiluMulOp>(op))
         lowerSiluMul(silu);
+      else if (auto norm = dyn_cast<RMSNormOp>(op))
+        lowerRMSNorm(norm, gpu);
+      else if (auto emb = dyn_cast<EmbeddingOp>(op))
+        lowerEmbedding(emb);
+      else if (auto kv = dyn_cast<KVAppendOp>(op))
+        lowerKVAppend(kv);
+      else if (auto rope = dyn_cast<RoPEOp>(op))
+        lowerRoPE(rope);
       else
-        lowerRMSNorm(cast<RMSNormOp>(op), target == "gpu");
+        lowerArgmax(cast<ArgmaxOp>(op), gpu);
     }
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });

@@ -106,3 +106,77 @@ def test_rmsnorm_and_silu_mul_match_float64(m, h, in_t, out_t, residual, tmp_pat
     assert _rel_err(o, ref_act) < tol
     if residual:
         assert _rel_err(res, h64) < 1e-6, "the residual buffer must hold x + residual"
+
+
+DECODE_OPS = """
+et.kernel @k(%table: memref<50x64xbf16>, %ids: memref<2xi32>, %h: memref<2x64xf32>,
+             %q: memref<2x4x16xf32>, %pos: memref<2xi32>, %kq: memref<2x4x16xf32>,
+             %new: memref<2x2x16xf32>, %cache: memref<10x2x16xbf16>, %at: index,
+             %logits: memref<2x300xf32>, %pv: memref<2x5xf32>, %pi: memref<2x5xi32>,
+             %v: memref<2x1xf32>, %i: memref<2x1xi32>) {
+  %c1 = arith.constant 1 : index
+  %c5 = arith.constant 5 : index
+  %c64 = arith.constant 64 : index
+  %z = arith.constant 0 : index
+  %done = et.event.create() : !et.event<>
+  et.task @embed tiles(%t) in (%c1) {
+    et.embedding %table, %ids, %h : memref<50x64xbf16>, memref<2xi32>, memref<2x64xf32>
+  }
+  et.task @rope tiles(%t) in (%c1) {
+    et.rope %q, %pos theta(5.0e+05) llama3_scaling([32.0, 1.0, 4.0, 8192.0]) : memref<2x4x16xf32>, memref<2xi32>
+    et.rope %kq, %pos theta(1.0e+06) : memref<2x4x16xf32>, memref<2xi32>
+  }
+  et.task @append tiles(%t) in (%c1) {
+    et.kv_append %new, %cache, %at : memref<2x2x16xf32>, memref<10x2x16xbf16>
+  }
+  et.task @argmax tiles(%t) in (%c5) {
+    %c0 = arith.muli %t, %c64 : index
+    et.argmax %logits, %pv, %pi cols(%c0, %c64) slot(%t) : memref<2x300xf32>, memref<2x5xf32>, memref<2x5xi32>
+    et.event.signal %done[] : !et.event<>
+  }
+  et.task @final tiles(%t) in (%c1) {
+    et.event.wait %done[] : !et.event<>
+    et.argmax %pv, %v, %i cols(%z, %c5) slot(%z) from(%pi) : memref<2x5xf32>, memref<2x1xf32>, memref<2x1xi32>, memref<2x5xi32>
+  }
+}
+"""
+
+
+def _rope_ref(x, pos, theta, scaling=None):
+    d = x.shape[-1]
+    inv = theta ** (-2.0 * np.arange(d // 2) / d)
+    if scaling:
+        factor, low, high, orig = scaling
+        wavelen = 2 * np.pi / inv
+        smooth = (orig / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        inv = np.where(wavelen < orig / high, inv, np.where(wavelen > orig / low, inv / factor, mid))
+    ang = pos[:, None, None].astype(np.float64) * inv[None, None, :]
+    x1, x2 = x[..., : d // 2].astype(np.float64), x[..., d // 2:].astype(np.float64)
+    return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], axis=-1)
+
+
+def test_decode_ops_match_float64(tmp_path):
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((50, 64)).astype(BF16)
+    ids = np.array([7, 99], np.int32)  # 99 is out of range: a zero row
+    h = np.full((2, 64), np.nan, np.float32)
+    q = rng.standard_normal((2, 4, 16)).astype(np.float32)
+    kq = rng.standard_normal((2, 4, 16)).astype(np.float32)
+    pos = np.array([5, 3000], np.int32)
+    new = rng.standard_normal((2, 2, 16)).astype(np.float32)
+    cache = np.zeros((10, 2, 16), BF16)
+    logits = rng.standard_normal((2, 300)).astype(np.float32)
+    logits[1, 123] = logits[1, 250] = 10.0  # a tie: the smaller index wins
+    pv, pi = np.zeros((2, 5), np.float32), np.zeros((2, 5), np.int32)
+    v, i = np.zeros((2, 1), np.float32), np.zeros((2, 1), np.int32)
+    ref_q = _rope_ref(q, pos, 5e5, (32.0, 1.0, 4.0, 8192.0))
+    ref_kq = _rope_ref(kq, pos, 1e6)
+    art = et.compile(DECODE_OPS, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    art.launcher()(table, ids, h, q, pos, kq, new, cache, 8, logits, pv, pi, v, i)
+    assert np.array_equal(h[0], table[7].astype(np.float32)) and not h[1].any()
+    assert _rel_err(q, ref_q) < 1e-4 and _rel_err(kq, ref_kq) < 1e-4
+    assert np.array_equal(cache[8:10].astype(np.float32), new.astype(BF16).astype(np.float32))
+    assert not cache[:8].astype(np.float32).any()
+    assert i[:, 0].tolist() == [int(np.argmax(logits[0])), 123]
+    assert v[:, 0].tolist() == [float(logits[0].max()), 10.0]

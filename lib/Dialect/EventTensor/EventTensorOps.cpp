@@ -534,3 +534,69 @@ LogicalResult RMSNormOp::verify() {
            << getEps().convertToFloat();
   return success();
 }
+
+LogicalResult EmbeddingOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto t = getTable().getType(), y = getY().getType();
+  auto ids = getIds().getType();
+  if (!sameDim(t.getDimSize(1), y.getDimSize(1)))
+    return emitOpError("table rows have ")
+           << t.getDimSize(1) << " elements but y rows have " << y.getDimSize(1);
+  if (!sameDim(ids.getDimSize(0), y.getDimSize(0)))
+    return emitOpError("has ") << ids.getDimSize(0) << " ids but y has "
+                               << y.getDimSize(0) << " rows";
+  return success();
+}
+
+LogicalResult KVAppendOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto n = getNewValues().getType(), c = getCache().getType();
+  for (int d = 1; d < 3; ++d)
+    if (!sameDim(n.getDimSize(d), c.getDimSize(d)))
+      return emitOpError("new values ")
+             << n << " and cache " << c << " differ in dimension " << d;
+  return success();
+}
+
+LogicalResult RoPEOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), p = getPositions().getType();
+  if (!x.isDynamicDim(2) && x.getDimSize(2) % 2 != 0)
+    return emitOpError("head dimension must be even, got ") << x.getDimSize(2);
+  if (!sameDim(x.getDimSize(0), p.getDimSize(0)))
+    return emitOpError("has ") << p.getDimSize(0) << " positions for "
+                               << x.getDimSize(0) << " tokens";
+  if (getTheta().convertToFloat() <= 1.0f)
+    return emitOpError("theta must be greater than 1, got ")
+           << getTheta().convertToFloat();
+  if (std::optional<ArrayRef<float>> s = getLlama3Scaling()) {
+    if (s->size() != 4)
+      return emitOpError("llama3_scaling needs [factor, low_freq_factor, "
+                         "high_freq_factor, original_max_position], got ")
+             << s->size() << " values";
+    if ((*s)[0] <= 0 || (*s)[1] <= 0 || (*s)[2] <= (*s)[1] || (*s)[3] <= 0)
+      return emitOpError("llama3_scaling needs factor > 0, 0 < "
+                         "low_freq_factor < high_freq_factor and "
+                         "original_max_position > 0");
+  }
+  return success();
+}
+
+LogicalResult ArgmaxOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), v = getValues().getType(), i = getIndices().getType();
+  if (!sameDim(x.getDimSize(0), v.getDimSize(0)) ||
+      !sameDim(v.getDimSize(0), i.getDimSize(0)) ||
+      !sameDim(v.getDimSize(1), i.getDimSize(1)))
+    return emitOpError("x, values and indices must agree on the tokens, and "
+                       "values and indices on the slots, got ")
+           << x << ", " << v << " and " << i;
+  if (Value f = getFrom())
+    if (cast<MemRefType>(f.getType()).getShape() != x.getShape())
+      return emitOpError("from must have x's shape, got ") << f.getType();
+  return success();
+}

@@ -379,3 +379,122 @@ et.kernel @rmsnorm_outside_task(%x: memref<1x8xf32>, %w: memref<8xf32>) {
   // expected-error @+1 {{'et.rmsnorm' op must be nested in an 'et.task' body}}
   et.rmsnorm %x, %w, %x eps(1.0e-05) : memref<1x8xf32>, memref<8xf32>, memref<1x8xf32>
 }
+
+// -----
+
+et.kernel @embedding_cols(%t: memref<5x8xbf16>, %ids: memref<1xi32>, %y: memref<1x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{table rows have 8 elements but y rows have 4}}
+    et.embedding %t, %ids, %y : memref<5x8xbf16>, memref<1xi32>, memref<1x4xf32>
+  }
+}
+// -----
+
+et.kernel @embedding_ids(%t: memref<5x8xbf16>, %ids: memref<2xi32>, %y: memref<1x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{has 2 ids but y has 1 rows}}
+    et.embedding %t, %ids, %y : memref<5x8xbf16>, memref<2xi32>, memref<1x8xf32>
+  }
+}
+// -----
+
+et.kernel @kv_append_dims(%n: memref<1x2x8xf32>, %cache: memref<4x2x16xbf16>, %p: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{new values 'memref<1x2x8xf32>' and cache 'memref<4x2x16xbf16>' differ in dimension 2}}
+    et.kv_append %n, %cache, %p : memref<1x2x8xf32>, memref<4x2x16xbf16>
+  }
+}
+// -----
+
+et.kernel @rope_odd(%x: memref<1x2x7xf32>, %p: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{head dimension must be even, got 7}}
+    et.rope %x, %p theta(1.0e+04) : memref<1x2x7xf32>, memref<1xi32>
+  }
+}
+// -----
+
+et.kernel @rope_positions(%x: memref<2x2x8xf32>, %p: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{has 1 positions for 2 tokens}}
+    et.rope %x, %p theta(1.0e+04) : memref<2x2x8xf32>, memref<1xi32>
+  }
+}
+// -----
+
+et.kernel @rope_theta(%x: memref<1x2x8xf32>, %p: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{theta must be greater than 1, got 5.000000e-01}}
+    et.rope %x, %p theta(0.5) : memref<1x2x8xf32>, memref<1xi32>
+  }
+}
+// -----
+
+et.kernel @rope_scaling_size(%x: memref<1x2x8xf32>, %p: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{llama3_scaling needs [factor, low_freq_factor, high_freq_factor, original_max_position], got 2 values}}
+    et.rope %x, %p theta(1.0e+04) llama3_scaling([32.0, 1.0]) : memref<1x2x8xf32>, memref<1xi32>
+  }
+}
+// -----
+
+et.kernel @rope_scaling_values(%x: memref<1x2x8xf32>, %p: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{llama3_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and original_max_position > 0}}
+    et.rope %x, %p theta(1.0e+04) llama3_scaling([32.0, 4.0, 1.0, 8192.0]) : memref<1x2x8xf32>, memref<1xi32>
+  }
+}
+// -----
+
+et.kernel @argmax_shapes(%x: memref<2x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{x, values and indices must agree on the tokens}}
+    et.argmax %x, %v, %i cols(%c, %c) slot(%c) : memref<2x8xf32>, memref<1x1xf32>, memref<1x1xi32>
+  }
+}
+// -----
+
+et.kernel @argmax_from(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %f: memref<1x4xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{from must have x's shape, got 'memref<1x4xi32>'}}
+    et.argmax %x, %v, %i cols(%c, %c) slot(%c) from(%f) : memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, memref<1x4xi32>
+  }
+}
+// -----
+
+et.kernel @embedding_outside(%t: memref<5x8xbf16>, %ids: memref<1xi32>, %y: memref<1x8xf32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.embedding' op must be nested in an 'et.task' body}}
+  et.embedding %t, %ids, %y : memref<5x8xbf16>, memref<1xi32>, memref<1x8xf32>
+}
+// -----
+
+et.kernel @kv_append_outside(%n: memref<1x2x8xf32>, %c2: memref<4x2x8xbf16>, %p: index) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.kv_append' op must be nested in an 'et.task' body}}
+  et.kv_append %n, %c2, %p : memref<1x2x8xf32>, memref<4x2x8xbf16>
+}
+// -----
+
+et.kernel @rope_outside(%x: memref<1x2x8xf32>, %p: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.rope' op must be nested in an 'et.task' body}}
+  et.rope %x, %p theta(1.0e+04) : memref<1x2x8xf32>, memref<1xi32>
+}
+// -----
+
+et.kernel @argmax_outside(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.argmax' op must be nested in an 'et.task' body}}
+  et.argmax %x, %v, %i cols(%c, %c) slot(%c) : memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>
+}

@@ -174,3 +174,25 @@ et.kernel @norm_and_act(%x: memref<1x2048xbf16>, %w: memref<2048xbf16>, %y: memr
     et.silu_mul %r, %r, %y cols(%c0, %c1) : memref<1x2048xf32>, memref<1x2048xf32>, memref<1x2048xbf16>
   }
 }
+
+// -----
+
+// CHECK-LABEL: et.kernel @decode_ops
+et.kernel @decode_ops(%table: memref<128256x2048xbf16>, %ids: memref<1xi32>, %h: memref<1x2048xf32>,
+                      %q: memref<1x32x64xf32>, %pos: memref<1xi32>, %k: memref<1x8x64xf32>,
+                      %cache: memref<8192x8x64xbf16>, %at: index, %logits: memref<1x128256xf32>,
+                      %pv: memref<1x32xf32>, %pi: memref<1x32xi32>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %c4096 = arith.constant 4096 : index
+  et.task @t tiles(%i) in (%c1) {
+    // CHECK: et.embedding
+    et.embedding %table, %ids, %h : memref<128256x2048xbf16>, memref<1xi32>, memref<1x2048xf32>
+    // CHECK: et.rope %{{.*}}, %{{.*}} theta(5.000000e+05) llama3_scaling([3.200000e+01, 1.000000e+00, 4.000000e+00, 8.192000e+03])
+    et.rope %q, %pos theta(5.0e+05) llama3_scaling([32.0, 1.0, 4.0, 8192.0]) : memref<1x32x64xf32>, memref<1xi32>
+    // CHECK: et.kv_append
+    et.kv_append %k, %cache, %at : memref<1x8x64xf32>, memref<8192x8x64xbf16>
+    // CHECK: et.argmax %{{.*}} cols(%{{.*}}, %{{.*}}) slot(%{{.*}})
+    et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%i) : memref<1x128256xf32>, memref<1x32xf32>, memref<1x32xi32>
+  }
+}

@@ -417,6 +417,124 @@ def ET_RMSNormOp : ET_Op<"rmsnorm", [
   let hasVerifier = 1;
 }
 
+def ET_EmbeddingOp : ET_Op<"embedding", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "embedding gather: y[m, :] = table[ids[m], :]";
+  let description = [{
+    Copies the row `ids[m]` of `table` (`V x H`) into row `m` of `y`
+    (`M x H`), converting the element type (bf16 or f32). An id outside
+    `[0, V)` yields a row of zeros. All threads of the worker split the
+    columns.
+
+    Example:
+
+    ```mlir
+    et.embedding %table, %ids, %h : memref<128256x2048xbf16>, memref<1xi32>, memref<1x2048xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$table,
+                       Arg<MemRefRankOf<[I32, I64, Index], [1]>, "", [MemRead]>:$ids,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemWrite]>:$y);
+  let assemblyFormat = [{
+    $table `,` $ids `,` $y attr-dict `:` type($table) `,` type($ids) `,` type($y)
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_KVAppendOp : ET_Op<"kv_append", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "appends the new tokens' keys or values to a KV cache";
+  let description = [{
+    `cache[position + m, h, d] = new[m, h, d]` for every token `m` of `new`
+    (`M x Hkv x D`), into `cache` (`S x Hkv x D`), converting the element
+    type. Positions at or past S are not written. All threads split the
+    elements.
+
+    Example:
+
+    ```mlir
+    et.kv_append %k, %kcache, %pos : memref<1x8x64xf32>, memref<8192x8x64xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$new_values,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemWrite]>:$cache,
+                       Index:$position);
+  let assemblyFormat = [{
+    $new_values `,` $cache `,` $position attr-dict `:` type($new_values) `,` type($cache)
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_RoPEOp : ET_Op<"rope", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "rotary position embedding, in place (Llama-3 and Qwen3)";
+  let description = [{
+    Rotates, in place, every head of `x` (`M x heads x D`, D even) by the
+    angle `positions[m] * inv_freq[i]` for the pair (i, i + D/2), the
+    "rotate half" form of both families:
+
+    ```
+    x[i]       = x[i] * cos - x[i + D/2] * sin
+    x[i + D/2] = x[i + D/2] * cos + x[i] * sin
+    inv_freq[i] = theta ^ (-2i / D)
+    ```
+
+    Qwen3: `theta` (1e6) alone. Llama-3: with `llama3_scaling = [factor,
+    low_freq_factor, high_freq_factor, original_max_position]` (32, 1, 4,
+    8192 for Llama-3.2), frequencies whose wavelength exceeds
+    `original_max_position / low_freq_factor` are divided by `factor`,
+    those below `original_max_position / high_freq_factor` are kept, and
+    the ones between are interpolated smoothly. Computed in f32.
+
+    Example:
+
+    ```mlir
+    et.rope %q, %pos theta(5.0e+05) llama3_scaling([32.0, 1.0, 4.0, 8192.0]) : memref<1x32x64xf32>, memref<1xi32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead, MemWrite]>:$x,
+                       Arg<MemRefRankOf<[I32, I64, Index], [1]>, "", [MemRead]>:$positions,
+                       F32Attr:$theta,
+                       OptionalAttr<DenseF32ArrayAttr>:$llama3_scaling);
+  let assemblyFormat = [{
+    $x `,` $positions `theta` `(` $theta `)` (`llama3_scaling` `(` $llama3_scaling^ `)`)? attr-dict
+    `:` type($x) `,` type($positions)
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_ArgmaxOp : ET_Op<"argmax", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "argmax of a column range of each token row (greedy decoding)";
+  let description = [{
+    For every token `m`, finds the largest `x[m, j]` over `j` in
+    `[col0, col0 + cols)` (below the row length), ties to the smallest `j`,
+    and writes its value to `values[m, slot]` and its index to
+    `indices[m, slot]`. With `from(%idx)`, the index written is `idx[m, j]`
+    instead of `j`: a second argmax over the per-tile results of a first
+    one then yields the column of the whole vocabulary.
+
+    Example:
+
+    ```mlir
+    // one tile per 4096 columns, then one tile over the partial results
+    et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) : memref<1x128256xf32>, memref<1x32xf32>, memref<1x32xi32>
+    et.argmax %pv, %v, %i cols(%z, %c32) slot(%z) from(%pi) : memref<1x32xf32>, memref<1x1xf32>, memref<1x1xi32>, memref<1x32xi32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$values,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$indices,
+                       Index:$col0, Index:$cols, Index:$slot,
+                       Optional<MemRefRankOf<[I32], [2]>>:$from);
+  let assemblyFormat = [{
+    $x `,` $values `,` $indices `cols` `(` $col0 `,` $cols `)` `slot` `(` $slot `)`
+    (`from` `(` $from^ `)`)? attr-dict `:` type($x) `,` type($values) `,` type($indices)
+    (`,` type($from)^)?
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Schedules
 //===----------------------------------------------------------------------===//
