@@ -237,6 +237,47 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
              u=u.view(np.uint16), res=res, ref_y=ref_y, ref_o=ref_o, ref_res=h64)
     print(f"tile numerics: rmsnorm + silu_mul case in {out}")
 
+    # Embedding, RoPE (both variants), KV append, argmax: the CPU test's kernel.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tile_tests", ROOT / "test" / "unit" / "test_tile_ops.py")
+    tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests)
+    art = et.compile(tests.DECODE_OPS, target="cuda", workers=workers, mode="dynamic", threads_per_worker=256,
+                     cache_dir=cache)
+    _copy_artifact(art, out / "decode-ops")
+    # Split-KV attention (GQA 32/8, D = 64, 8 splits of 128 over 1000 positions) and merge.
+    hq, hkv, d, s_max, splits, split_len, length = 32, 8, 64, 1024, 8, 128, 1000
+    art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len), target="cuda",
+                     workers=workers, mode="dynamic", threads_per_worker=256, cache_dir=cache)
+    _copy_artifact(art, out / "attention")
+    q = rng.standard_normal((hq, d)).astype(np.float32)
+    kc = rng.standard_normal((s_max, hkv, d)).astype(bf)
+    vc = rng.standard_normal((s_max, hkv, d)).astype(bf)
+    np.savez(out / "attention" / "case.npz", q=q, k=kc.view(np.uint16), v=vc.view(np.uint16),
+             ref=tests._attention_ref(q, kc, vc, length), length=length, splits=splits)
+    # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per launch.
+    for ctx in (1024, 8192):
+        layers, split_len = 16, 256
+        nsplit = ctx // split_len
+        args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>" for i in range(layers))
+        lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{nsplit}x{hq}x{d}xf32>, "
+                 f"%lse: memref<{nsplit}x{hq}xf32>) {{",
+                 f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {nsplit} : index",
+                 f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index"]
+        for i in range(layers):
+            lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{",
+                      f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len) scale(0.125)",
+                      f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, memref<{ctx}x{hkv}x{d}xbf16>, "
+                      f"memref<{nsplit}x{hq}x{d}xf32>, memref<{nsplit}x{hq}xf32>", "  }"]
+        lines.append("}")
+        art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
+                         threads_per_worker=1024, cache_dir=cache)
+        _copy_artifact(art, out / f"attention-bw-{ctx}")
+    (out / "attention-bw.json").write_text(json.dumps({"contexts": [1024, 8192], "layers": 16, "hkv": hkv, "d": d,
+                                                       "hq": hq}))
+    print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -516,6 +516,134 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
   op.erase();
 }
 
+/// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
+/// one thread on the CPU) per query head; lanes split the head dimension;
+/// online softmax over the split's positions.
+void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  int64_t lanes = gpu ? kWarp : 1;
+  int64_t dim = op.getQ().getType().getDimSize(1);
+  int64_t per = dim / lanes;
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(lanes));
+  Value group = arith::DivUIOp::create(b, loc, tid, h.idx(lanes));
+  Value groups = arith::MaxUIOp::create(b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(lanes)), h.idx(1));
+  Value hq = memref::DimOp::create(b, loc, op.getQ(), 0);
+  Value hkv = memref::DimOp::create(b, loc, op.getK(), 1);
+  Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
+  Value gsize = arith::DivUIOp::create(b, loc, hq, hkv);
+  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
+      cacheLen);
+  Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, end, start);
+  float scale = op.getScale().convertToFloat();
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  auto col = [&](OpBuilder &b, int64_t r) {
+    return arith::AddIOp::create(b, loc, lane, h.idx(r * lanes));
+  };
+  scf::ForOp::create(
+      b, loc, group, gsize, groups, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value w, ValueRange) {
+        Value qh = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, op.getKvHead(), gsize), w);
+        SmallVector<Value> qv;
+        for (int64_t r = 0; r < per; ++r)
+          qv.push_back(arith::MulFOp::create(
+              b, loc, toF32(b, loc, memref::LoadOp::create(b, loc, op.getQ(), ValueRange{qh, col(b, r)})),
+              h.f32(scale)));
+        SmallVector<Value> init{negInf, h.f32(0)};
+        for (int64_t r = 0; r < per; ++r)
+          init.push_back(h.f32(0));
+        auto loop = scf::ForOp::create(
+            b, loc, start, end, h.idx(1), init,
+            [&](OpBuilder &b, Location loc, Value t, ValueRange st) {
+              Value partial = h.f32(0);
+              for (int64_t r = 0; r < per; ++r) {
+                Value kv = toF32(b, loc, memref::LoadOp::create(b, loc, op.getK(),
+                                                                ValueRange{t, op.getKvHead(), col(b, r)}));
+                partial = math::FmaOp::create(b, loc, qv[r], kv, partial);
+              }
+              Value dot = partial;
+              for (int64_t offset = lanes / 2; offset >= 1; offset /= 2) {
+                auto sh = gpu::ShuffleOp::create(
+                    b, loc, dot, arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset),
+                    arith::ConstantIntOp::create(b, loc, b.getI32Type(), kWarp), gpu::ShuffleMode::XOR);
+                dot = arith::AddFOp::create(b, loc, dot, sh.getShuffleResult());
+              }
+              Value mNew = arith::MaximumFOp::create(b, loc, st[0], dot);
+              Value c = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, st[0], mNew));
+              Value p = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, dot, mNew));
+              SmallVector<Value> next{mNew, arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1], c), p)};
+              for (int64_t r = 0; r < per; ++r) {
+                Value vv = toF32(b, loc, memref::LoadOp::create(b, loc, op.getV(),
+                                                                ValueRange{t, op.getKvHead(), col(b, r)}));
+                next.push_back(math::FmaOp::create(b, loc, p, vv,
+                                                   arith::MulFOp::create(b, loc, st[2 + r], c)));
+              }
+              scf::YieldOp::create(b, loc, next);
+            });
+        Value m = loop.getResult(0), l = loop.getResult(1);
+        Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), l);
+        for (int64_t r = 0; r < per; ++r) {
+          Value out = arith::DivFOp::create(b, loc, loop.getResult(2 + r), safeL);
+          out = arith::SelectOp::create(b, loc, empty, h.f32(0), out);
+          memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{op.getSplit(), qh, col(b, r)});
+        }
+        Value lse = arith::AddFOp::create(b, loc, m, math::LogOp::create(b, loc, safeL));
+        lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+        auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{op.getSplit(), qh});
+        }
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+}
+
+/// out[h, d] = sum_s exp(lse[s, h] - L) * o[s, h, d].
+void lowerAttentionMerge(AttentionMergeOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value splits = memref::DimOp::create(b, loc, op.getO(), 0);
+  Value heads = memref::DimOp::create(b, loc, op.getO(), 1);
+  Value dim = memref::DimOp::create(b, loc, op.getO(), 2);
+  Type outType = op.getOut().getType().getElementType();
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  threadLoop(b, loc, arith::MulIOp::create(b, loc, heads, dim), [&](OpBuilder &b, Location loc, Value e) {
+    Value hh = arith::DivUIOp::create(b, loc, e, dim);
+    Value d = arith::RemUIOp::create(b, loc, e, dim);
+    auto mx = scf::ForOp::create(b, loc, h.idx(0), splits, h.idx(1), ValueRange{negInf},
+                                 [&](OpBuilder &b, Location loc, Value s, ValueRange acc) {
+                                   Value l = memref::LoadOp::create(b, loc, op.getLse(), ValueRange{s, hh});
+                                   scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, acc[0], l)});
+                                 });
+    Value m = mx.getResult(0);
+    Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, m, negInf);
+    Value safeM = arith::SelectOp::create(b, loc, none, h.f32(0), m);
+    auto sums = scf::ForOp::create(
+        b, loc, h.idx(0), splits, h.idx(1), ValueRange{h.f32(0), h.f32(0)},
+        [&](OpBuilder &b, Location loc, Value s, ValueRange acc) {
+          Value l = memref::LoadOp::create(b, loc, op.getLse(), ValueRange{s, hh});
+          Value wgt = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, l, safeM));
+          Value o = memref::LoadOp::create(b, loc, op.getO(), ValueRange{s, hh, d});
+          scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], wgt),
+                                                  math::FmaOp::create(b, loc, wgt, o, acc[1])});
+        });
+    Value den = arith::SelectOp::create(b, loc, none, h.f32(1), sums.getResult(0));
+    Value out = arith::SelectOp::create(b, loc, none, h.f32(0),
+                                        arith::DivFOp::create(b, loc, sums.getResult(1), den));
+    memref::StoreOp::create(b, loc, fromF32(b, loc, out, outType), op.getOut(), ValueRange{hh, d});
+  });
+  op.erase();
+}
+
 struct LowerTileOpsPass
     : public mlir::et::impl::LowerTileOpsPassBase<LowerTileOpsPass> {
   using Base::Base;
@@ -533,7 +661,8 @@ struct LowerTileOpsPass
     }
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp, ArgmaxOp>(op))
+      if (isa<SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp, ArgmaxOp,
+              AttentionSplitOp, AttentionMergeOp>(op))
         ops.push_back(op);
     });
     bool gpu = target == "gpu";
@@ -548,6 +677,10 @@ struct LowerTileOpsPass
         lowerKVAppend(kv);
       else if (auto rope = dyn_cast<RoPEOp>(op))
         lowerRoPE(rope);
+      else if (auto attn = dyn_cast<AttentionSplitOp>(op))
+        lowerAttentionSplit(attn, gpu);
+      else if (auto merge = dyn_cast<AttentionMergeOp>(op))
+        lowerAttentionMerge(merge);
       else
         lowerArgmax(cast<ArgmaxOp>(op), gpu);
     }

@@ -600,3 +600,48 @@ LogicalResult ArgmaxOp::verify() {
       return emitOpError("from must have x's shape, got ") << f.getType();
   return success();
 }
+
+LogicalResult AttentionSplitOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto q = getQ().getType(), k = getK().getType(), v = getV().getType();
+  auto o = getO().getType(), lse = getLse().getType();
+  if (k.getShape() != v.getShape())
+    return emitOpError("k and v caches must have the same shape, got ")
+           << k << " and " << v;
+  int64_t d = q.getDimSize(1);
+  if (ShapedType::isDynamic(d) || d % 32 != 0)
+    return emitOpError("needs a static head dimension that is a multiple of "
+                       "32, got ")
+           << q;
+  if (!sameDim(d, k.getDimSize(2)) || !sameDim(d, o.getDimSize(2)))
+    return emitOpError("q, k and o must have the same head dimension, got ")
+           << q << ", " << k << " and " << o;
+  int64_t hq = q.getDimSize(0), hkv = k.getDimSize(1);
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
+      (hkv == 0 || hq % hkv != 0))
+    return emitOpError("query heads (")
+           << hq << ") must be a multiple of KV heads (" << hkv << ")";
+  if (!sameDim(hq, o.getDimSize(1)) || !sameDim(hq, lse.getDimSize(1)) ||
+      !sameDim(o.getDimSize(0), lse.getDimSize(0)))
+    return emitOpError("o must be splits x Hq x D and lse splits x Hq, got ")
+           << o << " and " << lse;
+  if (getScale().convertToFloat() <= 0)
+    return emitOpError("scale must be positive, got ")
+           << getScale().convertToFloat();
+  return success();
+}
+
+LogicalResult AttentionMergeOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto o = getO().getType(), lse = getLse().getType(), out = getOut().getType();
+  if (!sameDim(o.getDimSize(0), lse.getDimSize(0)) ||
+      !sameDim(o.getDimSize(1), lse.getDimSize(1)) ||
+      !sameDim(o.getDimSize(1), out.getDimSize(0)) ||
+      !sameDim(o.getDimSize(2), out.getDimSize(1)))
+    return emitOpError("o (splits x H x D), lse (splits x H) and out (H x D) "
+                       "disagree, got ")
+           << o << ", " << lse << " and " << out;
+  return success();
+}

@@ -498,3 +498,82 @@ et.kernel @argmax_outside(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1
   // expected-error @+1 {{'et.argmax' op must be nested in an 'et.task' body}}
   et.argmax %x, %v, %i cols(%c, %c) slot(%c) : memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>
 }
+
+// -----
+
+et.kernel @attn_kv_shapes(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x32xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{k and v caches must have the same shape, got 'memref<100x2x64xbf16>' and 'memref<100x2x32xbf16>'}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x32xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+}
+// -----
+
+et.kernel @attn_head_dim(%q: memref<8x48xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{needs a static head dimension that is a multiple of 32, got 'memref<8x48xf32>'}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<8x48xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+}
+// -----
+
+et.kernel @attn_head_dims_differ(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x32xf32>, %lse: memref<2x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{q, k and o must have the same head dimension}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x32xf32>, memref<2x8xf32>
+  }
+}
+// -----
+
+et.kernel @attn_groups(%q: memref<7x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x7x64xf32>, %lse: memref<2x7xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{query heads (7) must be a multiple of KV heads (2)}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<7x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x7x64xf32>, memref<2x7xf32>
+  }
+}
+// -----
+
+et.kernel @attn_outputs(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<3x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{o must be splits x Hq x D and lse splits x Hq}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<3x8xf32>
+  }
+}
+// -----
+
+et.kernel @attn_scale(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{scale must be positive, got -1}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(-1.0) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+}
+// -----
+
+et.kernel @attn_outside(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.attention_split' op must be nested in an 'et.task' body}}
+  et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+}
+
+// -----
+
+et.kernel @merge_shapes(%o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %out: memref<8x32xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{o (splits x H x D), lse (splits x H) and out (H x D) disagree}}
+    et.attention_merge %o, %lse, %out : memref<2x8x64xf32>, memref<2x8xf32>, memref<8x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @merge_outside(%o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %out: memref<8x64xf32>) {
+  // expected-error @+1 {{'et.attention_merge' op must be nested in an 'et.task' body}}
+  et.attention_merge %o, %lse, %out : memref<2x8x64xf32>, memref<2x8xf32>, memref<8x64xf32>
+}

@@ -196,3 +196,21 @@ et.kernel @decode_ops(%table: memref<128256x2048xbf16>, %ids: memref<1xi32>, %h:
     et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%i) : memref<1x128256xf32>, memref<1x32xf32>, memref<1x32xi32>
   }
 }
+
+// -----
+
+// CHECK-LABEL: et.kernel @attention_ops
+et.kernel @attention_ops(%q: memref<32x64xf32>, %k: memref<8192x8x64xbf16>, %v: memref<8192x8x64xbf16>,
+                         %o: memref<?x32x64xf32>, %lse: memref<?x32xf32>, %out: memref<32x64xbf16>, %n: index) {
+  %c8 = arith.constant 8 : index
+  %c256 = arith.constant 256 : index
+  et.task @split tiles(%g, %s) in (%c8, %n) {
+    // CHECK: et.attention_split %{{.*}} kv_head(%{{.*}}) split(%{{.*}}) split_len(%{{.*}}) len(%{{.*}}) scale(1.250000e-01)
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) scale(0.125)
+        : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
+  }
+  et.task @merge tiles(%t) in (%c8) {
+    // CHECK: et.attention_merge
+    et.attention_merge %o, %lse, %out : memref<?x32x64xf32>, memref<?x32xf32>, memref<32x64xbf16>
+  }
+}

@@ -63,6 +63,57 @@ def run_tile_numerics(root: Path) -> bool:
     return ok
 
 
+def run_decode_ops(root: Path) -> bool:
+    """Embedding, RoPE, KV append, argmax and split-KV attention on the GPU."""
+    tiles = root.parent / "tiles"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test" / "unit"))
+    ok = True
+    if (tiles / "decode-ops").exists():
+        rng = np.random.default_rng(11)
+        table = torch.randn(50, 64, device="cuda").to(torch.bfloat16)
+        ids = torch.tensor([7, 99], dtype=torch.int32, device="cuda")
+        h = torch.full((2, 64), float("nan"), device="cuda")
+        q = torch.randn(2, 4, 16, device="cuda")
+        kq = torch.randn(2, 4, 16, device="cuda")
+        pos = torch.tensor([5, 3000], dtype=torch.int32, device="cuda")
+        new = torch.randn(2, 2, 16, device="cuda")
+        cache = torch.zeros(10, 2, 16, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(2, 300, device="cuda")
+        logits[1, 123] = logits[1, 250] = 10.0
+        pv, pi = torch.zeros(2, 5, device="cuda"), torch.zeros(2, 5, dtype=torch.int32, device="cuda")
+        v, i = torch.zeros(2, 1, device="cuda"), torch.zeros(2, 1, dtype=torch.int32, device="cuda")
+        from test_tile_ops import _rope_ref  # float64 references shared with the CPU tests
+
+        ref_q = _rope_ref(q.cpu().numpy(), pos.cpu().numpy(), 5e5, (32.0, 1.0, 4.0, 8192.0))
+        ref_kq = _rope_ref(kq.cpu().numpy(), pos.cpu().numpy(), 1e6)
+        runtime.load(tiles / "decode-ops").launcher()(table, ids, h, q, pos, kq, new, cache, 8, logits, pv, pi, v, i)
+        rel = lambda a, r: float(np.linalg.norm(a.cpu().double().numpy() - r) / np.linalg.norm(r))
+        checks = {
+            "embedding": torch.equal(h[0], table[7].float()) and not h[1].any().item(),
+            "rope llama3": rel(q, ref_q) < 1e-4,
+            "rope qwen3": rel(kq, ref_kq) < 1e-4,
+            "kv_append": torch.equal(cache[8:].float(), new.to(torch.bfloat16).float()) and not cache[:8].any().item(),
+            "argmax": i[:, 0].tolist() == [int(logits[0].argmax()), 123],
+        }
+        print("decode ops on the GPU: " + ", ".join(f"{k} {'ok' if v else 'FAIL'}" for k, v in checks.items())
+              + f" (rope errors {rel(q, ref_q):.1e}, {rel(kq, ref_kq):.1e})")
+        ok &= all(checks.values())
+    if (tiles / "attention").exists():
+        c = np.load(tiles / "attention" / "case.npz")
+        bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()
+        q = torch.from_numpy(c["q"]).cuda()
+        k, v = bf(c["k"]), bf(c["v"])
+        splits, hq, d = int(c["splits"]), q.shape[0], q.shape[1]
+        o = torch.full((splits, hq, d), float("nan"), device="cuda")
+        lse = torch.full((splits, hq), float("nan"), device="cuda")
+        out = torch.full((hq, d), float("nan"), device="cuda")
+        runtime.load(tiles / "attention").launcher()(q, k, v, o, lse, out, int(c["length"]))
+        err = float(np.linalg.norm(out.cpu().double().numpy() - c["ref"]) / np.linalg.norm(c["ref"]))
+        print(f"split-KV attention + merge on the GPU: relative error {err:.1e}")
+        ok &= err < 1e-5
+    return ok
+
+
 def main(root: Path, out: Path | None = None) -> int:
     cases = json.loads((root / "cases.json").read_text())
     failures = []
@@ -110,6 +161,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("profiled")
     if not run_tile_numerics(root):
         failures.append("tile numerics")
+    if not run_decode_ops(root):
+        failures.append("decode ops")
     return 1 if failures else 0
 
 

@@ -535,6 +535,78 @@ def ET_ArgmaxOp : ET_Op<"argmax", [
   let hasVerifier = 1;
 }
 
+def ET_AttentionSplitOp : ET_Op<"attention_split", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "decode attention of one KV head's query group over one split of the KV cache";
+  let description = [{
+    Grouped-query decode attention, split along the sequence. `q` is the
+    current token's `Hq x D` queries, `k` and `v` the `S x Hkv x D` caches,
+    G = Hq / Hkv query heads share KV head `kv_head`. The split covers
+    positions `P = [split * split_len, min((split + 1) * split_len, len))`.
+    For every query head `h` of the group:
+
+    ```
+    s_t = scale * sum_d q[h, d] * k[t, kv_head, d]       (t in P)
+    o[split, h, :] = sum_t exp(s_t - max s) * v[t, kv_head, :] / sum_t exp(s_t - max s)
+    lse[split, h] = max s + log(sum_t exp(s_t - max s))
+    ```
+
+    An empty split writes zeros and `lse = -inf`. `et.attention_merge`
+    combines the splits. On the GPU one warp handles a query head, lanes
+    splitting D (D a multiple of 32) with an online softmax; on the CPU,
+    loops.
+
+    Example:
+
+    ```mlir
+    et.attention_split %q, %kc, %vc, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) scale(0.125)
+        : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$q,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$k,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$v,
+                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$o,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$lse,
+                       Index:$kv_head, Index:$split, Index:$split_len, Index:$len,
+                       F32Attr:$scale);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $o `,` $lse `kv_head` `(` $kv_head `)` `split` `(` $split `)`
+    `split_len` `(` $split_len `)` `len` `(` $len `)` `scale` `(` $scale `)` attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($o) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_AttentionMergeOp : ET_Op<"attention_merge", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "log-sum-exp combine of split-KV attention partial results";
+  let description = [{
+    For every head `h` and element `d` of `out` (`Hq x D`), over the splits
+    `s` of `o` (`splits x Hq x D`) and `lse` (`splits x Hq`):
+
+    ```
+    L = log(sum_s exp(lse[s, h]))
+    out[h, d] = sum_s exp(lse[s, h] - L) * o[s, h, d]
+    ```
+
+    (zeros when every split is empty). All threads split the elements.
+
+    Example:
+
+    ```mlir
+    et.attention_merge %o, %lse, %attn : memref<?x32x64xf32>, memref<?x32xf32>, memref<32x64xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[F32], [3]>, "", [MemRead]>:$o,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$lse,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $o `,` $lse `,` $out attr-dict `:` type($o) `,` type($lse) `,` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Schedules
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Split-KV decode attention bandwidth (Llama-3.2-1B heads: 32 query heads,
+8 KV heads, D = 64) over 1k and 8k contexts, on a CUDA machine without MLIR
+(kernels from utils/prepare_gpu_suite.py): 16 independent layers per launch,
+each reading its own K and V cache; bandwidth = KV bytes / time, against the
+copy bandwidth measured in the same run.
+
+    PYTHONPATH=python python3 benchmarks/attention_bandwidth.py .device/tiles --json results.json
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from event_tensor import runtime
+
+
+def median_time(fn, reps=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    root = Path(args.root)
+    info = json.loads((root / "attention-bw.json").read_text())
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    copy_bw = 4 * src.numel() / median_time(lambda: dst.copy_(src))
+    del src, dst
+    print(f"copy bandwidth: {copy_bw / 1e12:.2f} TB/s")
+    results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+               "copy_bandwidth_tb_s": copy_bw / 1e12, "rows": []}
+    hq, hkv, d, layers = info["hq"], info["hkv"], info["d"], info["layers"]
+    for ctx in info["contexts"]:
+        split_len = 256
+        q = torch.randn(hq, d, device="cuda")
+        caches = [torch.randn(ctx, hkv, d, device="cuda").to(torch.bfloat16) for _ in range(2 * layers)]
+        o = torch.zeros(ctx // split_len, hq, d, device="cuda")
+        lse = torch.zeros(ctx // split_len, hq, device="cuda")
+        launch = runtime.load(root / f"attention-bw-{ctx}").launcher(timeout_s=5)
+        go = launch.bind(q, *caches, o, lse)
+        t = median_time(go)
+        launch.check()
+        nbytes = sum(c.numel() * 2 for c in caches)
+        bw = nbytes / t
+        results["rows"].append({"context": ctx, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw})
+        print(f"context {ctx}: {layers} layers in {t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy")
+        launch.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
