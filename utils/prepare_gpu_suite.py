@@ -23,6 +23,7 @@ import numpy as np
 
 import event_tensor as et
 from event_tensor import analysis, compiler, ir
+from event_tensor import reference as numpy_refs
 from event_tensor.dag import random_kernel, reference, with_bodies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,7 +256,7 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     kc = rng.standard_normal((s_max, hkv, d)).astype(bf)
     vc = rng.standard_normal((s_max, hkv, d)).astype(bf)
     np.savez(out / "attention" / "case.npz", q=q, k=kc.view(np.uint16), v=vc.view(np.uint16),
-             ref=tests._attention_ref(q, kc, vc, length), length=length, splits=splits)
+             ref=numpy_refs.attention(q, kc, vc, length), length=length, splits=splits)
     # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per launch.
     for ctx in (1024, 8192):
         layers, split_len = 16, 256

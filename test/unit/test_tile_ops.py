@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import event_tensor as et
+from event_tensor import reference
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
@@ -143,17 +144,7 @@ et.kernel @k(%table: memref<50x64xbf16>, %ids: memref<2xi32>, %h: memref<2x64xf3
 
 
 def _rope_ref(x, pos, theta, scaling=None):
-    d = x.shape[-1]
-    inv = theta ** (-2.0 * np.arange(d // 2) / d)
-    if scaling:
-        factor, low, high, orig = scaling
-        wavelen = 2 * np.pi / inv
-        smooth = (orig / wavelen - low) / (high - low)
-        mid = (1 - smooth) * inv / factor + smooth * inv
-        inv = np.where(wavelen < orig / high, inv, np.where(wavelen > orig / low, inv / factor, mid))
-    ang = pos[:, None, None].astype(np.float64) * inv[None, None, :]
-    x1, x2 = x[..., : d // 2].astype(np.float64), x[..., d // 2:].astype(np.float64)
-    return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], axis=-1)
+    return reference.rope(x, pos, theta, scaling)
 
 
 def test_decode_ops_match_float64(tmp_path):
@@ -206,16 +197,7 @@ et.kernel @attn(%q: memref<{hq}x{d}x{q_t}>, %k: memref<{s_max}x{hkv}x{d}xbf16>, 
 
 
 def _attention_ref(q, k, v, length):
-    hq, d = q.shape
-    hkv = k.shape[1]
-    g = hq // hkv
-    out = np.zeros((hq, d))
-    for h in range(hq):
-        kk = k[:length, h // g].astype(np.float64)
-        s = kk @ q[h].astype(np.float64) / np.sqrt(d)
-        p = np.exp(s - s.max())
-        out[h] = p @ v[:length, h // g].astype(np.float64) / p.sum()
-    return out
+    return reference.attention(q, k, v, length)
 
 
 @pytest.mark.parametrize("hq,hkv,d,s_max,splits,split_len,length", [

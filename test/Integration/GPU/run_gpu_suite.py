@@ -66,7 +66,6 @@ def run_tile_numerics(root: Path) -> bool:
 def run_decode_ops(root: Path) -> bool:
     """Embedding, RoPE, KV append, argmax and split-KV attention on the GPU."""
     tiles = root.parent / "tiles"
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test" / "unit"))
     ok = True
     if (tiles / "decode-ops").exists():
         rng = np.random.default_rng(11)
@@ -82,10 +81,10 @@ def run_decode_ops(root: Path) -> bool:
         logits[1, 123] = logits[1, 250] = 10.0
         pv, pi = torch.zeros(2, 5, device="cuda"), torch.zeros(2, 5, dtype=torch.int32, device="cuda")
         v, i = torch.zeros(2, 1, device="cuda"), torch.zeros(2, 1, dtype=torch.int32, device="cuda")
-        from test_tile_ops import _rope_ref  # float64 references shared with the CPU tests
+        from event_tensor import reference  # the float64 references of the CPU tests
 
-        ref_q = _rope_ref(q.cpu().numpy(), pos.cpu().numpy(), 5e5, (32.0, 1.0, 4.0, 8192.0))
-        ref_kq = _rope_ref(kq.cpu().numpy(), pos.cpu().numpy(), 1e6)
+        ref_q = reference.rope(q.cpu().numpy(), pos.cpu().numpy(), 5e5, (32.0, 1.0, 4.0, 8192.0))
+        ref_kq = reference.rope(kq.cpu().numpy(), pos.cpu().numpy(), 1e6)
         runtime.load(tiles / "decode-ops").launcher()(table, ids, h, q, pos, kq, new, cache, 8, logits, pv, pi, v, i)
         rel = lambda a, r: float(np.linalg.norm(a.cpu().double().numpy() - r) / np.linalg.norm(r))
         checks = {

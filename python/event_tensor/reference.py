@@ -1,0 +1,38 @@
+"""float64 numpy references of the tile compute ops, shared by the CPU tests
+and the GPU suite (no MLIR, numpy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["attention", "rope"]
+
+
+def rope(x, positions, theta, llama3_scaling=None):
+    """Rotary embedding (rotate-half form) of `x` (M x heads x D)."""
+    d = x.shape[-1]
+    inv = theta ** (-2.0 * np.arange(d // 2) / d)
+    if llama3_scaling:
+        factor, low, high, orig = llama3_scaling
+        wavelen = 2 * np.pi / inv
+        smooth = (orig / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        inv = np.where(wavelen < orig / high, inv, np.where(wavelen > orig / low, inv / factor, mid))
+    ang = np.asarray(positions, np.float64)[:, None, None] * inv[None, None, :]
+    x1 = x[..., : d // 2].astype(np.float64)
+    x2 = x[..., d // 2:].astype(np.float64)
+    return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], axis=-1)
+
+
+def attention(q, k, v, length):
+    """Grouped-query decode attention of `q` (Hq x D) over the first `length`
+    positions of the caches (S x Hkv x D), scale 1/sqrt(D)."""
+    hq, d = q.shape
+    group = hq // k.shape[1]
+    out = np.zeros((hq, d))
+    for h in range(hq):
+        kk = k[:length, h // group].astype(np.float64)
+        s = kk @ q[h].astype(np.float64) / np.sqrt(d)
+        p = np.exp(s - s.max())
+        out[h] = p @ v[:length, h // group].astype(np.float64) / p.sum()
+    return out
