@@ -102,6 +102,28 @@ def main():
             launch.close()
         del ws, ys
         torch.cuda.empty_cache()
+    # Dependent layers: each layer's tiles wait for all of the previous
+    # layer's output; with and without the L2 prefetch of their weights
+    # before the wait.
+    n, layers, rows = info["chain"]
+    x = torch.randn(1, n, device="cuda").to(torch.bfloat16)
+    ws = [(torch.randn(n, n, device="cuda") / n ** 0.5).to(torch.bfloat16) for _ in range(layers)]
+    ys = [torch.zeros(1, n, device="cuda", dtype=torch.bfloat16) for _ in range(layers)]
+    ref = x.float()
+    for w in ws:
+        ref = torch.nn.functional.linear(ref, w.float()).to(torch.bfloat16).float()
+    nbytes = layers * n * n * 2
+    for variant in ("prefetch", "noprefetch"):
+        launch = runtime.load(root / f"linear-chain-{variant}").launcher(timeout_s=5)
+        launch(x, *ws, *ys)
+        ok = torch.allclose(ys[-1].float(), ref, rtol=2e-2, atol=2e-2)
+        t = events_median(launch.bind(x, *ws, *ys))
+        launch.check()
+        results[f"chain_{variant}"] = {"time_us": t * 1e6, "tb_s": nbytes / t / 1e12,
+                                       "fraction_of_copy": nbytes / t / copy_bw, "correct": ok}
+        print(f"chain of {layers} dependent {n}x{n} layers, {variant}: {t * 1e6:.1f} us, "
+              f"{nbytes / t / 1e12:.2f} TB/s, {100 * nbytes / t / copy_bw:.1f}% of copy{'' if ok else '  WRONG RESULT'}")
+        launch.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -162,6 +162,25 @@ def _linear_layers(n: int, k: int, layers: int, rows: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _linear_chain(n: int, layers: int, rows: int) -> str:
+    """`layers` n x n linear layers where layer i+1 reads layer i's output:
+    every tile of a layer waits for all tiles of the previous one."""
+    ws = ", ".join(f"%w{i}: memref<{n}x{n}xbf16>" for i in range(layers))
+    ys = ", ".join(f"%y{i}: memref<1x{n}xbf16>" for i in range(layers))
+    lines = [f"et.kernel @chain(%x: memref<1x{n}xbf16>, {ws}, {ys}) {{",
+             f"  %ct = arith.constant {n // rows} : index", f"  %cr = arith.constant {rows} : index"]
+    lines += [f"  %e{i} = et.event.create() : !et.event<>" for i in range(layers)]
+    for i in range(layers):
+        src = "%x" if i == 0 else f"%y{i - 1}"
+        lines += [f"  et.task @layer{i} tiles(%t) in (%ct) {{", "    %r0 = arith.muli %t, %cr : index"]
+        if i > 0:
+            lines.append(f"    et.event.wait %e{i - 1}[] : !et.event<>")
+        lines += [f"    et.linear {src}, %w{i}, %y{i} rows(%r0, %cr) : memref<1x{n}xbf16>, memref<{n}x{n}xbf16>, "
+                  f"memref<1x{n}xbf16>", f"    et.event.signal %e{i}[] : !et.event<>", "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def linear(out: Path, workers: int, cache: Path) -> None:
     """Linear-layer bandwidth kernels, and a numerics case with inputs and a
     float64 reference."""
@@ -173,8 +192,14 @@ def linear(out: Path, workers: int, cache: Path) -> None:
             art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
                              threads_per_worker=1024, tile_unroll=unroll, cache_dir=cache)
             _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}")
+    # A chain of dependent layers (each needs all of the previous output),
+    # with and without the weight prefetch before the wait.
+    for prefetch in (True, False):
+        art = et.compile(_linear_chain(4096, layers, 32), target="cuda", workers=workers, mode="static",
+                         threads_per_worker=1024, tile_prefetch=prefetch, cache_dir=cache)
+        _copy_artifact(art, out / f"linear-chain-{'prefetch' if prefetch else 'noprefetch'}")
     (out / "linear.json").write_text(json.dumps({"shapes": LINEAR_SHAPES, "layers": layers,
-                                                 "variants": variants}))
+                                                 "variants": variants, "chain": [4096, layers, 32]}))
     # Numerics: M = 3 tokens, N = 1000, K = 1032 (not a multiple of the
     # unrolled step, so the remainder loop runs too).
     import ml_dtypes

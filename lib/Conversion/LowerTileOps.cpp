@@ -8,6 +8,8 @@
 
 #include "EventTensor/Conversion/Passes.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 
@@ -81,6 +83,70 @@ void lowerLinearCPU(LinearOp op) {
         scf::YieldOp::create(b, loc);
       });
   op.erase();
+}
+
+/// True when nothing in `kernel` writes `buffer` (every use is a read).
+bool isReadOnly(Value buffer) {
+  for (OpOperand &use : buffer.getUses()) {
+    Operation *user = use.getOwner();
+    if (isa<memref::LoadOp, vector::LoadOp, memref::DimOp,
+            memref::ExtractAlignedPointerAsIndexOp>(user))
+      continue;
+    if (auto linear = dyn_cast<LinearOp>(user))
+      if (use.get() == linear.getW() && linear.getY() != buffer &&
+          linear.getX() != buffer)
+        continue;
+    return false;
+  }
+  return true;
+}
+
+/// Before the first wait of the op's task, thread 0 prefetches the tile's
+/// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
+void prefetchWeights(LinearOp op) {
+  auto task = op->getParentOfType<TaskOp>();
+  if (!task || op->getParentOp() != task || !isReadOnly(op.getW()))
+    return;
+  auto waits = task.getWaits();
+  if (waits.empty())
+    return;
+  Operation *firstWait = *waits.begin();
+  auto available = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return true; // tile ids, kernel arguments
+    if (!task->isAncestor(def))
+      return true; // kernel level
+    return def->getBlock() == firstWait->getBlock() &&
+           def->isBeforeInBlock(firstWait);
+  };
+  if (!available(op.getRow0()) || !available(op.getRows()))
+    return;
+  OpBuilder b(firstWait);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value start = arith::MinSIOp::create(b, loc, op.getRow0(), n);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
+  Value rowBytes = arith::MulIOp::create(b, loc, k, h.idx(2));
+  Value bytes = arith::MulIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, end, start), rowBytes);
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value go = arith::AndIOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes, h.idx(0)));
+  auto ifOp = scf::IfOp::create(b, loc, go, /*withElse=*/false);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, op.getW());
+  Value addr = arith::AddIOp::create(b, loc, base,
+                                     arith::MulIOp::create(b, loc, start, rowBytes));
+  Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
+  Value ptr = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr64);
+  Value size = arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes);
+  NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
 }
 
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
@@ -686,6 +752,9 @@ struct LowerTileOpsPass
     }
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
+    if (gpu && prefetch)
+      for (LinearOp op : linears)
+        prefetchWeights(op);
     for (LinearOp op : linears) {
       if (target == "gpu")
         lowerLinearGPU(op, unroll);

@@ -82,6 +82,10 @@ struct NVVMPipelineOptions
       *this, "threads",
       llvm::cl::desc("Threads per worker fixed at compile time (0: at launch)"),
       llvm::cl::init(0)};
+  PassOptions::Option<bool> tilePrefetch{
+      *this, "tile-prefetch",
+      llvm::cl::desc("Prefetch tile weights into L2 before the first wait"),
+      llvm::cl::init(false)};
   PassOptions::Option<int64_t> tileUnroll{
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
@@ -134,6 +138,7 @@ void mlir::et::registerEventTensorPipelines() {
         LowerTileOpsPassOptions tile;
         tile.target = "gpu";
         tile.unroll = options.tileUnroll;
+        tile.prefetch = options.tilePrefetch;
         pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;

@@ -90,7 +90,7 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
-                   tile_unroll: int = 4,
+                   tile_unroll: int = 4, tile_prefetch: bool = False,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -124,7 +124,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                "profile": profile}
     if target == "cuda":
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
-                       threads_per_worker=threads_per_worker, tile_unroll=tile_unroll)
+                       threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
+                       tile_prefetch=tile_prefetch)
     key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
@@ -152,7 +153,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         else:
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
-                        f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} threads={threads_per_worker}}})")
+                        f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
+                        f"tile-prefetch={int(tile_prefetch)} threads={threads_per_worker}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
         try:

@@ -1,5 +1,6 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu unroll=2}))" | FileCheck %s --check-prefix=GPU
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=CPU
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=true}))" | FileCheck %s --check-prefix=PREFETCH
 
 // On the GPU target: a warp per row (rows strided by the number of warps),
 // 16-byte vector loads of w and x, FMAs into vector<8xf32> accumulators, a
@@ -50,5 +51,33 @@ et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16
   et.task @t tiles(%i) in (%c1) {
     et.rmsnorm %x, %w, %y eps(1.0e-05) : memref<1x64xbf16>, memref<64xbf16>, memref<1x64xbf16>
     et.silu_mul %x, %x, %y cols(%c0, %c1) : memref<1x64xbf16>, memref<1x64xbf16>, memref<1x64xbf16>
+  }
+}
+
+// With prefetch, thread 0 prefetches the tile's weight rows into L2 before
+// the wait (the weights are only read in the kernel); never without a wait.
+// PREFETCH-LABEL: et.kernel @gemv
+// PREFETCH-NOT: cp.async.bulk.prefetch
+// PREFETCH-LABEL: et.kernel @chained
+// PREFETCH: et.task @first
+// PREFETCH-NOT: cp.async.bulk.prefetch
+// PREFETCH: et.task @second
+// PREFETCH: scf.if
+// PREFETCH: nvvm.cp.async.bulk.prefetch %{{.*}}, %{{.*}} : <1>
+// PREFETCH: et.event.wait
+et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<1x4096xbf16>,
+                   %w2: memref<1024x4096xbf16>, %y2: memref<1x1024xbf16>) {
+  %c32 = arith.constant 32 : index
+  %c128 = arith.constant 128 : index
+  %e = et.event.create() : !et.event<>
+  et.task @first tiles(%t) in (%c32) {
+    %r0 = arith.muli %t, %c128 : index
+    et.linear %x, %w, %y rows(%r0, %c128) : memref<1x1024xbf16>, memref<4096x1024xbf16>, memref<1x4096xbf16>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @second tiles(%t) in (%c32) {
+    %r0 = arith.muli %t, %c32 : index
+    et.event.wait %e[] : !et.event<>
+    et.linear %y, %w2, %y2 rows(%r0, %c32) : memref<1x4096xbf16>, memref<1024x4096xbf16>, memref<1x1024xbf16>
   }
 }

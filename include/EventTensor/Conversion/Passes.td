@@ -75,7 +75,12 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     (`et.thread_id`, `et.num_threads`). With `target=gpu` it uses warps: one
     warp per output row of `et.linear`, 16-byte loads with `unroll`
     independent loads per lane in flight, and a `gpu.shuffle xor` butterfly
-    for the lane sums; with `target=cpu` it emits scalar loops. Runs before
+    for the lane sums; with `target=cpu` it emits scalar loops. On the GPU,
+    weights never depend on the previous task: with `prefetch`, thread 0
+    issues one bulk L2 prefetch (`cp.async.bulk.prefetch`) of the tile's
+    contiguous weight rows before the task's first wait. It is off by
+    default: on a chain of dependent layers it measured 10% slower than no
+    prefetch (docs/benchmarks.md). Runs before
     `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
   }];
   let options = [
@@ -83,10 +88,14 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "gpu or cpu">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
+    Option<"prefetch", "prefetch", "bool", /*default=*/"false",
+           "Prefetch each et.linear tile's weight rows into L2 before the "
+           "task's first wait, when no task writes the weights (gpu)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",
-                           "::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+                           "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+                           "::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect"];
 }
 
 #endif // EVENTTENSOR_CONVERSION_PASSES_TD
