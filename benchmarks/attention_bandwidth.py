@@ -49,20 +49,21 @@ def main():
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "copy_bandwidth_tb_s": copy_bw / 1e12, "rows": []}
     hq, hkv, d, layers = info["hq"], info["hkv"], info["d"], info["layers"]
-    for ctx in info["contexts"]:
-        split_len = 256
+    for ctx, sub in [(c, s) for c in info["contexts"] for s in info["subsplits"]]:
+        split_len = info["split_len"]
         q = torch.randn(hq, d, device="cuda")
         caches = [torch.randn(ctx, hkv, d, device="cuda").to(torch.bfloat16) for _ in range(2 * layers)]
-        o = torch.zeros(ctx // split_len, hq, d, device="cuda")
-        lse = torch.zeros(ctx // split_len, hq, device="cuda")
-        launch = runtime.load(root / f"attention-bw-{ctx}").launcher(timeout_s=5)
+        o = torch.zeros(ctx // split_len * sub, hq, d, device="cuda")
+        lse = torch.zeros(ctx // split_len * sub, hq, device="cuda")
+        launch = runtime.load(root / f"attention-bw-{ctx}-s{sub}").launcher(timeout_s=5)
         go = launch.bind(q, *caches, o, lse)
         t = median_time(go)
         launch.check()
         nbytes = sum(c.numel() * 2 for c in caches)
         bw = nbytes / t
-        results["rows"].append({"context": ctx, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw})
-        print(f"context {ctx}: {layers} layers in {t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy")
+        results["rows"].append({"context": ctx, "subsplits": sub, "time_us": t * 1e6, "tb_s": bw / 1e12,
+                                "fraction_of_copy": bw / copy_bw})
+        print(f"context {ctx}, subsplits {sub}: {layers} layers in {t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy")
         launch.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

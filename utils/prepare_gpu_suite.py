@@ -284,24 +284,28 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
              ref=numpy_refs.attention(q, kc, vc, length), length=length, splits=splits)
     # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per launch.
     for ctx in (1024, 8192):
-        layers, split_len = 16, 256
-        nsplit = ctx // split_len
-        args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>" for i in range(layers))
-        lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{nsplit}x{hq}x{d}xf32>, "
-                 f"%lse: memref<{nsplit}x{hq}xf32>) {{",
-                 f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {nsplit} : index",
-                 f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index"]
-        for i in range(layers):
-            lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{",
-                      f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len) scale(0.125)",
-                      f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, memref<{ctx}x{hkv}x{d}xbf16>, "
-                      f"memref<{nsplit}x{hq}x{d}xf32>, memref<{nsplit}x{hq}xf32>", "  }"]
-        lines.append("}")
-        art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
-                         threads_per_worker=1024, cache_dir=cache)
-        _copy_artifact(art, out / f"attention-bw-{ctx}")
-    (out / "attention-bw.json").write_text(json.dumps({"contexts": [1024, 8192], "layers": 16, "hkv": hkv, "d": d,
-                                                       "hq": hq}))
+        for sub in (1, 8):
+            layers, split_len = 16, 256
+            entries = (ctx // split_len) * sub
+            attr = f" {{subsplits = {sub} : i64}}" if sub > 1 else ""
+            args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
+                             for i in range(layers))
+            lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
+                     f"%lse: memref<{entries}x{hq}xf32>) {{",
+                     f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {ctx // split_len} : index",
+                     f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index"]
+            for i in range(layers):
+                lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{",
+                          f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) split_len(%cl) "
+                          f"len(%len) scale(0.125){attr}",
+                          f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, memref<{ctx}x{hkv}x{d}xbf16>, "
+                          f"memref<{entries}x{hq}x{d}xf32>, memref<{entries}x{hq}xf32>", "  }"]
+            lines.append("}")
+            art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
+                             threads_per_worker=1024, cache_dir=cache)
+            _copy_artifact(art, out / f"attention-bw-{ctx}-s{sub}")
+    (out / "attention-bw.json").write_text(json.dumps({"contexts": [1024, 8192], "subsplits": [1, 8], "layers": 16,
+                                                       "hkv": hkv, "d": d, "hq": hq, "split_len": 256}))
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 

@@ -605,15 +605,26 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   Value end = arith::MinSIOp::create(
       b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
       cacheLen);
-  Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, end, start);
+  int64_t subsplits = op.getSubsplits();
+  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
   float scale = op.getScale().convertToFloat();
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
   auto col = [&](OpBuilder &b, int64_t r) {
     return arith::AddIOp::create(b, loc, lane, h.idx(r * lanes));
   };
+  // Work items: (query head of the group, chunk of the split).
+  Value items = arith::MulIOp::create(b, loc, gsize, h.idx(subsplits));
   scf::ForOp::create(
-      b, loc, group, gsize, groups, ValueRange{},
-      [&](OpBuilder &b, Location loc, Value w, ValueRange) {
+      b, loc, group, items, groups, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value item, ValueRange) {
+        Value w = arith::RemUIOp::create(b, loc, item, gsize);
+        Value chunk = arith::DivUIOp::create(b, loc, item, gsize);
+        Value cstart = arith::MinSIOp::create(
+            b, loc, arith::AddIOp::create(b, loc, start, arith::MulIOp::create(b, loc, chunk, chunkLen)), end);
+        Value cend = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, cstart, chunkLen), end);
+        Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, cend, cstart);
+        Value entry = arith::AddIOp::create(
+            b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
         Value qh = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, op.getKvHead(), gsize), w);
         SmallVector<Value> qv;
         for (int64_t r = 0; r < per; ++r)
@@ -624,7 +635,7 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
         for (int64_t r = 0; r < per; ++r)
           init.push_back(h.f32(0));
         auto loop = scf::ForOp::create(
-            b, loc, start, end, h.idx(1), init,
+            b, loc, cstart, cend, h.idx(1), init,
             [&](OpBuilder &b, Location loc, Value t, ValueRange st) {
               Value partial = h.f32(0);
               for (int64_t r = 0; r < per; ++r) {
@@ -656,7 +667,7 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
         for (int64_t r = 0; r < per; ++r) {
           Value out = arith::DivFOp::create(b, loc, loop.getResult(2 + r), safeL);
           out = arith::SelectOp::create(b, loc, empty, h.f32(0), out);
-          memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{op.getSplit(), qh, col(b, r)});
+          memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{entry, qh, col(b, r)});
         }
         Value lse = arith::AddFOp::create(b, loc, m, math::LogOp::create(b, loc, safeL));
         lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
@@ -665,7 +676,7 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
         {
           OpBuilder::InsertionGuard g(b);
           b.setInsertionPointToStart(store.thenBlock());
-          memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{op.getSplit(), qh});
+          memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{entry, qh});
         }
         scf::YieldOp::create(b, loc);
       });

@@ -173,10 +173,12 @@ def test_decode_ops_match_float64(tmp_path):
     assert v[:, 0].tolist() == [float(logits[0].max()), 10.0]
 
 
-def _attention_kernel(hq, hkv, d, s_max, splits, split_len, q_t="f32", out_t="f32"):
+def _attention_kernel(hq, hkv, d, s_max, splits, split_len, q_t="f32", out_t="f32", subsplits=1):
+    entries = splits * subsplits
+    sub = f" {{subsplits = {subsplits} : i64}}" if subsplits > 1 else ""
     return f"""
 et.kernel @attn(%q: memref<{hq}x{d}x{q_t}>, %k: memref<{s_max}x{hkv}x{d}xbf16>, %v: memref<{s_max}x{hkv}x{d}xbf16>,
-                %o: memref<{splits}x{hq}x{d}xf32>, %lse: memref<{splits}x{hq}xf32>, %out: memref<{hq}x{d}x{out_t}>,
+                %o: memref<{entries}x{hq}x{d}xf32>, %lse: memref<{entries}x{hq}xf32>, %out: memref<{hq}x{d}x{out_t}>,
                 %len: index) {{
   %ckv = arith.constant {hkv} : index
   %cs = arith.constant {splits} : index
@@ -184,13 +186,13 @@ et.kernel @attn(%q: memref<{hq}x{d}x{q_t}>, %k: memref<{s_max}x{hkv}x{d}xbf16>, 
   %c1 = arith.constant 1 : index
   %parts = et.event.create() : !et.event<>
   et.task @split tiles(%g, %s) in (%ckv, %cs) {{
-    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len) scale({1.0 / np.sqrt(d):.9e})
-        : memref<{hq}x{d}x{q_t}>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{splits}x{hq}x{d}xf32>, memref<{splits}x{hq}xf32>
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len) scale({1.0 / np.sqrt(d):.9e}){sub}
+        : memref<{hq}x{d}x{q_t}>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, memref<{entries}x{hq}xf32>
     et.event.signal %parts[] : !et.event<>
   }}
   et.task @merge tiles(%t) in (%c1) {{
     et.event.wait %parts[] : !et.event<>
-    et.attention_merge %o, %lse, %out : memref<{splits}x{hq}x{d}xf32>, memref<{splits}x{hq}xf32>, memref<{hq}x{d}x{out_t}>
+    et.attention_merge %o, %lse, %out : memref<{entries}x{hq}x{d}xf32>, memref<{entries}x{hq}xf32>, memref<{hq}x{d}x{out_t}>
   }}
 }}
 """
@@ -200,21 +202,22 @@ def _attention_ref(q, k, v, length):
     return reference.attention(q, k, v, length)
 
 
-@pytest.mark.parametrize("hq,hkv,d,s_max,splits,split_len,length", [
-    (8, 2, 64, 300, 4, 64, 200),    # the last split is empty
-    (4, 4, 32, 64, 2, 32, 64),      # no grouping
-    (6, 2, 128, 1000, 3, 333, 777),
+@pytest.mark.parametrize("hq,hkv,d,s_max,splits,split_len,length,subsplits", [
+    (8, 2, 64, 300, 4, 64, 200, 1),    # the last split is empty
+    (4, 4, 32, 64, 2, 32, 64, 1),      # no grouping
+    (6, 2, 128, 1000, 3, 333, 777, 1),
+    (8, 2, 64, 1000, 3, 333, 900, 5),  # chunks of 67 positions, some empty
 ])
-def test_split_kv_attention_matches_float64(hq, hkv, d, s_max, splits, split_len, length, tmp_path):
+def test_split_kv_attention_matches_float64(hq, hkv, d, s_max, splits, split_len, length, subsplits, tmp_path):
     rng = np.random.default_rng(hq * d + length)
     q = rng.standard_normal((hq, d)).astype(np.float32)
     k = rng.standard_normal((s_max, hkv, d)).astype(BF16)
     v = rng.standard_normal((s_max, hkv, d)).astype(BF16)
-    o = np.full((splits, hq, d), np.nan, np.float32)
-    lse = np.full((splits, hq), np.nan, np.float32)
+    o = np.full((splits * subsplits, hq, d), np.nan, np.float32)
+    lse = np.full((splits * subsplits, hq), np.nan, np.float32)
     out = np.full((hq, d), np.nan, np.float32)
-    art = et.compile(_attention_kernel(hq, hkv, d, s_max, splits, split_len), target="cpu", workers=3,
-                     cache_dir=tmp_path)
+    art = et.compile(_attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=subsplits),
+                     target="cpu", workers=3, cache_dir=tmp_path)
     art.launcher()(q, k, v, o, lse, out, length)
     assert _rel_err(out, _attention_ref(q, k, v, length)) < 1e-5
     if splits * split_len > length + split_len - 1:

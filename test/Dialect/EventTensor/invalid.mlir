@@ -577,3 +577,13 @@ et.kernel @merge_outside(%o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %out: me
   // expected-error @+1 {{'et.attention_merge' op must be nested in an 'et.task' body}}
   et.attention_merge %o, %lse, %out : memref<2x8x64xf32>, memref<2x8xf32>, memref<8x64xf32>
 }
+
+// -----
+
+et.kernel @attn_subsplits(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{attribute 'subsplits' failed to satisfy constraint}}
+    et.attention_split %q, %k, %k, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) {subsplits = 0 : i64} : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+}

@@ -551,10 +551,13 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
     lse[split, h] = max s + log(sum_t exp(s_t - max s))
     ```
 
-    An empty split writes zeros and `lse = -inf`. `et.attention_merge`
-    combines the splits. On the GPU one warp handles a query head, lanes
-    splitting D (D a multiple of 32) with an online softmax; on the CPU,
-    loops.
+    An empty split writes zeros and `lse = -inf`. With `subsplits = n`, the
+    split's positions are further cut into n contiguous chunks of
+    `ceildiv(split_len, n)`, and chunk j writes entry `split * n + j` of `o`
+    and `lse` (so `o` holds splits * n entries). `et.attention_merge`
+    combines all entries. On the GPU one warp handles a (query head, chunk)
+    pair, lanes splitting D (D a multiple of 32) with an online softmax;
+    more chunks keep more warps of a worker busy. On the CPU, loops.
 
     Example:
 
@@ -569,7 +572,8 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
                        Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$o,
                        Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$lse,
                        Index:$kv_head, Index:$split, Index:$split_len, Index:$len,
-                       F32Attr:$scale);
+                       F32Attr:$scale,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$subsplits);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $o `,` $lse `kv_head` `(` $kv_head `)` `split` `(` $split `)`
     `split_len` `(` $split_len `)` `len` `(` $len `)` `scale` `(` $scale `)` attr-dict `:`
