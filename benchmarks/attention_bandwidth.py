@@ -10,28 +10,13 @@ copy bandwidth measured in the same run.
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
 import torch
 
 from event_tensor import runtime
-
-
-def median_time(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
+from gpu_timing import copy_bandwidth, median_seconds
 
 
 def main():
@@ -41,10 +26,7 @@ def main():
     args = parser.parse_args()
     root = Path(args.root)
     info = json.loads((root / "attention-bw.json").read_text())
-    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    copy_bw = 4 * src.numel() / median_time(lambda: dst.copy_(src))
-    del src, dst
+    copy_bw = copy_bandwidth()
     print(f"copy bandwidth: {copy_bw / 1e12:.2f} TB/s")
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "copy_bandwidth_tb_s": copy_bw / 1e12, "rows": []}
@@ -57,7 +39,7 @@ def main():
         lse = torch.zeros(ctx // split_len * sub, hq, device="cuda")
         launch = runtime.load(root / f"attention-bw-{ctx}-s{sub}").launcher(timeout_s=5)
         go = launch.bind(q, *caches, o, lse)
-        t = median_time(go)
+        t = median_seconds(go)
         launch.check()
         nbytes = sum(c.numel() * 2 for c in caches)
         bw = nbytes / t

@@ -15,7 +15,6 @@ numerics case (M = 3, N = 1000, K = 1032) against its float64 reference.
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -23,31 +22,10 @@ import numpy as np
 import torch
 
 from event_tensor import runtime
+from gpu_timing import copy_bandwidth, median_seconds
 
 
 THREADS = (1024,)  # threads per worker (CTA size), as compiled
-
-
-def events_median(fn, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)  # s
-    return statistics.median(times)
-
-
-def copy_bandwidth():
-    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    t = events_median(lambda: dst.copy_(src))
-    return 2 * src.numel() * 2 / t
 
 
 def main():
@@ -83,14 +61,14 @@ def main():
         ys = [torch.zeros(1, n, device="cuda") for _ in range(layers)]
         nbytes = layers * n * k * 2
         ref = [torch.nn.functional.linear(x.float(), w.float()) for w in ws]
-        torch_t = events_median(lambda: [torch.nn.functional.linear(x, w) for w in ws])
+        torch_t = median_seconds(lambda: [torch.nn.functional.linear(x, w) for w in ws])
         for (rows, unroll), threads in [(v, t) for v in info["variants"] for t in THREADS]:
             launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}").launcher(timeout_s=5,
                                                                                    threads=threads)
             launch(x, *ws, *ys)
             ok = all(torch.allclose(y, r, rtol=1e-3, atol=1e-3) for y, r in zip(ys, ref))
             go = launch.bind(x, *ws, *ys)
-            t = events_median(go)
+            t = median_seconds(go)
             launch.check()
             bw = nbytes / t
             results["rows"].append({"n": n, "k": k, "rows_per_tile": rows, "unroll": unroll, "threads": threads,
@@ -117,7 +95,7 @@ def main():
         launch = runtime.load(root / f"linear-chain-{variant}").launcher(timeout_s=5)
         launch(x, *ws, *ys)
         ok = torch.allclose(ys[-1].float(), ref, rtol=2e-2, atol=2e-2)
-        t = events_median(launch.bind(x, *ws, *ys))
+        t = median_seconds(launch.bind(x, *ws, *ys))
         launch.check()
         results[f"chain_{variant}"] = {"time_us": t * 1e6, "tb_s": nbytes / t / 1e12,
                                        "fraction_of_copy": nbytes / t / copy_bw, "correct": ok}

@@ -17,30 +17,21 @@ JSON (to the path given by --json).
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
 import torch
 
 from event_tensor import runtime
+from gpu_timing import median_seconds
 
 
 def timed(launch, args, reps=50, warmup=5):
-    go = launch.bind(*args)  # arguments packed once: no Python work between the events
-    for _ in range(warmup):
-        go()
+    """Median microseconds of one launch; arguments are packed once (no Python
+    work between the timing events)."""
+    us = median_seconds(launch.bind(*args), reps=reps, warmup=warmup) * 1e6
     launch.check()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        go()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)  # us
-    launch.check()
-    return statistics.median(times)
+    return us
 
 
 def main():

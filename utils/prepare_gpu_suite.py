@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import event_tensor as et
-from event_tensor import analysis, compiler, ir
+from event_tensor.testing import reference_plan
 from event_tensor import reference as numpy_refs
 from event_tensor.dag import random_kernel, reference, with_bodies
 
@@ -42,10 +42,7 @@ def suite(out: Path, seeds: int, cache: Path) -> None:
         rng = random.Random(5000 + seed)
         rk = random_kernel(seed, max_tasks=rng.choice([3, 6, 9]), dynamic=seed % 3 != 0)
         text = with_bodies(rk)
-        with ir.Context():
-            module = compiler.parse(text)
-            compiler.run_pipeline(module, "builtin.module(et.kernel(et-dynamic-schedule{workers=1}))")
-            plan = analysis.schedule_plan(module, rk.bindings)
+        plan = reference_plan(text, rk.bindings)
         outs, data = reference(plan)
         for mode in ("static", "dynamic"):
             workers = rng.choice([8, 32, 132])

@@ -46,8 +46,29 @@ void addScheduling(OpPassManager &pm, const Options &options) {
     kernels.addPass(createVerifyEventGraphPass());
 }
 
+/// Options both pipelines take.
+template <typename Derived>
+struct CommonPipelineOptions : public PassPipelineOptions<Derived> {
+  mlir::detail::PassOptions::Option<std::string> mode{
+      *this, "mode",
+      llvm::cl::desc("static, dynamic, or keep (already scheduled)"),
+      llvm::cl::init("static")};
+  mlir::detail::PassOptions::Option<bool> optimize{
+      *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
+      llvm::cl::init(true)};
+  mlir::detail::PassOptions::Option<bool> verify{
+      *this, "verify",
+      llvm::cl::desc("Run et-verify-event-graph (turn off only to test the "
+                     "runtime watchdog on a schedule it would reject)"),
+      llvm::cl::init(true)};
+  mlir::detail::PassOptions::Option<bool> profile{
+      *this, "profile",
+      llvm::cl::desc("Record per-tile timestamps in a trace buffer"),
+      llvm::cl::init(false)};
+};
+
 struct NVVMPipelineOptions
-    : public PassPipelineOptions<NVVMPipelineOptions> {
+    : public CommonPipelineOptions<NVVMPipelineOptions> {
   PassOptions::Option<std::string> chip{*this, "chip",
                                         llvm::cl::desc("GPU architecture"),
                                         llvm::cl::init("sm_90a")};
@@ -62,22 +83,6 @@ struct NVVMPipelineOptions
   PassOptions::Option<int64_t> workers{
       *this, "workers", llvm::cl::desc("Persistent workers (CTAs)"),
       llvm::cl::init(132)};
-  PassOptions::Option<std::string> mode{
-      *this, "mode",
-      llvm::cl::desc("static, dynamic, or keep (already scheduled)"),
-      llvm::cl::init("static")};
-  PassOptions::Option<bool> optimize{
-      *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
-      llvm::cl::init(true)};
-  PassOptions::Option<bool> verify{
-      *this, "verify",
-      llvm::cl::desc("Run et-verify-event-graph (turn off only to test the "
-                     "runtime watchdog on a schedule it would reject)"),
-      llvm::cl::init(true)};
-  PassOptions::Option<bool> profile{
-      *this, "profile",
-      llvm::cl::desc("Record per-tile timestamps in a trace buffer"),
-      llvm::cl::init(false)};
   PassOptions::Option<int64_t> threads{
       *this, "threads",
       llvm::cl::desc("Threads per worker fixed at compile time (0: at launch)"),
@@ -95,26 +100,11 @@ struct NVVMPipelineOptions
       llvm::cl::init(64)};
 };
 
-struct CPUPipelineOptions : public PassPipelineOptions<CPUPipelineOptions> {
-  PassOptions::Option<bool> profile{
-      *this, "profile",
-      llvm::cl::desc("Record per-tile timestamps in a trace buffer"),
-      llvm::cl::init(false)};
+struct CPUPipelineOptions
+    : public CommonPipelineOptions<CPUPipelineOptions> {
   PassOptions::Option<int64_t> workers{
       *this, "workers", llvm::cl::desc("Persistent workers (host threads)"),
       llvm::cl::init(4)};
-  PassOptions::Option<std::string> mode{
-      *this, "mode",
-      llvm::cl::desc("static, dynamic, or keep (already scheduled)"),
-      llvm::cl::init("static")};
-  PassOptions::Option<bool> optimize{
-      *this, "optimize", llvm::cl::desc("Run et-optimize-events"),
-      llvm::cl::init(true)};
-  PassOptions::Option<bool> verify{
-      *this, "verify",
-      llvm::cl::desc("Run et-verify-event-graph (turn off only to test the "
-                     "runtime watchdog on a schedule it would reject)"),
-      llvm::cl::init(true)};
 };
 } // namespace
 

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["cuda_available", "cuda_skip_reason", "ptxas_path", "run"]
+__all__ = ["cuda_available", "cuda_skip_reason", "ptxas_path", "reference_plan", "run"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,3 +50,16 @@ def run(f):
     with Context(), Location.unknown():
         f()
     return f
+
+
+def reference_plan(text: str, bindings: dict) -> dict:
+    """The schedule plan of the kernel in `text` for `bindings`, scheduled on
+    one worker: its `deps`, `accesses` and `events` describe the original
+    graph, as `event_tensor.dag.reference` and the dependency checks use it."""
+    from . import analysis, compiler
+    from .ir import Context
+
+    with Context():
+        module = compiler.parse(text)
+        compiler.run_pipeline(module, "builtin.module(et.kernel(et-dynamic-schedule{workers=1}))")
+        return analysis.schedule_plan(module, bindings)

@@ -18,16 +18,13 @@ import pytest
 import event_tensor as et
 from event_tensor import analysis, compiler, ir, runtime
 from event_tensor.dag import random_kernel, reference, with_bodies
+from event_tensor.testing import reference_plan
 
 SEEDS = int(os.environ.get("ET_EXEC_SEEDS", "60"))
 POISON = -7777
 
 
-def _reference_plan(text, bindings):
-    with ir.Context():
-        module = compiler.parse(text)
-        compiler.run_pipeline(module, "builtin.module(et.kernel(et-dynamic-schedule{workers=1}))")
-        return analysis.schedule_plan(module, bindings)
+_reference_plan = reference_plan
 
 
 def _buffers(rk, plan):

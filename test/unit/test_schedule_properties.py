@@ -17,6 +17,7 @@ import pytest
 
 from event_tensor import analysis, compiler, ir, simulator
 from event_tensor.dag import random_kernel
+from event_tensor.testing import reference_plan
 
 SEEDS = int(os.environ.get("ET_PROPERTY_SEEDS", "400"))
 
@@ -39,7 +40,7 @@ def test_schedules_respect_dependencies(seed):
     rk, workers = _case(seed)
     with ir.Context():
         # The dependencies of the original graph (any schedule exports them).
-        reference = analysis.schedule_plan(_schedule(rk.text, "et-dynamic-schedule{workers=1}"), rk.bindings)
+        reference = reference_plan(rk.text, rk.bindings)
         variants = {
             "static": f"et-static-schedule{{workers={workers}}}",
             "static+opt": f"et-optimize-events,et-static-schedule{{workers={workers}}},et-optimize-events",

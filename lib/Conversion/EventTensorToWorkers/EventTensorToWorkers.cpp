@@ -138,6 +138,13 @@ private:
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId,
                                  idx(0));
   }
+  /// Thread 0 of worker 0: does the once-per-launch work.
+  Value isFirstThreadOfWorker0() {
+    return arith::AndIOp::create(
+        b, loc, isThread0(),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, workerId,
+                              idx(0)));
+  }
   void barrier() {
     if (target.gpu)
       gpu::BarrierOp::create(b, loc);
@@ -803,10 +810,7 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
   {
     auto first = scf::IfOp::create(
         b, loc,
-        arith::AndIOp::create(b, loc, isThread0(),
-                              arith::CmpIOp::create(b, loc,
-                                                    arith::CmpIPredicate::eq,
-                                                    workerId, idx(0))),
+        isFirstThreadOfWorker0(),
         /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(first.thenBlock());
@@ -833,10 +837,7 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
   }
   auto clearTicket = scf::IfOp::create(
       b, loc,
-      arith::AndIOp::create(b, loc, isThread0(),
-                            arith::CmpIOp::create(b, loc,
-                                                  arith::CmpIPredicate::eq,
-                                                  workerId, idx(0))),
+      isFirstThreadOfWorker0(),
       /*withElse=*/false);
   {
     OpBuilder::InsertionGuard guard(b);

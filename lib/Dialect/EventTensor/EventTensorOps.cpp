@@ -292,6 +292,12 @@ void ScheduleOp::build(OpBuilder &builder, OperationState &state,
 
 LogicalResult ScheduleOp::verify() { return success(); }
 
+static LogicalResult unknownTask(RunOp run, KernelOp kernel) {
+  return run.emitOpError("'") << run.getTaskAttr()
+                              << "' is not a task of kernel @"
+                              << kernel.getSymName();
+}
+
 LogicalResult ScheduleOp::verifyRegions() {
   Block &body = getBody().front();
   KernelOp kernel = getKernel();
@@ -305,9 +311,7 @@ LogicalResult ScheduleOp::verifyRegions() {
                               "'et.run' entries)");
       TaskOp task = run.getTaskOp();
       if (!task)
-        return run.emitOpError("'") << run.getTaskAttr()
-                                    << "' is not a task of kernel @"
-                                    << kernel.getSymName();
+        return unknownTask(run, kernel);
       if (!seen.insert(task).second)
         return run.emitOpError("task @")
                << task.getSymName() << " appears twice in the queue";
@@ -341,9 +345,7 @@ LogicalResult ScheduleOp::verifyRegions() {
                                  "'et.run' entries)");
       TaskOp task = run.getTaskOp();
       if (!task)
-        return run.emitOpError("'") << run.getTaskAttr()
-                                    << "' is not a task of kernel @"
-                                    << kernel.getSymName();
+        return unknownTask(run, kernel);
       if (std::optional<int64_t> offset = run.getCyclic()) {
         if (*offset >= numWorkers)
           return run.emitOpError("cyclic offset ")
