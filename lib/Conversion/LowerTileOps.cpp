@@ -683,6 +683,166 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   op.erase();
 }
 
+/// GPU split-KV attention for a static group size and D in {64, 128, 256}:
+/// one warp per chunk, handling every query head of the group at once. A
+/// warp covers 32 / P positions per step, P = D / 8 lanes per position, each
+/// lane loading 16 bytes of K and V; dot products reduce over the P lanes
+/// of a position; every lane runs an online softmax over its positions, and
+/// the position slots are combined with shuffles at the end.
+bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
+  MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
+  int64_t dim = qType.getDimSize(1);
+  if (qType.isDynamicDim(0) || kType.isDynamicDim(1) || (dim != 64 && dim != 128 && dim != 256) ||
+      !kType.getElementType().isBF16() || !op.getV().getType().getElementType().isBF16())
+    return false;
+  int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
+  int64_t perPos = dim / kVector, slots = kWarp / perPos;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  auto vecF32 = VectorType::get({kVector}, f32);
+  auto vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  Value zeroVec = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+  float scale = op.getScale().convertToFloat();
+  int64_t subsplits = op.getSubsplits();
+
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(kWarp));
+  Value warp = arith::DivUIOp::create(b, loc, tid, h.idx(kWarp));
+  Value warps = arith::MaxUIOp::create(b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(kWarp)), h.idx(1));
+  Value slot = arith::DivUIOp::create(b, loc, lane, h.idx(perPos));
+  Value sub = arith::RemUIOp::create(b, loc, lane, h.idx(perPos));
+  Value d0 = arith::MulIOp::create(b, loc, sub, h.idx(kVector));
+  Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
+  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
+      cacheLen);
+  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
+  Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
+
+  auto loadVec = [&](OpBuilder &b, Value mem, ValueRange idx) -> Value {
+    Type elt = cast<MemRefType>(mem.getType()).getElementType();
+    auto load = vector::LoadOp::create(b, loc, elt.isF32() ? vecF32 : vecBF16, mem, idx);
+    load.setAlignment(16);
+    if (elt.isF32())
+      return load;
+    return arith::ExtFOp::create(b, loc, vecF32, load.getResult());
+  };
+  auto shuffle = [&](OpBuilder &b, Value v, int64_t offset) {
+    return gpu::ShuffleOp::create(b, loc, v, arith::ConstantIntOp::create(b, loc, i32, offset),
+                                  arith::ConstantIntOp::create(b, loc, i32, kWarp), gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  };
+  auto shuffleVec = [&](OpBuilder &b, Value v, int64_t offset) {
+    Value out = v;
+    for (int64_t e = 0; e < kVector; ++e) {
+      Value x = vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{e});
+      out = vector::InsertOp::create(b, loc, shuffle(b, x, offset), out, ArrayRef<int64_t>{e});
+    }
+    return out;
+  };
+  // exp(a - m) with exp(-inf - -inf) taken as 0.
+  auto expDiff = [&](OpBuilder &b, Value a, Value m) {
+    Value isInf = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, a, negInf);
+    Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, a, m));
+    return arith::SelectOp::create(b, loc, isInf, h.f32(0), e);
+  };
+
+  scf::ForOp::create(
+      b, loc, warp, h.idx(subsplits), warps, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value chunk, ValueRange) {
+        Value cstart = arith::MinSIOp::create(
+            b, loc, arith::AddIOp::create(b, loc, start, arith::MulIOp::create(b, loc, chunk, chunkLen)), end);
+        Value cend = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, cstart, chunkLen), end);
+        Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, cend, cstart);
+        Value last = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, cend, h.idx(1)), cstart);
+        Value entry = arith::AddIOp::create(
+            b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
+        SmallVector<Value> qv;
+        for (int64_t g = 0; g < groupSize; ++g) {
+          Value head = arith::AddIOp::create(b, loc, headBase, h.idx(g));
+          Value v = loadVec(b, op.getQ(), ValueRange{head, d0});
+          qv.push_back(arith::MulFOp::create(
+              b, loc, v, vector::BroadcastOp::create(b, loc, vecF32, h.f32(scale))));
+        }
+        // State per head: m, l, acc.
+        SmallVector<Value> init;
+        for (int64_t g = 0; g < groupSize; ++g)
+          init.append({negInf, h.f32(0), zeroVec});
+        Value first = arith::AddIOp::create(b, loc, cstart, slot);
+        auto loop = scf::ForOp::create(
+            b, loc, cstart, cend, h.idx(slots), init,
+            [&](OpBuilder &b, Location loc, Value t0, ValueRange st) {
+              Value t = arith::AddIOp::create(b, loc, t0, slot);
+              Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, t, cend);
+              Value tc = arith::MinSIOp::create(b, loc, t, last);
+              Value kv = loadVec(b, op.getK(), ValueRange{tc, op.getKvHead(), d0});
+              Value vv = loadVec(b, op.getV(), ValueRange{tc, op.getKvHead(), d0});
+              SmallVector<Value> next;
+              for (int64_t g = 0; g < groupSize; ++g) {
+                Value prod = arith::MulFOp::create(b, loc, kv, qv[g]);
+                Value dot = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod);
+                for (int64_t off = perPos / 2; off >= 1; off /= 2)
+                  dot = arith::AddFOp::create(b, loc, dot, shuffle(b, dot, off));
+                Value sc = arith::SelectOp::create(b, loc, valid, dot, negInf);
+                Value m = st[3 * g], l = st[3 * g + 1], acc = st[3 * g + 2];
+                Value mNew = arith::MaximumFOp::create(b, loc, m, sc);
+                Value c = expDiff(b, m, mNew), p = expDiff(b, sc, mNew);
+                Value lNew = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, l, c), p);
+                Value accNew = vector::FMAOp::create(
+                    b, loc, vector::BroadcastOp::create(b, loc, vecF32, p), vv,
+                    arith::MulFOp::create(b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, c)));
+                next.append({mNew, lNew, accNew});
+              }
+              scf::YieldOp::create(b, loc, next);
+            });
+        (void)first;
+        Value isSlot0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, slot, h.idx(0));
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+        for (int64_t g = 0; g < groupSize; ++g) {
+          Value m = loop.getResult(3 * g), l = loop.getResult(3 * g + 1), acc = loop.getResult(3 * g + 2);
+          // Combine the position slots.
+          for (int64_t off = perPos; off < kWarp; off *= 2) {
+            Value mo = shuffle(b, m, off), lo = shuffle(b, l, off), ao = shuffleVec(b, acc, off);
+            Value mNew = arith::MaximumFOp::create(b, loc, m, mo);
+            Value a = expDiff(b, m, mNew), c = expDiff(b, mo, mNew);
+            l = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, l, a),
+                                      arith::MulFOp::create(b, loc, lo, c));
+            acc = arith::AddFOp::create(
+                b, loc, arith::MulFOp::create(b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, a)),
+                arith::MulFOp::create(b, loc, ao, vector::BroadcastOp::create(b, loc, vecF32, c)));
+            m = mNew;
+          }
+          Value head = arith::AddIOp::create(b, loc, headBase, h.idx(g));
+          Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), l);
+          Value out = arith::DivFOp::create(b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, safeL));
+          out = arith::SelectOp::create(b, loc, empty, zeroVec, out);
+          auto store = scf::IfOp::create(b, loc, isSlot0, /*withElse=*/false);
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(store.thenBlock());
+            auto st = vector::StoreOp::create(b, loc, out, op.getO(), ValueRange{entry, head, d0});
+            st.setAlignment(16);
+          }
+          Value lse = arith::AddFOp::create(b, loc, m, math::LogOp::create(b, loc, safeL));
+          lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
+          auto storeLse = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(storeLse.thenBlock());
+            memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{entry, head});
+          }
+        }
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+  return true;
+}
+
 /// out[h, d] = sum_s exp(lse[s, h] - L) * o[s, h, d].
 void lowerAttentionMerge(AttentionMergeOp op) {
   OpBuilder b(op);
@@ -754,8 +914,10 @@ struct LowerTileOpsPass
         lowerKVAppend(kv);
       else if (auto rope = dyn_cast<RoPEOp>(op))
         lowerRoPE(rope);
-      else if (auto attn = dyn_cast<AttentionSplitOp>(op))
-        lowerAttentionSplit(attn, gpu);
+      else if (auto attn = dyn_cast<AttentionSplitOp>(op)) {
+        if (!gpu || !lowerAttentionSplitGrouped(attn))
+          lowerAttentionSplit(attn, gpu);
+      }
       else if (auto merge = dyn_cast<AttentionMergeOp>(op))
         lowerAttentionMerge(merge);
       else

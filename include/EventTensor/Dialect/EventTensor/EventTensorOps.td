@@ -555,9 +555,12 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
     split's positions are further cut into n contiguous chunks of
     `ceildiv(split_len, n)`, and chunk j writes entry `split * n + j` of `o`
     and `lse` (so `o` holds splits * n entries). `et.attention_merge`
-    combines all entries. On the GPU one warp handles a (query head, chunk)
-    pair, lanes splitting D (D a multiple of 32) with an online softmax;
-    more chunks keep more warps of a worker busy. On the CPU, loops.
+    combines all entries. On the GPU, with a static group size, D in {64,
+    128, 256} and bf16 caches, one warp handles a chunk for all query heads
+    of the group (each KV row read once), D/8 lanes per position with
+    16-byte loads, an online softmax per lane and a shuffle merge; otherwise
+    one warp per (query head, chunk) with lanes splitting D. More chunks
+    keep more warps of a worker busy. On the CPU, loops.
 
     Example:
 
