@@ -81,3 +81,31 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
     et.linear %y, %w2, %y2 rows(%r0, %c32) : memref<1x4096xbf16>, memref<1024x4096xbf16>, memref<1x1024xbf16>
   }
 }
+
+// Split-KV attention with a static group on the GPU: one warp per chunk for
+// every head of the group, 16-byte K and V loads, the 8-lane dot-product
+// shuffles, a vector store of each head's partial output. With a dynamic
+// group size it falls back to one warp per (head, chunk).
+// GPU-LABEL: et.kernel @attn
+// GPU: et.task @grouped
+// GPU: vector.load %{{.*}}[{{.*}}] {alignment = 16 : i64} : memref<256x2x64xbf16>, vector<8xbf16>
+// GPU: gpu.shuffle  xor
+// GPU: vector.store %{{.*}}[{{.*}}] {alignment = 16 : i64} : memref<2x8x64xf32>, vector<8xf32>
+// GPU: et.task @fallback
+// GPU-NOT: vector.store
+// GPU: math.fma
+// CPU-LABEL: et.kernel @attn
+// CPU-NOT: gpu.shuffle
+et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>,
+                %qd: memref<?x64xf32>, %od: memref<2x?x64xf32>, %lsed: memref<2x?xf32>, %n: index) {
+  %c2 = arith.constant 2 : index
+  %c128 = arith.constant 128 : index
+  et.task @grouped tiles(%g, %s) in (%c2, %c2) {
+    et.attention_split %q, %k, %k, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) scale(0.125)
+        : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+  et.task @fallback tiles(%g, %s) in (%c2, %c2) {
+    et.attention_split %qd, %k, %k, %od, %lsed kv_head(%g) split(%s) split_len(%c128) len(%n) scale(0.125)
+        : memref<?x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x?x64xf32>, memref<2x?xf32>
+  }
+}
