@@ -82,7 +82,7 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
   }
 }
 
-// Split-KV attention with a static group on the GPU: one warp per chunk for
+// Split-KV attention with a static group, GPU target: one warp per chunk for
 // every head of the group, 16-byte K and V loads, the 8-lane dot-product
 // shuffles, a vector store of each head's partial output. With a dynamic
 // group size it falls back to one warp per (head, chunk).
