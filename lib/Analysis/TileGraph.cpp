@@ -44,6 +44,21 @@ std::string mlir::et::getSizeName(Value value) {
   return "";
 }
 
+SmallVector<ExtentLoadOp> mlir::et::getExtentLoads(TaskOp task) {
+  llvm::SetVector<Operation *> loads;
+  SmallVector<Value> worklist(task.getExtents());
+  while (!worklist.empty()) {
+    Operation *def = worklist.pop_back_val().getDefiningOp();
+    if (!def)
+      continue;
+    if (isa<ExtentLoadOp>(def))
+      loads.insert(def);
+    else
+      llvm::append_range(worklist, def->getOperands());
+  }
+  return llvm::map_to_vector(loads, [](Operation *op) { return cast<ExtentLoadOp>(op); });
+}
+
 static int64_t floorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -463,43 +478,26 @@ FailureOr<TileGraph> TileGraph::build(const EventGraph &graph,
     }
     // Extent loads with `after`: the task's tile count is known only once
     // the after-element is ready.
-    for (Value extent : t.op.getExtents()) {
-      llvm::SetVector<Operation *> loads;
-      SmallVector<Value> worklist{extent};
-      while (!worklist.empty()) {
-        Value v = worklist.pop_back_val();
-        Operation *def = v.getDefiningOp();
-        if (!def)
-          continue;
-        if (auto load = dyn_cast<ExtentLoadOp>(def)) {
-          loads.insert(load);
-          continue;
-        }
-        for (Value operand : def->getOperands())
-          worklist.push_back(operand);
+    for (ExtentLoadOp load : getExtentLoads(t.op)) {
+      if (!load.getAfterEvent())
+        continue;
+      const Signallers &s = signallers[graph.lookup(load.getAfterEvent())];
+      SmallVector<int64_t> idx;
+      bool known = true;
+      for (Value v : load.getAfterIndices()) {
+        std::optional<int64_t> x = evaluateSize(v, options.bindings);
+        if (!x)
+          known = false;
+        else
+          idx.push_back(*x);
       }
-      for (Operation *op : loads) {
-        auto load = cast<ExtentLoadOp>(op);
-        if (!load.getAfterEvent())
-          continue;
-        const Signallers &s = signallers[graph.lookup(load.getAfterEvent())];
-        SmallVector<int64_t> idx;
-        bool known = true;
-        for (Value v : load.getAfterIndices()) {
-          std::optional<int64_t> x = evaluateSize(v, options.bindings);
-          if (!x)
-            known = false;
-          else
-            idx.push_back(*x);
-        }
-        if (!known) {
-          t.extentDeps.append(s.all.begin(), s.all.end());
-        } else {
-          auto it = s.byElement.find(idx);
-          if (it != s.byElement.end())
-            t.extentDeps.append(it->second.begin(), it->second.end());
-          t.extentDeps.append(s.anywhere.begin(), s.anywhere.end());
-        }
+      if (!known) {
+        t.extentDeps.append(s.all.begin(), s.all.end());
+      } else {
+        auto it = s.byElement.find(idx);
+        if (it != s.byElement.end())
+          t.extentDeps.append(it->second.begin(), it->second.end());
+        t.extentDeps.append(s.anywhere.begin(), s.anywhere.end());
       }
     }
     dedup(t.extentDeps);

@@ -29,6 +29,15 @@ namespace {
 constexpr int64_t kWarp = 32;
 constexpr int64_t kVector = 8; // bf16 elements per 16-byte load
 
+/// The worker's threads cut into groups of `lanes` consecutive threads (a
+/// warp on the GPU, a single thread on the CPU).
+struct Groups {
+  Value tid, threads; // et.thread_id, et.num_threads
+  Value lane;         // tid mod lanes
+  Value group;        // tid / lanes
+  Value groups;       // max(threads / lanes, 1)
+};
+
 struct Builder {
   OpBuilder &b;
   Location loc;
@@ -37,7 +46,35 @@ struct Builder {
     return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
                                           APFloat(static_cast<float>(v)));
   }
+  Groups groups(int64_t lanes) {
+    Groups g;
+    g.tid = ThreadIdOp::create(b, loc, b.getIndexType());
+    g.threads = NumThreadsOp::create(b, loc, b.getIndexType());
+    g.lane = arith::RemUIOp::create(b, loc, g.tid, idx(lanes));
+    g.group = arith::DivUIOp::create(b, loc, g.tid, idx(lanes));
+    g.groups = arith::MaxUIOp::create(
+        b, loc, arith::DivUIOp::create(b, loc, g.threads, idx(lanes)), idx(1));
+    return g;
+  }
 };
+
+/// `v` from the lane `offset` away in a butterfly (xor) over the warp.
+Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset) {
+  Type i32 = b.getI32Type();
+  return gpu::ShuffleOp::create(b, loc, v,
+                                arith::ConstantIntOp::create(b, loc, i32, offset),
+                                arith::ConstantIntOp::create(b, loc, i32, kWarp),
+                                gpu::ShuffleMode::XOR)
+      .getShuffleResult();
+}
+
+/// The sum of `v` over each aligned group of `width` lanes, in every lane of
+/// the group (no shuffles for width 1).
+Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
+  for (int64_t offset = width / 2; offset >= 1; offset /= 2)
+    v = arith::AddFOp::create(b, loc, v, shuffleXor(b, loc, v, offset));
+  return v;
+}
 
 /// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
 /// strided by thread.
@@ -45,8 +82,8 @@ void lowerLinearCPU(LinearOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  Groups threads = h.groups(1);
+  Value tid = threads.tid, nt = threads.threads;
   Value n = memref::DimOp::create(b, loc, op.getW(), 0);
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
@@ -162,12 +199,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll) {
   auto vecF32 = VectorType::get({kVector}, f32);
   Type outType = op.getY().getType().getElementType();
 
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(kWarp));
-  Value warp = arith::DivUIOp::create(b, loc, tid, h.idx(kWarp));
-  Value warps = arith::MaxUIOp::create(
-      b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(kWarp)), h.idx(1));
+  Groups warpsOf = h.groups(kWarp);
+  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
   Value n = memref::DimOp::create(b, loc, op.getW(), 0);
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
   Value end = arith::MinSIOp::create(
@@ -232,15 +265,11 @@ void lowerLinearGPU(LinearOp op, int64_t unroll) {
     Value isLane0 =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
     for (int64_t i = 0; i < mCount; ++i) {
-      Value s = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
-                                            restLoop.getResult(i));
-      for (int64_t offset = kWarp / 2; offset >= 1; offset /= 2) {
-        auto shuffle = gpu::ShuffleOp::create(
-            b, loc, s, arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset),
-            arith::ConstantIntOp::create(b, loc, b.getI32Type(), kWarp),
-            gpu::ShuffleMode::XOR);
-        s = arith::AddFOp::create(b, loc, s, shuffle.getShuffleResult());
-      }
+      Value s = butterflySum(
+          b, loc,
+          vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
+                                      restLoop.getResult(i)),
+          kWarp);
       auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(store.thenBlock());
@@ -322,14 +351,9 @@ void lowerRMSNorm(RMSNormOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
   int64_t lanes = gpu ? kWarp : 1;
-  Value lane = gpu ? arith::RemUIOp::create(b, loc, tid, h.idx(kWarp)).getResult() : h.idx(0);
-  Value group = gpu ? arith::DivUIOp::create(b, loc, tid, h.idx(kWarp)).getResult() : tid;
-  Value groups = gpu ? arith::MaxUIOp::create(b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(kWarp)),
-                                              h.idx(1)).getResult()
-                     : nt;
+  Groups g = h.groups(lanes);
+  Value lane = g.lane, group = g.group, groups = g.groups;
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = memref::DimOp::create(b, loc, op.getX(), 1);
   Type outType = op.getY().getType().getElementType();
@@ -350,14 +374,7 @@ void lowerRMSNorm(RMSNormOp op, bool gpu) {
               Value sq = arith::MulFOp::create(b, loc, v, v);
               scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], sq)});
             });
-        Value total = sum.getResult(0);
-        if (gpu)
-          for (int64_t offset = kWarp / 2; offset >= 1; offset /= 2) {
-            auto shuffle = gpu::ShuffleOp::create(
-                b, loc, total, arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset),
-                arith::ConstantIntOp::create(b, loc, b.getI32Type(), kWarp), gpu::ShuffleMode::XOR);
-            total = arith::AddFOp::create(b, loc, total, shuffle.getShuffleResult());
-          }
+        Value total = butterflySum(b, loc, sum.getResult(0), lanes);
         Value count = arith::UIToFPOp::create(
             b, loc, b.getF32Type(), arith::IndexCastUIOp::create(b, loc, b.getI64Type(), hidden));
         Value mean = arith::DivFOp::create(b, loc, total, count);
@@ -524,9 +541,9 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
   Location loc = op.getLoc();
   Builder h{b, loc};
   int64_t lanes = gpu ? kWarp : 1;
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(lanes));
-  Value inGroup = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, tid, h.idx(lanes));
+  Groups g = h.groups(lanes);
+  Value lane = g.lane;
+  Value inGroup = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.group, h.idx(0));
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value width = memref::DimOp::create(b, loc, op.getX(), 1);
   Value end = arith::MinSIOp::create(
@@ -561,10 +578,8 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
             });
         Value bv = scan.getResult(0), bi = scan.getResult(1);
         for (int64_t offset = lanes / 2; offset >= 1; offset /= 2) {
-          Value off = arith::ConstantIntOp::create(b, loc, i32, offset);
-          Value w = arith::ConstantIntOp::create(b, loc, i32, kWarp);
-          Value ov = gpu::ShuffleOp::create(b, loc, bv, off, w, gpu::ShuffleMode::XOR).getShuffleResult();
-          Value oi = gpu::ShuffleOp::create(b, loc, bi, off, w, gpu::ShuffleMode::XOR).getShuffleResult();
+          Value ov = shuffleXor(b, loc, bv, offset);
+          Value oi = shuffleXor(b, loc, bi, offset);
           Value take = better(b, ov, oi, bv, bi);
           bv = arith::SelectOp::create(b, loc, take, ov, bv);
           bi = arith::SelectOp::create(b, loc, take, oi, bi);
@@ -592,11 +607,8 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   int64_t lanes = gpu ? kWarp : 1;
   int64_t dim = op.getQ().getType().getDimSize(1);
   int64_t per = dim / lanes;
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(lanes));
-  Value group = arith::DivUIOp::create(b, loc, tid, h.idx(lanes));
-  Value groups = arith::MaxUIOp::create(b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(lanes)), h.idx(1));
+  Groups gr = h.groups(lanes);
+  Value lane = gr.lane, group = gr.group, groups = gr.groups;
   Value hq = memref::DimOp::create(b, loc, op.getQ(), 0);
   Value hkv = memref::DimOp::create(b, loc, op.getK(), 1);
   Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
@@ -643,13 +655,7 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
                                                                 ValueRange{t, op.getKvHead(), col(b, r)}));
                 partial = math::FmaOp::create(b, loc, qv[r], kv, partial);
               }
-              Value dot = partial;
-              for (int64_t offset = lanes / 2; offset >= 1; offset /= 2) {
-                auto sh = gpu::ShuffleOp::create(
-                    b, loc, dot, arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset),
-                    arith::ConstantIntOp::create(b, loc, b.getI32Type(), kWarp), gpu::ShuffleMode::XOR);
-                dot = arith::AddFOp::create(b, loc, dot, sh.getShuffleResult());
-              }
+              Value dot = butterflySum(b, loc, partial, lanes);
               Value mNew = arith::MaximumFOp::create(b, loc, st[0], dot);
               Value c = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, st[0], mNew));
               Value p = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, dot, mNew));
@@ -708,11 +714,8 @@ bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
   float scale = op.getScale().convertToFloat();
   int64_t subsplits = op.getSubsplits();
 
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(kWarp));
-  Value warp = arith::DivUIOp::create(b, loc, tid, h.idx(kWarp));
-  Value warps = arith::MaxUIOp::create(b, loc, arith::DivUIOp::create(b, loc, nt, h.idx(kWarp)), h.idx(1));
+  Groups warpsOf = h.groups(kWarp);
+  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
   Value slot = arith::DivUIOp::create(b, loc, lane, h.idx(perPos));
   Value sub = arith::RemUIOp::create(b, loc, lane, h.idx(perPos));
   Value d0 = arith::MulIOp::create(b, loc, sub, h.idx(kVector));
@@ -732,11 +735,7 @@ bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
       return load;
     return arith::ExtFOp::create(b, loc, vecF32, load.getResult());
   };
-  auto shuffle = [&](OpBuilder &b, Value v, int64_t offset) {
-    return gpu::ShuffleOp::create(b, loc, v, arith::ConstantIntOp::create(b, loc, i32, offset),
-                                  arith::ConstantIntOp::create(b, loc, i32, kWarp), gpu::ShuffleMode::XOR)
-        .getShuffleResult();
-  };
+  auto shuffle = [&](OpBuilder &b, Value v, int64_t offset) { return shuffleXor(b, loc, v, offset); };
   auto shuffleVec = [&](OpBuilder &b, Value v, int64_t offset) {
     Value out = v;
     for (int64_t e = 0; e < kVector; ++e) {
@@ -773,7 +772,6 @@ bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
         SmallVector<Value> init;
         for (int64_t g = 0; g < groupSize; ++g)
           init.append({negInf, h.f32(0), zeroVec});
-        Value first = arith::AddIOp::create(b, loc, cstart, slot);
         auto loop = scf::ForOp::create(
             b, loc, cstart, cend, h.idx(slots), init,
             [&](OpBuilder &b, Location loc, Value t0, ValueRange st) {
@@ -785,9 +783,8 @@ bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
               SmallVector<Value> next;
               for (int64_t g = 0; g < groupSize; ++g) {
                 Value prod = arith::MulFOp::create(b, loc, kv, qv[g]);
-                Value dot = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod);
-                for (int64_t off = perPos / 2; off >= 1; off /= 2)
-                  dot = arith::AddFOp::create(b, loc, dot, shuffle(b, dot, off));
+                Value dot = butterflySum(
+                    b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod), perPos);
                 Value sc = arith::SelectOp::create(b, loc, valid, dot, negInf);
                 Value m = st[3 * g], l = st[3 * g + 1], acc = st[3 * g + 2];
                 Value mNew = arith::MaximumFOp::create(b, loc, m, sc);
@@ -800,7 +797,6 @@ bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
               }
               scf::YieldOp::create(b, loc, next);
             });
-        (void)first;
         Value isSlot0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, slot, h.idx(0));
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
         for (int64_t g = 0; g < groupSize; ++g) {

@@ -97,14 +97,9 @@ struct DynamicSchedulePass
 
   void runOnOperation() override {
     KernelOp kernel = getOperation();
-    if (failed(checkSchedulable(kernel, workers, "et-dynamic-schedule")))
+    if (failed(checkSchedulable(kernel, workers, dynamicExtent,
+                                "et-dynamic-schedule")))
       return signalPassFailure();
-    if (dynamicExtent < 1) {
-      kernel.emitOpError("'et-dynamic-schedule' needs a positive "
-                         "dynamic-extent, got ")
-          << static_cast<int64_t>(dynamicExtent);
-      return signalPassFailure();
-    }
     EventGraph graph(kernel);
     SmallVector<TaskOp> tasks(kernel.getTasks());
     llvm::DenseMap<Operation *, unsigned> index;
@@ -116,22 +111,12 @@ struct DynamicSchedulePass
     for (const EventGraph::Edge &e : graph.getEdges())
       if (e.producer != e.consumer)
         preds[index[e.consumer]].insert(index[e.producer]);
-    for (auto [i, task] : llvm::enumerate(tasks)) {
-      SmallVector<Value> worklist(task.getExtents());
-      while (!worklist.empty()) {
-        Operation *def = worklist.pop_back_val().getDefiningOp();
-        if (!def)
-          continue;
-        if (auto load = dyn_cast<ExtentLoadOp>(def)) {
-          if (EventInfo *info = graph.lookup(load.getAfterEvent()))
-            for (EventAccess *s : info->signals)
-              if (s->task != task)
-                preds[i].insert(index[s->task]);
-          continue;
-        }
-        llvm::append_range(worklist, def->getOperands());
-      }
-    }
+    for (auto [i, task] : llvm::enumerate(tasks))
+      for (ExtentLoadOp load : getExtentLoads(task))
+        if (EventInfo *info = graph.lookup(load.getAfterEvent()))
+          for (EventAccess *s : info->signals)
+            if (s->task != task)
+              preds[i].insert(index[s->task]);
 
     // Estimated work per task, for the ranks.
     CostModel model;
@@ -146,45 +131,49 @@ struct DynamicSchedulePass
       work[i] = model.tileNs(getTaskCost(task), workers) * tiles / workers;
     }
 
-    // Kahn's algorithm, highest upward rank first.
     SmallVector<SmallVector<unsigned>> succs(tasks.size());
     for (auto [i, p] : llvm::enumerate(preds))
       for (unsigned q : p)
         succs[q].push_back(i);
-    SmallVector<double> rank(tasks.size(), -1);
-    std::function<double(unsigned, int)> computeRank = [&](unsigned i,
-                                                           int depth) {
-      if (rank[i] >= 0 || depth > static_cast<int>(tasks.size()))
-        return std::max(rank[i], 0.0);
-      double best = 0;
-      for (unsigned s : succs[i])
-        best = std::max(best, computeRank(s, depth + 1));
-      return rank[i] = work[i] + best;
-    };
-    for (unsigned i = 0; i < tasks.size(); ++i)
-      computeRank(i, 0);
-    SmallVector<unsigned> pending;
-    for (auto &p : preds)
-      pending.push_back(p.size());
-    SmallVector<unsigned> order;
-    SmallVector<bool> done(tasks.size(), false);
-    while (order.size() < tasks.size()) {
-      int best = -1;
-      for (unsigned i = 0; i < tasks.size(); ++i)
-        if (!done[i] && pending[i] == 0 &&
-            (best < 0 || rank[i] > rank[best]))
-          best = i;
-      if (best < 0) {
-        kernel.emitOpError("cannot be scheduled: its tasks depend on each "
-                           "other in a cycle (et-verify-event-graph reports "
-                           "the tasks involved)");
-        return signalPassFailure();
+    // Kahn's algorithm, taking among the ready tasks the one with the
+    // highest upward rank (its work plus the longest chain of work after
+    // it). `byRank` is false for the first pass, which only finds a
+    // topological order to compute the ranks on.
+    SmallVector<double> rank(tasks.size(), 0);
+    auto topologicalOrder = [&](bool byRank) -> std::optional<SmallVector<unsigned>> {
+      SmallVector<unsigned> pending, order;
+      for (auto &p : preds)
+        pending.push_back(p.size());
+      SmallVector<bool> done(tasks.size(), false);
+      while (order.size() < tasks.size()) {
+        int best = -1;
+        for (unsigned i = 0; i < tasks.size(); ++i)
+          if (!done[i] && pending[i] == 0 &&
+              (best < 0 || (byRank && rank[i] > rank[best])))
+            best = i;
+        if (best < 0)
+          return std::nullopt;
+        done[best] = true;
+        order.push_back(best);
+        for (unsigned s : succs[best])
+          --pending[s];
       }
-      done[best] = true;
-      order.push_back(best);
-      for (unsigned s : succs[best])
-        --pending[s];
+      return order;
+    };
+    std::optional<SmallVector<unsigned>> topo = topologicalOrder(false);
+    if (!topo) {
+      kernel.emitOpError("cannot be scheduled: its tasks depend on each "
+                         "other in a cycle (et-verify-event-graph reports "
+                         "the tasks involved)");
+      return signalPassFailure();
     }
+    for (unsigned i : llvm::reverse(*topo)) {
+      double after = 0;
+      for (unsigned s : succs[i])
+        after = std::max(after, rank[s]);
+      rank[i] = work[i] + after;
+    }
+    SmallVector<unsigned> order = *topologicalOrder(true);
 
     if (twoPhase)
       hoistPrologues(kernel);

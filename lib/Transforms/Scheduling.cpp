@@ -13,6 +13,7 @@ ScheduleOp mlir::et::getSchedule(KernelOp kernel) {
 }
 
 LogicalResult mlir::et::checkSchedulable(KernelOp kernel, int64_t workers,
+                                         int64_t dynamicExtent,
                                          StringRef pass) {
   if (workers < 1)
     return kernel.emitOpError("'")
@@ -23,5 +24,9 @@ LogicalResult mlir::et::checkSchedulable(KernelOp kernel, int64_t workers,
     diag.attachNote(schedule.getLoc()) << "existing schedule";
     return diag;
   }
+  if (dynamicExtent < 1)
+    return kernel.emitOpError("'")
+           << pass << "' needs a positive dynamic-extent, got "
+           << dynamicExtent;
   return success();
 }

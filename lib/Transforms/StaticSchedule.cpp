@@ -41,14 +41,9 @@ struct StaticSchedulePass
 
   void runOnOperation() override {
     KernelOp kernel = getOperation();
-    if (failed(checkSchedulable(kernel, workers, "et-static-schedule")))
+    if (failed(checkSchedulable(kernel, workers, dynamicExtent,
+                                "et-static-schedule")))
       return signalPassFailure();
-    if (dynamicExtent < 1) {
-      kernel.emitOpError("'et-static-schedule' needs a positive "
-                         "dynamic-extent, got ")
-          << static_cast<int64_t>(dynamicExtent);
-      return signalPassFailure();
-    }
     CostModel model;
     model.bandwidthGbps = bandwidthGbps;
     model.gflops = gflops;

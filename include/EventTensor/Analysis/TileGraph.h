@@ -29,6 +29,9 @@ using SizeBindings = llvm::StringMap<int64_t>;
 /// The binding name of a kernel argument or extent load; empty otherwise.
 std::string getSizeName(Value value);
 
+/// The et.extent.load ops a task's extents are computed from (each once).
+SmallVector<ExtentLoadOp> getExtentLoads(TaskOp task);
+
 /// Evaluates a kernel-level index value (constants, kernel arguments, extent
 /// loads, arith/affine index arithmetic) under `bindings`; nullopt when it
 /// depends on something unbound or unsupported.

@@ -10,10 +10,11 @@ namespace mlir::et {
 /// The kernel's schedule, or null when it is not scheduled.
 ScheduleOp getSchedule(KernelOp kernel);
 
-/// Reports (and fails) when `kernel` already has a schedule or `workers` is
-/// not positive. `pass` names the pass in the diagnostic.
+/// Reports (and fails) when `workers` is not positive, `kernel` already has
+/// a schedule, or `dynamicExtent` (the estimate of runtime extents) is not
+/// positive. `pass` names the pass in the diagnostic.
 LogicalResult checkSchedulable(KernelOp kernel, int64_t workers,
-                               StringRef pass);
+                               int64_t dynamicExtent, StringRef pass);
 
 } // namespace mlir::et
 

@@ -343,27 +343,18 @@ private:
       return kernel.emitOpError("cannot materialize a value in the worker");
     if (auto load = dyn_cast<ExtentLoadOp>(def)) {
       if (Value after = load.getAfterEvent()) {
-        SmallVector<Value> coords;
-        for (Value i : load.getAfterIndices()) {
-          FailureOr<Value> m = materialize(i, scope);
-          if (failed(m))
-            return failure();
-          coords.push_back(*m);
-        }
-        if (failed(emitWait(scope, after, coords, idx(-1), idx(-1))))
+        FailureOr<SmallVector<Value>> coords =
+            materializeAll(load.getAfterIndices(), scope);
+        if (failed(coords) ||
+            failed(emitWait(scope, after, *coords, idx(-1), idx(-1))))
           return failure();
       }
-      SmallVector<Value> indices;
-      for (Value i : load.getIndices()) {
-        FailureOr<Value> m = materialize(i, scope);
-        if (failed(m))
-          return failure();
-        indices.push_back(*m);
-      }
+      FailureOr<SmallVector<Value>> indices =
+          materializeAll(load.getIndices(), scope);
       FailureOr<Value> source = materialize(load.getSource(), scope);
-      if (failed(source))
+      if (failed(indices) || failed(source))
         return failure();
-      Value raw = memref::LoadOp::create(b, loc, *source, indices);
+      Value raw = memref::LoadOp::create(b, loc, *source, *indices);
       Value result = toIndex(raw);
       scope.cache.map(v, result);
       return result;
@@ -383,18 +374,35 @@ private:
     return scope.cache.lookup(v);
   }
 
+  /// `materialize` of each value; values in `local` (tile-level) first.
+  FailureOr<SmallVector<Value>> materializeAll(ValueRange values, Scope &scope,
+                                               const IRMapping *local = nullptr) {
+    SmallVector<Value> out;
+    for (Value v : values) {
+      if (Value m = local ? local->lookupOrNull(v) : Value()) {
+        out.push_back(m);
+        continue;
+      }
+      FailureOr<Value> m = materialize(v, scope);
+      if (failed(m))
+        return failure();
+      out.push_back(*m);
+    }
+    return out;
+  }
+
   /// Product of a task's extents.
   FailureOr<Value> tileCount(TaskOp task, Scope &scope,
                              SmallVectorImpl<Value> *extents = nullptr) {
+    FailureOr<SmallVector<Value>> values =
+        materializeAll(task.getExtents(), scope);
+    if (failed(values))
+      return failure();
     Value n = idx(1);
-    for (Value e : task.getExtents()) {
-      FailureOr<Value> m = materialize(e, scope);
-      if (failed(m))
-        return failure();
-      if (extents)
-        extents->push_back(*m);
-      n = arith::MulIOp::create(b, loc, n, *m);
-    }
+    for (Value e : *values)
+      n = arith::MulIOp::create(b, loc, n, e);
+    if (extents)
+      extents->append(values->begin(), values->end());
     return n;
   }
 
@@ -474,13 +482,11 @@ private:
   FailureOr<Value> siteCount(const EventAccess &signal, ArrayRef<Value> coords,
                              Scope &scope) {
     TaskOp task = signal.task;
-    SmallVector<Value> extents;
-    for (Value e : task.getExtents()) {
-      FailureOr<Value> m = materialize(e, scope);
-      if (failed(m))
-        return failure();
-      extents.push_back(*m);
-    }
+    FailureOr<SmallVector<Value>> materialized =
+        materializeAll(task.getExtents(), scope);
+    if (failed(materialized))
+      return failure();
+    SmallVector<Value> &extents = *materialized;
     auto select = [&](Value cond) {
       return arith::SelectOp::create(b, loc, cond, idx(1), idx(0));
     };
@@ -575,33 +581,36 @@ private:
     return global;
   }
 
-  LogicalResult emitWait(Scope &scope, Value event, ArrayRef<Value> coords,
-                         Value task, Value tile) {
-    EventLayout &layout = layouts[event];
-    Value counter, lin = idx(0), inBounds;
-    if (!layout.aggregate)
-      std::tie(lin, inBounds) = linearize(layout, coords);
-    else
-      inBounds = i1(true);
-    checkBounds(scope, inBounds, task, tile, layout.id, lin);
-    FailureOr<Value> expected = expectedCount(layout, coords, lin, scope);
-    if (failed(expected))
-      return failure();
-    counter = arith::AddIOp::create(
-        b, loc, bankBase, arith::AddIOp::create(b, loc, layout.offset, lin));
-    emitSpin(scope, counter, *expected, task, tile, idx(layout.id), lin);
-    return success();
-  }
-
-  LogicalResult emitSignal(Scope &scope, Value event, ArrayRef<Value> coords,
-                           Value task, Value tile) {
-    EventLayout &layout = layouts[event];
+  /// The linear element an access touches (0 for an aggregate counter),
+  /// checked against the event's shape, and its counter in this launch's
+  /// bank.
+  std::pair<Value, Value> locate(Scope &scope, const EventLayout &layout,
+                                 ArrayRef<Value> coords, Value task,
+                                 Value tile) {
     Value lin = idx(0), inBounds = i1(true);
     if (!layout.aggregate)
       std::tie(lin, inBounds) = linearize(layout, coords);
     checkBounds(scope, inBounds, task, tile, layout.id, lin);
     Value counter = arith::AddIOp::create(
         b, loc, bankBase, arith::AddIOp::create(b, loc, layout.offset, lin));
+    return {lin, counter};
+  }
+
+  LogicalResult emitWait(Scope &scope, Value event, ArrayRef<Value> coords,
+                         Value task, Value tile) {
+    EventLayout &layout = layouts[event];
+    auto [lin, counter] = locate(scope, layout, coords, task, tile);
+    FailureOr<Value> expected = expectedCount(layout, coords, lin, scope);
+    if (failed(expected))
+      return failure();
+    emitSpin(scope, counter, *expected, task, tile, idx(layout.id), lin);
+    return success();
+  }
+
+  LogicalResult emitSignal(Scope &scope, Value event, ArrayRef<Value> coords,
+                           Value task, Value tile) {
+    Value counter =
+        locate(scope, layouts[event], coords, task, tile).second;
     // Every thread's writes of the tile happen before thread 0's release.
     barrier();
     auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
@@ -640,34 +649,20 @@ private:
     for (auto [arg, c] : llvm::zip(body.getArguments(), coords))
       map.map(arg, c);
     Value taskValue = idx(taskId);
-    auto mapped = [&](Value v) -> FailureOr<Value> {
-      if (Value m = map.lookupOrNull(v))
-        return m;
-      return materialize(v, scope);
-    };
     for (Operation &op : body) {
       if (auto wait = dyn_cast<EventWaitOp>(op)) {
-        SmallVector<Value> idxs;
-        for (Value i : wait.getIndices()) {
-          FailureOr<Value> m = mapped(i);
-          if (failed(m))
-            return failure();
-          idxs.push_back(*m);
-        }
-        if (failed(emitWait(scope, wait.getEvent(), idxs, taskValue, tile)))
+        FailureOr<SmallVector<Value>> idxs =
+            materializeAll(wait.getIndices(), scope, &map);
+        if (failed(idxs) ||
+            failed(emitWait(scope, wait.getEvent(), *idxs, taskValue, tile)))
           return failure();
         continue;
       }
       if (auto signal = dyn_cast<EventSignalOp>(op)) {
-        SmallVector<Value> idxs;
-        for (Value i : signal.getIndices()) {
-          FailureOr<Value> m = mapped(i);
-          if (failed(m))
-            return failure();
-          idxs.push_back(*m);
-        }
-        if (failed(emitSignal(scope, signal.getEvent(), idxs, taskValue,
-                              tile)))
+        FailureOr<SmallVector<Value>> idxs =
+            materializeAll(signal.getIndices(), scope, &map);
+        if (failed(idxs) || failed(emitSignal(scope, signal.getEvent(), *idxs,
+                                              taskValue, tile)))
           return failure();
         continue;
       }
