@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import event_tensor as et
-from event_tensor.testing import reference_plan
+from event_tensor.testing import planted_deadlock, reference_plan
 from event_tensor import reference as numpy_refs
 from event_tensor.dag import random_kernel, reference, with_bodies
 
@@ -67,23 +67,7 @@ def suite(out: Path, seeds: int, cache: Path) -> None:
             art = et.compile(text, target="cuda", workers=32, mode="dynamic", profile=True, cache_dir=cache)
             _copy_artifact(art, out / "profiled")
             shutil.copy(out / name / "case.npz", out / "profiled" / "case.npz")
-    deadlock = """
-et.kernel @deadlock(%n: index) {
-  %e = et.event.create() : !et.event<>
-  et.task @producer tiles(%i) in (%n) {
-    et.event.signal %e[] : !et.event<>
-  }
-  et.task @consumer tiles(%i) in (%n) {
-    et.event.wait %e[] : !et.event<>
-  }
-  et.schedule static workers(4) {
-""" + "".join(f"""    et.worker {w} {{
-      et.run @consumer cyclic 0
-      et.run @producer cyclic 0
-    }}
-""" for w in range(4)) + """  }
-}
-"""
+    deadlock = planted_deadlock(4)
     art = et.compile(deadlock, target="cuda", workers=4, mode="keep", verify=False, cache_dir=cache)
     _copy_artifact(art, out / "planted-deadlock")
     (out / "cases.json").write_text(json.dumps(cases, indent=1))

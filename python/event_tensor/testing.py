@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["cuda_available", "cuda_skip_reason", "ptxas_path", "reference_plan", "run"]
+__all__ = ["cuda_available", "cuda_skip_reason", "planted_deadlock", "ptxas_path", "reference_plan", "run"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,3 +63,26 @@ def reference_plan(text: str, bindings: dict) -> dict:
         module = compiler.parse(text)
         compiler.run_pipeline(module, "builtin.module(et.kernel(et-dynamic-schedule{workers=1}))")
         return analysis.schedule_plan(module, bindings)
+
+
+def planted_deadlock(workers: int) -> str:
+    """A kernel whose static schedule deadlocks: every worker runs the
+    consumer (waiting on all producer tiles) before the producer. The
+    verifier rejects it; compiled with verify=False it tests the watchdog.
+    Its one argument is the tile count of both tasks."""
+    entries = "".join(
+        f"    et.worker {w} {{\n      et.run @consumer cyclic 0\n      et.run @producer cyclic 0\n    }}\n"
+        for w in range(workers))
+    return f"""
+et.kernel @deadlock(%n: index) {{
+  %e = et.event.create() : !et.event<>
+  et.task @producer tiles(%i) in (%n) {{
+    et.event.signal %e[] : !et.event<>
+  }}
+  et.task @consumer tiles(%i) in (%n) {{
+    et.event.wait %e[] : !et.event<>
+  }}
+  et.schedule static workers({workers}) {{
+{entries}  }}
+}}
+"""

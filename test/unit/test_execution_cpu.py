@@ -18,7 +18,7 @@ import pytest
 import event_tensor as et
 from event_tensor import analysis, compiler, ir, runtime
 from event_tensor.dag import random_kernel, reference, with_bodies
-from event_tensor.testing import reference_plan
+from event_tensor.testing import planted_deadlock, reference_plan
 
 SEEDS = int(os.environ.get("ET_EXEC_SEEDS", "60"))
 POISON = -7777
@@ -56,27 +56,7 @@ def test_random_graph_matches_reference(seed, tmp_path):
                 assert got[: len(want)].tolist() == want, f"seed {seed}, {mode}: event{e} data differs"
 
 
-DEADLOCK = """
-et.kernel @deadlock(%n: index, %out: memref<?xi64>) {
-  %e = et.event.create() : !et.event<>
-  et.task @producer tiles(%i) in (%n) {
-    et.event.signal %e[] : !et.event<>
-  }
-  et.task @consumer tiles(%i) in (%n) {
-    et.event.wait %e[] : !et.event<>
-  }
-  et.schedule static workers(2) {
-    et.worker 0 {
-      et.run @consumer cyclic 0
-      et.run @producer cyclic 0
-    }
-    et.worker 1 {
-      et.run @consumer cyclic 0
-      et.run @producer cyclic 0
-    }
-  }
-}
-"""
+DEADLOCK = planted_deadlock(2)
 
 
 def test_planted_deadlock_raises_watchdog_error(tmp_path):
@@ -89,7 +69,7 @@ def test_planted_deadlock_raises_watchdog_error(tmp_path):
     launch = art.launcher()
     start = time.monotonic()
     with pytest.raises(runtime.WatchdogError) as info:
-        launch(4, np.zeros(4, np.int64), timeout_s=0.5)
+        launch(4, timeout_s=0.5)
     elapsed = time.monotonic() - start
     assert elapsed < 10, f"the watchdog took {elapsed:.1f} s for a 0.5 s timeout"
     record = info.value.record
@@ -98,7 +78,7 @@ def test_planted_deadlock_raises_watchdog_error(tmp_path):
     assert "watchdog timeout" in str(info.value)
     # The launcher recovers: state is reset, and a valid kernel still runs.
     with pytest.raises(runtime.WatchdogError):
-        launch(4, np.zeros(4, np.int64), timeout_s=0.2)
+        launch(4, timeout_s=0.2)
 
 
 CHAIN = """

@@ -72,6 +72,7 @@ class CUDALauncher:
         if threads is not None and threads != self.threads:
             raise ValueError(f"{artifact.path}: compiled for {self.threads} threads per worker, got {threads}")
         self._buffers: dict[str, tuple[int, int]] = {}
+        self._generation = 0
         self.profile = bool(self.metadata.get("profile"))
         self.last_trace: Trace | None = None
         if self.profile:
@@ -89,6 +90,7 @@ class CUDALauncher:
 
     def _reset(self, counter_words: int) -> None:
         # (The trace buffer is kept: each launch restarts its cursor.)
+        self._generation += 1  # invalidates packed parameters (bind)
         self._alloc("counters", max(counter_words, 2), 4)
         self._alloc("control", CONTROL_WORDS, 4)
         self._alloc("error", ERROR_WORDS, 8)
@@ -112,31 +114,11 @@ class CUDALauncher:
         self._enqueue(flat, timeout_s, stream)
 
     def _enqueue(self, flat, timeout_s, stream) -> None:
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        backoff = int(self.metadata["options"].get("backoff_ns", 64))
-        spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
-        self.epoch += 1
-        params = [("i64", self.epoch), ("i64", spin_limit), *self._descriptor("counters"),
-                  *self._descriptor("control"), *self._descriptor("error")]
-        if self.profile:
-            # The trace cursor restarts at 0 for every launch.
-            cursor = self._buffers["control"][0] + 4 * TRACE_CURSOR
-            _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
-            params += self._descriptor("trace")
-        params += flat
-        # kernelParams: an array of pointers, each to one parameter's value.
-        holders = [_CTYPES[t](v) for t, v in params]
-        pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
-        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, 0, stream,
-                                          ctypes.addressof(pointers), 0), "cuLaunchKernel")
-        # The driver copies the parameters during the call.
-        del holders, pointers
+        self._launch_packed(self._pack(flat, timeout_s), stream)
 
-    def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
-        """Checks and packs `args` once; returns a function that enqueues a
-        launch with them (no Python argument work per launch; `check()`
-        reports errors). The tensors must stay alive while it is used."""
-        flat, keep = flatten_arguments(self.metadata, args, "cuda")
+    def _pack(self, flat, timeout_s):
+        """The kernel's parameters as ctypes values and the pointer array the
+        driver takes (kernelParams); the epoch (first value) is set per launch."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         backoff = int(self.metadata["options"].get("backoff_ns", 64))
         spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
@@ -147,16 +129,34 @@ class CUDALauncher:
         params += flat
         holders = [_CTYPES[t](v) for t, v in params]
         pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
-        epoch = holders[0]
-        drv, function, grid, block = self.driver, self.function, self.workers, self.threads
+        return holders, pointers
+
+    def _launch_packed(self, packed, stream) -> None:
+        holders, pointers = packed
+        self.epoch += 1
+        holders[0].value = self.epoch
+        if self.profile:
+            # The trace cursor restarts at 0 for every launch.
+            cursor = self._buffers["control"][0] + 4 * TRACE_CURSOR
+            _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
+        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, 0, stream,
+                                          ctypes.addressof(pointers), 0), "cuLaunchKernel")
+
+    def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
+        """Checks and packs `args` once; returns a function that enqueues a
+        launch with them (no Python argument work per launch; `check()`
+        reports errors). The tensors must stay alive while it is used."""
+        flat, keep = flatten_arguments(self.metadata, args, "cuda")
+        state = {"generation": None, "packed": None, "keep": keep}
 
         def launch() -> None:
-            self.epoch += 1
-            epoch.value = self.epoch
-            _check(drv.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream,
-                                      ctypes.addressof(pointers), 0), "cuLaunchKernel")
+            # Packed again only when the launcher's own buffers were replaced
+            # (after an error or a counter-buffer resize).
+            if state["generation"] != self._generation:
+                state["packed"] = self._pack(flat, timeout_s)
+                state["generation"] = self._generation
+            self._launch_packed(state["packed"], stream)
 
-        launch._keep = (holders, pointers, keep)  # type: ignore[attr-defined]
         return launch
 
     def check(self, stream: int = 0) -> None:
