@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Split-KV decode attention bandwidth (Llama-3.2-1B heads: 32 query heads,
-8 KV heads, D = 64) over 1k and 8k contexts, on a CUDA machine without MLIR
+8 KV heads, D = 64) over 1k and 8k contexts and several split lengths and thread counts, on a CUDA machine without MLIR
 (kernels from utils/prepare_gpu_suite.py): 16 independent layers per launch,
 each reading its own K and V cache; bandwidth = KV bytes / time, against the
 copy bandwidth measured in the same run.
@@ -31,21 +31,22 @@ def main():
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "copy_bandwidth_tb_s": copy_bw / 1e12, "rows": []}
     hq, hkv, d, layers = info["hq"], info["hkv"], info["d"], info["layers"]
-    for ctx, sub in [(c, s) for c in info["contexts"] for s in info["subsplits"]]:
-        split_len = info["split_len"]
+    for cfg in info["configs"]:
+        ctx, split_len = cfg["context"], cfg["split_len"]
+        entries = ctx // split_len
         q = torch.randn(hq, d, device="cuda")
         caches = [torch.randn(ctx, hkv, d, device="cuda").to(torch.bfloat16) for _ in range(2 * layers)]
-        o = torch.zeros(ctx // split_len * sub, hq, d, device="cuda")
-        lse = torch.zeros(ctx // split_len * sub, hq, device="cuda")
-        launch = runtime.load(root / f"attention-bw-{ctx}-s{sub}").launcher(timeout_s=5)
+        o = torch.zeros(entries, hq, d, device="cuda")
+        lse = torch.zeros(entries, hq, device="cuda")
+        launch = runtime.load(root / cfg["name"]).launcher(timeout_s=5)
         go = launch.bind(q, *caches, o, lse)
         t = median_seconds(go)
         launch.check()
         nbytes = sum(c.numel() * 2 for c in caches)
         bw = nbytes / t
-        results["rows"].append({"context": ctx, "subsplits": sub, "time_us": t * 1e6, "tb_s": bw / 1e12,
-                                "fraction_of_copy": bw / copy_bw})
-        print(f"context {ctx}, subsplits {sub}: {layers} layers in {t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy")
+        results["rows"].append({**cfg, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw})
+        print(f"context {ctx}, split_len {split_len}, {cfg['threads']} threads: {layers} layers in "
+              f"{t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy")
         launch.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

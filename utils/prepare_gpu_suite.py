@@ -174,13 +174,15 @@ def linear(out: Path, workers: int, cache: Path) -> None:
                              threads_per_worker=1024, tile_unroll=unroll, cache_dir=cache)
             _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}")
     # A chain of dependent layers (each needs all of the previous output),
-    # with and without the weight prefetch before the wait.
-    for prefetch in (True, False):
+    # with each way of loading weights before the wait.
+    chain_variants = [(p, u) for p in ("none", "registers", "l2") for u in (4, 8)]
+    for prefetch, unroll in chain_variants:
         art = et.compile(_linear_chain(4096, layers, 32), target="cuda", workers=workers, mode="static",
-                         threads_per_worker=1024, tile_prefetch=prefetch, cache_dir=cache)
-        _copy_artifact(art, out / f"linear-chain-{'prefetch' if prefetch else 'noprefetch'}")
+                         threads_per_worker=1024, tile_prefetch=prefetch, tile_unroll=unroll, cache_dir=cache)
+        _copy_artifact(art, out / f"linear-chain-{prefetch}-u{unroll}")
     (out / "linear.json").write_text(json.dumps({"shapes": LINEAR_SHAPES, "layers": layers,
-                                                 "variants": variants, "chain": [4096, layers, 32]}))
+                                                 "variants": variants, "chain": [4096, layers, 32],
+                                                 "chain_variants": chain_variants}))
     # Numerics: M = 3 tokens, N = 1000, K = 1032 (not a multiple of the
     # unrolled step, so the remainder loop runs too).
     import ml_dtypes
@@ -253,42 +255,49 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     art = et.compile(tests.DECODE_OPS, target="cuda", workers=workers, mode="dynamic", threads_per_worker=256,
                      cache_dir=cache)
     _copy_artifact(art, out / "decode-ops")
-    # Split-KV attention (GQA 32/8, D = 64, 8 splits of 128 over 1000 positions) and merge.
-    hq, hkv, d, s_max, splits, split_len, length = 32, 8, 64, 1024, 8, 128, 1000
-    art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len), target="cuda",
-                     workers=workers, mode="dynamic", threads_per_worker=256, cache_dir=cache)
-    _copy_artifact(art, out / "attention")
-    q = rng.standard_normal((hq, d)).astype(np.float32)
-    kc = rng.standard_normal((s_max, hkv, d)).astype(bf)
-    vc = rng.standard_normal((s_max, hkv, d)).astype(bf)
-    np.savez(out / "attention" / "case.npz", q=q, k=kc.view(np.uint16), v=vc.view(np.uint16),
-             ref=numpy_refs.attention(q, kc, vc, length), length=length, splits=splits)
-    # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per launch.
+    # Split-KV attention and merge: Llama-3.2-1B heads (GQA 32/8, D = 64),
+    # Qwen3 heads (16/8, D = 128) with two entries per split, and an empty
+    # last split; at 256, 512 and 1024 threads per worker.
+    attention_cases = [(32, 8, 64, 1024, 8, 128, 1000, 1, 256), (16, 8, 128, 1024, 4, 256, 777, 2, 512),
+                       (32, 8, 64, 300, 4, 64, 200, 1, 1024)]
+    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads) in enumerate(attention_cases):
+        art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=sub), target="cuda",
+                         workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache)
+        case_dir = out / f"attention-{i}"
+        _copy_artifact(art, case_dir)
+        q = rng.standard_normal((hq, d)).astype(np.float32)
+        kc = rng.standard_normal((s_max, hkv, d)).astype(bf)
+        vc = rng.standard_normal((s_max, hkv, d)).astype(bf)
+        np.savez(case_dir / "case.npz", q=q, k=kc.view(np.uint16), v=vc.view(np.uint16),
+                 ref=numpy_refs.attention(q, kc, vc, length), length=length, entries=splits * sub)
+    # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per
+    # launch, over split lengths and threads per worker.
+    layers, configs = 16, []
     for ctx in (1024, 8192):
-        for sub in (1, 8, 32):
-            layers, split_len = 16, 256
-            entries = (ctx // split_len) * sub
-            attr = f" {{subsplits = {sub} : i64}}" if sub > 1 else ""
-            args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
-                             for i in range(layers))
-            lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
-                     f"%lse: memref<{entries}x{hq}xf32>) {{",
-                     f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {ctx // split_len} : index",
-                     f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index"]
-            for i in range(layers):
-                lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{",
-                          f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) split_len(%cl) "
-                          f"len(%len) scale(0.125){attr}",
-                          f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, memref<{ctx}x{hkv}x{d}xbf16>, "
-                          f"memref<{entries}x{hq}x{d}xf32>, memref<{entries}x{hq}xf32>", "  }"]
-            lines.append("}")
-            # 512 threads: the grouped lowering keeps 4 heads of state per lane
-            # (under 128 registers; 1024 threads would cap it at 64 and spill).
-            art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
-                             threads_per_worker=512, cache_dir=cache)
-            _copy_artifact(art, out / f"attention-bw-{ctx}-s{sub}")
-    (out / "attention-bw.json").write_text(json.dumps({"contexts": [1024, 8192], "subsplits": [1, 8, 32], "layers": 16,
-                                                       "hkv": hkv, "d": d, "hq": hq, "split_len": 256}))
+        for split_len in (256, 1024):
+            for threads in (256, 512, 1024):
+                entries = ctx // split_len
+                args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
+                                 for i in range(layers))
+                lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
+                         f"%lse: memref<{entries}x{hq}xf32>) {{",
+                         f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {entries} : index",
+                         f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index"]
+                for i in range(layers):
+                    lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{",
+                              f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) "
+                              f"split_len(%cl) len(%len) scale(0.125)",
+                              f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, "
+                              f"memref<{ctx}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, "
+                              f"memref<{entries}x{hq}xf32>", "  }"]
+                lines.append("}")
+                art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
+                                 threads_per_worker=threads, cache_dir=cache)
+                name = f"attention-bw-{ctx}-l{split_len}-t{threads}"
+                _copy_artifact(art, out / name)
+                configs.append({"name": name, "context": ctx, "split_len": split_len, "threads": threads})
+    (out / "attention-bw.json").write_text(json.dumps({"configs": configs, "layers": layers, "hkv": 8, "d": 64,
+                                                       "hq": 32}))
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 

@@ -138,16 +138,20 @@ bool isReadOnly(Value buffer) {
   return true;
 }
 
-/// Before the first wait of the op's task, thread 0 prefetches the tile's
-/// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
-void prefetchWeights(LinearOp op) {
+/// The first et.event.wait of the op's task when `op` sits at the task's
+/// top level after it, reads weights no task writes, and its rows (row0,
+/// rows) are known before that wait; else null. Loads of such weights may
+/// move above the wait.
+Operation *weightPrefetchPoint(LinearOp op) {
   auto task = op->getParentOfType<TaskOp>();
   if (!task || op->getParentOp() != task || !isReadOnly(op.getW()))
-    return;
+    return nullptr;
   auto waits = task.getWaits();
   if (waits.empty())
-    return;
+    return nullptr;
   Operation *firstWait = *waits.begin();
+  if (firstWait->getBlock() != op->getBlock() || !firstWait->isBeforeInBlock(op))
+    return nullptr;
   auto available = [&](Value v) {
     Operation *def = v.getDefiningOp();
     if (!def)
@@ -158,6 +162,15 @@ void prefetchWeights(LinearOp op) {
            def->isBeforeInBlock(firstWait);
   };
   if (!available(op.getRow0()) || !available(op.getRows()))
+    return nullptr;
+  return firstWait;
+}
+
+/// Before the first wait of the op's task, thread 0 prefetches the tile's
+/// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
+void prefetchWeightsL2(LinearOp op) {
+  Operation *firstWait = weightPrefetchPoint(op);
+  if (!firstWait)
     return;
   OpBuilder b(firstWait);
   Location loc = op.getLoc();
@@ -188,9 +201,13 @@ void prefetchWeights(LinearOp op) {
 
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
-/// with a shuffle butterfly and lane 0 stores.
-void lowerLinearGPU(LinearOp op, int64_t unroll) {
-  OpBuilder b(op);
+/// with a shuffle butterfly and lane 0 stores. With `registerPrefetch`,
+/// each warp loads the first `unroll` chunks of its first row into
+/// registers before the task's first wait (weightPrefetchPoint), so those
+/// loads are in flight while the worker waits.
+void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
+  Operation *prefetchAt = registerPrefetch ? weightPrefetchPoint(op) : nullptr;
+  OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   Location loc = op.getLoc();
   Builder h{b, loc};
   MemRefType xType = op.getX().getType();
@@ -217,11 +234,40 @@ void lowerLinearGPU(LinearOp op, int64_t unroll) {
   bool staticM = !xType.isDynamicDim(0);
   int64_t mCount = staticM ? xType.getDimSize(0) : 1;
 
-  auto loadVec = [&](OpBuilder &b, Value mem, Value r, Value c) {
+  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value c) -> Value {
     auto load = vector::LoadOp::create(b, loc, vecBF16, mem, ValueRange{r, c});
     load.setAlignment(16);
-    return arith::ExtFOp::create(b, loc, vecF32, load.getResult());
+    return load;
   };
+  auto loadVec = [&](OpBuilder &b, Value mem, Value r, Value c) {
+    return arith::ExtFOp::create(b, loc, vecF32, loadRaw(b, mem, r, c));
+  };
+
+  // The prefetch of the first row's first `unroll` chunks (before the wait).
+  SmallVector<Value> pre;
+  Value preValid;
+  if (prefetchAt) {
+    preValid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, kMain, h.idx(0)));
+    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(unroll, vecBF16), preValid,
+                                  /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      SmallVector<Value> ws;
+      for (int64_t u = 0; u < unroll; ++u)
+        ws.push_back(loadRaw(b, op.getW(), first,
+                             arith::AddIOp::create(b, loc, laneK, h.idx(u * step))));
+      scf::YieldOp::create(b, loc, ws);
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      Value zero = arith::ConstantOp::create(
+          b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
+      scf::YieldOp::create(b, loc, SmallVector<Value>(unroll, zero));
+    }
+    pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+    b.setInsertionPoint(op);
+  }
 
   auto rowBody = [&](OpBuilder &b, Value row, Value tokBase) {
     Value zero = arith::ConstantOp::create(
@@ -230,10 +276,38 @@ void lowerLinearGPU(LinearOp op, int64_t unroll) {
     auto tok = [&](int64_t i) {
       return staticM ? h.idx(i) : tokBase;
     };
+    Value mainStart = laneK;
+    if (prefetchAt) {
+      // The first row starts from the prefetched chunks.
+      Value usePre = arith::AndIOp::create(
+          b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
+      SmallVector<Type> types(mCount, vecF32);
+      types.push_back(b.getIndexType());
+      auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        SmallVector<Value> accs(init);
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value col = arith::AddIOp::create(b, loc, laneK, h.idx(u * step));
+          Value wv = arith::ExtFOp::create(b, loc, vecF32, pre[u]);
+          for (int64_t i = 0; i < mCount; ++i)
+            accs[i] = vector::FMAOp::create(b, loc, wv, loadVec(b, op.getX(), tok(i), col), accs[i]);
+        }
+        accs.push_back(arith::AddIOp::create(b, loc, laneK, big));
+        scf::YieldOp::create(b, loc, accs);
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        SmallVector<Value> plain(init);
+        plain.push_back(laneK);
+        scf::YieldOp::create(b, loc, plain);
+      }
+      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
+      mainStart = ifOp.getResults().back();
+    }
     // Main loop: `unroll` independent 16-byte loads of w per lane, then the
     // FMAs with every token.
     auto mainLoop = scf::ForOp::create(
-        b, loc, laneK, kMain, big, init,
+        b, loc, mainStart, kMain, big, init,
         [&](OpBuilder &b, Location loc, Value k0, ValueRange accs) {
           SmallVector<Value> ws, cols;
           for (int64_t u = 0; u < unroll; ++u) {
@@ -689,36 +763,77 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   op.erase();
 }
 
-/// GPU split-KV attention for a static group size and D in {64, 128, 256}:
-/// one warp per chunk, handling every query head of the group at once. A
-/// warp covers 32 / P positions per step, P = D / 8 lanes per position, each
-/// lane loading 16 bytes of K and V; dot products reduce over the P lanes
-/// of a position; every lane runs an online softmax over its positions, and
-/// the position slots are combined with shuffles at the end.
-bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
+/// GPU split-KV attention for a static group size and D in {64, 128, 256}.
+/// Every warp of the worker takes part in each chunk (one output entry):
+/// the chunk's positions are cut into blocks of `steps` x (32 / P) positions,
+/// P = D / 8 lanes per position (each lane loads 16 bytes of K and of V),
+/// dealt to the warps in turn. A warp's loop is software-pipelined: the next
+/// block's K and V are loaded into registers before the current block is
+/// computed, so loads stay in flight while the warp does its arithmetic.
+/// Per block, the scores of all query heads of the group come first (dot
+/// products reduced over the P lanes of a position), then one online-softmax
+/// update per head (one rescale per block, not per position), in base 2 with
+/// log2(e) folded into q. The position slots of a warp combine with
+/// shuffles; the warps combine through shared memory (a workgroup alloca at
+/// the task's top level, which the worker lowering turns into a workgroup
+/// buffer). Returns false (and changes nothing) when the shapes do not fit.
+bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
   if (qType.isDynamicDim(0) || kType.isDynamicDim(1) || (dim != 64 && dim != 128 && dim != 256) ||
       !kType.getElementType().isBF16() || !op.getV().getType().getElementType().isBF16())
     return false;
+  auto task = op->getParentOfType<TaskOp>();
+  if (!task)
+    return false;
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
+  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
+  if (maxWarps < 1 || maxWarps * groupSize * (dim + 2) * 4 > 40 * 1024)
+    return false;
   int64_t perPos = dim / kVector, slots = kWarp / perPos;
+  // Positions per lane per block: more hide more latency but need more
+  // registers (K and V of two blocks, q and the accumulator of each head);
+  // a thread has 64 registers at 1024 threads, 128 at 512, 255 at 256.
+  int64_t steps = groupSize <= 2 ? 4 : groupSize <= 4 ? 2 : 1;
+  if (maxWarps > 16)
+    steps = std::max<int64_t>(1, steps / 2);
+  else if (maxWarps <= 8)
+    steps *= 2;
+  int64_t blockLen = steps * slots;
+
+  MLIRContext *ctx = op.getContext();
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Type f32 = b.getF32Type();
   auto vecF32 = VectorType::get({kVector}, f32);
   auto vecBF16 = VectorType::get({kVector}, b.getBF16Type());
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  // The running maximum starts at a finite floor below any score, so
+  // exp2(x - m) needs no special case: masked scores are -inf and give 0,
+  // and exp2(floor - floor) = 1 only ever scales zero sums.
+  Value floor = h.f32(-1e30);
   Value zeroVec = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-  float scale = op.getScale().convertToFloat();
+  // Scores in base 2: exp(x) = exp2(x * log2(e)).
+  float scale = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
   int64_t subsplits = op.getSubsplits();
+
+  // Shared memory for the cross-warp combine, at the task's top level.
+  auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+  Value smemAcc, smemML;
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&task.getBody().front());
+    smemAcc = memref::AllocaOp::create(
+        b, loc, MemRefType::get({maxWarps, groupSize, dim}, f32, MemRefLayoutAttrInterface(), workgroup));
+    smemML = memref::AllocaOp::create(
+        b, loc, MemRefType::get({maxWarps, groupSize, 2}, f32, MemRefLayoutAttrInterface(), workgroup));
+  }
 
   Groups warpsOf = h.groups(kWarp);
   Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
   Value slot = arith::DivUIOp::create(b, loc, lane, h.idx(perPos));
-  Value sub = arith::RemUIOp::create(b, loc, lane, h.idx(perPos));
-  Value d0 = arith::MulIOp::create(b, loc, sub, h.idx(kVector));
+  Value d0 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(perPos)), h.idx(kVector));
   Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
   Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
   Value end = arith::MinSIOp::create(
@@ -726,113 +841,186 @@ bool lowerAttentionSplitGrouped(AttentionSplitOp op) {
       cacheLen);
   Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
   Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
+  Value lastRow = arith::SubIOp::create(b, loc, cacheLen, h.idx(1));
 
-  auto loadVec = [&](OpBuilder &b, Value mem, ValueRange idx) -> Value {
-    Type elt = cast<MemRefType>(mem.getType()).getElementType();
-    auto load = vector::LoadOp::create(b, loc, elt.isF32() ? vecF32 : vecBF16, mem, idx);
-    load.setAlignment(16);
-    if (elt.isF32())
-      return load;
-    return arith::ExtFOp::create(b, loc, vecF32, load.getResult());
+  auto load = [&](OpBuilder &b, Value mem, ValueRange idx, VectorType type) -> Value {
+    auto l = vector::LoadOp::create(b, loc, type, mem, idx);
+    l.setAlignment(16);
+    return l;
   };
-  auto shuffle = [&](OpBuilder &b, Value v, int64_t offset) { return shuffleXor(b, loc, v, offset); };
-  auto shuffleVec = [&](OpBuilder &b, Value v, int64_t offset) {
-    Value out = v;
+  auto ext = [&](OpBuilder &b, Value v) -> Value {
+    if (cast<VectorType>(v.getType()).getElementType().isF32())
+      return v;
+    return arith::ExtFOp::create(b, loc, vecF32, v);
+  };
+  // exp2(a - m); m is finite (at least `floor`).
+  auto exp2Diff = [&](OpBuilder &b, Value a, Value m) -> Value {
+    return math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, a, m));
+  };
+  auto bcast = [&](OpBuilder &b, Value s) { return vector::BroadcastOp::create(b, loc, vecF32, s); };
+  // The dot product of two vector<8xf32> as a chain of FMAs.
+  auto dot8 = [&](OpBuilder &b, Value x, Value y) -> Value {
+    Value acc;
     for (int64_t e = 0; e < kVector; ++e) {
-      Value x = vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{e});
-      out = vector::InsertOp::create(b, loc, shuffle(b, x, offset), out, ArrayRef<int64_t>{e});
+      Value xe = vector::ExtractOp::create(b, loc, x, ArrayRef<int64_t>{e});
+      Value ye = vector::ExtractOp::create(b, loc, y, ArrayRef<int64_t>{e});
+      acc = acc ? math::FmaOp::create(b, loc, xe, ye, acc).getResult() : arith::MulFOp::create(b, loc, xe, ye).getResult();
     }
-    return out;
+    return acc;
   };
-  // exp(a - m) with exp(-inf - -inf) taken as 0.
-  auto expDiff = [&](OpBuilder &b, Value a, Value m) {
-    Value isInf = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, a, negInf);
-    Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, a, m));
-    return arith::SelectOp::create(b, loc, isInf, h.f32(0), e);
-  };
+
+  // q of every head of the group, pre-scaled.
+  SmallVector<Value> qv;
+  for (int64_t g = 0; g < groupSize; ++g) {
+    Value head = arith::AddIOp::create(b, loc, headBase, h.idx(g));
+    Type qElt = qType.getElementType();
+    Value v = ext(b, load(b, op.getQ(), ValueRange{head, d0}, qElt.isF32() ? vecF32 : vecBF16));
+    qv.push_back(arith::MulFOp::create(b, loc, v, bcast(b, h.f32(scale))));
+  }
 
   scf::ForOp::create(
-      b, loc, warp, h.idx(subsplits), warps, ValueRange{},
+      b, loc, h.idx(0), h.idx(subsplits), h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value chunk, ValueRange) {
         Value cstart = arith::MinSIOp::create(
             b, loc, arith::AddIOp::create(b, loc, start, arith::MulIOp::create(b, loc, chunk, chunkLen)), end);
         Value cend = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, cstart, chunkLen), end);
-        Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, cend, cstart);
-        Value last = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, cend, h.idx(1)), cstart);
         Value entry = arith::AddIOp::create(
             b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
-        SmallVector<Value> qv;
-        for (int64_t g = 0; g < groupSize; ++g) {
-          Value head = arith::AddIOp::create(b, loc, headBase, h.idx(g));
-          Value v = loadVec(b, op.getQ(), ValueRange{head, d0});
-          qv.push_back(arith::MulFOp::create(
-              b, loc, v, vector::BroadcastOp::create(b, loc, vecF32, h.f32(scale))));
-        }
-        // State per head: m, l, acc.
+        Value last = arith::MinSIOp::create(
+            b, loc, arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, cend, h.idx(1)), cstart), lastRow);
+        Value blocks = arith::CeilDivUIOp::create(
+            b, loc, arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, cend, cstart), h.idx(0)),
+            h.idx(blockLen));
+        // Position of step u of block `blk` for this lane.
+        auto position = [&](OpBuilder &b, Value blk, int64_t u) -> Value {
+          Value base = arith::AddIOp::create(b, loc, cstart, arith::MulIOp::create(b, loc, blk, h.idx(blockLen)));
+          return arith::AddIOp::create(b, loc, base, arith::AddIOp::create(b, loc, slot, h.idx(u * slots)));
+        };
+        // K and V of a block (rows clamped into the cache).
+        auto loadBlock = [&](OpBuilder &b, Value blk) {
+          SmallVector<Value> kv;
+          for (int64_t u = 0; u < steps; ++u) {
+            Value t = arith::MinSIOp::create(b, loc, position(b, blk, u), last);
+            kv.push_back(load(b, op.getK(), ValueRange{t, op.getKvHead(), d0}, vecBF16));
+            kv.push_back(load(b, op.getV(), ValueRange{t, op.getKvHead(), d0}, vecBF16));
+          }
+          return kv;
+        };
+        // Loop state: per head m, l, acc; then the prefetched block.
         SmallVector<Value> init;
         for (int64_t g = 0; g < groupSize; ++g)
-          init.append({negInf, h.f32(0), zeroVec});
+          init.append({floor, h.f32(0), zeroVec});
+        llvm::append_range(init, loadBlock(b, warp));
+        int64_t nState = 3 * groupSize;
         auto loop = scf::ForOp::create(
-            b, loc, cstart, cend, h.idx(slots), init,
-            [&](OpBuilder &b, Location loc, Value t0, ValueRange st) {
-              Value t = arith::AddIOp::create(b, loc, t0, slot);
-              Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, t, cend);
-              Value tc = arith::MinSIOp::create(b, loc, t, last);
-              Value kv = loadVec(b, op.getK(), ValueRange{tc, op.getKvHead(), d0});
-              Value vv = loadVec(b, op.getV(), ValueRange{tc, op.getKvHead(), d0});
-              SmallVector<Value> next;
-              for (int64_t g = 0; g < groupSize; ++g) {
-                Value prod = arith::MulFOp::create(b, loc, kv, qv[g]);
-                Value dot = butterflySum(
-                    b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod), perPos);
-                Value sc = arith::SelectOp::create(b, loc, valid, dot, negInf);
-                Value m = st[3 * g], l = st[3 * g + 1], acc = st[3 * g + 2];
-                Value mNew = arith::MaximumFOp::create(b, loc, m, sc);
-                Value c = expDiff(b, m, mNew), p = expDiff(b, sc, mNew);
-                Value lNew = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, l, c), p);
-                Value accNew = vector::FMAOp::create(
-                    b, loc, vector::BroadcastOp::create(b, loc, vecF32, p), vv,
-                    arith::MulFOp::create(b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, c)));
-                next.append({mNew, lNew, accNew});
+            b, loc, warp, blocks, warps, init,
+            [&](OpBuilder &b, Location loc, Value blk, ValueRange st) {
+              SmallVector<Value> next = loadBlock(b, arith::AddIOp::create(b, loc, blk, warps));
+              SmallVector<Value> ks, vs, valid;
+              for (int64_t u = 0; u < steps; ++u) {
+                ks.push_back(ext(b, st[nState + 2 * u]));
+                vs.push_back(ext(b, st[nState + 2 * u + 1]));
+                valid.push_back(
+                    arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, position(b, blk, u), cend));
               }
-              scf::YieldOp::create(b, loc, next);
+              SmallVector<Value> out;
+              for (int64_t g = 0; g < groupSize; ++g) {
+                Value m = st[3 * g], l = st[3 * g + 1], acc = st[3 * g + 2];
+                SmallVector<Value> s;
+                Value mNew = m;
+                for (int64_t u = 0; u < steps; ++u) {
+                  Value sc = butterflySum(b, loc, dot8(b, ks[u], qv[g]), perPos);
+                  s.push_back(arith::SelectOp::create(b, loc, valid[u], sc, negInf));
+                  mNew = arith::MaximumFOp::create(b, loc, mNew, s.back());
+                }
+                Value c = exp2Diff(b, m, mNew);
+                Value lNew = arith::MulFOp::create(b, loc, l, c);
+                Value accNew = arith::MulFOp::create(b, loc, acc, bcast(b, c));
+                for (int64_t u = 0; u < steps; ++u) {
+                  Value p = exp2Diff(b, s[u], mNew);
+                  lNew = arith::AddFOp::create(b, loc, lNew, p);
+                  accNew = vector::FMAOp::create(b, loc, bcast(b, p), vs[u], accNew);
+                }
+                out.append({mNew, lNew, accNew});
+              }
+              llvm::append_range(out, next);
+              scf::YieldOp::create(b, loc, out);
             });
+        // Combine the position slots of the warp, then publish per warp.
         Value isSlot0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, slot, h.idx(0));
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
         for (int64_t g = 0; g < groupSize; ++g) {
           Value m = loop.getResult(3 * g), l = loop.getResult(3 * g + 1), acc = loop.getResult(3 * g + 2);
-          // Combine the position slots.
           for (int64_t off = perPos; off < kWarp; off *= 2) {
-            Value mo = shuffle(b, m, off), lo = shuffle(b, l, off), ao = shuffleVec(b, acc, off);
+            Value mo = shuffleXor(b, loc, m, off), lo = shuffleXor(b, loc, l, off);
+            Value ao = acc;
+            for (int64_t e = 0; e < kVector; ++e) {
+              Value x = vector::ExtractOp::create(b, loc, acc, ArrayRef<int64_t>{e});
+              ao = vector::InsertOp::create(b, loc, shuffleXor(b, loc, x, off), ao, ArrayRef<int64_t>{e});
+            }
             Value mNew = arith::MaximumFOp::create(b, loc, m, mo);
-            Value a = expDiff(b, m, mNew), c = expDiff(b, mo, mNew);
-            l = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, l, a),
-                                      arith::MulFOp::create(b, loc, lo, c));
-            acc = arith::AddFOp::create(
-                b, loc, arith::MulFOp::create(b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, a)),
-                arith::MulFOp::create(b, loc, ao, vector::BroadcastOp::create(b, loc, vecF32, c)));
+            Value a = exp2Diff(b, m, mNew), c = exp2Diff(b, mo, mNew);
+            l = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, l, a), arith::MulFOp::create(b, loc, lo, c));
+            acc = arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, acc, bcast(b, a)),
+                                        arith::MulFOp::create(b, loc, ao, bcast(b, c)));
             m = mNew;
           }
-          Value head = arith::AddIOp::create(b, loc, headBase, h.idx(g));
-          Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), l);
-          Value out = arith::DivFOp::create(b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, safeL));
-          out = arith::SelectOp::create(b, loc, empty, zeroVec, out);
-          auto store = scf::IfOp::create(b, loc, isSlot0, /*withElse=*/false);
+          auto storeAcc = scf::IfOp::create(b, loc, isSlot0, /*withElse=*/false);
           {
             OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(store.thenBlock());
-            auto st = vector::StoreOp::create(b, loc, out, op.getO(), ValueRange{entry, head, d0});
+            b.setInsertionPointToStart(storeAcc.thenBlock());
+            auto st = vector::StoreOp::create(b, loc, acc, smemAcc, ValueRange{warp, h.idx(g), d0});
             st.setAlignment(16);
           }
-          Value lse = arith::AddFOp::create(b, loc, m, math::LogOp::create(b, loc, safeL));
-          lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
-          auto storeLse = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+          auto storeML = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
           {
             OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(storeLse.thenBlock());
-            memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{entry, head});
+            b.setInsertionPointToStart(storeML.thenBlock());
+            memref::StoreOp::create(b, loc, m, smemML, ValueRange{warp, h.idx(g), h.idx(0)});
+            memref::StoreOp::create(b, loc, l, smemML, ValueRange{warp, h.idx(g), h.idx(1)});
           }
         }
+        gpu::BarrierOp::create(b, loc);
+        // Combine the warps: one thread per (head, d).
+        threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
+          Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
+          Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
+          auto mx = scf::ForOp::create(
+              b, loc, h.idx(0), warps, h.idx(1), ValueRange{floor},
+              [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
+                Value mw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(0)});
+                scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, a[0], mw)});
+              });
+          Value big = mx.getResult(0);
+          auto sums = scf::ForOp::create(
+              b, loc, h.idx(0), warps, h.idx(1), ValueRange{h.f32(0), h.f32(0)},
+              [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
+                Value mw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(0)});
+                Value lw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(1)});
+                Value ow = memref::LoadOp::create(b, loc, smemAcc, ValueRange{w, g, d});
+                Value f = exp2Diff(b, mw, big);
+                scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, f, lw, a[0]),
+                                                        math::FmaOp::create(b, loc, f, ow, a[1])});
+              });
+          Value total = sums.getResult(0);
+          Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, total, h.f32(0));
+          Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), total);
+          Value out = arith::SelectOp::create(b, loc, empty, h.f32(0),
+                                              arith::DivFOp::create(b, loc, sums.getResult(1), safeL));
+          Value head = arith::AddIOp::create(b, loc, headBase, g);
+          memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{entry, head, d});
+          Value isD0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, d, h.idx(0));
+          auto storeLse = scf::IfOp::create(b, loc, isD0, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(storeLse.thenBlock());
+          Value lse = arith::MulFOp::create(
+              b, loc, arith::AddFOp::create(b, loc, big, math::Log2Op::create(b, loc, safeL)),
+              h.f32(M_LN2));
+          lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
+          memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{entry, head});
+        });
+        // The next chunk reuses the shared buffers.
+        gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
       });
   op.erase();
@@ -887,6 +1075,12 @@ struct LowerTileOpsPass
           << target << "'";
       return signalPassFailure();
     }
+    if (prefetch != "none" && prefetch != "l2" && prefetch != "registers") {
+      getOperation().emitOpError("'et-lower-tile-ops' prefetch must be none, "
+                                 "l2 or registers, got '")
+          << prefetch << "'";
+      return signalPassFailure();
+    }
     if (unroll < 1) {
       getOperation().emitOpError("'et-lower-tile-ops' needs unroll >= 1, got ")
           << static_cast<int64_t>(unroll);
@@ -911,7 +1105,7 @@ struct LowerTileOpsPass
       else if (auto rope = dyn_cast<RoPEOp>(op))
         lowerRoPE(rope);
       else if (auto attn = dyn_cast<AttentionSplitOp>(op)) {
-        if (!gpu || !lowerAttentionSplitGrouped(attn))
+        if (!gpu || !lowerAttentionSplitGPU(attn, threads))
           lowerAttentionSplit(attn, gpu);
       }
       else if (auto merge = dyn_cast<AttentionMergeOp>(op))
@@ -921,12 +1115,12 @@ struct LowerTileOpsPass
     }
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
-    if (gpu && prefetch)
+    if (gpu && prefetch == "l2")
       for (LinearOp op : linears)
-        prefetchWeights(op);
+        prefetchWeightsL2(op);
     for (LinearOp op : linears) {
       if (target == "gpu")
-        lowerLinearGPU(op, unroll);
+        lowerLinearGPU(op, unroll, prefetch == "registers");
       else
         lowerLinearCPU(op);
     }

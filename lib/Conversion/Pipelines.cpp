@@ -87,10 +87,11 @@ struct NVVMPipelineOptions
       *this, "threads",
       llvm::cl::desc("Threads per worker fixed at compile time (0: at launch)"),
       llvm::cl::init(0)};
-  PassOptions::Option<bool> tilePrefetch{
+  PassOptions::Option<std::string> tilePrefetch{
       *this, "tile-prefetch",
-      llvm::cl::desc("Prefetch tile weights into L2 before the first wait"),
-      llvm::cl::init(false)};
+      llvm::cl::desc("Weight loads moved above the first wait: none, "
+                     "registers or l2"),
+      llvm::cl::init("none")};
   PassOptions::Option<int64_t> tileUnroll{
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
@@ -129,6 +130,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.target = "gpu";
         tile.unroll = options.tileUnroll;
         tile.prefetch = options.tilePrefetch;
+        tile.threads = options.threads;
         pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;

@@ -90,7 +90,7 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
-                   tile_unroll: int = 4, tile_prefetch: bool = False,
+                   tile_unroll: int = 4, tile_prefetch: str = "none",
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -110,6 +110,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
     if mode not in ("static", "dynamic", "keep"):
         raise ValueError(f"mode must be 'static', 'dynamic' or 'keep', got {mode!r}")
+    if tile_prefetch not in ("none", "registers", "l2"):
+        raise ValueError(f"tile_prefetch must be 'none', 'registers' or 'l2', got {tile_prefetch!r}")
     if format not in ("isa", "bin", "fatbin"):
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
     if workers is None:
@@ -154,7 +156,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
-                        f"tile-prefetch={int(tile_prefetch)} threads={threads_per_worker}}})")
+                        f"tile-prefetch={tile_prefetch} threads={threads_per_worker}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
         try:

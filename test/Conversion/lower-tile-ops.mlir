@@ -1,6 +1,8 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu unroll=2}))" | FileCheck %s --check-prefix=GPU
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=CPU
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=true}))" | FileCheck %s --check-prefix=PREFETCH
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=l2}))" | FileCheck %s --check-prefix=PREFETCH
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers}))" | FileCheck %s --check-prefix=REGS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=T256
 
 // On the GPU target: a warp per row (rows strided by the number of warps),
 // 16-byte vector loads of w and x, FMAs into vector<8xf32> accumulators, a
@@ -65,6 +67,19 @@ et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16
 // PREFETCH: scf.if
 // PREFETCH: nvvm.cp.async.bulk.prefetch %{{.*}}, %{{.*}} : <1>
 // PREFETCH: et.event.wait
+// With prefetch=registers, each warp loads the first chunks of its first
+// row before the wait; the first row's main loop starts from them.
+// REGS-LABEL: et.kernel @gemv
+// REGS-NOT: scf.if {{.*}} -> (vector<8xbf16>
+// REGS-LABEL: et.kernel @chained
+// REGS: et.task @first
+// REGS-NOT: -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// REGS: et.task @second
+// REGS: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// REGS-COUNT-4: vector.load %{{.*}} : memref<1024x4096xbf16>, vector<8xbf16>
+// REGS: et.event.wait
+// REGS: scf.if %{{.*}} -> (vector<8xf32>, index)
+// REGS: scf.for %{{.*}} = %{{.*}}#1 to
 et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<1x4096xbf16>,
                    %w2: memref<1024x4096xbf16>, %y2: memref<1x1024xbf16>) {
   %c32 = arith.constant 32 : index
@@ -82,18 +97,35 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
   }
 }
 
-// Split-KV attention with a static group, GPU target: one warp per chunk for
-// every head of the group, 16-byte K and V loads, the 8-lane dot-product
-// shuffles, a vector store of each head's partial output. With a dynamic
-// group size it falls back to one warp per (head, chunk).
+// Split-KV attention with a static group, GPU target: shared buffers for
+// the cross-warp combine at the top of the task (sized for 32 warps, or for
+// the threads given; per lane and block, 4 positions (4 heads) at 256
+// threads, 1 at 1024), a software-pipelined loop per warp whose state carries
+// the next block's K and V, 16-byte loads, the 8-lane dot-product shuffles,
+// base-2 exponentials, the warp's partial stored to shared memory, a
+// barrier, the combine. With a dynamic group size it falls back to one warp
+// per (head, chunk).
 // GPU-LABEL: et.kernel @attn
 // GPU: et.task @grouped
+// GPU-NEXT: memref.alloca() : memref<32x4x64xf32, #gpu.address_space<workgroup>>
+// GPU-NEXT: memref.alloca() : memref<32x4x2xf32, #gpu.address_space<workgroup>>
 // GPU: vector.load %{{.*}}[{{.*}}] {alignment = 16 : i64} : memref<256x2x64xbf16>, vector<8xbf16>
+// GPU: scf.for {{.*}} iter_args({{.*}}) -> (f32, f32, vector<8xf32>, {{.*}}, vector<8xf32>, vector<8xbf16>, vector<8xbf16>)
 // GPU: gpu.shuffle  xor
-// GPU: vector.store %{{.*}}[{{.*}}] {alignment = 16 : i64} : memref<2x8x64xf32>, vector<8xf32>
+// GPU: math.exp2
+// GPU: vector.store %{{.*}}[{{.*}}] {alignment = 16 : i64} : memref<32x4x64xf32, #gpu.address_space<workgroup>>, vector<8xf32>
+// GPU: gpu.barrier
+// GPU: memref.load %{{.*}} : memref<32x4x2xf32, #gpu.address_space<workgroup>>
+// GPU: memref.store %{{.*}} : memref<2x8x64xf32>
+// GPU: math.log2
+// GPU: gpu.barrier
 // GPU: et.task @fallback
 // GPU-NOT: vector.store
+// GPU-NOT: memref.alloca
 // GPU: math.fma
+// T256-LABEL: et.kernel @attn
+// T256: memref.alloca() : memref<8x4x64xf32, #gpu.address_space<workgroup>>
+// T256: scf.for {{.*}} -> ({{.*}}, vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // CPU-LABEL: et.kernel @attn
 // CPU-NOT: gpu.shuffle
 et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>,

@@ -75,22 +75,34 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     (`et.thread_id`, `et.num_threads`). With `target=gpu` it uses warps: one
     warp per output row of `et.linear`, 16-byte loads with `unroll`
     independent loads per lane in flight, and a `gpu.shuffle xor` butterfly
-    for the lane sums; with `target=cpu` it emits scalar loops. On the GPU,
-    weights never depend on the previous task: with `prefetch`, thread 0
-    issues one bulk L2 prefetch (`cp.async.bulk.prefetch`) of the tile's
-    contiguous weight rows before the task's first wait. It is off by
-    default: on a chain of dependent layers it measured 10% slower than no
-    prefetch (docs/benchmarks.md). Runs before
-    `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
+    for the lane sums; with `target=cpu` it emits scalar loops.
+
+    On the GPU, weights never depend on the previous task, so their first
+    loads may move above the task's first wait: `prefetch=registers` has
+    each warp load the first `unroll` 16-byte chunks of its first row into
+    registers before the wait; `prefetch=l2` has thread 0 issue one bulk L2
+    prefetch (`cp.async.bulk.prefetch`) of the tile's weight rows. Both only
+    apply when no task writes the weights and the rows are known before
+    the wait. docs/benchmarks.md has the measurements behind the default.
+
+    Split-KV attention on the GPU (bf16 cache, D in 64/128/256) uses every
+    warp of the worker for each output entry, with a software-pipelined
+    loop per warp and a combine through shared memory: a workgroup
+    `memref.alloca` at the top level of the task, sized for `threads`
+    threads (1024 when 0), which the worker lowering turns into a workgroup
+    buffer. Runs before `convert-et-to-nvvm` / `convert-et-to-cpu` (the
+    pipelines do).
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"gpu\"",
            "gpu or cpu">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
-    Option<"prefetch", "prefetch", "bool", /*default=*/"false",
-           "Prefetch each et.linear tile's weight rows into L2 before the "
-           "task's first wait, when no task writes the weights (gpu)">,
+    Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
+           "Weight loads of et.linear moved above the task's first wait: "
+           "none, registers or l2 (gpu)">,
+    Option<"threads", "threads", "int64_t", /*default=*/"0",
+           "Threads per worker when fixed at compile time, else 0 (gpu)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",

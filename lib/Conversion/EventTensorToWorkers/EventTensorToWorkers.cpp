@@ -57,6 +57,17 @@ constexpr int64_t kControlWords = 8;
 // Words of the error record (i64).
 constexpr int64_t kErrorWords = 8;
 
+/// A statically shaped memref.alloca in workgroup memory: per-tile shared
+/// memory from the tile lowering.
+bool isWorkgroupAlloca(Operation *op) {
+  auto alloca = dyn_cast<memref::AllocaOp>(op);
+  if (!alloca || !alloca.getType().hasStaticShape())
+    return false;
+  auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(
+      alloca.getType().getMemorySpace());
+  return space && space.getValue() == gpu::AddressSpace::Workgroup;
+}
+
 /// What differs between the GPU and the host worker.
 struct Target {
   bool gpu = false;
@@ -650,6 +661,10 @@ private:
       map.map(arg, c);
     Value taskValue = idx(taskId);
     for (Operation &op : body) {
+      if (auto shared = tileShared.lookup(&op)) {
+        map.map(op.getResult(0), shared);
+        continue;
+      }
       if (auto wait = dyn_cast<EventWaitOp>(op)) {
         FailureOr<SmallVector<Value>> idxs =
             materializeAll(wait.getIndices(), scope, &map);
@@ -721,6 +736,9 @@ private:
   Value countersBase, controlBase;
   Value bank, bankBase;
   Value sharedScratch;
+  /// Workgroup-memory allocas at the top level of task bodies (from the
+  /// tile lowering) and the workgroup attribution each one uses.
+  llvm::DenseMap<Operation *, Value> tileShared;
   int64_t numWorkers = 1;
 };
 
@@ -1136,8 +1154,35 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     auto smemType = MemRefType::get(
         {4}, i64Type, MemRefLayoutAttrInterface(),
         gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup));
+    // Tiles of a worker run one after another (a barrier ends each), so
+    // tasks share buffers: the j-th alloca of a type in any task uses the
+    // j-th buffer of that type.
+    SmallVector<Type> workgroup{smemType};
+    SmallVector<std::pair<Operation *, unsigned>> allocas;
+    llvm::DenseMap<Type, SmallVector<unsigned>> pool;
+    for (TaskOp task : tasks) {
+      llvm::DenseMap<Type, unsigned> used;
+      for (Operation &op : task.getBody().front()) {
+        if (!isWorkgroupAlloca(&op))
+          continue;
+        Type type = op.getResult(0).getType();
+        unsigned j = used[type]++;
+        SmallVector<unsigned> &buffers = pool[type];
+        if (j == buffers.size()) {
+          buffers.push_back(workgroup.size());
+          workgroup.push_back(type);
+        }
+        allocas.push_back({&op, buffers[j]});
+      }
+    }
     auto fn = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(), fnType,
-                                     TypeRange{smemType}, TypeRange{});
+                                     workgroup, TypeRange{});
+    for (auto [op, i] : allocas)
+      tileShared[op] = fn.getWorkgroupAttributions()[i];
+    // 16-byte alignment for vector accesses to the tile buffers.
+    for (unsigned i = 1; i < workgroup.size(); ++i)
+      fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
+                                     b.getI64IntegerAttr(16));
     fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
     if (target.threads > 0)
       fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(

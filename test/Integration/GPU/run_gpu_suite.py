@@ -97,18 +97,18 @@ def run_decode_ops(root: Path) -> bool:
         print("decode ops on the GPU: " + ", ".join(f"{k} {'ok' if v else 'FAIL'}" for k, v in checks.items())
               + f" (rope errors {rel(q, ref_q):.1e}, {rel(kq, ref_kq):.1e})")
         ok &= all(checks.values())
-    if (tiles / "attention").exists():
-        c = np.load(tiles / "attention" / "case.npz")
+    for case_dir in sorted(tiles.glob("attention-[0-9]*")):
+        c = np.load(case_dir / "case.npz")
         bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()
         q = torch.from_numpy(c["q"]).cuda()
         k, v = bf(c["k"]), bf(c["v"])
-        splits, hq, d = int(c["splits"]), q.shape[0], q.shape[1]
-        o = torch.full((splits, hq, d), float("nan"), device="cuda")
-        lse = torch.full((splits, hq), float("nan"), device="cuda")
+        entries, hq, d = int(c["entries"]), q.shape[0], q.shape[1]
+        o = torch.full((entries, hq, d), float("nan"), device="cuda")
+        lse = torch.full((entries, hq), float("nan"), device="cuda")
         out = torch.full((hq, d), float("nan"), device="cuda")
-        runtime.load(tiles / "attention").launcher()(q, k, v, o, lse, out, int(c["length"]))
+        runtime.load(case_dir).launcher()(q, k, v, o, lse, out, int(c["length"]))
         err = float(np.linalg.norm(out.cpu().double().numpy() - c["ref"]) / np.linalg.norm(c["ref"]))
-        print(f"split-KV attention + merge on the GPU: relative error {err:.1e}")
+        print(f"split-KV attention + merge on the GPU ({case_dir.name}: {hq} heads, D = {d}): relative error {err:.1e}")
         ok &= err < 1e-5
     return ok
 

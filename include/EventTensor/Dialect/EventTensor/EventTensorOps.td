@@ -82,7 +82,7 @@ def ET_KernelOp : ET_Op<"kernel", [
 
 def ET_TaskOp : ET_Op<"task", [
     HasParent<"KernelOp">, Symbol, SingleBlock, NoTerminator,
-    RecursiveMemoryEffects]> {
+    RecursiveMemoryEffects, AutomaticAllocationScope]> {
   let summary = "a tiled task: one body instance per tile of an iteration space";
   let description = [{
     A tiled task runs its body once per tile of a rectangular iteration space.
@@ -108,6 +108,12 @@ def ET_TaskOp : ET_Op<"task", [
       et.event.signal %partials[%head] : !et.event<8>
     }
     ```
+
+    The body is an allocation scope: a `memref.alloca` in it lives for one
+    tile. On the GPU, a statically shaped alloca in workgroup memory at the
+    body's top level (as the tile-op lowering emits for shared-memory
+    combines) becomes a workgroup buffer of the persistent kernel, reused by
+    every tile of the task (tiles of a worker run one after another).
 
     An optional `max_extents` attribute declares an upper bound of each
     extent. A static schedule needs it for an extent that is only known on
