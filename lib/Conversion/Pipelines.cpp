@@ -166,6 +166,8 @@ void mlir::et::registerEventTensorPipelines() {
         expand.includeBf16 = true;
         pm.addPass(arith::createArithExpandOpsPass(expand));
         pm.addPass(memref::createExpandStridedMetadataPass());
+        // Subview offsets become affine.apply ops.
+        pm.addPass(createLowerAffinePass());
         pm.addPass(createFinalizeMemRefToLLVMConversionPass());
         pm.addPass(createConvertMathToLLVMPass());
         pm.addPass(createArithToLLVMConversionPass());

@@ -41,14 +41,18 @@ def _arguments(kernel) -> list[dict[str, Any]]:
     from .ir import IndexType, MemRefType
 
     args = []
+    names = None
+    if "arg_names" in kernel.attributes:  # optional names, e.g. from the model builder
+        names = [str(a).strip('"') for a in kernel.attributes["arg_names"]]
     for i, arg in enumerate(kernel.regions[0].blocks[0].arguments):
         t = arg.type
-        entry: dict[str, Any] = {"name": f"arg{i}", "type": str(t)}
+        name = names[i] if names and i < len(names) else f"arg{i}"
+        entry: dict[str, Any] = {"name": name, "type": str(t)}
         if isinstance(t, MemRefType):
             m = t
             elt = str(m.element_type)
             if elt not in _DTYPES:
-                raise ValueError(f"argument arg{i}: unsupported element type {elt}")
+                raise ValueError(f"argument {name}: unsupported element type {elt}")
             entry.update(kind="memref", dtype=_DTYPES[elt],
                          shape=[-1 if m.is_dynamic_dim(d) else m.shape[d] for d in range(m.rank)])
         elif isinstance(t, IndexType):
@@ -56,7 +60,7 @@ def _arguments(kernel) -> list[dict[str, Any]]:
         elif str(t) in _DTYPES:
             entry.update(kind="scalar", dtype=_DTYPES[str(t)])
         else:
-            raise ValueError(f"argument arg{i}: unsupported type {t}")
+            raise ValueError(f"argument {name}: unsupported type {t}")
         args.append(entry)
     return args
 

@@ -1,0 +1,29 @@
+"""Decoder-only models (Llama-3, Qwen3) compiled to one decode-step
+megakernel.
+
+    from event_tensor import model
+    config = model.ModelConfig.from_hf("config.json")
+    weights = model.load_weights(config, ["model.safetensors"])  # or random_weights(config)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=256)
+    session = model.DecodeSession(path, weights)
+    tokens, step_times = session.generate([[1, 2, 3]], steps=8)
+
+`compile_model` needs MLIR; everything else here runs with the runtime
+alone (numpy, and torch for CUDA).
+"""
+
+from .config import ARCHITECTURES, ConfigError, ModelConfig, demo_config, tiny_config
+from .reference import ReferenceModel
+from .session import DecodeSession, ModelArtifactError
+from .weights import WeightError, hf_tensor_shapes, load_weights, random_weights, save_weights
+
+__all__ = ["ARCHITECTURES", "ConfigError", "DecodeSession", "ModelArtifactError", "ModelConfig", "ReferenceModel",
+           "WeightError", "compile_model", "demo_config", "hf_tensor_shapes", "load_weights", "random_weights",
+           "save_weights", "tiny_config"]
+
+
+def compile_model(*args, **kwargs):
+    """See `event_tensor.model.compile.compile_model` (imports MLIR)."""
+    from .compile import compile_model as _compile
+
+    return _compile(*args, **kwargs)

@@ -1,0 +1,49 @@
+"""Compiles a model's decode step into one megakernel artifact (needs MLIR).
+The artifact directory gets a `model.json` (config, layout) beside the
+kernel, so `DecodeSession` can run it without MLIR."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from .builder import build_decode_kernel, kernel_layout
+from .config import ModelConfig
+from .session import MODEL_JSON
+
+__all__ = ["compile_model"]
+
+
+def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
+                  workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
+                  cache_dir: str | Path | None = None, use_cache: bool = True, **options) -> Path:
+    """Returns the artifact directory (`out_dir` when given, else the
+    compile cache's). `options` go to `event_tensor.compile` (for example
+    `threads_per_worker`, `profile`, `mode`)."""
+    from .. import compile as et_compile
+    from ..ir import Context
+
+    if workers is None:
+        workers = 4 if target == "cpu" else 132
+    layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
+                           split_len=split_len)
+    start = time.perf_counter()
+    with Context():
+        module = build_decode_kernel(config, layout)
+        text = module.operation.get_asm(print_generic_op_form=True)
+    build_s = time.perf_counter() - start
+    art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
+    info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target,
+            "build_ir_s": round(build_s, 3)}
+    src = Path(art.path)
+    (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
+    if out_dir is None:
+        return src
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file():
+            shutil.copy2(f, out / f.name)
+    return out

@@ -1,0 +1,208 @@
+"""Decoder-only model configurations (Llama-3 and Qwen3 families) read from
+Hugging Face `config.json` files, with the checks that keep a wrong config
+from compiling into a silently wrong kernel. No MLIR here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "tiny_config", "demo_config"]
+
+#: Hugging Face architectures and the family each belongs to.
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
+
+
+class ConfigError(ValueError):
+    """A model config that cannot be compiled (names the field and value)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str  # "llama" or "qwen3"
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    #: Llama-3 frequency scaling: (factor, low_freq_factor, high_freq_factor,
+    #: original_max_position_embeddings), or None.
+    rope_scaling: tuple[float, float, float, float] | None = None
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 8192
+    architecture: str = field(default="", compare=False)
+
+    @property
+    def group_size(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def qk_norm(self) -> bool:
+        """Qwen3 normalizes each query and key head before RoPE."""
+        return self.family == "qwen3"
+
+    def weight_bytes(self) -> int:
+        """bf16 bytes of the weights one decode step reads (the embedding row
+        gather excluded; the LM head counted once even when tied)."""
+        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
+        per_layer = h * d * (self.num_heads * 2 + self.num_kv_heads * 2) + 3 * h * i + 2 * h
+        if self.qk_norm:
+            per_layer += 2 * d
+        return 2 * (self.num_layers * per_layer + self.vocab_size * h + h)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rope_scaling"] = list(self.rope_scaling) if self.rope_scaling else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        d = dict(d)
+        if d.get("rope_scaling") is not None:
+            d["rope_scaling"] = tuple(d["rope_scaling"])
+        return cls(**d)
+
+    @classmethod
+    def from_hf(cls, source: str | Path | dict[str, Any]) -> "ModelConfig":
+        """Reads a Hugging Face `config.json` (a path, a directory holding
+        one, or the parsed dict) and validates it."""
+        if isinstance(source, dict):
+            hf, where = source, "config"
+        else:
+            path = Path(source)
+            if path.is_dir():
+                path = path / "config.json"
+            try:
+                hf = json.loads(path.read_text())
+            except OSError as err:
+                raise ConfigError(f"cannot read {path}: {err.strerror}") from None
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"{path} is not valid JSON: {err}") from None
+            where = str(path)
+        archs = hf.get("architectures") or []
+        known = [a for a in archs if a in ARCHITECTURES]
+        if not known:
+            raise ConfigError(f"{where}: unsupported architecture {archs or hf.get('model_type')!r}; "
+                              f"supported: {', '.join(ARCHITECTURES)}")
+        arch = known[0]
+
+        def get(name: str, kind=int, default=None):
+            value = hf.get(name, default)
+            if value is None:
+                raise ConfigError(f"{where}: missing '{name}'")
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{where}: '{name}' must be a positive integer, got {value!r}")
+            if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"{where}: '{name}' must be a positive number, got {value!r}")
+            return kind(value)
+
+        hidden = get("hidden_size")
+        heads = get("num_attention_heads")
+        kv_heads = get("num_key_value_heads", int, heads)
+        head_dim = hf.get("head_dim")
+        if head_dim is None:
+            if hidden % heads:
+                raise ConfigError(f"{where}: hidden_size {hidden} is not a multiple of num_attention_heads {heads} "
+                                  "and no head_dim is given")
+            head_dim = hidden // heads
+        scaling = None
+        rs = hf.get("rope_scaling")
+        if rs:
+            kind = rs.get("rope_type", rs.get("type"))
+            if kind != "llama3":
+                raise ConfigError(f"{where}: unsupported rope_scaling type {kind!r} (only 'llama3')")
+            try:
+                scaling = (float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"]),
+                           float(rs["original_max_position_embeddings"]))
+            except KeyError as err:
+                raise ConfigError(f"{where}: rope_scaling lacks {err.args[0]!r}") from None
+        for flag in ("attention_bias", "mlp_bias"):
+            if hf.get(flag):
+                raise ConfigError(f"{where}: '{flag}' = true is not supported")
+        act = hf.get("hidden_act", "silu")
+        if act != "silu":
+            raise ConfigError(f"{where}: hidden_act {act!r} is not supported (only 'silu')")
+        config = cls(
+            family=ARCHITECTURES[arch],
+            hidden_size=hidden,
+            intermediate_size=get("intermediate_size"),
+            num_layers=get("num_hidden_layers"),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=get("head_dim", int, head_dim),
+            vocab_size=get("vocab_size"),
+            rms_norm_eps=get("rms_norm_eps", float, 1e-6),
+            rope_theta=get("rope_theta", float, 10000.0),
+            rope_scaling=scaling,
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            max_position_embeddings=get("max_position_embeddings", int, 8192),
+            architecture=arch,
+        )
+        config.validate(where)
+        return config
+
+    def validate(self, where: str = "config") -> None:
+        if self.family not in ("llama", "qwen3"):
+            raise ConfigError(f"{where}: unknown family {self.family!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"{where}: num_attention_heads {self.num_heads} is not a multiple of "
+                              f"num_key_value_heads {self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ConfigError(f"{where}: head_dim must be even for RoPE, got {self.head_dim}")
+        for name in ("hidden_size", "intermediate_size"):
+            if getattr(self, name) % 8:
+                raise ConfigError(f"{where}: {name} must be a multiple of 8 (16-byte bf16 rows), "
+                                  f"got {getattr(self, name)}")
+        if (self.num_heads * self.head_dim) % 8:
+            raise ConfigError(f"{where}: num_attention_heads * head_dim must be a multiple of 8")
+
+    def to_hf(self) -> dict[str, Any]:
+        """A Hugging Face config dict for this model (for transformers)."""
+        hf = {
+            "architectures": [self.architecture or {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[self.family]],
+            "model_type": self.family,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "max_position_embeddings": self.max_position_embeddings,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "torch_dtype": "bfloat16",
+        }
+        if self.rope_scaling:
+            f, lo, hi, orig = self.rope_scaling
+            hf["rope_scaling"] = {"rope_type": "llama3", "factor": f, "low_freq_factor": lo,
+                                  "high_freq_factor": hi, "original_max_position_embeddings": int(orig)}
+        return hf
+
+
+def tiny_config(family: str = "llama", **overrides) -> ModelConfig:
+    """A 2-layer, hidden-64 model for tests."""
+    heads = (2, 1) if family == "llama" else (4, 2)  # head_dim 32: the attention op's minimum
+    base = dict(family=family, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=heads[0],
+                num_kv_heads=heads[1], head_dim=32, vocab_size=256, rms_norm_eps=1e-5, rope_theta=10000.0 if family == "llama" else 1e6,
+                rope_scaling=(8.0, 1.0, 4.0, 64.0) if family == "llama" else None, tie_word_embeddings=True,
+                max_position_embeddings=256)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+def demo_config() -> ModelConfig:
+    """The built-in demo model: Llama-shaped, small enough for CPU workers."""
+    return ModelConfig(family="llama", hidden_size=256, intermediate_size=768, num_layers=4, num_heads=8,
+                       num_kv_heads=2, head_dim=32, vocab_size=2048, rms_norm_eps=1e-5, rope_theta=500000.0,
+                       rope_scaling=(32.0, 1.0, 4.0, 8192.0), tie_word_embeddings=True,
+                       max_position_embeddings=2048, architecture="LlamaForCausalLM")

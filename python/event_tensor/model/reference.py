@@ -1,0 +1,97 @@
+"""A numpy (float32) reference of the Llama-3 / Qwen3 decode step, for
+checks in CI. With `bf16_activations=True` it rounds where the megakernel
+rounds (linear-layer inputs and the KV cache are bf16), so the two agree
+to float32 accumulation-order error; without it, activations stay
+float32 throughout. No MLIR here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import ModelConfig
+from .weights import BF16, pack
+
+__all__ = ["ReferenceModel"]
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    return x.astype(BF16).astype(np.float32)
+
+
+def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    x = x.astype(np.float32)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
+
+
+def _inv_freq(config: ModelConfig) -> np.ndarray:
+    d = config.head_dim
+    inv = (config.rope_theta ** (-2.0 * np.arange(d // 2) / d)).astype(np.float64)
+    if config.rope_scaling:
+        factor, low, high, orig = config.rope_scaling
+        wavelen = 2 * np.pi / inv
+        smooth = (orig / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        inv = np.where(wavelen < orig / high, inv, np.where(wavelen > orig / low, inv / factor, mid))
+    return inv
+
+
+def _rope(x: np.ndarray, pos: int, inv: np.ndarray) -> np.ndarray:
+    """x: heads x D, rotate-half form."""
+    d = x.shape[-1]
+    ang = pos * inv
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    x1, x2 = x[:, : d // 2], x[:, d // 2:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+class ReferenceModel:
+    """Holds float32 weights and a KV cache per sequence; `step` runs one
+    decode step for a batch and returns the logits (batch x vocab)."""
+
+    def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], *, max_batch: int, max_context: int,
+                 bf16_activations: bool = True):
+        self.config = config
+        self.w = {k: np.asarray(v).astype(np.float32) for k, v in pack(config, weights).items()}
+        c = config
+        self.max_batch, self.max_context = max_batch, max_context
+        self.round = _bf16 if bf16_activations else (lambda x: x.astype(np.float32))
+        shape = (c.num_layers, max_batch, max_context, c.num_kv_heads, c.head_dim)
+        self.k_cache = np.zeros(shape, np.float32)
+        self.v_cache = np.zeros(shape, np.float32)
+        self.inv_freq = _inv_freq(c)
+
+    def step(self, tokens, positions) -> np.ndarray:
+        c, w, r = self.config, self.w, self.round
+        tokens = np.asarray(tokens, np.int64)
+        positions = np.asarray(positions, np.int64)
+        b_count = len(tokens)
+        hq, hkv, d, g = c.num_heads, c.num_kv_heads, c.head_dim, c.group_size
+        h = w["embed"][tokens].copy()
+        for layer in range(c.num_layers):
+            x = r(_rmsnorm(h, w["ln1"][layer], c.rms_norm_eps))
+            q = (x @ w["wq"][layer].T).reshape(b_count, hq, d)
+            k = (x @ w["wk"][layer].T).reshape(b_count, hkv, d)
+            v = (x @ w["wv"][layer].T).reshape(b_count, hkv, d)
+            attn = np.zeros((b_count, hq, d), np.float32)
+            for b in range(b_count):
+                p = int(positions[b])
+                qb, kb = q[b], k[b]
+                if c.qk_norm:
+                    qb = _rmsnorm(qb, w["q_norm"][layer], c.rms_norm_eps)
+                    kb = _rmsnorm(kb, w["k_norm"][layer], c.rms_norm_eps)
+                qb, kb = _rope(qb, p, self.inv_freq), _rope(kb, p, self.inv_freq)
+                self.k_cache[layer, b, p] = r(kb)
+                self.v_cache[layer, b, p] = r(v[b])
+                keys = self.k_cache[layer, b, : p + 1]  # T x Hkv x D
+                vals = self.v_cache[layer, b, : p + 1]
+                for head in range(hq):
+                    s = keys[:, head // g] @ qb[head] / np.float32(np.sqrt(d))
+                    e = np.exp(s - s.max())
+                    attn[b, head] = e @ vals[:, head // g] / e.sum()
+            h = h + r(attn).reshape(b_count, hq * d) @ w["wo"][layer].T
+            x = r(_rmsnorm(h, w["ln2"][layer], c.rms_norm_eps))
+            gate, up = x @ w["wg"][layer].T, x @ w["wu"][layer].T
+            act = r(gate / (1 + np.exp(-gate)) * up)
+            h = h + act @ w["wd"][layer].T
+        x = r(_rmsnorm(h, w["final_norm"], c.rms_norm_eps))
+        return x @ w["lm_head"].T

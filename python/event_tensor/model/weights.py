@@ -1,0 +1,183 @@
+"""Model weights: a small `.safetensors` reader and writer (numpy and
+ml_dtypes only, so the device machine needs no extra package), Hugging Face
+tensor names, random weights, and the stacked layout the megakernel takes.
+No MLIR here."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Iterable
+
+import ml_dtypes
+import numpy as np
+
+from .config import ModelConfig
+
+__all__ = ["WeightError", "read_safetensors", "write_safetensors", "hf_tensor_shapes", "random_weights",
+           "load_weights", "save_weights", "pack", "PACKED_ORDER"]
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+_DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32), "F64": np.dtype(np.float64)}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+class WeightError(ValueError):
+    """Missing, unexpected or mis-shaped tensors (names the tensor)."""
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """Reads every tensor of a `.safetensors` file (memory-mapped)."""
+    path = Path(path)
+    try:
+        raw = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as err:
+        raise WeightError(f"cannot read {path}: {err}") from None
+    if raw.size < 8:
+        raise WeightError(f"{path}: too short for a safetensors header")
+    (n,) = struct.unpack("<Q", bytes(raw[:8]))
+    if n > raw.size - 8:
+        raise WeightError(f"{path}: header length {n} exceeds the file")
+    try:
+        header = json.loads(bytes(raw[8:8 + n]))
+    except json.JSONDecodeError as err:
+        raise WeightError(f"{path}: bad header: {err}") from None
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            raise WeightError(f"{path}: tensor '{name}' has unsupported dtype {info.get('dtype')!r}")
+        start, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        if end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize or base + end > raw.size:
+            raise WeightError(f"{path}: tensor '{name}' has inconsistent offsets {info['data_offsets']}")
+        out[name] = raw[base + start:base + end].view(dtype).reshape(shape)
+    return out
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
+    header, offset, blobs = {}, 0, []
+    for name, array in tensors.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype not in _NAMES:
+            raise WeightError(f"tensor '{name}': cannot store dtype {array.dtype}")
+        blob = array.tobytes()
+        header[name] = {"dtype": _NAMES[array.dtype], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def hf_tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The Hugging Face tensor names and shapes of `config`."""
+    h, i, d, v = config.hidden_size, config.intermediate_size, config.head_dim, config.vocab_size
+    hq, hkv = config.num_heads * d, config.num_kv_heads * d
+    shapes = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (v, h)
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (hq, h), p + "self_attn.k_proj.weight": (hkv, h),
+            p + "self_attn.v_proj.weight": (hkv, h), p + "self_attn.o_proj.weight": (h, hq),
+            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i),
+        })
+        if config.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = (d,)
+            shapes[p + "self_attn.k_norm.weight"] = (d,)
+    return shapes
+
+
+def random_weights(config: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random bf16 weights under Hugging Face names: normal with std 0.02
+    for matrices (embedding 1.0 std is avoided so logits stay moderate),
+    norms around 1."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in hf_tensor_shapes(config).items():
+        if len(shape) == 1:
+            a = 1.0 + 0.1 * rng.standard_normal(shape)
+        else:
+            a = rng.standard_normal(shape, dtype=np.float32) * (1.0 / np.sqrt(shape[1]))
+        out[name] = a.astype(np.float32).astype(BF16)
+    return out
+
+
+def load_weights(config: ModelConfig, paths: Iterable[str | Path]) -> dict[str, np.ndarray]:
+    """Reads `.safetensors` files (a file, or a directory's `*.safetensors`)
+    and checks every expected tensor is present with the right shape."""
+    files: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(p.glob("*.safetensors"))
+            if not found:
+                raise WeightError(f"{p}: no .safetensors files")
+            files += found
+        else:
+            files.append(p)
+    tensors: dict[str, np.ndarray] = {}
+    for f in files:
+        tensors.update(read_safetensors(f))
+    expected = hf_tensor_shapes(config)
+    missing = [n for n in expected if n not in tensors]
+    if missing:
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        raise WeightError(f"missing tensors: {', '.join(missing[:3])}{more}")
+    for name, shape in expected.items():
+        if tuple(tensors[name].shape) != shape:
+            raise WeightError(f"tensor '{name}' has shape {list(tensors[name].shape)}, expected {list(shape)}")
+    ignored = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    unexpected = [n for n in tensors if n not in expected and n not in ignored and "rotary_emb" not in n]
+    if unexpected:
+        raise WeightError(f"unexpected tensors for this config: {', '.join(unexpected[:3])}")
+    return {n: tensors[n] for n in expected}
+
+
+def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
+    write_safetensors(path, weights)
+
+
+#: The packed tensors in kernel-argument order (Qwen3 adds q_norm, k_norm).
+PACKED_ORDER = ["embed", "ln1", "wq", "wk", "wv", "wo", "ln2", "wg", "wu", "wd", "final_norm", "lm_head"]
+
+
+def pack(config: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Stacks per-layer tensors into the megakernel's layout (bf16,
+    contiguous): ln1/ln2 [L, H], wq [L, Hq*D, H], ..., wd [L, H, I]."""
+    def bf(a):
+        return np.ascontiguousarray(np.asarray(a).astype(BF16))
+
+    def stack(suffix):
+        return bf(np.stack([np.asarray(weights[f"model.layers.{i}.{suffix}"]) for i in range(config.num_layers)]))
+
+    packed = {
+        "embed": bf(weights["model.embed_tokens.weight"]),
+        "ln1": stack("input_layernorm.weight"),
+        "wq": stack("self_attn.q_proj.weight"),
+        "wk": stack("self_attn.k_proj.weight"),
+        "wv": stack("self_attn.v_proj.weight"),
+        "wo": stack("self_attn.o_proj.weight"),
+        "ln2": stack("post_attention_layernorm.weight"),
+        "wg": stack("mlp.gate_proj.weight"),
+        "wu": stack("mlp.up_proj.weight"),
+        "wd": stack("mlp.down_proj.weight"),
+        "final_norm": bf(weights["model.norm.weight"]),
+    }
+    packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else bf(weights["lm_head.weight"])
+    if config.qk_norm:
+        packed["q_norm"] = stack("self_attn.q_norm.weight")
+        packed["k_norm"] = stack("self_attn.k_norm.weight")
+    return packed
