@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="event-tensor",
         description="EventTensor: compile tiled tasks with explicit event-tensor "
-        "dependencies into one persistent GPU kernel.",
+        "dependencies into one persistent GPU kernel. Without a command, runs `demo`.",
     )
     parser.add_argument("--version", action="version", version=f"event-tensor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -162,15 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", help="write a Gantt chart PNG here")
     p.add_argument("-o", "--output", help="write the scheduled IR here")
     p.set_defaults(func=_cmd_schedule)
+
+    from .model.cli import add_commands
+
+    add_commands(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+    # The demo is the default command.
+    args = parser.parse_args(["demo"] if argv == [] or (argv is None and len(sys.argv) == 1) else argv)
     return args.func(args)
 
 

@@ -179,16 +179,23 @@ def test_profile_trace(tmp_path):
     trace = launch.last_trace
     total = sum(t["num_tiles"] for t in plan["tasks"])
     assert len(trace.records) == total and trace.dropped == 0
-    assert sorted((t, tile) for _, t, tile, _, _ in trace.records) == sorted(
+    assert sorted((t, tile) for _, t, tile, _, _, _ in trace.records) == sorted(
         (t, i) for t, task in enumerate(plan["tasks"]) for i in range(task["num_tiles"]))
-    end = {(t, tile): e for _, t, tile, _, e in trace.records}
+    assert all(s <= r <= e for _, _, _, s, r, e in trace.records)
+    end = {(t, tile): e for _, t, tile, _, _, e in trace.records}
+    ready = {(t, tile): r for _, t, tile, _, r, _ in trace.records}
     for t, per_task in enumerate(plan["deps"]):
         for i, refs in enumerate(per_task):
             for d in refs:
                 assert end[(t, i)] >= end[tuple(d)]
+                # The waits are done only after the producer's end.
+                assert ready[(t, i)] >= end[tuple(d)]
     for w in range(trace.workers):
-        mine = sorted((s, e) for worker, _, _, s, e in trace.records if worker == w)
+        mine = sorted((s, e) for worker, _, _, s, _, e in trace.records if worker == w)
         assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:]))
+    kinds = trace.breakdown()
+    assert sum(k["tiles"] for k in kinds.values()) == total
+    assert all(k["wait_ns"] >= 0 and k["work_ns"] >= 0 for k in kinds.values())
     events = trace.chrome_trace()["traceEvents"]
     assert sum(1 for e in events if e.get("ph") == "X") == total
     pytest.importorskip("matplotlib")

@@ -51,8 +51,9 @@ constexpr int64_t kTicket0 = 0; // tickets of bank 0 and 1
 constexpr int64_t kAbort = 2;
 constexpr int64_t kErrorClaimed = 3;
 constexpr int64_t kTraceCursor = 4;
-// Words of one trace record (i64): worker, task, tile, start, end.
-constexpr int64_t kTraceWords = 5;
+// Words of one trace record (i64): worker, task, tile, start (dispatch),
+// ready (after the tile's last wait), end.
+constexpr int64_t kTraceWords = 6;
 constexpr int64_t kControlWords = 8;
 // Words of the error record (i64).
 constexpr int64_t kErrorWords = 8;
@@ -198,7 +199,7 @@ private:
   }
 
   /// Appends (worker, task, tile, start, end) to the trace, if it has room.
-  void recordTile(Value task, Value tile, Value start) {
+  void recordTile(Value task, Value tile, Value start, Value ready) {
     Value end = now();
     auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
@@ -214,7 +215,7 @@ private:
     b.setInsertionPointToStart(store.thenBlock());
     Value base = arith::MulIOp::create(b, loc, slot, idx(kTraceWords));
     Value fields[kTraceWords] = {toI64(workerId), toI64(task), toI64(tile),
-                                 start, end};
+                                 start, ready, end};
     for (int64_t i = 0; i < kTraceWords; ++i)
       memref::StoreOp::create(
           b, loc, fields[i], traceMem,
@@ -660,6 +661,7 @@ private:
     for (auto [arg, c] : llvm::zip(body.getArguments(), coords))
       map.map(arg, c);
     Value taskValue = idx(taskId);
+    Value ready = start;
     for (Operation &op : body) {
       if (auto shared = tileShared.lookup(&op)) {
         map.map(op.getResult(0), shared);
@@ -671,6 +673,8 @@ private:
         if (failed(idxs) ||
             failed(emitWait(scope, wait.getEvent(), *idxs, taskValue, tile)))
           return failure();
+        if (target.profile)
+          ready = now();
         continue;
       }
       if (auto signal = dyn_cast<EventSignalOp>(op)) {
@@ -703,7 +707,7 @@ private:
     // The tile is done on every thread before the next one starts.
     barrier();
     if (target.profile)
-      recordTile(taskValue, tile, start);
+      recordTile(taskValue, tile, start, ready);
     return success();
   }
 

@@ -115,7 +115,10 @@ class DecodeSession:
         """Forgets every sequence (clears the KV caches)."""
         for name in ("k_cache", "v_cache"):
             buf = self.buffers[name]
-            buf[...] = 0 if self.device == "cpu" else buf.zero_()
+            if self.device == "cpu":
+                buf[...] = 0
+            else:
+                buf.zero_()
 
     # -- running -----------------------------------------------------------
 

@@ -11,17 +11,20 @@ from typing import Any
 
 __all__ = ["Trace"]
 
-RECORD_WORDS = 5
+RECORD_WORDS = 6
 
 
 @dataclass
 class Trace:
-    """The tiles one launch ran, with times in ns relative to the first start."""
+    """The tiles one launch ran, with times in ns relative to the first
+    start: (worker, task, tile, start, ready, end), where `start` is the
+    dispatch, `ready` the moment the tile's last wait was satisfied (equal
+    to `start` without waits) and `end` the end of the tile."""
 
     kernel: str
     workers: int
     tasks: list[str]
-    records: list[tuple[int, int, int, int, int]]  # worker, task, tile, start, end
+    records: list[tuple[int, int, int, int, int, int]]  # worker, task, tile, start, ready, end
     dropped: int = 0  # records that did not fit in the trace buffer
     mode: str = "static"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -31,34 +34,54 @@ class Trace:
         kept = min(count, capacity)
         raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i in range(kept)]
         t0 = min((r[3] for r in raw), default=0)
-        records = [(w, t, tile, s - t0, e - t0) for w, t, tile, s, e in raw]
+        records = [(w, t, tile, s - t0, r - t0, e - t0) for w, t, tile, s, r, e in raw]
         records.sort(key=lambda r: (r[3], r[0]))
         return cls(metadata["kernel"], int(metadata["workers"]), list(metadata.get("tasks", [])), records,
                    dropped=max(0, count - capacity), mode=metadata.get("mode", "static"))
 
     @property
     def makespan_ns(self) -> int:
-        return max((r[4] for r in self.records), default=0)
+        return max((r[5] for r in self.records), default=0)
 
     def to_result(self):
-        """A `simulator.SimResult` of the measured schedule (waiting is not
-        separated from work: each tile spans dispatch to end)."""
+        """A `simulator.SimResult` of the measured schedule: each tile spans
+        dispatch to end, its `main_start` is when its waits were done."""
         from ..simulator import SimResult, TaskInfo, TileRecord
 
         busy = [0.0] * self.workers
         tiles = []
         counts = [0] * len(self.tasks)
-        for w, t, tile, s, e in self.records:
+        for w, t, tile, s, r, e in self.records:
             busy[w] += e - s
             if 0 <= t < len(counts):
                 counts[t] += 1
             name = self.tasks[t] if 0 <= t < len(self.tasks) else f"task{t}"
-            tiles.append(TileRecord(name, t, tile, w, float(s), float(s), float(e)))
+            tiles.append(TileRecord(name, t, tile, w, float(s), float(r), float(e)))
         span = float(self.makespan_ns)
         util = [b / span if span else 0.0 for b in busy]
         infos = [TaskInfo(n, counts[i], 0.0, 0.0) for i, n in enumerate(self.tasks)]
         return SimResult(span, self.workers, busy, util, sum(util) / max(len(util), 1), tiles,
                          kernel=self.kernel, mode=f"{self.mode}, measured", tasks=infos)
+
+    def breakdown(self, key=None) -> dict[str, dict[str, float]]:
+        """Time per task kind (`key(task name)`, default: the name up to its
+        last `_`, so `q_3` counts as `q`): tiles, waiting (dispatch to
+        ready) and working (ready to end) in ns, summed over workers; plus
+        `idle`: worker time outside any tile."""
+        if key is None:
+            key = lambda n: n.rsplit("_", 1)[0] if n.rsplit("_", 1)[-1].isdigit() else n  # noqa: E731
+        out: dict[str, dict[str, float]] = {}
+        covered = 0.0
+        for w, t, tile, s, r, e in self.records:
+            name = self.tasks[t] if 0 <= t < len(self.tasks) else f"task{t}"
+            row = out.setdefault(key(name), {"tiles": 0, "wait_ns": 0.0, "work_ns": 0.0})
+            row["tiles"] += 1
+            row["wait_ns"] += r - s
+            row["work_ns"] += e - r
+            covered += e - s
+        out["idle"] = {"tiles": 0, "wait_ns": 0.0,
+                       "work_ns": max(0.0, self.workers * float(self.makespan_ns) - covered)}
+        return out
 
     def chrome_trace(self, path: str | Path | None = None) -> dict:
         from ..simulator import chrome_trace

@@ -1,0 +1,387 @@
+"""`event-tensor demo | compile | run | bench | trace`: the model commands
+of the console script (see event_tensor/cli.py for the parser)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["add_commands"]
+
+
+class Progress:
+    """A one-line progress bar on stderr (plain lines when not a terminal)."""
+
+    def __init__(self, total: int, label: str, stream=None):
+        self.total, self.label, self.n = max(total, 1), label, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.perf_counter()
+        self._draw()
+
+    def _draw(self, note: str = "") -> None:
+        frac = self.n / self.total
+        if self.tty:
+            bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
+            self.stream.write(f"\r{self.label} [{bar}] {self.n}/{self.total} {note}")
+            self.stream.flush()
+
+    def update(self, note: str = "") -> None:
+        self.n += 1
+        self._draw(note)
+
+    def done(self, note: str = "") -> None:
+        elapsed = time.perf_counter() - self.start
+        if self.tty:
+            self.stream.write("\r" + " " * 79 + "\r")
+        self.stream.write(f"{self.label}: {self.n}/{self.total} in {elapsed:.2f} s {note}\n")
+        self.stream.flush()
+
+
+def _err(msg: str) -> int:
+    print(f"event-tensor: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch or no driver: no CUDA
+        return False
+
+
+def _device(choice: str) -> str:
+    if choice == "auto":
+        return "cuda" if _cuda_available() else "cpu"
+    if choice == "cuda" and not _cuda_available():
+        raise ValueError("--device cuda: no CUDA device is available (torch with CUDA is needed)")
+    return choice
+
+
+def _config_from(spec: str):
+    from .config import ModelConfig, demo_config, tiny_config
+
+    builtin = {"demo": demo_config, "tiny-llama": lambda: tiny_config("llama"),
+               "tiny-qwen3": lambda: tiny_config("qwen3")}
+    if spec in builtin:
+        return builtin[spec]()
+    return ModelConfig.from_hf(spec)
+
+
+def _weights(config, paths: list[str] | None, seed: int):
+    from .weights import load_weights, random_weights
+
+    if paths:
+        return load_weights(config, paths), "safetensors: " + ", ".join(paths)
+    return random_weights(config, seed), f"random bf16 weights (seed {seed})"
+
+
+def _parse_prompt(text: str, vocab: int, batch: int) -> list[list[int]]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"--prompt must be token ids separated by commas or spaces, got {text!r}") from None
+    if not ids:
+        raise ValueError("--prompt is empty")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"--prompt token {bad[0]} is outside the vocabulary [0, {vocab})")
+    # Sequence b starts from the prompt shifted by b, so sequences differ.
+    return [[(t + b) % vocab for t in ids] for b in range(batch)]
+
+
+def _print_breakdown(trace, out=None) -> None:
+    out = out or sys.stdout
+    kinds = trace.breakdown()
+    span = trace.makespan_ns
+    total = trace.workers * span
+    print(f"where the time went (one step, {trace.workers} workers x {span / 1e3:.1f} us = "
+          f"{total / 1e6:.2f} worker-ms):", file=out)
+    idle = kinds.pop("idle")["work_ns"]
+    rows = sorted(kinds.items(), key=lambda kv: -(kv[1]["wait_ns"] + kv[1]["work_ns"]))
+    for name, row in rows:
+        t = row["wait_ns"] + row["work_ns"]
+        print(f"  {name:12s} {row['tiles']:6d} tiles  work {row['work_ns'] / 1e3:10.1f} us  "
+              f"wait {row['wait_ns'] / 1e3:10.1f} us  ({100 * t / max(total, 1):5.1f}%)", file=out)
+    waits = sum(r["wait_ns"] for r in kinds.values())
+    work = sum(r["work_ns"] for r in kinds.values())
+    print(f"  total: work {100 * work / max(total, 1):.1f}%, waiting for inputs {100 * waits / max(total, 1):.1f}%, "
+          f"idle outside tiles {100 * idle / max(total, 1):.1f}%", file=out)
+
+
+def _write_trace(trace, prefix: Path, title: str) -> list[Path]:
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    js, png = prefix.with_suffix(".trace.json"), prefix.with_suffix(".gantt.png")
+    trace.chrome_trace(js)
+    written = [js]
+    try:
+        trace.gantt_png(png, title=title)
+        written.append(png)
+    except ImportError:
+        print("  (matplotlib missing: no Gantt chart)", file=sys.stderr)
+    return written
+
+
+def _check_steps(session, ref, prompts, steps: int, progress: Progress | None):
+    """Teacher-forced decode on both; returns (max relative logit error,
+    argmax agreements, comparisons)."""
+    worst, agree, count = 0.0, 0, 0
+    batch = len(prompts)
+    plen = len(prompts[0])
+    tokens = np.asarray(prompts)
+    nxt = tokens[:, 0]
+    for t in range(plen + steps - 1):
+        feed = tokens[:, t] if t < plen else nxt
+        got = session.step(feed, [t] * batch)
+        want = ref.step(feed, [t] * batch)
+        logits = session.last_logits()
+        worst = max(worst, float(np.abs(logits - want).max() / max(np.abs(want).max(), 1e-30)))
+        agree += int((got == want.argmax(-1)).sum())
+        count += batch
+        nxt = got
+        if progress:
+            progress.update()
+    return worst, agree, count
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .compile import compile_model
+    from .config import demo_config
+    from .reference import ReferenceModel
+    from .session import DecodeSession
+    from .weights import random_weights
+
+    try:
+        device = _device(args.device)
+    except ValueError as err:
+        return _err(str(err))
+    config = demo_config()
+    out = Path(args.out)
+    print(f"EventTensor demo: a Llama-shaped model ({config.num_layers} layers, hidden {config.hidden_size}, "
+          f"{config.num_heads}/{config.num_kv_heads} heads of {config.head_dim}, vocab {config.vocab_size}), "
+          f"random bf16 weights, one decode step = one persistent kernel on {device}"
+          + (f" ({args.workers} host worker threads)" if device == "cpu" else ""))
+    weights = random_weights(config, seed=args.seed)
+    start = time.perf_counter()
+    workers = args.workers if device == "cpu" else 132
+    path = compile_model(config, target=device, max_batch=args.batch, max_context=args.context, workers=workers,
+                         profile=True, **({"threads_per_worker": 512} if device == "cuda" else {}))
+    compile_s = time.perf_counter() - start
+    print(f"compiled in {compile_s:.2f} s -> {path}")
+    session = DecodeSession(path, weights)
+    ref = ReferenceModel(config, weights, max_batch=args.batch, max_context=args.context)
+    prompts = _parse_prompt(args.prompt, config.vocab_size, args.batch)
+    steps = args.steps
+    if len(prompts[0]) + steps > args.context:
+        return _err(f"prompt ({len(prompts[0])}) + steps ({steps}) exceed the context {args.context}")
+    progress = Progress(len(prompts[0]) + steps - 1, "checking every step against the numpy reference")
+    worst, agree, count = _check_steps(session, ref, prompts, steps, progress)
+    progress.done()
+    ok = worst < 2e-2 and agree == count
+    print(f"logits vs the numpy reference: max relative error {worst:.1e}; greedy tokens agree "
+          f"{agree}/{count} -> {'OK' if ok else 'MISMATCH'}")
+    # Timed greedy generation from a fresh cache.
+    session.reset()
+    tokens, times = session.generate(prompts, steps)
+    for b, seq in enumerate(tokens):
+        print(f"  sequence {b}: prompt {prompts[b]} -> {seq.tolist()}")
+    if times:
+        per = float(np.median(times))
+        print(f"decode: {per * 1e3:.2f} ms per step (median of {len(times)}), "
+              f"{args.batch / per:.0f} tokens/s at batch {args.batch}")
+    trace = session.last_trace
+    if trace is not None and trace.records:
+        _print_breakdown(trace)
+        files = _write_trace(trace, out / "demo", "EventTensor demo: one decode step")
+        print("trace: " + ", ".join(str(f) for f in files))
+    session.close()
+    return 0 if ok else 1
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from .compile import compile_model
+    from .config import ConfigError
+
+    try:
+        device = _device(args.device)
+        config = _config_from(args.config)
+    except (ConfigError, ValueError) as err:
+        return _err(str(err))
+    workers = args.workers or (4 if device == "cpu" else 132)
+    start = time.perf_counter()
+    try:
+        out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
+                            workers=workers, out_dir=args.output, profile=args.profile,
+                            **({"threads_per_worker": args.threads} if device == "cuda" else {}))
+    except ValueError as err:
+        return _err(str(err))
+    print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
+          f"max batch {args.max_batch}, max context {args.max_context}, {workers} workers in "
+          f"{time.perf_counter() - start:.2f} s -> {out}")
+    return 0
+
+
+def _open(args: argparse.Namespace):
+    from .session import DecodeSession, ModelArtifactError
+    from .weights import WeightError
+
+    try:
+        info = json.loads((Path(args.artifact) / "model.json").read_text())
+    except OSError:
+        raise ModelArtifactError(f"{args.artifact}: no model.json (compile one with `event-tensor compile`)")
+    from .config import ModelConfig
+
+    config = ModelConfig.from_dict(info["config"])
+    try:
+        weights, what = _weights(config, args.weights, args.seed)
+    except WeightError as err:
+        raise ValueError(str(err)) from None
+    print(f"weights: {what}")
+    return DecodeSession(args.artifact, weights), config, weights
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .reference import ReferenceModel
+    from .session import ModelArtifactError
+
+    try:
+        session, config, weights = _open(args)
+        prompts = _parse_prompt(args.prompt, config.vocab_size, args.batch)
+        if args.check:
+            ref = ReferenceModel(config, weights, max_batch=session.max_batch, max_context=session.max_context)
+            progress = Progress(len(prompts[0]) + args.steps - 1, "checking against the numpy reference")
+            worst, agree, count = _check_steps(session, ref, prompts, args.steps, progress)
+            progress.done()
+            print(f"max relative logit error {worst:.1e}, greedy tokens agree {agree}/{count}")
+            session.reset()
+        tokens, times = session.generate(prompts, args.steps)
+    except (ModelArtifactError, ValueError) as err:
+        return _err(str(err))
+    for b, seq in enumerate(tokens):
+        print(f"sequence {b}: {seq.tolist()}")
+    if times:
+        per = float(np.median(times))
+        print(f"{per * 1e3:.3f} ms per decode step, {args.batch / per:.0f} tokens/s")
+    session.close()
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .session import ModelArtifactError
+
+    try:
+        session, config, _ = _open(args)
+        batch = args.batch
+        if batch > session.max_batch:
+            raise ValueError(f"--batch {batch} exceeds the compiled max batch {session.max_batch}")
+        tokens = np.arange(batch) % config.vocab_size
+        progress = Progress(args.warmup + args.iters, f"decode steps at batch {batch}, position {args.position}")
+        times = []
+        for i in range(args.warmup + args.iters):
+            session.step(tokens, [args.position] * batch)
+            if i >= args.warmup:
+                times.append(session.last_step_s)
+            progress.update()
+        progress.done()
+    except (ModelArtifactError, ValueError) as err:
+        return _err(str(err))
+    per = float(np.median(times))
+    print(f"{per * 1e3:.3f} ms per step (median of {len(times)}; min {min(times) * 1e3:.3f}), "
+          f"{batch / per:.0f} tokens/s; weights {config.weight_bytes() / 1e6:.1f} MB -> "
+          f"{config.weight_bytes() / per / 1e9:.1f} GB/s")
+    session.close()
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .session import ModelArtifactError
+
+    try:
+        session, config, _ = _open(args)
+        if not session.artifact.metadata.get("profile"):
+            raise ValueError(f"{args.artifact} was compiled without profiling: recompile with "
+                             "`event-tensor compile --profile`")
+        batch = args.batch
+        tokens = np.arange(batch) % config.vocab_size
+        for _ in range(2):
+            session.step(tokens, [args.position] * batch)
+    except (ModelArtifactError, ValueError) as err:
+        return _err(str(err))
+    trace = session.last_trace
+    _print_breakdown(trace)
+    files = _write_trace(trace, Path(args.output), f"{config.family}: one decode step")
+    print("wrote " + ", ".join(str(f) for f in files))
+    session.close()
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Adds the model commands to the CLI's subparsers."""
+    device_help = "where to run: cpu (host worker threads), cuda, or auto (cuda when available)"
+
+    p = sub.add_parser("demo", help="compile a built-in Llama-shaped model, run and check it (the default)",
+                       description="Compile a small built-in Llama-shaped model (random weights) into one "
+                       "megakernel, run a prompt and a few decode steps, check every step's logits against "
+                       "the numpy reference, print tokens/s and where the time went, and write the step's "
+                       "trace (Chrome JSON and Gantt PNG).")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help=device_help)
+    p.add_argument("--steps", type=int, default=8, help="decode steps after the prompt (default 8)")
+    p.add_argument("--batch", type=int, default=2, help="sequences decoded together (default 2)")
+    p.add_argument("--context", type=int, default=64, help="compiled max context (default 64)")
+    p.add_argument("--workers", type=int, default=4, help="host worker threads on cpu (default 4)")
+    p.add_argument("--prompt", default="1, 5, 9, 2", help="prompt token ids (default '1, 5, 9, 2')")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--out", default="event-tensor-demo", help="directory for the trace files")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("compile", help="compile a model's decode step into one megakernel artifact",
+                       description="Compile the decode step (every layer, final norm, LM head, greedy argmax) "
+                       "of a Llama-3 or Qwen3 model into one persistent kernel. CONFIG is a Hugging Face "
+                       "config.json (or its directory), or one of: demo, tiny-llama, tiny-qwen3. Batch size and "
+                       "context length are runtime values up to the compiled maxima.")
+    p.add_argument("config", help="config.json, a directory holding one, or demo / tiny-llama / tiny-qwen3")
+    p.add_argument("-o", "--output", required=True, help="artifact directory to write")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help=device_help)
+    p.add_argument("--max-batch", type=int, default=1, help="largest batch (1-16, default 1)")
+    p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
+    p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")
+    p.add_argument("--threads", type=int, default=512, help="threads per worker on cuda (default 512)")
+    p.add_argument("--profile", action="store_true", help="record per-tile times (for `trace`)")
+    p.set_defaults(func=cmd_compile)
+
+    def artifact_args(p):
+        p.add_argument("artifact", help="artifact directory from `event-tensor compile`")
+        p.add_argument("--weights", nargs="*", help=".safetensors files or directories (default: random weights)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+        p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+
+    p = sub.add_parser("run", help="greedy generation with a compiled model",
+                       description="Run a prompt and greedy decode steps with a compiled model artifact.")
+    artifact_args(p)
+    p.add_argument("--prompt", default="1, 5, 9, 2", help="prompt token ids")
+    p.add_argument("--steps", type=int, default=16, help="new tokens per sequence (default 16)")
+    p.add_argument("--check", action="store_true", help="first compare every step with the numpy reference")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="time decode steps of a compiled model",
+                       description="Time decode steps of a compiled model at one batch size and position.")
+    artifact_args(p)
+    p.add_argument("--position", type=int, default=0, help="position of the decoded token (context - 1)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=20)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("trace", help="profile one decode step (artifact compiled with --profile)",
+                       description="Run a decode step of a profiled artifact and write its trace: a Chrome "
+                       "trace JSON (open in Perfetto) and a Gantt PNG, plus the time per task kind.")
+    artifact_args(p)
+    p.add_argument("--position", type=int, default=0, help="position of the decoded token")
+    p.add_argument("-o", "--output", default="trace", help="output prefix (default 'trace')")
+    p.set_defaults(func=cmd_trace)

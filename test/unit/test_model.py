@@ -1,0 +1,211 @@
+"""The model frontend on CPU workers: tiny Llama-3 and Qwen3 configs with
+generated safetensors files, compiled into one decode-step kernel, against
+the numpy reference; config, weight and runtime errors; the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from event_tensor import model
+from event_tensor.model.weights import read_safetensors, write_safetensors
+from event_tensor.model.cli import Progress
+
+
+def _hf(family, **over):
+    cfg = model.tiny_config(family)
+    hf = cfg.to_hf()
+    hf.update(over)
+    return hf
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def compiled(request, tmp_path_factory):
+    family = request.param
+    root = tmp_path_factory.mktemp(family)
+    (root / "config.json").write_text(json.dumps(_hf(family)))
+    config = model.ModelConfig.from_hf(root)
+    model.save_weights(root / "model.safetensors", model.random_weights(config, seed=3))
+    weights = model.load_weights(config, [root])
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3,
+                               cache_dir=root / "cache")
+    return config, weights, path
+
+
+def _rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def test_decode_matches_reference_with_runtime_batch_and_positions(compiled):
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    # Batch 2, then batch 1, then batch 2 with different positions per
+    # sequence: one artifact for all of them.
+    steps = [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2]), ([7, 8], [3, 2]), ([1, 2], [4, 3])]
+    for tokens, positions in steps:
+        got = session.step(tokens, positions)
+        want = ref.step(tokens, positions)
+        logits = session.last_logits()
+        assert logits.shape == want.shape
+        # Same rounding points: only float32 summation order and the odd bf16
+        # rounding flip it causes differ.
+        assert _rel(logits, want) < 2e-3, (tokens, positions)
+        # Greedy tokens agree wherever the reference's top-2 margin is clear.
+        top2 = np.sort(want, axis=-1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > 1e-3 * np.abs(want).max()
+        assert np.array_equal(got[clear], want.argmax(-1)[clear])
+    session.close()
+
+
+def test_greedy_generation_is_deterministic(compiled):
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    a, times = session.generate([[1, 2, 3], [4, 5, 6]], steps=4)
+    session.reset()
+    b, _ = session.generate([[1, 2, 3], [4, 5, 6]], steps=4)
+    assert a.shape == (2, 4) and np.array_equal(a, b) and len(times) == 3
+    assert ((0 <= a) & (a < config.vocab_size)).all()
+
+
+def test_batch_context_and_token_limits(compiled):
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    with pytest.raises(ValueError, match=r"batch size 3 is outside \[1, 2\]"):
+        session.step([1, 2, 3], [0, 0, 0])
+    with pytest.raises(ValueError, match=r"position 32 is outside the compiled context \[0, 32\)"):
+        session.step([1], [32])
+    with pytest.raises(ValueError, match=r"token id 256 is outside the vocabulary"):
+        session.step([256], [0])
+    with pytest.raises(ValueError, match="2 tokens but 1 positions"):
+        session.step([1, 2], [0])
+    with pytest.raises(ValueError, match="exceeds the compiled context 32"):
+        session.generate([[1] * 30], steps=8)
+
+
+def test_reference_without_bf16_rounding_stays_close(compiled):
+    """The float32 reference without the kernel's bf16 rounding points:
+    the kernel stays within bf16 tolerance of it."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32, bf16_activations=False)
+    for t in range(4):
+        session.step([3, 4], [t, t])
+        want = ref.step([3, 4], [t, t])
+        assert _rel(session.last_logits(), want) < 3e-2
+
+
+def test_config_errors(tmp_path):
+    bad = {
+        "arch": (_hf("llama", architectures=["GPT2LMHeadModel"]), "unsupported architecture"),
+        "heads": (_hf("llama", num_key_value_heads=3, num_attention_heads=2), "not a multiple of"),
+        "missing": ({k: v for k, v in _hf("llama").items() if k != "vocab_size"}, "missing 'vocab_size'"),
+        "negative": (_hf("qwen3", hidden_size=-4), "'hidden_size' must be a positive integer, got -4"),
+        "rope": (_hf("llama", rope_scaling={"rope_type": "yarn", "factor": 2.0}), "unsupported rope_scaling"),
+        "bias": (_hf("qwen3", attention_bias=True), "'attention_bias' = true is not supported"),
+        "act": (_hf("llama", hidden_act="gelu"), "hidden_act 'gelu'"),
+    }
+    for name, (hf, msg) in bad.items():
+        with pytest.raises(model.ConfigError, match=msg):
+            model.ModelConfig.from_hf(hf)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(model.ConfigError, match="not valid JSON"):
+        model.ModelConfig.from_hf(tmp_path)
+    with pytest.raises(model.ConfigError, match="cannot read"):
+        model.ModelConfig.from_hf(tmp_path / "absent.json")
+
+
+def test_weight_errors(tmp_path):
+    config = model.tiny_config("qwen3")
+    w = model.random_weights(config)
+    missing = dict(w)
+    del missing["model.layers.1.self_attn.k_norm.weight"]
+    write_safetensors(tmp_path / "a.safetensors", missing)
+    with pytest.raises(model.WeightError, match="missing tensors: model.layers.1.self_attn.k_norm.weight"):
+        model.load_weights(config, [tmp_path / "a.safetensors"])
+    shaped = dict(w)
+    shaped["model.layers.0.mlp.up_proj.weight"] = w["model.layers.0.mlp.up_proj.weight"][:, :32]
+    write_safetensors(tmp_path / "b.safetensors", shaped)
+    with pytest.raises(model.WeightError, match=r"'model.layers.0.mlp.up_proj.weight' has shape \[128, 32\], "
+                                                r"expected \[128, 64\]"):
+        model.load_weights(config, [tmp_path / "b.safetensors"])
+    extra = dict(w)
+    extra["model.layers.9.mlp.up_proj.weight"] = w["model.layers.0.mlp.up_proj.weight"]
+    write_safetensors(tmp_path / "c.safetensors", extra)
+    with pytest.raises(model.WeightError, match="unexpected tensors"):
+        model.load_weights(config, [tmp_path / "c.safetensors"])
+    (tmp_path / "d.safetensors").write_bytes(b"\xff" * 16)
+    with pytest.raises(model.WeightError, match="header length"):
+        read_safetensors(tmp_path / "d.safetensors")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(model.WeightError, match="no .safetensors files"):
+        model.load_weights(config, [empty])
+
+
+def test_safetensors_round_trip(tmp_path):
+    w = model.random_weights(model.tiny_config("llama"), seed=5)
+    write_safetensors(tmp_path / "w.safetensors", w)
+    back = read_safetensors(tmp_path / "w.safetensors")
+    assert set(back) == set(w)
+    for name in w:
+        assert back[name].dtype == w[name].dtype and np.array_equal(back[name].view(np.uint16),
+                                                                   w[name].view(np.uint16))
+
+
+def test_session_rejects_a_non_model_artifact(tmp_path):
+    with pytest.raises(model.ModelArtifactError, match="no model.json"):
+        model.DecodeSession(tmp_path, {})
+
+
+def test_kernel_layout_limits():
+    from event_tensor.model.builder import kernel_layout
+
+    config = model.tiny_config("llama")
+    with pytest.raises(ValueError, match=r"max_batch must be an int in \[1, 16\]"):
+        kernel_layout(config, max_batch=17, max_context=32, workers=4)
+    with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
+        kernel_layout(config, max_batch=1, max_context=10_000, workers=4)
+
+
+def test_cli_compile_run_bench_trace(tmp_path, capsys):
+    from event_tensor.cli import main
+
+    art = tmp_path / "art"
+    assert main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--max-batch", "2",
+                 "--max-context", "16", "--workers", "2", "--profile"]) == 0
+    assert (art / "model.json").exists()
+    assert main(["run", str(art), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy tokens agree" in out and "sequence 1:" in out
+    assert main(["bench", str(art), "--iters", "3", "--warmup", "1"]) == 0
+    assert "ms per step" in capsys.readouterr().out
+    assert main(["trace", str(art), "-o", str(tmp_path / "t" / "step")]) == 0
+    assert (tmp_path / "t" / "step.trace.json").exists()
+    assert "where the time went" in capsys.readouterr().out
+    # Bad input: a clear message and exit code 2.
+    assert main(["run", str(tmp_path), "--steps", "1"]) == 2
+    assert "no model.json" in capsys.readouterr().err
+    assert main(["run", str(art), "--prompt", "1, x"]) == 2
+    assert "--prompt must be token ids" in capsys.readouterr().err
+    assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
+    assert "batch size 3 is outside [1, 2]" in capsys.readouterr().err
+    assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
+
+
+def test_cli_demo_runs_and_checks(tmp_path, capsys, monkeypatch):
+    from event_tensor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--device", "cpu", "--steps", "3", "--context", "16", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "-> OK" in out and "tokens/s" in out and "where the time went" in out
+    assert (tmp_path / "event-tensor-demo" / "demo.trace.json").exists()
+
+
+def test_progress_bar_counts(capsys):
+    p = Progress(3, "work")
+    for _ in range(3):
+        p.update()
+    p.done()
+    assert "work: 3/3" in capsys.readouterr().err
