@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -301,11 +302,27 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 
+def models(out: Path, workers: int, cache: Path, names: list[str]) -> None:
+    """Decode-step megakernels of model presets, for
+    benchmarks/check_transformers.py."""
+    from event_tensor.model import compile_model, preset
+
+    for name in names:
+        start = time.perf_counter()
+        config = preset(name)
+        compile_model(config, target="cuda", max_batch=4, max_context=min(1024, config.max_position_embeddings),
+                      workers=workers,
+                      threads_per_worker=512, out_dir=out / name, cache_dir=cache)
+        print(f"models: {name} compiled in {time.perf_counter() - start:.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / ".device"))
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--workers", type=int, default=132)
+    parser.add_argument("--models", default="tiny-llama,tiny-qwen3,llama-3.2-1b,qwen3-0.6b",
+                        help="model presets to compile ('' for none)")
     args = parser.parse_args()
     out = Path(args.out)
     cache = out / "cache"
@@ -313,6 +330,7 @@ def main() -> None:
     bench(out / "bench", args.workers, cache)
     linear(out / "linear", args.workers, cache)
     tile_numerics(out / "tiles", args.workers, cache)
+    models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m])
     shutil.rmtree(cache, ignore_errors=True)
 
 

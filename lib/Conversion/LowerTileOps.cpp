@@ -1093,6 +1093,28 @@ struct LowerTileOpsPass
         ops.push_back(op);
     });
     bool gpu = target == "gpu";
+    // Each tile op splits its work between the worker's threads in its own
+    // way, so one op's results may be read by other threads in the next:
+    // on the GPU, a CTA barrier separates consecutive tile ops at the top
+    // level of a task body (every thread runs those).
+    if (gpu) {
+      auto isTileOp = [](Operation &op) {
+        return isa<LinearOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp,
+                   RoPEOp, ArgmaxOp, AttentionSplitOp, AttentionMergeOp>(op);
+      };
+      getOperation().walk([&](TaskOp task) {
+        bool seen = false;
+        for (Operation &op : task.getBody().front()) {
+          if (!isTileOp(op))
+            continue;
+          if (seen) {
+            OpBuilder b(&op);
+            gpu::BarrierOp::create(b, op.getLoc());
+          }
+          seen = true;
+        }
+      });
+    }
     for (Operation *op : ops) {
       if (auto silu = dyn_cast<SiluMulOp>(op))
         lowerSiluMul(silu);

@@ -141,3 +141,23 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
         : memref<?x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x?x64xf32>, memref<2x?xf32>
   }
 }
+
+// Consecutive tile ops of a task body split their work between threads
+// differently (RoPE by rotation pair, the append by element): on the GPU a
+// barrier separates them; the host worker is one thread and needs none.
+// GPU-LABEL: et.kernel @two_ops
+// GPU: math.cos
+// GPU: gpu.barrier
+// GPU-NEXT: et.thread_id
+// GPU: arith.truncf
+// CPU-LABEL: et.kernel @two_ops
+// CPU-NOT: gpu.barrier
+// CPU: arith.truncf
+et.kernel @two_ops(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<8x2x32xbf16>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.rope %x, %p theta(1.0e+04) : memref<1x2x32xf32>, memref<1xi32>
+    et.kv_append %x, %c, %c0 : memref<1x2x32xf32>, memref<8x2x32xbf16>
+  }
+}

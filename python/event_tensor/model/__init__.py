@@ -12,12 +12,12 @@ megakernel.
 alone (numpy, and torch for CUDA).
 """
 
-from .config import ARCHITECTURES, ConfigError, ModelConfig, demo_config, tiny_config
+from .config import ARCHITECTURES, PRESETS, ConfigError, ModelConfig, demo_config, preset, tiny_config
 from .reference import ReferenceModel
 from .session import DecodeSession, ModelArtifactError
 from .weights import WeightError, hf_tensor_shapes, load_weights, random_weights, save_weights
 
-__all__ = ["ARCHITECTURES", "ConfigError", "DecodeSession", "ModelArtifactError", "ModelConfig", "ReferenceModel",
+__all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "ModelArtifactError", "ModelConfig", "ReferenceModel",
            "WeightError", "compile_model", "demo_config", "hf_tensor_shapes", "load_weights", "random_weights",
            "save_weights", "tiny_config"]
 

@@ -66,12 +66,10 @@ def _device(choice: str) -> str:
 
 
 def _config_from(spec: str):
-    from .config import ModelConfig, demo_config, tiny_config
+    from .config import PRESETS, ModelConfig, preset
 
-    builtin = {"demo": demo_config, "tiny-llama": lambda: tiny_config("llama"),
-               "tiny-qwen3": lambda: tiny_config("qwen3")}
-    if spec in builtin:
-        return builtin[spec]()
+    if spec in PRESETS:
+        return preset(spec)
     return ModelConfig.from_hf(spec)
 
 
@@ -344,9 +342,10 @@ def add_commands(sub) -> None:
     p = sub.add_parser("compile", help="compile a model's decode step into one megakernel artifact",
                        description="Compile the decode step (every layer, final norm, LM head, greedy argmax) "
                        "of a Llama-3 or Qwen3 model into one persistent kernel. CONFIG is a Hugging Face "
-                       "config.json (or its directory), or one of: demo, tiny-llama, tiny-qwen3. Batch size and "
+                       "config.json (or its directory), or a preset: demo, tiny-llama, tiny-qwen3, llama-3.2-1b, qwen3-0.6b "
+                       "(shapes only; weights come at run time). Batch size and "
                        "context length are runtime values up to the compiled maxima.")
-    p.add_argument("config", help="config.json, a directory holding one, or demo / tiny-llama / tiny-qwen3")
+    p.add_argument("config", help="config.json, a directory holding one, or a preset name")
     p.add_argument("-o", "--output", required=True, help="artifact directory to write")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help=device_help)
     p.add_argument("--max-batch", type=int, default=1, help="largest batch (1-16, default 1)")

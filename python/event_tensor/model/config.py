@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "tiny_config", "demo_config"]
+__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "PRESETS", "tiny_config", "demo_config", "preset"]
 
 #: Hugging Face architectures and the family each belongs to.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
@@ -113,6 +113,12 @@ class ModelConfig:
             head_dim = hidden // heads
         scaling = None
         rs = hf.get("rope_scaling")
+        rp = hf.get("rope_parameters")  # the newer form: theta and scaling in one dict
+        if isinstance(rp, dict):
+            if "rope_theta" in rp:
+                hf = {**hf, "rope_theta": rp["rope_theta"]}
+            if rp.get("rope_type", "default") != "default":
+                rs = rp
         if rs:
             kind = rs.get("rope_type", rs.get("type"))
             if kind != "llama3":
@@ -206,3 +212,37 @@ def demo_config() -> ModelConfig:
                        num_kv_heads=2, head_dim=32, vocab_size=2048, rms_norm_eps=1e-5, rope_theta=500000.0,
                        rope_scaling=(32.0, 1.0, 4.0, 8192.0), tie_word_embeddings=True,
                        max_position_embeddings=2048, architecture="LlamaForCausalLM")
+
+
+def _llama_3_2_1b() -> ModelConfig:
+    """The shapes of Llama-3.2-1B (its published config.json)."""
+    return ModelConfig(family="llama", hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32,
+                       num_kv_heads=8, head_dim=64, vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0,
+                       rope_scaling=(32.0, 1.0, 4.0, 8192.0), tie_word_embeddings=True,
+                       max_position_embeddings=131072, architecture="LlamaForCausalLM")
+
+
+def _qwen3_0_6b() -> ModelConfig:
+    """The shapes of Qwen3-0.6B (its published config.json)."""
+    return ModelConfig(family="qwen3", hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
+                       num_kv_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       rope_scaling=None, tie_word_embeddings=True, max_position_embeddings=40960,
+                       architecture="Qwen3ForCausalLM")
+
+
+#: Named configurations: the CLI accepts these names wherever a config.json
+#: is expected.
+PRESETS = {
+    "demo": demo_config,
+    "tiny-llama": lambda: tiny_config("llama"),
+    "tiny-qwen3": lambda: tiny_config("qwen3"),
+    "llama-3.2-1b": _llama_3_2_1b,
+    "qwen3-0.6b": _qwen3_0_6b,
+}
+
+
+def preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}") from None

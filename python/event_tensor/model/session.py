@@ -63,7 +63,7 @@ class DecodeSession:
 
         a = np.ascontiguousarray(array)
         if a.dtype == BF16:
-            return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16).cuda()
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda()
         return torch.from_numpy(a).cuda()
 
     def _zeros(self, shape, dtype: str):

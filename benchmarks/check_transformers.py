@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Checks compiled decode-step megakernels against Hugging Face transformers
+on a CUDA machine (no MLIR needed; artifacts from utils/prepare_gpu_suite.py).
+
+For each model artifact: random bf16 weights (fresh per run) go both into the
+megakernel and into transformers' LlamaForCausalLM / Qwen3ForCausalLM built
+from the same config, which runs in float32 on the upcast weights (the
+higher-precision reference). Both are fed the same random tokens for 32
+teacher-forced decode steps. At every step: relative error of the logits
+(||ours - ref|| / ||ref||, bf16 tolerance 1e-2) and the greedy token, which
+must agree wherever the reference's top-1/top-2 margin exceeds twice the
+largest logit difference of that step.
+
+    PYTHONPATH=python python3 benchmarks/check_transformers.py .device/models --json results.json
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from event_tensor.model import DecodeSession, ModelConfig, hf_tensor_shapes
+from event_tensor.model.weights import BF16
+
+TOLERANCE = 1e-2
+
+
+def random_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = {}
+    for name, shape in hf_tensor_shapes(config).items():
+        if len(shape) == 1:
+            t = 1.0 + 0.1 * torch.randn(shape, device="cuda", generator=g)
+        else:
+            t = torch.randn(shape, device="cuda", generator=g) / shape[1] ** 0.5
+        out[name] = t.to(torch.bfloat16)
+    return out
+
+
+def hf_model(config: ModelConfig, weights: dict[str, torch.Tensor]):
+    import transformers
+
+    hf = config.to_hf()
+    arch = hf["architectures"][0]
+    cfg_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
+    model_cls = getattr(transformers, arch)
+    kwargs = {k: v for k, v in hf.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    # Newer transformers take RoPE settings as one `rope_parameters` dict.
+    rope = {"rope_type": "default", "rope_theta": config.rope_theta}
+    if config.rope_scaling:
+        f, lo, hi, orig = config.rope_scaling
+        rope.update(rope_type="llama3", factor=f, low_freq_factor=lo, high_freq_factor=hi,
+                    original_max_position_embeddings=int(orig))
+    if "rope_parameters" in getattr(cfg_cls, "__dataclass_fields__", {}) or hasattr(cfg_cls(), "rope_parameters"):
+        kwargs.pop("rope_theta", None)
+        kwargs.pop("rope_scaling", None)
+        kwargs["rope_parameters"] = rope
+    cfg = cfg_cls(**kwargs)
+    cfg._attn_implementation = "eager"
+    with torch.device("cuda"):
+        model = model_cls(cfg).to(torch.float32)
+    state = {k: v.float() for k, v in weights.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"state dict mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    # Both must rotate by the same frequencies.
+    from event_tensor.model.reference import _inv_freq
+
+    inv = model.model.rotary_emb.inv_freq.double().cpu().numpy()
+    ours = _inv_freq(config)
+    if not np.allclose(inv, ours, rtol=1e-5):
+        raise RuntimeError(f"transformers' RoPE frequencies differ from ours: {inv[:4]} vs {ours[:4]}")
+    return model.eval()
+
+
+def check(path: Path, steps: int, seed: int) -> dict:
+    info = json.loads((path / "model.json").read_text())
+    config = ModelConfig.from_dict(info["config"])
+    weights = random_weights(config, seed)
+    ours = DecodeSession(path, {k: v.view(torch.int16).cpu().numpy().view(BF16) for k, v in weights.items()})
+    ref = hf_model(config, weights)
+    del weights
+    torch.cuda.empty_cache()
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, config.vocab_size, steps)
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    rows = []
+    for t in range(steps):
+        got_token = int(ours.step([int(tokens[t])], [t])[0])
+        logits = torch.from_numpy(ours.last_logits()[0]).double()
+        with torch.no_grad():
+            out = ref(input_ids=torch.tensor([[int(tokens[t])]], device="cuda"),
+                      position_ids=torch.tensor([[t]], device="cuda"), past_key_values=cache, use_cache=True)
+        want = out.logits[0, -1].double().cpu()
+        cache = out.past_key_values
+        rel = float((logits - want).norm() / want.norm())
+        top2 = torch.topk(want, 2).values
+        margin = float(top2[0] - top2[1])
+        max_diff = float((logits - want).abs().max())
+        decisive = margin > 2 * max_diff
+        agree = got_token == int(want.argmax())
+        rows.append({"step": t, "rel_error": rel, "max_abs_diff": max_diff, "margin": margin,
+                     "decisive": decisive, "argmax_agrees": agree, "step_ms": ours.last_step_s * 1e3})
+    ours.close()
+    del ref
+    torch.cuda.empty_cache()
+    worst = max(r["rel_error"] for r in rows)
+    decisive = [r for r in rows if r["decisive"]]
+    ok = worst < TOLERANCE and all(r["argmax_agrees"] for r in decisive)
+    return {"model": path.name, "family": config.family, "layers": config.num_layers, "steps": steps,
+            "worst_rel_error": worst, "mean_rel_error": float(np.mean([r["rel_error"] for r in rows])),
+            "decisive_steps": len(decisive), "decisive_agree": sum(r["argmax_agrees"] for r in decisive),
+            "all_agree": sum(r["argmax_agrees"] for r in rows),
+            "median_step_ms": float(np.median([r["step_ms"] for r in rows[2:]])), "ok": ok, "rows": rows}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    import transformers
+
+    results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+               "transformers": transformers.__version__, "torch": torch.__version__, "seed": args.seed,
+               "tolerance": TOLERANCE, "models": []}
+    print(f"{results['device']}, transformers {transformers.__version__}, torch {torch.__version__}, "
+          f"seed {args.seed}")
+    ok = True
+    for path in sorted(p for p in Path(args.root).iterdir() if (p / "model.json").exists()):
+        r = check(path, args.steps, args.seed)
+        results["models"].append(r)
+        ok &= r["ok"]
+        print(f"{r['model']}: {r['steps']} teacher-forced steps, logits relative error worst {r['worst_rel_error']:.1e} "
+              f"(mean {r['mean_rel_error']:.1e}, tolerance {TOLERANCE:g}); greedy token agrees on "
+              f"{r['decisive_agree']}/{r['decisive_steps']} decisive steps ({r['all_agree']}/{r['steps']} overall); "
+              f"{r['median_step_ms']:.2f} ms per step incl. host -> {'OK' if r['ok'] else 'FAIL'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
