@@ -148,7 +148,7 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
 // GPU-LABEL: et.kernel @two_ops
 // GPU: math.cos
 // GPU: gpu.barrier
-// GPU-NEXT: et.thread_id
+// GPU: et.thread_id
 // GPU: arith.truncf
 // CPU-LABEL: et.kernel @two_ops
 // CPU-NOT: gpu.barrier
