@@ -321,7 +321,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / ".device"))
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--workers", type=int, default=132)
-    parser.add_argument("--models", default="tiny-llama,tiny-qwen3,llama-3.2-1b,qwen3-0.6b",
+    parser.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b",
                         help="model presets to compile ('' for none)")
     args = parser.parse_args()
     out = Path(args.out)
