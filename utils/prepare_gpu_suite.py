@@ -302,18 +302,20 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 
-def models(out: Path, workers: int, cache: Path, names: list[str]) -> None:
+def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str]) -> None:
     """Decode-step megakernels of model presets, for
-    benchmarks/check_transformers.py."""
+    benchmarks/check_transformers.py and benchmarks/decode.py (names in
+    `profiled` also get a profiling build, `NAME-profiled`)."""
     from event_tensor.model import compile_model, preset
 
-    for name in names:
+    builds = [(n, False) for n in names] + [(n, True) for n in profiled]
+    for name, profile in builds:
         start = time.perf_counter()
         config = preset(name)
+        target = out / (f"{name}-profiled" if profile else name)
         compile_model(config, target="cuda", max_batch=4, max_context=min(1024, config.max_position_embeddings),
-                      workers=workers,
-                      threads_per_worker=512, out_dir=out / name, cache_dir=cache)
-        print(f"models: {name} compiled in {time.perf_counter() - start:.1f} s")
+                      workers=workers, threads_per_worker=512, out_dir=target, cache_dir=cache, profile=profile)
+        print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
 def main() -> None:
@@ -323,6 +325,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=132)
     parser.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b",
                         help="model presets to compile ('' for none)")
+    parser.add_argument("--profiled-models", default="", help="model presets to compile with profiling too")
     args = parser.parse_args()
     out = Path(args.out)
     cache = out / "cache"
@@ -330,7 +333,8 @@ def main() -> None:
     bench(out / "bench", args.workers, cache)
     linear(out / "linear", args.workers, cache)
     tile_numerics(out / "tiles", args.workers, cache)
-    models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m])
+    models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
+           [m for m in args.profiled_models.split(",") if m])
     shutil.rmtree(cache, ignore_errors=True)
 
 

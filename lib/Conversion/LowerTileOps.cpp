@@ -421,7 +421,88 @@ void lowerSiluMul(SiluMulOp op) {
 /// RMSNorm: tokens spread over groups of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU); each group sums squares over its lanes, shares the
 /// total, then scales.
+/// GPU RMSNorm of wide rows (static H >= 512): every thread of the worker
+/// works on each token. Threads stride over the columns, warps reduce with
+/// shuffles, and the warps' sums meet in shared memory. One warp per row
+/// would walk a 2048-wide row in 64 dependent steps (latency-bound); here it
+/// is a few loads per thread.
+bool lowerRMSNormBlock(RMSNormOp op) {
+  MemRefType xType = op.getX().getType();
+  auto task = op->getParentOfType<TaskOp>();
+  if (!task || xType.isDynamicDim(1) || xType.getDimSize(1) < 512)
+    return false;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Value partials;
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&task.getBody().front());
+    partials = memref::AllocaOp::create(
+        b, loc,
+        MemRefType::get({kWarp}, b.getF32Type(), MemRefLayoutAttrInterface(),
+                        gpu::AddressSpaceAttr::get(op.getContext(), gpu::AddressSpace::Workgroup)));
+  }
+  Groups g = h.groups(kWarp);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  int64_t hiddenSize = xType.getDimSize(1);
+  Value hidden = h.idx(hiddenSize);
+  Type outType = op.getY().getType().getElementType();
+  Value residual = op.getResidual();
+  float eps = op.getEps().convertToFloat();
+  scf::ForOp::create(
+      b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        auto sum = scf::ForOp::create(
+            b, loc, g.tid, hidden, g.threads, ValueRange{h.f32(0)},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
+              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+              if (residual) {
+                Value r = memref::LoadOp::create(b, loc, residual, ValueRange{tok, j});
+                v = arith::AddFOp::create(b, loc, v, r);
+                memref::StoreOp::create(b, loc, v, residual, ValueRange{tok, j});
+              }
+              scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, v, v, acc[0])});
+            });
+        Value warpSum = butterflySum(b, loc, sum.getResult(0), kWarp);
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+        auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, warpSum, partials, ValueRange{g.group});
+        }
+        gpu::BarrierOp::create(b, loc);
+        auto total = scf::ForOp::create(
+            b, loc, h.idx(0), g.groups, h.idx(1), ValueRange{h.f32(0)},
+            [&](OpBuilder &b, Location loc, Value w, ValueRange acc) {
+              Value p = memref::LoadOp::create(b, loc, partials, ValueRange{w});
+              scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
+            });
+        Value mean = arith::DivFOp::create(b, loc, total.getResult(0), h.f32(static_cast<double>(hiddenSize)));
+        Value inv = math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, mean, h.f32(eps)));
+        // Each thread re-reads only the columns it wrote above.
+        scf::ForOp::create(
+            b, loc, g.tid, hidden, g.threads, ValueRange{},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+              Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, j}).getResult()
+                                 : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+              Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{j}));
+              Value y = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w);
+              memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
+              scf::YieldOp::create(b, loc);
+            });
+        // The next token reuses the partial sums.
+        gpu::BarrierOp::create(b, loc);
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+  return true;
+}
+
 void lowerRMSNorm(RMSNormOp op, bool gpu) {
+  if (gpu && lowerRMSNormBlock(op))
+    return;
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};

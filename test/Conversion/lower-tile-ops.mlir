@@ -161,3 +161,30 @@ et.kernel @two_ops(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<8x2x32x
     et.kv_append %x, %c, %c0 : memref<1x2x32xf32>, memref<8x2x32xbf16>
   }
 }
+
+// A wide RMSNorm (H >= 512) on the GPU uses every thread for each token:
+// per-warp partial sums in a shared buffer, a barrier, the total; narrow
+// rows keep one warp per row.
+// GPU-LABEL: et.kernel @wide_norm
+// GPU: et.task @wide
+// GPU-NEXT: memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU: gpu.shuffle  xor
+// GPU: memref.store %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU: gpu.barrier
+// GPU: math.rsqrt
+// GPU: gpu.barrier
+// GPU: et.task @narrow
+// GPU-NOT: memref.alloca
+// GPU: math.rsqrt
+// CPU-LABEL: et.kernel @wide_norm
+// CPU-NOT: memref.alloca
+et.kernel @wide_norm(%x: memref<?x2048xbf16>, %w: memref<2048xbf16>, %y: memref<?x2048xbf16>, %r: memref<?x2048xf32>,
+                     %xs: memref<16x64xf32>, %ws: memref<64xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @wide tiles(%i) in (%c1) {
+    et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%r) : memref<?x2048xbf16>, memref<2048xbf16>, memref<?x2048xbf16>, memref<?x2048xf32>
+  }
+  et.task @narrow tiles(%i) in (%c1) {
+    et.rmsnorm %xs, %ws, %xs eps(1.0e-05) : memref<16x64xf32>, memref<64xbf16>, memref<16x64xf32>
+  }
+}
