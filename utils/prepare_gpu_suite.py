@@ -302,7 +302,7 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 
-def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str]) -> None:
+def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`)."""
@@ -314,7 +314,7 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         config = preset(name)
         target = out / (f"{name}-profiled" if profile else name)
         compile_model(config, target="cuda", max_batch=4, max_context=min(1024, config.max_position_embeddings),
-                      workers=workers, threads_per_worker=512, out_dir=target, cache_dir=cache, profile=profile)
+                      workers=workers, threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile)
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -326,6 +326,7 @@ def main() -> None:
     parser.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b",
                         help="model presets to compile ('' for none)")
     parser.add_argument("--profiled-models", default="", help="model presets to compile with profiling too")
+    parser.add_argument("--model-threads", type=int, default=512, help="threads per worker of the model kernels")
     args = parser.parse_args()
     out = Path(args.out)
     cache = out / "cache"
@@ -334,7 +335,7 @@ def main() -> None:
     linear(out / "linear", args.workers, cache)
     tile_numerics(out / "tiles", args.workers, cache)
     models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
-           [m for m in args.profiled_models.split(",") if m])
+           [m for m in args.profiled_models.split(",") if m], args.model_threads)
     shutil.rmtree(cache, ignore_errors=True)
 
 

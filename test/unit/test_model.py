@@ -27,7 +27,8 @@ def compiled(request, tmp_path_factory):
     config = model.ModelConfig.from_hf(root)
     model.save_weights(root / "model.safetensors", model.random_weights(config, seed=3))
     weights = model.load_weights(config, [root])
-    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3,
+    # Splits of 8 positions: attention over 4 splits and their merge.
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
                                cache_dir=root / "cache")
     return config, weights, path
 

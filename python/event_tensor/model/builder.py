@@ -73,10 +73,13 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
         raise ValueError(f"max_context {max_context} exceeds the model's max_position_embeddings "
                          f"{config.max_position_embeddings}")
     if split_len is None:
-        # Enough KV splits to give every worker attention work at full context.
-        want = max(1, workers // max(1, config.num_kv_heads))
-        split_len = max(16, -(-max_context // want))
-        split_len = -(-split_len // 16) * 16
+        # About one attention tile per worker at full context, but at least
+        # 256 positions per tile: a tile has a fixed cost of a few us, so
+        # short splits cost more than they spread (measured on the H200:
+        # 1.89 ms per Llama-3.2-1B step with 256 at 1k context, 2.05 ms with
+        # 64; docs/benchmarks.md).
+        split_len = max(256, -(-max_context * config.num_kv_heads // workers))
+        split_len = min(-(-split_len // 16) * 16, max(16, -(-max_context // 16) * 16))
     if split_len < 1:
         raise ValueError(f"split_len must be positive, got {split_len}")
     chunks = max(1, min(workers, -(-config.vocab_size // 1024)))
