@@ -92,6 +92,10 @@ struct NVVMPipelineOptions
       llvm::cl::desc("Weight loads moved above the first wait: none, "
                      "registers or l2"),
       llvm::cl::init("none")};
+  PassOptions::Option<int> optLevel{
+      *this, "opt-level",
+      llvm::cl::desc("LLVM optimization level of the NVPTX code generation"),
+      llvm::cl::init(2)};
   PassOptions::Option<int64_t> tileUnroll{
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
@@ -142,6 +146,7 @@ void mlir::et::registerEventTensorPipelines() {
         nvvm.cubinChip = options.chip;
         nvvm.cubinFeatures = options.features;
         nvvm.cubinFormat = options.format;
+        nvvm.optLevel = options.optLevel;
         gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
       });
   PassPipelineRegistration<CPUPipelineOptions>(

@@ -94,7 +94,7 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
-                   tile_unroll: int = 4, tile_prefetch: str = "none",
+                   tile_unroll: int = 4, tile_prefetch: str = "none", opt_level: int = 2,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -114,6 +114,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
     if mode not in ("static", "dynamic", "keep"):
         raise ValueError(f"mode must be 'static', 'dynamic' or 'keep', got {mode!r}")
+    if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     if tile_prefetch not in ("none", "registers", "l2"):
         raise ValueError(f"tile_prefetch must be 'none', 'registers' or 'l2', got {tile_prefetch!r}")
     if format not in ("isa", "bin", "fatbin"):
@@ -131,7 +133,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     if target == "cuda":
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
-                       tile_prefetch=tile_prefetch)
+                       tile_prefetch=tile_prefetch, opt_level=opt_level)
     key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
@@ -160,7 +162,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
-                        f"tile-prefetch={tile_prefetch} threads={threads_per_worker}}})")
+                        f"tile-prefetch={tile_prefetch} threads={threads_per_worker} opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
         try:
