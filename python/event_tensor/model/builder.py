@@ -3,8 +3,11 @@ with the generated `et` op bindings.
 
 Batch size (1..max_batch) and context length (<= max_context) are runtime
 values: the batch is an `index` argument (task extents and the dynamic
-dimension of every activation buffer), each sequence's position comes from
-a buffer. Weights are stacked per kind ([layers, ...]) and selected with
+dimension of every activation buffer). Each row of the batch is one token
+with its position and its KV-cache slot (buffers): rows of different slots
+are different sequences; rows of one slot at consecutive positions are a
+chunk of one prompt (prefill), attending causally, since every row's keys
+and values are appended before any row's attention. Weights are stacked per kind ([layers, ...]) and selected with
 `memref.subview` inside task bodies; KV caches are [layers, max_batch,
 max_context, kv_heads, head_dim] bf16.
 
@@ -106,7 +109,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(DYN, list(strides)), loc=Location.unknown())
 
     # Kernel arguments, in order (runtime/model.py passes them the same way).
-    args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)),
+    args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32)),
             ("embed", mr([V, H], bf16)), ("ln1", mr([L, H], bf16)),
             ("wq", mr([L, Hq * D, H], bf16)), ("wk", mr([L, Hkv * D, H], bf16)), ("wv", mr([L, Hkv * D, H], bf16)),
             ("wo", mr([L, H, Hq * D], bf16)), ("ln2", mr([L, H], bf16)),
@@ -215,7 +218,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                       result_type=strided([1] + list(shape), elt, strides))
 
             def cache_view(cache, layer: int, b):
-                return memref.subview(cache, [layer, b, 0, 0, 0], [1, 1, S, Hkv, D], [1] * 5,
+                """Layer `layer` of the cache slot of row b."""
+                slot = arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
+                return memref.subview(cache, [layer, slot, 0, 0, 0], [1, 1, S, Hkv, D], [1] * 5,
                                       result_type=strided([S, Hkv, D], bf16, [Hkv * D, D, 1]))
 
             eps = FloatAttr.get(f32, c.rms_norm_eps)

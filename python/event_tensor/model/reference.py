@@ -60,11 +60,15 @@ class ReferenceModel:
         self.v_cache = np.zeros(shape, np.float32)
         self.inv_freq = _inv_freq(c)
 
-    def step(self, tokens, positions) -> np.ndarray:
+    def step(self, tokens, positions, slots=None) -> np.ndarray:
+        """One launch's rows: token, position and cache slot per row (slots
+        default to 0..n-1). All rows' keys and values are appended before any
+        row attends."""
         c, w, r = self.config, self.w, self.round
         tokens = np.asarray(tokens, np.int64)
         positions = np.asarray(positions, np.int64)
         b_count = len(tokens)
+        slots = np.arange(b_count) if slots is None else np.asarray(slots, np.int64)
         hq, hkv, d, g = c.num_heads, c.num_kv_heads, c.head_dim, c.group_size
         h = w["embed"][tokens].copy()
         for layer in range(c.num_layers):
@@ -72,21 +76,24 @@ class ReferenceModel:
             q = (x @ w["wq"][layer].T).reshape(b_count, hq, d)
             k = (x @ w["wk"][layer].T).reshape(b_count, hkv, d)
             v = (x @ w["wv"][layer].T).reshape(b_count, hkv, d)
-            attn = np.zeros((b_count, hq, d), np.float32)
+            qs = []
             for b in range(b_count):
-                p = int(positions[b])
+                p, s = int(positions[b]), int(slots[b])
                 qb, kb = q[b], k[b]
                 if c.qk_norm:
                     qb = _rmsnorm(qb, w["q_norm"][layer], c.rms_norm_eps)
                     kb = _rmsnorm(kb, w["k_norm"][layer], c.rms_norm_eps)
-                qb, kb = _rope(qb, p, self.inv_freq), _rope(kb, p, self.inv_freq)
-                self.k_cache[layer, b, p] = r(kb)
-                self.v_cache[layer, b, p] = r(v[b])
-                keys = self.k_cache[layer, b, : p + 1]  # T x Hkv x D
-                vals = self.v_cache[layer, b, : p + 1]
+                qs.append(_rope(qb, p, self.inv_freq))
+                self.k_cache[layer, s, p] = r(_rope(kb, p, self.inv_freq))
+                self.v_cache[layer, s, p] = r(v[b])
+            attn = np.zeros((b_count, hq, d), np.float32)
+            for b in range(b_count):
+                p, s = int(positions[b]), int(slots[b])
+                keys = self.k_cache[layer, s, : p + 1]  # T x Hkv x D
+                vals = self.v_cache[layer, s, : p + 1]
                 for head in range(hq):
-                    s = keys[:, head // g] @ qb[head] / np.float32(np.sqrt(d))
-                    e = np.exp(s - s.max())
+                    sc = keys[:, head // g] @ qs[b][head] / np.float32(np.sqrt(d))
+                    e = np.exp(sc - sc.max())
                     attn[b, head] = e @ vals[:, head // g] / e.sum()
             h = h + r(attn).reshape(b_count, hq * d) @ w["wo"][layer].T
             x = r(_rmsnorm(h, w["ln2"][layer], c.rms_norm_eps))

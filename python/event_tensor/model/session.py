@@ -27,10 +27,14 @@ class ModelArtifactError(ValueError):
 class DecodeSession:
     """One model, one artifact, caches for up to `max_batch` sequences.
 
-    `step(tokens, positions)` runs one decode step: token `tokens[b]` of
-    sequence `b` is at position `positions[b]` (0-based; its keys and values
-    are written there and attention covers positions 0..positions[b]).
-    Returns the greedy next tokens; `last_logits()` gives the logits."""
+    `step(tokens, positions, slots)` runs the kernel once over rows: row
+    `b` is token `tokens[b]` at position `positions[b]` (0-based) of the
+    sequence in KV-cache slot `slots[b]` (default: slot b). Its keys and
+    values are written there and its attention covers positions
+    0..positions[b] of that slot, including rows of the same launch, so
+    rows of one slot at consecutive positions prefill a prompt chunk in one
+    launch. Returns the greedy next token of every row; `last_logits()`
+    gives the logits."""
 
     def __init__(self, artifact_dir: str | Path, weights: dict[str, Any], *, profile_capacity: int | None = None,
                  timeout_s: float = 30.0):
@@ -87,7 +91,7 @@ class DecodeSession:
                 raise ValueError(f"weight '{name}' has shape {list(array.shape)}, the artifact expects {want}")
             self.buffers[name] = self._to_device(array)
         missing = [n for n in self.arg_names if n not in self.buffers and n not in self._scratch_names()
-                   and n not in ("batch", "tokens", "positions")]
+                   and n not in ("batch", "tokens", "positions", "slots")]
         if missing:
             raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
         b, s = self.max_batch, self.max_context
@@ -96,7 +100,7 @@ class DecodeSession:
         cache = (c.num_layers, b, s, hkv, d)
         self.buffers["k_cache"] = self._zeros(cache, "bf16")
         self.buffers["v_cache"] = self._zeros(cache, "bf16")
-        shapes = {"tokens": ((b,), "i32"), "positions": ((b,), "i32"), "h": ((b, h), "f32"), "xn": ((b, h), "bf16"),
+        shapes = {"tokens": ((b,), "i32"), "positions": ((b,), "i32"), "slots": ((b,), "i32"), "h": ((b, h), "f32"), "xn": ((b, h), "bf16"),
                   "q": ((b, hq, d), "f32"), "k": ((b, hkv, d), "f32"), "v": ((b, hkv, d), "f32"),
                   "o_part": ((b, splits, hq, d), "f32"), "lse": ((b, splits, hq), "f32"),
                   "attn": ((b, hq, d), "bf16"), "a": ((b, h), "f32"), "g": ((b, i), "f32"), "u": ((b, i), "f32"),
@@ -133,33 +137,38 @@ class DecodeSession:
             args.append(buf[:batch] if spec_shape and spec_shape[0] == -1 else buf)
         return args
 
-    def _check(self, tokens: Sequence[int], positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def _check(self, tokens, positions, slots) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         positions = np.asarray(positions, np.int64).reshape(-1)
         n = len(tokens)
+        slots = np.arange(n) if slots is None else np.asarray(slots, np.int64).reshape(-1)
         if n < 1 or n > self.max_batch:
             raise ValueError(f"batch size {n} is outside [1, {self.max_batch}] (the compiled max_batch)")
-        if len(positions) != n:
-            raise ValueError(f"{n} tokens but {len(positions)} positions")
+        if len(positions) != n or len(slots) != n:
+            raise ValueError(f"{n} tokens but {len(positions)} positions and {len(slots)} slots")
         if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
             bad = int(tokens[(tokens < 0) | (tokens >= self.config.vocab_size)][0])
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
         if (positions < 0).any() or (positions >= self.max_context).any():
             bad = int(positions[(positions < 0) | (positions >= self.max_context)][0])
             raise ValueError(f"position {bad} is outside the compiled context [0, {self.max_context})")
-        return tokens.astype(np.int32), positions.astype(np.int32)
+        if (slots < 0).any() or (slots >= self.max_batch).any():
+            bad = int(slots[(slots < 0) | (slots >= self.max_batch)][0])
+            raise ValueError(f"cache slot {bad} is outside [0, {self.max_batch})")
+        if len(set(zip(slots.tolist(), positions.tolist()))) != n:
+            raise ValueError("two rows write the same cache slot and position")
+        return tokens.astype(np.int32), positions.astype(np.int32), slots.astype(np.int32)
 
-    def step(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        tok, pos = self._check(tokens, positions)
+    def step(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> np.ndarray:
+        tok, pos, slot = self._check(tokens, positions, slots)
         n = len(tok)
-        if self.device == "cpu":
-            self.buffers["tokens"][:n] = tok
-            self.buffers["positions"][:n] = pos
-        else:
-            import torch
+        for name, values in (("tokens", tok), ("positions", pos), ("slots", slot)):
+            if self.device == "cpu":
+                self.buffers[name][:n] = values
+            else:
+                import torch
 
-            self.buffers["tokens"][:n].copy_(torch.from_numpy(tok))
-            self.buffers["positions"][:n].copy_(torch.from_numpy(pos))
+                self.buffers[name][:n].copy_(torch.from_numpy(values))
         start = time.perf_counter()
         self.launcher(*self._arguments(n))
         self.last_step_s = time.perf_counter() - start
@@ -179,25 +188,35 @@ class DecodeSession:
         return getattr(self.launcher, "last_trace", None)
 
     def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
-        """Feeds each sequence's prompt one position per step (all
-        sequences together, decode tiles); returns the greedy token after
-        each prompt. Prompts must have the same length."""
-        lengths = {len(p) for p in prompts}
-        if len(lengths) != 1 or 0 in lengths:
-            raise ValueError(f"prompts must be non-empty and of one length, got lengths {sorted(lengths)}")
-        prompts = np.asarray(prompts, np.int64)
-        out = None
-        for t in range(prompts.shape[1]):
-            out = self.step(prompts[:, t], [t] * len(prompts))
+        """Feeds the prompts (sequence b into cache slot b) in launches of up
+        to `max_batch` rows: position-major chunks in which the rows of one
+        prompt attend causally to each other. Returns the greedy token after
+        each prompt."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be non-empty")
+        if len(prompts) > self.max_batch:
+            raise ValueError(f"{len(prompts)} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        rows = [(t, b, int(tok)) for b, p in enumerate(prompts) for t, tok in enumerate(p)]
+        rows.sort()
+        out = np.zeros(len(prompts), np.int64)
+        for i in range(0, len(rows), self.max_batch):
+            chunk = rows[i:i + self.max_batch]
+            nxt = self.step([r[2] for r in chunk], [r[0] for r in chunk], [r[1] for r in chunk])
+            for (t, b, _), token in zip(chunk, nxt):
+                if t == len(prompts[b]) - 1:
+                    out[b] = token
         return out
 
     def generate(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
-        """Greedy decoding: the prompt, then `steps` new tokens per
-        sequence. Returns (tokens [batch, steps], seconds per decode step)."""
-        nxt = self.prefill(prompts)
+        """Greedy decoding: the prompts (of one length), then `steps` new
+        tokens per sequence. Returns (tokens [batch, steps], seconds per
+        decode step)."""
+        if len({len(p) for p in prompts}) != 1:
+            raise ValueError("generate needs prompts of one length")
         start = len(prompts[0])
         if start + steps > self.max_context:
             raise ValueError(f"prompt length {start} + {steps} steps exceeds the compiled context {self.max_context}")
+        nxt = self.prefill(prompts)
         out, times = [], []
         for s in range(steps):
             out.append(nxt)
