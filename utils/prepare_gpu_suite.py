@@ -276,7 +276,7 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     layers, configs = 16, []
     for ctx in (1024, 8192):
         for split_len in (256, 1024):
-            for threads in (256, 512, 1024):
+            for threads in (256, 512):
                 entries = ctx // split_len
                 args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
                                  for i in range(layers))
