@@ -4,7 +4,8 @@
 #                and install the event_tensor package (editable) into .venv
 #   make build   incremental rebuild + reinstall (what setup does after the first time)
 #   make test    lit (IR + Python lit tests) and pytest, one summary line
-#   make docs    copy the generated dialect reference into docs/generated
+#   make docs    copy the generated dialect reference into docs/generated and
+#                regenerate the Python API reference
 #   make clean   remove the build tree (keeps .venv)
 
 PYTHON ?= python3
@@ -49,6 +50,7 @@ test: | $(VPY)
 
 docs:
 	cmake --build $(BUILD) --target et-docs
+	$(VPY) utils/python_api_docs.py
 
 clean:
 	rm -rf $(BUILD)
