@@ -248,3 +248,17 @@ def test_prefill_rows_of_one_sequence_in_one_launch(compiled):
         chunked.step([1, 2], [3, 3], slots=[0, 0])
     with pytest.raises(ValueError, match=r"cache slot 2 is outside \[0, 2\)"):
         chunked.step([1], [0], slots=[2])
+
+
+def test_dynamic_schedule_matches_reference(tmp_path):
+    """The same model through the dynamic scheduler (tickets from an
+    in-kernel queue, binary search over the queue's tile ranges)."""
+    config = model.tiny_config("qwen3")
+    weights = model.random_weights(config, seed=2)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                               mode="dynamic", cache_dir=tmp_path)
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    for t in range(4):
+        session.step([3 + t, 9 * t], [t, t])
+        assert _rel(session.last_logits(), ref.step([3 + t, 9 * t], [t, t])) < 2e-3

@@ -32,6 +32,8 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+
+#include <functional>
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -1075,35 +1077,46 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   b.setInsertionPointToEnd(exhausted);
   scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
 
-  // ^check_k(base): is the ticket in task k's range?
-  SmallVector<Block *> checks;
-  for (size_t k = 0; k < queue.size(); ++k)
-    checks.push_back(newBlock(top, {b.getIndexType()}));
-  checks.push_back(exhausted);
+  // The queue's prefix sums of tile counts (constants when the counts
+  // are static), then a balanced binary search for the task whose range
+  // holds the ticket: O(log tasks) compares per ticket.
   b.setInsertionPointToEnd(entry);
-  if (queue.empty())
-    cf::BranchOp::create(b, loc, exhausted, ValueRange{});
-  else
-    cf::BranchOp::create(b, loc, checks[0], ValueRange{idx(0)});
-  for (auto [k, task] : llvm::enumerate(queue)) {
-    b.setInsertionPointToEnd(checks[k]);
+  SmallVector<Value> bases{idx(0)};
+  for (TaskOp task : queue) {
     Scope scope{top.region, top.fail, {}};
-    Value base = checks[k]->getArgument(0);
     FailureOr<Value> n = tileCount(task, scope);
     if (failed(n))
       return failure();
-    Value end = arith::AddIOp::create(b, loc, base, *n);
-    Value inTask =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ticket, end);
-    Block *run = newBlock(top);
-    if (k + 1 < queue.size())
-      cf::CondBranchOp::create(b, loc, inTask, run, ValueRange{},
-                               checks[k + 1], ValueRange{end});
-    else
-      cf::CondBranchOp::create(b, loc, inTask, run, ValueRange{}, exhausted,
-                               ValueRange{});
-    b.setInsertionPointToEnd(run);
-    Value tile = arith::SubIOp::create(b, loc, ticket, base);
+    bases.push_back(arith::AddIOp::create(b, loc, bases.back(), *n));
+  }
+  SmallVector<Block *> runs;
+  for (size_t k = 0; k < queue.size(); ++k)
+    runs.push_back(newBlock(top));
+  // Blocks that pick among tasks [lo, hi), given bases[lo] <= ticket <
+  // bases[hi]: the largest k with bases[k] <= ticket, whose range is then
+  // non-empty.
+  std::function<Block *(size_t, size_t)> node = [&](size_t lo, size_t hi) -> Block * {
+    if (hi - lo == 1)
+      return runs[lo];
+    size_t mid = (lo + hi) / 2;
+    Block *left = node(lo, mid), *right = node(mid, hi);
+    Block *here = newBlock(top);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(here);
+    Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ticket, bases[mid]);
+    cf::CondBranchOp::create(b, loc, below, left, ValueRange{}, right, ValueRange{});
+    return here;
+  };
+  if (queue.empty()) {
+    cf::BranchOp::create(b, loc, exhausted, ValueRange{});
+  } else {
+    Block *root = node(0, queue.size());
+    Value inQueue = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ticket, bases.back());
+    cf::CondBranchOp::create(b, loc, inQueue, root, ValueRange{}, exhausted, ValueRange{});
+  }
+  for (auto [k, task] : llvm::enumerate(queue)) {
+    b.setInsertionPointToEnd(runs[k]);
+    Value tile = arith::SubIOp::create(b, loc, ticket, bases[k]);
     Scope bodyScope{top.region, top.fail, {}};
     if (failed(emitTile(bodyScope, task, taskIds.lookup(task), tile)))
       return failure();
