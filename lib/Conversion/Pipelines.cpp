@@ -91,7 +91,7 @@ struct NVVMPipelineOptions
       *this, "tile-prefetch",
       llvm::cl::desc("Weight loads moved above the first wait: none, "
                      "registers or l2"),
-      llvm::cl::init("registers")};
+      llvm::cl::init("none")};
   PassOptions::Option<int> optLevel{
       *this, "opt-level",
       llvm::cl::desc("LLVM optimization level of the NVPTX code generation"),

@@ -94,7 +94,7 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
-                   tile_unroll: int = 4, tile_prefetch: str = "registers", opt_level: int = 2,
+                   tile_unroll: int = 4, tile_prefetch: str = "none", opt_level: int = 2,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
