@@ -192,6 +192,11 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
     assert "3 prompts exceed the 2 cache slots" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
+    # Compiling for CUDA needs no GPU (PTX is emitted here).
+    cuda_art = tmp_path / "cuda"
+    assert main(["compile", "tiny-llama", "-o", str(cuda_art), "--device", "cuda", "--max-context", "16",
+                 "--workers", "8", "--threads", "128"]) == 0
+    assert json.loads((cuda_art / "metadata.json").read_text())["target"] == "cuda"
 
 
 def test_cli_demo_runs_and_checks(tmp_path, capsys, monkeypatch):

@@ -208,7 +208,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .config import ConfigError
 
     try:
-        device = _device(args.device)
+        # Compiling for CUDA needs no GPU here (the artifact runs elsewhere).
+        device = args.device if args.device != "auto" else _device("auto")
         config = _config_from(args.config)
     except (ConfigError, ValueError) as err:
         return _err(str(err))
@@ -347,7 +348,8 @@ def add_commands(sub) -> None:
                        "context length are runtime values up to the compiled maxima.")
     p.add_argument("config", help="config.json, a directory holding one, or a preset name")
     p.add_argument("-o", "--output", required=True, help="artifact directory to write")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help=device_help)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="target: cpu, cuda (no GPU needed to compile for it), or auto (cuda when one is present)")
     p.add_argument("--max-batch", type=int, default=1, help="largest batch (1-16, default 1)")
     p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
     p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")
