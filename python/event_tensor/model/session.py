@@ -82,6 +82,8 @@ class DecodeSession:
         c, lay = self.config, self.layout
         specs = {a["name"]: a for a in self.artifact.metadata["arguments"]}
         self.arg_names = [a["name"] for a in self.artifact.metadata["arguments"]]
+        self._per_row = [(a["name"], bool(a.get("shape")) and a["shape"][0] == -1)
+                         for a in self.artifact.metadata["arguments"]]
         self.buffers: dict[str, Any] = {}
         for name, array in packed.items():
             if name not in specs:
@@ -127,15 +129,10 @@ class DecodeSession:
     # -- running -----------------------------------------------------------
 
     def _arguments(self, batch: int) -> list:
-        args = []
-        for name in self.arg_names:
-            if name == "batch":
-                args.append(batch)
-                continue
-            buf = self.buffers[name]
-            spec_shape = next(a["shape"] for a in self.artifact.metadata["arguments"] if a["name"] == name)
-            args.append(buf[:batch] if spec_shape and spec_shape[0] == -1 else buf)
-        return args
+        """The kernel's arguments for `batch` rows: buffers whose first
+        dimension is dynamic are passed as their first `batch` rows."""
+        return [batch if name == "batch" else (self.buffers[name][:batch] if rows else self.buffers[name])
+                for name, rows in self._per_row]
 
     def _check(self, tokens, positions, slots) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         tokens = np.asarray(tokens, np.int64).reshape(-1)
