@@ -11,7 +11,7 @@ teacher-forced decode steps. At every step: relative error of the logits
 must agree wherever the reference's top-1/top-2 margin exceeds twice the
 largest logit difference of that step.
 
-    PYTHONPATH=python python3 benchmarks/check_transformers.py .device/models --json results.json
+    PYTHONPATH=python:benchmarks python3 benchmarks/check_transformers.py .device/models --json results.json
 """
 
 import argparse
@@ -22,22 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from event_tensor.model import DecodeSession, ModelConfig, hf_tensor_shapes
-from event_tensor.model.weights import BF16
+from event_tensor.model import DecodeSession, ModelConfig
+from gpu_timing import random_model_weights, to_numpy_bf16
 
 TOLERANCE = 1e-2
-
-
-def random_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    out = {}
-    for name, shape in hf_tensor_shapes(config).items():
-        if len(shape) == 1:
-            t = 1.0 + 0.1 * torch.randn(shape, device="cuda", generator=g)
-        else:
-            t = torch.randn(shape, device="cuda", generator=g) / shape[1] ** 0.5
-        out[name] = t.to(torch.bfloat16)
-    return out
 
 
 def hf_model(config: ModelConfig, weights: dict[str, torch.Tensor]):
@@ -82,8 +70,8 @@ def hf_model(config: ModelConfig, weights: dict[str, torch.Tensor]):
 def check(path: Path, steps: int, seed: int) -> dict:
     info = json.loads((path / "model.json").read_text())
     config = ModelConfig.from_dict(info["config"])
-    weights = random_weights(config, seed)
-    ours = DecodeSession(path, {k: v.view(torch.int16).cpu().numpy().view(BF16) for k, v in weights.items()})
+    weights = random_model_weights(config, seed)
+    ours = DecodeSession(path, to_numpy_bf16(weights))
     ref = hf_model(config, weights)
     del weights
     torch.cuda.empty_cache()

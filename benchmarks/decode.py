@@ -24,21 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from event_tensor.model import DecodeSession, ModelConfig, hf_tensor_shapes
-from event_tensor.model.weights import BF16
-from gpu_timing import copy_bandwidth
-
-
-def random_weights(config: ModelConfig, seed: int) -> dict[str, np.ndarray]:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    out = {}
-    for name, shape in hf_tensor_shapes(config).items():
-        if len(shape) == 1:
-            t = 1.0 + 0.1 * torch.randn(shape, device="cuda", generator=g)
-        else:
-            t = torch.randn(shape, device="cuda", generator=g) / shape[1] ** 0.5
-        out[name] = t.to(torch.bfloat16).view(torch.int16).cpu().numpy().view(BF16)
-    return out
+from event_tensor.model import DecodeSession, ModelConfig
+from gpu_timing import copy_bandwidth, random_model_weights, to_numpy_bf16
 
 
 def time_steps(session: DecodeSession, batch: int, position: int, iters: int) -> float:
@@ -84,7 +71,7 @@ def main():
         load_s = time.perf_counter() - t0
         print(f"{path.name}: artifact load + launcher {load_s:.2f} s")
         results.setdefault("load_s", {})[path.name] = load_s
-        session = DecodeSession(path, random_weights(config, 0))
+        session = DecodeSession(path, to_numpy_bf16(random_model_weights(config, 0)))
         for name in ("k_cache", "v_cache"):
             session.buffers[name].copy_(torch.randn(session.buffers[name].shape, device="cuda").to(torch.bfloat16))
         profiled = bool(session.artifact.metadata.get("profile"))

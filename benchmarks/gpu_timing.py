@@ -1,5 +1,5 @@
-"""Timing and bandwidth helpers shared by the GPU benchmark scripts (torch
-CUDA events; imported from the scripts' own folder)."""
+"""Timing, bandwidth and random-weight helpers shared by the GPU benchmark
+scripts (torch CUDA events; imported from the scripts' own folder)."""
 
 import statistics
 
@@ -28,3 +28,27 @@ def copy_bandwidth(elements=1 << 29):
     dst = torch.empty_like(src)
     seconds = median_seconds(lambda: dst.copy_(src))
     return 2 * src.numel() * src.element_size() / seconds
+
+
+def random_model_weights(config, seed):
+    """Random bf16 weights of a model config on the GPU, under Hugging Face
+    names: matrices normal with std 1/sqrt(fan-in), norms around 1 (the
+    distribution of event_tensor.model.random_weights, drawn with torch)."""
+    from event_tensor.model import hf_tensor_shapes
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = {}
+    for name, shape in hf_tensor_shapes(config).items():
+        if len(shape) == 1:
+            t = 1.0 + 0.1 * torch.randn(shape, device="cuda", generator=g)
+        else:
+            t = torch.randn(shape, device="cuda", generator=g) / shape[1] ** 0.5
+        out[name] = t.to(torch.bfloat16)
+    return out
+
+
+def to_numpy_bf16(tensors):
+    """torch bf16 tensors -> numpy arrays of ml_dtypes.bfloat16 (host)."""
+    from event_tensor.model.weights import BF16
+
+    return {k: v.view(torch.int16).cpu().numpy().view(BF16) for k, v in tensors.items()}

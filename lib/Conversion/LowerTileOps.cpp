@@ -421,6 +421,53 @@ void lowerSiluMul(SiluMulOp op) {
 /// RMSNorm: tokens spread over groups of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU); each group sums squares over its lanes, shares the
 /// total, then scales.
+/// RMSNorm's first pass over columns first, first + step, ... of token
+/// `tok`: the sum of squares of x (plus the residual, stored back as the new
+/// residual stream when there is one).
+Value rmsnormSquares(OpBuilder &b, Location loc, RMSNormOp op, Value tok, Value first, Value step,
+                     Value hidden) {
+  Value residual = op.getResidual();
+  Value zero = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
+  auto sum = scf::ForOp::create(
+      b, loc, first, hidden, step, ValueRange{zero},
+      [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
+        Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+        if (residual) {
+          Value r = memref::LoadOp::create(b, loc, residual, ValueRange{tok, j});
+          v = arith::AddFOp::create(b, loc, v, r);
+          memref::StoreOp::create(b, loc, v, residual, ValueRange{tok, j});
+        }
+        scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, v, v, acc[0])});
+      });
+  return sum.getResult(0);
+}
+
+/// RMSNorm's second pass over the same columns: y = h * inv * w, with h the
+/// residual stream written by the first pass (by the same thread) or x.
+void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, Value tok, Value first, Value step, Value hidden,
+                  Value inv) {
+  Value residual = op.getResidual();
+  Type outType = op.getY().getType().getElementType();
+  scf::ForOp::create(
+      b, loc, first, hidden, step, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+        Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, j}).getResult()
+                           : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+        Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{j}));
+        Value y = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w);
+        memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+/// 1 / sqrt(sum / H + eps).
+Value rmsnormInverse(OpBuilder &b, Location loc, RMSNormOp op, Value sum, Value hidden) {
+  Value count = arith::UIToFPOp::create(
+      b, loc, b.getF32Type(), arith::IndexCastUIOp::create(b, loc, b.getI64Type(), hidden));
+  Value eps = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(op.getEps().convertToFloat()));
+  return math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, arith::DivFOp::create(b, loc, sum, count), eps));
+}
+
 /// GPU RMSNorm of wide rows (static H >= 512): every thread of the worker
 /// works on each token. Threads stride over the columns, warps reduce with
 /// shuffles, and the warps' sums meet in shared memory. One warp per row
@@ -445,26 +492,12 @@ bool lowerRMSNormBlock(RMSNormOp op) {
   }
   Groups g = h.groups(kWarp);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
-  int64_t hiddenSize = xType.getDimSize(1);
-  Value hidden = h.idx(hiddenSize);
-  Type outType = op.getY().getType().getElementType();
-  Value residual = op.getResidual();
-  float eps = op.getEps().convertToFloat();
+  Value hidden = h.idx(xType.getDimSize(1));
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        auto sum = scf::ForOp::create(
-            b, loc, g.tid, hidden, g.threads, ValueRange{h.f32(0)},
-            [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
-              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-              if (residual) {
-                Value r = memref::LoadOp::create(b, loc, residual, ValueRange{tok, j});
-                v = arith::AddFOp::create(b, loc, v, r);
-                memref::StoreOp::create(b, loc, v, residual, ValueRange{tok, j});
-              }
-              scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, v, v, acc[0])});
-            });
-        Value warpSum = butterflySum(b, loc, sum.getResult(0), kWarp);
+        Value partial = rmsnormSquares(b, loc, op, tok, g.tid, g.threads, hidden);
+        Value warpSum = butterflySum(b, loc, partial, kWarp);
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
         auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
         {
@@ -479,19 +512,9 @@ bool lowerRMSNormBlock(RMSNormOp op) {
               Value p = memref::LoadOp::create(b, loc, partials, ValueRange{w});
               scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
             });
-        Value mean = arith::DivFOp::create(b, loc, total.getResult(0), h.f32(static_cast<double>(hiddenSize)));
-        Value inv = math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, mean, h.f32(eps)));
-        // Each thread re-reads only the columns it wrote above.
-        scf::ForOp::create(
-            b, loc, g.tid, hidden, g.threads, ValueRange{},
-            [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-              Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, j}).getResult()
-                                 : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-              Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{j}));
-              Value y = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w);
-              memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
-              scf::YieldOp::create(b, loc);
-            });
+        // Each thread re-reads only the columns it wrote in the first pass.
+        rmsnormScale(b, loc, op, tok, g.tid, g.threads, hidden,
+                     rmsnormInverse(b, loc, op, total.getResult(0), hidden));
         // The next token reuses the partial sums.
         gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
@@ -508,42 +531,13 @@ void lowerRMSNorm(RMSNormOp op, bool gpu) {
   Builder h{b, loc};
   int64_t lanes = gpu ? kWarp : 1;
   Groups g = h.groups(lanes);
-  Value lane = g.lane, group = g.group, groups = g.groups;
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = memref::DimOp::create(b, loc, op.getX(), 1);
-  Type outType = op.getY().getType().getElementType();
-  Value residual = op.getResidual();
-  float eps = op.getEps().convertToFloat();
   scf::ForOp::create(
-      b, loc, group, m, groups, ValueRange{},
+      b, loc, g.group, m, g.groups, ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        auto sum = scf::ForOp::create(
-            b, loc, lane, hidden, h.idx(lanes), ValueRange{h.f32(0)},
-            [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
-              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-              if (residual) {
-                Value r = memref::LoadOp::create(b, loc, residual, ValueRange{tok, j});
-                v = arith::AddFOp::create(b, loc, v, r);
-                memref::StoreOp::create(b, loc, v, residual, ValueRange{tok, j});
-              }
-              Value sq = arith::MulFOp::create(b, loc, v, v);
-              scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], sq)});
-            });
-        Value total = butterflySum(b, loc, sum.getResult(0), lanes);
-        Value count = arith::UIToFPOp::create(
-            b, loc, b.getF32Type(), arith::IndexCastUIOp::create(b, loc, b.getI64Type(), hidden));
-        Value mean = arith::DivFOp::create(b, loc, total, count);
-        Value inv = math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, mean, h.f32(eps)));
-        scf::ForOp::create(
-            b, loc, lane, hidden, h.idx(lanes), ValueRange{},
-            [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-              Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, j}).getResult()
-                                 : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-              Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{j}));
-              Value y = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w);
-              memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
-              scf::YieldOp::create(b, loc);
-            });
+        Value sum = butterflySum(b, loc, rmsnormSquares(b, loc, op, tok, g.lane, h.idx(lanes), hidden), lanes);
+        rmsnormScale(b, loc, op, tok, g.lane, h.idx(lanes), hidden, rmsnormInverse(b, loc, op, sum, hidden));
         scf::YieldOp::create(b, loc);
       });
   op.erase();
