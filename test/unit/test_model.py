@@ -197,6 +197,14 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["compile", "tiny-llama", "-o", str(cuda_art), "--device", "cuda", "--max-context", "16",
                  "--workers", "8", "--threads", "128"]) == 0
     assert json.loads((cuda_art / "metadata.json").read_text())["target"] == "cuda"
+    from event_tensor.testing import ptxas_path
+
+    if ptxas_path():
+        bin_art = tmp_path / "cubin"
+        assert main(["compile", "tiny-llama", "-o", str(bin_art), "--device", "cuda", "--max-context", "16",
+                     "--workers", "8", "--threads", "128", "--format", "bin"]) == 0
+        meta = json.loads((bin_art / "metadata.json").read_text())
+        assert (bin_art / meta["binary"]).read_bytes()[:4] == b"\x7fELF"
 
 
 def test_cli_demo_runs_and_checks(tmp_path, capsys, monkeypatch):

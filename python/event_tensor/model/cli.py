@@ -216,9 +216,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     workers = args.workers or (4 if device == "cpu" else 132)
     start = time.perf_counter()
     try:
+        cuda = {"threads_per_worker": args.threads, "format": args.format} if device == "cuda" else {}
         out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
-                            workers=workers, out_dir=args.output, profile=args.profile,
-                            **({"threads_per_worker": args.threads} if device == "cuda" else {}))
+                            workers=workers, out_dir=args.output, profile=args.profile, **cuda)
     except ValueError as err:
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
@@ -354,6 +354,9 @@ def add_commands(sub) -> None:
     p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
     p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")
     p.add_argument("--threads", type=int, default=512, help="threads per worker on cuda (default 512)")
+    p.add_argument("--format", choices=["isa", "bin"], default="isa",
+                   help="cuda: PTX (the driver compiles it at first load, tens of seconds for a whole model) or a "
+                   "cubin for sm_90a (ptxas runs here, loads in well under a second)")
     p.add_argument("--profile", action="store_true", help="record per-tile times (for `trace`)")
     p.set_defaults(func=cmd_compile)
 
