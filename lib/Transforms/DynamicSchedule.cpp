@@ -162,9 +162,10 @@ struct DynamicSchedulePass
     };
     std::optional<SmallVector<unsigned>> topo = topologicalOrder(false);
     if (!topo) {
-      kernel.emitOpError("cannot be scheduled: its tasks depend on each "
-                         "other in a cycle (et-verify-event-graph reports "
-                         "the tasks involved)");
+      kernel.emitOpError("cannot be scheduled dynamically: its tasks depend "
+                         "on each other in a cycle (a dynamic queue orders "
+                         "whole tasks; a cycle that is acyclic between tiles, "
+                         "like a layer loop, needs et-static-schedule)");
       return signalPassFailure();
     }
     for (unsigned i : llvm::reverse(*topo)) {

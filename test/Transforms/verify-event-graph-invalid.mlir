@@ -72,7 +72,8 @@ et.kernel @explicit_count_mismatch() {
 
 // -----
 
-// Test: two tasks that wait on each other.
+// Test: two tasks that wait on each other, tile for tile (a layer loop whose
+// tiles form no cycle passes: verify-event-graph.mlir, @layer_loop).
 et.kernel @cycle() {
   %c4 = arith.constant 4 : index
   %a = et.event.create() : !et.event<4>

@@ -96,3 +96,33 @@ et.kernel @moe(%route: memref<?xindex>, %counts: memref<8xi32>, %tokens: index) 
 
 // CHECK-LABEL: et.kernel @moe
 // CHECK: et.task @expert3
+
+// -----
+
+// A layer loop: @norm and @mlp wait on each other as tasks, but tile (l, t)
+// of @norm waits on element l of %mlp and signals element l + 1 of %norm, so
+// the tiles form no cycle and the kernel is valid.
+et.kernel @layer_loop() {
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  // expected-remark @+1 {{expected count: static, 2}}
+  %norm = et.event.create() : !et.event<3>
+  // expected-remark @+1 {{expected count: static, 2}}
+  %mlp = et.event.create() : !et.event<3>
+  et.task @first tiles(%t) in (%c2) {
+    %z = arith.constant 0 : index
+    et.event.signal %norm[%z] : !et.event<3>
+  }
+  et.task @norm tiles(%l, %t) in (%c2, %c2) {
+    et.event.wait %mlp[%l] : !et.event<3>
+    %n = affine.apply affine_map<(d0) -> (d0 + 1)>(%l)
+    et.event.signal %norm[%n] : !et.event<3>
+  }
+  et.task @mlp tiles(%l, %t) in (%c3, %c2) {
+    et.event.wait %norm[%l] : !et.event<3>
+    et.event.signal %mlp[%l] : !et.event<3>
+  }
+}
+
+// CHECK-LABEL: et.kernel @layer_loop
+// CHECK: et.task @mlp

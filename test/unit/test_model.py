@@ -174,7 +174,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
 
     art = tmp_path / "art"
     assert main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--max-batch", "2",
-                 "--max-context", "16", "--workers", "2", "--profile"]) == 0
+                 "--max-context", "16", "--workers", "2", "--profile", "--layered"]) == 0
     assert (art / "model.json").exists()
     assert main(["run", str(art), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
     out = capsys.readouterr().out
@@ -275,3 +275,30 @@ def test_dynamic_schedule_matches_reference(tmp_path):
     for t in range(4):
         session.step([3 + t, 9 * t], [t, t])
         assert _rel(session.last_logits(), ref.step([3 + t, 9 * t], [t, t])) < 2e-3
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_layered_kernel_matches_reference(family, tmp_path):
+    """One task per kind over (layer, tile), events indexed by layer: the
+    task graph has a cycle (norm1 -> ... -> down -> norm1) that its tiles do
+    not. Batch tiles past the runtime batch only signal."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=4)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                               layered=True, cache_dir=tmp_path)
+    assert json.loads((path / "model.json").read_text())["layered"] is True
+    tasks = json.loads((path / "metadata.json").read_text())["tasks"]
+    assert "q" in tasks and "q_1" not in tasks
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2]), ([7, 8], [3, 2])]:
+        session.step(tokens, positions)
+        assert _rel(session.last_logits(), ref.step(tokens, positions)) < 2e-3
+
+
+def test_layered_kernel_needs_the_static_schedule(tmp_path):
+    from event_tensor.compiler import EventTensorCompileError
+
+    with pytest.raises(EventTensorCompileError, match="like a layer loop, needs et-static-schedule"):
+        model.compile_model(model.tiny_config("llama"), target="cpu", max_batch=1, max_context=16, workers=2,
+                            layered=True, mode="dynamic", cache_dir=tmp_path)

@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..dialects import arith, et, memref
+from ..dialects import affine, arith, et, memref, scf
 from ..ir import (
+    AffineExpr,
+    AffineMap,
     Attribute,
     BF16Type,
     DenseF32ArrayAttr,
@@ -94,8 +96,17 @@ def _rows_per_tile(n: int, workers: int) -> int:
     return max(1, -(-n // workers))
 
 
-def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode") -> Module:
-    """The decode-step kernel of `config`. Must run inside an MLIR Context."""
+def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
+                        layered: bool = False) -> Module:
+    """The decode-step kernel of `config`. Must run inside an MLIR Context.
+
+    By default every layer gets its own tasks. With `layered`, each kind of
+    task is one `et.task` whose first tile coordinate is the layer, with
+    event tensors indexed by layer (`q` tile (l, t) waits on `norm1[l]`,
+    `norm1` of layer l on `down[l - 1]`): one body per kind instead of one
+    per layer. Tasks over the batch then span `max_batch` tiles, and those
+    past the runtime batch only take part in the signalling, so every
+    count stays static."""
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
@@ -166,17 +177,22 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     body(*t.tile_ids)
                     et.signal(events[tname], [])
 
-            def layer_view(w, layer: int, rows: int, cols: int):
-                """Layer `layer` of a stacked [L, rows, cols] weight."""
+            def offset(layer, size: int):
+                """The static offset of layer `layer` (an int), or dynamic."""
+                return layer * size if isinstance(layer, int) else DYN
+
+            def layer_view(w, layer, rows: int, cols: int):
+                """Layer `layer` (int or index Value) of a stacked [L, rows, cols] weight."""
                 return memref.subview(w, [layer, 0, 0], [1, rows, cols], [1, 1, 1],
                                       result_type=MemRefType.get([rows, cols], w.type.element_type,
-                                                                 StridedLayoutAttr.get(layer * rows * cols, [cols, 1]),
+                                                                 StridedLayoutAttr.get(offset(layer, rows * cols),
+                                                                                       [cols, 1]),
                                                                  loc=Location.unknown()))
 
-            def vec_view(w, layer: int, n: int):
+            def vec_view(w, layer, n: int):
                 return memref.subview(w, [layer, 0], [1, n], [1, 1],
                                       result_type=MemRefType.get([n], w.type.element_type,
-                                                                 StridedLayoutAttr.get(layer * n, [1]),
+                                                                 StridedLayoutAttr.get(offset(layer, n), [1]),
                                                                  loc=Location.unknown()))
 
             def collapse(buf, n: int):
@@ -217,7 +233,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 return memref.subview(buf, [b] + [0] * n, [1] + list(shape), [1] * (n + 1),
                                       result_type=strided([1] + list(shape), elt, strides))
 
-            def cache_view(cache, layer: int, b):
+            def cache_view(cache, layer, b):
                 """Layer `layer` of the cache slot of row b."""
                 slot = arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
                 return memref.subview(cache, [layer, slot, 0, 0, 0], [1, 1, S, Hkv, D], [1] * 5,
@@ -228,84 +244,143 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             theta = FloatAttr.get(f32, c.rope_theta)
             scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
 
+            def layered_tasks(specs, norm1_body):
+                """One task per kind over (layer, tiles), events indexed by
+                layer; `norm1` of layer 0 is its own task (it reads the
+                embedding, not the residual stream)."""
+                for kind in ["norm1"] + [spec[0] for spec in specs]:
+                    events[kind] = et.event([L])
+                t = new_task("norm1_first", [const(1)])
+                cost(t, 2 * H, 4 * H)
+                with InsertionPoint(t.entry_block):
+                    et.wait(events["embed"], [])
+                    norm1_body(0, t.tile_ids[0])
+                    et.signal(events["norm1"], [const(0)])
+                if L > 1:
+                    t = new_task("norm1", [const(L - 1), const(1)])
+                    cost(t, 2 * H, 5 * H)
+                    with InsertionPoint(t.entry_block):
+                        prev_layer, tile = t.tile_ids
+                        layer = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [prev_layer])
+                        et.wait(events["down"], [prev_layer])
+                        norm1_body(layer, tile)
+                        et.signal(events["norm1"], [layer])
+                for kind, body, extents, per_batch, waits, nbytes, flops in specs:
+                    ext = [L] + ([B] if per_batch else []) + list(extents)
+                    t = new_task(kind, [const(e) for e in ext])
+                    cost(t, nbytes, flops)
+                    with InsertionPoint(t.entry_block):
+                        layer, *ids = t.tile_ids
+                        for w in waits:
+                            et.wait(events[w], [layer])
+                        if per_batch:
+                            # Tiles past the runtime batch only signal.
+                            live = arith.CmpIOp(arith.CmpIPredicate.ult, ids[0], batch).result
+                            guard = scf.IfOp(live)
+                            with InsertionPoint(guard.then_block):
+                                body(layer, *ids)
+                                scf.YieldOp([])
+                        else:
+                            body(layer, *ids)
+                        et.signal(events[kind], [layer])
+
+            def final_norm_body(t):
+                if layered:
+                    et.wait(events["down"], [const(L - 1)])
+                et.rmsnorm(A["mo"], A["final_norm"], A["xn"], eps, residual=A["h"])
+
+            # Task bodies, given the layer (an int, or an index Value for a
+            # layered task) and the tile coordinates.
+            def norm1_body(l, t):
+                if isinstance(l, int) and l == 0:
+                    et.rmsnorm(A["h"], vec_view(A["ln1"], 0, H), A["xn"], eps)
+                else:
+                    et.rmsnorm(A["mo"], vec_view(A["ln1"], l, H), A["xn"], eps, residual=A["h"])
+
+            def linear_body(w_name, n, k, x, y, y3=None):
+                rows = _rows_per_tile(n, lay.workers)
+
+                def body(l, t):
+                    r0 = arith.MulIOp(t, const(rows)).result
+                    out = collapse(y3, n) if y3 is not None else y
+                    et.linear(x() if callable(x) else x, layer_view(A[w_name], l, n, k), out, r0, const(rows))
+                return body, -(-n // rows), rows * k * 2, 2 * rows * k
+
+            def qk_body(l, b):
+                p = position(b)
+                q_b, k_b = rows1(A["q"], b, [Hq, D], f32), rows1(A["k"], b, [Hkv, D], f32)
+                if c.qk_norm:
+                    q2, k2 = row(A["q"], b, [Hq, D], f32), row(A["k"], b, [Hkv, D], f32)
+                    et.rmsnorm(q2, vec_view(A["q_norm"], l, D), q2, eps)
+                    et.rmsnorm(k2, vec_view(A["k_norm"], l, D), k2, eps)
+                pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
+                et.rope(q_b, pos1, theta, llama3_scaling=scaling)
+                et.rope(k_b, pos1, theta, llama3_scaling=scaling)
+                et.kv_append(k_b, cache_view(A["k_cache"], l, b), p)
+                et.kv_append(rows1(A["v"], b, [Hkv, D], f32), cache_view(A["v_cache"], l, b), p)
+
+            def attn_body(l, b, g, s):
+                length = arith.AddIOp(position(b), const(1)).result
+                et.attention_split(row(A["q"], b, [Hq, D], f32), cache_view(A["k_cache"], l, b),
+                                   cache_view(A["v_cache"], l, b),
+                                   row(A["o_part"], b, [lay.splits, Hq, D], f32),
+                                   row(A["lse"], b, [lay.splits, Hq], f32),
+                                   g, s, const(lay.split_len), length, scale)
+
+            def merge_body(l, b):
+                et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
+                                   row(A["lse"], b, [lay.splits, Hq], f32), row(A["attn"], b, [Hq, D], bf16))
+
+            def norm2_body(l, t):
+                et.rmsnorm(A["a"], vec_view(A["ln2"], l, H), A["xn"], eps, residual=A["h"])
+
+            cols = -(-(-(-I // lay.workers)) // 8) * 8
+
+            def act_body(l, t):
+                et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(cols)).result, const(cols))
+
+            q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
+            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"])
+            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"])
+            o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["a"])
+            gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
+            up_lin = linear_body("wu", I, H, A["xn"], A["u"])
+            down_lin = linear_body("wd", H, I, A["act"], A["mo"])
+            # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
+            layer_tasks = [
+                ("q", q_lin[0], [q_lin[1]], False, ["norm1"], q_lin[2], q_lin[3]),
+                ("k", k_lin[0], [k_lin[1]], False, ["norm1"], k_lin[2], k_lin[3]),
+                ("v", v_lin[0], [v_lin[1]], False, ["norm1"], v_lin[2], v_lin[3]),
+                ("qk", qk_body, [], True, ["q", "k", "v"], 4 * D * (Hq + 4 * Hkv), 8 * D * (Hq + Hkv)),
+                ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
+                 4 * lay.split_len * D * c.group_size),
+                ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),
+                ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
+                ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
+                ("gate", gate_lin[0], [gate_lin[1]], False, ["norm2"], gate_lin[2], gate_lin[3]),
+                ("up", up_lin[0], [up_lin[1]], False, ["norm2"], up_lin[2], up_lin[3]),
+                ("act", act_body, [-(-I // cols)], False, ["gate", "up"], cols * 10, cols * 6),
+                ("down", down_lin[0], [down_lin[1]], False, ["act"], down_lin[2], down_lin[3]),
+            ]
+
             # Embedding: h = embed[tokens].
             task("embed", [1], [], lambda t: et.embedding(A["embed"], A["tokens"], A["h"]),
                  nbytes=0, flops=0)
-            prev = "embed"
-            for l in range(L):
-                # Attention block.
-                if l == 0:
-                    task(f"norm1_{l}", [1], [prev],
-                         lambda t, l=l: et.rmsnorm(A["h"], vec_view(A["ln1"], l, H), A["xn"], eps),
-                         nbytes=2 * H, flops=4 * H)
-                else:
-                    task(f"norm1_{l}", [1], [prev],
-                         lambda t, l=l: et.rmsnorm(A["mo"], vec_view(A["ln1"], l, H), A["xn"], eps,
-                                                   residual=A["h"]),
-                         nbytes=2 * H, flops=5 * H)
-                n1 = f"norm1_{l}"
-                linear_task(f"q_{l}", A["xn"], lambda l=l: layer_view(A["wq"], l, Hq * D, H), None, Hq * D, H, [n1],
-                            y3=A["q"])
-                linear_task(f"k_{l}", A["xn"], lambda l=l: layer_view(A["wk"], l, Hkv * D, H), None, Hkv * D, H, [n1],
-                            y3=A["k"])
-                linear_task(f"v_{l}", A["xn"], lambda l=l: layer_view(A["wv"], l, Hkv * D, H), None, Hkv * D, H, [n1],
-                            y3=A["v"])
-
-                def qk_body(b, l=l):
-                    p = position(b)
-                    q_b, k_b = rows1(A["q"], b, [Hq, D], f32), rows1(A["k"], b, [Hkv, D], f32)
-                    if c.qk_norm:
-                        q2, k2 = row(A["q"], b, [Hq, D], f32), row(A["k"], b, [Hkv, D], f32)
-                        et.rmsnorm(q2, vec_view(A["q_norm"], l, D), q2, eps)
-                        et.rmsnorm(k2, vec_view(A["k_norm"], l, D), k2, eps)
-                    pos1 = memref.subview(A["positions"], [b], [1], [1],
-                                          result_type=strided([1], i32, [1]))
-                    et.rope(q_b, pos1, theta, llama3_scaling=scaling)
-                    et.rope(k_b, pos1, theta, llama3_scaling=scaling)
-                    et.kv_append(k_b, cache_view(A["k_cache"], l, b), p)
-                    et.kv_append(rows1(A["v"], b, [Hkv, D], f32), cache_view(A["v_cache"], l, b), p)
-
-                task(f"qk_{l}", [], [f"q_{l}", f"k_{l}", f"v_{l}"], qk_body, per_batch=True,
-                     nbytes=4 * D * (Hq + 4 * Hkv), flops=8 * D * (Hq + Hkv))
-
-                def attn_body(b, g, s, l=l):
-                    length = arith.AddIOp(position(b), const(1)).result
-                    et.attention_split(row(A["q"], b, [Hq, D], f32), cache_view(A["k_cache"], l, b),
-                                       cache_view(A["v_cache"], l, b),
-                                       row(A["o_part"], b, [lay.splits, Hq, D], f32),
-                                       row(A["lse"], b, [lay.splits, Hq], f32),
-                                       g, s, const(lay.split_len), length, scale)
-
-                task(f"attn_{l}", [Hkv, lay.splits], [f"qk_{l}"], attn_body, per_batch=True,
-                     nbytes=4 * lay.split_len * D, flops=4 * lay.split_len * D * c.group_size)
-                task(f"merge_{l}", [], [f"attn_{l}"],
-                     lambda b: et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
-                                                  row(A["lse"], b, [lay.splits, Hq], f32),
-                                                  row(A["attn"], b, [Hq, D], bf16)),
-                     per_batch=True, nbytes=4 * lay.splits * Hq * (D + 1), flops=2 * lay.splits * Hq * D)
-                linear_task(f"o_{l}", lambda: collapse(A["attn"], Hq * D),
-                            lambda l=l: layer_view(A["wo"], l, H, Hq * D), A["a"], H, Hq * D, [f"merge_{l}"])
-                # MLP block.
-                task(f"norm2_{l}", [1], [f"o_{l}"],
-                     lambda t, l=l: et.rmsnorm(A["a"], vec_view(A["ln2"], l, H), A["xn"], eps, residual=A["h"]),
-                     nbytes=2 * H, flops=5 * H)
-                linear_task(f"gate_{l}", A["xn"], lambda l=l: layer_view(A["wg"], l, I, H), A["g"], I, H,
-                            [f"norm2_{l}"])
-                linear_task(f"up_{l}", A["xn"], lambda l=l: layer_view(A["wu"], l, I, H), A["u"], I, H,
-                            [f"norm2_{l}"])
-                cols = -(-I // lay.workers)
-                cols = -(-cols // 8) * 8
-                task(f"act_{l}", [-(-I // cols)], [f"gate_{l}", f"up_{l}"],
-                     lambda t: et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(cols)).result,
-                                           const(cols)),
-                     nbytes=cols * 10, flops=cols * 6)
-                linear_task(f"down_{l}", A["act"], lambda l=l: layer_view(A["wd"], l, H, I), A["mo"], H, I,
-                            [f"act_{l}"])
-                prev = f"down_{l}"
+            if not layered:
+                prev = "embed"
+                for l in range(L):
+                    task(f"norm1_{l}", [1], [prev], lambda t, l=l: norm1_body(l, t), nbytes=2 * H, flops=5 * H)
+                    for name, body, extents, per_batch, waits, nbytes, flops in layer_tasks:
+                        task(f"{name}_{l}", extents, [f"{w}_{l}" for w in waits],
+                             lambda *ids, body=body, l=l: body(l, *ids), per_batch=per_batch, nbytes=nbytes,
+                             flops=flops)
+                    prev = f"down_{l}"
+            else:
+                layered_tasks(layer_tasks, norm1_body)
+                prev = "down"
             # Final norm, LM head, greedy argmax (two stages).
-            task("final_norm", [1], [prev],
-                 lambda t: et.rmsnorm(A["mo"], A["final_norm"], A["xn"], eps, residual=A["h"]),
-                 nbytes=2 * H, flops=5 * H)
+            task("final_norm", [1], [prev] if not layered else [],
+                 lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
             linear_task("lm_head", A["xn"], lambda: A["lm_head"], A["logits"], V, H, ["final_norm"])
             chunk = -(-V // lay.argmax_chunks)
             task("argmax_part", [lay.argmax_chunks], ["lm_head"],

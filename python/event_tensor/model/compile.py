@@ -18,10 +18,13 @@ __all__ = ["compile_model"]
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
-                  cache_dir: str | Path | None = None, use_cache: bool = True, **options) -> Path:
+                  cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool = False,
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
-    `threads_per_worker`, `profile`, `mode`)."""
+    `threads_per_worker`, `profile`, `mode`). `layered` builds one task per
+    kind over (layer, tile) instead of one per layer (see
+    `build_decode_kernel`); it needs the static schedule."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -31,11 +34,11 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                            split_len=split_len)
     start = time.perf_counter()
     with Context():
-        module = build_decode_kernel(config, layout)
+        module = build_decode_kernel(config, layout, layered=layered)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
-    info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target,
+    info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "build_ir_s": round(build_s, 3)}
     src = Path(art.path)
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
