@@ -17,7 +17,10 @@ def VerifyEventGraphPass : Pass<"et-verify-event-graph", "KernelOp"> {
 
     - a wait on an event that no task signals, or on a statically known
       element that no tile signals (a certain deadlock);
-    - dependency cycles between tasks (each task on the cycle gets a note);
+    - dependency cycles between tasks (each task on the cycle gets a note),
+      unless every tile count is static and the tiles form no cycle: a
+      layer loop, where tile (l, t) of one task waits on tile l - 1 of
+      another, is valid (it needs `et-static-schedule`);
     - event indices that are statically out of bounds;
     - an explicit `expected` count that disagrees with the derived one.
 
