@@ -54,3 +54,18 @@ et.kernel @region_at_kernel_level(%counts: memref<1xindex>, %flag: i1) {
     et.run @a
   }
 }
+
+// -----
+
+et.kernel @host_shared() {
+  %c1 = arith.constant 1 : index
+  et.task @a tiles(%i) in (%c1) {
+    // expected-error @+1 {{allocates workgroup memory, which the host worker lowering does not have}}
+    %s = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @a tiles [0]
+    }
+  }
+}

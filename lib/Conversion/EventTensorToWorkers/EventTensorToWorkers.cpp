@@ -1148,6 +1148,27 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
       }))
     return kernel.emitOpError("has a task that waits on its own signals; "
                               "the worker lowering does not support it");
+  // Workgroup memory exists on the GPU only, and only at a task's top level
+  // (where every thread of the worker reaches it).
+  for (TaskOp task : tasks) {
+    WalkResult walk = task.getBody().walk([&](memref::AllocaOp alloca) {
+      auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(alloca.getType().getMemorySpace());
+      if (!space || space.getValue() != gpu::AddressSpace::Workgroup)
+        return WalkResult::advance();
+      if (!target.gpu) {
+        alloca.emitOpError("allocates workgroup memory, which the host worker lowering does not have");
+        return WalkResult::interrupt();
+      }
+      if (!isWorkgroupAlloca(alloca) || alloca->getParentOp() != task) {
+        alloca.emitOpError("allocates workgroup memory; it must be statically shaped and at the top level "
+                           "of the task body");
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+  }
 
   // The signature: [worker], epoch, spin_limit, counters, control, error,
   // kernel arguments.
