@@ -302,19 +302,22 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 
-def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512) -> None:
+def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
+           layered: bool = False) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
-    `profiled` also get a profiling build, `NAME-profiled`)."""
+    `profiled` also get a profiling build, `NAME-profiled`; with `layered`,
+    one task per kind over (layer, tile), named `NAME-layered`)."""
     from event_tensor.model import compile_model, preset
 
     builds = [(n, False) for n in names] + [(n, True) for n in profiled]
     for name, profile in builds:
         start = time.perf_counter()
         config = preset(name)
-        target = out / (f"{name}-profiled" if profile else name)
+        target = out / (name + ("-layered" if layered else "") + ("-profiled" if profile else ""))
         compile_model(config, target="cuda", max_batch=4, max_context=min(1024, config.max_position_embeddings),
-                      workers=workers, threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile)
+                      workers=workers, threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile,
+                      layered=layered)
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -327,6 +330,7 @@ def main() -> None:
                         help="model presets to compile ('' for none)")
     parser.add_argument("--profiled-models", default="", help="model presets to compile with profiling too")
     parser.add_argument("--model-threads", type=int, default=512, help="threads per worker of the model kernels")
+    parser.add_argument("--layered", action="store_true", help="layered model kernels (one task per kind)")
     args = parser.parse_args()
     out = Path(args.out)
     cache = out / "cache"
@@ -335,7 +339,7 @@ def main() -> None:
     linear(out / "linear", args.workers, cache)
     tile_numerics(out / "tiles", args.workers, cache)
     models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
-           [m for m in args.profiled_models.split(",") if m], args.model_threads)
+           [m for m in args.profiled_models.split(",") if m], args.model_threads, args.layered)
     shutil.rmtree(cache, ignore_errors=True)
 
 
