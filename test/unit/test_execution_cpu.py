@@ -163,6 +163,16 @@ def test_compile_errors_carry_diagnostics(tmp_path):
         et.compile(CHAIN, target="tpu", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="workers must be a positive int"):
         et.compile(CHAIN, target="cpu", workers=0, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="mode must be 'static', 'dynamic' or 'keep', got 'eager'"):
+        et.compile(CHAIN, target="cpu", mode="eager", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="tile_prefetch must be 'none', 'registers' or 'l2', got 'dram'"):
+        et.compile(CHAIN, target="cuda", tile_prefetch="dram", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="opt_level must be 0, 1, 2 or 3, got 7"):
+        et.compile(CHAIN, target="cuda", opt_level=7, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="format must be 'isa', 'bin' or 'fatbin', got 'elf'"):
+        et.compile(CHAIN, target="cuda", format="elf", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="threads_per_worker must be a multiple of 32 in \\[32, 1024\\], got 100"):
+        et.compile(CHAIN, target="cuda", threads_per_worker=100, cache_dir=tmp_path)
 
 
 def test_profile_trace(tmp_path):
