@@ -1,0 +1,236 @@
+"""Wave-aware choice of tile configurations (no MLIR; numpy only).
+
+A tile configuration of `et.linear` has a *macro* part (rows per tile and
+K split, which set how many tiles there are) and a *micro* part (loads in
+flight per lane). Its latency on a persistent kernel with `capacity` tiles
+in flight (workers x tiles per worker) is modelled from two numbers:
+
+- `tiles`, the number of tiles, which with the capacity gives the waves,
+  `waves = ceil(tiles / capacity)`, and the tiles in the last wave,
+  `u = tiles - (waves - 1) * capacity`;
+- `trips`, the inner-loop trips of one tile.
+
+Within a wave regime the latency is bilinear in (u, trips). Full waves
+before the last one add a cost linear in trips:
+
+    latency = (waves - 1) * (a + b * trips) + c + d * trips + e * u + f * u * trips
+
+The six coefficients are fitted by least squares to a sparse set of samples
+measured at wave boundaries (`WaveModel.fit`). A `TuningTable`, precomputed
+per GPU from such models, answers "which configuration for this shape and
+M" in O(1): a dict lookup for the shape, then a list index for M. On a GPU
+without a table, `choose_linear` falls back to a heuristic and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["LinearConfig", "TableError", "TuningTable", "WaveModel", "choose_linear", "heuristic_linear",
+           "linear_problem", "build_table", "TABLE_FORMAT"]
+
+TABLE_FORMAT = 1
+WARP_ELEMENTS = 256  # bf16 elements one warp covers per 16-byte load per lane
+
+
+class TableError(ValueError):
+    """A tuning table that cannot be used (names the file and the field)."""
+
+
+@dataclass(frozen=True)
+class LinearConfig:
+    rows: int  # rows of the output per tile (macro)
+    split_k: int  # parts the reduction is cut into (macro)
+    unroll: int  # 16-byte loads per lane in flight (micro)
+
+    def validate(self, where: str = "config") -> None:
+        for name in ("rows", "split_k", "unroll"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TableError(f"{where}: {name} must be a positive int, got {v!r}")
+
+
+def linear_problem(m: int, n: int, k: int, config: LinearConfig, warps: int) -> tuple[int, int]:
+    """(tiles, inner-loop trips per tile) of an M x N x K linear layer."""
+    tiles = math.ceil(n / config.rows) * config.split_k
+    per_row = math.ceil(k / (config.split_k * WARP_ELEMENTS * config.unroll))
+    trips = math.ceil(config.rows / warps) * per_row * m
+    return tiles, trips
+
+
+def _features(tiles: np.ndarray, trips: np.ndarray, capacity: int) -> np.ndarray:
+    tiles = np.asarray(tiles, np.float64)
+    trips = np.asarray(trips, np.float64)
+    waves = np.ceil(tiles / capacity)
+    u = tiles - (waves - 1) * capacity
+    full = waves - 1
+    return np.stack([full, full * trips, np.ones_like(tiles), trips, u, u * trips], axis=-1)
+
+
+@dataclass
+class WaveModel:
+    """Latency of one configuration family as a function of (tiles, trips)."""
+
+    capacity: int
+    coefficients: np.ndarray | None = None
+
+    def fit(self, samples: Iterable[tuple[int, int, float]]) -> "WaveModel":
+        """Least-squares fit to (tiles, trips, latency) samples."""
+        data = np.asarray(list(samples), np.float64)
+        if data.ndim != 2 or data.shape[1] != 3 or len(data) < 6:
+            raise ValueError(f"need at least 6 (tiles, trips, latency) samples, got {len(data)}")
+        if (data[:, :2] < 1).any():
+            raise ValueError("tiles and trips must be >= 1")
+        x = _features(data[:, 0], data[:, 1], self.capacity)
+        self.coefficients, *_ = np.linalg.lstsq(x, data[:, 2], rcond=None)
+        return self
+
+    def predict(self, tiles, trips):
+        if self.coefficients is None:
+            raise ValueError("the model is not fitted")
+        return _features(tiles, trips, self.capacity) @ self.coefficients
+
+    @staticmethod
+    def boundary_samples(capacity: int, max_waves: int, trips: Sequence[int]) -> list[tuple[int, int]]:
+        """Where to measure: at the start, middle and end of each wave
+        regime, for each trip count (a sparse grid)."""
+        points = set()
+        for w in range(1, max_waves + 1):
+            base = (w - 1) * capacity
+            for u in (1, max(1, capacity // 2), capacity):
+                for t in trips:
+                    points.add((base + u, int(t)))
+        return sorted(points)
+
+
+@dataclass
+class TuningTable:
+    """Best configuration per (N, K) shape and M, for one GPU."""
+
+    gpu: str
+    workers: int
+    threads: int
+    linear: dict[tuple[int, int], tuple[list[tuple[int, int]], list[int]]]  # shape -> (macro per M, micro per M)
+    path: str = "<memory>"
+
+    def lookup(self, n: int, k: int, m: int) -> LinearConfig:
+        """O(1): the shape's entry, then index M - 1."""
+        entry = self.linear.get((n, k))
+        if entry is None:
+            raise KeyError(f"{self.path}: no entry for shape {n}x{k}")
+        macro, micro = entry
+        if not 1 <= m <= len(macro):
+            raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(macro)}] for {n}x{k}")
+        rows, split = macro[m - 1]
+        return LinearConfig(rows, split, micro[m - 1])
+
+    def to_json(self) -> dict:
+        return {"format": TABLE_FORMAT, "gpu": self.gpu, "workers": self.workers, "threads": self.threads,
+                "linear": {f"{n}x{k}": {"macro": [list(x) for x in macro], "micro": list(micro)}
+                           for (n, k), (macro, micro) in sorted(self.linear.items())}}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path, *, gpu: str | None = None) -> "TuningTable":
+        """Reads and validates a table; with `gpu`, it must be that GPU's."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as err:
+            raise TableError(f"cannot read tuning table {path}: {err.strerror}") from None
+        except json.JSONDecodeError as err:
+            raise TableError(f"{path}: not valid JSON ({err})") from None
+        table = cls.from_json(data, str(path))
+        if gpu is not None and table.gpu != gpu:
+            raise TableError(f"{path}: the table is for {table.gpu!r}, this GPU is {gpu!r}")
+        return table
+
+    @classmethod
+    def from_json(cls, data, where: str = "<memory>") -> "TuningTable":
+        if not isinstance(data, dict):
+            raise TableError(f"{where}: a tuning table is a JSON object")
+        if data.get("format") != TABLE_FORMAT:
+            raise TableError(f"{where}: table format {data.get('format')!r} is not {TABLE_FORMAT}")
+        gpu = data.get("gpu")
+        if not isinstance(gpu, str) or not gpu:
+            raise TableError(f"{where}: 'gpu' must name the GPU")
+        for key in ("workers", "threads"):
+            v = data.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TableError(f"{where}: '{key}' must be a positive int, got {v!r}")
+        linear = {}
+        for shape, entry in (data.get("linear") or {}).items():
+            try:
+                n, k = (int(x) for x in shape.split("x"))
+            except ValueError:
+                raise TableError(f"{where}: linear shape {shape!r} is not NxK") from None
+            if not isinstance(entry, dict) or not isinstance(entry.get("macro"), list) or \
+                    not isinstance(entry.get("micro"), list):
+                raise TableError(f"{where}: linear {shape} needs 'macro' and 'micro' lists")
+            macro, micro = entry["macro"], entry["micro"]
+            if len(macro) != len(micro) or not macro:
+                raise TableError(f"{where}: linear {shape}: 'macro' has {len(macro)} entries, 'micro' "
+                                 f"{len(micro)}; one per M from 1 is needed in both")
+            pairs = []
+            for m, (pair, unroll) in enumerate(zip(macro, micro), start=1):
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise TableError(f"{where}: linear {shape}, M = {m}: macro must be [rows, split_k]")
+                cfg = LinearConfig(pair[0], pair[1], unroll)
+                cfg.validate(f"{where}: linear {shape}, M = {m}")
+                if cfg.rows > n or k % cfg.split_k:
+                    raise TableError(f"{where}: linear {shape}, M = {m}: rows {cfg.rows} / split_k "
+                                     f"{cfg.split_k} do not fit the shape")
+                pairs.append((cfg.rows, cfg.split_k))
+            linear[(n, k)] = (pairs, [int(u) for u in micro])
+        return cls(gpu, data["workers"], data["threads"], linear, where)
+
+
+def heuristic_linear(n: int, k: int, m: int, workers: int) -> LinearConfig:
+    """About one tile per worker, no K split, four loads in flight."""
+    return LinearConfig(max(1, math.ceil(n / workers)), 1, 4)
+
+
+def choose_linear(n: int, k: int, m: int, *, table: TuningTable | None, workers: int) -> tuple[LinearConfig, str]:
+    """The configuration and where it came from ("table <gpu>" or
+    "heuristic: ..." when the table has no entry)."""
+    if table is not None:
+        try:
+            return table.lookup(n, k, m), f"table {table.gpu}"
+        except KeyError as err:
+            return heuristic_linear(n, k, m, workers), f"heuristic: {err.args[0]}"
+    return heuristic_linear(n, k, m, workers), "heuristic: no tuning table for this GPU"
+
+
+def build_table(gpu: str, workers: int, threads: int, shapes: Sequence[tuple[int, int]], m_max: int,
+                macro_candidates: Sequence[tuple[int, int]], micro_candidates: Sequence[int],
+                models: dict[tuple[int, int, int], WaveModel]) -> TuningTable:
+    """Precomputes the two-stage choice: for every shape and M, first the
+    macro configuration with the lowest predicted latency (at the default
+    micro configuration, the first candidate), then the best micro
+    configuration for it. `models[(rows, split_k, unroll)]` predicts each
+    configuration family."""
+    warps = max(1, threads // 32)
+    linear = {}
+    for n, k in shapes:
+        macro_out, micro_out = [], []
+        for m in range(1, m_max + 1):
+            def cost(rows, split, unroll):
+                cfg = LinearConfig(rows, split, unroll)
+                tiles, trips = linear_problem(m, n, k, cfg, warps)
+                return float(models[(rows, split, unroll)].predict(tiles, trips))
+
+            fits = [(r, s) for r, s in macro_candidates if r <= n and k % s == 0]
+            rows, split = min(fits, key=lambda rs: cost(rs[0], rs[1], micro_candidates[0]))
+            unroll = min(micro_candidates, key=lambda u: cost(rows, split, u))
+            macro_out.append((rows, split))
+            micro_out.append(unroll)
+        linear[(n, k)] = (macro_out, micro_out)
+    return TuningTable(gpu, workers, threads, linear)

@@ -1,0 +1,124 @@
+"""The wave-aware latency model and tuning tables (no GPU): fits on
+synthetic wave-structured data, the two-stage table, lookups, validation."""
+
+import json
+
+import numpy as np
+import pytest
+
+from event_tensor.tuning import (LinearConfig, TableError, TuningTable, WaveModel, build_table, choose_linear,
+                                 heuristic_linear, linear_problem)
+
+CAPACITY = 132
+
+
+def _truth(tiles, trips, coef):
+    """A piecewise-bilinear latency with the model's structure."""
+    tiles, trips = np.asarray(tiles, float), np.asarray(trips, float)
+    waves = np.ceil(tiles / CAPACITY)
+    u = tiles - (waves - 1) * CAPACITY
+    a, b, c, d, e, f = coef
+    return (waves - 1) * (a + b * trips) + c + d * trips + e * u + f * u * trips
+
+
+def test_fit_recovers_wave_structured_latency():
+    rng = np.random.default_rng(0)
+    coef = (4.0, 0.9, 2.5, 0.8, 0.004, 0.0006)
+    points = WaveModel.boundary_samples(CAPACITY, max_waves=4, trips=[1, 8, 32, 128])
+    samples = [(t, r, float(_truth(t, r, coef)) * (1 + 0.01 * rng.standard_normal())) for t, r in points]
+    model = WaveModel(CAPACITY).fit(samples)
+    # Predictions away from the sampled points, including a wave count that
+    # was not sampled, within a few percent.
+    tiles = rng.integers(1, 6 * CAPACITY, 200)
+    trips = rng.integers(1, 256, 200)
+    pred, true = model.predict(tiles, trips), _truth(tiles, trips, coef)
+    assert np.max(np.abs(pred - true) / true) < 0.05
+    # The jump at a wave boundary is in the model: one more tile past a full
+    # wave costs a new wave.
+    full, over = model.predict([CAPACITY, CAPACITY + 1], [64, 64])
+    assert over > full + 0.5 * (coef[0] + coef[1] * 64 - coef[4] * CAPACITY - coef[5] * CAPACITY * 64)
+
+
+def test_fit_rejects_too_few_or_bad_samples():
+    with pytest.raises(ValueError, match="at least 6"):
+        WaveModel(CAPACITY).fit([(1, 1, 1.0)] * 3)
+    with pytest.raises(ValueError, match=">= 1"):
+        WaveModel(CAPACITY).fit([(0, 1, 1.0)] * 6)
+    with pytest.raises(ValueError, match="not fitted"):
+        WaveModel(CAPACITY).predict(1, 1)
+
+
+def test_linear_problem_counts_tiles_and_trips():
+    assert linear_problem(1, 2048, 8192, LinearConfig(16, 1, 4), warps=16) == (128, 8)
+    assert linear_problem(4, 2048, 8192, LinearConfig(32, 2, 8), warps=16) == (128, 4 * 2 * 2)
+
+
+def _models(coefs):
+    models = {}
+    rng = np.random.default_rng(1)
+    for key, coef in coefs.items():
+        points = WaveModel.boundary_samples(CAPACITY, 3, [1, 4, 16, 64, 256])
+        models[key] = WaveModel(CAPACITY).fit([(t, r, float(_truth(t, r, coef))) for t, r in points])
+    return models
+
+
+def test_two_stage_table_picks_the_best_configuration_and_round_trips(tmp_path):
+    # Three macro families; unroll 8 is a little faster per trip than 4.
+    base = (3.0, 1.0, 2.0, 1.0, 0.0, 0.0)
+    coefs = {(r, 1, u): tuple(x * (0.9 if u == 8 else 1.0) for x in base) for r in (8, 16, 64) for u in (4, 8)}
+    models = _models(coefs)
+    table = build_table("Test GPU", CAPACITY, 512, [(2048, 8192)], 16, [(8, 1), (16, 1), (64, 1)], [4, 8], models)
+    for m in (1, 7, 16):
+        got = table.lookup(2048, 8192, m)
+        # Exhaustive search over every configuration with the same models.
+        best = min(((r, 1, u) for r in (8, 16, 64) for u in (4, 8)),
+                   key=lambda c: float(models[c].predict(*linear_problem(m, 2048, 8192, LinearConfig(*c), 16))))
+        assert (got.rows, got.split_k, got.unroll) == best
+    table.save(tmp_path / "t.json")
+    back = TuningTable.load(tmp_path / "t.json", gpu="Test GPU")
+    assert back.lookup(2048, 8192, 5) == table.lookup(2048, 8192, 5)
+    config, source = choose_linear(2048, 8192, 5, table=back, workers=CAPACITY)
+    assert source == "table Test GPU" and config == table.lookup(2048, 8192, 5)
+
+
+def test_fallback_is_announced():
+    config, source = choose_linear(4096, 4096, 1, table=None, workers=CAPACITY)
+    assert config == heuristic_linear(4096, 4096, 1, CAPACITY) and source.startswith("heuristic")
+    table = TuningTable("G", CAPACITY, 512, {(2048, 2048): ([(16, 1)], [4])})
+    config, source = choose_linear(4096, 4096, 1, table=table, workers=CAPACITY)
+    assert "no entry for shape 4096x4096" in source
+    config, source = choose_linear(2048, 2048, 3, table=table, workers=CAPACITY)
+    assert "M = 3 is outside" in source
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.update(format=9), "table format 9 is not 1"),
+    (lambda d: d.update(gpu=""), "'gpu' must name the GPU"),
+    (lambda d: d.update(workers=0), "'workers' must be a positive int"),
+    (lambda d: d["linear"].update({"2048by8192": d["linear"]["2048x8192"]}), "is not NxK"),
+    (lambda d: d["linear"]["2048x8192"]["micro"].pop(), "one per M from 1"),
+    (lambda d: d["linear"]["2048x8192"]["macro"].__setitem__(0, [16]), "macro must be \\[rows, split_k\\]"),
+    (lambda d: d["linear"]["2048x8192"]["micro"].__setitem__(1, 0), "unroll must be a positive int"),
+    (lambda d: d["linear"]["2048x8192"]["macro"].__setitem__(0, [4096, 1]), "do not fit the shape"),
+])
+def test_corrupt_tables_get_clear_errors(tmp_path, mutate, message):
+    good = {"format": 1, "gpu": "G", "workers": 132, "threads": 512,
+            "linear": {"2048x8192": {"macro": [[16, 1], [16, 2]], "micro": [4, 8]}}}
+    TuningTable.from_json(json.loads(json.dumps(good)))
+    data = json.loads(json.dumps(good))
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=message):
+        TuningTable.load(path)
+
+
+def test_unreadable_and_mismatched_tables(tmp_path):
+    with pytest.raises(TableError, match="cannot read tuning table"):
+        TuningTable.load(tmp_path / "absent.json")
+    (tmp_path / "x.json").write_text("{oops")
+    with pytest.raises(TableError, match="not valid JSON"):
+        TuningTable.load(tmp_path / "x.json")
+    TuningTable("NVIDIA H100", 132, 512, {(8, 8): ([(8, 1)], [4])}).save(tmp_path / "h100.json")
+    with pytest.raises(TableError, match="the table is for 'NVIDIA H100', this GPU is 'NVIDIA H200'"):
+        TuningTable.load(tmp_path / "h100.json", gpu="NVIDIA H200")
