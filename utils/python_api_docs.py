@@ -20,6 +20,7 @@ MODULES = [
     ("event_tensor.model", None),
     ("event_tensor.model.builder", ["KernelLayout", "kernel_layout", "build_decode_kernel"]),
     ("event_tensor.tuning", None),
+    ("event_tensor.tuner", None),
     ("event_tensor.analysis", None),
     ("event_tensor.simulator", None),
     ("event_tensor.dialects.et", ["kernel", "task", "event", "wait", "signal", "index", "KernelOp", "TaskOp"]),

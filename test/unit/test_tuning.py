@@ -122,3 +122,26 @@ def test_unreadable_and_mismatched_tables(tmp_path):
     TuningTable("NVIDIA H100", 132, 512, {(8, 8): ([(8, 1)], [4])}).save(tmp_path / "h100.json")
     with pytest.raises(TableError, match="the table is for 'NVIDIA H100', this GPU is 'NVIDIA H200'"):
         TuningTable.load(tmp_path / "h100.json", gpu="NVIDIA H200")
+
+
+def test_tune_end_to_end_on_host_workers(tmp_path):
+    """`event-tensor tune` on the CPU target: sample kernels built with the
+    bindings, measured on host workers, models fitted, the table validated,
+    and every entry one of the candidates."""
+    from event_tensor.cli import main
+
+    out = tmp_path / "table.json"
+    assert main(["tune", "--device", "cpu", "--workers", "2", "--shapes", "64x256,128x512", "--m-max", "4",
+                 "--rows", "8,16", "--ks", "256,1024", "--ms", "1,2", "--waves", "2", "--dir",
+                 str(tmp_path / "work"), "-o", str(out)]) == 0
+    table = TuningTable.load(out)
+    assert table.gpu.startswith("cpu") and set(table.linear) == {(64, 256), (128, 512)}
+    for m in range(1, 5):
+        cfg = table.lookup(128, 512, m)
+        assert cfg.rows in (8, 16) and cfg.split_k == 1 and cfg.unroll in (4, 8)
+    samples = json.loads((tmp_path / "work" / "samples.json").read_text())["samples"]
+    assert len(samples) == 2 * 2 * 4 * 2 * 2 and all(s["seconds"] > 0 for s in samples)
+    # One step at a time gives the same files; bad shapes are refused.
+    assert main(["tune", "--step", "fit", "--dir", str(tmp_path / "work"), "-o", str(tmp_path / "again.json"),
+                 "--shapes", "64x256"]) == 0
+    assert main(["tune", "--device", "cpu", "--shapes", "64by256", "--dir", str(tmp_path / "w2")]) == 2

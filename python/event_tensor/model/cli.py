@@ -323,6 +323,61 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .. import tuner
+    from ..tuning import TableError
+
+    try:
+        target = args.device if args.step != "measure" or args.device != "auto" else "auto"
+        if target == "auto":
+            target = _device("auto")
+        work = Path(args.dir)
+        if args.shapes:
+            try:
+                shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+                if any(len(s) != 2 or min(s) < 1 for s in shapes):
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"--shapes must be NxK[,NxK...], got {args.shapes!r}") from None
+        else:
+            shapes = tuner.model_shapes(args.models.split(","))
+        if args.step in ("all", "prepare"):
+            workers = args.workers or (4 if target == "cpu" else 132)
+            progress = None
+            rows = [int(r) for r in args.rows.split(",")]
+            bar = {}
+
+            def progress(i, n):
+                if "p" not in bar:
+                    bar["p"] = Progress(n, "compiling the sample kernels")
+                bar["p"].update()
+
+            tuner.prepare(work, target=target, workers=workers, threads=args.threads, shapes=shapes,
+                          m_max=args.m_max, rows=rows, ks=[int(k) for k in args.ks.split(",")],
+                          ms=[int(m) for m in args.ms.split(",")], max_waves=args.waves, progress=progress)
+            if "p" in bar:
+                bar["p"].done()
+        if args.step in ("all", "measure"):
+            bar = {}
+
+            def progress(i, n):
+                if "p" not in bar:
+                    bar["p"] = Progress(n, "measuring")
+                bar["p"].update()
+
+            tuner.measure(work, progress=progress)
+            if "p" in bar:
+                bar["p"].done()
+        if args.step in ("all", "fit"):
+            table = tuner.fit(work, args.output)
+            n = sum(len(macro) for macro, _ in table.linear.values())
+            print(f"tuning table for {table.gpu}: {len(table.linear)} shapes x M 1..{args.m_max} ({n} entries), "
+                  f"validated -> {args.output}")
+    except (ValueError, TableError, OSError) as err:
+        return _err(str(err))
+    return 0
+
+
 def add_commands(sub) -> None:
     """Adds the model commands to the CLI's subparsers."""
     device_help = "where to run: cpu (host worker threads), cuda, or auto (cuda when available)"
@@ -386,6 +441,26 @@ def add_commands(sub) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=20)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tune", help="measure tile configurations and write a tuning table",
+                       description="Regenerate the wave-aware tuning table of et.linear on this machine: compile "
+                       "sample kernels at the wave boundaries (prepare, needs MLIR), time them (measure, runtime "
+                       "only), fit the latency models and write the validated table (fit). --step runs one step, "
+                       "so prepare can run here and measure on a GPU machine without MLIR.")
+    p.add_argument("-o", "--output", default="tuning-table.json", help="table to write (default tuning-table.json)")
+    p.add_argument("--dir", default="tune-work", help="working directory for kernels and samples")
+    p.add_argument("--step", choices=["all", "prepare", "measure", "fit"], default="all")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="target of the kernels")
+    p.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b", help="presets whose linear shapes go in the table")
+    p.add_argument("--shapes", help="explicit shapes NxK[,NxK...] instead of --models")
+    p.add_argument("--m-max", type=int, default=16, help="largest M in the table (default 16)")
+    p.add_argument("--rows", default="8,16,32,64", help="candidate rows per tile")
+    p.add_argument("--ks", default="1024,4096", help="K sizes of the sample kernels")
+    p.add_argument("--ms", default="1,4,16", help="token counts measured")
+    p.add_argument("--waves", type=int, default=3, help="wave regimes sampled")
+    p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")
+    p.add_argument("--threads", type=int, default=512, help="threads per worker on cuda")
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("trace", help="profile one decode step (artifact compiled with --profile)",
                        description="Run a decode step of a profiled artifact and write its trace: a Chrome "

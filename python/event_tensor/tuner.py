@@ -1,0 +1,188 @@
+"""Regenerates a tuning table on the current machine, in three steps that
+may run on different machines (the GPU machine may have no MLIR):
+
+1. `prepare` (needs MLIR): compiles one `et.linear` kernel per sample point:
+   candidate configurations x tile counts at the wave boundaries x K sizes.
+   It writes `plan.json` and the artifacts to a directory.
+2. `measure` (runtime only): times every kernel for a few token counts M,
+   with random inputs, and writes `samples.json`.
+3. `fit` (numpy only): fits one `WaveModel` per configuration, builds the
+   two-stage table for the requested shapes, validates it and saves it.
+
+`event-tensor tune` runs all three, or one of them with `--step`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .tuning import TABLE_FORMAT, LinearConfig, TuningTable, WaveModel, build_table, linear_problem
+
+__all__ = ["prepare", "measure", "fit", "model_shapes"]
+
+
+def model_shapes(names: Sequence[str]) -> list[tuple[int, int]]:
+    """The (N, K) of every linear layer of the named model presets."""
+    from .model import preset
+
+    shapes = set()
+    for name in names:
+        c = preset(name)
+        h, i, d = c.hidden_size, c.intermediate_size, c.head_dim
+        shapes |= {(c.num_heads * d, h), (c.num_kv_heads * d, h), (h, c.num_heads * d), (i, h), (h, i),
+                   (c.vocab_size, h)}
+    return sorted(shapes)
+
+
+def _kernel(n: int, k: int, rows: int):
+    """One task of ceil(n / rows) tiles, each an et.linear over its rows,
+    built with the generated bindings."""
+    from .dialects import arith, et
+    from .ir import BF16Type, F32Type, IndexType, InsertionPoint, Location, MemRefType, Module, ShapedType
+
+    dyn = ShapedType.get_dynamic_size()
+    with Location.unknown():
+        module = Module.create()
+        with InsertionPoint(module.body):
+            x_t = MemRefType.get([dyn, k], BF16Type.get())
+            w_t = MemRefType.get([n, k], BF16Type.get())
+            y_t = MemRefType.get([dyn, n], F32Type.get())
+            with et.kernel("linear", [x_t, w_t, y_t]) as (x, w, y):
+                with et.task("rows", [-(-n // rows)]) as (t,):
+                    r0 = arith.MulIOp(t, et.index(rows)).result
+                    et.linear(x, w, y, r0, et.index(rows))
+    return module
+
+
+def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, shapes: Sequence[tuple[int, int]],
+            m_max: int = 16, rows: Sequence[int] = (8, 16, 32, 64), unrolls: Sequence[int] = (4, 8),
+            ks: Sequence[int] = (1024, 4096), ms: Sequence[int] = (1, 4, 16), max_waves: int = 3,
+            progress: Callable[[int, int], None] | None = None) -> Path:
+    """Compiles the sample kernels into `out` and writes `out/plan.json`."""
+    from . import compile as et_compile
+    from .ir import Context
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    capacity = workers
+    tile_counts = sorted({(w - 1) * capacity + u for w in range(1, max_waves + 1)
+                          for u in (1, max(1, capacity // 2), capacity)})
+    points = [(r, u, t, k) for r in rows for u in unrolls for t in tile_counts for k in ks]
+    kernels = []
+    options = {"threads_per_worker": threads, "tile_unroll": None} if target == "cuda" else {}
+    for i, (r, u, tiles, k) in enumerate(points):
+        n = tiles * r
+        with Context():
+            text = _kernel(n, k, r).operation.get_asm(print_generic_op_form=True)
+        extra = dict(options)
+        if target == "cuda":
+            extra["tile_unroll"] = u
+        art = et_compile(text, target=target, workers=workers, mode="static", **extra)
+        name = f"k{i}"
+        dest = out / name
+        dest.mkdir(exist_ok=True)
+        for f in Path(art.path).iterdir():
+            if f.is_file():
+                (dest / f.name).write_bytes(f.read_bytes())
+        kernels.append({"dir": name, "rows": r, "unroll": u, "n": n, "k": k, "tiles": tiles})
+        if progress:
+            progress(i + 1, len(points))
+    plan = {"format": TABLE_FORMAT, "target": target, "workers": workers, "threads": threads,
+            "capacity": capacity, "ms": list(ms), "m_max": m_max, "shapes": [list(s) for s in shapes],
+            "macro": [[r, 1] for r in rows], "micro": list(unrolls), "kernels": kernels}
+    (out / "plan.json").write_text(json.dumps(plan, indent=1))
+    return out
+
+
+def _device_name(target: str) -> str:
+    if target == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return f"cpu {platform.machine()}"
+
+
+def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], None] | None = None) -> Path:
+    """Times every kernel of `root/plan.json` (random inputs, median of
+    `reps` launches after one warm-up) and writes `root/samples.json`."""
+    from . import runtime
+
+    root = Path(root)
+    plan = json.loads((root / "plan.json").read_text())
+    target = plan["target"]
+    rng = np.random.default_rng(0)
+    samples = []
+    jobs = [(kern, m) for kern in plan["kernels"] for m in plan["ms"]]
+    launchers = {}
+    for i, (kern, m) in enumerate(jobs):
+        launch = launchers.get(kern["dir"])
+        if launch is None:
+            launch = launchers[kern["dir"]] = runtime.load(root / kern["dir"]).launcher()
+        n, k = kern["n"], kern["k"]
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+        if target == "cuda":
+            import torch
+
+            args = [torch.from_numpy(x).cuda().to(torch.bfloat16), torch.from_numpy(w).cuda().to(torch.bfloat16),
+                    torch.zeros(m, n, device="cuda")]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            launch(*args)
+            times = []
+            for _ in range(reps):
+                start.record()
+                launch.launch_async(*args)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            launch.check()
+        else:
+            import ml_dtypes
+
+            args = [x.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16), np.zeros((m, n), np.float32)]
+            launch(*args)
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                launch(*args)
+                times.append(time.perf_counter() - t0)
+        cfg = LinearConfig(kern["rows"], 1, kern["unroll"])
+        tiles, trips = linear_problem(m, n, k, cfg, max(1, plan["threads"] // 32) if target == "cuda" else 1)
+        samples.append({"rows": kern["rows"], "split_k": 1, "unroll": kern["unroll"], "n": n, "k": k, "m": m,
+                        "tiles": tiles, "trips": trips, "seconds": float(np.median(times))})
+        if progress:
+            progress(i + 1, len(jobs))
+    for launch in launchers.values():
+        close = getattr(launch, "close", None)
+        if close:
+            close()
+    result = {"device": _device_name(target), "samples": samples}
+    (root / "samples.json").write_text(json.dumps(result, indent=1))
+    return root / "samples.json"
+
+
+def fit(root: str | Path, out: str | Path) -> TuningTable:
+    """Fits the models to `root/samples.json`, builds the table for the
+    plan's shapes, validates it and writes it to `out`."""
+    root = Path(root)
+    plan = json.loads((root / "plan.json").read_text())
+    measured = json.loads((root / "samples.json").read_text())
+    models = {}
+    for rows, split in plan["macro"]:
+        for unroll in plan["micro"]:
+            mine = [(s["tiles"], s["trips"], s["seconds"]) for s in measured["samples"]
+                    if (s["rows"], s["split_k"], s["unroll"]) == (rows, split, unroll)]
+            models[(rows, split, unroll)] = WaveModel(plan["capacity"]).fit(mine)
+    table = build_table(measured["device"], plan["workers"], plan["threads"],
+                        [tuple(s) for s in plan["shapes"]], plan["m_max"],
+                        [tuple(m) for m in plan["macro"]], plan["micro"], models)
+    # What is saved must load back through the validation.
+    table = TuningTable.from_json(json.loads(json.dumps(table.to_json())), str(out))
+    table.save(out)
+    return table
