@@ -145,3 +145,33 @@ def test_tune_end_to_end_on_host_workers(tmp_path):
     assert main(["tune", "--step", "fit", "--dir", str(tmp_path / "work"), "-o", str(tmp_path / "again.json"),
                  "--shapes", "64x256"]) == 0
     assert main(["tune", "--device", "cpu", "--shapes", "64by256", "--dir", str(tmp_path / "w2")]) == 2
+    # The table sizes a model's linear tiles at compile time.
+    assert main(["compile", "tiny-llama", "-o", str(tmp_path / "art"), "--device", "cpu", "--max-context", "16",
+                 "--tuning-table", str(out)]) == 0
+    assert main(["compile", "tiny-llama", "-o", str(tmp_path / "art2"), "--device", "cpu",
+                 "--tuning-table", str(tmp_path / "missing.json")]) == 2
+
+
+def test_model_compile_takes_rows_from_a_tuning_table(tmp_path):
+    """compile_model(tuning_table=...) sizes every linear layer's tiles from
+    the table (M = max_batch) and records where each choice came from."""
+    from event_tensor import model
+
+    config = model.tiny_config("llama")
+    h, i, d = config.hidden_size, config.intermediate_size, config.head_dim
+    table = TuningTable("cpu test", 3, 512, {(h, i): ([(8, 1)] * 2, [4] * 2), (i, h): ([(32, 1)] * 2, [4] * 2)})
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=16, workers=3, tuning_table=table,
+                               cache_dir=tmp_path)
+    info = json.loads((path / "model.json").read_text())["linear_tiles"]
+    assert info[f"{h}x{i}"] == {"rows": 8, "source": "table cpu test"}  # down: 64 rows in tiles of 8
+    assert info[f"{i}x{h}"]["rows"] == 32  # gate and up
+    assert info[f"{config.num_heads * d}x{h}"]["source"].startswith("heuristic")
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["tasks"].count("down_0") == 1
+    # The kernel still computes the model.
+    weights = model.random_weights(config, seed=2)
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=16)
+    session.step([3, 4], [0, 0])
+    want = ref.step([3, 4], [0, 0])
+    assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3

@@ -97,7 +97,7 @@ def _rows_per_tile(n: int, workers: int) -> int:
 
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
-                        layered: bool = False) -> Module:
+                        layered: bool = False, linear_rows=None) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -106,7 +106,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     `norm1` of layer l on `down[l - 1]`): one body per kind instead of one
     per layer. Tasks over the batch then span `max_batch` tiles, and those
     past the runtime batch only take part in the signalling, so every
-    count stays static."""
+    count stays static.
+
+    `linear_rows(n, k)` gives the rows per tile of each N x K linear layer
+    (for example from a tuning table); by default about one tile per
+    worker."""
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
@@ -200,8 +204,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 t = buf.type
                 return memref.collapse_shape(mr([DYN, n], t.element_type), buf, [[0], [1, 2]])
 
+            def rows_for(n: int, k: int) -> int:
+                rows = linear_rows(n, k) if linear_rows else _rows_per_tile(n, lay.workers)
+                if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows:
+                    raise ValueError(f"rows per tile for the {n}x{k} linear layer must be a positive int, got {rows!r}")
+                return min(rows, n)
+
             def linear_task(tname, x, w, y, n, k, deps, *, y3=None):
-                rows = _rows_per_tile(n, lay.workers)
+                rows = rows_for(n, k)
                 tiles = -(-n // rows)
 
                 def body(t):
@@ -298,7 +308,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     et.rmsnorm(A["mo"], vec_view(A["ln1"], l, H), A["xn"], eps, residual=A["h"])
 
             def linear_body(w_name, n, k, x, y, y3=None):
-                rows = _rows_per_tile(n, lay.workers)
+                rows = rows_for(n, k)
 
                 def body(l, t):
                     r0 = arith.MulIOp(t, const(rows)).result

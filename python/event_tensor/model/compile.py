@@ -19,12 +19,15 @@ __all__ = ["compile_model"]
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool = False,
-                  **options) -> Path:
+                  tuning_table=None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
-    `build_decode_kernel`); it needs the static schedule."""
+    `build_decode_kernel`); it needs the static schedule. `tuning_table` (a
+    path or `event_tensor.tuning.TuningTable`) picks the rows per tile of
+    every linear layer for M = max_batch; shapes it lacks use the heuristic,
+    and model.json records where each choice came from."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -32,13 +35,25 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         workers = 4 if target == "cpu" else 132
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len)
+    choices = {}
+    linear_rows = None
+    if tuning_table is not None:
+        from ..tuning import TuningTable, choose_linear
+
+        table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
+
+        def linear_rows(n, k):
+            cfg, source = choose_linear(n, k, max_batch, table=table, workers=workers)
+            choices[f"{n}x{k}"] = {"rows": cfg.rows, "source": source}
+            return cfg.rows
     start = time.perf_counter()
     with Context():
-        module = build_decode_kernel(config, layout, layered=layered)
+        module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
+            "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3)}
     src = Path(art.path)
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
