@@ -175,3 +175,32 @@ def test_model_compile_takes_rows_from_a_tuning_table(tmp_path):
     session.step([3, 4], [0, 0])
     want = ref.step([3, 4], [0, 0])
     assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3
+
+
+def test_batch_variants_are_chosen_per_launch(tmp_path):
+    """With batch_variants, one kernel per range of batch sizes whose table
+    choices agree; the session picks one per launch by batch size and all
+    of them share the caches."""
+    from event_tensor import model
+
+    config = model.tiny_config("qwen3")
+    h, i = config.hidden_size, config.intermediate_size
+    # gate/up: 16 rows per tile at batch 1, 64 at batch 2 and 3.
+    table = TuningTable("cpu test", 3, 512, {(i, h): ([(16, 1), (64, 1), (64, 1)], [4] * 3)})
+    out = model.compile_model(config, target="cpu", max_batch=3, max_context=16, workers=3, tuning_table=table,
+                              batch_variants=True, out_dir=tmp_path / "art", cache_dir=tmp_path / "cache")
+    variants = json.loads((out / "variants.json").read_text())["variants"]
+    assert [(v["min_batch"], v["max_batch"]) for v in variants] == [(1, 1), (2, 3)]
+    weights = model.random_weights(config, seed=5)
+    session = model.DecodeSession(out, weights)
+    assert session.variant_for(1) != session.variant_for(2) == session.variant_for(3)
+    ref = model.ReferenceModel(config, weights, max_batch=3, max_context=16)
+    # Sequences 0 and 1 at batch 2, then sequence 0 alone (the other kernel,
+    # same caches), then all three.
+    for tokens, positions in [([3, 4], [0, 0]), ([5], [1]), ([6, 7, 8], [2, 1, 0])]:
+        session.step(tokens, positions)
+        want = ref.step(tokens, positions)
+        assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3
+    with pytest.raises(ValueError, match="batch_variants needs a tuning_table"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, batch_variants=True,
+                            out_dir=tmp_path / "x")

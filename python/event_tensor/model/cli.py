@@ -220,7 +220,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         cuda = {"threads_per_worker": args.threads, "format": args.format} if device == "cuda" else {}
         out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
                             workers=workers, out_dir=args.output, profile=args.profile, layered=args.layered,
-                            tuning_table=args.tuning_table, **cuda)
+                            tuning_table=args.tuning_table, batch_variants=args.batch_variants, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
@@ -416,6 +416,9 @@ def add_commands(sub) -> None:
                    "cubin for sm_90a (ptxas runs here, loads in well under a second)")
     p.add_argument("--profile", action="store_true", help="record per-tile times (for `trace`)")
     p.add_argument("--tuning-table", help="a table from `event-tensor tune`: rows per tile of each linear layer")
+    p.add_argument("--batch-variants", action="store_true",
+                   help="with --tuning-table: one kernel per range of batch sizes with the same table choices, "
+                   "picked per launch")
     p.add_argument("--layered", action="store_true",
                    help="one task per kind over (layer, tile) instead of one per layer: a kernel about L times "
                    "smaller that compiles and loads in about a second (checked on CPU; not yet on a GPU)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .builder import build_decode_kernel, kernel_layout
 from .config import ModelConfig
-from .session import MODEL_JSON
+from .session import MODEL_JSON, VARIANTS_JSON
 
 __all__ = ["compile_model"]
 
@@ -19,7 +19,8 @@ __all__ = ["compile_model"]
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool = False,
-                  tuning_table=None, **options) -> Path:
+                  tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`). `layered` builds one task per
@@ -27,12 +28,23 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `build_decode_kernel`); it needs the static schedule. `tuning_table` (a
     path or `event_tensor.tuning.TuningTable`) picks the rows per tile of
     every linear layer for M = max_batch; shapes it lacks use the heuristic,
-    and model.json records where each choice came from."""
+    and model.json records where each choice came from.
+
+    With `batch_variants` (and a table), one kernel is compiled per range of
+    batch sizes over which the table's choices stay the same, into
+    subdirectories of `out_dir` listed in `variants.json`; `DecodeSession`
+    picks the kernel per launch by batch size (an index into a list). Every
+    variant serves any batch up to `max_batch` and shares the buffers.
+    `table_batch` is the M the table is read at (default `max_batch`)."""
     from .. import compile as et_compile
     from ..ir import Context
 
     if workers is None:
         workers = 4 if target == "cpu" else 132
+    if batch_variants:
+        return _compile_variants(config, target=target, max_batch=max_batch, max_context=max_context,
+                                 workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
+                                 use_cache=use_cache, layered=layered, tuning_table=tuning_table, **options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len)
     choices = {}
@@ -42,8 +54,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 
         table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
 
+        at_batch = table_batch or max_batch
+
         def linear_rows(n, k):
-            cfg, source = choose_linear(n, k, max_batch, table=table, workers=workers)
+            cfg, source = choose_linear(n, k, at_batch, table=table, workers=workers)
             choices[f"{n}x{k}"] = {"rows": cfg.rows, "source": source}
             return cfg.rows
     start = time.perf_counter()
@@ -64,4 +78,44 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     for f in src.iterdir():
         if f.is_file():
             shutil.copy2(f, out / f.name)
+    return out
+
+
+def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_table, workers: int, **kwargs) -> Path:
+    """One kernel per range of batch sizes with the same table choices."""
+    from ..tuning import TuningTable, choose_linear
+    from .builder import _rows_per_tile  # noqa: F401 - the fallback the table reports
+
+    if tuning_table is None:
+        raise ValueError("batch_variants needs a tuning_table")
+    if out_dir is None:
+        raise ValueError("batch_variants needs an out_dir")
+    table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
+    c = config
+    h, i, d = c.hidden_size, c.intermediate_size, c.head_dim
+    shapes = sorted({(c.num_heads * d, h), (c.num_kv_heads * d, h), (h, c.num_heads * d), (i, h), (h, i),
+                     (c.vocab_size, h)})
+
+    def choice(m):
+        return tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
+
+    ranges = []
+    for m in range(1, max_batch + 1):
+        if ranges and ranges[-1][2] == choice(m):
+            ranges[-1][1] = m
+        else:
+            ranges.append([m, m, choice(m)])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    variants = []
+    for lo, hi, _ in ranges:
+        name = f"batch{lo}-{hi}"
+        compile_model(config, max_batch=max_batch, out_dir=out / name, tuning_table=table, workers=workers,
+                      table_batch=hi, **kwargs)
+        variants.append({"min_batch": lo, "max_batch": hi, "dir": name})
+    info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
+    info["linear_tiles"] = None
+    info["variants"] = variants
+    (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
+    (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))
     return out

@@ -15,9 +15,10 @@ from .. import runtime
 from .config import ModelConfig
 from .weights import BF16, pack
 
-__all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON"]
+__all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
+VARIANTS_JSON = "variants.json"
 
 
 class ModelArtifactError(ValueError):
@@ -46,13 +47,26 @@ class DecodeSession:
                                      "`event-tensor compile`)") from None
         self.config = ModelConfig.from_dict(info["config"])
         self.layout = info["layout"]
-        self.artifact = runtime.load(self.path)
-        self.device = "cuda" if self.artifact.target == "cuda" else "cpu"
+        self.max_batch = int(self.layout["max_batch"])
         options = {"timeout_s": timeout_s}
         if profile_capacity:
             options["trace_capacity"] = profile_capacity
-        self.launcher = self.artifact.launcher(**options)
-        self.max_batch = int(self.layout["max_batch"])
+        # Kernel variants per range of batch sizes (compile_model(batch_variants=True)),
+        # or the one kernel here.
+        variants = info.get("variants") or [{"min_batch": 1, "max_batch": self.max_batch, "dir": "."}]
+        self.artifacts = [runtime.load(self.path / v["dir"]) for v in variants]
+        specs = [[(a["name"], a["type"]) for a in art.metadata["arguments"]] for art in self.artifacts]
+        if any(s != specs[0] for s in specs):
+            raise ModelArtifactError(f"{self.path}: the kernel variants take different arguments")
+        self.launchers = [art.launcher(**options) for art in self.artifacts]
+        # O(1) choice per launch: the variant for each batch size.
+        self._variant_of = [0] * (self.max_batch + 1)
+        for i, v in enumerate(variants):
+            for n in range(int(v["min_batch"]), int(v["max_batch"]) + 1):
+                self._variant_of[n] = i
+        self.artifact = self.artifacts[0]
+        self.launcher = self.launchers[0]
+        self.device = "cuda" if self.artifact.target == "cuda" else "cpu"
         self.max_context = int(self.layout["max_context"])
         self._alloc(pack(self.config, weights) if "model.embed_tokens.weight" in weights else weights)
         self.batch = 0
@@ -166,6 +180,7 @@ class DecodeSession:
                 import torch
 
                 self.buffers[name][:n].copy_(torch.from_numpy(values))
+        self.launcher = self.launchers[self._variant_of[n]]
         start = time.perf_counter()
         self.launcher(*self._arguments(n))
         self.last_step_s = time.perf_counter() - start
@@ -223,7 +238,12 @@ class DecodeSession:
             times.append(self.last_step_s)
         return np.stack(out, axis=1), times
 
+    def variant_for(self, batch: int) -> str:
+        """The kernel directory that runs a launch of `batch` rows."""
+        return str(self.artifacts[self._variant_of[batch]].path)
+
     def close(self) -> None:
-        close = getattr(self.launcher, "close", None)
-        if close:
-            close()
+        for launcher in self.launchers:
+            close = getattr(launcher, "close", None)
+            if close:
+                close()
