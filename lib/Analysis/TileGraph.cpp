@@ -317,6 +317,28 @@ SmallVector<TileRef> TileGraph::getAllDeps(unsigned task, int64_t tile) const {
   return all;
 }
 
+std::optional<SmallVector<int64_t>> TileGraph::topologicalOrder() const {
+  std::vector<SmallVector<int64_t, 2>> succs(totalTiles);
+  SmallVector<int64_t> indegree(totalTiles, 0);
+  for (auto [ti, t] : llvm::enumerate(tasks))
+    for (int64_t tile = 0; tile < t.numTiles; ++tile)
+      for (TileRef d : getAllDeps(ti, tile)) {
+        succs[getGlobalId(d)].push_back(tileBase[ti] + tile);
+        ++indegree[tileBase[ti] + tile];
+      }
+  SmallVector<int64_t> order;
+  for (int64_t g = 0; g < totalTiles; ++g)
+    if (indegree[g] == 0)
+      order.push_back(g);
+  for (size_t i = 0; i < order.size(); ++i)
+    for (int64_t s : succs[order[i]])
+      if (--indegree[s] == 0)
+        order.push_back(s);
+  if (static_cast<int64_t>(order.size()) != totalTiles)
+    return std::nullopt;
+  return order;
+}
+
 static std::optional<SmallVector<int64_t>>
 evaluateIndices(const EventAccess &access, ArrayRef<int64_t> coords,
                 ArrayRef<std::optional<int64_t>> symbols) {
@@ -403,6 +425,7 @@ FailureOr<TileGraph> TileGraph::build(const EventGraph &graph,
       }
       t.numTiles *= t.extents.back();
     }
+    tg.tileBase.push_back(tg.totalTiles);
     tg.totalTiles += t.numTiles;
     if (tg.totalTiles > options.maxTiles)
       return fail(task, "the kernel has more than " +

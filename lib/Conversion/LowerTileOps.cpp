@@ -76,6 +76,23 @@ Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
   return v;
 }
 
+/// True for the tile compute ops this pass lowers.
+bool isTileOp(Operation *op) {
+  return isa<LinearOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
+             ArgmaxOp, AttentionSplitOp, AttentionMergeOp>(op);
+}
+
+/// A per-tile shared-memory buffer: a workgroup alloca at the top of the
+/// task body, after the ones already there (the worker lowering turns each
+/// into a workgroup buffer).
+Value workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type elementType) {
+  Block &body = task.getBody().front();
+  auto at = llvm::find_if(body, [](Operation &op) { return !isa<memref::AllocaOp>(op); });
+  OpBuilder b(&body, at);
+  auto space = gpu::AddressSpaceAttr::get(task.getContext(), gpu::AddressSpace::Workgroup);
+  return memref::AllocaOp::create(b, loc, MemRefType::get(shape, elementType, MemRefLayoutAttrInterface(), space));
+}
+
 /// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
 /// strided by thread.
 void lowerLinearCPU(LinearOp op) {
@@ -481,15 +498,7 @@ bool lowerRMSNormBlock(RMSNormOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};
-  Value partials;
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&task.getBody().front());
-    partials = memref::AllocaOp::create(
-        b, loc,
-        MemRefType::get({kWarp}, b.getF32Type(), MemRefLayoutAttrInterface(),
-                        gpu::AddressSpaceAttr::get(op.getContext(), gpu::AddressSpace::Workgroup)));
-  }
+  Value partials = workgroupBuffer(task, loc, {kWarp}, b.getF32Type());
   Groups g = h.groups(kWarp);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = h.idx(xType.getDimSize(1));
@@ -876,7 +885,6 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
     steps *= 2;
   int64_t blockLen = steps * slots;
 
-  MLIRContext *ctx = op.getContext();
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};
@@ -894,16 +902,8 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   int64_t subsplits = op.getSubsplits();
 
   // Shared memory for the cross-warp combine, at the task's top level.
-  auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
-  Value smemAcc, smemML;
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&task.getBody().front());
-    smemAcc = memref::AllocaOp::create(
-        b, loc, MemRefType::get({maxWarps, groupSize, dim}, f32, MemRefLayoutAttrInterface(), workgroup));
-    smemML = memref::AllocaOp::create(
-        b, loc, MemRefType::get({maxWarps, groupSize, 2}, f32, MemRefLayoutAttrInterface(), workgroup));
-  }
+  Value smemAcc = workgroupBuffer(task, loc, {maxWarps, groupSize, dim}, f32);
+  Value smemML = workgroupBuffer(task, loc, {maxWarps, groupSize, 2}, f32);
 
   Groups warpsOf = h.groups(kWarp);
   Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
@@ -1163,8 +1163,7 @@ struct LowerTileOpsPass
     }
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp, ArgmaxOp,
-              AttentionSplitOp, AttentionMergeOp>(op))
+      if (isTileOp(op) && !isa<LinearOp>(op)) // linear ops go last, below
         ops.push_back(op);
     });
     bool gpu = target == "gpu";
@@ -1173,14 +1172,10 @@ struct LowerTileOpsPass
     // on the GPU, a CTA barrier separates consecutive tile ops at the top
     // level of a task body (every thread runs those).
     if (gpu) {
-      auto isTileOp = [](Operation &op) {
-        return isa<LinearOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp,
-                   RoPEOp, ArgmaxOp, AttentionSplitOp, AttentionMergeOp>(op);
-      };
       getOperation().walk([&](TaskOp task) {
         bool seen = false;
         for (Operation &op : task.getBody().front()) {
-          if (!isTileOp(op))
+          if (!isTileOp(&op))
             continue;
           if (seen) {
             OpBuilder b(&op);

@@ -125,51 +125,23 @@ struct OptimizeEventsPass
   //===--------------------------------------------------------------------===//
 
   void reduce(const EventGraph &graph, const TileGraph &tg) {
-    // Global tile ids.
-    SmallVector<int64_t> base;
-    int64_t n = 0;
-    for (const TileGraph::Task &t : tg.getTasks()) {
-      base.push_back(n);
-      n += t.numTiles;
-    }
-    auto gid = [&](TileRef r) { return base[r.task] + r.tile; };
+    int64_t n = tg.getNumTiles();
+    auto gid = [&](TileRef r) { return tg.getGlobalId(r); };
 
     // Certain predecessors: exact waits only.
     SmallVector<SmallVector<int64_t, 4>> certain(n);
-    SmallVector<SmallVector<int64_t, 4>> all(n);
     for (auto [ti, t] : llvm::enumerate(tg.getTasks()))
-      for (int64_t tile = 0; tile < t.numTiles; ++tile) {
-        int64_t g = base[ti] + tile;
+      for (int64_t tile = 0; tile < t.numTiles; ++tile)
         for (auto [wi, perTile] : llvm::enumerate(t.deps))
-          for (TileRef d : perTile[tile]) {
-            all[g].push_back(gid(d));
-            if (t.exact[wi])
-              certain[g].push_back(gid(d));
-          }
-        for (TileRef d : t.extentDeps)
-          all[g].push_back(gid(d));
-      }
-    // Topological order over every dependency.
-    SmallVector<SmallVector<int64_t, 4>> succs(n);
-    SmallVector<int64_t> indegree(n, 0);
-    for (int64_t g = 0; g < n; ++g)
-      for (int64_t p : all[g]) {
-        succs[p].push_back(g);
-        ++indegree[g];
-      }
-    SmallVector<int64_t> order;
-    for (int64_t g = 0; g < n; ++g)
-      if (indegree[g] == 0)
-        order.push_back(g);
-    for (size_t i = 0; i < order.size(); ++i)
-      for (int64_t s : succs[order[i]])
-        if (--indegree[s] == 0)
-          order.push_back(s);
-    if (static_cast<int64_t>(order.size()) != n)
+          if (t.exact[wi])
+            for (TileRef d : perTile[tile])
+              certain[gid({static_cast<unsigned>(ti), tile})].push_back(gid(d));
+    std::optional<SmallVector<int64_t>> order = tg.topologicalOrder();
+    if (!order)
       return; // a cycle: et-verify-event-graph reports it
     // Certain ancestors (including the tile itself).
     std::vector<llvm::BitVector> anc(n, llvm::BitVector(n));
-    for (int64_t g : order) {
+    for (int64_t g : *order) {
       anc[g].set(g);
       for (int64_t p : certain[g])
         anc[g] |= anc[p];

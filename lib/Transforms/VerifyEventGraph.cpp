@@ -314,36 +314,7 @@ struct VerifyEventGraphPass
     FailureOr<TileGraph> tg = TileGraph::build(graph, options, errorOp, error);
     if (failed(tg) || llvm::any_of(tg->getTasks(), [](const auto &t) { return !t.staticCount; }))
       return false;
-    SmallVector<int64_t> base;
-    int64_t n = 0;
-    for (const auto &t : tg->getTasks()) {
-      base.push_back(n);
-      n += t.numTiles;
-    }
-    std::vector<SmallVector<int64_t, 2>> succs(n);
-    SmallVector<int64_t> indegree(n, 0);
-    for (auto [ti, t] : llvm::enumerate(tg->getTasks()))
-      for (int64_t tile = 0; tile < t.numTiles; ++tile) {
-        SmallVector<TileRef> deps = tg->getAllDeps(ti, tile);
-        llvm::append_range(deps, t.extentDeps);
-        for (TileRef d : deps) {
-          succs[base[d.task] + d.tile].push_back(base[ti] + tile);
-          ++indegree[base[ti] + tile];
-        }
-      }
-    SmallVector<int64_t> ready;
-    for (int64_t g = 0; g < n; ++g)
-      if (indegree[g] == 0)
-        ready.push_back(g);
-    int64_t seen = 0;
-    while (!ready.empty()) {
-      int64_t g = ready.pop_back_val();
-      ++seen;
-      for (int64_t s : succs[g])
-        if (--indegree[s] == 0)
-          ready.push_back(s);
-    }
-    return seen == n;
+    return tg->topologicalOrder().has_value();
   }
 
   /// Reports one dependency cycle between tasks whose tiles form a cycle

@@ -141,6 +141,11 @@ public:
   /// All tiles `tile` of task `task` waits on (every wait), sorted, unique.
   SmallVector<TileRef> getAllDeps(unsigned task, int64_t tile) const;
   int64_t getNumTiles() const { return totalTiles; }
+  /// The tile's index among all tiles of the kernel (tasks in program order).
+  int64_t getGlobalId(TileRef ref) const { return tileBase[ref.task] + ref.tile; }
+  /// Every tile as a global id, each after all tiles it depends on; nullopt
+  /// when tiles depend on each other in a cycle.
+  std::optional<SmallVector<int64_t>> topologicalOrder() const;
 
   /// Decodes a linear tile id into coordinates.
   SmallVector<int64_t> delinearize(unsigned task, int64_t tile) const;
@@ -155,6 +160,7 @@ private:
   SmallVector<std::optional<int64_t>> symbolValues;
   std::vector<Task> tasks;
   llvm::DenseMap<Operation *, unsigned> taskIndex;
+  SmallVector<int64_t> tileBase; // global id of each task's tile 0
   int64_t totalTiles = 0;
 };
 

@@ -60,15 +60,17 @@ constexpr int64_t kControlWords = 8;
 // Words of the error record (i64).
 constexpr int64_t kErrorWords = 8;
 
+/// True for a memref in GPU workgroup (shared) memory.
+bool inWorkgroupMemory(MemRefType type) {
+  auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(type.getMemorySpace());
+  return space && space.getValue() == gpu::AddressSpace::Workgroup;
+}
+
 /// A statically shaped memref.alloca in workgroup memory: per-tile shared
 /// memory from the tile lowering.
 bool isWorkgroupAlloca(Operation *op) {
   auto alloca = dyn_cast<memref::AllocaOp>(op);
-  if (!alloca || !alloca.getType().hasStaticShape())
-    return false;
-  auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(
-      alloca.getType().getMemorySpace());
-  return space && space.getValue() == gpu::AddressSpace::Workgroup;
+  return alloca && alloca.getType().hasStaticShape() && inWorkgroupMemory(alloca.getType());
 }
 
 /// What differs between the GPU and the host worker.
@@ -1152,8 +1154,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   // (where every thread of the worker reaches it).
   for (TaskOp task : tasks) {
     WalkResult walk = task.getBody().walk([&](memref::AllocaOp alloca) {
-      auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(alloca.getType().getMemorySpace());
-      if (!space || space.getValue() != gpu::AddressSpace::Workgroup)
+      if (!inWorkgroupMemory(alloca.getType()))
         return WalkResult::advance();
       if (!target.gpu) {
         alloca.emitOpError("allocates workgroup memory, which the host worker lowering does not have");
