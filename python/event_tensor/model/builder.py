@@ -210,17 +210,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     raise ValueError(f"rows per tile for the {n}x{k} linear layer must be a positive int, got {rows!r}")
                 return min(rows, n)
 
-            def linear_task(tname, x, w, y, n, k, deps, *, y3=None):
-                rows = rows_for(n, k)
-                tiles = -(-n // rows)
-
-                def body(t):
-                    r0 = arith.MulIOp(t, const(rows)).result
-                    out = collapse(y3, n) if y3 is not None else y
-                    et.linear(x() if callable(x) else x, w(), out, r0, const(rows))
-
-                task(tname, [tiles], deps, body, nbytes=rows * k * 2, flops=2 * rows * k)
-
             def position(b):
                 p = memref.LoadOp(A["positions"], [b]).result
                 return arith.IndexCastOp(idx, p).result
@@ -307,13 +296,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 else:
                     et.rmsnorm(A["mo"], vec_view(A["ln1"], l, H), A["xn"], eps, residual=A["h"])
 
-            def linear_body(w_name, n, k, x, y, y3=None):
+            def linear_body(weight, n, k, x, y, y3=None):
+                """A linear-layer tile body `body(layer, tile)` with its tile
+                count, bytes and flops; `weight` is a stacked weight's name,
+                or a function of the layer giving the N x K weight."""
                 rows = rows_for(n, k)
+                w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
 
                 def body(l, t):
                     r0 = arith.MulIOp(t, const(rows)).result
                     out = collapse(y3, n) if y3 is not None else y
-                    et.linear(x() if callable(x) else x, layer_view(A[w_name], l, n, k), out, r0, const(rows))
+                    et.linear(x() if callable(x) else x, w(l), out, r0, const(rows))
                 return body, -(-n // rows), rows * k * 2, 2 * rows * k
 
             def qk_body(l, b):
@@ -391,7 +384,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # Final norm, LM head, greedy argmax (two stages).
             task("final_norm", [1], [prev] if not layered else [],
                  lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
-            linear_task("lm_head", A["xn"], lambda: A["lm_head"], A["logits"], V, H, ["final_norm"])
+            lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V, H, A["xn"], A["logits"])
+            task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes, flops=lm_flops)
             chunk = -(-V // lay.argmax_chunks)
             task("argmax_part", [lay.argmax_chunks], ["lm_head"],
                  lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
