@@ -30,7 +30,6 @@ from gpu_timing import copy_bandwidth, random_model_weights, to_numpy_bf16
 
 def time_steps(session: DecodeSession, batch: int, position: int, iters: int) -> float:
     tokens = np.arange(batch) % session.config.vocab_size
-    args = None
     for _ in range(3):
         session.step(tokens, [position] * batch)
     args = session._arguments(batch)

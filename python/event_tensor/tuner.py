@@ -31,13 +31,7 @@ def model_shapes(names: Sequence[str]) -> list[tuple[int, int]]:
     """The (N, K) of every linear layer of the named model presets."""
     from .model import preset
 
-    shapes = set()
-    for name in names:
-        c = preset(name)
-        h, i, d = c.hidden_size, c.intermediate_size, c.head_dim
-        shapes |= {(c.num_heads * d, h), (c.num_kv_heads * d, h), (h, c.num_heads * d), (i, h), (h, i),
-                   (c.vocab_size, h)}
-    return sorted(shapes)
+    return sorted({shape for name in names for shape in preset(name).linear_shapes()})
 
 
 def _kernel(n: int, k: int, rows: int):
@@ -75,15 +69,12 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
                           for u in (1, max(1, capacity // 2), capacity)})
     points = [(r, u, t, k) for r in rows for u in unrolls for t in tile_counts for k in ks]
     kernels = []
-    options = {"threads_per_worker": threads, "tile_unroll": None} if target == "cuda" else {}
     for i, (r, u, tiles, k) in enumerate(points):
         n = tiles * r
         with Context():
             text = _kernel(n, k, r).operation.get_asm(print_generic_op_form=True)
-        extra = dict(options)
-        if target == "cuda":
-            extra["tile_unroll"] = u
-        art = et_compile(text, target=target, workers=workers, mode="static", **extra)
+        cuda = {"threads_per_worker": threads, "tile_unroll": u} if target == "cuda" else {}
+        art = et_compile(text, target=target, workers=workers, mode="static", **cuda)
         name = f"k{i}"
         dest = out / name
         dest.mkdir(exist_ok=True)

@@ -302,3 +302,17 @@ def test_layered_kernel_needs_the_static_schedule(tmp_path):
     with pytest.raises(EventTensorCompileError, match="like a layer loop, needs et-static-schedule"):
         model.compile_model(model.tiny_config("llama"), target="cpu", max_batch=1, max_context=16, workers=2,
                             layered=True, mode="dynamic", cache_dir=tmp_path)
+
+
+def test_session_names_missing_or_misshaped_weights(compiled):
+    config, weights, path = compiled
+    from event_tensor.model.weights import pack
+
+    packed = pack(config, weights)
+    del packed["wd"]
+    with pytest.raises(ValueError, match="no weights for kernel arguments: wd"):
+        model.DecodeSession(path, packed)
+    packed = pack(config, weights)
+    packed["ln2"] = packed["ln2"][:, :8]
+    with pytest.raises(ValueError, match=r"weight 'ln2' has shape \[2, 8\], the artifact expects \[2, 64\]"):
+        model.DecodeSession(path, packed)

@@ -43,6 +43,22 @@ class Progress:
         self.stream.flush()
 
 
+class _LazyProgress:
+    """A progress callback `(done, total)` that opens its bar on the first call."""
+
+    def __init__(self, label: str):
+        self.label, self.bar = label, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = Progress(total, self.label)
+        self.bar.update()
+
+    def done(self) -> None:
+        if self.bar is not None:
+            self.bar.done()
+
+
 def _err(msg: str) -> int:
     print(f"event-tensor: error: {msg}", file=sys.stderr)
     return 2
@@ -328,9 +344,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ..tuning import TableError
 
     try:
-        target = args.device if args.step != "measure" or args.device != "auto" else "auto"
-        if target == "auto":
-            target = _device("auto")
+        target = _device("auto") if args.device == "auto" else args.device
         work = Path(args.dir)
         if args.shapes:
             try:
@@ -342,32 +356,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
         else:
             shapes = tuner.model_shapes(args.models.split(","))
         if args.step in ("all", "prepare"):
-            workers = args.workers or (4 if target == "cpu" else 132)
-            progress = None
-            rows = [int(r) for r in args.rows.split(",")]
-            bar = {}
-
-            def progress(i, n):
-                if "p" not in bar:
-                    bar["p"] = Progress(n, "compiling the sample kernels")
-                bar["p"].update()
-
-            tuner.prepare(work, target=target, workers=workers, threads=args.threads, shapes=shapes,
-                          m_max=args.m_max, rows=rows, ks=[int(k) for k in args.ks.split(",")],
+            progress = _LazyProgress("compiling the sample kernels")
+            tuner.prepare(work, target=target, workers=args.workers or (4 if target == "cpu" else 132),
+                          threads=args.threads, shapes=shapes, m_max=args.m_max,
+                          rows=[int(r) for r in args.rows.split(",")], ks=[int(k) for k in args.ks.split(",")],
                           ms=[int(m) for m in args.ms.split(",")], max_waves=args.waves, progress=progress)
-            if "p" in bar:
-                bar["p"].done()
+            progress.done()
         if args.step in ("all", "measure"):
-            bar = {}
-
-            def progress(i, n):
-                if "p" not in bar:
-                    bar["p"] = Progress(n, "measuring")
-                bar["p"].update()
-
+            progress = _LazyProgress("measuring")
             tuner.measure(work, progress=progress)
-            if "p" in bar:
-                bar["p"].done()
+            progress.done()
         if args.step in ("all", "fit"):
             table = tuner.fit(work, args.output)
             n = sum(len(macro) for macro, _ in table.linear.values())

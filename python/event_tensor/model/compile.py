@@ -84,17 +84,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_table, workers: int, **kwargs) -> Path:
     """One kernel per range of batch sizes with the same table choices."""
     from ..tuning import TuningTable, choose_linear
-    from .builder import _rows_per_tile  # noqa: F401 - the fallback the table reports
 
     if tuning_table is None:
         raise ValueError("batch_variants needs a tuning_table")
     if out_dir is None:
         raise ValueError("batch_variants needs an out_dir")
     table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
-    c = config
-    h, i, d = c.hidden_size, c.intermediate_size, c.head_dim
-    shapes = sorted({(c.num_heads * d, h), (c.num_kv_heads * d, h), (h, c.num_heads * d), (i, h), (h, i),
-                     (c.vocab_size, h)})
+    shapes = config.linear_shapes()
 
     def choice(m):
         return tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)

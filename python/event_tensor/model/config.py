@@ -56,6 +56,12 @@ class ModelConfig:
             per_layer += 2 * d
         return 2 * (self.num_layers * per_layer + self.vocab_size * h + h)
 
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """The (N, K) of every linear layer of a decode step, sorted."""
+        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
+        return sorted({(self.num_heads * d, h), (self.num_kv_heads * d, h), (h, self.num_heads * d), (i, h),
+                       (h, i), (self.vocab_size, h)})
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["rope_scaling"] = list(self.rope_scaling) if self.rope_scaling else None

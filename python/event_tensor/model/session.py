@@ -13,11 +13,13 @@ import numpy as np
 
 from .. import runtime
 from .config import ModelConfig
-from .weights import BF16, pack
+from .weights import BF16, PACKED_ORDER, pack
 
 __all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
+# Kernel arguments that are weights (Qwen3 adds the per-head q/k norms).
+_WEIGHTS = {*PACKED_ORDER, "q_norm", "k_norm"}
 VARIANTS_JSON = "variants.json"
 
 
@@ -85,51 +87,39 @@ class DecodeSession:
         return torch.from_numpy(a).cuda()
 
     def _zeros(self, shape, dtype: str):
+        """Zeros of a kernel argument's dtype name (float32, bfloat16, int32)."""
         if self.device == "cpu":
-            return np.zeros(shape, {"f32": np.float32, "bf16": BF16, "i32": np.int32}[dtype])
+            return np.zeros(shape, BF16 if dtype == "bfloat16" else np.dtype(dtype))
         import torch
 
-        return torch.zeros(shape, dtype={"f32": torch.float32, "bf16": torch.bfloat16, "i32": torch.int32}[dtype],
-                           device="cuda")
+        return torch.zeros(shape, dtype=getattr(torch, dtype), device="cuda")
 
     def _alloc(self, packed: dict[str, np.ndarray]) -> None:
-        c, lay = self.config, self.layout
-        specs = {a["name"]: a for a in self.artifact.metadata["arguments"]}
-        self.arg_names = [a["name"] for a in self.artifact.metadata["arguments"]]
-        self._per_row = [(a["name"], bool(a.get("shape")) and a["shape"][0] == -1)
-                         for a in self.artifact.metadata["arguments"]]
+        """Uploads the weights and allocates every other kernel argument
+        (KV caches, token rows, activations) from the artifact's argument
+        shapes, a dynamic first dimension taking `max_batch` rows."""
+        args = self.artifact.metadata["arguments"]
+        self.arg_names = [a["name"] for a in args]
+        self._per_row = [(a["name"], bool(a.get("shape")) and a["shape"][0] == -1) for a in args]
         self.buffers: dict[str, Any] = {}
-        for name, array in packed.items():
-            if name not in specs:
+        missing = []
+        for spec in args:
+            name = spec["name"]
+            if name == "batch":
                 continue
-            want = specs[name]["shape"]
-            if list(array.shape) != want:
-                raise ValueError(f"weight '{name}' has shape {list(array.shape)}, the artifact expects {want}")
-            self.buffers[name] = self._to_device(array)
-        missing = [n for n in self.arg_names if n not in self.buffers and n not in self._scratch_names()
-                   and n not in ("batch", "tokens", "positions", "slots")]
+            if name in packed:
+                array = packed[name]
+                if list(array.shape) != spec["shape"]:
+                    raise ValueError(f"weight '{name}' has shape {list(array.shape)}, the artifact expects "
+                                     f"{spec['shape']}")
+                self.buffers[name] = self._to_device(array)
+            elif name in _WEIGHTS:
+                missing.append(name)
+            else:
+                shape = [self.max_batch if d == -1 else d for d in spec["shape"]]
+                self.buffers[name] = self._zeros(shape, spec["dtype"])
         if missing:
             raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
-        b, s = self.max_batch, self.max_context
-        hq, hkv, d, h, i, v = c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size, c.intermediate_size, c.vocab_size
-        splits, chunks = -(-s // lay["split_len"]), lay["argmax_chunks"]
-        cache = (c.num_layers, b, s, hkv, d)
-        self.buffers["k_cache"] = self._zeros(cache, "bf16")
-        self.buffers["v_cache"] = self._zeros(cache, "bf16")
-        shapes = {"tokens": ((b,), "i32"), "positions": ((b,), "i32"), "slots": ((b,), "i32"), "h": ((b, h), "f32"), "xn": ((b, h), "bf16"),
-                  "q": ((b, hq, d), "f32"), "k": ((b, hkv, d), "f32"), "v": ((b, hkv, d), "f32"),
-                  "o_part": ((b, splits, hq, d), "f32"), "lse": ((b, splits, hq), "f32"),
-                  "attn": ((b, hq, d), "bf16"), "a": ((b, h), "f32"), "g": ((b, i), "f32"), "u": ((b, i), "f32"),
-                  "act": ((b, i), "bf16"), "mo": ((b, h), "f32"), "logits": ((b, v), "f32"),
-                  "part_val": ((b, chunks), "f32"), "part_idx": ((b, chunks), "i32"),
-                  "next_val": ((b, 1), "f32"), "next_token": ((b, 1), "i32")}
-        for name, (shape, dtype) in shapes.items():
-            self.buffers[name] = self._zeros(shape, dtype)
-
-    @staticmethod
-    def _scratch_names() -> set[str]:
-        return {"k_cache", "v_cache", "h", "xn", "q", "k", "v", "o_part", "lse", "attn", "a", "g", "u", "act", "mo",
-                "logits", "part_val", "part_idx", "next_val", "next_token"}
 
     def reset(self) -> None:
         """Forgets every sequence (clears the KV caches)."""
