@@ -84,7 +84,10 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
         kernels.append({"dir": name, "rows": r, "unroll": u, "n": n, "k": k, "tiles": tiles})
         if progress:
             progress(i + 1, len(points))
-    plan = {"format": TABLE_FORMAT, "target": target, "workers": workers, "threads": threads,
+    # Row groups working in parallel in a tile: the warps of a CTA, or the
+    # one thread of a host worker.
+    warps = max(1, threads // 32) if target == "cuda" else 1
+    plan = {"format": TABLE_FORMAT, "target": target, "workers": workers, "threads": threads, "warps": warps,
             "capacity": capacity, "ms": list(ms), "m_max": m_max, "shapes": [list(s) for s in shapes],
             "macro": [[r, 1] for r in rows], "micro": list(unrolls), "kernels": kernels}
     (out / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -144,7 +147,7 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
                 launch(*args)
                 times.append(time.perf_counter() - t0)
         cfg = LinearConfig(kern["rows"], 1, kern["unroll"])
-        tiles, trips = linear_problem(m, n, k, cfg, max(1, plan["threads"] // 32) if target == "cuda" else 1)
+        tiles, trips = linear_problem(m, n, k, cfg, plan["warps"])
         samples.append({"rows": kern["rows"], "split_k": 1, "unroll": kern["unroll"], "n": n, "k": k, "m": m,
                         "tiles": tiles, "trips": trips, "seconds": float(np.median(times))})
         if progress:
@@ -172,7 +175,7 @@ def fit(root: str | Path, out: str | Path) -> TuningTable:
             models[(rows, split, unroll)] = WaveModel(plan["capacity"]).fit(mine)
     table = build_table(measured["device"], plan["workers"], plan["threads"],
                         [tuple(s) for s in plan["shapes"]], plan["m_max"],
-                        [tuple(m) for m in plan["macro"]], plan["micro"], models)
+                        [tuple(m) for m in plan["macro"]], plan["micro"], models, warps=plan["warps"])
     # What is saved must load back through the validation.
     table = TuningTable.from_json(json.loads(json.dumps(table.to_json())), str(out))
     table.save(out)

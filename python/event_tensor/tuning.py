@@ -211,13 +211,15 @@ def choose_linear(n: int, k: int, m: int, *, table: TuningTable | None, workers:
 
 def build_table(gpu: str, workers: int, threads: int, shapes: Sequence[tuple[int, int]], m_max: int,
                 macro_candidates: Sequence[tuple[int, int]], micro_candidates: Sequence[int],
-                models: dict[tuple[int, int, int], WaveModel]) -> TuningTable:
+                models: dict[tuple[int, int, int], WaveModel], *, warps: int | None = None) -> TuningTable:
     """Precomputes the two-stage choice: for every shape and M, first the
     macro configuration with the lowest predicted latency (at the default
     micro configuration, the first candidate), then the best micro
     configuration for it. `models[(rows, split_k, unroll)]` predicts each
-    configuration family."""
-    warps = max(1, threads // 32)
+    configuration family. `warps` (row groups working in parallel in a
+    tile; default threads / 32) must be the one the samples' trips were
+    counted with."""
+    warps = warps or max(1, threads // 32)
     linear = {}
     for n, k in shapes:
         macro_out, micro_out = [], []

@@ -74,6 +74,15 @@ def test_two_stage_table_picks_the_best_configuration_and_round_trips(tmp_path):
         best = min(((r, 1, u) for r in (8, 16, 64) for u in (4, 8)),
                    key=lambda c: float(models[c].predict(*linear_problem(m, 2048, 8192, LinearConfig(*c), 16))))
         assert (got.rows, got.split_k, got.unroll) == best
+    # Trips are counted per row group, and a table must be built with the
+    # row groups its samples were counted with. With 16 warps, 4- and 16-row
+    # tiles take the same trips, so 16 rows (one wave) wins. With one row
+    # group, 16 rows take 4x the trips, and 4 rows (cheaper last wave) win.
+    flat = {(r, 1, 4): (0.0, 1.0, 0.0, 1.0, 0.1, 0.0) for r in (4, 16)}
+    flat_models = _models(flat)
+    for warps, rows in ((None, 16), (1, 4)):
+        t = build_table("G", CAPACITY, 512, [(2048, 8192)], 2, [(4, 1), (16, 1)], [4], flat_models, warps=warps)
+        assert t.lookup(2048, 8192, 1).rows == rows
     table.save(tmp_path / "t.json")
     back = TuningTable.load(tmp_path / "t.json", gpu="Test GPU")
     assert back.lookup(2048, 8192, 5) == table.lookup(2048, 8192, 5)
@@ -141,6 +150,11 @@ def test_tune_end_to_end_on_host_workers(tmp_path):
         assert cfg.rows in (8, 16) and cfg.split_k == 1 and cfg.unroll in (4, 8)
     samples = json.loads((tmp_path / "work" / "samples.json").read_text())["samples"]
     assert len(samples) == 2 * 2 * 4 * 2 * 2 and all(s["seconds"] > 0 for s in samples)
+    # Host workers have one row group: trips counted with warps = 1.
+    assert json.loads((tmp_path / "work" / "plan.json").read_text())["warps"] == 1
+    s0 = samples[0]
+    cfg = LinearConfig(s0["rows"], s0["split_k"], s0["unroll"])
+    assert (s0["tiles"], s0["trips"]) == linear_problem(s0["m"], s0["n"], s0["k"], cfg, 1)
     # One step at a time gives the same files; bad shapes are refused.
     assert main(["tune", "--step", "fit", "--dir", str(tmp_path / "work"), "-o", str(tmp_path / "again.json"),
                  "--shapes", "64x256"]) == 0
