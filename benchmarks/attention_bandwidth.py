@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from event_tensor import runtime
-from gpu_timing import copy_bandwidth, median_seconds
+from gpu_timing import copy_bandwidth, launch_seconds
 
 
 def main():
@@ -39,9 +39,7 @@ def main():
         o = torch.zeros(entries, hq, d, device="cuda")
         lse = torch.zeros(entries, hq, device="cuda")
         launch = runtime.load(root / cfg["name"]).launcher(timeout_s=5)
-        go = launch.bind(q, *caches, o, lse)
-        t = median_seconds(go)
-        launch.check()
+        t = launch_seconds(launch, q, *caches, o, lse)
         nbytes = sum(c.numel() * 2 for c in caches)
         bw = nbytes / t
         results["rows"].append({**cfg, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw})

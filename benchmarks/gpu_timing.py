@@ -22,6 +22,15 @@ def median_seconds(fn, reps=20, warmup=3):
     return statistics.median(times)
 
 
+def launch_seconds(launch, *args, reps=20, warmup=3):
+    """Median seconds of one kernel launch: the arguments are packed once
+    (`launch.bind`), so no Python work sits between the timing events; then
+    the launcher's error check."""
+    seconds = median_seconds(launch.bind(*args), reps=reps, warmup=warmup)
+    launch.check()
+    return seconds
+
+
 def copy_bandwidth(elements=1 << 29):
     """Device copy bandwidth in bytes/s (bytes read plus written), 1 GiB of bf16."""
     src = torch.empty(elements, dtype=torch.bfloat16, device="cuda").normal_()

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from event_tensor import runtime
-from gpu_timing import copy_bandwidth, median_seconds
+from gpu_timing import copy_bandwidth, launch_seconds, median_seconds
 
 
 THREADS = (1024,)  # threads per worker (CTA size), as compiled
@@ -67,9 +67,7 @@ def main():
                                                                                    threads=threads)
             launch(x, *ws, *ys)
             ok = all(torch.allclose(y, r, rtol=1e-3, atol=1e-3) for y, r in zip(ys, ref))
-            go = launch.bind(x, *ws, *ys)
-            t = median_seconds(go)
-            launch.check()
+            t = launch_seconds(launch, x, *ws, *ys)
             bw = nbytes / t
             results["rows"].append({"n": n, "k": k, "rows_per_tile": rows, "unroll": unroll, "threads": threads,
                                     "time_us": t * 1e6,
@@ -98,8 +96,7 @@ def main():
         launch = runtime.load(root / f"linear-chain-{variant}").launcher(timeout_s=5)
         launch(x, *ws, *ys)
         ok = torch.allclose(ys[-1].float(), ref, rtol=2e-2, atol=2e-2)
-        t = median_seconds(launch.bind(x, *ws, *ys))
-        launch.check()
+        t = launch_seconds(launch, x, *ws, *ys)
         results[f"chain_{variant}"] = {"time_us": t * 1e6, "tb_s": nbytes / t / 1e12,
                                        "fraction_of_copy": nbytes / t / copy_bw, "correct": ok}
         print(f"chain of {layers} dependent {n}x{n} layers, {variant}: {t * 1e6:.1f} us, "

@@ -23,15 +23,12 @@ from pathlib import Path
 import torch
 
 from event_tensor import runtime
-from gpu_timing import median_seconds
+from gpu_timing import launch_seconds
 
 
 def timed(launch, args, reps=50, warmup=5):
-    """Median microseconds of one launch; arguments are packed once (no Python
-    work between the timing events)."""
-    us = median_seconds(launch.bind(*args), reps=reps, warmup=warmup) * 1e6
-    launch.check()
-    return us
+    """Median microseconds of one launch."""
+    return launch_seconds(launch, *args, reps=reps, warmup=warmup) * 1e6
 
 
 def main():
