@@ -99,7 +99,6 @@ class DecodeSession:
         (KV caches, token rows, activations) from the artifact's argument
         shapes, a dynamic first dimension taking `max_batch` rows."""
         args = self.artifact.metadata["arguments"]
-        self.arg_names = [a["name"] for a in args]
         self._per_row = [(a["name"], bool(a.get("shape")) and a["shape"][0] == -1) for a in args]
         self.buffers: dict[str, Any] = {}
         missing = []
