@@ -24,47 +24,9 @@ import torch
 
 from event_tensor.model import DecodeSession, ModelConfig
 from gpu_timing import random_model_weights, to_numpy_bf16
+from hf_models import hf_model
 
 TOLERANCE = 1e-2
-
-
-def hf_model(config: ModelConfig, weights: dict[str, torch.Tensor]):
-    import transformers
-
-    hf = config.to_hf()
-    arch = hf["architectures"][0]
-    cfg_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
-    model_cls = getattr(transformers, arch)
-    kwargs = {k: v for k, v in hf.items() if k not in ("architectures", "model_type", "torch_dtype")}
-    # Newer transformers take RoPE settings as one `rope_parameters` dict.
-    rope = {"rope_type": "default", "rope_theta": config.rope_theta}
-    if config.rope_scaling:
-        f, lo, hi, orig = config.rope_scaling
-        rope.update(rope_type="llama3", factor=f, low_freq_factor=lo, high_freq_factor=hi,
-                    original_max_position_embeddings=int(orig))
-    if "rope_parameters" in getattr(cfg_cls, "__dataclass_fields__", {}) or hasattr(cfg_cls(), "rope_parameters"):
-        kwargs.pop("rope_theta", None)
-        kwargs.pop("rope_scaling", None)
-        kwargs["rope_parameters"] = rope
-    cfg = cfg_cls(**kwargs)
-    cfg._attn_implementation = "eager"
-    with torch.device("cuda"):
-        model = model_cls(cfg).to(torch.float32)
-    state = {k: v.float() for k, v in weights.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"state dict mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    if config.tie_word_embeddings:
-        model.tie_weights()
-    # Both must rotate by the same frequencies.
-    from event_tensor.model.reference import _inv_freq
-
-    inv = model.model.rotary_emb.inv_freq.double().cpu().numpy()
-    ours = _inv_freq(config)
-    if not np.allclose(inv, ours, rtol=1e-5):
-        raise RuntimeError(f"transformers' RoPE frequencies differ from ours: {inv[:4]} vs {ours[:4]}")
-    return model.eval()
 
 
 def check(path: Path, steps: int, seed: int) -> dict:

@@ -49,6 +49,21 @@ def main():
     results["numerics_rel_err"] = err
     print(f"numerics (M=3, N=1000, K=1032): relative error {err:.2e} "
           f"({'ok' if err < 1e-5 and not np.isnan(got).any() else 'FAIL'})")
+    # The streamed lowering with a runtime M and accumulate: M = 1 and 6.
+    if (root / "linear-numerics-stream").exists():
+        case = np.load(root / "linear-numerics-stream" / "case.npz")
+        launch = runtime.load(root / "linear-numerics-stream").launcher(threads=512)
+        for m in (1, 6):
+            x = torch.from_numpy(case["x"][:m].copy()).view(torch.bfloat16).cuda()
+            w = torch.from_numpy(case["w"].copy()).view(torch.bfloat16).cuda()
+            y = torch.from_numpy(case["y0"][:m].copy()).cuda()
+            launch(x, w, y)
+            got = y.cpu().double().numpy()
+            ref = case["ref"][:m]
+            err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+            results[f"numerics_stream_m{m}_rel_err"] = err
+            print(f"numerics (streamed, runtime M={m}, N=1000, K=1024, accumulate): relative error {err:.2e} "
+                  f"({'ok' if err < 1e-5 and not np.isnan(got).any() else 'FAIL'})")
 
     copy_bw = copy_bandwidth()
     results["copy_bandwidth_tb_s"] = copy_bw / 1e12

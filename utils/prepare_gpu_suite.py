@@ -206,6 +206,27 @@ et.kernel @lin(%x: memref<{m}x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<{m
     art = et.compile(text, target="cuda", workers=workers, mode="dynamic", cache_dir=cache)
     _copy_artifact(art, out / "linear-numerics")
     np.savez(out / "linear-numerics" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), ref=ref)
+    # The streamed lowering (K a multiple of 256): a runtime M (one
+    # accumulator at M = 1, clamped token groups above), accumulate, and an
+    # N that leaves the last tile short.
+    m, n, k = 6, 1000, 1024
+    x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+    y0 = rng.standard_normal((m, n)).astype(np.float32)
+    ref = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+    text = f"""
+et.kernel @lin(%x: memref<?x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<?x{n}xf32>) {{
+  %ct = arith.constant {-(-n // 48)} : index
+  %cr = arith.constant 48 : index
+  et.task @rows tiles(%t) in (%ct) {{
+    %r0 = arith.muli %t, %cr : index
+    et.linear %x, %w, %y rows(%r0, %cr) accumulate : memref<?x{k}xbf16>, memref<{n}x{k}xbf16>, memref<?x{n}xf32>
+  }}
+}}
+"""
+    art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=512, cache_dir=cache)
+    _copy_artifact(art, out / "linear-numerics-stream")
+    np.savez(out / "linear-numerics-stream" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref)
     print(f"linear: {len(LINEAR_SHAPES) * 2} bandwidth kernels and a numerics case in {out}")
 
 
@@ -303,7 +324,7 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
-           layered: bool = False) -> None:
+           layered: bool = False, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa") -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; with `layered`,
@@ -315,9 +336,10 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         start = time.perf_counter()
         config = preset(name)
         target = out / (name + ("-layered" if layered else "") + ("-profiled" if profile else ""))
-        compile_model(config, target="cuda", max_batch=4, max_context=min(1024, config.max_position_embeddings),
-                      workers=workers, threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile,
-                      layered=layered)
+        compile_model(config, target="cuda", max_batch=max_batch,
+                      max_context=min(max_context, config.max_position_embeddings), workers=workers,
+                      threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
+                      format=fmt)
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -331,15 +353,30 @@ def main() -> None:
     parser.add_argument("--profiled-models", default="", help="model presets to compile with profiling too")
     parser.add_argument("--model-threads", type=int, default=512, help="threads per worker of the model kernels")
     parser.add_argument("--layered", action="store_true", help="layered model kernels (one task per kind)")
+    parser.add_argument("--max-batch", type=int, default=4, help="max batch of the model kernels")
+    parser.add_argument("--max-context", type=int, default=1024, help="max context of the model kernels")
+    parser.add_argument("--format", default="isa", choices=["isa", "bin"], help="model kernels as PTX or cubin")
+    parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
+                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    unknown = parts - {"suite", "bench", "linear", "tiles", "models"}
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     out = Path(args.out)
     cache = out / "cache"
-    suite(out / "suite", args.seeds, cache)
-    bench(out / "bench", args.workers, cache)
-    linear(out / "linear", args.workers, cache)
-    tile_numerics(out / "tiles", args.workers, cache)
-    models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
-           [m for m in args.profiled_models.split(",") if m], args.model_threads, args.layered)
+    if "suite" in parts:
+        suite(out / "suite", args.seeds, cache)
+    if "bench" in parts:
+        bench(out / "bench", args.workers, cache)
+    if "linear" in parts:
+        linear(out / "linear", args.workers, cache)
+    if "tiles" in parts:
+        tile_numerics(out / "tiles", args.workers, cache)
+    if "models" in parts:
+        models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
+               [m for m in args.profiled_models.split(",") if m], args.model_threads, args.layered,
+               args.max_batch, args.max_context, args.format)
     shutil.rmtree(cache, ignore_errors=True)
 
 

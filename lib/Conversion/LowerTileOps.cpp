@@ -128,6 +128,11 @@ void lowerLinearCPU(LinearOp op) {
                         b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
                   });
               Value out = sum.getResult(0);
+              if (op.getAccumulate())
+                out = arith::AddFOp::create(
+                    b, loc,
+                    memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}),
+                    out);
               if (!outType.isF32())
                 out = arith::TruncFOp::create(b, loc, outType, out);
               memref::StoreOp::create(b, loc, out, op.getY(),
@@ -365,6 +370,9 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(store.thenBlock());
       Value out = s;
+      if (op.getAccumulate())
+        out = arith::AddFOp::create(
+            b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok(i), row}), out);
       if (!outType.isF32())
         out = arith::TruncFOp::create(b, loc, outType, out);
       memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok(i), row});
@@ -388,6 +396,194 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
         scf::YieldOp::create(b, loc);
       });
   op.erase();
+}
+
+/// GPU, K static and a multiple of one warp's load (256 elements): each warp
+/// streams the weights of its rows (row0 + warp, then every `warps` rows) as
+/// one software-pipelined sequence of chunk groups, `u` 16-byte loads per
+/// lane each. The loop carries the loaded group; each iteration first issues
+/// the next group's loads (the next row's first group at a row's end, and
+/// the warp's first group again after its last, which the next token group
+/// starts from), then the multiply-adds of the current group. Tokens go in
+/// groups of `tokenGroup` accumulators (indices past M clamp to M - 1 and
+/// are not stored); a runtime M of 1 takes a one-accumulator path. With
+/// `registerPrefetch`, the first group's loads sit before the task's first
+/// wait (weightPrefetchPoint). Returns false (nothing changed) when K does
+/// not fit.
+bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
+                          int64_t tokenGroup) {
+  MemRefType wType = op.getW().getType();
+  int64_t kStatic = wType.getDimSize(1);
+  constexpr int64_t step = kWarp * kVector; // elements one warp covers per load
+  if (ShapedType::isDynamic(kStatic) || kStatic % step != 0)
+    return false;
+  int64_t u = std::max<int64_t>(1, unroll);
+  while (kStatic % (step * u) != 0)
+    u /= 2;
+  int64_t groupsPerRow = kStatic / (step * u);
+
+  Operation *prefetchAt = registerPrefetch ? weightPrefetchPoint(op) : nullptr;
+  OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  MemRefType xType = op.getX().getType();
+  Type f32 = b.getF32Type();
+  auto vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+  auto vecF32 = VectorType::get({kVector}, f32);
+  Type outType = op.getY().getType().getElementType();
+
+  Groups warpsOf = h.groups(kWarp);
+  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
+  Value first = arith::AddIOp::create(b, loc, op.getRow0(), warp);
+  Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
+  Value zeroBF16 = arith::ConstantOp::create(
+      b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
+
+  auto loadGroup = [&](OpBuilder &b, Value row, Value group) {
+    Value col0 = arith::AddIOp::create(
+        b, loc, laneK, arith::MulIOp::create(b, loc, group, h.idx(step * u)));
+    SmallVector<Value> ws;
+    for (int64_t j = 0; j < u; ++j) {
+      auto load = vector::LoadOp::create(
+          b, loc, vecBF16, op.getW(),
+          ValueRange{row, arith::AddIOp::create(b, loc, col0, h.idx(j * step))});
+      load.setAlignment(16);
+      ws.push_back(load);
+    }
+    return ws;
+  };
+
+  // The warp's first group (none when the warp has no row).
+  Value hasRows = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end);
+  auto preIf = scf::IfOp::create(b, loc, SmallVector<Type>(u, vecBF16), hasRows,
+                                 /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(preIf.thenBlock());
+    scf::YieldOp::create(b, loc, loadGroup(b, first, h.idx(0)));
+    b.setInsertionPointToStart(preIf.elseBlock());
+    scf::YieldOp::create(b, loc, SmallVector<Value>(u, zeroBF16));
+  }
+  SmallVector<Value> pre(preIf.getResults());
+  b.setInsertionPoint(op);
+
+  // The stream over the warp's rows for tokens tok(0..mCount-1), from the
+  // group `init`; returns the group loaded last (the warp's first again).
+  auto stream = [&](OpBuilder &b, int64_t mCount, function_ref<Value(OpBuilder &, int64_t)> tok,
+                    function_ref<Value(OpBuilder &, int64_t)> storeOk, ValueRange init) {
+    Value zero = arith::ConstantOp::create(
+        b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+    auto rows = scf::ForOp::create(
+        b, loc, first, end, warps, init,
+        [&](OpBuilder &b, Location loc, Value row, ValueRange cur) {
+          Value nextRow = arith::AddIOp::create(b, loc, row, warps);
+          Value hasNext = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, nextRow, end);
+          SmallVector<Value> iters(mCount, zero);
+          iters.append(cur.begin(), cur.end());
+          auto groups = scf::ForOp::create(
+              b, loc, h.idx(0), h.idx(groupsPerRow), h.idx(1), iters,
+              [&](OpBuilder &b, Location loc, Value g, ValueRange it) {
+                // Next group: (row, g + 1), else (nextRow, 0), else the
+                // warp's first group.
+                Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g,
+                                                   h.idx(groupsPerRow - 1));
+                Value wrap = arith::AndIOp::create(
+                    b, loc, last,
+                    arith::XOrIOp::create(b, loc, hasNext,
+                                          arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)));
+                Value nRow = arith::SelectOp::create(
+                    b, loc, wrap, first, arith::SelectOp::create(b, loc, last, nextRow, row));
+                Value nGroup = arith::SelectOp::create(
+                    b, loc, last, h.idx(0), arith::AddIOp::create(b, loc, g, h.idx(1)));
+                SmallVector<Value> next = loadGroup(b, nRow, nGroup);
+                Value col0 = arith::AddIOp::create(
+                    b, loc, laneK, arith::MulIOp::create(b, loc, g, h.idx(step * u)));
+                SmallVector<Value> accs(it.begin(), it.begin() + mCount);
+                for (int64_t j = 0; j < u; ++j) {
+                  Value wv = arith::ExtFOp::create(b, loc, vecF32, it[mCount + j]);
+                  Value col = arith::AddIOp::create(b, loc, col0, h.idx(j * step));
+                  for (int64_t i = 0; i < mCount; ++i) {
+                    auto xl = vector::LoadOp::create(b, loc, vecBF16, op.getX(),
+                                                     ValueRange{tok(b, i), col});
+                    xl.setAlignment(16);
+                    Value xv = arith::ExtFOp::create(b, loc, vecF32, xl.getResult());
+                    accs[i] = vector::FMAOp::create(b, loc, wv, xv, accs[i]);
+                  }
+                }
+                accs.append(next.begin(), next.end());
+                scf::YieldOp::create(b, loc, accs);
+              });
+          Value isLane0 =
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+          for (int64_t i = 0; i < mCount; ++i) {
+            Value sum = butterflySum(
+                b, loc,
+                vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
+                                            groups.getResult(i)),
+                kWarp);
+            Value go = isLane0;
+            if (Value ok = storeOk(b, i))
+              go = arith::AndIOp::create(b, loc, go, ok);
+            auto store = scf::IfOp::create(b, loc, go, /*withElse=*/false);
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(store.thenBlock());
+            Value t = tok(b, i);
+            Value out = sum;
+            if (op.getAccumulate())
+              out = arith::AddFOp::create(
+                  b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{t, row}), out);
+            if (!outType.isF32())
+              out = arith::TruncFOp::create(b, loc, outType, out);
+            memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{t, row});
+          }
+          scf::YieldOp::create(b, loc, groups.getResults().drop_front(mCount));
+        });
+    return SmallVector<Value>(rows.getResults());
+  };
+
+  // Token groups [t0, t0 + mCount) of M tokens; indices past M clamp.
+  auto tokenGroups = [&](OpBuilder &b, Value m, int64_t mCount, ValueRange init) {
+    scf::ForOp::create(
+        b, loc, h.idx(0), m, h.idx(mCount), init,
+        [&](OpBuilder &b, Location loc, Value t0, ValueRange cur) {
+          Value lastTok = arith::SubIOp::create(b, loc, m, h.idx(1));
+          SmallVector<Value> toks, oks;
+          for (int64_t i = 0; i < mCount; ++i) {
+            Value t = arith::AddIOp::create(b, loc, t0, h.idx(i));
+            toks.push_back(arith::MinUIOp::create(b, loc, t, lastTok));
+            oks.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t, m));
+          }
+          SmallVector<Value> out = stream(
+              b, mCount, [&](OpBuilder &, int64_t i) { return toks[i]; },
+              [&](OpBuilder &, int64_t i) { return oks[i]; }, cur);
+          scf::YieldOp::create(b, loc, out);
+        });
+  };
+
+  if (!xType.isDynamicDim(0) && xType.getDimSize(0) <= tokenGroup) {
+    int64_t m = xType.getDimSize(0);
+    stream(b, m, [&](OpBuilder &, int64_t i) { return h.idx(i); },
+           [](OpBuilder &, int64_t) { return Value(); }, pre);
+  } else if (!xType.isDynamicDim(0)) {
+    tokenGroups(b, h.idx(xType.getDimSize(0)), tokenGroup, pre);
+  } else {
+    Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+    Value one = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, m, h.idx(1));
+    auto ifOp = scf::IfOp::create(b, loc, one, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      stream(b, 1, [&](OpBuilder &, int64_t) { return h.idx(0); },
+             [](OpBuilder &, int64_t) { return Value(); }, pre);
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      tokenGroups(b, m, tokenGroup, pre);
+    }
+  }
+  op.erase();
+  return true;
 }
 
 /// f32 value of a bf16 or f32 element.
@@ -1169,20 +1365,30 @@ struct LowerTileOpsPass
     bool gpu = target == "gpu";
     // Each tile op splits its work between the worker's threads in its own
     // way, so one op's results may be read by other threads in the next:
-    // on the GPU, a CTA barrier separates consecutive tile ops at the top
-    // level of a task body (every thread runs those).
+    // on the GPU, a CTA barrier separates consecutive tile ops in every
+    // block of a task body, where an op holding tile ops in its regions
+    // (an scf.if over the live batch rows, say) counts as one. Every
+    // thread of the worker must reach a tile op anyway (they synchronize
+    // inside), so the barrier is reached wherever the ops are.
     if (gpu) {
+      auto holdsTileOps = [](Operation *op) {
+        return op->walk([](Operation *inner) {
+                   return isTileOp(inner) ? WalkResult::interrupt() : WalkResult::advance();
+                 }).wasInterrupted();
+      };
       getOperation().walk([&](TaskOp task) {
-        bool seen = false;
-        for (Operation &op : task.getBody().front()) {
-          if (!isTileOp(&op))
-            continue;
-          if (seen) {
-            OpBuilder b(&op);
-            gpu::BarrierOp::create(b, op.getLoc());
+        task.getBody().walk([&](Block *block) {
+          bool seen = false;
+          for (Operation &op : *block) {
+            if (!holdsTileOps(&op))
+              continue;
+            if (seen) {
+              OpBuilder b(&op);
+              gpu::BarrierOp::create(b, op.getLoc());
+            }
+            seen = true;
           }
-          seen = true;
-        }
+        });
       });
     }
     for (Operation *op : ops) {
@@ -1211,8 +1417,13 @@ struct LowerTileOpsPass
       for (LinearOp op : linears)
         prefetchWeightsL2(op);
     for (LinearOp op : linears) {
-      if (target == "gpu")
-        lowerLinearGPU(op, unroll, prefetch == "registers");
+      if (target == "gpu") {
+        // Four accumulators per token group fit 128 registers per thread
+        // (up to 512 threads); two above that.
+        int64_t tokenGroup = threads > 512 || threads == 0 ? 2 : 4;
+        if (!lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup))
+          lowerLinearGPU(op, unroll, prefetch == "registers");
+      }
       else
         lowerLinearCPU(op);
     }

@@ -4,16 +4,26 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers}))" | FileCheck %s --check-prefix=REGS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=T256
 
-// On the GPU target: a warp per row (rows strided by the number of warps),
-// 16-byte vector loads of w and x, FMAs into vector<8xf32> accumulators, a
-// 5-step shuffle butterfly, lane 0 stores. On the CPU target: scalar loops.
+// On the GPU target: a warp per row (rows strided by the number of warps).
+// K = 1024 is a multiple of 256, so each warp streams its rows as one
+// software-pipelined sequence of groups of `unroll` 16-byte loads: the first
+// group loaded before the loops, each iteration loading the next group (the
+// next row's first at a row's end, the warp's first after its last row)
+// before the FMAs of the current one; then a 5-step shuffle butterfly and a
+// lane-0 store per row. On the CPU target: scalar loops.
 // GPU-LABEL: et.kernel @gemv
 // GPU: et.thread_id
 // GPU: et.num_threads
-// GPU: scf.for
-// GPU: scf.for {{.*}} iter_args
+// GPU: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>)
 // GPU-COUNT-2: vector.load %{{.*}} {alignment = 16 : i64} : memref<4096x1024xbf16>, vector<8xbf16>
+// GPU: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xbf16>, vector<8xbf16>)
+// GPU: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>, vector<8xbf16>, vector<8xbf16>)
+// GPU: arith.select
+// GPU: arith.select
+// GPU-COUNT-2: vector.load %{{.*}} : memref<4096x1024xbf16>, vector<8xbf16>
+// GPU: vector.load %{{.*}} : memref<1x1024xbf16>, vector<8xbf16>
 // GPU: vector.fma
+// GPU: scf.yield %{{.*}} : vector<8xf32>, vector<8xbf16>, vector<8xbf16>
 // GPU: vector.reduction <add>
 // GPU-COUNT-5: gpu.shuffle  xor
 // GPU: memref.store
@@ -67,19 +77,18 @@ et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16
 // PREFETCH: scf.if
 // PREFETCH: nvvm.cp.async.bulk.prefetch %{{.*}}, %{{.*}} : <1>
 // PREFETCH: et.event.wait
-// With prefetch=registers, each warp loads the first chunks of its first
-// row before the wait; the first row's main loop starts from them.
-// REGS-LABEL: et.kernel @gemv
-// REGS-NOT: scf.if {{.*}} -> (vector<8xbf16>
+// With prefetch=registers, each warp loads its first group of chunks before
+// the wait, and the stream starts from them; without, after the wait.
 // REGS-LABEL: et.kernel @chained
-// REGS: et.task @first
-// REGS-NOT: -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // REGS: et.task @second
-// REGS: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// REGS: %[[PRE:.*]]:4 = scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // REGS-COUNT-4: vector.load %{{.*}} : memref<1024x4096xbf16>, vector<8xbf16>
 // REGS: et.event.wait
-// REGS: scf.if %{{.*}} -> (vector<8xf32>, index)
-// REGS: scf.for %{{.*}} = %{{.*}}#1 to
+// REGS: scf.for {{.*}} iter_args(%{{.*}} = %[[PRE]]#0,
+// GPU-LABEL: et.kernel @chained
+// GPU: et.task @second
+// GPU: et.event.wait
+// GPU: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>)
 et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<1x4096xbf16>,
                    %w2: memref<1024x4096xbf16>, %y2: memref<1x1024xbf16>) {
   %c32 = arith.constant 32 : index
@@ -94,6 +103,54 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
     %r0 = arith.muli %t, %c32 : index
     et.event.wait %e[] : !et.event<>
     et.linear %y, %w2, %y2 rows(%r0, %c32) : memref<1x4096xbf16>, memref<1024x4096xbf16>, memref<1x1024xbf16>
+  }
+}
+
+// K = 136 is not a multiple of 256: the per-row loop with a remainder
+// (one load per lane per step).
+// GPU-LABEL: et.kernel @odd_k
+// GPU-NOT: -> (vector<8xf32>, vector<8xbf16>
+// GPU: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>)
+// GPU: vector.fma
+// GPU-LABEL: et.kernel @batched
+et.kernel @odd_k(%x: memref<1x136xbf16>, %w: memref<64x136xbf16>, %y: memref<1x64xf32>) {
+  %c4 = arith.constant 4 : index
+  %c16 = arith.constant 16 : index
+  et.task @rows tiles(%t) in (%c4) {
+    %r0 = arith.muli %t, %c16 : index
+    et.linear %x, %w, %y rows(%r0, %c16) : memref<1x136xbf16>, memref<64x136xbf16>, memref<1x64xf32>
+  }
+}
+
+// A runtime batch: M == 1 takes a one-accumulator stream, otherwise token
+// groups (4 accumulators at 256 threads, 2 when the threads are unknown)
+// whose indices past M clamp and are not stored. With accumulate, y is
+// read and added before the store.
+// T256-LABEL: et.kernel @batched
+// T256: memref.dim %{{.*}} : memref<?x1024xbf16>
+// T256: arith.cmpi eq
+// T256: scf.if
+// T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// T256: } else {
+// T256: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
+// T256: arith.minui
+// T256: arith.cmpi ult
+// T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xbf16>,
+// T256: memref.load %{{.*}} : memref<?x4096xf32>
+// T256: arith.addf
+// T256: memref.store %{{.*}} : memref<?x4096xf32>
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c2
+// GPU: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xbf16>, vector<8xbf16>)
+// CPU-LABEL: et.kernel @batched
+// CPU: memref.load %{{.*}} : memref<?x4096xf32>
+// CPU: arith.addf
+// CPU: memref.store %{{.*}} : memref<?x4096xf32>
+et.kernel @batched(%x: memref<?x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<?x4096xf32>) {
+  %c32 = arith.constant 32 : index
+  %c128 = arith.constant 128 : index
+  et.task @rows tiles(%t) in (%c32) {
+    %r0 = arith.muli %t, %c128 : index
+    et.linear %x, %w, %y rows(%r0, %c128) accumulate : memref<?x1024xbf16>, memref<4096x1024xbf16>, memref<?x4096xf32>
   }
 }
 
@@ -159,6 +216,33 @@ et.kernel @two_ops(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<8x2x32x
   et.task @t tiles(%i) in (%c1) {
     et.rope %x, %p theta(1.0e+04) : memref<1x2x32xf32>, memref<1xi32>
     et.kv_append %x, %c, %c0 : memref<1x2x32xf32>, memref<8x2x32xbf16>
+  }
+}
+
+// The same inside a region (a layered kernel guards each batch row's body
+// with an scf.if), and between a tile op and a region holding one.
+// GPU-LABEL: et.kernel @two_ops_nested
+// GPU: scf.if
+// GPU: math.cos
+// GPU: gpu.barrier
+// GPU: et.thread_id
+// GPU: arith.truncf
+// GPU: gpu.barrier
+// GPU-NEXT: scf.if %arg3
+// CPU-LABEL: et.kernel @two_ops_nested
+// CPU-NOT: gpu.barrier
+// CPU: arith.truncf
+et.kernel @two_ops_nested(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<8x2x32xbf16>, %live: i1) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  et.task @t tiles(%i) in (%c1) {
+    scf.if %live {
+      et.rope %x, %p theta(1.0e+04) : memref<1x2x32xf32>, memref<1xi32>
+      et.kv_append %x, %c, %c0 : memref<1x2x32xf32>, memref<8x2x32xbf16>
+    }
+    scf.if %live {
+      et.kv_append %x, %c, %c1 : memref<1x2x32xf32>, memref<8x2x32xbf16>
+    }
   }
 }
 

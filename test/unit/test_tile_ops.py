@@ -52,6 +52,27 @@ def test_linear_matches_float64(m, k, n, rows, out, dynamic_m, tmp_path):
     assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
 
 
+def test_linear_accumulate_adds_to_y(tmp_path):
+    m, k, n = 3, 512, 40
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(BF16)
+    y0 = rng.standard_normal((m, n)).astype(np.float32)
+    ref = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+    text = _linear_kernel(m, k, n, 16, "f32", dynamic_m=True).replace(
+        "rows(%r0, %cr) :", "rows(%r0, %cr) accumulate :")
+    art = et.compile(text, target="cpu", workers=2, mode="static", cache_dir=tmp_path)
+    y = y0.copy()
+    art.launcher()(x, w, y)
+    assert _rel_err(y, ref) < 1e-5
+    # Without accumulate, y is overwritten: the sum alone.
+    art = et.compile(_linear_kernel(m, k, n, 16, "f32", dynamic_m=True), target="cpu", workers=2,
+                     mode="static", cache_dir=tmp_path)
+    y = y0.copy()
+    art.launcher()(x, w, y)
+    assert _rel_err(y, ref - y0) < 1e-5
+
+
 def test_linear_verifier_errors(tmp_path):
     from event_tensor import compiler
 

@@ -493,6 +493,8 @@ LogicalResult LinearOp::verify() {
   if (!ShapedType::isDynamic(x.getDimSize(1)) && x.getDimSize(1) % 8 != 0)
     return emitOpError("needs K to be a multiple of 8 (16-byte loads), got ")
            << x.getDimSize(1);
+  if (getAccumulate() && !y.getElementType().isF32())
+    return emitOpError("with accumulate needs an f32 y, got ") << y;
   return success();
 }
 

@@ -136,9 +136,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
              ("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
-             ("attn", mr([DYN, Hq, D], bf16)), ("a", mr([DYN, H], f32)),
+             ("attn", mr([DYN, Hq, D], bf16)),
              ("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16)),
-             ("mo", mr([DYN, H], f32)), ("logits", mr([DYN, V], f32)),
+             ("logits", mr([DYN, V], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
 
@@ -286,17 +286,16 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             def final_norm_body(t):
                 if layered:
                     et.wait(events["down"], [const(L - 1)])
-                et.rmsnorm(A["mo"], A["final_norm"], A["xn"], eps, residual=A["h"])
+                et.rmsnorm(A["h"], A["final_norm"], A["xn"], eps)
 
             # Task bodies, given the layer (an int, or an index Value for a
-            # layered task) and the tile coordinates.
+            # layered task) and the tile coordinates. The residual stream h
+            # is f32: `o` and `down` add into it (et.linear accumulate), and
+            # the norms read it.
             def norm1_body(l, t):
-                if isinstance(l, int) and l == 0:
-                    et.rmsnorm(A["h"], vec_view(A["ln1"], 0, H), A["xn"], eps)
-                else:
-                    et.rmsnorm(A["mo"], vec_view(A["ln1"], l, H), A["xn"], eps, residual=A["h"])
+                et.rmsnorm(A["h"], vec_view(A["ln1"], l, H), A["xn"], eps)
 
-            def linear_body(weight, n, k, x, y, y3=None):
+            def linear_body(weight, n, k, x, y, y3=None, accumulate=False):
                 """A linear-layer tile body `body(layer, tile)` with its tile
                 count, bytes and flops; `weight` is a stacked weight's name,
                 or a function of the layer giving the N x K weight."""
@@ -306,7 +305,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 def body(l, t):
                     r0 = arith.MulIOp(t, const(rows)).result
                     out = collapse(y3, n) if y3 is not None else y
-                    et.linear(x() if callable(x) else x, w(l), out, r0, const(rows))
+                    et.linear(x() if callable(x) else x, w(l), out, r0, const(rows), accumulate=accumulate)
                 return body, -(-n // rows), rows * k * 2, 2 * rows * k
 
             def qk_body(l, b):
@@ -335,20 +334,23 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                    row(A["lse"], b, [lay.splits, Hq], f32), row(A["attn"], b, [Hq, D], bf16))
 
             def norm2_body(l, t):
-                et.rmsnorm(A["a"], vec_view(A["ln2"], l, H), A["xn"], eps, residual=A["h"])
-
-            cols = -(-(-(-I // lay.workers)) // 8) * 8
-
-            def act_body(l, t):
-                et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(cols)).result, const(cols))
+                et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
 
             q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
             k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"])
             v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"])
-            o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["a"])
+            o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["h"], accumulate=True)
             gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
             up_lin = linear_body("wu", I, H, A["xn"], A["u"])
-            down_lin = linear_body("wd", H, I, A["act"], A["mo"])
+            down_lin = linear_body("wd", H, I, A["act"], A["h"], accumulate=True)
+            # Gate and up rows of one block and their activation in one tile:
+            # the activation needs no phase of its own.
+            mlp_rows = rows_for(I, H)
+
+            def mlp_body(l, t):
+                gate_lin[0](l, t)
+                up_lin[0](l, t)
+                et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
             # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
             layer_tasks = [
                 ("q", q_lin[0], [q_lin[1]], False, ["norm1"], q_lin[2], q_lin[3]),
@@ -360,10 +362,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),
                 ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
                 ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
-                ("gate", gate_lin[0], [gate_lin[1]], False, ["norm2"], gate_lin[2], gate_lin[3]),
-                ("up", up_lin[0], [up_lin[1]], False, ["norm2"], up_lin[2], up_lin[3]),
-                ("act", act_body, [-(-I // cols)], False, ["gate", "up"], cols * 10, cols * 6),
-                ("down", down_lin[0], [down_lin[1]], False, ["act"], down_lin[2], down_lin[3]),
+                ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
+                ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
             ]
 
             # Embedding: h = embed[tokens].

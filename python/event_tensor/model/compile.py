@@ -66,9 +66,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
+    total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "linear_tiles": choices or None,
-            "build_ir_s": round(build_s, 3)}
+            "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
     src = Path(art.path)
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
     if out_dir is None:

@@ -307,6 +307,16 @@ et.kernel @linear_k_alignment(%x: memref<1x12xbf16>, %w: memref<4x12xbf16>, %y: 
 
 // -----
 
+et.kernel @linear_accumulate_bf16(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{with accumulate needs an f32 y, got 'memref<1x4xbf16>'}}
+    et.linear %x, %w, %y rows(%i, %c1) accumulate : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xbf16>
+  }
+}
+
+// -----
+
 et.kernel @linear_f32_weights(%x: memref<1x8xbf16>, %w: memref<4x8xf32>, %y: memref<1x4xf32>) {
   %c1 = arith.constant 1 : index
   et.task @t tiles(%i) in (%c1) {

@@ -161,6 +161,17 @@ et.kernel @linear(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
   }
 }
 
+// CHECK-LABEL: et.kernel @linear_accumulate
+et.kernel @linear_accumulate(%x: memref<?x2048xbf16>, %w: memref<2048x2048xbf16>, %h: memref<?x2048xf32>) {
+  %c16 = arith.constant 16 : index
+  %c128 = arith.constant 128 : index
+  et.task @rows tiles(%t) in (%c128) {
+    %r0 = arith.muli %t, %c16 : index
+    // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) accumulate : memref<?x2048xbf16>
+    et.linear %x, %w, %h rows(%r0, %c16) accumulate : memref<?x2048xbf16>, memref<2048x2048xbf16>, memref<?x2048xf32>
+  }
+}
+
 // -----
 
 // CHECK-LABEL: et.kernel @norm_and_act

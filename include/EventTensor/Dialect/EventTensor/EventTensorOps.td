@@ -329,15 +329,22 @@ def ET_LinearOp : ET_Op<"linear", [
     `x` is `M x K` bf16 activations (M <= 16 tokens: decode and short
     prompts), `w` is `N x K` bf16 weights in the layout of a PyTorch
     `Linear` (out features x in features), and `y` is `M x N`, f32 or bf16
-    (the f32 sum rounded to nearest even). Accumulation is in f32. The op
-    runs on all threads of the worker, which split the rows and the
-    reduction between them; it sits in an `et.task` body, typically with
-    one task tile per block of rows.
+    (the f32 sum rounded to nearest even). Accumulation is in f32. With
+    `accumulate`, the sum is added to what `y` holds (`y[m, n] += ...`, f32
+    `y` only): a residual connection in the same pass, with no other tile
+    writing those rows. The op runs on all threads of the worker, which
+    split the rows and the reduction between them; it sits in an `et.task`
+    body, typically with one task tile per block of rows.
 
     Lowering (`et-lower-tile-ops`): on the GPU, one warp per row, each lane
-    reading 16 bytes of the row per load with four loads in flight, and a
-    warp butterfly (`gpu.shuffle xor`) to sum the lanes; on the CPU, scalar
-    loops.
+    reading 16 bytes of the row per load, and a warp butterfly
+    (`gpu.shuffle xor`) to sum the lanes. When K is static and a multiple of
+    256, each warp streams the weights of all its rows as one
+    software-pipelined sequence: the loads of the next group of chunks
+    (the next row's first group at a row's end) are issued before the
+    multiply-adds of the current one, so loads stay in flight across row
+    ends. Tokens go in groups of up to four accumulators (one when the
+    runtime M is 1). On the CPU, scalar loops.
 
     Example:
 
@@ -345,14 +352,17 @@ def ET_LinearOp : ET_Op<"linear", [
     %row0 = arith.muli %tile, %c16 : index
     et.linear %x, %w, %y rows(%row0, %c16)
         : memref<1x2048xbf16>, memref<8192x2048xbf16>, memref<1x8192xf32>
+    // the residual stream h += attn * wo^T
+    et.linear %attn, %wo, %h rows(%row0, %c16) accumulate
+        : memref<1x2048xbf16>, memref<2048x2048xbf16>, memref<1x2048xf32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
-                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemWrite]>:$y,
-                       Index:$row0, Index:$rows);
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
+                       Index:$row0, Index:$rows, UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` attr-dict `:`
+    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)? attr-dict `:`
     type($x) `,` type($w) `,` type($y)
   }];
   let hasVerifier = 1;
