@@ -324,7 +324,8 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
-           layered: bool = False, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa") -> None:
+           layered: bool = False, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
+           tile_prefetch: str = "none", fuse_norms: bool = True) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; with `layered`,
@@ -339,7 +340,7 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         compile_model(config, target="cuda", max_batch=max_batch,
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
-                      format=fmt)
+                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms)
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -356,6 +357,9 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=4, help="max batch of the model kernels")
     parser.add_argument("--max-context", type=int, default=1024, help="max context of the model kernels")
     parser.add_argument("--format", default="isa", choices=["isa", "bin"], help="model kernels as PTX or cubin")
+    parser.add_argument("--tile-prefetch", default="none", choices=["none", "registers", "l2"],
+                        help="weight loads before the wait in the model kernels")
+    parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
     args = parser.parse_args()
@@ -376,7 +380,7 @@ def main() -> None:
     if "models" in parts:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, args.layered,
-               args.max_batch, args.max_context, args.format)
+               args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms)
     shutil.rmtree(cache, ignore_errors=True)
 
 

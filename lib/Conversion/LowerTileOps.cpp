@@ -12,6 +12,9 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 
 #include <cmath>
 #include <limits>
@@ -80,6 +83,67 @@ Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
 bool isTileOp(Operation *op) {
   return isa<LinearOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
              ArgmaxOp, AttentionSplitOp, AttentionMergeOp>(op);
+}
+
+/// The buffer a memref value views: through subviews, reshapes and casts
+/// to a kernel argument or an allocation.
+Value rootBuffer(Value v) {
+  while (auto view = v.getDefiningOp<ViewLikeOpInterface>())
+    v = view.getViewSource();
+  return v;
+}
+
+/// The buffers the tile ops in `op` (itself or nested) read and write.
+struct TileAccess {
+  llvm::SmallPtrSet<Value, 8> reads, writes;
+  void add(Operation *op) {
+    op->walk([&](Operation *inner) {
+      if (!isTileOp(inner))
+        return;
+      auto effects = cast<MemoryEffectOpInterface>(inner);
+      for (Value v : inner->getOperands()) {
+        if (!isa<MemRefType>(v.getType()))
+          continue;
+        if (effects.getEffectOnValue<MemoryEffects::Write>(v))
+          writes.insert(rootBuffer(v));
+        if (effects.getEffectOnValue<MemoryEffects::Read>(v))
+          reads.insert(rootBuffer(v));
+      }
+    });
+  }
+  bool conflicts(const TileAccess &other) const {
+    auto meets = [](const llvm::SmallPtrSet<Value, 8> &a, const llvm::SmallPtrSet<Value, 8> &b) {
+      return llvm::any_of(a, [&](Value v) { return b.contains(v); });
+    };
+    return meets(writes, other.reads) || meets(writes, other.writes) || meets(reads, other.writes);
+  }
+};
+
+/// Barriers between dependent tile ops of `task` (see runOnOperation).
+/// Buffers are told apart by their root: distinct kernel arguments are
+/// taken to be distinct memory (docs/lowering.md).
+void insertTileBarriers(TaskOp task) {
+  auto holdsTileOps = [](Operation *op) {
+    return op->walk([](Operation *inner) {
+                return isTileOp(inner) ? WalkResult::interrupt() : WalkResult::advance();
+              }).wasInterrupted();
+  };
+  task.getBody().walk([&](Block *block) {
+    TileAccess pending;
+    for (Operation &op : *block) {
+      if (!holdsTileOps(&op))
+        continue;
+      TileAccess access;
+      access.add(&op);
+      if (access.conflicts(pending)) {
+        OpBuilder b(&op);
+        gpu::BarrierOp::create(b, op.getLoc());
+        pending = TileAccess();
+      }
+      pending.reads.insert(access.reads.begin(), access.reads.end());
+      pending.writes.insert(access.writes.begin(), access.writes.end());
+    }
+  });
 }
 
 /// A per-tile shared-memory buffer: a workgroup alloca at the top of the
@@ -161,9 +225,11 @@ bool isReadOnly(Value buffer) {
 }
 
 /// The first et.event.wait of the op's task when `op` sits at the task's
-/// top level after it, reads weights no task writes, and its rows (row0,
-/// rows) are known before that wait; else null. Loads of such weights may
-/// move above the wait.
+/// top level after it, reads weights no task writes, and its weights and
+/// rows (row0, rows) can be known before that wait; else null. Loads of
+/// such weights may move above the wait. Values computed after the wait by
+/// side-effect-free ops (a weight's subview, row0 = tile * rows) are moved
+/// above it, with what they need.
 Operation *weightPrefetchPoint(LinearOp op) {
   auto task = op->getParentOfType<TaskOp>();
   if (!task || op->getParentOp() != task || !isReadOnly(op.getW()))
@@ -174,17 +240,31 @@ Operation *weightPrefetchPoint(LinearOp op) {
   Operation *firstWait = *waits.begin();
   if (firstWait->getBlock() != op->getBlock() || !firstWait->isBeforeInBlock(op))
     return nullptr;
-  auto available = [&](Value v) {
+  // The ops to move above the wait, in block order.
+  llvm::SetVector<Operation *> moves;
+  std::function<bool(Value)> available = [&](Value v) -> bool {
     Operation *def = v.getDefiningOp();
     if (!def)
       return true; // tile ids, kernel arguments
     if (!task->isAncestor(def))
       return true; // kernel level
-    return def->getBlock() == firstWait->getBlock() &&
-           def->isBeforeInBlock(firstWait);
+    if (def->getBlock() != firstWait->getBlock())
+      return false;
+    if (def->isBeforeInBlock(firstWait) || moves.contains(def))
+      return true;
+    if (!isMemoryEffectFree(def) || def->getNumRegions() != 0)
+      return false;
+    if (!llvm::all_of(def->getOperands(), available))
+      return false;
+    moves.insert(def);
+    return true;
   };
-  if (!available(op.getRow0()) || !available(op.getRows()))
+  if (!available(op.getW()) || !available(op.getRow0()) || !available(op.getRows()))
     return nullptr;
+  SmallVector<Operation *> ordered(moves.begin(), moves.end());
+  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  for (Operation *move : ordered)
+    move->moveBefore(firstWait);
   return firstWait;
 }
 
@@ -634,41 +714,86 @@ void lowerSiluMul(SiluMulOp op) {
 /// RMSNorm: tokens spread over groups of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU); each group sums squares over its lanes, shares the
 /// total, then scales.
+/// Elements per thread and iteration of the element-wise loops (RMSNorm's
+/// passes, threadLoop): their loads go out together instead of one L2
+/// round trip per element.
+constexpr int64_t kThreadUnroll = 4;
+
+/// The columns j0, j0 + step, ... (kThreadUnroll of them) clamped to
+/// hidden - 1, and whether each is below hidden.
+void unrolledColumns(OpBuilder &b, Location loc, Value j0, Value step, Value hidden,
+                     SmallVectorImpl<Value> &cols, SmallVectorImpl<Value> &ins) {
+  Value last = arith::SubIOp::create(b, loc, hidden, arith::ConstantIndexOp::create(b, loc, 1));
+  Value j = j0;
+  for (int64_t u = 0; u < kThreadUnroll; ++u) {
+    if (u)
+      j = arith::AddIOp::create(b, loc, j, step);
+    cols.push_back(arith::MinUIOp::create(b, loc, j, last));
+    ins.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, j, hidden));
+  }
+}
+
 /// RMSNorm's first pass over columns first, first + step, ... of token
 /// `tok`: the sum of squares of x (plus the residual, stored back as the new
-/// residual stream when there is one).
+/// residual stream when there is one). kThreadUnroll columns per iteration,
+/// loads first; columns past hidden clamp and count zero.
 Value rmsnormSquares(OpBuilder &b, Location loc, RMSNormOp op, Value tok, Value first, Value step,
                      Value hidden) {
   Value residual = op.getResidual();
   Value zero = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
+  Value stride = arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
   auto sum = scf::ForOp::create(
-      b, loc, first, hidden, step, ValueRange{zero},
-      [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
-        Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-        if (residual) {
-          Value r = memref::LoadOp::create(b, loc, residual, ValueRange{tok, j});
-          v = arith::AddFOp::create(b, loc, v, r);
-          memref::StoreOp::create(b, loc, v, residual, ValueRange{tok, j});
+      b, loc, first, hidden, stride, ValueRange{zero},
+      [&](OpBuilder &b, Location loc, Value j0, ValueRange acc) {
+        SmallVector<Value> cols, ins, vals;
+        unrolledColumns(b, loc, j0, step, hidden, cols, ins);
+        for (Value c : cols) {
+          Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c}));
+          if (residual)
+            v = arith::AddFOp::create(b, loc, v, memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}));
+          vals.push_back(v);
         }
-        scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, v, v, acc[0])});
+        Value total = acc[0];
+        for (int64_t u = 0; u < kThreadUnroll; ++u) {
+          if (residual) {
+            auto store = scf::IfOp::create(b, loc, ins[u], /*withElse=*/false);
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(store.thenBlock());
+            memref::StoreOp::create(b, loc, vals[u], residual, ValueRange{tok, cols[u]});
+          }
+          Value v = arith::SelectOp::create(b, loc, ins[u], vals[u], zero);
+          total = math::FmaOp::create(b, loc, v, v, total);
+        }
+        scf::YieldOp::create(b, loc, ValueRange{total});
       });
   return sum.getResult(0);
 }
 
 /// RMSNorm's second pass over the same columns: y = h * inv * w, with h the
-/// residual stream written by the first pass (by the same thread) or x.
+/// residual stream written by the first pass (by the same thread) or x;
+/// loads first, then the guarded stores.
 void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, Value tok, Value first, Value step, Value hidden,
                   Value inv) {
   Value residual = op.getResidual();
   Type outType = op.getY().getType().getElementType();
+  Value stride = arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
   scf::ForOp::create(
-      b, loc, first, hidden, step, ValueRange{},
-      [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-        Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, j}).getResult()
-                           : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-        Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{j}));
-        Value y = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w);
-        memref::StoreOp::create(b, loc, fromF32(b, loc, y, outType), op.getY(), ValueRange{tok, j});
+      b, loc, first, hidden, stride, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value j0, ValueRange) {
+        SmallVector<Value> cols, ins, ys;
+        unrolledColumns(b, loc, j0, step, hidden, cols, ins);
+        for (Value c : cols) {
+          Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}).getResult()
+                             : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c}));
+          Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{c}));
+          ys.push_back(arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w));
+        }
+        for (int64_t u = 0; u < kThreadUnroll; ++u) {
+          auto store = scf::IfOp::create(b, loc, ins[u], /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, fromF32(b, loc, ys[u], outType), op.getY(), ValueRange{tok, cols[u]});
+        }
         scf::YieldOp::create(b, loc);
       });
 }
@@ -685,7 +810,11 @@ Value rmsnormInverse(OpBuilder &b, Location loc, RMSNormOp op, Value sum, Value 
 /// works on each token. Threads stride over the columns, warps reduce with
 /// shuffles, and the warps' sums meet in shared memory. One warp per row
 /// would walk a 2048-wide row in 64 dependent steps (latency-bound); here it
-/// is a few loads per thread.
+/// is a few loads per thread. Tokens go in chunks of up to kNormChunk: the
+/// sums of a whole chunk are taken before one barrier, then each warp adds
+/// up a token's warp sums with one shuffle butterfly and scales the row.
+constexpr int64_t kNormChunk = 16;
+
 bool lowerRMSNormBlock(RMSNormOp op) {
   MemRefType xType = op.getX().getType();
   auto task = op->getParentOfType<TaskOp>();
@@ -694,33 +823,46 @@ bool lowerRMSNormBlock(RMSNormOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Builder h{b, loc};
-  Value partials = workgroupBuffer(task, loc, {kWarp}, b.getF32Type());
+  Value partials = workgroupBuffer(task, loc, {kNormChunk, kWarp}, b.getF32Type());
   Groups g = h.groups(kWarp);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = h.idx(xType.getDimSize(1));
   scf::ForOp::create(
-      b, loc, h.idx(0), m, h.idx(1), ValueRange{},
-      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        Value partial = rmsnormSquares(b, loc, op, tok, g.tid, g.threads, hidden);
-        Value warpSum = butterflySum(b, loc, partial, kWarp);
+      b, loc, h.idx(0), m, h.idx(kNormChunk), ValueRange{},
+      [&](OpBuilder &b, Location loc, Value c0, ValueRange) {
+        Value n = arith::MinUIOp::create(b, loc, h.idx(kNormChunk),
+                                         arith::SubIOp::create(b, loc, m, c0));
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
-        auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(store.thenBlock());
-          memref::StoreOp::create(b, loc, warpSum, partials, ValueRange{g.group});
-        }
-        gpu::BarrierOp::create(b, loc);
-        auto total = scf::ForOp::create(
-            b, loc, h.idx(0), g.groups, h.idx(1), ValueRange{h.f32(0)},
-            [&](OpBuilder &b, Location loc, Value w, ValueRange acc) {
-              Value p = memref::LoadOp::create(b, loc, partials, ValueRange{w});
-              scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
+        scf::ForOp::create(
+            b, loc, h.idx(0), n, h.idx(1), ValueRange{},
+            [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+              Value tok = arith::AddIOp::create(b, loc, c0, i);
+              Value partial = rmsnormSquares(b, loc, op, tok, g.tid, g.threads, hidden);
+              Value warpSum = butterflySum(b, loc, partial, kWarp);
+              auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+              {
+                OpBuilder::InsertionGuard guard(b);
+                b.setInsertionPointToStart(store.thenBlock());
+                memref::StoreOp::create(b, loc, warpSum, partials, ValueRange{i, g.group});
+              }
+              scf::YieldOp::create(b, loc);
             });
-        // Each thread re-reads only the columns it wrote in the first pass.
-        rmsnormScale(b, loc, op, tok, g.tid, g.threads, hidden,
-                     rmsnormInverse(b, loc, op, total.getResult(0), hidden));
-        // The next token reuses the partial sums.
+        gpu::BarrierOp::create(b, loc);
+        scf::ForOp::create(
+            b, loc, h.idx(0), n, h.idx(1), ValueRange{},
+            [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+              // Lane l holds warp l's sum (warps <= 32), then a butterfly.
+              Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, g.groups);
+              Value safe = arith::SelectOp::create(b, loc, has, g.lane, h.idx(0));
+              Value v = memref::LoadOp::create(b, loc, partials, ValueRange{i, safe});
+              v = arith::SelectOp::create(b, loc, has, v, h.f32(0));
+              Value total = butterflySum(b, loc, v, kWarp);
+              // Each thread re-reads only the columns it summed above.
+              rmsnormScale(b, loc, op, arith::AddIOp::create(b, loc, c0, i), g.tid, g.threads, hidden,
+                           rmsnormInverse(b, loc, op, total, hidden));
+              scf::YieldOp::create(b, loc);
+            });
+        // The next chunk reuses the partial sums.
         gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
       });
@@ -755,14 +897,26 @@ Value idToIndex(OpBuilder &b, Location loc, Value v) {
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
 }
 
-/// A loop over [0, n) strided by the worker's threads.
+/// A loop over [0, n) strided by the worker's threads, kThreadUnroll
+/// elements per thread and iteration (i, i + threads, ...; all but the
+/// first guarded by i < n), so their loads go out together.
 template <typename Fn>
 void threadLoop(OpBuilder &b, Location loc, Value n, Fn body) {
   Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
   Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  scf::ForOp::create(b, loc, tid, n, nt, ValueRange{},
-                     [&](OpBuilder &b, Location loc, Value i, ValueRange) {
-                       body(b, loc, i);
+  Value step = arith::MulIOp::create(b, loc, nt, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
+  scf::ForOp::create(b, loc, tid, n, step, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value i0, ValueRange) {
+                       body(b, loc, i0);
+                       Value i = i0;
+                       for (int64_t u = 1; u < kThreadUnroll; ++u) {
+                         i = arith::AddIOp::create(b, loc, i, nt);
+                         Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, n);
+                         auto guard = scf::IfOp::create(b, loc, in, /*withElse=*/false);
+                         OpBuilder::InsertionGuard g(b);
+                         b.setInsertionPointToStart(guard.thenBlock());
+                         body(b, loc, i);
+                       }
                        scf::YieldOp::create(b, loc);
                      });
 }
@@ -1365,32 +1519,14 @@ struct LowerTileOpsPass
     bool gpu = target == "gpu";
     // Each tile op splits its work between the worker's threads in its own
     // way, so one op's results may be read by other threads in the next:
-    // on the GPU, a CTA barrier separates consecutive tile ops in every
-    // block of a task body, where an op holding tile ops in its regions
-    // (an scf.if over the live batch rows, say) counts as one. Every
-    // thread of the worker must reach a tile op anyway (they synchronize
-    // inside), so the barrier is reached wherever the ops are.
-    if (gpu) {
-      auto holdsTileOps = [](Operation *op) {
-        return op->walk([](Operation *inner) {
-                   return isTileOp(inner) ? WalkResult::interrupt() : WalkResult::advance();
-                 }).wasInterrupted();
-      };
-      getOperation().walk([&](TaskOp task) {
-        task.getBody().walk([&](Block *block) {
-          bool seen = false;
-          for (Operation &op : *block) {
-            if (!holdsTileOps(&op))
-              continue;
-            if (seen) {
-              OpBuilder b(&op);
-              gpu::BarrierOp::create(b, op.getLoc());
-            }
-            seen = true;
-          }
-        });
-      });
-    }
+    // on the GPU, a CTA barrier goes before a tile op that touches a buffer
+    // which a tile op since the last barrier writes (or writes one it
+    // reads), in every block of a task body. An op holding tile ops in its
+    // regions (an scf.if over the live batch rows, say) counts as one.
+    // Every thread must reach a tile op anyway (they synchronize inside),
+    // so the barrier is reached wherever the ops are.
+    if (gpu)
+      getOperation().walk([&](TaskOp task) { insertTileBarriers(task); });
     for (Operation *op : ops) {
       if (auto silu = dyn_cast<SiluMulOp>(op))
         lowerSiluMul(silu);

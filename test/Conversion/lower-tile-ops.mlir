@@ -106,6 +106,32 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
   }
 }
 
+// Side-effect-free values the early loads need (the layer's weight view,
+// row0) move above the wait with them.
+// REGS-LABEL: et.kernel @hoisted
+// REGS: et.task @second
+// REGS: arith.muli
+// REGS: memref.subview
+// REGS: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// REGS: et.event.wait
+et.kernel @hoisted(%x: memref<1x1024xbf16>, %w: memref<2x1024x1024xbf16>, %y: memref<1x1024xf32>) {
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %e = et.event.create() : !et.event<>
+  et.task @first tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @second tiles(%t) in (%c8) {
+    et.event.wait %e[] : !et.event<>
+    %c128 = arith.constant 128 : index
+    %r0 = arith.muli %t, %c128 : index
+    %wl = memref.subview %w[1, 0, 0] [1, 1024, 1024] [1, 1, 1]
+        : memref<2x1024x1024xbf16> to memref<1024x1024xbf16, strided<[1024, 1], offset: 1048576>>
+    et.linear %x, %wl, %y rows(%r0, %c128)
+        : memref<1x1024xbf16>, memref<1024x1024xbf16, strided<[1024, 1], offset: 1048576>>, memref<1x1024xf32>
+  }
+}
+
 // K = 136 is not a multiple of 256: the per-row loop with a remainder
 // (one load per lane per step).
 // GPU-LABEL: et.kernel @odd_k
@@ -246,15 +272,48 @@ et.kernel @two_ops_nested(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<
   }
 }
 
-// A wide RMSNorm (H >= 512) on the GPU uses every thread for each token:
-// per-warp partial sums in a shared buffer, a barrier, the total; narrow
-// rows keep one warp per row.
+// Only dependent tile ops get a barrier: the two linear layers write
+// different buffers and read only x and weights (none between them); the
+// activation reads both outputs (one barrier before it).
+// GPU-LABEL: et.kernel @independent_ops
+// GPU-NOT: gpu.barrier
+// GPU: memref.store %{{.*}} : memref<1x256xf32>
+// GPU-NOT: gpu.barrier
+// GPU: memref.store %{{.*}} : memref<1x256xf32>
+// GPU: gpu.barrier
+// GPU: math.exp
+et.kernel @independent_ops(%x: memref<1x256xbf16>, %wg: memref<256x256xbf16>, %wu: memref<256x256xbf16>,
+                           %g: memref<1x256xf32>, %u: memref<1x256xf32>, %act: memref<1x256xbf16>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %c256 = arith.constant 256 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.linear %x, %wg, %g rows(%c0, %c256) : memref<1x256xbf16>, memref<256x256xbf16>, memref<1x256xf32>
+    et.linear %x, %wu, %u rows(%c0, %c256) : memref<1x256xbf16>, memref<256x256xbf16>, memref<1x256xf32>
+    et.silu_mul %g, %u, %act cols(%c0, %c256) : memref<1x256xf32>, memref<1x256xf32>, memref<1x256xbf16>
+  }
+}
+
+// A wide RMSNorm (H >= 512) on the GPU uses every thread for each token, in
+// chunks of up to 16 tokens: per-warp partial sums of every token of the
+// chunk in a shared buffer, one barrier, then per token a butterfly over
+// the warp sums and the scaling; narrow rows keep one warp per row.
 // GPU-LABEL: et.kernel @wide_norm
 // GPU: et.task @wide
-// GPU-NEXT: memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU-NEXT: memref.alloca() : memref<16x32xf32, #gpu.address_space<workgroup>>
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16
+// GPU: arith.minui
+// GPU: scf.for
+// Four columns per thread and iteration, clamped, their loads together.
+// GPU: scf.for {{.*}} iter_args
+// GPU-COUNT-4: arith.minui
+// GPU-COUNT-8: memref.load
 // GPU: gpu.shuffle  xor
-// GPU: memref.store %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU: memref.store %{{.*}} : memref<16x32xf32, #gpu.address_space<workgroup>>
 // GPU: gpu.barrier
+// GPU: scf.for
+// GPU: memref.load %{{.*}} : memref<16x32xf32, #gpu.address_space<workgroup>>
+// GPU-COUNT-5: gpu.shuffle  xor
 // GPU: math.rsqrt
 // GPU: gpu.barrier
 // GPU: et.task @narrow

@@ -277,18 +277,22 @@ def test_dynamic_schedule_matches_reference(tmp_path):
         assert _rel(session.last_logits(), ref.step([3 + t, 9 * t], [t, t])) < 2e-3
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_layered_kernel_matches_reference(family, tmp_path):
+@pytest.mark.parametrize("family,fuse_norms", [("llama", True), ("qwen3", True), ("llama", False)])
+def test_layered_kernel_matches_reference(family, fuse_norms, tmp_path):
     """One task per kind over (layer, tile), events indexed by layer: the
-    task graph has a cycle (norm1 -> ... -> down -> norm1) that its tiles do
-    not. Batch tiles past the runtime batch only signal."""
+    task graph has a cycle (qkv -> ... -> down -> qkv) that its tiles do
+    not. Batch tiles past the runtime batch only signal. With fuse_norms
+    the linear tiles normalize their inputs; without, one-tile norm tasks
+    do."""
     config = model.tiny_config(family)
     weights = model.random_weights(config, seed=4)
     path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
-                               layered=True, cache_dir=tmp_path)
-    assert json.loads((path / "model.json").read_text())["layered"] is True
+                               layered=True, cache_dir=tmp_path, fuse_norms=fuse_norms)
+    info = json.loads((path / "model.json").read_text())
+    assert info["layered"] is True and info["fuse_norms"] is fuse_norms
     tasks = json.loads((path / "metadata.json").read_text())["tasks"]
-    assert "q" in tasks and "q_1" not in tasks
+    assert "qkv" in tasks and "qkv_1" not in tasks
+    assert ("norm1" in tasks and "norm2" in tasks) is not fuse_norms
     session = model.DecodeSession(path, weights)
     ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
     for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2]), ([7, 8], [3, 2])]:

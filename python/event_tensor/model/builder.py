@@ -97,7 +97,7 @@ def _rows_per_tile(n: int, workers: int) -> int:
 
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
-                        layered: bool = False, linear_rows=None) -> Module:
+                        layered: bool = False, linear_rows=None, fuse_norms: bool = True) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -110,11 +110,28 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     `linear_rows(n, k)` gives the rows per tile of each N x K linear layer
     (for example from a tuning table); by default about one tile per
-    worker."""
+    worker.
+
+    With `fuse_norms` (the default), every tile of a linear layer that
+    reads a normalized residual stream (qkv, gate/up, LM head) normalizes
+    it itself into its own rows of a scratch buffer `xs` [tiles, max_batch,
+    hidden], instead of waiting for a one-tile RMSNorm task: two fewer
+    dependent phases per layer."""
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
     S, B = lay.max_context, lay.max_batch
+
+    def rows_for(n: int, k: int) -> int:
+        rows = linear_rows(n, k) if linear_rows else _rows_per_tile(n, lay.workers)
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows:
+            raise ValueError(f"rows per tile for the {n}x{k} linear layer must be a positive int, got {rows!r}")
+        return min(rows, n)
+
+    # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
+    scratch_tiles = max(-(-(Hq * D) // rows_for(Hq * D, H)), -(-I // rows_for(I, H)), -(-V // rows_for(V, H)))
+    if not fuse_norms:
+        scratch_tiles = 1
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
 
     def mr(shape, elt):
@@ -134,6 +151,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
     args += [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16)),
              ("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
+             ("xs", mr([scratch_tiles, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
              ("attn", mr([DYN, Hq, D], bf16)),
@@ -204,12 +222,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 t = buf.type
                 return memref.collapse_shape(mr([DYN, n], t.element_type), buf, [[0], [1, 2]])
 
-            def rows_for(n: int, k: int) -> int:
-                rows = linear_rows(n, k) if linear_rows else _rows_per_tile(n, lay.workers)
-                if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows:
-                    raise ValueError(f"rows per tile for the {n}x{k} linear layer must be a positive int, got {rows!r}")
-                return min(rows, n)
-
             def position(b):
                 p = memref.LoadOp(A["positions"], [b]).result
                 return arith.IndexCastOp(idx, p).result
@@ -243,27 +255,29 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             theta = FloatAttr.get(f32, c.rope_theta)
             scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
 
-            def layered_tasks(specs, norm1_body):
+            def layered_tasks(specs, entry):
                 """One task per kind over (layer, tiles), events indexed by
-                layer; `norm1` of layer 0 is its own task (it reads the
-                embedding, not the residual stream)."""
-                for kind in ["norm1"] + [spec[0] for spec in specs]:
+                layer. The `entry` task starts each layer, after the previous
+                layer's `down`; its layer 0 is a task of its own, after the
+                embedding."""
+                kind0, body0, extents0, nbytes0, flops0 = entry
+                for kind in [kind0] + [spec[0] for spec in specs]:
                     events[kind] = et.event([L])
-                t = new_task("norm1_first", [const(1)])
-                cost(t, 2 * H, 4 * H)
+                t = new_task(kind0 + "_first", [const(e) for e in extents0])
+                cost(t, nbytes0, flops0)
                 with InsertionPoint(t.entry_block):
                     et.wait(events["embed"], [])
-                    norm1_body(0, t.tile_ids[0])
-                    et.signal(events["norm1"], [const(0)])
+                    body0(0, *t.tile_ids)
+                    et.signal(events[kind0], [const(0)])
                 if L > 1:
-                    t = new_task("norm1", [const(L - 1), const(1)])
-                    cost(t, 2 * H, 5 * H)
+                    t = new_task(kind0, [const(L - 1)] + [const(e) for e in extents0])
+                    cost(t, nbytes0, flops0)
                     with InsertionPoint(t.entry_block):
-                        prev_layer, tile = t.tile_ids
+                        prev_layer, *ids = t.tile_ids
                         layer = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [prev_layer])
                         et.wait(events["down"], [prev_layer])
-                        norm1_body(layer, tile)
-                        et.signal(events["norm1"], [layer])
+                        body0(layer, *ids)
+                        et.signal(events[kind0], [layer])
                 for kind, body, extents, per_batch, waits, nbytes, flops in specs:
                     ext = [L] + ([B] if per_batch else []) + list(extents)
                     t = new_task(kind, [const(e) for e in ext])
@@ -288,6 +302,16 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     et.wait(events["down"], [const(L - 1)])
                 et.rmsnorm(A["h"], A["final_norm"], A["xn"], eps)
 
+            def normalized(norm_w, t):
+                """Tile t's rows of the scratch [batch, H], holding
+                rmsnorm(h) * norm_w (fuse_norms)."""
+                xs_t = memref.SubViewOp(
+                    MemRefType.get([DYN, H], bf16, StridedLayoutAttr.get(DYN, [H, 1]), loc=Location.unknown()),
+                    A["xs"], [t], [batch], [], static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, H],
+                    static_strides=[1, 1, 1]).result
+                et.rmsnorm(A["h"], norm_w, xs_t, eps)
+                return xs_t
+
             # Task bodies, given the layer (an int, or an index Value for a
             # layered task) and the tile coordinates. The residual stream h
             # is f32: `o` and `down` add into it (et.linear accumulate), and
@@ -295,20 +319,24 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             def norm1_body(l, t):
                 et.rmsnorm(A["h"], vec_view(A["ln1"], l, H), A["xn"], eps)
 
-            def linear_body(weight, n, k, x, y, y3=None, accumulate=False):
+            def linear_body(weight, n, k, x, y, y3=None, accumulate=False, rows=None):
                 """A linear-layer tile body `body(layer, tile)` with its tile
                 count, bytes and flops; `weight` is a stacked weight's name,
-                or a function of the layer giving the N x K weight."""
-                rows = rows_for(n, k)
+                or a function of the layer giving the N x K weight; `rows`
+                per tile, else rows_for(n, k)."""
+                rows = rows or rows_for(n, k)
                 w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
 
-                def body(l, t):
+                def body(l, t, x_in=None):
                     r0 = arith.MulIOp(t, const(rows)).result
                     out = collapse(y3, n) if y3 is not None else y
-                    et.linear(x() if callable(x) else x, w(l), out, r0, const(rows), accumulate=accumulate)
+                    xv = x_in if x_in is not None else (x() if callable(x) else x)
+                    et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
                 return body, -(-n // rows), rows * k * 2, 2 * rows * k
 
             def qk_body(l, b):
+                # Ops on different buffers run without a barrier between
+                # them (et-lower-tile-ops): the V append beside the RoPEs.
                 p = position(b)
                 q_b, k_b = rows1(A["q"], b, [Hq, D], f32), rows1(A["k"], b, [Hkv, D], f32)
                 if c.qk_norm:
@@ -318,8 +346,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
                 et.rope(q_b, pos1, theta, llama3_scaling=scaling)
                 et.rope(k_b, pos1, theta, llama3_scaling=scaling)
-                et.kv_append(k_b, cache_view(A["k_cache"], l, b), p)
                 et.kv_append(rows1(A["v"], b, [Hkv, D], f32), cache_view(A["v_cache"], l, b), p)
+                et.kv_append(k_b, cache_view(A["k_cache"], l, b), p)
 
             def attn_body(l, b, g, s):
                 length = arith.AddIOp(position(b), const(1)).result
@@ -337,8 +365,18 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
 
             q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
-            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"])
-            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"])
+            # K and V rows ride in the q tiles: one task, one tile per
+            # worker, three independent linear layers per tile.
+            qkv_tiles = q_lin[1]
+            kv_rows = -(-(Hkv * D) // qkv_tiles)
+            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"], rows=kv_rows)
+            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
+
+            def qkv_body(l, t):
+                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
+                q_lin[0](l, t, x)
+                k_lin[0](l, t, x)
+                v_lin[0](l, t, x)
             o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["h"], accumulate=True)
             gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
             up_lin = linear_body("wu", I, H, A["xn"], A["u"])
@@ -348,15 +386,16 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             mlp_rows = rows_for(I, H)
 
             def mlp_body(l, t):
-                gate_lin[0](l, t)
-                up_lin[0](l, t)
+                x = normalized(vec_view(A["ln2"], l, H), t) if fuse_norms else None
+                gate_lin[0](l, t, x)
+                up_lin[0](l, t, x)
                 et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
             # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
+            qkv_spec = ("qkv", qkv_body, [qkv_tiles], False, ["norm1"], q_lin[2] + k_lin[2] + v_lin[2],
+                        q_lin[3] + k_lin[3] + v_lin[3])
             layer_tasks = [
-                ("q", q_lin[0], [q_lin[1]], False, ["norm1"], q_lin[2], q_lin[3]),
-                ("k", k_lin[0], [k_lin[1]], False, ["norm1"], k_lin[2], k_lin[3]),
-                ("v", v_lin[0], [v_lin[1]], False, ["norm1"], v_lin[2], v_lin[3]),
-                ("qk", qk_body, [], True, ["q", "k", "v"], 4 * D * (Hq + 4 * Hkv), 8 * D * (Hq + Hkv)),
+                qkv_spec,
+                ("qk", qk_body, [], True, ["qkv"], 4 * D * (Hq + 4 * Hkv), 8 * D * (Hq + Hkv)),
                 ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
                  4 * lay.split_len * D * c.group_size),
                 ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),
@@ -365,6 +404,13 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
                 ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
             ]
+            if fuse_norms:
+                # qkv starts each layer; mlp waits on o directly.
+                layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
+                layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
+                entry = ("qkv", qkv_body, [qkv_tiles], qkv_spec[5], qkv_spec[6])
+            else:
+                entry = ("norm1", norm1_body, [1], 2 * H, 5 * H)
 
             # Embedding: h = embed[tokens].
             task("embed", [1], [], lambda t: et.embedding(A["embed"], A["tokens"], A["h"]),
@@ -372,20 +418,30 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             if not layered:
                 prev = "embed"
                 for l in range(L):
-                    task(f"norm1_{l}", [1], [prev], lambda t, l=l: norm1_body(l, t), nbytes=2 * H, flops=5 * H)
+                    task(f"{entry[0]}_{l}", entry[2], [prev], lambda *ids, l=l: entry[1](l, *ids),
+                         nbytes=entry[3], flops=entry[4])
                     for name, body, extents, per_batch, waits, nbytes, flops in layer_tasks:
                         task(f"{name}_{l}", extents, [f"{w}_{l}" for w in waits],
                              lambda *ids, body=body, l=l: body(l, *ids), per_batch=per_batch, nbytes=nbytes,
                              flops=flops)
                     prev = f"down_{l}"
             else:
-                layered_tasks(layer_tasks, norm1_body)
+                layered_tasks(layer_tasks, entry)
                 prev = "down"
             # Final norm, LM head, greedy argmax (two stages).
-            task("final_norm", [1], [prev] if not layered else [],
-                 lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
             lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V, H, A["xn"], A["logits"])
-            task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes, flops=lm_flops)
+            if fuse_norms:
+                def lm_head_body(t):
+                    if layered:
+                        et.wait(events["down"], [const(L - 1)])
+                    lm_body(None, t, normalized(A["final_norm"], t))
+                task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
+                     flops=lm_flops)
+            else:
+                task("final_norm", [1], [prev] if not layered else [],
+                     lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
+                task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
+                     flops=lm_flops)
             chunk = -(-V // lay.argmax_chunks)
             task("argmax_part", [lay.argmax_chunks], ["lm_head"],
                  lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],

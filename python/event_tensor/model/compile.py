@@ -20,12 +20,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool = False,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
-                  **options) -> Path:
+                  fuse_norms: bool = True, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
-    `build_decode_kernel`); it needs the static schedule. `tuning_table` (a
+    `build_decode_kernel`); it needs the static schedule. `fuse_norms`
+    (default) has each linear tile normalize its own input instead of a
+    one-tile RMSNorm task per norm. `tuning_table` (a
     path or `event_tensor.tuning.TuningTable`) picks the rows per tile of
     every linear layer for M = max_batch; shapes it lacks use the heuristic,
     and model.json records where each choice came from.
@@ -44,7 +46,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     if batch_variants:
         return _compile_variants(config, target=target, max_batch=max_batch, max_context=max_context,
                                  workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
-                                 use_cache=use_cache, layered=layered, tuning_table=tuning_table, **options)
+                                 use_cache=use_cache, layered=layered, tuning_table=tuning_table,
+                                 fuse_norms=fuse_norms, **options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len)
     choices = {}
@@ -62,12 +65,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             return cfg.rows
     start = time.perf_counter()
     with Context():
-        module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows)
+        module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
+                                     fuse_norms=fuse_norms)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
+            "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
     src = Path(art.path)
