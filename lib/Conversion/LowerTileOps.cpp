@@ -486,7 +486,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
 /// the warp's first group again after its last, which the next token group
 /// starts from), then the multiply-adds of the current group. Tokens go in
 /// groups of `tokenGroup` accumulators (indices past M clamp to M - 1 and
-/// are not stored); a runtime M of 1 takes a one-accumulator path. With
+/// are not stored); a runtime M of 1 or 2 takes a path with that many
+/// accumulators. With
 /// `registerPrefetch`, the first group's loads sit before the task's first
 /// wait (weightPrefetchPoint). Returns false (nothing changed) when K does
 /// not fit.
@@ -650,15 +651,27 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   } else if (!xType.isDynamicDim(0)) {
     tokenGroups(b, h.idx(xType.getDimSize(0)), tokenGroup, pre);
   } else {
+    // M = 1 and M = 2 get exact accumulator counts (no clamped duplicates),
+    // larger M token groups.
     Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+    auto exact = [&](OpBuilder &b, int64_t count) {
+      stream(b, count, [&](OpBuilder &, int64_t i) { return h.idx(i); },
+             [](OpBuilder &, int64_t) { return Value(); }, pre);
+    };
     Value one = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, m, h.idx(1));
-    auto ifOp = scf::IfOp::create(b, loc, one, /*withElseRegion=*/true);
+    auto ifOne = scf::IfOp::create(b, loc, one, /*withElseRegion=*/true);
     {
       OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      stream(b, 1, [&](OpBuilder &, int64_t) { return h.idx(0); },
-             [](OpBuilder &, int64_t) { return Value(); }, pre);
-      b.setInsertionPointToStart(ifOp.elseBlock());
+      b.setInsertionPointToStart(ifOne.thenBlock());
+      exact(b, 1);
+      b.setInsertionPointToStart(ifOne.elseBlock());
+      if (tokenGroup > 2) {
+        Value two = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, m, h.idx(2));
+        auto ifTwo = scf::IfOp::create(b, loc, two, /*withElseRegion=*/true);
+        b.setInsertionPointToStart(ifTwo.thenBlock());
+        exact(b, 2);
+        b.setInsertionPointToStart(ifTwo.elseBlock());
+      }
       tokenGroups(b, m, tokenGroup, pre);
     }
   }

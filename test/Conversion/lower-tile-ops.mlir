@@ -148,8 +148,9 @@ et.kernel @odd_k(%x: memref<1x136xbf16>, %w: memref<64x136xbf16>, %y: memref<1x6
   }
 }
 
-// A runtime batch: M == 1 takes a one-accumulator stream, otherwise token
-// groups (4 accumulators at 256 threads, 2 when the threads are unknown)
+// A runtime batch: M == 1 and M == 2 take streams with that many
+// accumulators, otherwise token groups (4 accumulators at 256 threads, 2
+// when the threads are unknown)
 // whose indices past M clamp and are not stored. With accumulate, y is
 // read and added before the store.
 // T256-LABEL: et.kernel @batched
@@ -157,6 +158,10 @@ et.kernel @odd_k(%x: memref<1x136xbf16>, %w: memref<64x136xbf16>, %y: memref<1x6
 // T256: arith.cmpi eq
 // T256: scf.if
 // T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// T256: } else {
+// T256: arith.cmpi eq
+// T256: scf.if
+// T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // T256: } else {
 // T256: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
 // T256: arith.minui

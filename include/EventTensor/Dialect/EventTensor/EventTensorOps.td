@@ -343,8 +343,8 @@ def ET_LinearOp : ET_Op<"linear", [
     software-pipelined sequence: the loads of the next group of chunks
     (the next row's first group at a row's end) are issued before the
     multiply-adds of the current one, so loads stay in flight across row
-    ends. Tokens go in groups of up to four accumulators (one when the
-    runtime M is 1). On the CPU, scalar loops.
+    ends. Tokens go in groups of up to four accumulators (exactly one or
+    two when the runtime M is 1 or 2). On the CPU, scalar loops.
 
     Example:
 
