@@ -12,6 +12,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "llvm/ADT/SetVector.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
@@ -489,10 +490,11 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
 /// are not stored); a runtime M of 1 or 2 takes a path with that many
 /// accumulators. With
 /// `registerPrefetch`, the first group's loads sit before the task's first
-/// wait (weightPrefetchPoint). Returns false (nothing changed) when K does
-/// not fit.
+/// wait (weightPrefetchPoint). The rows start at warp `warpShift` (mod the
+/// warps), so independent linear ops of one tile spread over the warps.
+/// Returns false (nothing changed) when K does not fit.
 bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
-                          int64_t tokenGroup) {
+                          int64_t tokenGroup, int64_t warpShift) {
   MemRefType wType = op.getW().getType();
   int64_t kStatic = wType.getDimSize(1);
   constexpr int64_t step = kWarp * kVector; // elements one warp covers per load
@@ -518,7 +520,13 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   Value n = memref::DimOp::create(b, loc, op.getW(), 0);
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
-  Value first = arith::AddIOp::create(b, loc, op.getRow0(), warp);
+  // Row row0 + i goes to warp (warpShift + i) mod warps.
+  Value shift = arith::RemUIOp::create(b, loc, h.idx(warpShift), warps);
+  Value first = arith::AddIOp::create(
+      b, loc, op.getRow0(),
+      arith::RemUIOp::create(b, loc,
+                             arith::SubIOp::create(b, loc, arith::AddIOp::create(b, loc, warp, warps), shift),
+                             warps));
   Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
   Value zeroBF16 = arith::ConstantOp::create(
       b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
@@ -727,9 +735,8 @@ void lowerSiluMul(SiluMulOp op) {
 /// RMSNorm: tokens spread over groups of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU); each group sums squares over its lanes, shares the
 /// total, then scales.
-/// Elements per thread and iteration of the element-wise loops (RMSNorm's
-/// passes, threadLoop): their loads go out together instead of one L2
-/// round trip per element.
+/// Columns per thread and iteration of RMSNorm's passes: their loads go out
+/// together instead of one L2 round trip per column.
 constexpr int64_t kThreadUnroll = 4;
 
 /// The columns j0, j0 + step, ... (kThreadUnroll of them) clamped to
@@ -910,26 +917,16 @@ Value idToIndex(OpBuilder &b, Location loc, Value v) {
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
 }
 
-/// A loop over [0, n) strided by the worker's threads, kThreadUnroll
-/// elements per thread and iteration (i, i + threads, ...; all but the
-/// first guarded by i < n), so their loads go out together.
+/// A loop over [0, n) strided by the worker's threads. (Four elements per
+/// thread and iteration, as in RMSNorm, made the RoPE of the decode step
+/// 2.5x slower on the H200: docs/benchmarks.md.)
 template <typename Fn>
 void threadLoop(OpBuilder &b, Location loc, Value n, Fn body) {
   Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
   Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  Value step = arith::MulIOp::create(b, loc, nt, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
-  scf::ForOp::create(b, loc, tid, n, step, ValueRange{},
-                     [&](OpBuilder &b, Location loc, Value i0, ValueRange) {
-                       body(b, loc, i0);
-                       Value i = i0;
-                       for (int64_t u = 1; u < kThreadUnroll; ++u) {
-                         i = arith::AddIOp::create(b, loc, i, nt);
-                         Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, n);
-                         auto guard = scf::IfOp::create(b, loc, in, /*withElse=*/false);
-                         OpBuilder::InsertionGuard g(b);
-                         b.setInsertionPointToStart(guard.thenBlock());
-                         body(b, loc, i);
-                       }
+  scf::ForOp::create(b, loc, tid, n, nt, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+                       body(b, loc, i);
                        scf::YieldOp::create(b, loc);
                      });
 }
@@ -1562,6 +1559,25 @@ struct LowerTileOpsPass
     }
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
+    // Linear ops with no barrier between them (independent, in one block)
+    // take turns on the warps: each starts on the warp after the previous
+    // one's last row, when those row counts are constants.
+    llvm::DenseMap<Operation *, int64_t> warpShift;
+    getOperation().walk([&](Block *block) {
+      int64_t next = 0;
+      for (Operation &op : *block) {
+        if (isa<gpu::BarrierOp>(op) || (isTileOp(&op) && !isa<LinearOp>(op))) {
+          next = 0;
+          continue;
+        }
+        auto linear = dyn_cast<LinearOp>(op);
+        if (!linear)
+          continue;
+        warpShift[linear] = next;
+        std::optional<int64_t> rows = getConstantIntValue(linear.getRows());
+        next = rows ? next + *rows : 0;
+      }
+    });
     if (gpu && prefetch == "l2")
       for (LinearOp op : linears)
         prefetchWeightsL2(op);
@@ -1570,7 +1586,8 @@ struct LowerTileOpsPass
         // Four accumulators per token group fit 128 registers per thread
         // (up to 512 threads); two above that.
         int64_t tokenGroup = threads > 512 || threads == 0 ? 2 : 4;
-        if (!lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup))
+        if (!lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup,
+                                  warpShift.lookup(op)))
           lowerLinearGPU(op, unroll, prefetch == "registers");
       }
       else

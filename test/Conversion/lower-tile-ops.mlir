@@ -279,10 +279,15 @@ et.kernel @two_ops_nested(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<
 
 // Only dependent tile ops get a barrier: the two linear layers write
 // different buffers and read only x and weights (none between them); the
-// activation reads both outputs (one barrier before it).
+// activation reads both outputs (one barrier before it). The second linear
+// layer's rows start on the warp after the first one's last row (row 256,
+// mod the warps).
 // GPU-LABEL: et.kernel @independent_ops
+// GPU: arith.remui %c0{{.*}}, %
 // GPU-NOT: gpu.barrier
 // GPU: memref.store %{{.*}} : memref<1x256xf32>
+// GPU: %[[SHIFT:.*]] = arith.constant 256 : index
+// GPU-NEXT: arith.remui %[[SHIFT]], %
 // GPU-NOT: gpu.barrier
 // GPU: memref.store %{{.*}} : memref<1x256xf32>
 // GPU: gpu.barrier

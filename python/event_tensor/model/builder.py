@@ -115,11 +115,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     With `fuse_norms` (the default), every tile of a linear layer that
     reads a normalized residual stream (qkv, gate/up, LM head) normalizes
     it itself into its own rows of a scratch buffer `xs` [tiles, max_batch,
-    hidden], instead of waiting for a one-tile RMSNorm task, and every `o`
-    tile merges the attention splits itself into its rows of `xa`: three
-    fewer dependent phases per layer. A tile's scratch rows are free again
-    by the time the next task uses them, since each such task waits on all
-    tiles of the one before."""
+    hidden], instead of waiting for a one-tile RMSNorm task: two fewer
+    dependent phases per layer. A tile's scratch rows are free again by the
+    time the next task uses them, since each such task waits on all tiles
+    of the one before. (Merging the attention splits inside the `o` tiles
+    the same way measured no faster at batch 1 and slower at batch 4, so
+    `merge` stays a task: docs/benchmarks.md.)"""
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
@@ -133,10 +134,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
     scratch_tiles = max(-(-(Hq * D) // rows_for(Hq * D, H)), -(-I // rows_for(I, H)), -(-V // rows_for(V, H)))
-    # Tiles of o that merge the attention splits themselves (fuse_norms).
-    o_tiles = -(-H // rows_for(H, Hq * D))
     if not fuse_norms:
-        scratch_tiles = o_tiles = 1
+        scratch_tiles = 1
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
 
     def mr(shape, elt):
@@ -156,7 +155,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
     args += [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16)),
              ("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
-             ("xs", mr([scratch_tiles, B, H], bf16)), ("xa", mr([o_tiles, B, Hq, D], bf16)),
+             ("xs", mr([scratch_tiles, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
              ("attn", mr([DYN, Hq, D], bf16)),
@@ -384,29 +383,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 v_lin[0](l, t, x)
             o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["h"], accumulate=True)
 
-            def o_body(l, t):
-                """o with the split-KV merge in its tiles (fuse_norms): each
-                tile merges every row into its own rows of the scratch xa
-                and multiplies from there, so no merge phase."""
-                xa_t = memref.SubViewOp(
-                    MemRefType.get([DYN, Hq, D], bf16, StridedLayoutAttr.get(DYN, [Hq * D, D, 1]),
-                                   loc=Location.unknown()),
-                    A["xa"], [t], [batch], [], static_offsets=[DYN, 0, 0, 0], static_sizes=[1, DYN, Hq, D],
-                    static_strides=[1, 1, 1, 1]).result
-                loop = scf.ForOp(const(0), batch, const(1))
-                with InsertionPoint(loop.body):
-                    b = loop.induction_variable
-                    out = memref.SubViewOp(
-                        MemRefType.get([Hq, D], bf16, StridedLayoutAttr.get(DYN, [D, 1]), loc=Location.unknown()),
-                        xa_t, [b], [], [], static_offsets=[DYN, 0, 0], static_sizes=[1, Hq, D],
-                        static_strides=[1, 1, 1]).result
-                    et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
-                                       row(A["lse"], b, [lay.splits, Hq], f32), out)
-                    scf.YieldOp([])
-                x = memref.collapse_shape(
-                    MemRefType.get([DYN, Hq * D], bf16, StridedLayoutAttr.get(DYN, [Hq * D, 1]),
-                                   loc=Location.unknown()), xa_t, [[0], [1, 2]])
-                o_lin[0](l, t, x)
             gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
             up_lin = linear_body("wu", I, H, A["xn"], A["u"])
             down_lin = linear_body("wd", H, I, A["act"], A["h"], accumulate=True)
@@ -434,12 +410,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
             ]
             if fuse_norms:
-                # qkv starts each layer; o merges the splits itself and
-                # waits on attn; mlp waits on o directly.
-                layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2", "merge")]
+                # qkv starts each layer; mlp waits on o directly.
+                layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
                 layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
-                layer_tasks = [("o", o_body, spec[2], False, ["attn"], spec[5] + 4 * lay.splits * Hq * (D + 1),
-                                spec[6]) if spec[0] == "o" else spec for spec in layer_tasks]
                 entry = ("qkv", qkv_body, [qkv_tiles], qkv_spec[5], qkv_spec[6])
             else:
                 entry = ("norm1", norm1_body, [1], 2 * H, 5 * H)

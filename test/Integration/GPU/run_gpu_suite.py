@@ -114,6 +114,8 @@ def run_decode_ops(root: Path) -> bool:
 
 
 def main(root: Path, out: Path | None = None) -> int:
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     cases = json.loads((root / "cases.json").read_text())
     failures = []
     start = time.monotonic()
