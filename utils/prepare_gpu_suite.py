@@ -324,23 +324,23 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
-           layered: bool = False, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
-           tile_prefetch: str = "none", fuse_norms: bool = True) -> None:
+           layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
+           tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int = 4) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
-    `profiled` also get a profiling build, `NAME-profiled`; with `layered`,
-    one task per kind over (layer, tile), named `NAME-layered`)."""
+    `profiled` also get a profiling build, `NAME-profiled`; without
+    `layered`, one task per kind and layer, named `NAME-per-layer`)."""
     from event_tensor.model import compile_model, preset
 
     builds = [(n, False) for n in names] + [(n, True) for n in profiled]
     for name, profile in builds:
         start = time.perf_counter()
         config = preset(name)
-        target = out / (name + ("-layered" if layered else "") + ("-profiled" if profile else ""))
+        target = out / (name + ("" if layered else "-per-layer") + ("-profiled" if profile else ""))
         compile_model(config, target="cuda", max_batch=max_batch,
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
-                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms)
+                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms, tile_unroll=tile_unroll)
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -353,13 +353,15 @@ def main() -> None:
                         help="model presets to compile ('' for none)")
     parser.add_argument("--profiled-models", default="", help="model presets to compile with profiling too")
     parser.add_argument("--model-threads", type=int, default=512, help="threads per worker of the model kernels")
-    parser.add_argument("--layered", action="store_true", help="layered model kernels (one task per kind)")
+    parser.add_argument("--per-layer", action="store_true",
+                        help="model kernels with one task per kind and layer (default: per kind over layers)")
     parser.add_argument("--max-batch", type=int, default=4, help="max batch of the model kernels")
     parser.add_argument("--max-context", type=int, default=1024, help="max context of the model kernels")
     parser.add_argument("--format", default="isa", choices=["isa", "bin"], help="model kernels as PTX or cubin")
     parser.add_argument("--tile-prefetch", default="none", choices=["none", "registers", "l2"],
                         help="weight loads before the wait in the model kernels")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
+    parser.add_argument("--tile-unroll", type=int, default=4, help="16-byte weight loads per lane per group")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
     args = parser.parse_args()
@@ -379,8 +381,9 @@ def main() -> None:
         tile_numerics(out / "tiles", args.workers, cache)
     if "models" in parts:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
-               [m for m in args.profiled_models.split(",") if m], args.model_threads, args.layered,
-               args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms)
+               [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,
+               args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms,
+               args.tile_unroll)
     shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -174,7 +174,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
 
     art = tmp_path / "art"
     assert main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--max-batch", "2",
-                 "--max-context", "16", "--workers", "2", "--profile", "--layered"]) == 0
+                 "--max-context", "16", "--workers", "2", "--profile", "--per-layer"]) == 0
     assert (art / "model.json").exists()
     assert main(["run", str(art), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
     out = capsys.readouterr().out

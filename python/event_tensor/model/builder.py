@@ -96,8 +96,19 @@ def _rows_per_tile(n: int, workers: int) -> int:
     return max(1, -(-n // workers))
 
 
+def scratch_tiles(config: ModelConfig, rows_for) -> int:
+    """Rows of the norm scratch `xs` (fuse_norms): the most tiles of the
+    tasks that normalize into it (qkv, gate/up, LM head), given the rows per
+    tile `rows_for(n, k)`."""
+    c = config
+    shapes = [(c.num_heads * c.head_dim, c.hidden_size), (c.intermediate_size, c.hidden_size),
+              (c.vocab_size, c.hidden_size)]
+    return max(-(-n // min(rows_for(n, k), n)) for n, k in shapes)
+
+
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
-                        layered: bool = False, linear_rows=None, fuse_norms: bool = True) -> Module:
+                        layered: bool = False, linear_rows=None, fuse_norms: bool = True,
+                        scratch_rows: int | None = None) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -120,7 +131,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     time the next task uses them, since each such task waits on all tiles
     of the one before. (Merging the attention splits inside the `o` tiles
     the same way measured no faster at batch 1 and slower at batch 4, so
-    `merge` stays a task: docs/benchmarks.md.)"""
+    `merge` stays a task: docs/benchmarks.md.) `scratch_rows` sizes `xs`
+    (at least what this kernel's tiles need; kernels that share buffers
+    pass their maximum)."""
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
@@ -133,9 +146,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         return min(rows, n)
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
-    scratch_tiles = max(-(-(Hq * D) // rows_for(Hq * D, H)), -(-I // rows_for(I, H)), -(-V // rows_for(V, H)))
-    if not fuse_norms:
-        scratch_tiles = 1
+    xs_rows = scratch_tiles(c, rows_for) if fuse_norms else 1
+    if scratch_rows is not None:
+        if scratch_rows < xs_rows:
+            raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")
+        xs_rows = scratch_rows
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
 
     def mr(shape, elt):
@@ -155,7 +170,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
     args += [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16)),
              ("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
-             ("xs", mr([scratch_tiles, B, H], bf16)),
+             ("xs", mr([xs_rows, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
              ("attn", mr([DYN, Hq, D], bf16)),

@@ -235,7 +235,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     try:
         cuda = {"threads_per_worker": args.threads, "format": args.format} if device == "cuda" else {}
         out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
-                            workers=workers, out_dir=args.output, profile=args.profile, layered=args.layered,
+                            workers=workers, out_dir=args.output, profile=args.profile,
+                            layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
@@ -417,9 +418,9 @@ def add_commands(sub) -> None:
     p.add_argument("--batch-variants", action="store_true",
                    help="with --tuning-table: one kernel per range of batch sizes with the same table choices, "
                    "picked per launch")
-    p.add_argument("--layered", action="store_true",
-                   help="one task per kind over (layer, tile) instead of one per layer: a kernel about L times "
-                   "smaller that compiles and loads in about a second (checked on CPU; not yet on a GPU)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="one task per kind and layer instead of one per kind over (layer, tile) (the default): "
+                   "a kernel about L times larger that takes tens of seconds to compile and load")
     p.set_defaults(func=cmd_compile)
 
     def artifact_args(p):

@@ -18,14 +18,15 @@ __all__ = ["compile_model"]
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
-                  cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool = False,
+                  cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool | None = None,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
-                  fuse_norms: bool = True, **options) -> Path:
+                  fuse_norms: bool = True, scratch_rows: int | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
-    `build_decode_kernel`); it needs the static schedule. `fuse_norms`
+    `build_decode_kernel`); it needs the static schedule, and is the
+    default (None) unless `mode="dynamic"`. `fuse_norms`
     (default) has each linear tile normalize its own input instead of a
     one-tile RMSNorm task per norm. `tuning_table` (a
     path or `event_tensor.tuning.TuningTable`) picks the rows per tile of
@@ -43,6 +44,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 
     if workers is None:
         workers = 4 if target == "cpu" else 132
+    if layered is None:
+        layered = options.get("mode") != "dynamic"
     if batch_variants:
         return _compile_variants(config, target=target, max_batch=max_batch, max_context=max_context,
                                  workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
@@ -66,7 +69,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     start = time.perf_counter()
     with Context():
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
-                                     fuse_norms=fuse_norms)
+                                     fuse_norms=fuse_norms, scratch_rows=scratch_rows)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
@@ -101,19 +104,25 @@ def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_ta
     def choice(m):
         return tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
 
+    from .builder import scratch_tiles
+
     ranges = []
     for m in range(1, max_batch + 1):
         if ranges and ranges[-1][2] == choice(m):
             ranges[-1][1] = m
         else:
             ranges.append([m, m, choice(m)])
+    # Every variant shares the buffers, so the norm scratch fits the variant
+    # with the most tiles.
+    by_shape = [dict(zip(shapes, choice)) for _, _, choice in ranges]
+    rows = max(scratch_tiles(config, lambda n, k, c=c: c[(n, k)]) for c in by_shape)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     variants = []
     for lo, hi, _ in ranges:
         name = f"batch{lo}-{hi}"
         compile_model(config, max_batch=max_batch, out_dir=out / name, tuning_table=table, workers=workers,
-                      table_batch=hi, **kwargs)
+                      table_batch=hi, scratch_rows=rows, **kwargs)
         variants.append({"min_batch": lo, "max_batch": hi, "dir": name})
     info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
     info["linear_tiles"] = None
