@@ -87,7 +87,10 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
     # Row groups working in parallel in a tile: the warps of a CTA, or the
     # one thread of a host worker.
     warps = max(1, threads // 32) if target == "cuda" else 1
+    # Tokens per pass over the weights in the GPU lowering (et-lower-tile-ops).
+    token_group = (4 if threads <= 512 else 2) if target == "cuda" else None
     plan = {"format": TABLE_FORMAT, "target": target, "workers": workers, "threads": threads, "warps": warps,
+            "token_group": token_group,
             "capacity": capacity, "ms": list(ms), "m_max": m_max, "shapes": [list(s) for s in shapes],
             "macro": [[r, 1] for r in rows], "micro": list(unrolls), "kernels": kernels}
     (out / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -128,10 +131,12 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
                     torch.zeros(m, n, device="cuda")]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             launch(*args)
+            # Arguments packed once: no Python work between the events.
+            bound = launch.bind(*args)
             times = []
             for _ in range(reps):
                 start.record()
-                launch.launch_async(*args)
+                bound()
                 end.record()
                 end.synchronize()
                 times.append(start.elapsed_time(end) / 1e3)
@@ -147,7 +152,7 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
                 launch(*args)
                 times.append(time.perf_counter() - t0)
         cfg = LinearConfig(kern["rows"], 1, kern["unroll"])
-        tiles, trips = linear_problem(m, n, k, cfg, plan["warps"])
+        tiles, trips = linear_problem(m, n, k, cfg, plan["warps"], plan.get("token_group"))
         samples.append({"rows": kern["rows"], "split_k": 1, "unroll": kern["unroll"], "n": n, "k": k, "m": m,
                         "tiles": tiles, "trips": trips, "seconds": float(np.median(times))})
         if progress:
@@ -170,12 +175,16 @@ def fit(root: str | Path, out: str | Path) -> TuningTable:
     models = {}
     for rows, split in plan["macro"]:
         for unroll in plan["micro"]:
-            mine = [(s["tiles"], s["trips"], s["seconds"]) for s in measured["samples"]
+            # Tiles and trips recounted from the plan (the samples' own
+            # counts may come from an older count).
+            mine = [(*linear_problem(s["m"], s["n"], s["k"], LinearConfig(rows, split, unroll), plan["warps"],
+                                     plan.get("token_group")), s["seconds"]) for s in measured["samples"]
                     if (s["rows"], s["split_k"], s["unroll"]) == (rows, split, unroll)]
             models[(rows, split, unroll)] = WaveModel(plan["capacity"]).fit(mine)
     table = build_table(measured["device"], plan["workers"], plan["threads"],
                         [tuple(s) for s in plan["shapes"]], plan["m_max"],
-                        [tuple(m) for m in plan["macro"]], plan["micro"], models, warps=plan["warps"])
+                        [tuple(m) for m in plan["macro"]], plan["micro"], models, warps=plan["warps"],
+                        token_group=plan.get("token_group"))
     # What is saved must load back through the validation.
     table = TuningTable.from_json(json.loads(json.dumps(table.to_json())), str(out))
     table.save(out)

@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["LinearConfig", "TableError", "TuningTable", "WaveModel", "choose_linear", "heuristic_linear",
-           "linear_problem", "build_table", "TABLE_FORMAT"]
+           "linear_problem", "token_passes", "build_table", "TABLE_FORMAT"]
 
 TABLE_FORMAT = 1
 WARP_ELEMENTS = 256  # bf16 elements one warp covers per 16-byte load per lane
@@ -56,11 +56,23 @@ class LinearConfig:
                 raise TableError(f"{where}: {name} must be a positive int, got {v!r}")
 
 
-def linear_problem(m: int, n: int, k: int, config: LinearConfig, warps: int) -> tuple[int, int]:
-    """(tiles, inner-loop trips per tile) of an M x N x K linear layer."""
+def token_passes(m: int, token_group: int | None) -> int:
+    """Passes over a tile's weights for M tokens: one per token without
+    token groups (the per-token loops of the CPU lowering), else one for
+    M <= 2 (the GPU's exact one- and two-accumulator paths) and one per
+    group of `token_group` tokens above."""
+    if token_group is None:
+        return m
+    return 1 if m <= 2 else math.ceil(m / token_group)
+
+
+def linear_problem(m: int, n: int, k: int, config: LinearConfig, warps: int,
+                   token_group: int | None = None) -> tuple[int, int]:
+    """(tiles, inner-loop trips per tile) of an M x N x K linear layer;
+    `token_group` as in token_passes."""
     tiles = math.ceil(n / config.rows) * config.split_k
     per_row = math.ceil(k / (config.split_k * WARP_ELEMENTS * config.unroll))
-    trips = math.ceil(config.rows / warps) * per_row * m
+    trips = math.ceil(config.rows / warps) * per_row * token_passes(m, token_group)
     return tiles, trips
 
 
@@ -211,14 +223,15 @@ def choose_linear(n: int, k: int, m: int, *, table: TuningTable | None, workers:
 
 def build_table(gpu: str, workers: int, threads: int, shapes: Sequence[tuple[int, int]], m_max: int,
                 macro_candidates: Sequence[tuple[int, int]], micro_candidates: Sequence[int],
-                models: dict[tuple[int, int, int], WaveModel], *, warps: int | None = None) -> TuningTable:
+                models: dict[tuple[int, int, int], WaveModel], *, warps: int | None = None,
+                token_group: int | None = None) -> TuningTable:
     """Precomputes the two-stage choice: for every shape and M, first the
     macro configuration with the lowest predicted latency (at the default
     micro configuration, the first candidate), then the best micro
     configuration for it. `models[(rows, split_k, unroll)]` predicts each
     configuration family. `warps` (row groups working in parallel in a
-    tile; default threads / 32) must be the one the samples' trips were
-    counted with."""
+    tile; default threads / 32) and `token_group` (linear_problem) must be
+    the ones the samples' trips were counted with."""
     warps = warps or max(1, threads // 32)
     linear = {}
     for n, k in shapes:
@@ -226,7 +239,7 @@ def build_table(gpu: str, workers: int, threads: int, shapes: Sequence[tuple[int
         for m in range(1, m_max + 1):
             def cost(rows, split, unroll):
                 cfg = LinearConfig(rows, split, unroll)
-                tiles, trips = linear_problem(m, n, k, cfg, warps)
+                tiles, trips = linear_problem(m, n, k, cfg, warps, token_group)
                 return float(models[(rows, split, unroll)].predict(tiles, trips))
 
             fits = [(r, s) for r, s in macro_candidates if r <= n and k % s == 0]

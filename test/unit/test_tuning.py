@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from event_tensor.tuning import (LinearConfig, TableError, TuningTable, WaveModel, build_table, choose_linear,
-                                 heuristic_linear, linear_problem)
+                                 heuristic_linear, linear_problem, token_passes)
 
 CAPACITY = 132
 
@@ -51,6 +51,11 @@ def test_fit_rejects_too_few_or_bad_samples():
 def test_linear_problem_counts_tiles_and_trips():
     assert linear_problem(1, 2048, 8192, LinearConfig(16, 1, 4), warps=16) == (128, 8)
     assert linear_problem(4, 2048, 8192, LinearConfig(32, 2, 8), warps=16) == (128, 4 * 2 * 2)
+    # With token groups (the GPU lowering): one pass up to M = 2, then one per group.
+    assert [token_passes(m, 4) for m in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 1, 1, 1, 2, 2, 3, 4]
+    assert [token_passes(m, None) for m in (1, 2, 3)] == [1, 2, 3]
+    assert linear_problem(4, 2048, 8192, LinearConfig(32, 2, 8), warps=16, token_group=4) == (128, 2 * 2)
+    assert linear_problem(6, 2048, 8192, LinearConfig(16, 1, 4), warps=16, token_group=2) == (128, 8 * 3)
 
 
 def _models(coefs):

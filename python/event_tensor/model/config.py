@@ -236,6 +236,14 @@ def _qwen3_0_6b() -> ModelConfig:
                        architecture="Qwen3ForCausalLM")
 
 
+def _llama_3_1_8b() -> ModelConfig:
+    """The shapes of Llama-3.1-8B (its published config.json)."""
+    return ModelConfig(family="llama", hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
+                       num_kv_heads=8, head_dim=128, vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0,
+                       rope_scaling=(8.0, 1.0, 4.0, 8192.0), tie_word_embeddings=False,
+                       max_position_embeddings=131072, architecture="LlamaForCausalLM")
+
+
 #: Named configurations: the CLI accepts these names wherever a config.json
 #: is expected.
 PRESETS = {
@@ -244,6 +252,7 @@ PRESETS = {
     "tiny-qwen3": lambda: tiny_config("qwen3"),
     "llama-3.2-1b": _llama_3_2_1b,
     "qwen3-0.6b": _qwen3_0_6b,
+    "llama-3.1-8b": _llama_3_1_8b,
 }
 
 

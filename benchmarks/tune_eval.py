@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The tuning table's choice against exhaustive search on the device.
+
+For every linear-layer shape of the given model presets and every token
+count M in 1..16 (`et.linear` serves at most 16 tokens), each candidate
+configuration (rows per tile x unroll) is timed on the device; the best is
+the exhaustive-search answer. The table (from `event-tensor tune`) and the
+heuristic fallback each pick a configuration without measuring; the report
+gives their speed as a fraction of the best one (geometric mean and worst
+case), beside the time the exhaustive search took on the device.
+
+    # here (MLIR): one kernel per shape and configuration, with a runtime M
+    .venv/bin/python benchmarks/tune_eval.py prepare .device/tune-eval --models llama-3.2-1b,qwen3-0.6b,llama-3.1-8b
+    # there (runtime only)
+    PYTHONPATH=python:benchmarks python3 benchmarks/tune_eval.py measure .device/tune-eval --json eval.json
+    # here: the comparison with a table
+    .venv/bin/python benchmarks/tune_eval.py report eval.json --table table.json --json report.json
+"""
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+ROWS = (8, 16, 32, 64)
+UNROLLS = (4, 8)
+M_MAX = 16
+
+
+def prepare(out: Path, models: list[str], workers: int, threads: int) -> None:
+    from event_tensor import compile as et_compile
+    from event_tensor.ir import Context
+    from event_tensor.tuner import _kernel, model_shapes
+
+    out.mkdir(parents=True, exist_ok=True)
+    shapes = model_shapes(models)
+    kernels = []
+    for n, k in shapes:
+        for rows in ROWS:
+            for unroll in UNROLLS:
+                with Context():
+                    text = _kernel(n, k, rows).operation.get_asm(print_generic_op_form=True)
+                art = et_compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=threads,
+                                 tile_unroll=unroll, format="bin")
+                name = f"n{n}-k{k}-r{rows}-u{unroll}"
+                dest = out / name
+                dest.mkdir(exist_ok=True)
+                for f in Path(art.path).iterdir():
+                    if f.is_file():
+                        (dest / f.name).write_bytes(f.read_bytes())
+                kernels.append({"dir": name, "n": n, "k": k, "rows": rows, "unroll": unroll})
+        print(f"prepared {n}x{k}", flush=True)
+    (out / "eval.json").write_text(json.dumps({"models": models, "workers": workers, "threads": threads,
+                                               "m_max": M_MAX, "kernels": kernels}, indent=1))
+
+
+def measure(root: Path, out_json: Path, reps: int) -> None:
+    import torch
+
+    from event_tensor import runtime
+    from gpu_timing import median_seconds
+
+    plan = json.loads((root / "eval.json").read_text())
+    result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "workers": plan["workers"],
+              "threads": plan["threads"], "rows": []}
+    by_shape = {}
+    for kern in plan["kernels"]:
+        by_shape.setdefault((kern["n"], kern["k"]), []).append(kern)
+    t_start = time.perf_counter()
+    for (n, k), kernels in by_shape.items():
+        w = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
+        x = torch.randn(M_MAX, k, device="cuda").to(torch.bfloat16)
+        y = torch.zeros(M_MAX, n, device="cuda")
+        ref = torch.nn.functional.linear(x.float(), w.float())
+        for kern in kernels:
+            launch = runtime.load(root / kern["dir"]).launcher()
+            for m in range(1, M_MAX + 1):
+                y.zero_()
+                seconds = median_seconds(launch.bind(x[:m], w, y[:m]), reps=reps, warmup=2)
+                launch.check()
+                err = float((y[:m] - ref[:m]).norm() / ref[:m].norm())
+                result["rows"].append({"n": n, "k": k, "rows": kern["rows"], "unroll": kern["unroll"], "m": m,
+                                       "seconds": seconds, "rel_err": err})
+            launch.close()
+        del w
+        torch.cuda.empty_cache()
+        print(f"{n}x{k}: {len(kernels)} configurations x M 1..{M_MAX} timed", flush=True)
+    result["wall_s"] = time.perf_counter() - t_start
+    out_json.write_text(json.dumps(result, indent=1))
+
+
+def report(measured: Path, table_path: str | None, out_json: Path | None) -> None:
+    from event_tensor.tuning import TuningTable, choose_linear
+
+    data = json.loads(measured.read_text())
+    table = TuningTable.load(table_path) if table_path else None
+    times = {}
+    for r in data["rows"]:
+        times[(r["n"], r["k"], r["m"], r["rows"], r["unroll"])] = r["seconds"]
+    shapes = sorted({(r["n"], r["k"]) for r in data["rows"]})
+    bad = [r for r in data["rows"] if not r["rel_err"] < 1e-5]
+    entries, ratios = [], {"table": [], "heuristic": []}
+    search_s = 0.0
+    for n, k in shapes:
+        for m in range(1, M_MAX + 1):
+            cands = {(rows, u): times[(n, k, m, rows, u)] for rows in ROWS for u in UNROLLS
+                     if (n, k, m, rows, u) in times}
+            search_s += sum(cands.values())
+            best_cfg, best = min(cands.items(), key=lambda kv: kv[1])
+            row = {"n": n, "k": k, "m": m, "best": list(best_cfg), "best_us": best * 1e6}
+            for name, tab in (("table", table), ("heuristic", None)):
+                if name == "table" and tab is None:
+                    continue
+                cfg, source = choose_linear(n, k, m, table=tab, workers=data["workers"])
+                key = (cfg.rows, cfg.unroll)
+                if key not in cands:  # a choice outside the measured grid: nearest rows, same unroll
+                    key = min(cands, key=lambda c: (abs(c[0] - cfg.rows), c[1] != cfg.unroll))
+                ratio = best / cands[key]
+                ratios[name].append(ratio)
+                row[name] = {"config": list(key), "fraction_of_best": ratio, "source": source}
+            entries.append(row)
+    summary = {}
+    for name, rs in ratios.items():
+        if rs:
+            summary[name] = {"geomean": math.exp(sum(math.log(r) for r in rs) / len(rs)), "worst": min(rs),
+                             "points": len(rs)}
+    out = {"device": data["device"], "date": data["date"], "summary": summary,
+           "exhaustive_search_device_s": search_s, "measure_wall_s": data.get("wall_s"),
+           "numerics_failures": len(bad), "entries": entries}
+    for name, s in summary.items():
+        print(f"{name}: geometric mean {100 * s['geomean']:.1f}% of the exhaustive best, worst "
+              f"{100 * s['worst']:.1f}% over {s['points']} (shape, M) points")
+    print(f"exhaustive search: {search_s:.3f} s of kernel time on the device ({len(shapes)} shapes x M 1..{M_MAX} "
+          f"x {len(ROWS) * len(UNROLLS)} configurations); {len(bad)} numerics failures")
+    if out_json:
+        out_json.write_text(json.dumps(out, indent=1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("out")
+    p.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b,llama-3.1-8b")
+    p.add_argument("--workers", type=int, default=132)
+    p.add_argument("--threads", type=int, default=512)
+    p = sub.add_parser("measure")
+    p.add_argument("root")
+    p.add_argument("--json", required=True)
+    p.add_argument("--reps", type=int, default=10)
+    p = sub.add_parser("report")
+    p.add_argument("measured")
+    p.add_argument("--table")
+    p.add_argument("--json")
+    args = parser.parse_args()
+    if args.cmd == "prepare":
+        prepare(Path(args.out), args.models.split(","), args.workers, args.threads)
+    elif args.cmd == "measure":
+        measure(Path(args.root), Path(args.json), args.reps)
+    else:
+        report(Path(args.measured), args.table, Path(args.json) if args.json else None)
+
+
+if __name__ == "__main__":
+    main()
