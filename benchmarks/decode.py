@@ -83,6 +83,7 @@ def main():
     parser.add_argument("--iters", type=int, default=40)
     parser.add_argument("--json")
     parser.add_argument("--out", help="directory for traces of profiled artifacts")
+    parser.add_argument("--trace-batch", type=int, default=1, help="batch of the traced step")
     args = parser.parse_args()
     copy_bw = copy_bandwidth()
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
@@ -139,12 +140,13 @@ def main():
                         "context": context}, config, t)
         if profiled and args.out:
             context = min(contexts[0], session.max_context)
-            session.step([1], [context - 1])
+            tb = min(args.trace_batch, session.max_batch)
+            session.step(list(range(1, tb + 1)), [context - 1] * tb)
             trace = session.last_trace
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             trace.chrome_trace(out / f"{path.name}.trace.json")
-            trace.gantt_png(out / f"{path.name}.gantt.png", title=f"{path.name}: one decode step (batch 1)")
+            trace.gantt_png(out / f"{path.name}.gantt.png", title=f"{path.name}: one decode step (batch {tb})")
             kinds = trace.breakdown()
             total = trace.workers * trace.makespan_ns
             results.setdefault("breakdown", {})[path.name] = {"makespan_us": trace.makespan_ns / 1e3,

@@ -1115,6 +1115,92 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
   op.erase();
 }
 
+/// GPU argmax with every thread of the worker: threads stride over the
+/// columns, each warp combines its lanes with a butterfly, the warps'
+/// results meet in shared memory, and warp 0 combines them (one warp
+/// scanning a 1000-column chunk took one L2 round trip per 32 columns).
+void lowerArgmaxBlock(ArgmaxOp op) {
+  auto task = op->getParentOfType<TaskOp>();
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Builder h{b, loc};
+  Type i32 = b.getI32Type();
+  Value vals = workgroupBuffer(task, loc, {kWarp}, b.getF32Type());
+  Value idxs = workgroupBuffer(task, loc, {kWarp}, i32);
+  Groups g = h.groups(kWarp);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value width = memref::DimOp::create(b, loc, op.getX(), 1);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), width);
+  Value first = arith::AddIOp::create(b, loc, op.getCol0(), g.tid);
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
+  auto better = [&](OpBuilder &b, Value v, Value i, Value bv, Value bi) {
+    // v > bv, or equal with a smaller index (NaN never wins).
+    Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
+    Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
+    Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
+    return arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
+  };
+  auto warpBest = [&](OpBuilder &b, Value bv, Value bi) {
+    for (int64_t offset = kWarp / 2; offset >= 1; offset /= 2) {
+      Value ov = shuffleXor(b, loc, bv, offset);
+      Value oi = shuffleXor(b, loc, bi, offset);
+      Value take = better(b, ov, oi, bv, bi);
+      bv = arith::SelectOp::create(b, loc, take, ov, bv);
+      bi = arith::SelectOp::create(b, loc, take, oi, bi);
+    }
+    return std::make_pair(bv, bi);
+  };
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  scf::ForOp::create(
+      b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        auto scan = scf::ForOp::create(
+            b, loc, first, end, g.threads, ValueRange{negInf, noIndex},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
+              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+              Value idx = op.getFrom()
+                              ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
+                              : arith::IndexCastOp::create(b, loc, i32, j).getResult();
+              Value take = better(b, v, idx, best[0], best[1]);
+              scf::YieldOp::create(b, loc,
+                                   ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
+                                              arith::SelectOp::create(b, loc, take, idx, best[1])});
+            });
+        auto [wv, wi] = warpBest(b, scan.getResult(0), scan.getResult(1));
+        auto publish = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(publish.thenBlock());
+          memref::StoreOp::create(b, loc, wv, vals, ValueRange{g.group});
+          memref::StoreOp::create(b, loc, wi, idxs, ValueRange{g.group});
+        }
+        gpu::BarrierOp::create(b, loc);
+        // Lane l of every warp reads warp l's result; warp 0 stores.
+        Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, g.groups);
+        Value safe = arith::SelectOp::create(b, loc, has, g.lane, h.idx(0));
+        Value v = arith::SelectOp::create(b, loc, has, memref::LoadOp::create(b, loc, vals, ValueRange{safe}),
+                                          negInf);
+        Value i = arith::SelectOp::create(b, loc, has, memref::LoadOp::create(b, loc, idxs, ValueRange{safe}),
+                                          noIndex);
+        auto [tv, ti] = warpBest(b, v, i);
+        Value store = arith::AndIOp::create(
+            b, loc, isLane0, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.group, h.idx(0)));
+        auto write = scf::IfOp::create(b, loc, store, /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(write.thenBlock());
+          memref::StoreOp::create(b, loc, tv, op.getValues(), ValueRange{tok, op.getSlot()});
+          memref::StoreOp::create(b, loc, ti, op.getIndices(), ValueRange{tok, op.getSlot()});
+        }
+        // The next token reuses the shared results.
+        gpu::BarrierOp::create(b, loc);
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+}
+
 /// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU) per query head; lanes split the head dimension;
 /// online softmax over the split's positions.
@@ -1554,6 +1640,8 @@ struct LowerTileOpsPass
       }
       else if (auto merge = dyn_cast<AttentionMergeOp>(op))
         lowerAttentionMerge(merge);
+      else if (gpu && op->getParentOfType<TaskOp>())
+        lowerArgmaxBlock(cast<ArgmaxOp>(op));
       else
         lowerArgmax(cast<ArgmaxOp>(op), gpu);
     }

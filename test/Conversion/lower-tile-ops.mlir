@@ -341,3 +341,32 @@ et.kernel @wide_norm(%x: memref<?x2048xbf16>, %w: memref<2048xbf16>, %y: memref<
     et.rmsnorm %xs, %ws, %xs eps(1.0e-05) : memref<16x64xf32>, memref<64xbf16>, memref<16x64xf32>
   }
 }
+
+// Argmax on the GPU uses every thread: threads stride over the columns
+// (step et.num_threads), warps combine with a butterfly of values and
+// indices, the warps' results meet in two shared buffers, and warp 0's
+// lane 0 stores; the CPU worker scans alone.
+// GPU-LABEL: et.kernel @argmax
+// GPU: et.task @t
+// GPU-NEXT: memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU-NEXT: memref.alloca() : memref<32xi32, #gpu.address_space<workgroup>>
+// GPU: %[[NT:.*]] = et.num_threads
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[NT]] iter_args
+// GPU-COUNT-10: gpu.shuffle  xor
+// GPU: memref.store %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU: gpu.barrier
+// GPU: memref.load %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>
+// GPU-COUNT-10: gpu.shuffle  xor
+// GPU: memref.store %{{.*}} : memref<2x4xf32>
+// GPU: gpu.barrier
+// CPU-LABEL: et.kernel @argmax
+// CPU-NOT: gpu.shuffle
+// CPU: memref.store %{{.*}} : memref<2x4xf32>
+et.kernel @argmax(%x: memref<2x1000xf32>, %v: memref<2x4xf32>, %i: memref<2x4xi32>) {
+  %c4 = arith.constant 4 : index
+  %c250 = arith.constant 250 : index
+  et.task @t tiles(%s) in (%c4) {
+    %c0 = arith.muli %s, %c250 : index
+    et.argmax %x, %v, %i cols(%c0, %c250) slot(%s) : memref<2x1000xf32>, memref<2x4xf32>, memref<2x4xi32>
+  }
+}
