@@ -77,18 +77,24 @@ def main():
         nbytes = layers * n * k * 2
         ref = [torch.nn.functional.linear(x.float(), w.float()) for w in ws]
         torch_t = median_seconds(lambda: [torch.nn.functional.linear(x, w) for w in ws])
-        for (rows, unroll), threads in [(v, t) for v in info["variants"] for t in THREADS]:
-            launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}").launcher(timeout_s=5,
-                                                                                   threads=threads)
+        variants = [(v, t, "stream") for v in info["variants"] for t in THREADS]
+        # The per-row lowering (tile_linear="rows") where prepared, for comparison.
+        variants += [(v, t, "rows") for v in info.get("rows_variants", []) for t in THREADS]
+        for (rows, unroll), threads, lowering in variants:
+            suffix = "" if lowering == "stream" else "-rowloop"
+            launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}{suffix}").launcher(timeout_s=5,
+                                                                                            threads=threads)
             launch(x, *ws, *ys)
             ok = all(torch.allclose(y, r, rtol=1e-3, atol=1e-3) for y, r in zip(ys, ref))
             t = launch_seconds(launch, x, *ws, *ys)
             bw = nbytes / t
             results["rows"].append({"n": n, "k": k, "rows_per_tile": rows, "unroll": unroll, "threads": threads,
+                                    "lowering": lowering,
                                     "time_us": t * 1e6,
                                     "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw,
                                     "torch_tb_s": nbytes / torch_t / 1e12, "correct": ok})
             print(f"{n:>6} x {k:<6} {rows:>3}/{unroll}/{threads:<4} {t * 1e6:>9.1f} {bw / 1e12:>6.2f} {100 * bw / copy_bw:>6.1f}%"
+                  f" {lowering:6s}"
                   f"   {nbytes / torch_t / 1e12:.2f}{'' if ok else '  WRONG RESULT'}")
             launch.close()
         del ws, ys

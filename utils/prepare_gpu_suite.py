@@ -169,11 +169,17 @@ def linear(out: Path, workers: int, cache: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     layers = 8
     variants = [(rows, unroll) for rows in (32, 64) for unroll in (4, 8)]
+    rows_variants = [(rows, 4) for rows in (32, 64)]
     for n, k in LINEAR_SHAPES:
         for rows, unroll in variants:
             art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
                              threads_per_worker=1024, tile_unroll=unroll, cache_dir=cache)
             _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}")
+        # The per-row lowering, for comparison with the stream.
+        for rows, unroll in rows_variants:
+            art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
+                             threads_per_worker=1024, tile_unroll=unroll, tile_linear="rows", cache_dir=cache)
+            _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}-rowloop")
     # A chain of dependent layers (each needs all of the previous output),
     # with each way of loading weights before the wait.
     chain_variants = [(p, u) for p in ("none", "registers", "l2") for u in (4, 8)]
@@ -182,7 +188,8 @@ def linear(out: Path, workers: int, cache: Path) -> None:
                          threads_per_worker=1024, tile_prefetch=prefetch, tile_unroll=unroll, cache_dir=cache)
         _copy_artifact(art, out / f"linear-chain-{prefetch}-u{unroll}")
     (out / "linear.json").write_text(json.dumps({"shapes": LINEAR_SHAPES, "layers": layers,
-                                                 "variants": variants, "chain": [4096, layers, 32],
+                                                 "variants": variants, "rows_variants": rows_variants,
+                                                 "chain": [4096, layers, 32],
                                                  "chain_variants": chain_variants}))
     # Numerics: M = 3 tokens, N = 1000, K = 1032 (not a multiple of the
     # unrolled step, so the remainder loop runs too).
@@ -325,7 +332,8 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
-           tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int = 4) -> None:
+           tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int = 4,
+           tile_linear: str = "stream") -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; without
@@ -340,7 +348,8 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         compile_model(config, target="cuda", max_batch=max_batch,
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
-                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms, tile_unroll=tile_unroll)
+                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms, tile_unroll=tile_unroll,
+                      tile_linear=tile_linear)
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -362,6 +371,7 @@ def main() -> None:
                         help="weight loads before the wait in the model kernels")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
     parser.add_argument("--tile-unroll", type=int, default=4, help="16-byte weight loads per lane per group")
+    parser.add_argument("--tile-linear", default="stream", choices=["stream", "rows"], help="et.linear lowering")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
     args = parser.parse_args()
@@ -383,7 +393,7 @@ def main() -> None:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,
                args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms,
-               args.tile_unroll)
+               args.tile_unroll, args.tile_linear)
     shutil.rmtree(cache, ignore_errors=True)
 
 

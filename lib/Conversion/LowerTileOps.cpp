@@ -1602,6 +1602,11 @@ struct LowerTileOpsPass
           << prefetch << "'";
       return signalPassFailure();
     }
+    if (linear != "stream" && linear != "rows") {
+      getOperation().emitOpError("'et-lower-tile-ops' linear must be stream or rows, got '")
+          << linear << "'";
+      return signalPassFailure();
+    }
     if (unroll < 1) {
       getOperation().emitOpError("'et-lower-tile-ops' needs unroll >= 1, got ")
           << static_cast<int64_t>(unroll);
@@ -1674,7 +1679,8 @@ struct LowerTileOpsPass
         // Four accumulators per token group fit 128 registers per thread
         // (up to 512 threads); two above that.
         int64_t tokenGroup = threads > 512 || threads == 0 ? 2 : 4;
-        if (!lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup,
+        if (linear != "stream" ||
+            !lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup,
                                   warpShift.lookup(op)))
           lowerLinearGPU(op, unroll, prefetch == "registers");
       }

@@ -96,6 +96,10 @@ struct NVVMPipelineOptions
       *this, "opt-level",
       llvm::cl::desc("LLVM optimization level of the NVPTX code generation"),
       llvm::cl::init(2)};
+  PassOptions::Option<std::string> tileLinear{
+      *this, "tile-linear",
+      llvm::cl::desc("et.linear on the GPU: stream or rows"),
+      llvm::cl::init("stream")};
   PassOptions::Option<int64_t> tileUnroll{
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
@@ -135,6 +139,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.unroll = options.tileUnroll;
         tile.prefetch = options.tilePrefetch;
         tile.threads = options.threads;
+        tile.linear = options.tileLinear;
         pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;

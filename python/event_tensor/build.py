@@ -94,7 +94,8 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
-                   tile_unroll: int = 4, tile_prefetch: str = "none", opt_level: int = 2,
+                   tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "stream",
+                   opt_level: int = 2,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -118,6 +119,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     if tile_prefetch not in ("none", "registers", "l2"):
         raise ValueError(f"tile_prefetch must be 'none', 'registers' or 'l2', got {tile_prefetch!r}")
+    if tile_linear not in ("stream", "rows"):
+        raise ValueError(f"tile_linear must be 'stream' or 'rows', got {tile_linear!r}")
     if format not in ("isa", "bin", "fatbin"):
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
     if workers is None:
@@ -134,6 +137,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
                        tile_prefetch=tile_prefetch, opt_level=opt_level)
+        if tile_linear != "stream":  # keeps the cache keys of earlier artifacts
+            options["tile_linear"] = tile_linear
     key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
@@ -162,7 +167,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
-                        f"tile-prefetch={tile_prefetch} threads={threads_per_worker} opt-level={opt_level}}})")
+                        f"tile-prefetch={tile_prefetch} tile-linear={tile_linear} threads={threads_per_worker} "
+                        f"opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
         try:

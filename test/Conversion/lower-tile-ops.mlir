@@ -3,6 +3,7 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=l2}))" | FileCheck %s --check-prefix=PREFETCH
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers}))" | FileCheck %s --check-prefix=REGS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=T256
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu linear=rows}))" | FileCheck %s --check-prefix=ROWS
 
 // On the GPU target: a warp per row (rows strided by the number of warps).
 // K = 1024 is a multiple of 256, so each warp streams its rows as one
@@ -36,6 +37,10 @@
 // CPU: arith.mulf
 // CPU-NOT: vector.
 // CPU-NOT: et.linear
+// With linear=rows, the per-row loop even where K allows the stream.
+// ROWS-LABEL: et.kernel @gemv
+// ROWS-NOT: -> (vector<8xf32>, vector<8xbf16>
+// ROWS: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>)
 et.kernel @gemv(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<1x4096xf32>) {
   %c32 = arith.constant 32 : index
   %c128 = arith.constant 128 : index
