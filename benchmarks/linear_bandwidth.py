@@ -49,10 +49,12 @@ def main():
     results["numerics_rel_err"] = err
     print(f"numerics (M=3, N=1000, K=1032): relative error {err:.2e} "
           f"({'ok' if err < 1e-5 and not np.isnan(got).any() else 'FAIL'})")
-    # The streamed lowering with a runtime M and accumulate: M = 1 and 6.
-    if (root / "linear-numerics-stream").exists():
-        case = np.load(root / "linear-numerics-stream" / "case.npz")
-        launch = runtime.load(root / "linear-numerics-stream").launcher(threads=512)
+    # Both lowerings with a runtime M and accumulate: M = 1, 2 and 6.
+    for lowering in ("stream", "rows"):
+        if not (root / f"linear-numerics-{lowering}").exists():
+            continue
+        case = np.load(root / f"linear-numerics-{lowering}" / "case.npz")
+        launch = runtime.load(root / f"linear-numerics-{lowering}").launcher(threads=512)
         for m in (1, 2, 6):
             x = torch.from_numpy(case["x"][:m].copy()).view(torch.bfloat16).cuda()
             w = torch.from_numpy(case["w"].copy()).view(torch.bfloat16).cuda()
@@ -61,8 +63,8 @@ def main():
             got = y.cpu().double().numpy()
             ref = case["ref"][:m]
             err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-            results[f"numerics_stream_m{m}_rel_err"] = err
-            print(f"numerics (streamed, runtime M={m}, N=1000, K=1024, accumulate): relative error {err:.2e} "
+            results[f"numerics_{lowering}_m{m}_rel_err"] = err
+            print(f"numerics ({lowering}, runtime M={m}, N=1000, K=1024, accumulate): relative error {err:.2e} "
                   f"({'ok' if err < 1e-5 and not np.isnan(got).any() else 'FAIL'})")
 
     copy_bw = copy_bandwidth()
@@ -77,11 +79,11 @@ def main():
         nbytes = layers * n * k * 2
         ref = [torch.nn.functional.linear(x.float(), w.float()) for w in ws]
         torch_t = median_seconds(lambda: [torch.nn.functional.linear(x, w) for w in ws])
-        variants = [(v, t, "stream") for v in info["variants"] for t in THREADS]
-        # The per-row lowering (tile_linear="rows") where prepared, for comparison.
-        variants += [(v, t, "rows") for v in info.get("rows_variants", []) for t in THREADS]
+        variants = [(v, t, "rows") for v in info["variants"] for t in THREADS]
+        # The streamed lowering (tile_linear="stream") where prepared, for comparison.
+        variants += [(v, t, "stream") for v in info.get("stream_variants", []) for t in THREADS]
         for (rows, unroll), threads, lowering in variants:
-            suffix = "" if lowering == "stream" else "-rowloop"
+            suffix = "" if lowering == "rows" else "-stream"
             launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}{suffix}").launcher(timeout_s=5,
                                                                                             threads=threads)
             launch(x, *ws, *ys)

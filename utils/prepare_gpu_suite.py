@@ -169,17 +169,17 @@ def linear(out: Path, workers: int, cache: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     layers = 8
     variants = [(rows, unroll) for rows in (32, 64) for unroll in (4, 8)]
-    rows_variants = [(rows, 4) for rows in (32, 64)]
+    stream_variants = [(rows, 4) for rows in (32, 64)]
     for n, k in LINEAR_SHAPES:
         for rows, unroll in variants:
             art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
                              threads_per_worker=1024, tile_unroll=unroll, cache_dir=cache)
             _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}")
-        # The per-row lowering, for comparison with the stream.
-        for rows, unroll in rows_variants:
+        # The streamed lowering, for comparison with the default per-row one.
+        for rows, unroll in stream_variants:
             art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
-                             threads_per_worker=1024, tile_unroll=unroll, tile_linear="rows", cache_dir=cache)
-            _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}-rowloop")
+                             threads_per_worker=1024, tile_unroll=unroll, tile_linear="stream", cache_dir=cache)
+            _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}-stream")
     # A chain of dependent layers (each needs all of the previous output),
     # with each way of loading weights before the wait.
     chain_variants = [(p, u) for p in ("none", "registers", "l2") for u in (4, 8)]
@@ -188,7 +188,7 @@ def linear(out: Path, workers: int, cache: Path) -> None:
                          threads_per_worker=1024, tile_prefetch=prefetch, tile_unroll=unroll, cache_dir=cache)
         _copy_artifact(art, out / f"linear-chain-{prefetch}-u{unroll}")
     (out / "linear.json").write_text(json.dumps({"shapes": LINEAR_SHAPES, "layers": layers,
-                                                 "variants": variants, "rows_variants": rows_variants,
+                                                 "variants": variants, "stream_variants": stream_variants,
                                                  "chain": [4096, layers, 32],
                                                  "chain_variants": chain_variants}))
     # Numerics: M = 3 tokens, N = 1000, K = 1032 (not a multiple of the
@@ -231,9 +231,12 @@ et.kernel @lin(%x: memref<?x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<?x{n
   }}
 }}
 """
-    art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=512, cache_dir=cache)
-    _copy_artifact(art, out / "linear-numerics-stream")
-    np.savez(out / "linear-numerics-stream" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref)
+    for lowering in ("stream", "rows"):
+        art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=512,
+                         tile_linear=lowering, cache_dir=cache)
+        _copy_artifact(art, out / f"linear-numerics-{lowering}")
+        np.savez(out / f"linear-numerics-{lowering}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0,
+                 ref=ref)
     print(f"linear: {len(LINEAR_SHAPES) * 2} bandwidth kernels and a numerics case in {out}")
 
 
@@ -333,7 +336,7 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
            tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int = 4,
-           tile_linear: str = "stream") -> None:
+           tile_linear: str = "rows") -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; without
@@ -371,7 +374,7 @@ def main() -> None:
                         help="weight loads before the wait in the model kernels")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
     parser.add_argument("--tile-unroll", type=int, default=4, help="16-byte weight loads per lane per group")
-    parser.add_argument("--tile-linear", default="stream", choices=["stream", "rows"], help="et.linear lowering")
+    parser.add_argument("--tile-linear", default="rows", choices=["rows", "stream"], help="et.linear lowering")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
     args = parser.parse_args()

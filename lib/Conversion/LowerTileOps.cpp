@@ -1603,7 +1603,7 @@ struct LowerTileOpsPass
       return signalPassFailure();
     }
     if (linear != "stream" && linear != "rows") {
-      getOperation().emitOpError("'et-lower-tile-ops' linear must be stream or rows, got '")
+      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows or stream, got '")
           << linear << "'";
       return signalPassFailure();
     }

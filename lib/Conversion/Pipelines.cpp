@@ -98,8 +98,8 @@ struct NVVMPipelineOptions
       llvm::cl::init(2)};
   PassOptions::Option<std::string> tileLinear{
       *this, "tile-linear",
-      llvm::cl::desc("et.linear on the GPU: stream or rows"),
-      llvm::cl::init("stream")};
+      llvm::cl::desc("et.linear on the GPU: rows or stream"),
+      llvm::cl::init("rows")};
   PassOptions::Option<int64_t> tileUnroll{
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),

@@ -94,7 +94,7 @@ def _ptx_from_binary(module) -> bytes:
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
-                   tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "stream",
+                   tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    opt_level: int = 2,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -119,8 +119,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     if tile_prefetch not in ("none", "registers", "l2"):
         raise ValueError(f"tile_prefetch must be 'none', 'registers' or 'l2', got {tile_prefetch!r}")
-    if tile_linear not in ("stream", "rows"):
-        raise ValueError(f"tile_linear must be 'stream' or 'rows', got {tile_linear!r}")
+    if tile_linear not in ("rows", "stream"):
+        raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if format not in ("isa", "bin", "fatbin"):
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
     if workers is None:
@@ -137,8 +137,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
                        tile_prefetch=tile_prefetch, opt_level=opt_level)
-        if tile_linear != "stream":  # keeps the cache keys of earlier artifacts
-            options["tile_linear"] = tile_linear
+        options["tile_linear"] = tile_linear
     key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key

@@ -3,7 +3,7 @@
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{prefetch=dram}))" 2>&1 | FileCheck %s --check-prefix=PREFETCH
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{linear=columns}))" 2>&1 | FileCheck %s --check-prefix=LINEAR
 
-// LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be stream or rows, got 'columns'
+// LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be rows or stream, got 'columns'
 // TARGET: :[[@LINE+3]]:1: error: 'et.kernel' op 'et-lower-tile-ops' target must be gpu or cpu, got 'tpu'
 // PREFETCH: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch must be none, l2 or registers, got 'dram'
 // UNROLL: :[[@LINE+1]]:1: error: 'et.kernel' op 'et-lower-tile-ops' needs unroll >= 1, got 0

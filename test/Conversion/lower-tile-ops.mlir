@@ -1,9 +1,9 @@
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu unroll=2}))" | FileCheck %s --check-prefix=GPU
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu unroll=2 linear=stream}))" | FileCheck %s --check-prefix=GPU
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=CPU
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=l2}))" | FileCheck %s --check-prefix=PREFETCH
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers}))" | FileCheck %s --check-prefix=REGS
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=T256
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu linear=rows}))" | FileCheck %s --check-prefix=ROWS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers linear=stream}))" | FileCheck %s --check-prefix=REGS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 linear=stream}))" | FileCheck %s --check-prefix=T256
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=ROWS
 
 // On the GPU target: a warp per row (rows strided by the number of warps).
 // K = 1024 is a multiple of 256, so each warp streams its rows as one
@@ -37,7 +37,7 @@
 // CPU: arith.mulf
 // CPU-NOT: vector.
 // CPU-NOT: et.linear
-// With linear=rows, the per-row loop even where K allows the stream.
+// By default (linear=rows), the per-row loop even where K allows the stream.
 // ROWS-LABEL: et.kernel @gemv
 // ROWS-NOT: -> (vector<8xf32>, vector<8xbf16>
 // ROWS: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>)
@@ -177,6 +177,11 @@ et.kernel @odd_k(%x: memref<1x136xbf16>, %w: memref<64x136xbf16>, %y: memref<1x6
 // T256: memref.store %{{.*}} : memref<?x4096xf32>
 // GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c2
 // GPU: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xbf16>, vector<8xbf16>)
+// ROWS-LABEL: et.kernel @batched
+// ROWS: memref.dim %{{.*}} : memref<?x1024xbf16>
+// ROWS: memref.load %{{.*}} : memref<?x4096xf32>
+// ROWS: arith.addf
+// ROWS: memref.store %{{.*}} : memref<?x4096xf32>
 // CPU-LABEL: et.kernel @batched
 // CPU: memref.load %{{.*}} : memref<?x4096xf32>
 // CPU: arith.addf

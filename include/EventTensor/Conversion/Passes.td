@@ -103,9 +103,10 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "none, registers or l2 (gpu)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Threads per worker when fixed at compile time, else 0 (gpu)">,
-    Option<"linear", "linear", "std::string", /*default=*/"\"stream\"",
-           "et.linear on the GPU: stream (software-pipelined across rows "
-           "when K is a multiple of 256) or rows (one row at a time)">,
+    Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",
+           "et.linear on the GPU: rows (one row at a time, the faster one "
+           "measured) or stream (software-pipelined across rows when K is a "
+           "multiple of 256)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",

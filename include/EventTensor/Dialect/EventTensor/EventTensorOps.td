@@ -337,14 +337,13 @@ def ET_LinearOp : ET_Op<"linear", [
     body, typically with one task tile per block of rows.
 
     Lowering (`et-lower-tile-ops`): on the GPU, one warp per row, each lane
-    reading 16 bytes of the row per load, and a warp butterfly
-    (`gpu.shuffle xor`) to sum the lanes. When K is static and a multiple of
-    256, each warp streams the weights of all its rows as one
-    software-pipelined sequence: the loads of the next group of chunks
-    (the next row's first group at a row's end) are issued before the
-    multiply-adds of the current one, so loads stay in flight across row
-    ends. Tokens go in groups of up to four accumulators (exactly one or
-    two when the runtime M is 1 or 2). On the CPU, scalar loops.
+    reading 16 bytes of the row per load with `unroll` loads in flight, and
+    a warp butterfly (`gpu.shuffle xor`) to sum the lanes. With the pass's
+    `linear=stream` and K a multiple of 256, each warp instead streams the
+    weights of all its rows as one software-pipelined sequence (the next
+    group's loads before the current group's multiply-adds, across row
+    ends), tokens in groups of up to four accumulators; it measured slower
+    than the default in the decode step. On the CPU, scalar loops.
 
     Example:
 
