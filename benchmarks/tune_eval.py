@@ -44,11 +44,7 @@ def prepare(out: Path, models: list[str], workers: int, threads: int) -> None:
                 art = et_compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=threads,
                                  tile_unroll=unroll, format="bin")
                 name = f"n{n}-k{k}-r{rows}-u{unroll}"
-                dest = out / name
-                dest.mkdir(exist_ok=True)
-                for f in Path(art.path).iterdir():
-                    if f.is_file():
-                        (dest / f.name).write_bytes(f.read_bytes())
+                art.copy_to(out / name)
                 kernels.append({"dir": name, "n": n, "k": k, "rows": rows, "unroll": unroll})
         print(f"prepared {n}x{k}", flush=True)
     (out / "eval.json").write_text(json.dumps({"models": models, "workers": workers, "threads": threads,

@@ -302,6 +302,23 @@ void prefetchWeightsL2(LinearOp op) {
   NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
 }
 
+/// What both GPU lowerings of et.linear start from: the types, the warp
+/// of each thread, N.
+struct LinearCommon {
+  MemRefType xType;
+  VectorType vecBF16, vecF32;
+  Type outType;
+  Value lane, warp, warps, n;
+};
+
+LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
+  Builder h{b, loc};
+  Groups warpsOf = h.groups(kWarp);
+  return {op.getX().getType(), VectorType::get({kVector}, b.getBF16Type()),
+          VectorType::get({kVector}, b.getF32Type()), op.getY().getType().getElementType(),
+          warpsOf.lane, warpsOf.group, warpsOf.groups, memref::DimOp::create(b, loc, op.getW(), 0)};
+}
+
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
 /// with a shuffle butterfly and lane 0 stores. With `registerPrefetch`,
@@ -313,15 +330,12 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   Location loc = op.getLoc();
   Builder h{b, loc};
-  MemRefType xType = op.getX().getType();
+  LinearCommon c = linearCommon(b, loc, op);
+  MemRefType xType = c.xType;
   Type f32 = b.getF32Type();
-  auto vecBF16 = VectorType::get({kVector}, b.getBF16Type());
-  auto vecF32 = VectorType::get({kVector}, f32);
-  Type outType = op.getY().getType().getElementType();
-
-  Groups warpsOf = h.groups(kWarp);
-  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
-  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
+  Type outType = c.outType;
+  Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
@@ -509,15 +523,12 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   Location loc = op.getLoc();
   Builder h{b, loc};
-  MemRefType xType = op.getX().getType();
+  LinearCommon c = linearCommon(b, loc, op);
+  MemRefType xType = c.xType;
   Type f32 = b.getF32Type();
-  auto vecBF16 = VectorType::get({kVector}, b.getBF16Type());
-  auto vecF32 = VectorType::get({kVector}, f32);
-  Type outType = op.getY().getType().getElementType();
-
-  Groups warpsOf = h.groups(kWarp);
-  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
-  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
+  Type outType = c.outType;
+  Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
   // Row row0 + i goes to warp (warpShift + i) mod warps.
@@ -1051,6 +1062,51 @@ void lowerRoPE(RoPEOp op) {
   op.erase();
 }
 
+/// Whether (v, i) beats (bv, bi) in an argmax: v > bv, or equal with a
+/// smaller index (NaN never wins).
+Value argmaxBetter(OpBuilder &b, Location loc, Value v, Value i, Value bv, Value bi) {
+  Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
+  Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
+  Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
+  return arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
+}
+
+/// The best (value, index) over each aligned group of `width` lanes, in
+/// every lane of the group (no shuffles for width 1).
+std::pair<Value, Value> argmaxButterfly(OpBuilder &b, Location loc, Value bv, Value bi, int64_t width) {
+  for (int64_t offset = width / 2; offset >= 1; offset /= 2) {
+    Value ov = shuffleXor(b, loc, bv, offset);
+    Value oi = shuffleXor(b, loc, bi, offset);
+    Value take = argmaxBetter(b, loc, ov, oi, bv, bi);
+    bv = arith::SelectOp::create(b, loc, take, ov, bv);
+    bi = arith::SelectOp::create(b, loc, take, oi, bi);
+  }
+  return {bv, bi};
+}
+
+/// The best (value, index) of token `tok`'s columns first, first + step,
+/// ... below `end` (the index from `from` when the op has it).
+std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp op, Value tok, Value first, Value end,
+                                   Value step) {
+  Type i32 = b.getI32Type();
+  Value negInf = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                                APFloat(-std::numeric_limits<float>::infinity()));
+  Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
+  auto scan = scf::ForOp::create(
+      b, loc, first, end, step, ValueRange{negInf, noIndex},
+      [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
+        Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+        Value idx = op.getFrom()
+                        ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
+                        : arith::IndexCastOp::create(b, loc, i32, j).getResult();
+        Value take = argmaxBetter(b, loc, v, idx, best[0], best[1]);
+        scf::YieldOp::create(b, loc,
+                             ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
+                                        arith::SelectOp::create(b, loc, take, idx, best[1])});
+      });
+  return {scan.getResult(0), scan.getResult(1)};
+}
+
 /// Argmax: `lanes` threads (warp 0 on the GPU, thread 0 on the CPU) stride
 /// over the columns, keep (value, index) with ties to the smaller index,
 /// then combine with a shuffle butterfly.
@@ -1068,40 +1124,13 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
       b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), width);
   Value first = arith::AddIOp::create(b, loc, op.getCol0(), lane);
   Type i32 = b.getI32Type();
-  auto better = [&](OpBuilder &b, Value v, Value i, Value bv, Value bi) {
-    // v > bv, or equal with a smaller index (NaN never wins).
-    Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
-    Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
-    Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
-    return arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
-  };
   auto guard = scf::IfOp::create(b, loc, inGroup, /*withElse=*/false);
   b.setInsertionPointToStart(guard.thenBlock());
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        Value negInf = h.f32(-std::numeric_limits<float>::infinity());
-        Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
-        auto scan = scf::ForOp::create(
-            b, loc, first, end, h.idx(lanes), ValueRange{negInf, noIndex},
-            [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
-              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-              Value idx = op.getFrom()
-                              ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
-                              : arith::IndexCastOp::create(b, loc, i32, j).getResult();
-              Value take = better(b, v, idx, best[0], best[1]);
-              scf::YieldOp::create(b, loc,
-                                   ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
-                                              arith::SelectOp::create(b, loc, take, idx, best[1])});
-            });
-        Value bv = scan.getResult(0), bi = scan.getResult(1);
-        for (int64_t offset = lanes / 2; offset >= 1; offset /= 2) {
-          Value ov = shuffleXor(b, loc, bv, offset);
-          Value oi = shuffleXor(b, loc, bi, offset);
-          Value take = better(b, ov, oi, bv, bi);
-          bv = arith::SelectOp::create(b, loc, take, ov, bv);
-          bi = arith::SelectOp::create(b, loc, take, oi, bi);
-        }
+        auto [sv, si] = argmaxScan(b, loc, op, tok, first, end, h.idx(lanes));
+        auto [bv, bi] = argmaxButterfly(b, loc, sv, si, lanes);
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
         auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
         {
@@ -1135,40 +1164,12 @@ void lowerArgmaxBlock(ArgmaxOp op) {
   Value first = arith::AddIOp::create(b, loc, op.getCol0(), g.tid);
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
   Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
-  auto better = [&](OpBuilder &b, Value v, Value i, Value bv, Value bi) {
-    // v > bv, or equal with a smaller index (NaN never wins).
-    Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
-    Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
-    Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
-    return arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
-  };
-  auto warpBest = [&](OpBuilder &b, Value bv, Value bi) {
-    for (int64_t offset = kWarp / 2; offset >= 1; offset /= 2) {
-      Value ov = shuffleXor(b, loc, bv, offset);
-      Value oi = shuffleXor(b, loc, bi, offset);
-      Value take = better(b, ov, oi, bv, bi);
-      bv = arith::SelectOp::create(b, loc, take, ov, bv);
-      bi = arith::SelectOp::create(b, loc, take, oi, bi);
-    }
-    return std::make_pair(bv, bi);
-  };
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        auto scan = scf::ForOp::create(
-            b, loc, first, end, g.threads, ValueRange{negInf, noIndex},
-            [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
-              Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-              Value idx = op.getFrom()
-                              ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
-                              : arith::IndexCastOp::create(b, loc, i32, j).getResult();
-              Value take = better(b, v, idx, best[0], best[1]);
-              scf::YieldOp::create(b, loc,
-                                   ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
-                                              arith::SelectOp::create(b, loc, take, idx, best[1])});
-            });
-        auto [wv, wi] = warpBest(b, scan.getResult(0), scan.getResult(1));
+        auto [sv, si] = argmaxScan(b, loc, op, tok, first, end, g.threads);
+        auto [wv, wi] = argmaxButterfly(b, loc, sv, si, kWarp);
         auto publish = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
         {
           OpBuilder::InsertionGuard guard(b);
@@ -1184,7 +1185,7 @@ void lowerArgmaxBlock(ArgmaxOp op) {
                                           negInf);
         Value i = arith::SelectOp::create(b, loc, has, memref::LoadOp::create(b, loc, idxs, ValueRange{safe}),
                                           noIndex);
-        auto [tv, ti] = warpBest(b, v, i);
+        auto [tv, ti] = argmaxButterfly(b, loc, v, i, kWarp);
         Value store = arith::AndIOp::create(
             b, loc, isLane0, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.group, h.idx(0)));
         auto write = scf::IfOp::create(b, loc, store, /*withElse=*/false);

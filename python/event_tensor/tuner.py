@@ -76,11 +76,7 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
         cuda = {"threads_per_worker": threads, "tile_unroll": u} if target == "cuda" else {}
         art = et_compile(text, target=target, workers=workers, mode="static", **cuda)
         name = f"k{i}"
-        dest = out / name
-        dest.mkdir(exist_ok=True)
-        for f in Path(art.path).iterdir():
-            if f.is_file():
-                (dest / f.name).write_bytes(f.read_bytes())
+        art.copy_to(out / name)
         kernels.append({"dir": name, "rows": r, "unroll": u, "n": n, "k": k, "tiles": tiles})
         if progress:
             progress(i + 1, len(points))

@@ -5,7 +5,6 @@ kernel, so `DecodeSession` can run it without MLIR."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -82,12 +81,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
     if out_dir is None:
         return src
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file():
-            shutil.copy2(f, out / f.name)
-    return out
+    return art.copy_to(out_dir)
 
 
 def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_table, workers: int, **kwargs) -> Path:

@@ -4,6 +4,7 @@ host) plus JSON metadata. Loading one needs no MLIR."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,17 @@ class Artifact:
 
     def __call__(self, *args, **kwargs):
         return self.launcher()(*args, **kwargs)
+
+    def copy_to(self, dest: str | Path) -> Path:
+        """Copies the artifact's files into directory `dest` (created, or
+        replaced file by file) and returns it, for example out of the
+        compile cache into a folder that travels to another machine."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in self.path.iterdir():
+            if f.is_file():
+                shutil.copy2(f, dest / f.name)
+        return dest
 
 
 def _check(metadata: dict[str, Any], path: Path, toolchain: str | None) -> None:
