@@ -15,6 +15,7 @@ may run on different machines (the GPU machine may have no MLIR):
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 
 from .tuning import TABLE_FORMAT, LinearConfig, TuningTable, WaveModel, build_table, linear_problem
 
-__all__ = ["prepare", "measure", "fit", "model_shapes"]
+__all__ = ["prepare", "measure", "fit", "model_shapes", "sample_points"]
 
 
 def model_shapes(names: Sequence[str]) -> list[tuple[int, int]]:
@@ -54,26 +55,58 @@ def _kernel(n: int, k: int, rows: int):
     return module
 
 
+def sample_points(shapes: Sequence[tuple[int, int]], *, rows: Sequence[int], unrolls: Sequence[int], capacity: int,
+                  ks: Sequence[int] | None, max_waves: int | None) -> list[tuple[int, int, int, int]]:
+    """The sample kernels (rows, unroll, tiles, K). Within each of the first
+    `max_waves` wave regimes: the start, middle and end. With `max_waves`
+    None, the regimes span what the shapes need at each row count: waves 1-3
+    as above, then the end of waves 6, 12, 24, ... and of the last one, so
+    the models interpolate instead of extrapolating (an LM head in 8-row
+    tiles runs over a hundred waves). With `ks` None, the shapes' own K: all
+    of them up to three, else the smallest, the median and the largest."""
+    if ks is None:
+        distinct = sorted({k for _, k in shapes})
+        ks = distinct if len(distinct) <= 3 else [distinct[0], distinct[len(distinct) // 2], distinct[-1]]
+    points = []
+    for r in rows:
+        if max_waves is None:
+            need = max([math.ceil(math.ceil(n / r) / capacity) for n, _ in shapes] or [1])
+            regimes = range(1, min(3, need) + 1)
+            ends = set()
+            w = 6
+            while w < need:
+                ends.add(w)
+                w *= 2
+            if need > 3:
+                ends.add(need)
+        else:
+            regimes, ends = range(1, max_waves + 1), set()
+        tiles = {(w - 1) * capacity + u for w in regimes for u in (1, max(1, capacity // 2), capacity)}
+        tiles |= {w * capacity for w in ends}
+        points += [(r, u, t, k) for u in unrolls for t in sorted(tiles) for k in ks]
+    return points
+
+
 def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, shapes: Sequence[tuple[int, int]],
             m_max: int = 16, rows: Sequence[int] = (8, 16, 32, 64), unrolls: Sequence[int] = (4, 8),
-            ks: Sequence[int] = (1024, 4096), ms: Sequence[int] = (1, 4, 16), max_waves: int = 3,
-            progress: Callable[[int, int], None] | None = None) -> Path:
-    """Compiles the sample kernels into `out` and writes `out/plan.json`."""
+            ks: Sequence[int] | None = (1024, 4096), ms: Sequence[int] = (1, 4, 16), max_waves: int | None = 3,
+            fmt: str = "isa", progress: Callable[[int, int], None] | None = None) -> Path:
+    """Compiles the sample kernels (sample_points) into `out` and writes
+    `out/plan.json`. `fmt` is the CUDA binary format (`bin`: cubins, so
+    measuring does not wait for the driver's JIT)."""
     from . import compile as et_compile
     from .ir import Context
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     capacity = workers
-    tile_counts = sorted({(w - 1) * capacity + u for w in range(1, max_waves + 1)
-                          for u in (1, max(1, capacity // 2), capacity)})
-    points = [(r, u, t, k) for r in rows for u in unrolls for t in tile_counts for k in ks]
+    points = sample_points(shapes, rows=rows, unrolls=unrolls, capacity=capacity, ks=ks, max_waves=max_waves)
     kernels = []
     for i, (r, u, tiles, k) in enumerate(points):
         n = tiles * r
         with Context():
             text = _kernel(n, k, r).operation.get_asm(print_generic_op_form=True)
-        cuda = {"threads_per_worker": threads, "tile_unroll": u} if target == "cuda" else {}
+        cuda = {"threads_per_worker": threads, "tile_unroll": u, "format": fmt} if target == "cuda" else {}
         art = et_compile(text, target=target, workers=workers, mode="static", **cuda)
         name = f"k{i}"
         art.copy_to(out / name)

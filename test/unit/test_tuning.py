@@ -138,7 +138,26 @@ def test_unreadable_and_mismatched_tables(tmp_path):
         TuningTable.load(tmp_path / "h100.json", gpu="NVIDIA H200")
 
 
-def test_tune_end_to_end_on_host_workers(tmp_path):
+def test_sample_points_span_the_shapes():
+    from event_tensor.tuner import sample_points
+
+    shapes = [(2048, 2048), (8192, 2048), (151936, 1024)]
+    fixed = sample_points(shapes, rows=[8], unrolls=[4], capacity=132, ks=[1024], max_waves=3)
+    assert sorted({t for _, _, t, _ in fixed}) == [1, 66, 132, 133, 198, 264, 265, 330, 396]
+    auto = sample_points(shapes, rows=[8, 64], unrolls=[4], capacity=132, ks=None, max_waves=None)
+    # 8-row tiles of the 151936-row LM head need 144 waves: ends of waves 6, 12, ..., 96 and 144 are sampled.
+    eights = sorted({t for r, _, t, _ in auto if r == 8})
+    assert [t // 132 for t in eights if t > 396] == [6, 12, 24, 48, 96, 144]
+    # 64-row tiles need 18 waves.
+    assert max(t for r, _, t, _ in auto if r == 64) == 18 * 132
+    # The shapes' own K (two distinct ones here).
+    assert sorted({k for *_, k in auto}) == [1024, 2048]
+    many = [(64, k) for k in (256, 512, 1024, 2048, 4096)]
+    assert sorted({k for *_, k in sample_points(many, rows=[8], unrolls=[4], capacity=4, ks=None,
+                                                 max_waves=None)}) == [256, 1024, 4096]
+
+
+def test_tune_end_to_end_on_host_workers(tmp_path, capsys):
     """`event-tensor tune` on the CPU target: sample kernels built with the
     bindings, measured on host workers, models fitted, the table validated,
     and every entry one of the candidates."""
@@ -164,6 +183,15 @@ def test_tune_end_to_end_on_host_workers(tmp_path):
     assert main(["tune", "--step", "fit", "--dir", str(tmp_path / "work"), "-o", str(tmp_path / "again.json"),
                  "--shapes", "64x256"]) == 0
     assert main(["tune", "--device", "cpu", "--shapes", "64by256", "--dir", str(tmp_path / "w2")]) == 2
+    assert main(["tune", "--device", "cpu", "--shapes", "64x256", "--waves", "many", "--dir",
+                 str(tmp_path / "w3")]) == 2
+    assert "--waves must be positive ints or 'auto', got 'many'" in capsys.readouterr().err
+    # Sample regimes and K from the shapes.
+    assert main(["tune", "--device", "cpu", "--workers", "2", "--shapes", "64x256", "--m-max", "2", "--rows", "8",
+                 "--ks", "auto", "--ms", "1", "--waves", "auto", "--dir", str(tmp_path / "w4"), "-o",
+                 str(tmp_path / "auto.json")]) == 0
+    plan = json.loads((tmp_path / "w4" / "plan.json").read_text())
+    assert {k["k"] for k in plan["kernels"]} == {256}
     # The table sizes a model's linear tiles at compile time.
     assert main(["compile", "tiny-llama", "-o", str(tmp_path / "art"), "--device", "cpu", "--max-context", "16",
                  "--tuning-table", str(out)]) == 0

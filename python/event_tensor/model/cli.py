@@ -356,12 +356,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 raise ValueError(f"--shapes must be NxK[,NxK...], got {args.shapes!r}") from None
         else:
             shapes = tuner.model_shapes(args.models.split(","))
+        def ints_or_auto(flag: str, text: str):
+            if text == "auto":
+                return None
+            try:
+                values = [int(v) for v in text.split(",")]
+            except ValueError:
+                values = []
+            if not values or min(values) < 1:
+                raise ValueError(f"{flag} must be positive ints or 'auto', got {text!r}")
+            return values
+
+        ks = ints_or_auto("--ks", args.ks)
+        waves = ints_or_auto("--waves", args.waves)
+        if waves is not None and len(waves) != 1:
+            raise ValueError(f"--waves must be one positive int or 'auto', got {args.waves!r}")
         if args.step in ("all", "prepare"):
             progress = _LazyProgress("compiling the sample kernels")
             tuner.prepare(work, target=target, workers=args.workers or (4 if target == "cpu" else 132),
                           threads=args.threads, shapes=shapes, m_max=args.m_max,
-                          rows=[int(r) for r in args.rows.split(",")], ks=[int(k) for k in args.ks.split(",")],
-                          ms=[int(m) for m in args.ms.split(",")], max_waves=args.waves, progress=progress)
+                          rows=[int(r) for r in args.rows.split(",")],
+                          ks=ks, ms=[int(m) for m in args.ms.split(",")],
+                          max_waves=None if waves is None else waves[0],
+                          fmt=args.format if target == "cuda" else "isa", progress=progress)
             progress.done()
         if args.step in ("all", "measure"):
             progress = _LazyProgress("measuring")
@@ -458,9 +475,13 @@ def add_commands(sub) -> None:
     p.add_argument("--shapes", help="explicit shapes NxK[,NxK...] instead of --models")
     p.add_argument("--m-max", type=int, default=16, help="largest M in the table (default 16)")
     p.add_argument("--rows", default="8,16,32,64", help="candidate rows per tile")
-    p.add_argument("--ks", default="1024,4096", help="K sizes of the sample kernels")
+    p.add_argument("--ks", default="1024,4096",
+                   help="K sizes of the sample kernels, or 'auto': the shapes' own (up to three)")
     p.add_argument("--ms", default="1,4,16", help="token counts measured")
-    p.add_argument("--waves", type=int, default=3, help="wave regimes sampled")
+    p.add_argument("--waves", default="3",
+                   help="wave regimes sampled, or 'auto': as many as the shapes need at each row count")
+    p.add_argument("--format", choices=["isa", "bin"], default="isa",
+                   help="cuda sample kernels as PTX or cubins (no driver JIT when measuring)")
     p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")
     p.add_argument("--threads", type=int, default=512, help="threads per worker on cuda")
     p.set_defaults(func=cmd_tune)
