@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from event_tensor import runtime
 from event_tensor.model import DecodeSession, ModelConfig
 from gpu_timing import copy_bandwidth, launch_seconds, median_seconds, random_model_weights, to_numpy_bf16
 
@@ -112,8 +113,6 @@ def main():
     for path in sorted(p for p in Path(args.root).iterdir() if (p / "model.json").exists()):
         info = json.loads((path / "model.json").read_text())
         config = ModelConfig.from_dict(info["config"])
-        from event_tensor import runtime
-
         # Warm start: load the artifact and create its launcher (for PTX the
         # driver JIT-compiles it here).
         t0 = time.perf_counter()

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _copy_artifact(art, dest: Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(art.path, dest)
+    art.copy_to(dest)
 
 
 def suite(out: Path, seeds: int, cache: Path) -> None:

@@ -332,7 +332,6 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
   Builder h{b, loc};
   LinearCommon c = linearCommon(b, loc, op);
   MemRefType xType = c.xType;
-  Type f32 = b.getF32Type();
   VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
   Type outType = c.outType;
   Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
@@ -525,7 +524,6 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   Builder h{b, loc};
   LinearCommon c = linearCommon(b, loc, op);
   MemRefType xType = c.xType;
-  Type f32 = b.getF32Type();
   VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
   Type outType = c.outType;
   Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
@@ -1656,22 +1654,25 @@ struct LowerTileOpsPass
     // Linear ops with no barrier between them (independent, in one block)
     // take turns on the warps: each starts on the warp after the previous
     // one's last row, when those row counts are constants.
+    // (The other tile ops are lowered by now; the barriers between
+    // dependent ops remain.)
     llvm::DenseMap<Operation *, int64_t> warpShift;
-    getOperation().walk([&](Block *block) {
-      int64_t next = 0;
-      for (Operation &op : *block) {
-        if (isa<gpu::BarrierOp>(op) || (isTileOp(&op) && !isa<LinearOp>(op))) {
-          next = 0;
-          continue;
+    if (gpu && linear == "stream")
+      getOperation().walk([&](Block *block) {
+        int64_t next = 0;
+        for (Operation &op : *block) {
+          if (isa<gpu::BarrierOp>(op)) {
+            next = 0;
+            continue;
+          }
+          auto lin = dyn_cast<LinearOp>(op);
+          if (!lin)
+            continue;
+          warpShift[lin] = next;
+          std::optional<int64_t> rows = getConstantIntValue(lin.getRows());
+          next = rows ? next + *rows : 0;
         }
-        auto linear = dyn_cast<LinearOp>(op);
-        if (!linear)
-          continue;
-        warpShift[linear] = next;
-        std::optional<int64_t> rows = getConstantIntValue(linear.getRows());
-        next = rows ? next + *rows : 0;
-      }
-    });
+      });
     if (gpu && prefetch == "l2")
       for (LinearOp op : linears)
         prefetchWeightsL2(op);
