@@ -182,7 +182,7 @@ def linear(out: Path, workers: int, cache: Path) -> None:
             _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}-stream")
     # A chain of dependent layers (each needs all of the previous output),
     # with each way of loading weights before the wait.
-    chain_variants = [(p, u) for p in ("none", "registers", "l2") for u in (4, 8)]
+    chain_variants = [(p, u) for p in ("none", "registers", "l2", "shared") for u in (4, 8)]
     for prefetch, unroll in chain_variants:
         art = et.compile(_linear_chain(4096, layers, 32), target="cuda", workers=workers, mode="static",
                          threads_per_worker=1024, tile_prefetch=prefetch, tile_unroll=unroll, cache_dir=cache)
@@ -191,11 +191,13 @@ def linear(out: Path, workers: int, cache: Path) -> None:
                                                  "variants": variants, "stream_variants": stream_variants,
                                                  "chain": [4096, layers, 32],
                                                  "chain_variants": chain_variants}))
-    # Numerics: M = 3 tokens, N = 1000, K = 1032 (not a multiple of the
-    # unrolled step, so the remainder loop runs too).
+    # Numerics: M = 3 tokens, N = 1000, K = 1800 (not a multiple of the
+    # unrolled step).
     import ml_dtypes
 
-    m, n, k = 3, 1000, 1032
+    # K = 1800 at unroll 8: no group of 8 chunks (2048 columns) fits, so the
+    # loops of 4 and 2 chunks and the one-chunk remainder all run.
+    m, n, k = 3, 1000, 1800
     rng = np.random.default_rng(7)
     x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
@@ -210,7 +212,7 @@ et.kernel @lin(%x: memref<{m}x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<{m
   }}
 }}
 """
-    art = et.compile(text, target="cuda", workers=workers, mode="dynamic", cache_dir=cache)
+    art = et.compile(text, target="cuda", workers=workers, mode="dynamic", tile_unroll=8, cache_dir=cache)
     _copy_artifact(art, out / "linear-numerics")
     np.savez(out / "linear-numerics" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), ref=ref)
     # The streamed lowering (K a multiple of 256): a runtime M (one
@@ -335,8 +337,8 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
-           tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int = 4,
-           tile_linear: str = "rows") -> None:
+           tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int | None = None,
+           tile_linear: str = "rows", tile_prefetch_bytes: int = 128 * 1024) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; without
@@ -351,8 +353,9 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         compile_model(config, target="cuda", max_batch=max_batch,
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
-                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms, tile_unroll=tile_unroll,
-                      tile_linear=tile_linear)
+                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms,
+                      tile_linear=tile_linear, tile_prefetch_bytes=tile_prefetch_bytes,
+                      **({} if tile_unroll is None else {"tile_unroll": tile_unroll}))
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -370,10 +373,13 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=4, help="max batch of the model kernels")
     parser.add_argument("--max-context", type=int, default=1024, help="max context of the model kernels")
     parser.add_argument("--format", default="isa", choices=["isa", "bin"], help="model kernels as PTX or cubin")
-    parser.add_argument("--tile-prefetch", default="none", choices=["none", "registers", "l2"],
+    parser.add_argument("--tile-prefetch", default="none", choices=["none", "registers", "l2", "shared"],
                         help="weight loads before the wait in the model kernels")
+    parser.add_argument("--tile-prefetch-bytes", type=int, default=128 * 1024,
+                        help="dynamic shared memory for --tile-prefetch shared")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
-    parser.add_argument("--tile-unroll", type=int, default=4, help="16-byte weight loads per lane per group")
+    parser.add_argument("--tile-unroll", type=int, default=None,
+                        help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
     parser.add_argument("--tile-linear", default="rows", choices=["rows", "stream"], help="et.linear lowering")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
@@ -396,7 +402,7 @@ def main() -> None:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,
                args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms,
-               args.tile_unroll, args.tile_linear)
+               args.tile_unroll, args.tile_linear, args.tile_prefetch_bytes)
     shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -32,6 +32,9 @@ namespace {
 
 constexpr int64_t kWarp = 32;
 constexpr int64_t kVector = 8; // bf16 elements per 16-byte load
+// Dynamic shared memory a Hopper CTA may have beside the kernel's static
+// buffers (227 KB in all).
+constexpr int64_t kMaxDynamicShared = 200 * 1024;
 
 /// The worker's threads cut into groups of `lanes` consecutive threads (a
 /// warp on the GPU, a single thread on the CPU).
@@ -308,7 +311,7 @@ struct LinearCommon {
   MemRefType xType;
   VectorType vecBF16, vecF32;
   Type outType;
-  Value lane, warp, warps, n;
+  Value lane, warp, warps, n, tid;
 };
 
 LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
@@ -316,17 +319,57 @@ LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
   Groups warpsOf = h.groups(kWarp);
   return {op.getX().getType(), VectorType::get({kVector}, b.getBF16Type()),
           VectorType::get({kVector}, b.getF32Type()), op.getY().getType().getElementType(),
-          warpsOf.lane, warpsOf.group, warpsOf.groups, memref::DimOp::create(b, loc, op.getW(), 0)};
+          warpsOf.lane, warpsOf.group, warpsOf.groups, memref::DimOp::create(b, loc, op.getW(), 0),
+          warpsOf.tid};
+}
+
+/// Where the weight loads of an et.linear may start before its task's
+/// first wait (GPU).
+enum class WeightPrefetch { None, Registers, Shared };
+
+/// The byte address (as an i64 pointer of `space`) of element `index` of
+/// the 1-D or 2-D `mem`, `index` given as the linear element offset from
+/// the memref's own offset.
+Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
+                     int64_t elementBytes, unsigned space) {
+  Builder h{b, loc};
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, meta.getBaseBuffer());
+  Value element = arith::AddIOp::create(b, loc, meta.getOffset(), elementOffset);
+  Value addr = arith::AddIOp::create(
+      b, loc, base, arith::MulIOp::create(b, loc, element, h.idx(elementBytes)));
+  Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
+  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), space), addr64);
 }
 
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
-/// with a shuffle butterfly and lane 0 stores. With `registerPrefetch`,
-/// each warp loads the first `unroll` chunks of its first row into
-/// registers before the task's first wait (weightPrefetchPoint), so those
-/// loads are in flight while the worker waits.
-void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
-  Operation *prefetchAt = registerPrefetch ? weightPrefetchPoint(op) : nullptr;
+/// with a shuffle butterfly and lane 0 stores.
+///
+/// Weights before the task's first wait (weightPrefetchPoint), so those
+/// loads are in flight while the worker waits:
+/// - `Registers`: each warp loads the first `unroll` chunks of its first
+///   row into registers;
+/// - `Shared`: each thread copies the first P chunks of its first row
+///   into its own 16-byte slots of a dynamic shared-memory buffer with
+///   `cp.async` (P = `sharedBytes` / (16 x threads), a multiple of
+///   `unroll`, at most the row), and reads them back after the wait. A
+///   thread only reads what it copied itself, so `cp.async.wait_group`
+///   is the only synchronization. Only one linear op of a task uses the
+///   buffer (`sharedTaken`).
+void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sharedBytes = 0,
+                    int64_t threads = 0, llvm::DenseSet<Operation *> *sharedTaken = nullptr) {
+  int64_t slotThreads = threads > 0 ? threads : 1024;
+  int64_t pMax = sharedBytes / (slotThreads * 16);
+  pMax -= pMax % unroll;
+  auto task = op->getParentOfType<TaskOp>();
+  if (mode == WeightPrefetch::Shared && (pMax < unroll || !task || sharedTaken->contains(task)))
+    mode = WeightPrefetch::None;
+  Operation *prefetchAt = mode != WeightPrefetch::None ? weightPrefetchPoint(op) : nullptr;
+  bool registerPrefetch = prefetchAt && mode == WeightPrefetch::Registers;
+  bool sharedPrefetch = prefetchAt && mode == WeightPrefetch::Shared;
+  if (sharedPrefetch)
+    sharedTaken->insert(task);
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   Location loc = op.getLoc();
   Builder h{b, loc};
@@ -361,8 +404,45 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
 
   // The prefetch of the first row's first `unroll` chunks (before the wait).
   SmallVector<Value> pre;
-  Value preValid;
-  if (prefetchAt) {
+  Value preValid, preChunks, slots;
+  if (sharedPrefetch) {
+    // P chunks of the warp's first row, thread-private slots j * threads + tid.
+    slots = workgroupBuffer(task, loc, {pMax * slotThreads * kVector}, b.getBF16Type());
+    slots.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    preChunks = arith::MinUIOp::create(b, loc, h.idx(pMax),
+                                       arith::DivUIOp::create(b, loc, kMain, h.idx(step)));
+    preValid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, preChunks, h.idx(0)));
+    auto ifOp = scf::IfOp::create(b, loc, preValid, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+    Value rowStart = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, first, meta.getStrides()[0]), laneK);
+    scf::ForOp::create(
+        b, loc, h.idx(0), preChunks, h.idx(1), ValueRange{},
+        [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+          Builder h{b, loc};
+          Value src = elementPointer(
+              b, loc, op.getW(),
+              arith::AddIOp::create(b, loc, rowStart, arith::MulIOp::create(b, loc, j, h.idx(step))),
+              2, 1);
+          Value slot = arith::AddIOp::create(
+              b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
+          Value dst = elementPointer(b, loc, slots,
+                                     arith::MulIOp::create(b, loc, slot, h.idx(kVector)), 2, 3);
+          NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
+                                  NVVM::LoadCacheModifierKindAttr::get(
+                                      b.getContext(), NVVM::LoadCacheModifierKind::CG),
+                                  Value());
+          scf::YieldOp::create(b, loc);
+        });
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  }
+  if (sharedPrefetch)
+    b.setInsertionPoint(op);
+  if (registerPrefetch) {
     preValid = arith::AndIOp::create(
         b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, kMain, h.idx(0)));
@@ -393,7 +473,54 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
       return staticM ? h.idx(i) : tokBase;
     };
     Value mainStart = laneK;
-    if (prefetchAt) {
+    if (sharedPrefetch) {
+      // The first row starts from the chunks in shared memory.
+      Value usePre = arith::AndIOp::create(
+          b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
+      SmallVector<Type> types(mCount, vecF32);
+      types.push_back(b.getIndexType());
+      auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+        auto loop = scf::ForOp::create(
+            b, loc, h.idx(0), preChunks, h.idx(unroll), init,
+            [&](OpBuilder &b, Location loc, Value j0, ValueRange accs) {
+              Builder h{b, loc};
+              SmallVector<Value> ws, cols;
+              for (int64_t u = 0; u < unroll; ++u) {
+                Value j = arith::AddIOp::create(b, loc, j0, h.idx(u));
+                cols.push_back(arith::AddIOp::create(
+                    b, loc, laneK, arith::MulIOp::create(b, loc, j, h.idx(step))));
+                Value slot = arith::AddIOp::create(
+                    b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
+                auto load = vector::LoadOp::create(
+                    b, loc, vecBF16, slots,
+                    ValueRange{arith::MulIOp::create(b, loc, slot, h.idx(kVector))});
+                load.setAlignment(16);
+                ws.push_back(arith::ExtFOp::create(b, loc, vecF32, load.getResult()));
+              }
+              SmallVector<Value> next(accs.begin(), accs.end());
+              for (int64_t u = 0; u < unroll; ++u)
+                for (int64_t i = 0; i < mCount; ++i)
+                  next[i] = vector::FMAOp::create(b, loc, ws[u], loadVec(b, op.getX(), tok(i), cols[u]),
+                                                  next[i]);
+              scf::YieldOp::create(b, loc, next);
+            });
+        SmallVector<Value> accs(loop.getResults());
+        accs.push_back(arith::AddIOp::create(
+            b, loc, laneK, arith::MulIOp::create(b, loc, preChunks, h.idx(step))));
+        scf::YieldOp::create(b, loc, accs);
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        SmallVector<Value> plain(init);
+        plain.push_back(laneK);
+        scf::YieldOp::create(b, loc, plain);
+      }
+      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
+      mainStart = ifOp.getResults().back();
+    }
+    if (registerPrefetch) {
       // The first row starts from the prefetched chunks.
       Value usePre = arith::AndIOp::create(
           b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
@@ -420,29 +547,46 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
       init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
       mainStart = ifOp.getResults().back();
     }
-    // Main loop: `unroll` independent 16-byte loads of w per lane, then the
-    // FMAs with every token.
-    auto mainLoop = scf::ForOp::create(
-        b, loc, mainStart, kMain, big, init,
-        [&](OpBuilder &b, Location loc, Value k0, ValueRange accs) {
-          SmallVector<Value> ws, cols;
-          for (int64_t u = 0; u < unroll; ++u) {
-            Value col = arith::AddIOp::create(b, loc, k0, h.idx(u * step));
-            cols.push_back(col);
-            ws.push_back(loadVec(b, op.getW(), row, col));
-          }
-          SmallVector<Value> next(accs.begin(), accs.end());
-          for (int64_t u = 0; u < unroll; ++u)
-            for (int64_t i = 0; i < mCount; ++i) {
-              Value xv = loadVec(b, op.getX(), tok(i), cols[u]);
-              next[i] = vector::FMAOp::create(b, loc, ws[u], xv, next[i]);
+    // Loops of `u` independent 16-byte loads of w per lane, then the FMAs
+    // with every token: u = `unroll` up to kMain, then halved while whole
+    // groups of u chunks remain (so a K below unroll x 256 still gets
+    // loads in flight).
+    auto unrolledLoop = [&](int64_t u, Value from, Value to, Value stepU, ValueRange accs0) {
+      return scf::ForOp::create(
+          b, loc, from, to, stepU, accs0,
+          [&](OpBuilder &b, Location loc, Value k0, ValueRange accs) {
+            SmallVector<Value> ws, cols;
+            for (int64_t j = 0; j < u; ++j) {
+              Value col = arith::AddIOp::create(b, loc, k0, h.idx(j * step));
+              cols.push_back(col);
+              ws.push_back(loadVec(b, op.getW(), row, col));
             }
-          scf::YieldOp::create(b, loc, next);
-        });
+            SmallVector<Value> next(accs.begin(), accs.end());
+            for (int64_t j = 0; j < u; ++j)
+              for (int64_t i = 0; i < mCount; ++i) {
+                Value xv = loadVec(b, op.getX(), tok(i), cols[j]);
+                next[i] = vector::FMAOp::create(b, loc, ws[j], xv, next[i]);
+              }
+            scf::YieldOp::create(b, loc, next);
+          });
+    };
+    auto mainLoop = unrolledLoop(unroll, mainStart, kMain, big, init);
+    SmallVector<Value> accs(mainLoop.getResults());
+    Value done = kMain; // columns covered so far (a multiple of step)
+    for (int64_t u = unroll / 2; u >= 2; u /= 2) {
+      Value bigU = h.idx(step * u);
+      Value upTo = arith::AddIOp::create(
+          b, loc, done,
+          arith::MulIOp::create(
+              b, loc, arith::DivUIOp::create(b, loc, arith::SubIOp::create(b, loc, k, done), bigU), bigU));
+      auto loop = unrolledLoop(u, arith::AddIOp::create(b, loc, done, laneK), upTo, bigU, accs);
+      accs.assign(loop.getResults().begin(), loop.getResults().end());
+      done = upTo;
+    }
     // Remainder: one load per lane per step.
-    Value restStart = arith::AddIOp::create(b, loc, kMain, laneK);
+    Value restStart = arith::AddIOp::create(b, loc, done, laneK);
     auto restLoop = scf::ForOp::create(
-        b, loc, restStart, k, h.idx(step), mainLoop.getResults(),
+        b, loc, restStart, k, h.idx(step), accs,
         [&](OpBuilder &b, Location loc, Value col, ValueRange accs) {
           Value wv = loadVec(b, op.getW(), row, col);
           SmallVector<Value> next(accs.begin(), accs.end());
@@ -489,6 +633,10 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, bool registerPrefetch) {
         }
         scf::YieldOp::create(b, loc);
       });
+  // Every copy is complete before the tile ends (a thread whose rows had
+  // no token to compute never waited), so the next tile may reuse the slots.
+  if (sharedPrefetch)
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   op.erase();
 }
 
@@ -1595,10 +1743,16 @@ struct LowerTileOpsPass
           << target << "'";
       return signalPassFailure();
     }
-    if (prefetch != "none" && prefetch != "l2" && prefetch != "registers") {
+    if (prefetch != "none" && prefetch != "l2" && prefetch != "registers" &&
+        prefetch != "shared") {
       getOperation().emitOpError("'et-lower-tile-ops' prefetch must be none, "
-                                 "l2 or registers, got '")
+                                 "l2, registers or shared, got '")
           << prefetch << "'";
+      return signalPassFailure();
+    }
+    if (prefetch == "shared" && (prefetchBytes < 16 * 1024 || prefetchBytes > kMaxDynamicShared)) {
+      getOperation().emitOpError("'et-lower-tile-ops' prefetch-bytes must be in [16384, ")
+          << kMaxDynamicShared << "] for prefetch=shared, got " << static_cast<int64_t>(prefetchBytes);
       return signalPassFailure();
     }
     if (linear != "stream" && linear != "rows") {
@@ -1676,6 +1830,10 @@ struct LowerTileOpsPass
     if (gpu && prefetch == "l2")
       for (LinearOp op : linears)
         prefetchWeightsL2(op);
+    WeightPrefetch weights = prefetch == "registers" ? WeightPrefetch::Registers
+                             : prefetch == "shared"  ? WeightPrefetch::Shared
+                                                     : WeightPrefetch::None;
+    llvm::DenseSet<Operation *> sharedTaken;
     for (LinearOp op : linears) {
       if (target == "gpu") {
         // Four accumulators per token group fit 128 registers per thread
@@ -1684,7 +1842,7 @@ struct LowerTileOpsPass
         if (linear != "stream" ||
             !lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup,
                                   warpShift.lookup(op)))
-          lowerLinearGPU(op, unroll, prefetch == "registers");
+          lowerLinearGPU(op, unroll, weights, prefetchBytes, threads, &sharedTaken);
       }
       else
         lowerLinearCPU(op);

@@ -90,8 +90,12 @@ struct NVVMPipelineOptions
   PassOptions::Option<std::string> tilePrefetch{
       *this, "tile-prefetch",
       llvm::cl::desc("Weight loads moved above the first wait: none, "
-                     "registers or l2"),
+                     "registers, l2 or shared"),
       llvm::cl::init("none")};
+  PassOptions::Option<int64_t> tilePrefetchBytes{
+      *this, "tile-prefetch-bytes",
+      llvm::cl::desc("Dynamic shared memory for tile-prefetch=shared (bytes)"),
+      llvm::cl::init(131072)};
   PassOptions::Option<int> optLevel{
       *this, "opt-level",
       llvm::cl::desc("LLVM optimization level of the NVPTX code generation"),
@@ -138,6 +142,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.target = "gpu";
         tile.unroll = options.tileUnroll;
         tile.prefetch = options.tilePrefetch;
+        tile.prefetchBytes = options.tilePrefetchBytes;
         tile.threads = options.threads;
         tile.linear = options.tileLinear;
         pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));

@@ -24,6 +24,10 @@ __all__ = ["compile_kernel", "default_cache_dir"]
 
 TOOLCHAIN = f"event_tensor {__version__}"
 LLVM_VERSION = "22.1.8"
+# Dynamic shared memory for tile_prefetch="shared" (the lowering's bounds;
+# Hopper gives a CTA 227 KB in all).
+MIN_PREFETCH_BYTES = 16 * 1024
+MAX_PREFETCH_BYTES = 200 * 1024
 
 _DTYPES = {
     "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",
@@ -95,6 +99,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
+                   tile_prefetch_bytes: int = 128 * 1024,
                    opt_level: int = 2,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -117,8 +122,12 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"mode must be 'static', 'dynamic' or 'keep', got {mode!r}")
     if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
-    if tile_prefetch not in ("none", "registers", "l2"):
-        raise ValueError(f"tile_prefetch must be 'none', 'registers' or 'l2', got {tile_prefetch!r}")
+    if tile_prefetch not in ("none", "registers", "l2", "shared"):
+        raise ValueError(f"tile_prefetch must be 'none', 'registers', 'l2' or 'shared', got {tile_prefetch!r}")
+    if (isinstance(tile_prefetch_bytes, bool) or not isinstance(tile_prefetch_bytes, int)
+            or not MIN_PREFETCH_BYTES <= tile_prefetch_bytes <= MAX_PREFETCH_BYTES):
+        raise ValueError(f"tile_prefetch_bytes must be an int in [{MIN_PREFETCH_BYTES}, {MAX_PREFETCH_BYTES}], "
+                         f"got {tile_prefetch_bytes!r}")
     if tile_linear not in ("rows", "stream"):
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if format not in ("isa", "bin", "fatbin"):
@@ -137,6 +146,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
                        tile_prefetch=tile_prefetch, opt_level=opt_level)
+        if tile_prefetch == "shared":
+            options["tile_prefetch_bytes"] = tile_prefetch_bytes
         options["tile_linear"] = tile_linear
     key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -166,7 +177,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
-                        f"tile-prefetch={tile_prefetch} tile-linear={tile_linear} threads={threads_per_worker} "
+                        f"tile-prefetch={tile_prefetch} tile-prefetch-bytes={tile_prefetch_bytes} "
+                        f"tile-linear={tile_linear} threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
@@ -179,8 +191,12 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                 binary = _ptx_from_binary(mod)
                 suffix = {"isa": "ptx", "bin": "cubin", "fatbin": "fatbin"}[format]
                 (tmp / f"kernel.{suffix}").write_bytes(binary)
+                # prefetch=shared lays its buffers out in the dynamic shared
+                # memory, which the launch provides.
+                dynamic = tile_prefetch_bytes if tile_prefetch == "shared" else 0
                 metadata.update(binary=f"kernel.{suffix}", entry=name,
-                                threads_per_worker=threads_per_worker, shared_memory_bytes=32)
+                                threads_per_worker=threads_per_worker, shared_memory_bytes=32,
+                                dynamic_shared_bytes=dynamic)
             (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
             if out_dir.exists():
                 shutil.rmtree(out_dir)

@@ -2,10 +2,12 @@
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{unroll=0}))" 2>&1 | FileCheck %s --check-prefix=UNROLL
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{prefetch=dram}))" 2>&1 | FileCheck %s --check-prefix=PREFETCH
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{linear=columns}))" 2>&1 | FileCheck %s --check-prefix=LINEAR
+// RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{prefetch=shared prefetch-bytes=1024}))" 2>&1 | FileCheck %s --check-prefix=BYTES
 
+// BYTES: :[[@LINE+5]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared, got 1024
 // LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be rows or stream, got 'columns'
 // TARGET: :[[@LINE+3]]:1: error: 'et.kernel' op 'et-lower-tile-ops' target must be gpu or cpu, got 'tpu'
-// PREFETCH: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch must be none, l2 or registers, got 'dram'
+// PREFETCH: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch must be none, l2, registers or shared, got 'dram'
 // UNROLL: :[[@LINE+1]]:1: error: 'et.kernel' op 'et-lower-tile-ops' needs unroll >= 1, got 0
 et.kernel @k() {
   %c0 = arith.constant 0 : index

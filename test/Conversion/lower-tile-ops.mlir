@@ -4,6 +4,7 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers linear=stream}))" | FileCheck %s --check-prefix=REGS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 linear=stream}))" | FileCheck %s --check-prefix=T256
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=ROWS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=SHARED
 
 // On the GPU target: a warp per row (rows strided by the number of warps).
 // K = 1024 is a multiple of 256, so each warp streams its rows as one
@@ -38,9 +39,15 @@
 // CPU-NOT: vector.
 // CPU-NOT: et.linear
 // By default (linear=rows), the per-row loop even where K allows the stream.
+// Groups of unroll = 4 chunks (1024 columns), then of 2 chunks (512) while
+// whole ones remain, then one chunk (256) per step.
 // ROWS-LABEL: et.kernel @gemv
 // ROWS-NOT: -> (vector<8xf32>, vector<8xbf16>
-// ROWS: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>)
+// ROWS: %[[MAIN:.*]] = scf.for {{.*}} step %c1024 iter_args({{.*}}) -> (vector<8xf32>)
+// ROWS-COUNT-4: vector.load %{{.*}} : memref<4096x1024xbf16>, vector<8xbf16>
+// ROWS: %[[HALF:.*]] = scf.for {{.*}} step %c512 iter_args(%{{.*}} = %[[MAIN]]) -> (vector<8xf32>)
+// ROWS-COUNT-2: vector.load %{{.*}} : memref<4096x1024xbf16>, vector<8xbf16>
+// ROWS: scf.for {{.*}} step %c256 iter_args(%{{.*}} = %[[HALF]]) -> (vector<8xf32>)
 et.kernel @gemv(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<1x4096xf32>) {
   %c32 = arith.constant 32 : index
   %c128 = arith.constant 128 : index
@@ -90,6 +97,33 @@ et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16
 // REGS-COUNT-4: vector.load %{{.*}} : memref<1024x4096xbf16>, vector<8xbf16>
 // REGS: et.event.wait
 // REGS: scf.for {{.*}} iter_args(%{{.*}} = %[[PRE]]#0,
+// With prefetch=shared, each thread copies the first P = 32768 / (16 x 256)
+// = 8 chunks of its warp's first row into its own slots (j * 256 + tid) of
+// a dynamic shared-memory buffer before the wait, and the first row reads
+// them back after cp.async.wait_group; never without a wait.
+// SHARED-LABEL: et.kernel @gemv
+// SHARED-NOT: cp.async
+// SHARED-LABEL: et.kernel @chained
+// SHARED: et.task @first
+// SHARED-NOT: cp.async
+// SHARED: et.task @second
+// SHARED: %[[SLOTS:.*]] = memref.alloca() {et.dynamic_shared} : memref<16384xbf16, #gpu.address_space<workgroup>>
+// SHARED: scf.if
+// SHARED: scf.for
+// SHARED: arith.muli %{{.*}}, %c256
+// SHARED: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache =  cg : !llvm.ptr<3>, !llvm.ptr<1>
+// SHARED: nvvm.cp.async.commit.group
+// SHARED: et.event.wait
+// SHARED: scf.if %{{.*}} -> (vector<8xf32>, index)
+// SHARED: nvvm.cp.async.wait.group 0
+// SHARED: scf.for {{.*}} step %c4
+// SHARED-COUNT-4: vector.load %[[SLOTS]][%{{.*}}] {alignment = 16 : i64} : memref<16384xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// SHARED: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>)
+// SHARED: vector.load %{{.*}} : memref<1024x4096xbf16>, vector<8xbf16>
+// Every copy completes before the tile ends.
+// SHARED: nvvm.cp.async.wait.group 0
+// SHARED-NEXT: }
+// SHARED-LABEL: et.kernel @hoisted
 // GPU-LABEL: et.kernel @chained
 // GPU: et.task @second
 // GPU: et.event.wait

@@ -165,7 +165,7 @@ def test_compile_errors_carry_diagnostics(tmp_path):
         et.compile(CHAIN, target="cpu", workers=0, cache_dir=tmp_path)
     with pytest.raises(ValueError, match="mode must be 'static', 'dynamic' or 'keep', got 'eager'"):
         et.compile(CHAIN, target="cpu", mode="eager", cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="tile_prefetch must be 'none', 'registers' or 'l2', got 'dram'"):
+    with pytest.raises(ValueError, match="tile_prefetch must be 'none', 'registers', 'l2' or 'shared', got 'dram'"):
         et.compile(CHAIN, target="cuda", tile_prefetch="dram", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="tile_linear must be 'rows' or 'stream', got 'columns'"):
         et.compile(CHAIN, target="cuda", tile_linear="columns", cache_dir=tmp_path)

@@ -53,3 +53,53 @@ def test_random_graph_ptx(seed, tmp_path):
     out = subprocess.run([ptxas, "-arch=sm_90a", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+# Two dependent linear layers: the second waits for the first.
+CHAINED_LINEAR = """
+et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<1024x1024xbf16>, %y: memref<1x1024xbf16>,
+                   %w2: memref<1024x1024xbf16>, %y2: memref<1x1024xbf16>) {
+  %c8 = arith.constant 8 : index
+  %c128 = arith.constant 128 : index
+  %e = et.event.create() : !et.event<>
+  et.task @first tiles(%t) in (%c8) {
+    %r0 = arith.muli %t, %c128 : index
+    et.linear %x, %w, %y rows(%r0, %c128) : memref<1x1024xbf16>, memref<1024x1024xbf16>, memref<1x1024xbf16>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @second tiles(%t) in (%c8) {
+    %r0 = arith.muli %t, %c128 : index
+    et.event.wait %e[] : !et.event<>
+    et.linear %y, %w2, %y2 rows(%r0, %c128) : memref<1x1024xbf16>, memref<1024x1024xbf16>, memref<1x1024xbf16>
+  }
+}
+"""
+
+
+def test_shared_prefetch_ptx(tmp_path):
+    """tile_prefetch="shared": the second layer's weights are copied into the
+    dynamic shared memory (declared extern, sized by the launch from the
+    metadata) with cp.async before its wait, and waited for before use."""
+    art = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256,
+                     tile_prefetch="shared", tile_prefetch_bytes=32 * 1024, cache_dir=tmp_path)
+    assert art.metadata["dynamic_shared_bytes"] == 32 * 1024
+    ptx = art.binary_path.read_text()
+    assert ".extern .shared .align 16 .b8 __et_dynamic_shared[];" in ptx
+    lines = [l.strip() for l in ptx.splitlines()]
+    copies = [i for i, l in enumerate(lines) if l.startswith("cp.async.cg.shared.global")]
+    waits = [i for i, l in enumerate(lines) if re.match(r"ld\.acquire\.gpu(\.global)?\.b32", l)]
+    assert copies and waits and min(copies) < max(waits), "weights must be copied before the wait"
+    assert any(l.startswith("cp.async.wait_group") for l in lines[min(copies):])
+    plain = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256, cache_dir=tmp_path)
+    assert plain.metadata["dynamic_shared_bytes"] == 0
+    assert "cp.async" not in plain.binary_path.read_text()
+    for bad in (1024, 1 << 20, True, 65536.0):
+        with pytest.raises(ValueError, match="tile_prefetch_bytes must be an int in \\[16384, 204800\\]"):
+            et.compile(CHAINED_LINEAR, target="cuda", tile_prefetch="shared", tile_prefetch_bytes=bad,
+                       cache_dir=tmp_path)
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    out = subprocess.run([ptxas, "-arch=sm_90a", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -36,6 +36,8 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
            "Record each tile's worker, task, tile, start and end time "
            "(globaltimer, ns) in a trace buffer (an extra parameter after "
            "`error`)">,
+    Option<"prefetchBytes", "prefetch-bytes", "int64_t", /*default=*/"131072",
+           "Dynamic shared memory for prefetch=shared (bytes, gpu)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Threads per worker, fixed at compile time (the kernel's "
            "known_block_size, so ptxas can budget registers for it); 0 "
@@ -81,9 +83,14 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     loads may move above the task's first wait: `prefetch=registers` has
     each warp load the first `unroll` 16-byte chunks of its first row into
     registers before the wait; `prefetch=l2` has thread 0 issue one bulk L2
-    prefetch (`cp.async.bulk.prefetch`) of the tile's weight rows. Both only
-    apply when no task writes the weights and the rows are known before
-    the wait. docs/benchmarks.md has the measurements behind the default.
+    prefetch (`cp.async.bulk.prefetch`) of the tile's weight rows;
+    `prefetch=shared` has each thread copy the first chunks of its warp's
+    first row into its own slots of the kernel's dynamic shared memory
+    (`cp.async`, `prefetch-bytes` in all, which the launch must provide) and
+    read them back after the wait, for the first such linear op of each
+    task. All three only apply when no task writes the weights and the rows
+    are known before the wait. docs/benchmarks.md has the measurements
+    behind the default.
 
     Split-KV attention on the GPU (bf16 cache, D in 64/128/256) uses every
     warp of the worker for each output entry, with a software-pipelined
@@ -100,7 +107,9 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "Independent 16-byte weight loads per lane in flight (gpu)">,
     Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
            "Weight loads of et.linear moved above the task's first wait: "
-           "none, registers or l2 (gpu)">,
+           "none, registers, l2 or shared (gpu)">,
+    Option<"prefetchBytes", "prefetch-bytes", "int64_t", /*default=*/"131072",
+           "Dynamic shared memory for prefetch=shared (bytes, gpu)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Threads per worker when fixed at compile time, else 0 (gpu)">,
     Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",

@@ -73,6 +73,10 @@ bool isWorkgroupAlloca(Operation *op) {
   return alloca && alloca.getType().hasStaticShape() && inWorkgroupMemory(alloca.getType());
 }
 
+/// The attribute of a workgroup alloca that lives in the kernel's dynamic
+/// shared memory (sized at launch) instead of a static buffer.
+constexpr llvm::StringLiteral kDynamicShared = EventTensorDialect::getDynamicSharedAttrName();
+
 /// What differs between the GPU and the host worker.
 struct Target {
   bool gpu = false;
@@ -1202,7 +1206,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     for (TaskOp task : tasks) {
       llvm::DenseMap<Type, unsigned> used;
       for (Operation &op : task.getBody().front()) {
-        if (!isWorkgroupAlloca(&op))
+        if (!isWorkgroupAlloca(&op) || op.hasAttr(kDynamicShared))
           continue;
         Type type = op.getResult(0).getType();
         unsigned j = used[type]++;
@@ -1229,6 +1233,41 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     entry = &fn.getBody().front();
     sharedScratch = fn.getWorkgroupAttributions()[0];
     b.setInsertionPointToStart(entry);
+    // Allocas marked et.dynamic_shared all start at the beginning of the
+    // dynamic shared memory (tiles run one after another); the launch
+    // provides its size. The dynamic shared memory is an external,
+    // zero-sized workgroup global (PTX `.extern .shared ... []`).
+    auto workgroupSpace = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+    Value dynamicShared;
+    for (TaskOp task : tasks)
+      for (Operation &op : task.getBody().front()) {
+        if (!isWorkgroupAlloca(&op) || !op.hasAttr(kDynamicShared))
+          continue;
+        auto type = cast<MemRefType>(op.getResult(0).getType());
+        int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
+        auto bytesType = MemRefType::get({bytes}, b.getI8Type(), MemRefLayoutAttrInterface(),
+                                         workgroupSpace);
+        if (!dynamicShared) {
+          auto globalType = MemRefType::get({0}, b.getI8Type(), MemRefLayoutAttrInterface(),
+                                            workgroupSpace);
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPoint(fn);
+            memref::GlobalOp::create(b, loc, "__et_dynamic_shared", b.getStringAttr("public"),
+                                     globalType, Attribute(), /*constant=*/false,
+                                     b.getI64IntegerAttr(16));
+          }
+          dynamicShared = memref::GetGlobalOp::create(b, loc, globalType, "__et_dynamic_shared");
+        }
+        // Only this buffer's bytes from the start (reinterpret_cast),
+        // viewed with its element type.
+        Value raw = memref::ReinterpretCastOp::create(b, loc, bytesType, dynamicShared, 0,
+                                                      ArrayRef<int64_t>{bytes},
+                                                      ArrayRef<int64_t>{1});
+        tileShared[&op] = memref::ViewOp::create(b, loc, type, raw,
+                                                 arith::ConstantIndexOp::create(b, loc, 0),
+                                                 ValueRange{});
+      }
     workerId = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
     threadId = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
     numThreads = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);

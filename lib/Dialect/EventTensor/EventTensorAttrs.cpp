@@ -9,6 +9,8 @@
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -68,6 +70,19 @@ EventTensorDialect::verifyOperationAttribute(Operation *op,
              << getCostAttrName()
              << "' must be a #et.cost<bytes = B, flops = F> attribute, got "
              << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == getDynamicSharedAttrName()) {
+    auto alloca = dyn_cast<memref::AllocaOp>(op);
+    auto space = alloca ? dyn_cast_or_null<gpu::AddressSpaceAttr>(alloca.getType().getMemorySpace())
+                        : gpu::AddressSpaceAttr();
+    if (!space || space.getValue() != gpu::AddressSpace::Workgroup ||
+        !alloca.getType().hasStaticShape())
+      return op->emitOpError("'")
+             << getDynamicSharedAttrName()
+             << "' is only meaningful on a statically shaped workgroup 'memref.alloca'";
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError("'") << getDynamicSharedAttrName() << "' must be a unit attribute";
     return success();
   }
   return op->emitOpError("unknown et dialect attribute '")

@@ -69,6 +69,13 @@ class CUDALauncher:
         # Threads per worker (CTA size) are fixed when the artifact is compiled
         # (ptxas budgets registers for it).
         self.threads = int(self.metadata["threads_per_worker"])
+        # Dynamic shared memory (weights prefetched before a wait); above
+        # 48 KB the function must opt in.
+        self.dynamic_shared = int(self.metadata.get("dynamic_shared_bytes") or 0)
+        if self.dynamic_shared > 48 * 1024:
+            _check(drv.cuFuncSetAttribute(
+                self.function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.dynamic_shared), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         if threads is not None and threads != self.threads:
             raise ValueError(f"{artifact.path}: compiled for {self.threads} threads per worker, got {threads}")
         self._buffers: dict[str, tuple[int, int]] = {}
@@ -139,7 +146,7 @@ class CUDALauncher:
             # The trace cursor restarts at 0 for every launch.
             cursor = self._buffers["control"][0] + 4 * TRACE_CURSOR
             _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
-        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, 0, stream,
+        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, self.dynamic_shared, stream,
                                           ctypes.addressof(pointers), 0), "cuLaunchKernel")
 
     def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):

@@ -413,6 +413,27 @@ et.kernel @unknown_attr() {
 
 // -----
 
+et.kernel @dynamic_shared_not_alloca() {
+  // expected-error @+1 {{'et.dynamic_shared' is only meaningful on a statically shaped workgroup 'memref.alloca'}}
+  %e = et.event.create() {et.dynamic_shared} : !et.event<>
+}
+
+// -----
+
+et.kernel @dynamic_shared_global_memory() {
+  // expected-error @+1 {{'et.dynamic_shared' is only meaningful on a statically shaped workgroup 'memref.alloca'}}
+  %a = memref.alloca() {et.dynamic_shared} : memref<16xbf16>
+}
+
+// -----
+
+et.kernel @dynamic_shared_not_unit() {
+  // expected-error @+1 {{'et.dynamic_shared' must be a unit attribute}}
+  %a = memref.alloca() {et.dynamic_shared = 1 : i64} : memref<16xbf16, #gpu.address_space<workgroup>>
+}
+
+// -----
+
 et.kernel @cost_negative() {
   %c1 = arith.constant 1 : index
   // expected-error @+1 {{cost must be non-negative, got bytes = -1, flops = 0, prologue_bytes = 0}}

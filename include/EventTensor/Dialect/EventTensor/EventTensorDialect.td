@@ -28,7 +28,8 @@ def EventTensor_Dialect : Dialect {
   }];
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
-  // Verifies the dialect's discardable attributes (`et.cost`).
+  // Verifies the dialect's discardable attributes (`et.cost`,
+  // `et.dynamic_shared`).
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerTypes();
@@ -36,6 +37,13 @@ def EventTensor_Dialect : Dialect {
 
     /// The discardable attribute that overrides a task's derived cost.
     static constexpr ::llvm::StringLiteral getCostAttrName() { return "et.cost"; }
+
+    /// The unit attribute of a workgroup `memref.alloca` (from the tile
+    /// lowering) that lives in the kernel's dynamic shared memory, which
+    /// the launch sizes, instead of a static buffer.
+    static constexpr ::llvm::StringLiteral getDynamicSharedAttrName() {
+      return "et.dynamic_shared";
+    }
   }];
 }
 

@@ -1,0 +1,49 @@
+// RUN: et-opt %s --convert-et-to-nvvm | FileCheck %s
+// RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep})" | FileCheck %s --check-prefix=PTX
+
+// Workgroup allocas marked et.dynamic_shared all start at the beginning of
+// the kernel's dynamic shared memory (an external zero-sized workgroup
+// global, sized at launch), each viewed with its own type; the other
+// allocas keep static workgroup buffers.
+// CHECK: gpu.module @two_module
+// CHECK: memref.global "public" @__et_dynamic_shared : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// CHECK: gpu.func @two({{.*}}) workgroup(%{{.*}} : memref<4xi64, #gpu.address_space<workgroup>>, %{{.*}} : memref<8xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// CHECK: %[[DYN:.*]] = memref.get_global @__et_dynamic_shared : memref<0xi8, #gpu.address_space<workgroup>>
+// CHECK: %[[A:.*]] = memref.reinterpret_cast %[[DYN]] to offset: [0], sizes: [256], strides: [1]
+// CHECK: memref.view %[[A]][%{{.*}}][] : memref<256xi8, #gpu.address_space<workgroup>> to memref<128xbf16, #gpu.address_space<workgroup>>
+// CHECK: %[[B:.*]] = memref.reinterpret_cast %[[DYN]] to offset: [0], sizes: [64], strides: [1]
+// CHECK: memref.view %[[B]][%{{.*}}][] : memref<64xi8, #gpu.address_space<workgroup>> to memref<16xf32, #gpu.address_space<workgroup>>
+// CHECK-NOT: memref.alloca
+
+// PTX: .extern .shared .align 16 .b8 __et_dynamic_shared[];
+et.kernel @two(%x: memref<128xbf16>, %y: memref<16xf32>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %e = et.event.create() : !et.event<>
+  et.task @a tiles(%i) in (%c1) {
+    %s = memref.alloca() {et.dynamic_shared} : memref<128xbf16, #gpu.address_space<workgroup>>
+    %v = memref.load %x[%c0] : memref<128xbf16>
+    memref.store %v, %s[%c0] : memref<128xbf16, #gpu.address_space<workgroup>>
+    %w = memref.load %s[%c0] : memref<128xbf16, #gpu.address_space<workgroup>>
+    memref.store %w, %x[%c0] : memref<128xbf16>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @b tiles(%i) in (%c1) {
+    %s = memref.alloca() {et.dynamic_shared} : memref<16xf32, #gpu.address_space<workgroup>>
+    %t = memref.alloca() : memref<8xf32, #gpu.address_space<workgroup>>
+    et.event.wait %e[] : !et.event<>
+    %v = memref.load %y[%c0] : memref<16xf32>
+    memref.store %v, %s[%c0] : memref<16xf32, #gpu.address_space<workgroup>>
+    memref.store %v, %t[%c0] : memref<8xf32, #gpu.address_space<workgroup>>
+    %w = memref.load %s[%c0] : memref<16xf32, #gpu.address_space<workgroup>>
+    %u = memref.load %t[%c0] : memref<8xf32, #gpu.address_space<workgroup>>
+    %z = arith.addf %w, %u : f32
+    memref.store %z, %y[%c0] : memref<16xf32>
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @a tiles [0]
+      et.run @b tiles [0]
+    }
+  }
+}
