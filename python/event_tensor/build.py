@@ -8,6 +8,7 @@ the toolchain: compiling the same kernel again loads the cached artifact.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -149,7 +150,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         if tile_prefetch == "shared":
             options["tile_prefetch_bytes"] = tile_prefetch_bytes
         options["tile_linear"] = tile_linear
-    key = hashlib.sha256(json.dumps([TOOLCHAIN, options, text], sort_keys=True).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text],
+                                    sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
     if use_cache and (out_dir / METADATA).exists():
@@ -205,6 +207,19 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return load(out_dir)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_fingerprint() -> str:
+    """Size and modification time of the compiler library (the dialect,
+    passes and lowerings), so that a rebuilt compiler never reuses artifacts
+    cached by the previous build of the same version."""
+    libs = Path(__file__).parent / "_mlir_libs"
+    parts = []
+    for lib in sorted(libs.glob("libEventTensor*")):
+        st = lib.stat()
+        parts.append(f"{lib.name}:{st.st_size}:{st.st_mtime_ns}")
+    return ";".join(parts)
 
 
 def _ensure(path: Path) -> Path:

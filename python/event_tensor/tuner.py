@@ -19,7 +19,7 @@ import math
 import platform
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -146,17 +146,25 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
     samples = []
     jobs = [(kern, m) for kern in plan["kernels"] for m in plan["ms"]]
     launchers = {}
+    # One weight matrix per kernel, made where it runs (on the GPU, random
+    # numbers for the large sample kernels would otherwise take longer on
+    # the host than the timing).
+    weights: dict[str, Any] = {}
     for i, (kern, m) in enumerate(jobs):
         launch = launchers.get(kern["dir"])
         if launch is None:
             launch = launchers[kern["dir"]] = runtime.load(root / kern["dir"]).launcher()
         n, k = kern["n"], kern["k"]
         x = rng.standard_normal((m, k)).astype(np.float32)
-        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
         if target == "cuda":
             import torch
 
-            args = [torch.from_numpy(x).cuda().to(torch.bfloat16), torch.from_numpy(w).cuda().to(torch.bfloat16),
+            if kern["dir"] not in weights:
+                weights.clear()
+                gen = torch.Generator(device="cuda").manual_seed(len(samples))
+                weights[kern["dir"]] = (torch.randn((n, k), device="cuda", generator=gen) / np.sqrt(k)).to(
+                    torch.bfloat16)
+            args = [torch.from_numpy(x).cuda().to(torch.bfloat16), weights[kern["dir"]],
                     torch.zeros(m, n, device="cuda")]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             launch(*args)
@@ -173,7 +181,10 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
         else:
             import ml_dtypes
 
-            args = [x.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16), np.zeros((m, n), np.float32)]
+            if kern["dir"] not in weights:
+                weights.clear()
+                weights[kern["dir"]] = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+            args = [x.astype(ml_dtypes.bfloat16), weights[kern["dir"]], np.zeros((m, n), np.float32)]
             launch(*args)
             times = []
             for _ in range(reps):

@@ -218,3 +218,15 @@ def test_profile_trace(tmp_path):
     sizes, data, outs = _buffers(rk, plan)
     small(*sizes, *data, *outs)
     assert len(small.last_trace.records) == 4 and small.last_trace.dropped == total - 4
+
+
+def test_cache_key_follows_the_compiler_build(tmp_path, monkeypatch):
+    """A rebuilt compiler (another library fingerprint) never reuses an
+    artifact the previous build cached for the same IR and options."""
+    from event_tensor import build
+
+    first = et.compile(CHAIN, target="cpu", cache_dir=tmp_path)
+    assert et.compile(CHAIN, target="cpu", cache_dir=tmp_path).path == first.path
+    assert build._compiler_fingerprint(), "the compiler library was not found"
+    monkeypatch.setattr(build, "_compiler_fingerprint", lambda: "another build")
+    assert et.compile(CHAIN, target="cpu", cache_dir=tmp_path).path != first.path
