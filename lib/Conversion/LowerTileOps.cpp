@@ -272,6 +272,21 @@ Operation *weightPrefetchPoint(LinearOp op) {
   return firstWait;
 }
 
+/// An LLVM pointer (address space `space`) to the element `elementOffset`
+/// elements past the start of the strided memref `mem` (its own offset
+/// included), for ops that take raw addresses.
+Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
+                     int64_t elementBytes, unsigned space) {
+  Builder h{b, loc};
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, meta.getBaseBuffer());
+  Value element = arith::AddIOp::create(b, loc, meta.getOffset(), elementOffset);
+  Value addr = arith::AddIOp::create(
+      b, loc, base, arith::MulIOp::create(b, loc, element, h.idx(elementBytes)));
+  Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
+  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), space), addr64);
+}
+
 /// Before the first wait of the op's task, thread 0 prefetches the tile's
 /// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
 void prefetchWeightsL2(LinearOp op) {
@@ -295,12 +310,10 @@ void prefetchWeightsL2(LinearOp op) {
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes, h.idx(0)));
   auto ifOp = scf::IfOp::create(b, loc, go, /*withElse=*/false);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, op.getW());
-  Value addr = arith::AddIOp::create(b, loc, base,
-                                     arith::MulIOp::create(b, loc, start, rowBytes));
-  Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
-  Value ptr = LLVM::IntToPtrOp::create(
-      b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr64);
+  // From the weight view's own offset (a layer of stacked weights).
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+  Value ptr = elementPointer(b, loc, op.getW(),
+                             arith::MulIOp::create(b, loc, start, meta.getStrides()[0]), 2, 1);
   Value size = arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes);
   NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
 }
@@ -326,21 +339,6 @@ LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
 /// Where the weight loads of an et.linear may start before its task's
 /// first wait (GPU).
 enum class WeightPrefetch { None, Registers, Shared };
-
-/// The byte address (as an i64 pointer of `space`) of element `index` of
-/// the 1-D or 2-D `mem`, `index` given as the linear element offset from
-/// the memref's own offset.
-Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
-                     int64_t elementBytes, unsigned space) {
-  Builder h{b, loc};
-  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, meta.getBaseBuffer());
-  Value element = arith::AddIOp::create(b, loc, meta.getOffset(), elementOffset);
-  Value addr = arith::AddIOp::create(
-      b, loc, base, arith::MulIOp::create(b, loc, element, h.idx(elementBytes)));
-  Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
-  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), space), addr64);
-}
 
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes

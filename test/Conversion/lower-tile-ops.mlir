@@ -146,7 +146,16 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
 }
 
 // Side-effect-free values the early loads need (the layer's weight view,
-// row0) move above the wait with them.
+// row0) move above the wait with them. The L2 prefetch starts at the
+// view's own offset (the layer), not at the stacked buffer's base.
+// PREFETCH-LABEL: et.kernel @hoisted
+// PREFETCH: et.task @second
+// PREFETCH: memref.subview
+// PREFETCH: memref.extract_strided_metadata %subview
+// PREFETCH: memref.extract_aligned_pointer_as_index
+// PREFETCH-NEXT: arith.addi %offset
+// PREFETCH: nvvm.cp.async.bulk.prefetch
+// PREFETCH: et.event.wait
 // REGS-LABEL: et.kernel @hoisted
 // REGS: et.task @second
 // REGS: arith.muli
