@@ -471,8 +471,9 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
       return staticM ? h.idx(i) : tokBase;
     };
     Value mainStart = laneK;
-    if (sharedPrefetch) {
-      // The first row starts from the chunks in shared memory.
+    // The first row starts from the chunks loaded before the wait: `body`
+    // adds them to the accumulators and returns the next column.
+    auto firstRowFrom = [&](function_ref<Value(SmallVector<Value> &)> body) {
       Value usePre = arith::AndIOp::create(
           b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
       SmallVector<Type> types(mCount, vecF32);
@@ -481,10 +482,24 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
       {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(ifOp.thenBlock());
+        SmallVector<Value> accs(init);
+        Value next = body(accs);
+        accs.push_back(next);
+        scf::YieldOp::create(b, loc, accs);
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        SmallVector<Value> plain(init);
+        plain.push_back(laneK);
+        scf::YieldOp::create(b, loc, plain);
+      }
+      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
+      mainStart = ifOp.getResults().back();
+    };
+    if (sharedPrefetch)
+      firstRowFrom([&](SmallVector<Value> &accs) -> Value {
         NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
         auto loop = scf::ForOp::create(
             b, loc, h.idx(0), preChunks, h.idx(unroll), init,
-            [&](OpBuilder &b, Location loc, Value j0, ValueRange accs) {
+            [&](OpBuilder &b, Location loc, Value j0, ValueRange sums) {
               Builder h{b, loc};
               SmallVector<Value> ws, cols;
               for (int64_t u = 0; u < unroll; ++u) {
@@ -499,52 +514,26 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
                 load.setAlignment(16);
                 ws.push_back(arith::ExtFOp::create(b, loc, vecF32, load.getResult()));
               }
-              SmallVector<Value> next(accs.begin(), accs.end());
+              SmallVector<Value> next(sums.begin(), sums.end());
               for (int64_t u = 0; u < unroll; ++u)
                 for (int64_t i = 0; i < mCount; ++i)
                   next[i] = vector::FMAOp::create(b, loc, ws[u], loadVec(b, op.getX(), tok(i), cols[u]),
                                                   next[i]);
               scf::YieldOp::create(b, loc, next);
             });
-        SmallVector<Value> accs(loop.getResults());
-        accs.push_back(arith::AddIOp::create(
-            b, loc, laneK, arith::MulIOp::create(b, loc, preChunks, h.idx(step))));
-        scf::YieldOp::create(b, loc, accs);
-        b.setInsertionPointToStart(ifOp.elseBlock());
-        SmallVector<Value> plain(init);
-        plain.push_back(laneK);
-        scf::YieldOp::create(b, loc, plain);
-      }
-      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
-      mainStart = ifOp.getResults().back();
-    }
-    if (registerPrefetch) {
-      // The first row starts from the prefetched chunks.
-      Value usePre = arith::AndIOp::create(
-          b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
-      SmallVector<Type> types(mCount, vecF32);
-      types.push_back(b.getIndexType());
-      auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
-      {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(ifOp.thenBlock());
-        SmallVector<Value> accs(init);
+        accs.assign(loop.getResults().begin(), loop.getResults().end());
+        return arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, preChunks, h.idx(step)));
+      });
+    if (registerPrefetch)
+      firstRowFrom([&](SmallVector<Value> &accs) -> Value {
         for (int64_t u = 0; u < unroll; ++u) {
           Value col = arith::AddIOp::create(b, loc, laneK, h.idx(u * step));
           Value wv = arith::ExtFOp::create(b, loc, vecF32, pre[u]);
           for (int64_t i = 0; i < mCount; ++i)
             accs[i] = vector::FMAOp::create(b, loc, wv, loadVec(b, op.getX(), tok(i), col), accs[i]);
         }
-        accs.push_back(arith::AddIOp::create(b, loc, laneK, big));
-        scf::YieldOp::create(b, loc, accs);
-        b.setInsertionPointToStart(ifOp.elseBlock());
-        SmallVector<Value> plain(init);
-        plain.push_back(laneK);
-        scf::YieldOp::create(b, loc, plain);
-      }
-      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
-      mainStart = ifOp.getResults().back();
-    }
+        return arith::AddIOp::create(b, loc, laneK, big);
+      });
     // Loops of `u` independent 16-byte loads of w per lane, then the FMAs
     // with every token: u = `unroll` up to kMain, then halved while whole
     // groups of u chunks remain (so a K below unroll x 256 still gets
