@@ -323,7 +323,6 @@ void prefetchWeightsL2(LinearOp op) {
 struct LinearCommon {
   MemRefType xType;
   VectorType vecBF16, vecF32;
-  Type outType;
   Value lane, warp, warps, n, tid;
 };
 
@@ -331,9 +330,27 @@ LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
   Builder h{b, loc};
   Groups warpsOf = h.groups(kWarp);
   return {op.getX().getType(), VectorType::get({kVector}, b.getBF16Type()),
-          VectorType::get({kVector}, b.getF32Type()), op.getY().getType().getElementType(),
-          warpsOf.lane, warpsOf.group, warpsOf.groups, memref::DimOp::create(b, loc, op.getW(), 0),
-          warpsOf.tid};
+          VectorType::get({kVector}, b.getF32Type()), warpsOf.lane, warpsOf.group, warpsOf.groups,
+          memref::DimOp::create(b, loc, op.getW(), 0), warpsOf.tid};
+}
+
+/// y[tok, row] from a warp's lane partial sums `acc` (vector<8xf32> per
+/// lane): the warp sums them with a shuffle butterfly, and the thread where
+/// `store` holds writes the result (added to y with `accumulate`, in y's
+/// element type). Both GPU lowerings of et.linear end each row with it.
+void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row) {
+  Value sum = butterflySum(
+      b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc), kWarp);
+  auto ifOp = scf::IfOp::create(b, loc, store, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  Value out = sum;
+  if (op.getAccumulate())
+    out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}), out);
+  Type outType = op.getY().getType().getElementType();
+  if (!outType.isF32())
+    out = arith::TruncFOp::create(b, loc, outType, out);
+  memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok, row});
 }
 
 /// Where the weight loads of an et.linear may start before its task's
@@ -374,7 +391,6 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   LinearCommon c = linearCommon(b, loc, op);
   MemRefType xType = c.xType;
   VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
-  Type outType = c.outType;
   Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
   Value end = arith::MinSIOp::create(
@@ -585,23 +601,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
         });
     Value isLane0 =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
-    for (int64_t i = 0; i < mCount; ++i) {
-      Value s = butterflySum(
-          b, loc,
-          vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
-                                      restLoop.getResult(i)),
-          kWarp);
-      auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(store.thenBlock());
-      Value out = s;
-      if (op.getAccumulate())
-        out = arith::AddFOp::create(
-            b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok(i), row}), out);
-      if (!outType.isF32())
-        out = arith::TruncFOp::create(b, loc, outType, out);
-      memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok(i), row});
-    }
+    for (int64_t i = 0; i < mCount; ++i)
+      storeRowSum(b, loc, op, restLoop.getResult(i), isLane0, tok(i), row);
   };
 
   scf::ForOp::create(
@@ -660,7 +661,6 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   LinearCommon c = linearCommon(b, loc, op);
   MemRefType xType = c.xType;
   VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
-  Type outType = c.outType;
   Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
@@ -752,25 +752,10 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
           Value isLane0 =
               arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
           for (int64_t i = 0; i < mCount; ++i) {
-            Value sum = butterflySum(
-                b, loc,
-                vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
-                                            groups.getResult(i)),
-                kWarp);
             Value go = isLane0;
             if (Value ok = storeOk(b, i))
               go = arith::AndIOp::create(b, loc, go, ok);
-            auto store = scf::IfOp::create(b, loc, go, /*withElse=*/false);
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(store.thenBlock());
-            Value t = tok(b, i);
-            Value out = sum;
-            if (op.getAccumulate())
-              out = arith::AddFOp::create(
-                  b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{t, row}), out);
-            if (!outType.isF32())
-              out = arith::TruncFOp::create(b, loc, outType, out);
-            memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{t, row});
+            storeRowSum(b, loc, op, groups.getResult(i), go, tok(b, i), row);
           }
           scf::YieldOp::create(b, loc, groups.getResults().drop_front(mCount));
         });

@@ -34,6 +34,16 @@ def _check_ptx(ptx: str):
             f"atomic add without a preceding release fence:\n" + "\n".join(window + [lines[i]]))
 
 
+def _assemble(art, tmp_path):
+    """ptxas accepts the artifact's PTX for sm_90a (skips where it is not installed)."""
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    out = subprocess.run([ptxas, "-arch=sm_90a", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_random_graph_ptx(seed, tmp_path):
     rng = random.Random(seed)
@@ -47,12 +57,7 @@ def test_random_graph_ptx(seed, tmp_path):
     ptx = art.binary_path.read_text()
     if any("et.event.wait" in l for l in text.splitlines()):
         _check_ptx(ptx)
-    ptxas = ptxas_path()
-    if ptxas is None:
-        pytest.skip("ptxas not installed")
-    out = subprocess.run([ptxas, "-arch=sm_90a", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    _assemble(art, tmp_path)
 
 
 # Two dependent linear layers: the second waits for the first.
@@ -97,9 +102,4 @@ def test_shared_prefetch_ptx(tmp_path):
         with pytest.raises(ValueError, match="tile_prefetch_bytes must be an int in \\[16384, 204800\\]"):
             et.compile(CHAINED_LINEAR, target="cuda", tile_prefetch="shared", tile_prefetch_bytes=bad,
                        cache_dir=tmp_path)
-    ptxas = ptxas_path()
-    if ptxas is None:
-        pytest.skip("ptxas not installed")
-    out = subprocess.run([ptxas, "-arch=sm_90a", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    _assemble(art, tmp_path)
