@@ -43,7 +43,8 @@ def main():
         nbytes = sum(c.numel() * 2 for c in caches)
         bw = nbytes / t
         results["rows"].append({**cfg, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw})
-        print(f"context {ctx}, split_len {split_len}, {cfg['threads']} threads: {layers} layers in "
+        print(f"context {ctx}, split_len {split_len}, {cfg['threads']} threads, {cfg.get('variant', 'plain')}: "
+              f"{layers} layers in "
               f"{t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy")
         launch.close()
     if args.json:

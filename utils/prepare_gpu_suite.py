@@ -292,53 +292,81 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     # Split-KV attention and merge: Llama-3.2-1B heads (GQA 32/8, D = 64),
     # Qwen3 heads (16/8, D = 128) with two entries per split, and an empty
     # last split; at 256, 512 and 1024 threads per worker.
-    attention_cases = [(32, 8, 64, 1024, 8, 128, 1000, 1, 256), (16, 8, 128, 1024, 4, 256, 777, 2, 512),
-                       (32, 8, 64, 300, 4, 64, 200, 1, 1024)]
-    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads) in enumerate(attention_cases):
-        art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=sub), target="cuda",
-                         workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache)
+    # The last two stage the cache rows below `stable` in shared memory
+    # before a wait (tile_kv_prefetch="shared"): 16 KB holds 64 of Llama's
+    # 128-position splits and 32 of Qwen3's, so each split mixes staged
+    # rows, rows past the budget and rows at or past `stable`; then empty
+    # splits, one head per group (four positions side by side in P.V) and
+    # four heads of D = 128 (two heads per lane in P.V).
+    attention_cases = [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, None), (16, 8, 128, 1024, 4, 256, 777, 2, 512, None),
+                       (32, 8, 64, 300, 4, 64, 200, 1, 1024, None), (32, 8, 64, 1024, 8, 128, 1000, 1, 512, 700),
+                       (16, 8, 128, 1024, 8, 128, 1000, 1, 384, 999), (32, 8, 64, 1024, 8, 128, 600, 1, 512, 300),
+                       (8, 8, 64, 512, 4, 128, 500, 1, 256, 400), (32, 8, 128, 1024, 8, 128, 1000, 1, 512, 1000)]
+    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads, stable) in enumerate(attention_cases):
+        staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=16 * 1024) if stable is not None else {}
+        art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=sub,
+                                                 stable=stable is not None), target="cuda",
+                         workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache, **staged)
         case_dir = out / f"attention-{i}"
         _copy_artifact(art, case_dir)
         q = rng.standard_normal((hq, d)).astype(np.float32)
         kc = rng.standard_normal((s_max, hkv, d)).astype(bf)
         vc = rng.standard_normal((s_max, hkv, d)).astype(bf)
+        extra = {"stable": stable} if stable is not None else {}
         np.savez(case_dir / "case.npz", q=q, k=kc.view(np.uint16), v=vc.view(np.uint16),
-                 ref=numpy_refs.attention(q, kc, vc, length), length=length, entries=splits * sub)
+                 ref=numpy_refs.attention(q, kc, vc, length), length=length, entries=splits * sub, **extra)
     # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per
     # launch, over split lengths and threads per worker.
+    # Variants: "plain" (no wait); "wait" (every tile first waits on a
+    # one-tile task, and its op is marked `stable` over the whole cache);
+    # "staged" (the same kernel with tile_kv_prefetch="shared": the rows
+    # are copied into shared memory before that wait).
     layers, configs = 16, []
+    hq, hkv, d = 32, 8, 64
     for ctx in (1024, 8192):
         for split_len in (256, 1024):
             for threads in (256, 512):
-                entries = ctx // split_len
-                args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
-                                 for i in range(layers))
-                lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
-                         f"%lse: memref<{entries}x{hq}xf32>) {{",
-                         f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {entries} : index",
-                         f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index"]
-                for i in range(layers):
-                    lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{",
-                              f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) "
-                              f"split_len(%cl) len(%len) scale(0.125)",
-                              f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, "
-                              f"memref<{ctx}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, "
-                              f"memref<{entries}x{hq}xf32>", "  }"]
-                lines.append("}")
-                art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
-                                 threads_per_worker=threads, cache_dir=cache)
-                name = f"attention-bw-{ctx}-l{split_len}-t{threads}"
-                _copy_artifact(art, out / name)
-                configs.append({"name": name, "context": ctx, "split_len": split_len, "threads": threads})
-    (out / "attention-bw.json").write_text(json.dumps({"configs": configs, "layers": layers, "hkv": 8, "d": 64,
-                                                       "hq": 32}))
+                for variant in ("plain", "wait", "staged"):
+                    if variant != "plain" and threads != 512:
+                        continue
+                    waits = variant != "plain"
+                    entries = ctx // split_len
+                    args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
+                                     for i in range(layers))
+                    lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
+                             f"%lse: memref<{entries}x{hq}xf32>) {{",
+                             f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {entries} : index",
+                             f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index",
+                             "  %c1 = arith.constant 1 : index", "  %go = et.event.create() : !et.event<>"]
+                    if waits:
+                        lines += ["  et.task @ready tiles(%r) in (%c1) {", "    et.event.signal %go[] : !et.event<>",
+                                  "  }"]
+                    for i in range(layers):
+                        lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{"]
+                        if waits:
+                            lines += ["    et.event.wait %go[] : !et.event<>"]
+                        lines += [f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) "
+                                  f"split_len(%cl) len(%len){' stable(%len)' if waits else ''} scale(0.125)",
+                                  f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, "
+                                  f"memref<{ctx}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, "
+                                  f"memref<{entries}x{hq}xf32>", "  }"]
+                    lines.append("}")
+                    staged = dict(tile_kv_prefetch="shared") if variant == "staged" else {}
+                    art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
+                                     threads_per_worker=threads, cache_dir=cache, **staged)
+                    name = f"attention-bw-{ctx}-l{split_len}-t{threads}" + ("" if variant == "plain" else f"-{variant}")
+                    _copy_artifact(art, out / name)
+                    configs.append({"name": name, "context": ctx, "split_len": split_len, "threads": threads,
+                                    "variant": variant})
+    (out / "attention-bw.json").write_text(json.dumps({"configs": configs, "layers": layers, "hkv": hkv, "d": d,
+                                                       "hq": hq}))
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
            tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int | None = None,
-           tile_linear: str = "rows", tile_prefetch_bytes: int = 128 * 1024) -> None:
+           tile_linear: str = "rows", tile_prefetch_bytes: int = 128 * 1024, tile_kv_prefetch: str | None = None) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; without
@@ -355,7 +383,8 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
                       format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms,
                       tile_linear=tile_linear, tile_prefetch_bytes=tile_prefetch_bytes,
-                      **({} if tile_unroll is None else {"tile_unroll": tile_unroll}))
+                      **({} if tile_unroll is None else {"tile_unroll": tile_unroll}),
+                      **({} if tile_kv_prefetch is None else {"tile_kv_prefetch": tile_kv_prefetch}))
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
@@ -377,6 +406,8 @@ def main() -> None:
                         help="weight loads before the wait in the model kernels")
     parser.add_argument("--tile-prefetch-bytes", type=int, default=128 * 1024,
                         help="dynamic shared memory for --tile-prefetch shared")
+    parser.add_argument("--tile-kv-prefetch", default=None, choices=["none", "shared"],
+                        help="KV-cache history before the wait in the model kernels (default: the model's)")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
     parser.add_argument("--tile-unroll", type=int, default=None,
                         help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
@@ -402,7 +433,7 @@ def main() -> None:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,
                args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms,
-               args.tile_unroll, args.tile_linear, args.tile_prefetch_bytes)
+               args.tile_unroll, args.tile_linear, args.tile_prefetch_bytes, args.tile_kv_prefetch)
     shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -228,48 +228,63 @@ bool isReadOnly(Value buffer) {
   return true;
 }
 
-/// The first et.event.wait of the op's task when `op` sits at the task's
-/// top level after it, reads weights no task writes, and its weights and
-/// rows (row0, rows) can be known before that wait; else null. Loads of
-/// such weights may move above the wait. Values computed after the wait by
-/// side-effect-free ops (a weight's subview, row0 = tile * rows) are moved
-/// above it, with what they need.
-Operation *weightPrefetchPoint(LinearOp op) {
+/// The first et.event.wait of `op`'s task when `op` comes after it (at the
+/// task's top level, or with `inIf` also inside scf.if ops there) and the
+/// values `needed` can be known before that wait; else null. Values
+/// computed after the wait by side-effect-free ops (a subview, row0 = tile
+/// x rows) are moved above it, with what they need. Loads of data that no
+/// task writes before `op` runs may then start before the wait.
+Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf) {
   auto task = op->getParentOfType<TaskOp>();
-  if (!task || op->getParentOp() != task || !isReadOnly(op.getW()))
+  if (!task)
     return nullptr;
+  for (Operation *parent = op->getParentOp(); parent != task; parent = parent->getParentOp())
+    if (!inIf || !isa<scf::IfOp>(parent))
+      return nullptr;
   auto waits = task.getWaits();
   if (waits.empty())
     return nullptr;
   Operation *firstWait = *waits.begin();
-  if (firstWait->getBlock() != op->getBlock() || !firstWait->isBeforeInBlock(op))
+  Operation *top = firstWait->getBlock()->findAncestorOpInBlock(*op);
+  if (!top || !firstWait->isBeforeInBlock(top))
     return nullptr;
   // The ops to move above the wait, in block order.
   llvm::SetVector<Operation *> moves;
+  Block *topBlock = firstWait->getBlock();
   std::function<bool(Value)> available = [&](Value v) -> bool {
     Operation *def = v.getDefiningOp();
-    if (!def)
-      return true; // tile ids, kernel arguments
+    if (!def) // tile ids and kernel arguments, not a nested region's
+      return !task->isProperAncestor(cast<BlockArgument>(v).getOwner()->getParentOp());
     if (!task->isAncestor(def))
       return true; // kernel level
-    if (def->getBlock() != firstWait->getBlock())
-      return false;
-    if (def->isBeforeInBlock(firstWait) || moves.contains(def))
+    if (moves.contains(def) || (def->getBlock() == topBlock && def->isBeforeInBlock(firstWait)))
       return true;
     if (!isMemoryEffectFree(def) || def->getNumRegions() != 0)
+      return false;
+    // An op inside a region (a constant in an scf.if) runs there only
+    // conditionally: it moves up only if it cannot trap.
+    if (def->getBlock() != topBlock && !isSpeculatable(def))
       return false;
     if (!llvm::all_of(def->getOperands(), available))
       return false;
     moves.insert(def);
     return true;
   };
-  if (!available(op.getW()) || !available(op.getRow0()) || !available(op.getRows()))
+  if (!llvm::all_of(needed, available))
     return nullptr;
-  SmallVector<Operation *> ordered(moves.begin(), moves.end());
-  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  for (Operation *move : ordered)
+  // `moves` lists every op after what it uses (post-order).
+  for (Operation *move : moves)
     move->moveBefore(firstWait);
   return firstWait;
+}
+
+/// The prefetch point of an et.linear at its task's top level that reads
+/// weights no task writes: its weights and rows (row0, rows) are known
+/// before the first wait.
+Operation *weightPrefetchPoint(LinearOp op) {
+  if (op->getParentOp() != op->getParentOfType<TaskOp>() || !isReadOnly(op.getW()))
+    return nullptr;
+  return prefetchPoint(op, {op.getW(), op.getRow0(), op.getRows()}, /*inIf=*/false);
 }
 
 /// An LLVM pointer (address space `space`) to the element `elementOffset`
@@ -1412,6 +1427,328 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   op.erase();
 }
 
+/// GPU split-KV attention with the split's K and V rows staged in shared
+/// memory (kv-prefetch=shared): for an op with a `stable` operand, a static
+/// split length and D in {64, 128}, its K and V rows in [start, min(end,
+/// stable)) (at most stageBytes / (4 D) of them) are copied into the
+/// kernel's dynamic shared memory with `cp.async` before the task's first
+/// wait (prefetchPoint; the op may sit in an scf.if), 16-byte chunk c of
+/// row r at chunk c ^ (r mod 8), so that neither the row-per-lane reads of
+/// the scores nor the chunk-per-lane reads of P.V conflict on banks. The
+/// other rows come from the cache. After the wait, in shared memory:
+///   1. q of the group's heads, scaled by scale * log2(e);
+///   2. the scores, one thread per (head, position), each reading the
+///      whole K row (no shuffles);
+///   3. per head, one warp takes the maximum, turns the scores into
+///      exp2(s - max) and sums them;
+///   4. P.V, a lane per (16-byte chunk of D, head) and warps taking
+///      positions in turn, the warps summed through shared memory and
+///      divided by the sum; lse = (max + log2(sum)) ln 2.
+/// Returns false (and changes nothing) when it does not apply; the op is
+/// then lowered without staging.
+bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t stageBytes,
+                               llvm::DenseSet<Operation *> &sharedTaken) {
+  MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
+  int64_t dim = qType.getDimSize(1);
+  if (stageBytes <= 0 || !op.getStable() || op.getSubsplits() != 1 || qType.isDynamicDim(0) ||
+      kType.isDynamicDim(1) || (dim != 64 && dim != 128) || !kType.getElementType().isBF16() ||
+      !op.getV().getType().getElementType().isBF16())
+    return false;
+  auto task = op->getParentOfType<TaskOp>();
+  std::optional<int64_t> splitLen = getConstantIntValue(op.getSplitLen());
+  if (!task || sharedTaken.contains(task) || !splitLen || *splitLen < 1)
+    return false;
+  int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
+  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
+  int64_t chunks = dim / kVector; // 16-byte chunks per row: 8 or 16
+  int64_t staticBytes =
+      4 * (groupSize * dim + groupSize * *splitLen + 2 * groupSize + maxWarps * groupSize * dim);
+  int64_t stageRows = std::min(stageBytes / (4 * dim), *splitLen);
+  // P.V puts (chunk, head) pairs on a warp's lanes: G must divide 32 /
+  // chunks or be a multiple of it.
+  int64_t slots = kWarp / chunks;
+  bool headsFit = groupSize <= slots ? slots % groupSize == 0 : groupSize % slots == 0;
+  if (maxWarps < 1 || groupSize < 1 || groupSize > 16 || !headsFit || staticBytes > 48 * 1024 || stageRows < 1)
+    return false;
+  Operation *stageAt = prefetchPoint(op,
+                                     {op.getK(), op.getV(), op.getKvHead(), op.getSplit(), op.getSplitLen(),
+                                      op.getLen(), op.getStable()},
+                                     /*inIf=*/true);
+  if (!stageAt)
+    return false;
+  sharedTaken.insert(task);
+  Location loc = op.getLoc();
+  Type f32 = Float32Type::get(op.getContext()), bf16 = BFloat16Type::get(op.getContext());
+  auto vecF32 = VectorType::get({kVector}, f32);
+  auto vecBF16 = VectorType::get({kVector}, bf16);
+
+  // Element offset of chunk `c` of staged row `r` (K when which = 0, V when 1).
+  auto stagedOffset = [&](OpBuilder &b, Value r, Value c, int64_t which) -> Value {
+    Builder h{b, loc};
+    Value swz = arith::XOrIOp::create(b, loc, c, arith::AndIOp::create(b, loc, r, h.idx(7)));
+    return arith::AddIOp::create(
+        b, loc,
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, r, h.idx(dim)),
+                              arith::MulIOp::create(b, loc, swz, h.idx(kVector))),
+        h.idx(which * stageRows * dim));
+  };
+
+  // Before the wait: the copies.
+  Value stage, stageCount;
+  {
+    OpBuilder b(stageAt);
+    Builder h{b, loc};
+    stage = workgroupBuffer(task, loc, {2 * stageRows * dim}, bf16);
+    stage.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
+    Value end = arith::MinSIOp::create(
+        b, loc,
+        arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
+        memref::DimOp::create(b, loc, op.getK(), 0));
+    stageCount = arith::MaxSIOp::create(
+        b, loc,
+        arith::MinSIOp::create(
+            b, loc, arith::SubIOp::create(b, loc, arith::MinSIOp::create(b, loc, end, op.getStable()), start),
+            h.idx(stageRows)),
+        h.idx(0));
+    threadLoop(b, loc, arith::MulIOp::create(b, loc, stageCount, h.idx(chunks)),
+               [&](OpBuilder &b, Location loc, Value i) {
+                 Builder h{b, loc};
+                 Value r = arith::DivUIOp::create(b, loc, i, h.idx(chunks));
+                 Value c = arith::RemUIOp::create(b, loc, i, h.idx(chunks));
+                 Value t = arith::AddIOp::create(b, loc, start, r);
+                 Value caches[] = {op.getK(), op.getV()};
+                 for (auto [which, mem] : llvm::enumerate(caches)) {
+                   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
+                   Value element = arith::AddIOp::create(
+                       b, loc,
+                       arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, t, meta.getStrides()[0]),
+                                             arith::MulIOp::create(b, loc, op.getKvHead(), meta.getStrides()[1])),
+                       arith::MulIOp::create(b, loc, c, h.idx(kVector)));
+                   Value src = elementPointer(b, loc, mem, element, 2, 1);
+                   Value dst = elementPointer(b, loc, stage, stagedOffset(b, r, c, which), 2, 3);
+                   NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
+                                           NVVM::LoadCacheModifierKindAttr::get(
+                                               b.getContext(), NVVM::LoadCacheModifierKind::CG),
+                                           Value());
+                 }
+               });
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    // An op inside an scf.if may not run: no copy outlives the task.
+    Operation *top = task.getBody().front().findAncestorOpInBlock(*op);
+    if (top != op.getOperation()) {
+      OpBuilder after(top->getContext());
+      after.setInsertionPointAfter(top);
+      NVVM::CpAsyncWaitGroupOp::create(after, loc, 0);
+    }
+  }
+
+  OpBuilder b(op);
+  Builder h{b, loc};
+  Value qs = workgroupBuffer(task, loc, {groupSize, dim}, f32);
+  Value scores = workgroupBuffer(task, loc, {groupSize, *splitLen}, f32);
+  Value ml = workgroupBuffer(task, loc, {groupSize, 2}, f32);
+  Value part = workgroupBuffer(task, loc, {maxWarps, groupSize, dim}, f32);
+  Value floor = h.f32(-1e30);
+  Value zeroVec = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
+      memref::DimOp::create(b, loc, op.getK(), 0));
+  Value count = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, end, start), h.idx(0));
+  Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
+  auto load = [&](OpBuilder &b, Value mem, ValueRange idx, VectorType type) -> Value {
+    auto l = vector::LoadOp::create(b, loc, type, mem, idx);
+    l.setAlignment(16);
+    return l;
+  };
+  auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
+  // Chunks `cs` of row i of K (which = 0) or V (1): staged or from the cache.
+  auto rowChunks = [&](OpBuilder &b, Value i, ArrayRef<Value> cs, int64_t which) -> SmallVector<Value> {
+    Value staged = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, stageCount);
+    auto pick = scf::IfOp::create(b, loc, SmallVector<Type>(cs.size(), vecBF16), staged, /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(pick.thenBlock());
+    SmallVector<Value> vals;
+    for (Value c : cs)
+      vals.push_back(load(b, stage, ValueRange{stagedOffset(b, i, c, which)}, vecBF16));
+    scf::YieldOp::create(b, loc, vals);
+    b.setInsertionPointToStart(pick.elseBlock());
+    Builder h{b, loc};
+    vals.clear();
+    Value t = arith::AddIOp::create(b, loc, start, i);
+    for (Value c : cs)
+      vals.push_back(load(b, which ? op.getV() : op.getK(),
+                          ValueRange{t, op.getKvHead(), arith::MulIOp::create(b, loc, c, h.idx(kVector))},
+                          vecBF16));
+    scf::YieldOp::create(b, loc, vals);
+    return SmallVector<Value>(pick.getResults());
+  };
+
+  // The staged rows, and q of the group's heads (scaled, base 2).
+  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  float scale = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
+  threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
+    Builder h{b, loc};
+    Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
+    Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
+    Value qv = toF32(b, loc, memref::LoadOp::create(b, loc, op.getQ(),
+                                                    ValueRange{arith::AddIOp::create(b, loc, headBase, g), d}));
+    memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, qv, h.f32(scale)), qs, ValueRange{g, d});
+  });
+  gpu::BarrierOp::create(b, loc);
+
+  // Scores: one thread per (head, position), consecutive threads on
+  // consecutive positions of one head: their q reads are one broadcast and
+  // their K reads (swizzled rows) do not conflict. (With one thread per
+  // position for every head, q of all heads is loop-invariant and LLVM
+  // hoisted it into registers, 256 floats for Llama's group; with the head
+  // varying fastest, the q reads of a warp conflicted 4-way on banks and
+  // took 4.5 us for 256 positions.)
+  threadLoop(b, loc, arith::MulIOp::create(b, loc, count, h.idx(groupSize)),
+             [&](OpBuilder &b, Location loc, Value item) {
+               Builder h{b, loc};
+               Value g = arith::DivUIOp::create(b, loc, item, count);
+               Value i = arith::RemUIOp::create(b, loc, item, count);
+               SmallVector<Value> cs;
+               for (int64_t c = 0; c < chunks; ++c)
+                 cs.push_back(h.idx(c));
+               SmallVector<Value> kRow = rowChunks(b, i, cs, 0);
+               Value acc;
+               for (int64_t c = 0; c < chunks; ++c) {
+                 Value kc = ext(b, kRow[c]);
+                 Value qc = load(b, qs, ValueRange{g, h.idx(c * kVector)}, vecF32);
+                 acc = acc ? vector::FMAOp::create(b, loc, kc, qc, acc).getResult()
+                           : arith::MulFOp::create(b, loc, kc, qc).getResult();
+               }
+               memref::StoreOp::create(b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc),
+                                       scores, ValueRange{g, i});
+             });
+  gpu::BarrierOp::create(b, loc);
+
+  // Softmax: a warp per head.
+  Groups warpsOf = h.groups(kWarp);
+  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
+  scf::ForOp::create(
+      b, loc, warp, h.idx(groupSize), warps, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value g, ValueRange) {
+        Builder h{b, loc};
+        auto mx = scf::ForOp::create(
+            b, loc, lane, count, h.idx(kWarp), ValueRange{floor},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange a) {
+              Value s = memref::LoadOp::create(b, loc, scores, ValueRange{g, j});
+              scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, a[0], s)});
+            });
+        Value m = mx.getResult(0);
+        for (int64_t off = 1; off < kWarp; off *= 2)
+          m = arith::MaximumFOp::create(b, loc, m, shuffleXor(b, loc, m, off));
+        auto sum = scf::ForOp::create(
+            b, loc, lane, count, h.idx(kWarp), ValueRange{h.f32(0)},
+            [&](OpBuilder &b, Location loc, Value j, ValueRange a) {
+              Value p = math::Exp2Op::create(
+                  b, loc, arith::SubFOp::create(b, loc, memref::LoadOp::create(b, loc, scores, ValueRange{g, j}), m));
+              memref::StoreOp::create(b, loc, p, scores, ValueRange{g, j});
+              scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, a[0], p)});
+            });
+        Value l = butterflySum(b, loc, sum.getResult(0), kWarp);
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+        auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, m, ml, ValueRange{g, h.idx(0)});
+          memref::StoreOp::create(b, loc, l, ml, ValueRange{g, h.idx(1)});
+        }
+        scf::YieldOp::create(b, loc);
+      });
+  gpu::BarrierOp::create(b, loc);
+
+  // P.V: lane (chunk c, head slot r) of a warp, r = lane / chunks in
+  // [0, 32 / chunks): with G up to 32 / chunks heads, the lanes of a
+  // position cover every (chunk, head) pair and `subs` positions go side
+  // by side; with more heads, a lane takes heads r, r + 32 / chunks, ...
+  // Warps take positions in turn. No shuffles unless subs > 1.
+  int64_t headSlots = kWarp / chunks;
+  int64_t subs = headSlots / std::min(groupSize, headSlots);
+  int64_t perLane = groupSize > headSlots ? groupSize / headSlots : 1;
+  Value c = arith::RemUIOp::create(b, loc, lane, h.idx(chunks));
+  Value r = arith::DivUIOp::create(b, loc, lane, h.idx(chunks));
+  Value gBase = subs > 1 ? arith::RemUIOp::create(b, loc, r, h.idx(groupSize)).getResult() : r;
+  Value sub = subs > 1 ? arith::DivUIOp::create(b, loc, r, h.idx(groupSize)).getResult() : h.idx(0);
+  SmallVector<Value> heads;
+  for (int64_t k = 0; k < perLane; ++k)
+    heads.push_back(arith::AddIOp::create(b, loc, gBase, h.idx(k * headSlots)));
+  Value first = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warp, h.idx(subs)), sub);
+  SmallVector<Value> init(perLane, zeroVec);
+  auto pv = scf::ForOp::create(
+      b, loc, first, count, arith::MulIOp::create(b, loc, warps, h.idx(subs)), init,
+      [&](OpBuilder &b, Location loc, Value i, ValueRange acc) {
+        Value v = ext(b, rowChunks(b, i, {c}, 1)[0]);
+        SmallVector<Value> next;
+        for (int64_t k = 0; k < perLane; ++k) {
+          Value p = memref::LoadOp::create(b, loc, scores, ValueRange{heads[k], i});
+          next.push_back(vector::FMAOp::create(b, loc, vector::BroadcastOp::create(b, loc, vecF32, p), v, acc[k]));
+        }
+        scf::YieldOp::create(b, loc, next);
+      });
+  SmallVector<Value> acc(pv.getResults());
+  for (int64_t off = chunks * groupSize; off < kWarp; off *= 2)
+    for (int64_t k = 0; k < perLane; ++k) {
+      Value other = acc[k];
+      for (int64_t e = 0; e < kVector; ++e) {
+        Value x = vector::ExtractOp::create(b, loc, acc[k], ArrayRef<int64_t>{e});
+        other = vector::InsertOp::create(b, loc, shuffleXor(b, loc, x, off), other, ArrayRef<int64_t>{e});
+      }
+      acc[k] = arith::AddFOp::create(b, loc, acc[k], other);
+    }
+  Value publish = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, sub, h.idx(0));
+  auto pub = scf::IfOp::create(b, loc, publish, /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(pub.thenBlock());
+    Value d0 = arith::MulIOp::create(b, loc, c, h.idx(kVector));
+    for (int64_t k = 0; k < perLane; ++k) {
+      auto st = vector::StoreOp::create(b, loc, acc[k], part, ValueRange{warp, heads[k], d0});
+      st.setAlignment(16);
+    }
+  }
+  gpu::BarrierOp::create(b, loc);
+
+  // Sum the warps, divide, store o and lse.
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
+    Builder h{b, loc};
+    Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
+    Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
+    auto total = scf::ForOp::create(
+        b, loc, h.idx(0), warps, h.idx(1), ValueRange{h.f32(0)},
+        [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
+          scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(
+                                           b, loc, a[0], memref::LoadOp::create(b, loc, part, ValueRange{w, g, d}))});
+        });
+    Value m = memref::LoadOp::create(b, loc, ml, ValueRange{g, h.idx(0)});
+    Value l = memref::LoadOp::create(b, loc, ml, ValueRange{g, h.idx(1)});
+    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, l, h.f32(0));
+    Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), l);
+    Value out = arith::SelectOp::create(b, loc, empty, h.f32(0),
+                                        arith::DivFOp::create(b, loc, total.getResult(0), safeL));
+    Value head = arith::AddIOp::create(b, loc, headBase, g);
+    memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{op.getSplit(), head, d});
+    Value isD0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, d, h.idx(0));
+    auto storeLse = scf::IfOp::create(b, loc, isD0, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(storeLse.thenBlock());
+    Value lse = arith::MulFOp::create(
+        b, loc, arith::AddFOp::create(b, loc, m, math::Log2Op::create(b, loc, safeL)), h.f32(M_LN2));
+    lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
+    memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{op.getSplit(), head});
+  });
+  // Later ops reuse the shared buffers.
+  gpu::BarrierOp::create(b, loc);
+  op.erase();
+  return true;
+}
+
 /// GPU split-KV attention for a static group size and D in {64, 128, 256}.
 /// Every warp of the worker takes part in each chunk (one output entry):
 /// the chunk's positions are cut into blocks of `steps` x (32 / P) positions,
@@ -1722,9 +2059,16 @@ struct LowerTileOpsPass
           << prefetch << "'";
       return signalPassFailure();
     }
-    if (prefetch == "shared" && (prefetchBytes < 16 * 1024 || prefetchBytes > kMaxDynamicShared)) {
+    if (kvPrefetch != "none" && kvPrefetch != "shared") {
+      getOperation().emitOpError("'et-lower-tile-ops' kv-prefetch must be none or shared, got '")
+          << kvPrefetch << "'";
+      return signalPassFailure();
+    }
+    if ((prefetch == "shared" || kvPrefetch == "shared") &&
+        (prefetchBytes < 16 * 1024 || prefetchBytes > kMaxDynamicShared)) {
       getOperation().emitOpError("'et-lower-tile-ops' prefetch-bytes must be in [16384, ")
-          << kMaxDynamicShared << "] for prefetch=shared, got " << static_cast<int64_t>(prefetchBytes);
+          << kMaxDynamicShared << "] for prefetch=shared or kv-prefetch=shared, got "
+          << static_cast<int64_t>(prefetchBytes);
       return signalPassFailure();
     }
     if (linear != "stream" && linear != "rows") {
@@ -1753,6 +2097,8 @@ struct LowerTileOpsPass
     // so the barrier is reached wherever the ops are.
     if (gpu)
       getOperation().walk([&](TaskOp task) { insertTileBarriers(task); });
+    // Tasks whose dynamic shared memory an op took (one per task).
+    llvm::DenseSet<Operation *> sharedTaken;
     for (Operation *op : ops) {
       if (auto silu = dyn_cast<SiluMulOp>(op))
         lowerSiluMul(silu);
@@ -1765,7 +2111,9 @@ struct LowerTileOpsPass
       else if (auto rope = dyn_cast<RoPEOp>(op))
         lowerRoPE(rope);
       else if (auto attn = dyn_cast<AttentionSplitOp>(op)) {
-        if (!gpu || !lowerAttentionSplitGPU(attn, threads))
+        if (!gpu || (!lowerAttentionSplitStaged(attn, threads, kvPrefetch == "shared" ? prefetchBytes : 0,
+                                                sharedTaken) &&
+                     !lowerAttentionSplitGPU(attn, threads)))
           lowerAttentionSplit(attn, gpu);
       }
       else if (auto merge = dyn_cast<AttentionMergeOp>(op))
@@ -1805,7 +2153,6 @@ struct LowerTileOpsPass
     WeightPrefetch weights = prefetch == "registers" ? WeightPrefetch::Registers
                              : prefetch == "shared"  ? WeightPrefetch::Shared
                                                      : WeightPrefetch::None;
-    llvm::DenseSet<Operation *> sharedTaken;
     for (LinearOp op : linears) {
       if (target == "gpu") {
         // Four accumulators per token group fit 128 registers per thread

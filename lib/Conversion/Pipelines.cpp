@@ -92,9 +92,15 @@ struct NVVMPipelineOptions
       llvm::cl::desc("Weight loads moved above the first wait: none, "
                      "registers, l2 or shared"),
       llvm::cl::init("none")};
+  PassOptions::Option<std::string> tileKvPrefetch{
+      *this, "tile-kv-prefetch",
+      llvm::cl::desc("K and V cache rows below et.attention_split's `stable` "
+                     "loaded before the first wait: none or shared"),
+      llvm::cl::init("none")};
   PassOptions::Option<int64_t> tilePrefetchBytes{
       *this, "tile-prefetch-bytes",
-      llvm::cl::desc("Dynamic shared memory for tile-prefetch=shared (bytes)"),
+      llvm::cl::desc("Dynamic shared memory for tile-prefetch=shared and "
+                     "tile-kv-prefetch=shared (bytes)"),
       llvm::cl::init(131072)};
   PassOptions::Option<int> optLevel{
       *this, "opt-level",
@@ -142,6 +148,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.target = "gpu";
         tile.unroll = options.tileUnroll;
         tile.prefetch = options.tilePrefetch;
+        tile.kvPrefetch = options.tileKvPrefetch;
         tile.prefetchBytes = options.tilePrefetchBytes;
         tile.threads = options.threads;
         tile.linear = options.tileLinear;

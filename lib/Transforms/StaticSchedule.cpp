@@ -165,14 +165,18 @@ struct StaticSchedulePass
       ready.pop();
       Node &n = nodes[id];
       if (n.tile >= 0) {
-        // Earliest start on each worker.
+        // Earliest start on each worker; among equal starts, the worker
+        // idle longest, so that what a tile does before its waits (weight
+        // or KV-cache loads) overlaps them instead of following the
+        // worker's previous tile.
         int64_t bestWorker = 0;
         double bestStart = 0;
         for (int64_t w = 0; w < workers; ++w) {
           double start = freeAt[w];
           for (unsigned p : n.preds)
             start = std::max(start, finish[p] + (placedOn[p] == w ? 0 : sync));
-          if (w == 0 || start < bestStart) {
+          if (w == 0 || start < bestStart ||
+              (start == bestStart && freeAt[w] < freeAt[bestWorker])) {
             bestStart = start;
             bestWorker = w;
           }

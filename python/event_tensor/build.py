@@ -25,7 +25,7 @@ __all__ = ["compile_kernel", "default_cache_dir"]
 
 TOOLCHAIN = f"event_tensor {__version__}"
 LLVM_VERSION = "22.1.8"
-# Dynamic shared memory for tile_prefetch="shared" (the lowering's bounds;
+# Dynamic shared memory for tile_prefetch="shared" and tile_kv_prefetch="shared" (the lowering's bounds;
 # Hopper gives a CTA 227 KB in all).
 MIN_PREFETCH_BYTES = 16 * 1024
 MAX_PREFETCH_BYTES = 200 * 1024
@@ -100,7 +100,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
-                   tile_prefetch_bytes: int = 128 * 1024,
+                   tile_prefetch_bytes: int = 128 * 1024, tile_kv_prefetch: str = "none",
                    opt_level: int = 2,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -112,7 +112,14 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     (the launcher's `last_trace`). `verify=False` skips et-verify-event-graph (to test the runtime's
     watchdog on a schedule the verifier would reject). Errors
     raise `EventTensorCompileError` with the diagnostics and an et-opt repro
-    line."""
+    line.
+
+    CUDA tile lowering: `tile_unroll` 16-byte weight loads per lane in
+    flight; `tile_prefetch` ("none", "registers", "l2", "shared") moves
+    et.linear weight loads above a task's first wait; `tile_kv_prefetch`
+    ("none", "shared") copies the KV-cache rows an et.attention_split marks
+    `stable` into shared memory before the wait; both shared forms use
+    `tile_prefetch_bytes` of dynamic shared memory."""
     from . import analysis
     from .compiler import parse, run_pipeline
     from .ir import Context
@@ -125,6 +132,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     if tile_prefetch not in ("none", "registers", "l2", "shared"):
         raise ValueError(f"tile_prefetch must be 'none', 'registers', 'l2' or 'shared', got {tile_prefetch!r}")
+    if tile_kv_prefetch not in ("none", "shared"):
+        raise ValueError(f"tile_kv_prefetch must be 'none' or 'shared', got {tile_kv_prefetch!r}")
     if (isinstance(tile_prefetch_bytes, bool) or not isinstance(tile_prefetch_bytes, int)
             or not MIN_PREFETCH_BYTES <= tile_prefetch_bytes <= MAX_PREFETCH_BYTES):
         raise ValueError(f"tile_prefetch_bytes must be an int in [{MIN_PREFETCH_BYTES}, {MAX_PREFETCH_BYTES}], "
@@ -147,7 +156,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
                        tile_prefetch=tile_prefetch, opt_level=opt_level)
-        if tile_prefetch == "shared":
+        if tile_kv_prefetch != "none":
+            options["tile_kv_prefetch"] = tile_kv_prefetch
+        if "shared" in (tile_prefetch, tile_kv_prefetch):
             options["tile_prefetch_bytes"] = tile_prefetch_bytes
         options["tile_linear"] = tile_linear
     key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text],
@@ -179,7 +190,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
-                        f"tile-prefetch={tile_prefetch} tile-prefetch-bytes={tile_prefetch_bytes} "
+                        f"tile-prefetch={tile_prefetch} tile-kv-prefetch={tile_kv_prefetch} "
+                        f"tile-prefetch-bytes={tile_prefetch_bytes} "
                         f"tile-linear={tile_linear} threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)
@@ -193,9 +205,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                 binary = _ptx_from_binary(mod)
                 suffix = {"isa": "ptx", "bin": "cubin", "fatbin": "fatbin"}[format]
                 (tmp / f"kernel.{suffix}").write_bytes(binary)
-                # prefetch=shared lays its buffers out in the dynamic shared
-                # memory, which the launch provides.
-                dynamic = tile_prefetch_bytes if tile_prefetch == "shared" else 0
+                # The shared prefetches lay their buffers out in the dynamic
+                # shared memory, which the launch provides.
+                dynamic = tile_prefetch_bytes if "shared" in (tile_prefetch, tile_kv_prefetch) else 0
                 metadata.update(binary=f"kernel.{suffix}", entry=name,
                                 threads_per_worker=threads_per_worker, shared_memory_bytes=32,
                                 dynamic_shared_bytes=dynamic)

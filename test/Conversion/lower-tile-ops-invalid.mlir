@@ -3,8 +3,12 @@
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{prefetch=dram}))" 2>&1 | FileCheck %s --check-prefix=PREFETCH
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{linear=columns}))" 2>&1 | FileCheck %s --check-prefix=LINEAR
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{prefetch=shared prefetch-bytes=1024}))" 2>&1 | FileCheck %s --check-prefix=BYTES
+// RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{kv-prefetch=shared prefetch-bytes=300000}))" 2>&1 | FileCheck %s --check-prefix=KVBYTES
+// RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{kv-prefetch=registers}))" 2>&1 | FileCheck %s --check-prefix=KV
 
-// BYTES: :[[@LINE+5]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared, got 1024
+// KV: :[[@LINE+7]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-prefetch must be none or shared, got 'registers'
+// KVBYTES: :[[@LINE+6]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 300000
+// BYTES: :[[@LINE+5]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 1024
 // LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be rows or stream, got 'columns'
 // TARGET: :[[@LINE+3]]:1: error: 'et.kernel' op 'et-lower-tile-ops' target must be gpu or cpu, got 'tpu'
 // PREFETCH: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch must be none, l2, registers or shared, got 'dram'

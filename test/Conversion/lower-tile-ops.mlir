@@ -5,6 +5,7 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 linear=stream}))" | FileCheck %s --check-prefix=T256
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=ROWS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=SHARED
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=16384}))" | FileCheck %s --check-prefix=KVS
 
 // On the GPU target: a warp per row (rows strided by the number of warps).
 // K = 1024 is a multiple of 256, so each warp streams its rows as one
@@ -158,8 +159,8 @@ et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
 // PREFETCH: et.event.wait
 // REGS-LABEL: et.kernel @hoisted
 // REGS: et.task @second
-// REGS: arith.muli
-// REGS: memref.subview
+// REGS-DAG: arith.muli
+// REGS-DAG: memref.subview
 // REGS: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // REGS: et.event.wait
 et.kernel @hoisted(%x: memref<1x1024xbf16>, %w: memref<2x1024x1024xbf16>, %y: memref<1x1024xf32>) {
@@ -280,6 +281,93 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
   et.task @fallback tiles(%g, %s) in (%c2, %c2) {
     et.attention_split %qd, %k, %k, %od, %lsed kv_head(%g) split(%s) split_len(%c128) len(%n) scale(0.125)
         : memref<?x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x?x64xf32>, memref<2x?xf32>
+  }
+}
+
+// kv-prefetch=shared: the K and V rows of a split below `stable` are copied
+// into the dynamic shared memory before the task's wait (16384 bytes: 64 of
+// the 128 positions of a split, K then V, chunk c of row r at chunk
+// c ^ (r mod 8)), with what the copies need moved above the wait (the split
+// length, defined inside the scf.if). After the wait: q into shared memory;
+// the scores, one thread per position, staged rows (0 <= i < staged count)
+// from shared memory and the others from the cache; a warp per head for the
+// softmax; P.V with a lane per (chunk, head) (4 heads x 8 chunks fill a
+// warp: no shuffles), summed across warps. The op sits in an scf.if that may not run, so the copies are also
+// waited for after it. Without `stable`, or with no wait to overlap, the
+// loop without staging.
+// KVS-LABEL: et.kernel @kv_staged
+// KVS: et.task @staged
+// KVS: %[[STAGE:.*]] = memref.alloca() {et.dynamic_shared} : memref<8192xbf16, #gpu.address_space<workgroup>>
+// KVS: %[[QS:.*]] = memref.alloca() : memref<4x64xf32, #gpu.address_space<workgroup>>
+// KVS: %[[SCORES:.*]] = memref.alloca() : memref<4x128xf32, #gpu.address_space<workgroup>>
+// KVS: %[[PART:.*]] = memref.alloca() : memref<8x4x64xf32, #gpu.address_space<workgroup>>
+// KVS: arith.constant 128 : index
+// KVS: scf.for
+// KVS: memref.extract_strided_metadata %arg1
+// KVS: arith.xori
+// KVS: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache =  cg : !llvm.ptr<3>, !llvm.ptr<1>
+// KVS: memref.extract_strided_metadata %arg2
+// KVS: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache =  cg : !llvm.ptr<3>, !llvm.ptr<1>
+// KVS: nvvm.cp.async.commit.group
+// KVS: et.event.wait
+// KVS: scf.if
+// KVS: nvvm.cp.async.wait.group 0
+// KVS: memref.store %{{.*}}, %[[QS]]
+// KVS: gpu.barrier
+// KVS: %[[STAGED:.*]] = arith.cmpi ult
+// KVS-NEXT: scf.if %[[STAGED]] -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// KVS-COUNT-8: vector.load %[[STAGE]]
+// KVS: } else {
+// KVS-COUNT-8: vector.load %arg1
+// KVS: vector.load %[[QS]]
+// KVS: memref.store %{{.*}}, %[[SCORES]]
+// KVS: gpu.barrier
+// KVS: math.exp2
+// KVS: gpu.barrier
+// KVS: scf.if %{{.*}} -> (vector<8xbf16>)
+// KVS: vector.load %[[STAGE]]
+// KVS: } else {
+// KVS: vector.load %arg2
+// KVS-NOT: gpu.shuffle
+// KVS: vector.store %{{.*}}, %[[PART]]
+// KVS: gpu.barrier
+// KVS: math.log2
+// KVS: gpu.barrier
+// KVS: nvvm.cp.async.wait.group 0
+// KVS-NEXT: et.event.signal
+// KVS: et.task @unmarked
+// KVS-NOT: cp.async
+// KVS: et.task @no_wait
+// KVS-NOT: cp.async
+// KVS: }
+et.kernel @kv_staged(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
+                     %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %n: index, %p: index, %live: i1) {
+  %c2 = arith.constant 2 : index
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<>
+  %f = et.event.create() : !et.event<>
+  et.task @ready tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @staged tiles(%g, %s) in (%c2, %c2) {
+    et.event.wait %e[] : !et.event<>
+    scf.if %live {
+      %c128 = arith.constant 128 : index
+      et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) stable(%p) scale(0.125)
+          : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+    }
+    et.event.signal %f[] : !et.event<>
+  }
+  et.task @unmarked tiles(%g, %s) in (%c2, %c2) {
+    et.event.wait %f[] : !et.event<>
+    %c128 = arith.constant 128 : index
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) scale(0.125)
+        : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+  et.task @no_wait tiles(%g, %s) in (%c2, %c2) {
+    %c128 = arith.constant 128 : index
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) stable(%p) scale(0.125)
+        : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
   }
 }
 

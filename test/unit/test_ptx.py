@@ -103,3 +103,26 @@ def test_shared_prefetch_ptx(tmp_path):
             et.compile(CHAINED_LINEAR, target="cuda", tile_prefetch="shared", tile_prefetch_bytes=bad,
                        cache_dir=tmp_path)
     _assemble(art, tmp_path)
+
+
+def test_kv_prefetch_ptx(tmp_path):
+    """tile_kv_prefetch="shared": the split tiles copy their cache rows below
+    `stable` into the dynamic shared memory with cp.async before their wait;
+    without `stable` nothing is copied."""
+    from test_tile_ops import _attention_kernel
+
+    kernel = _attention_kernel(32, 8, 64, 1024, 8, 128, stable=True)
+    art = et.compile(kernel, target="cuda", workers=8, threads_per_worker=512, tile_kv_prefetch="shared",
+                     tile_prefetch_bytes=64 * 1024, cache_dir=tmp_path)
+    assert art.metadata["dynamic_shared_bytes"] == 64 * 1024
+    lines = [l.strip() for l in art.binary_path.read_text().splitlines()]
+    copies = [i for i, l in enumerate(lines) if l.startswith("cp.async.cg.shared.global")]
+    waits = [i for i, l in enumerate(lines) if re.match(r"ld\.acquire\.gpu(\.global)?\.b32", l)]
+    assert copies and waits and min(copies) < max(waits), "cache rows must be copied before the wait"
+    assert any(l.startswith("cp.async.wait_group") for l in lines[min(copies):])
+    unmarked = et.compile(_attention_kernel(32, 8, 64, 1024, 8, 128), target="cuda", workers=8,
+                          threads_per_worker=512, tile_kv_prefetch="shared", cache_dir=tmp_path)
+    assert "cp.async" not in unmarked.binary_path.read_text()
+    with pytest.raises(ValueError, match="tile_kv_prefetch must be 'none' or 'shared', got 'l2'"):
+        et.compile(kernel, target="cuda", tile_kv_prefetch="l2", cache_dir=tmp_path)
+    _assemble(art, tmp_path)

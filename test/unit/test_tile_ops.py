@@ -194,20 +194,29 @@ def test_decode_ops_match_float64(tmp_path):
     assert v[:, 0].tolist() == [float(logits[0].max()), 10.0]
 
 
-def _attention_kernel(hq, hkv, d, s_max, splits, split_len, q_t="f32", out_t="f32", subsplits=1):
+def _attention_kernel(hq, hkv, d, s_max, splits, split_len, q_t="f32", out_t="f32", subsplits=1, stable=False):
+    """Split tiles, then one merge tile. With `stable`, the kernel takes a
+    last argument %stable (positions below it may be read before a wait),
+    and the split tiles wait on a task before them, so that
+    `tile_kv_prefetch="shared"` has a wait to stage the cache rows before."""
     entries = splits * subsplits
     sub = f" {{subsplits = {subsplits} : i64}}" if subsplits > 1 else ""
+    stable_arg = ", %stable: index" if stable else ""
+    stable_op = " stable(%stable)" if stable else ""
+    ready = "  et.task @ready tiles(%r) in (%c1) {\n    et.event.signal %go[] : !et.event<>\n  }\n" if stable else ""
+    wait = "    et.event.wait %go[] : !et.event<>\n" if stable else ""
     return f"""
 et.kernel @attn(%q: memref<{hq}x{d}x{q_t}>, %k: memref<{s_max}x{hkv}x{d}xbf16>, %v: memref<{s_max}x{hkv}x{d}xbf16>,
                 %o: memref<{entries}x{hq}x{d}xf32>, %lse: memref<{entries}x{hq}xf32>, %out: memref<{hq}x{d}x{out_t}>,
-                %len: index) {{
+                %len: index{stable_arg}) {{
   %ckv = arith.constant {hkv} : index
   %cs = arith.constant {splits} : index
   %cl = arith.constant {split_len} : index
   %c1 = arith.constant 1 : index
   %parts = et.event.create() : !et.event<>
-  et.task @split tiles(%g, %s) in (%ckv, %cs) {{
-    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len) scale({1.0 / np.sqrt(d):.9e}){sub}
+  %go = et.event.create() : !et.event<>
+{ready}  et.task @split tiles(%g, %s) in (%ckv, %cs) {{
+{wait}    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len){stable_op} scale({1.0 / np.sqrt(d):.9e}){sub}
         : memref<{hq}x{d}x{q_t}>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, memref<{entries}x{hq}xf32>
     et.event.signal %parts[] : !et.event<>
   }}
@@ -241,5 +250,11 @@ def test_split_kv_attention_matches_float64(hq, hkv, d, s_max, splits, split_len
                      target="cpu", workers=3, cache_dir=tmp_path)
     art.launcher()(q, k, v, o, lse, out, length)
     assert _rel_err(out, _attention_ref(q, k, v, length)) < 1e-5
+    # `stable` only permits earlier loads: the same result.
+    staged = et.compile(_attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=subsplits, stable=True),
+                        target="cpu", workers=3, cache_dir=tmp_path)
+    out2 = np.full_like(out, np.nan)
+    staged.launcher()(q, k, v, o, lse, out2, length, length // 2)
+    assert np.array_equal(out2, out)
     if splits * split_len > length + split_len - 1:
         assert np.isneginf(lse[-1]).all()

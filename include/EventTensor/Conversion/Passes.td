@@ -36,8 +36,6 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
            "Record each tile's worker, task, tile, start and end time "
            "(globaltimer, ns) in a trace buffer (an extra parameter after "
            "`error`)">,
-    Option<"prefetchBytes", "prefetch-bytes", "int64_t", /*default=*/"131072",
-           "Dynamic shared memory for prefetch=shared (bytes, gpu)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Threads per worker, fixed at compile time (the kernel's "
            "known_block_size, so ptxas can budget registers for it); 0 "
@@ -97,8 +95,12 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     loop per warp and a combine through shared memory: a workgroup
     `memref.alloca` at the top level of the task, sized for `threads`
     threads (1024 when 0), which the worker lowering turns into a workgroup
-    buffer. Runs before `convert-et-to-nvvm` / `convert-et-to-cpu` (the
-    pipelines do).
+    buffer. With `kv-prefetch=shared`, an `et.attention_split` with a
+    `stable` operand copies its split's K and V rows below `stable` into the
+    dynamic shared memory (`cp.async`, at most `prefetch-bytes`) before the
+    task's first wait and reads them from there after it; one op per task
+    (an et.linear of the same task then keeps to global memory). Runs
+    before `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"gpu\"",
@@ -108,8 +110,12 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
            "Weight loads of et.linear moved above the task's first wait: "
            "none, registers, l2 or shared (gpu)">,
+    Option<"kvPrefetch", "kv-prefetch", "std::string", /*default=*/"\"none\"",
+           "K and V cache rows of et.attention_split below its `stable` "
+           "operand loaded before the task's first wait: none or shared (gpu)">,
     Option<"prefetchBytes", "prefetch-bytes", "int64_t", /*default=*/"131072",
-           "Dynamic shared memory for prefetch=shared (bytes, gpu)">,
+           "Dynamic shared memory for prefetch=shared and kv-prefetch=shared "
+           "(bytes, gpu)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Threads per worker when fixed at compile time, else 0 (gpu)">,
     Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",

@@ -203,19 +203,25 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             events: dict[str, object] = {}
 
             def task(tname: str, extents: list, deps: list[str], body: Callable, *, per_batch: bool = False,
-                     nbytes: int = 0, flops: int = 0):
+                     nbytes: int = 0, flops: int = 0, pre: Callable | None = None):
                 """A task over `extents` (prefixed with the batch when
                 `per_batch`), waiting on the events of `deps`; signals its
-                own event once per tile."""
+                own event once per tile. `pre(*tile_ids)`, if given, runs
+                before the waits and its result is passed to `body` as
+                `pre=`."""
                 ext = ([batch] if per_batch else []) + [const(e) for e in extents]
                 mx = ([B] + list(extents)) if per_batch else None
                 events[tname] = et.event([])
                 t = new_task(tname, ext, mx)
                 cost(t, nbytes, flops)
                 with InsertionPoint(t.entry_block):
+                    early = pre(*t.tile_ids) if pre else None
                     for dep in deps:
                         et.wait(events[dep], [])
-                    body(*t.tile_ids)
+                    if pre:
+                        body(*t.tile_ids, pre=early)
+                    else:
+                        body(*t.tile_ids)
                     et.signal(events[tname], [])
 
             def offset(layer, size: int):
@@ -301,19 +307,27 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     ext = [L] + ([B] if per_batch else []) + list(extents)
                     t = new_task(kind, [const(e) for e in ext])
                     cost(t, nbytes, flops)
+                    pre = pre_wait.get(kind)
                     with InsertionPoint(t.entry_block):
                         layer, *ids = t.tile_ids
+                        live = arith.CmpIOp(arith.CmpIPredicate.ult, ids[0], batch).result if per_batch else None
+                        early = pre(layer, *ids, live=live) if pre else None
                         for w in waits:
                             et.wait(events[w], [layer])
+
+                        def run():
+                            if pre:
+                                body(layer, *ids, pre=early)
+                            else:
+                                body(layer, *ids)
                         if per_batch:
                             # Tiles past the runtime batch only signal.
-                            live = arith.CmpIOp(arith.CmpIPredicate.ult, ids[0], batch).result
                             guard = scf.IfOp(live)
                             with InsertionPoint(guard.then_block):
-                                body(layer, *ids)
+                                run()
                                 scf.YieldOp([])
                         else:
-                            body(layer, *ids)
+                            run()
                         et.signal(events[kind], [layer])
 
             def final_norm_body(t):
@@ -368,13 +382,42 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 et.kv_append(rows1(A["v"], b, [Hkv, D], f32), cache_view(A["v_cache"], l, b), p)
                 et.kv_append(k_b, cache_view(A["k_cache"], l, b), p)
 
-            def attn_body(l, b, g, s):
-                length = arith.AddIOp(position(b), const(1)).result
-                et.attention_split(row(A["q"], b, [Hq, D], f32), cache_view(A["k_cache"], l, b),
-                                   cache_view(A["v_cache"], l, b),
+            def attn_pre(l, b, g, s, live=None):
+                """Before the attention tile's wait: the KV-cache views of
+                row b, its length, and `stable`, the lowest position that
+                this step writes into row b's slot (the smallest position of
+                the rows of the batch with the same slot); the positions
+                below it are history the cache rows may be loaded from
+                before the wait. A tile past the runtime batch (`live`
+                false) reads row 0 and stages nothing."""
+                if live is not None:
+                    b = arith.SelectOp(live, b, const(0)).result
+                slot = memref.LoadOp(A["slots"], [b]).result
+                p = position(b)
+                loop = scf.ForOp(const(0), batch, const(1), [p])
+                with InsertionPoint(loop.body):
+                    other = loop.induction_variable
+                    same = arith.CmpIOp(arith.CmpIPredicate.eq, memref.LoadOp(A["slots"], [other]).result,
+                                        slot).result
+                    p_other = arith.IndexCastOp(idx, memref.LoadOp(A["positions"], [other]).result).result
+                    lowest = arith.MinSIOp(loop.inner_iter_args[0], p_other).result
+                    scf.YieldOp([arith.SelectOp(same, lowest, loop.inner_iter_args[0]).result])
+                stable = loop.results[0]
+                if live is not None:
+                    stable = arith.SelectOp(live, stable, const(0)).result
+                slot_i = arith.IndexCastOp(idx, slot).result
+
+                def view(cache):
+                    return memref.subview(cache, [l, slot_i, 0, 0, 0], [1, 1, S, Hkv, D], [1] * 5,
+                                          result_type=strided([S, Hkv, D], bf16, [Hkv * D, D, 1]))
+                return dict(k=view(A["k_cache"]), v=view(A["v_cache"]),
+                            length=arith.AddIOp(p, const(1)).result, stable=stable)
+
+            def attn_body(l, b, g, s, pre):
+                et.attention_split(row(A["q"], b, [Hq, D], f32), pre["k"], pre["v"],
                                    row(A["o_part"], b, [lay.splits, Hq, D], f32),
                                    row(A["lse"], b, [lay.splits, Hq], f32),
-                                   g, s, const(lay.split_len), length, scale)
+                                   g, s, const(lay.split_len), pre["length"], scale, stable=pre["stable"])
 
             def merge_body(l, b):
                 et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
@@ -410,6 +453,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 gate_lin[0](l, t, x)
                 up_lin[0](l, t, x)
                 et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
+            # Computed before a task's waits, passed to its body as `pre=`.
+            pre_wait = {"attn": attn_pre}
             # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
             qkv_spec = ("qkv", qkv_body, [qkv_tiles], False, ["norm1"], q_lin[2] + k_lin[2] + v_lin[2],
                         q_lin[3] + k_lin[3] + v_lin[3])
@@ -441,9 +486,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     task(f"{entry[0]}_{l}", entry[2], [prev], lambda *ids, l=l: entry[1](l, *ids),
                          nbytes=entry[3], flops=entry[4])
                     for name, body, extents, per_batch, waits, nbytes, flops in layer_tasks:
+                        pre = pre_wait.get(name)
                         task(f"{name}_{l}", extents, [f"{w}_{l}" for w in waits],
-                             lambda *ids, body=body, l=l: body(l, *ids), per_batch=per_batch, nbytes=nbytes,
-                             flops=flops)
+                             lambda *ids, body=body, l=l, **kw: body(l, *ids, **kw), per_batch=per_batch,
+                             nbytes=nbytes, flops=flops,
+                             pre=(lambda *ids, pre=pre, l=l: pre(l, *ids)) if pre else None)
                     prev = f"down_{l}"
             else:
                 layered_tasks(layer_tasks, entry)

@@ -12,13 +12,18 @@ from .builder import build_decode_kernel, kernel_layout
 from .config import ModelConfig
 from .session import MODEL_JSON, VARIANTS_JSON
 
-__all__ = ["compile_model", "MODEL_TILE_UNROLL"]
+__all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_TILE_UNROLL"]
 
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
 # GPU: 8 measured 4% (batch 1) to 9% (batch 4) faster than 4 on the
 # Llama-3.2-1B step and the same on Qwen3-0.6B, at 512 threads per worker
 # (docs/benchmarks.md, "Weight loads in flight").
 MODEL_TILE_UNROLL = 8
+
+# The attention tiles copy the KV cache's history into shared memory before
+# they wait for this step's q, k and v, and compute from there
+# (`tile_kv_prefetch`; docs/benchmarks.md, "KV history in shared memory").
+MODEL_KV_PREFETCH = "shared"
 
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
@@ -28,8 +33,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   fuse_norms: bool = True, scratch_rows: int | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
-    `threads_per_worker`, `profile`, `mode`; `tile_unroll` defaults to
-    MODEL_TILE_UNROLL on cuda). `layered` builds one task per
+    `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
+    defaults to MODEL_TILE_UNROLL and `tile_kv_prefetch` to
+    MODEL_KV_PREFETCH). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -52,6 +58,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         workers = 4 if target == "cpu" else 132
     if target == "cuda":
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL)
+        options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if layered is None:
         layered = options.get("mode") != "dynamic"
     if batch_variants:

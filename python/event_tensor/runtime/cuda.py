@@ -69,10 +69,11 @@ class CUDALauncher:
         # Threads per worker (CTA size) are fixed when the artifact is compiled
         # (ptxas budgets registers for it).
         self.threads = int(self.metadata["threads_per_worker"])
-        # Dynamic shared memory (weights prefetched before a wait); above
-        # 48 KB the function must opt in.
+        # Dynamic shared memory (weights or KV rows loaded before a wait).
+        # Static and dynamic shared memory above 48 KB in all need the
+        # function to opt in, so any dynamic size is declared.
         self.dynamic_shared = int(self.metadata.get("dynamic_shared_bytes") or 0)
-        if self.dynamic_shared > 48 * 1024:
+        if self.dynamic_shared > 0:
             _check(drv.cuFuncSetAttribute(
                 self.function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 self.dynamic_shared), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")

@@ -219,6 +219,9 @@ et.kernel @attention_ops(%q: memref<32x64xf32>, %k: memref<8192x8x64xbf16>, %v: 
     // CHECK: et.attention_split %{{.*}} kv_head(%{{.*}}) split(%{{.*}}) split_len(%{{.*}}) len(%{{.*}}) scale(1.250000e-01)
     et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) scale(0.125)
         : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
+    // CHECK: et.attention_split %{{.*}} len(%{{.*}}) stable(%{{.*}}) scale(1.250000e-01)
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) stable(%c256) scale(0.125)
+        : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
   }
   et.task @merge tiles(%t) in (%c8) {
     // CHECK: et.attention_merge

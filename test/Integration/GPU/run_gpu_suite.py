@@ -106,9 +106,12 @@ def run_decode_ops(root: Path) -> bool:
         o = torch.full((entries, hq, d), float("nan"), device="cuda")
         lse = torch.full((entries, hq), float("nan"), device="cuda")
         out = torch.full((hq, d), float("nan"), device="cuda")
-        runtime.load(case_dir).launcher()(q, k, v, o, lse, out, int(c["length"]))
+        extra = [int(c["stable"])] if "stable" in c.files else []
+        runtime.load(case_dir).launcher()(q, k, v, o, lse, out, int(c["length"]), *extra)
         err = float(np.linalg.norm(out.cpu().double().numpy() - c["ref"]) / np.linalg.norm(c["ref"]))
-        print(f"split-KV attention + merge on the GPU ({case_dir.name}: {hq} heads, D = {d}): relative error {err:.1e}")
+        staged = f", rows below {extra[0]} staged in shared memory" if extra else ""
+        print(f"split-KV attention + merge on the GPU ({case_dir.name}: {hq} heads, D = {d}{staged}): "
+              f"relative error {err:.1e}")
         ok &= err < 1e-5
     return ok
 

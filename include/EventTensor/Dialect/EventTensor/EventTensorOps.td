@@ -577,10 +577,19 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
     one warp per (query head, chunk) with lanes splitting D. More chunks
     keep more warps of a worker busy. On the CPU, loops.
 
+    `stable(%n)` states that no task of the kernel writes the cache
+    positions below `n` (the history from earlier kernel launches). It does
+    not change the result; with `et-lower-tile-ops{kv-prefetch=shared}` the
+    GPU lowering copies the split's K and V rows below `n` into shared
+    memory before the task's first wait, so those loads overlap the wait.
+
     Example:
 
     ```mlir
     et.attention_split %q, %kc, %vc, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) scale(0.125)
+        : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
+    // positions below %p were written before this launch
+    et.attention_split %q, %kc, %vc, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) stable(%p) scale(0.125)
         : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
     ```
   }];
@@ -590,11 +599,12 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
                        Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$o,
                        Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$lse,
                        Index:$kv_head, Index:$split, Index:$split_len, Index:$len,
+                       Optional<Index>:$stable,
                        F32Attr:$scale,
                        DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$subsplits);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $o `,` $lse `kv_head` `(` $kv_head `)` `split` `(` $split `)`
-    `split_len` `(` $split_len `)` `len` `(` $len `)` `scale` `(` $scale `)` attr-dict `:`
+    `split_len` `(` $split_len `)` `len` `(` $len `)` (`stable` `(` $stable^ `)`)? `scale` `(` $scale `)` attr-dict `:`
     type($q) `,` type($k) `,` type($v) `,` type($o) `,` type($lse)
   }];
   let hasVerifier = 1;
