@@ -292,18 +292,17 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
     # Split-KV attention and merge: Llama-3.2-1B heads (GQA 32/8, D = 64),
     # Qwen3 heads (16/8, D = 128) with two entries per split, and an empty
     # last split; at 256, 512 and 1024 threads per worker.
-    # The last two stage the cache rows below `stable` in shared memory
-    # before a wait (tile_kv_prefetch="shared"): 16 KB holds 64 of Llama's
-    # 128-position splits and 32 of Qwen3's, so each split mixes staged
-    # rows, rows past the budget and rows at or past `stable`; then empty
-    # splits, one head per group (four positions side by side in P.V) and
-    # four heads of D = 128 (two heads per lane in P.V).
+    # The cases with a `stable` position stage the cache rows below it in
+    # shared memory before a wait (tile_kv_prefetch="shared", 64 KB: a
+    # whole split): splits with staged rows and rows at or past `stable`;
+    # empty splits; one head per group (four positions side by side in
+    # P.V); four heads of D = 128 (two heads per lane in P.V).
     attention_cases = [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, None), (16, 8, 128, 1024, 4, 256, 777, 2, 512, None),
                        (32, 8, 64, 300, 4, 64, 200, 1, 1024, None), (32, 8, 64, 1024, 8, 128, 1000, 1, 512, 700),
                        (16, 8, 128, 1024, 8, 128, 1000, 1, 384, 999), (32, 8, 64, 1024, 8, 128, 600, 1, 512, 300),
                        (8, 8, 64, 512, 4, 128, 500, 1, 256, 400), (32, 8, 128, 1024, 8, 128, 1000, 1, 512, 1000)]
     for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads, stable) in enumerate(attention_cases):
-        staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=16 * 1024) if stable is not None else {}
+        staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024) if stable is not None else {}
         art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=sub,
                                                  stable=stable is not None), target="cuda",
                          workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache, **staged)
@@ -366,7 +365,8 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
            tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int | None = None,
-           tile_linear: str = "rows", tile_prefetch_bytes: int = 128 * 1024, tile_kv_prefetch: str | None = None) -> None:
+           tile_linear: str = "rows", tile_prefetch_bytes: int | None = None,
+           tile_kv_prefetch: str | None = None) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; without
@@ -382,7 +382,8 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
                       format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms,
-                      tile_linear=tile_linear, tile_prefetch_bytes=tile_prefetch_bytes,
+                      tile_linear=tile_linear,
+                      **({} if tile_prefetch_bytes is None else {"tile_prefetch_bytes": tile_prefetch_bytes}),
                       **({} if tile_unroll is None else {"tile_unroll": tile_unroll}),
                       **({} if tile_kv_prefetch is None else {"tile_kv_prefetch": tile_kv_prefetch}))
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
@@ -404,8 +405,9 @@ def main() -> None:
     parser.add_argument("--format", default="isa", choices=["isa", "bin"], help="model kernels as PTX or cubin")
     parser.add_argument("--tile-prefetch", default="none", choices=["none", "registers", "l2", "shared"],
                         help="weight loads before the wait in the model kernels")
-    parser.add_argument("--tile-prefetch-bytes", type=int, default=128 * 1024,
-                        help="dynamic shared memory for --tile-prefetch shared")
+    parser.add_argument("--tile-prefetch-bytes", type=int, default=None,
+                        help="dynamic shared memory for the shared prefetches (default: 128 KB for "
+                             "--tile-prefetch shared, else one attention split's K and V)")
     parser.add_argument("--tile-kv-prefetch", default=None, choices=["none", "shared"],
                         help="KV-cache history before the wait in the model kernels (default: the model's)")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")

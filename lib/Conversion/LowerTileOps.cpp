@@ -1429,8 +1429,8 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
 
 /// GPU split-KV attention with the split's K and V rows staged in shared
 /// memory (kv-prefetch=shared): for an op with a `stable` operand, a static
-/// split length and D in {64, 128}, its K and V rows in [start, min(end,
-/// stable)) (at most stageBytes / (4 D) of them) are copied into the
+/// split length whose K and V rows fit in stageBytes, and D in {64, 128},
+/// its K and V rows in [start, min(end, stable)) are copied into the
 /// kernel's dynamic shared memory with `cp.async` before the task's first
 /// wait (prefetchPoint; the op may sit in an scf.if), 16-byte chunk c of
 /// row r at chunk c ^ (r mod 8), so that neither the row-per-lane reads of
@@ -1463,12 +1463,17 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   int64_t chunks = dim / kVector; // 16-byte chunks per row: 8 or 16
   int64_t staticBytes =
       4 * (groupSize * dim + groupSize * *splitLen + 2 * groupSize + maxWarps * groupSize * dim);
-  int64_t stageRows = std::min(stageBytes / (4 * dim), *splitLen);
+  // The whole split must fit: the phases read rows past the budget from
+  // the cache a whole row per thread, which ran at half the speed of the
+  // pipelined loop (split length 1024 in a 128 KB budget).
+  int64_t stageRows = *splitLen;
+  if (stageBytes < 4 * dim * stageRows)
+    return false;
   // P.V puts (chunk, head) pairs on a warp's lanes: G must divide 32 /
   // chunks or be a multiple of it.
   int64_t slots = kWarp / chunks;
   bool headsFit = groupSize <= slots ? slots % groupSize == 0 : groupSize % slots == 0;
-  if (maxWarps < 1 || groupSize < 1 || groupSize > 16 || !headsFit || staticBytes > 48 * 1024 || stageRows < 1)
+  if (maxWarps < 1 || groupSize < 1 || groupSize > 16 || !headsFit || staticBytes > 48 * 1024)
     return false;
   Operation *stageAt = prefetchPoint(op,
                                      {op.getK(), op.getV(), op.getKvHead(), op.getSplit(), op.getSplitLen(),

@@ -5,7 +5,8 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 linear=stream}))" | FileCheck %s --check-prefix=T256
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=ROWS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=SHARED
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=16384}))" | FileCheck %s --check-prefix=KVS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=KVS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=32767}))" | FileCheck %s --check-prefix=KVSMALL
 
 // On the GPU target: a warp per row (rows strided by the number of warps).
 // K = 1024 is a multiple of 256, so each warp streams its rows as one
@@ -285,9 +286,9 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
 }
 
 // kv-prefetch=shared: the K and V rows of a split below `stable` are copied
-// into the dynamic shared memory before the task's wait (16384 bytes: 64 of
-// the 128 positions of a split, K then V, chunk c of row r at chunk
-// c ^ (r mod 8)), with what the copies need moved above the wait (the split
+// into the dynamic shared memory before the task's wait (32768 bytes: the
+// 128 positions of a split, K then V, chunk c of row r at chunk
+// c ^ (r mod 8); one byte less and nothing is staged), with what the copies need moved above the wait (the split
 // length, defined inside the scf.if). After the wait: q into shared memory;
 // the scores, one thread per position, staged rows (0 <= i < staged count)
 // from shared memory and the others from the cache; a warp per head for the
@@ -297,7 +298,7 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
 // loop without staging.
 // KVS-LABEL: et.kernel @kv_staged
 // KVS: et.task @staged
-// KVS: %[[STAGE:.*]] = memref.alloca() {et.dynamic_shared} : memref<8192xbf16, #gpu.address_space<workgroup>>
+// KVS: %[[STAGE:.*]] = memref.alloca() {et.dynamic_shared} : memref<16384xbf16, #gpu.address_space<workgroup>>
 // KVS: %[[QS:.*]] = memref.alloca() : memref<4x64xf32, #gpu.address_space<workgroup>>
 // KVS: %[[SCORES:.*]] = memref.alloca() : memref<4x128xf32, #gpu.address_space<workgroup>>
 // KVS: %[[PART:.*]] = memref.alloca() : memref<8x4x64xf32, #gpu.address_space<workgroup>>
@@ -340,6 +341,9 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
 // KVS: et.task @no_wait
 // KVS-NOT: cp.async
 // KVS: }
+// KVSMALL-LABEL: et.kernel @kv_staged
+// KVSMALL-NOT: cp.async
+// KVSMALL: et.kernel
 et.kernel @kv_staged(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
                      %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %n: index, %p: index, %live: i1) {
   %c2 = arith.constant 2 : index

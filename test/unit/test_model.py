@@ -320,3 +320,27 @@ def test_session_names_missing_or_misshaped_weights(compiled):
     packed["ln2"] = packed["ln2"][:, :8]
     with pytest.raises(ValueError, match=r"weight 'ln2' has shape \[2, 8\], the artifact expects \[2, 64\]"):
         model.DecodeSession(path, packed)
+
+
+def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
+    """On CUDA, kernels for one sequence stage the KV history in shared
+    memory, sized for one split's K and V rows; kernels for larger batches,
+    and splits above the lowering's maximum, do not (no dynamic shared
+    memory, no copies)."""
+    cfg = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
+                            max_position_embeddings=4096)
+    small = model.compile_model(cfg, target="cuda", max_batch=1, max_context=512, workers=8,
+                                out_dir=tmp_path / "small", cache_dir=tmp_path / "cache")
+    meta = json.loads((small / "metadata.json").read_text())
+    split_len = json.loads((small / "model.json").read_text())["layout"]["split_len"]
+    assert meta["options"]["tile_kv_prefetch"] == "shared"
+    assert meta["dynamic_shared_bytes"] == max(16384, 4 * 64 * split_len)
+    assert "cp.async.cg.shared.global" in (small / "kernel.ptx").read_text()
+    batched = model.compile_model(cfg, target="cuda", max_batch=4, max_context=512, workers=8,
+                                  out_dir=tmp_path / "batched", cache_dir=tmp_path / "cache")
+    assert json.loads((batched / "metadata.json").read_text())["dynamic_shared_bytes"] == 0
+    big = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=1024,
+                              out_dir=tmp_path / "big", cache_dir=tmp_path / "cache")
+    meta = json.loads((big / "metadata.json").read_text())
+    assert meta["options"].get("tile_kv_prefetch", "none") == "none" and meta["dynamic_shared_bytes"] == 0
+    assert "cp.async" not in (big / "kernel.ptx").read_text()

@@ -96,10 +96,12 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     `memref.alloca` at the top level of the task, sized for `threads`
     threads (1024 when 0), which the worker lowering turns into a workgroup
     buffer. With `kv-prefetch=shared`, an `et.attention_split` with a
-    `stable` operand copies its split's K and V rows below `stable` into the
-    dynamic shared memory (`cp.async`, at most `prefetch-bytes`) before the
-    task's first wait and reads them from there after it; one op per task
-    (an et.linear of the same task then keeps to global memory). Runs
+    `stable` operand, a constant split length whose K and V rows fit in
+    `prefetch-bytes` and D in {64, 128} copies its split's rows below
+    `stable` into the dynamic shared memory (`cp.async`) before the task's
+    first wait, then computes from there: scores, softmax and P.V as three
+    phases through shared memory. One op per task (an et.linear of the same
+    task then keeps to global memory). Runs
     before `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
   }];
   let options = [

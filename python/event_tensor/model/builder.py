@@ -367,20 +367,38 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
                 return body, -(-n // rows), rows * k * 2, 2 * rows * k
 
-            def qk_body(l, b):
-                # Ops on different buffers run without a barrier between
-                # them (et-lower-tile-ops): the V append beside the RoPEs.
+            def heads(buf, b, h0, n: int, total: int, *, rank3: bool = True):
+                """Heads [h0, h0 + n) of row b of a [batch, total, D] f32
+                buffer: [1, n, D], or [n, D] with rank3=False."""
+                shape = [1, n, D] if rank3 else [n, D]
+                strides = [total * D, D, 1] if rank3 else [D, 1]
+                return memref.subview(buf, [b, h0, 0], [1, n, D], [1, 1, 1],
+                                      result_type=strided(shape, f32, strides))
+
+            def qk_body(l, b, g):
+                # One tile per (row, KV head): the group's query heads and
+                # the KV head's key are normalized (Qwen3) and rotated, and
+                # its key and value appended. Ops on different buffers run
+                # without a barrier between them (et-lower-tile-ops): the V
+                # append beside the RoPEs.
+                G = c.group_size
                 p = position(b)
-                q_b, k_b = rows1(A["q"], b, [Hq, D], f32), rows1(A["k"], b, [Hkv, D], f32)
+                q0 = arith.MulIOp(g, const(G)).result
+                q_g, k_g = heads(A["q"], b, q0, G, Hq), heads(A["k"], b, g, 1, Hkv)
                 if c.qk_norm:
-                    q2, k2 = row(A["q"], b, [Hq, D], f32), row(A["k"], b, [Hkv, D], f32)
+                    q2, k2 = heads(A["q"], b, q0, G, Hq, rank3=False), heads(A["k"], b, g, 1, Hkv, rank3=False)
                     et.rmsnorm(q2, vec_view(A["q_norm"], l, D), q2, eps)
                     et.rmsnorm(k2, vec_view(A["k_norm"], l, D), k2, eps)
                 pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
-                et.rope(q_b, pos1, theta, llama3_scaling=scaling)
-                et.rope(k_b, pos1, theta, llama3_scaling=scaling)
-                et.kv_append(rows1(A["v"], b, [Hkv, D], f32), cache_view(A["v_cache"], l, b), p)
-                et.kv_append(k_b, cache_view(A["k_cache"], l, b), p)
+                et.rope(q_g, pos1, theta, llama3_scaling=scaling)
+                et.rope(k_g, pos1, theta, llama3_scaling=scaling)
+
+                def head_cache(cache):
+                    slot = arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
+                    return memref.subview(cache, [l, slot, 0, g, 0], [1, 1, S, 1, D], [1] * 5,
+                                          result_type=strided([S, 1, D], bf16, [Hkv * D, D, 1]))
+                et.kv_append(heads(A["v"], b, g, 1, Hkv), head_cache(A["v_cache"]), p)
+                et.kv_append(k_g, head_cache(A["k_cache"]), p)
 
             def attn_pre(l, b, g, s, live=None):
                 """Before the attention tile's wait: the KV-cache views of
@@ -460,7 +478,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         q_lin[3] + k_lin[3] + v_lin[3])
             layer_tasks = [
                 qkv_spec,
-                ("qk", qk_body, [], True, ["qkv"], 4 * D * (Hq + 4 * Hkv), 8 * D * (Hq + Hkv)),
+                ("qk", qk_body, [Hkv], True, ["qkv"], 4 * D * (c.group_size + 4), 8 * D * (c.group_size + 1)),
                 ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
                  4 * lay.split_len * D * c.group_size),
                 ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),

@@ -20,9 +20,12 @@ __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_TILE_UNROLL"]
 # (docs/benchmarks.md, "Weight loads in flight").
 MODEL_TILE_UNROLL = 8
 
-# The attention tiles copy the KV cache's history into shared memory before
-# they wait for this step's q, k and v, and compute from there
-# (`tile_kv_prefetch`; docs/benchmarks.md, "KV history in shared memory").
+# Kernels for one sequence at a time (max_batch 1): the attention tiles copy
+# the KV cache's history into shared memory before they wait for this step's
+# q, k and v, and compute from there (`tile_kv_prefetch`). On the H200 that
+# made batch 1 3-4% faster for Llama-3.2-1B, and batch 4 4-5% slower for
+# both models, so kernels for larger batches keep it off (docs/benchmarks.md,
+# "KV history in shared memory").
 MODEL_KV_PREFETCH = "shared"
 
 
@@ -34,8 +37,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
-    defaults to MODEL_TILE_UNROLL and `tile_kv_prefetch` to
-    MODEL_KV_PREFETCH). `layered` builds one task per
+    defaults to MODEL_TILE_UNROLL and, for max_batch 1, `tile_kv_prefetch`
+    to MODEL_KV_PREFETCH). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -58,7 +61,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         workers = 4 if target == "cpu" else 132
     if target == "cuda":
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL)
-        options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
+        if max_batch == 1:
+            options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if layered is None:
         layered = options.get("mode") != "dynamic"
     if batch_variants:
@@ -68,6 +72,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                  fuse_norms=fuse_norms, **options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len)
+    if target == "cuda":
+        _kv_prefetch_budget(config, layout, options)
     choices = {}
     linear_rows = None
     if tuning_table is not None:
@@ -98,6 +104,24 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     if out_dir is None:
         return src
     return art.copy_to(out_dir)
+
+
+def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
+    """With tile_kv_prefetch="shared", the dynamic shared memory is sized
+    for one split's K and V rows (the lowering stages a split only when all
+    of it fits): more would only take L1 cache from the linear tiles (the
+    batch-4 Llama step was 2.5% slower with 128 KB than without staging).
+    Splits above the lowering's maximum are not staged."""
+    from ..build import MAX_PREFETCH_BYTES, MIN_PREFETCH_BYTES
+
+    if options.get("tile_kv_prefetch") != "shared" or "tile_prefetch_bytes" in options \
+            or options.get("tile_prefetch", "none") == "shared":
+        return
+    need = 4 * config.head_dim * layout.split_len
+    if need > MAX_PREFETCH_BYTES:
+        options["tile_kv_prefetch"] = "none"
+    else:
+        options["tile_prefetch_bytes"] = max(MIN_PREFETCH_BYTES, -(-need // 1024) * 1024)
 
 
 def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_table, workers: int, **kwargs) -> Path:
