@@ -12,7 +12,7 @@ from .builder import build_decode_kernel, kernel_layout
 from .config import ModelConfig
 from .session import MODEL_JSON, VARIANTS_JSON
 
-__all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_TILE_UNROLL"]
+__all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL"]
 
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
 # GPU: 8 measured 4% (batch 1) to 9% (batch 4) faster than 4 on the
@@ -28,6 +28,13 @@ MODEL_TILE_UNROLL = 8
 # "KV history in shared memory").
 MODEL_KV_PREFETCH = "shared"
 
+# LLVM optimization level of the model kernels' NVPTX code generation. The
+# megakernel is one large function whose register budget is shared by every
+# task; at -O1 ptxas spilled less (Qwen3-0.6B: 120-132 bytes against
+# 196-316 at -O2), and on the H200 the steps were 1-5% faster at batch 1
+# and 4 for both models (docs/benchmarks.md, "Code generation at -O1").
+MODEL_OPT_LEVEL = 1
+
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
@@ -37,8 +44,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
-    defaults to MODEL_TILE_UNROLL and, for max_batch 1, `tile_kv_prefetch`
-    to MODEL_KV_PREFETCH). `layered` builds one task per
+    defaults to MODEL_TILE_UNROLL, `opt_level` to MODEL_OPT_LEVEL and, for
+    max_batch 1, `tile_kv_prefetch` to MODEL_KV_PREFETCH). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -61,6 +68,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         workers = 4 if target == "cpu" else 132
     if target == "cuda":
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL)
+        options.setdefault("opt_level", MODEL_OPT_LEVEL)
         if max_batch == 1:
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if layered is None:
