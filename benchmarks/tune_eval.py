@@ -3,8 +3,9 @@
 
 For every linear-layer shape of the given model presets and every token
 count M in 1..16 (`et.linear` serves at most 16 tokens), each candidate
-configuration (rows per tile x unroll) is timed on the device; the best is
-the exhaustive-search answer. The table (from `event-tensor tune`) and the
+configuration (rows per tile x unroll) is timed on the device, each launch
+on another copy of the weights (256 MiB in all, so they come from HBM as in a
+model step, not from L2); the best is the exhaustive-search answer. The table (from `event-tensor tune`) and the
 heuristic fallback each pick a configuration without measuring; the report
 gives their speed as a fraction of the best one (geometric mean and worst
 case), beside the time the exhaustive search took on the device.
@@ -18,12 +19,15 @@ case), beside the time the exhaustive search took on the device.
 """
 
 import argparse
+import itertools
 import json
 import math
 import time
 from pathlib import Path
 
 ROWS = (8, 16, 32, 64)
+# Weight bytes a shape's timed launches cycle through (more than the L2).
+COLD_BYTES = 256 << 20
 UNROLLS = (4, 8)
 M_MAX = 16
 
@@ -65,21 +69,28 @@ def measure(root: Path, out_json: Path, reps: int) -> None:
         by_shape.setdefault((kern["n"], kern["k"]), []).append(kern)
     t_start = time.perf_counter()
     for (n, k), kernels in by_shape.items():
-        w = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
+        # Consecutive launches read different weight copies, COLD_BYTES in
+        # all, so that the weights come from HBM as in a model step and not
+        # from L2 (which holds a small shape's weights after one launch).
+        copies = max(1, min(64, math.ceil(COLD_BYTES / (2 * n * k))))
+        ws = [(torch.randn(n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16) for _ in range(copies)]
         x = torch.randn(M_MAX, k, device="cuda").to(torch.bfloat16)
         y = torch.zeros(M_MAX, n, device="cuda")
-        ref = torch.nn.functional.linear(x.float(), w.float())
+        ref = torch.nn.functional.linear(x.float(), ws[0].float())
         for kern in kernels:
             launch = runtime.load(root / kern["dir"]).launcher()
             for m in range(1, M_MAX + 1):
+                bound = [launch.bind(x[:m], w, y[:m]) for w in ws]
+                turn = itertools.cycle(bound)
+                seconds = median_seconds(lambda: next(turn)(), reps=reps, warmup=2)
                 y.zero_()
-                seconds = median_seconds(launch.bind(x[:m], w, y[:m]), reps=reps, warmup=2)
+                bound[0]()
                 launch.check()
                 err = float((y[:m] - ref[:m]).norm() / ref[:m].norm())
                 result["rows"].append({"n": n, "k": k, "rows": kern["rows"], "unroll": kern["unroll"], "m": m,
                                        "seconds": seconds, "rel_err": err})
             launch.close()
-        del w
+        del ws
         torch.cuda.empty_cache()
         print(f"{n}x{k}: {len(kernels)} configurations x M 1..{M_MAX} timed", flush=True)
     result["wall_s"] = time.perf_counter() - t_start
