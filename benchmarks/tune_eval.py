@@ -5,7 +5,9 @@ For every linear-layer shape of the given model presets and every token
 count M in 1..16 (`et.linear` serves at most 16 tokens), each candidate
 configuration (rows per tile x unroll) is timed on the device, each launch
 on another copy of the weights (256 MiB in all, so they come from HBM as in a
-model step, not from L2); the best is the exhaustive-search answer. The table (from `event-tensor tune`) and the
+model step, not from L2), in `--passes` interleaved passes whose median is
+kept (one timing per point was too noisy); the best is the exhaustive-search
+answer. The table (from `event-tensor tune`) and the
 heuristic fallback each pick a configuration without measuring; the report
 gives their speed as a fraction of the best one (geometric mean and worst
 case), beside the time the exhaustive search took on the device.
@@ -22,6 +24,7 @@ import argparse
 import itertools
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -55,7 +58,7 @@ def prepare(out: Path, models: list[str], workers: int, threads: int) -> None:
                                                "m_max": M_MAX, "kernels": kernels}, indent=1))
 
 
-def measure(root: Path, out_json: Path, reps: int) -> None:
+def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
     import torch
 
     from event_tensor import runtime
@@ -63,7 +66,7 @@ def measure(root: Path, out_json: Path, reps: int) -> None:
 
     plan = json.loads((root / "eval.json").read_text())
     result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "workers": plan["workers"],
-              "threads": plan["threads"], "rows": []}
+              "threads": plan["threads"], "passes": passes, "rows": []}
     by_shape = {}
     for kern in plan["kernels"]:
         by_shape.setdefault((kern["n"], kern["k"]), []).append(kern)
@@ -77,22 +80,29 @@ def measure(root: Path, out_json: Path, reps: int) -> None:
         x = torch.randn(M_MAX, k, device="cuda").to(torch.bfloat16)
         y = torch.zeros(M_MAX, n, device="cuda")
         ref = torch.nn.functional.linear(x.float(), ws[0].float())
-        for kern in kernels:
-            launch = runtime.load(root / kern["dir"]).launcher()
+        launches = [runtime.load(root / kern["dir"]).launcher() for kern in kernels]
+        # Passes interleave the configurations, so that a slow stretch of
+        # the device does not land on one configuration's timings only.
+        times = {}
+        for _ in range(passes):
+            for i, launch in enumerate(launches):
+                for m in range(1, M_MAX + 1):
+                    bound = [launch.bind(x[:m], w, y[:m]) for w in ws]
+                    turn = itertools.cycle(bound)
+                    times.setdefault((i, m), []).append(median_seconds(lambda: next(turn)(), reps=reps, warmup=2))
+        for i, (kern, launch) in enumerate(zip(kernels, launches)):
             for m in range(1, M_MAX + 1):
-                bound = [launch.bind(x[:m], w, y[:m]) for w in ws]
-                turn = itertools.cycle(bound)
-                seconds = median_seconds(lambda: next(turn)(), reps=reps, warmup=2)
                 y.zero_()
-                bound[0]()
+                launch.bind(x[:m], ws[0], y[:m])()
                 launch.check()
                 err = float((y[:m] - ref[:m]).norm() / ref[:m].norm())
                 result["rows"].append({"n": n, "k": k, "rows": kern["rows"], "unroll": kern["unroll"], "m": m,
-                                       "seconds": seconds, "rel_err": err})
+                                       "seconds": statistics.median(times[(i, m)]), "passes": times[(i, m)],
+                                       "rel_err": err})
             launch.close()
         del ws
         torch.cuda.empty_cache()
-        print(f"{n}x{k}: {len(kernels)} configurations x M 1..{M_MAX} timed", flush=True)
+        print(f"{n}x{k}: {len(kernels)} configurations x M 1..{M_MAX} timed, {passes} passes", flush=True)
     result["wall_s"] = time.perf_counter() - t_start
     out_json.write_text(json.dumps(result, indent=1))
 
@@ -156,6 +166,7 @@ def main():
     p.add_argument("root")
     p.add_argument("--json", required=True)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--passes", type=int, default=3, help="interleaved passes; the median of them is kept")
     p = sub.add_parser("report")
     p.add_argument("measured")
     p.add_argument("--table")
@@ -164,7 +175,7 @@ def main():
     if args.cmd == "prepare":
         prepare(Path(args.out), args.models.split(","), args.workers, args.threads)
     elif args.cmd == "measure":
-        measure(Path(args.root), Path(args.json), args.reps)
+        measure(Path(args.root), Path(args.json), args.reps, args.passes)
     else:
         report(Path(args.measured), args.table, Path(args.json) if args.json else None)
 
