@@ -326,7 +326,7 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     """On CUDA, kernels for one sequence stage the KV history in shared
     memory, sized for one split's K and V rows; kernels for larger batches,
     and splits above the lowering's maximum, do not (no dynamic shared
-    memory, no copies)."""
+    memory, no copies). Kernels for more than 4 rows use unroll 4."""
     cfg = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
                             max_position_embeddings=4096)
     small = model.compile_model(cfg, target="cuda", max_batch=1, max_context=512, workers=8,
@@ -338,7 +338,11 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     assert "cp.async.cg.shared.global" in (small / "kernel.ptx").read_text()
     batched = model.compile_model(cfg, target="cuda", max_batch=4, max_context=512, workers=8,
                                   out_dir=tmp_path / "batched", cache_dir=tmp_path / "cache")
-    assert json.loads((batched / "metadata.json").read_text())["dynamic_shared_bytes"] == 0
+    meta = json.loads((batched / "metadata.json").read_text())
+    assert meta["dynamic_shared_bytes"] == 0 and meta["options"]["tile_unroll"] == 8
+    wide = model.compile_model(cfg, target="cuda", max_batch=8, max_context=512, workers=8,
+                               out_dir=tmp_path / "wide", cache_dir=tmp_path / "cache")
+    assert json.loads((wide / "metadata.json").read_text())["options"]["tile_unroll"] == 4
     big = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=1024,
                               out_dir=tmp_path / "big", cache_dir=tmp_path / "cache")
     meta = json.loads((big / "metadata.json").read_text())

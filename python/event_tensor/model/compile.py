@@ -17,8 +17,12 @@ __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
 # GPU: 8 measured 4% (batch 1) to 9% (batch 4) faster than 4 on the
 # Llama-3.2-1B step and the same on Qwen3-0.6B, at 512 threads per worker
-# (docs/benchmarks.md, "Weight loads in flight").
+# (docs/benchmarks.md, "Weight loads in flight"). Kernels for more than
+# MODEL_TILE_UNROLL_MAX_BATCH rows use 4: for max_batch 16, 4 was 7% (batch
+# 1) and 4% (batch 16) faster for Llama and the same for Qwen3
+# ("One artifact, re-measured").
 MODEL_TILE_UNROLL = 8
+MODEL_TILE_UNROLL_MAX_BATCH = 4
 
 # Kernels for one sequence at a time (max_batch 1): the attention tiles copy
 # the KV cache's history into shared memory before they wait for this step's
@@ -44,8 +48,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
-    defaults to MODEL_TILE_UNROLL, `opt_level` to MODEL_OPT_LEVEL and, for
-    max_batch 1, `tile_kv_prefetch` to MODEL_KV_PREFETCH). `layered` builds one task per
+    defaults to MODEL_TILE_UNROLL (4 above MODEL_TILE_UNROLL_MAX_BATCH
+    rows), `opt_level` to MODEL_OPT_LEVEL and, for max_batch 1,
+    `tile_kv_prefetch` to MODEL_KV_PREFETCH). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -67,7 +72,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     if workers is None:
         workers = 4 if target == "cpu" else 132
     if target == "cuda":
-        options.setdefault("tile_unroll", MODEL_TILE_UNROLL)
+        options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
         options.setdefault("opt_level", MODEL_OPT_LEVEL)
         if max_batch == 1:
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
