@@ -302,6 +302,15 @@ Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
   return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), space), addr64);
 }
 
+/// One 16-byte `cp.async` from global `src` to shared `dst`, cached in L2
+/// only (`.cg`): the shared-memory prefetches of et.linear weights and of
+/// et.attention_split's KV rows.
+void copyAsync16(OpBuilder &b, Location loc, Value dst, Value src) {
+  NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
+                          NVVM::LoadCacheModifierKindAttr::get(b.getContext(), NVVM::LoadCacheModifierKind::CG),
+                          Value());
+}
+
 /// Before the first wait of the op's task, thread 0 prefetches the tile's
 /// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
 void prefetchWeightsL2(LinearOp op) {
@@ -461,10 +470,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
               b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
           Value dst = elementPointer(b, loc, slots,
                                      arith::MulIOp::create(b, loc, slot, h.idx(kVector)), 2, 3);
-          NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
-                                  NVVM::LoadCacheModifierKindAttr::get(
-                                      b.getContext(), NVVM::LoadCacheModifierKind::CG),
-                                  Value());
+          copyAsync16(b, loc, dst, src);
           scf::YieldOp::create(b, loc);
         });
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -1335,6 +1341,17 @@ void lowerArgmaxBlock(ArgmaxOp op) {
   op.erase();
 }
 
+/// The positions [start, end) of an attention split: start = split x
+/// split_len, end = min(start + split_len, len, cache length). `end` may be
+/// below `start` (an empty split).
+std::pair<Value, Value> splitRange(OpBuilder &b, Location loc, AttentionSplitOp op) {
+  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
+      memref::DimOp::create(b, loc, op.getK(), 0));
+  return {start, end};
+}
+
 /// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU) per query head; lanes split the head dimension;
 /// online softmax over the split's positions.
@@ -1349,12 +1366,9 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   Value lane = gr.lane, group = gr.group, groups = gr.groups;
   Value hq = memref::DimOp::create(b, loc, op.getQ(), 0);
   Value hkv = memref::DimOp::create(b, loc, op.getK(), 1);
-  Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
   Value gsize = arith::DivUIOp::create(b, loc, hq, hkv);
-  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
-      cacheLen);
+  Value start, end;
+  std::tie(start, end) = splitRange(b, loc, op);
   int64_t subsplits = op.getSubsplits();
   Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
   float scale = op.getScale().convertToFloat();
@@ -1499,17 +1513,14 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   };
 
   // Before the wait: the copies.
-  Value stage, stageCount;
+  // The split's range (computed before the wait, used after it too).
+  Value stage, stageCount, start, end;
   {
     OpBuilder b(stageAt);
     Builder h{b, loc};
     stage = workgroupBuffer(task, loc, {2 * stageRows * dim}, bf16);
     stage.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
-    Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
-    Value end = arith::MinSIOp::create(
-        b, loc,
-        arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
-        memref::DimOp::create(b, loc, op.getK(), 0));
+    std::tie(start, end) = splitRange(b, loc, op);
     stageCount = arith::MaxSIOp::create(
         b, loc,
         arith::MinSIOp::create(
@@ -1532,10 +1543,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
                        arith::MulIOp::create(b, loc, c, h.idx(kVector)));
                    Value src = elementPointer(b, loc, mem, element, 2, 1);
                    Value dst = elementPointer(b, loc, stage, stagedOffset(b, r, c, which), 2, 3);
-                   NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
-                                           NVVM::LoadCacheModifierKindAttr::get(
-                                               b.getContext(), NVVM::LoadCacheModifierKind::CG),
-                                           Value());
+                   copyAsync16(b, loc, dst, src);
                  }
                });
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -1556,10 +1564,6 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   Value part = workgroupBuffer(task, loc, {maxWarps, groupSize, dim}, f32);
   Value floor = h.f32(-1e30);
   Value zeroVec = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
-      memref::DimOp::create(b, loc, op.getK(), 0));
   Value count = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, end, start), h.idx(0));
   Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
   auto load = [&](OpBuilder &b, Value mem, ValueRange idx, VectorType type) -> Value {
@@ -1817,10 +1821,8 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   Value slot = arith::DivUIOp::create(b, loc, lane, h.idx(perPos));
   Value d0 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(perPos)), h.idx(kVector));
   Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
-  Value start = arith::MulIOp::create(b, loc, op.getSplit(), op.getSplitLen());
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, op.getSplitLen()), op.getLen()),
-      cacheLen);
+  Value start, end;
+  std::tie(start, end) = splitRange(b, loc, op);
   Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
   Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
   Value lastRow = arith::SubIOp::create(b, loc, cacheLen, h.idx(1));
