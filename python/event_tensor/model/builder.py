@@ -260,20 +260,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 return memref.subview(buf, [b] + [0] * n, [1] + list(shape), [1] * (n + 1),
                                       result_type=strided(shape, elt, strides))
 
-            def rows1(buf, b, shape, elt):
-                """Rows [b, b + 1) of a [batch, *shape] buffer, rank kept."""
-                n = len(shape)
-                strides = [1] * (n + 1)
-                for i in range(n - 1, -1, -1):
-                    strides[i] = strides[i + 1] * ([1] + list(shape))[i + 1]
-                return memref.subview(buf, [b] + [0] * n, [1] + list(shape), [1] * (n + 1),
-                                      result_type=strided([1] + list(shape), elt, strides))
+            def slot_of(b):
+                """Row b's cache slot (index)."""
+                return arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
 
-            def cache_view(cache, layer, b):
-                """Layer `layer` of the cache slot of row b."""
-                slot = arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
-                return memref.subview(cache, [layer, slot, 0, 0, 0], [1, 1, S, Hkv, D], [1] * 5,
-                                      result_type=strided([S, Hkv, D], bf16, [Hkv * D, D, 1]))
+            def cache_view(cache, layer, slot, h0=0, n: int = Hkv):
+                """KV heads [h0, h0 + n) of layer `layer` of cache slot `slot`."""
+                return memref.subview(cache, [layer, slot, 0, h0, 0], [1, 1, S, n, D], [1] * 5,
+                                      result_type=strided([S, n, D], bf16, [Hkv * D, D, 1]))
 
             eps = FloatAttr.get(f32, c.rms_norm_eps)
             scale = FloatAttr.get(f32, D ** -0.5)
@@ -392,13 +386,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
                 et.rope(q_g, pos1, theta, llama3_scaling=scaling)
                 et.rope(k_g, pos1, theta, llama3_scaling=scaling)
-
-                def head_cache(cache):
-                    slot = arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
-                    return memref.subview(cache, [l, slot, 0, g, 0], [1, 1, S, 1, D], [1] * 5,
-                                          result_type=strided([S, 1, D], bf16, [Hkv * D, D, 1]))
-                et.kv_append(heads(A["v"], b, g, 1, Hkv), head_cache(A["v_cache"]), p)
-                et.kv_append(k_g, head_cache(A["k_cache"]), p)
+                slot = slot_of(b)
+                et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), p)
+                et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
 
             def attn_pre(l, b, g, s, live=None):
                 """Before the attention tile's wait: the KV-cache views of
@@ -424,11 +414,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 if live is not None:
                     stable = arith.SelectOp(live, stable, const(0)).result
                 slot_i = arith.IndexCastOp(idx, slot).result
-
-                def view(cache):
-                    return memref.subview(cache, [l, slot_i, 0, 0, 0], [1, 1, S, Hkv, D], [1] * 5,
-                                          result_type=strided([S, Hkv, D], bf16, [Hkv * D, D, 1]))
-                return dict(k=view(A["k_cache"]), v=view(A["v_cache"]),
+                return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
                             length=arith.AddIOp(p, const(1)).result, stable=stable)
 
             def attn_body(l, b, g, s, pre):
