@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 
 ROWS = (8, 16, 32, 64)
-# Weight bytes a shape's timed launches cycle through (more than the L2).
-COLD_BYTES = 256 << 20
 UNROLLS = (4, 8)
 M_MAX = 16
 
@@ -62,6 +60,7 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
     import torch
 
     from event_tensor import runtime
+    from event_tensor.tuner import cold_copies
     from gpu_timing import median_seconds
 
     plan = json.loads((root / "eval.json").read_text())
@@ -72,11 +71,10 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
         by_shape.setdefault((kern["n"], kern["k"]), []).append(kern)
     t_start = time.perf_counter()
     for (n, k), kernels in by_shape.items():
-        # Consecutive launches read different weight copies, COLD_BYTES in
-        # all, so that the weights come from HBM as in a model step and not
-        # from L2 (which holds a small shape's weights after one launch).
-        copies = max(1, min(64, math.ceil(COLD_BYTES / (2 * n * k))))
-        ws = [(torch.randn(n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16) for _ in range(copies)]
+        # Consecutive launches read different weight copies, so that the
+        # weights come from HBM as in a model step and not from L2 (which
+        # holds a small shape's weights after one launch).
+        ws = [(torch.randn(n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16) for _ in range(cold_copies(n, k))]
         x = torch.randn(M_MAX, k, device="cuda").to(torch.bfloat16)
         y = torch.zeros(M_MAX, n, device="cuda")
         ref = torch.nn.functional.linear(x.float(), ws[0].float())

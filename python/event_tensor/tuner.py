@@ -138,6 +138,13 @@ def _device_name(target: str) -> str:
 # the GPU's L2).
 COLD_BYTES = 256 << 20
 
+
+def cold_copies(n: int, k: int) -> int:
+    """Copies of an N x K bf16 weight that consecutive timed launches cycle
+    through, so that each reads its weights from HBM (COLD_BYTES in all, at
+    most 64 copies)."""
+    return max(1, min(64, -(-COLD_BYTES // (2 * n * k))))
+
 def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], None] | None = None) -> Path:
     """Times every kernel of `root/plan.json` (random inputs, median of
     `reps` launches after one warm-up) and writes `root/samples.json`."""
@@ -169,9 +176,8 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
             if kern["dir"] not in weights:
                 weights.clear()
                 gen = torch.Generator(device="cuda").manual_seed(len(samples))
-                copies = max(1, min(64, -(-COLD_BYTES // (2 * n * k))))
                 weights[kern["dir"]] = [(torch.randn((n, k), device="cuda", generator=gen) / np.sqrt(k)).to(
-                    torch.bfloat16) for _ in range(copies)]
+                    torch.bfloat16) for _ in range(cold_copies(n, k))]
             xs, y = torch.from_numpy(x).cuda().to(torch.bfloat16), torch.zeros(m, n, device="cuda")
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             launch(xs, weights[kern["dir"]][0], y)
