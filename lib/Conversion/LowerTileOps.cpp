@@ -1246,6 +1246,16 @@ std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp op, Valu
   return {scan.getResult(0), scan.getResult(1)};
 }
 
+/// Where `cond` holds, token `tok`'s result: `value` into values[tok, slot]
+/// and `index` into indices[tok, slot].
+void storeArgmax(OpBuilder &b, Location loc, ArgmaxOp op, Value cond, Value tok, Value value, Value index) {
+  auto ifOp = scf::IfOp::create(b, loc, cond, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  memref::StoreOp::create(b, loc, value, op.getValues(), ValueRange{tok, op.getSlot()});
+  memref::StoreOp::create(b, loc, index, op.getIndices(), ValueRange{tok, op.getSlot()});
+}
+
 /// Argmax: `lanes` threads (warp 0 on the GPU, thread 0 on the CPU) stride
 /// over the columns, keep (value, index) with ties to the smaller index,
 /// then combine with a shuffle butterfly.
@@ -1270,14 +1280,8 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
         auto [sv, si] = argmaxScan(b, loc, op, tok, first, end, h.idx(lanes));
         auto [bv, bi] = argmaxButterfly(b, loc, sv, si, lanes);
-        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
-        auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(store.thenBlock());
-          memref::StoreOp::create(b, loc, bv, op.getValues(), ValueRange{tok, op.getSlot()});
-          memref::StoreOp::create(b, loc, bi, op.getIndices(), ValueRange{tok, op.getSlot()});
-        }
+        storeArgmax(b, loc, op, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0)), tok,
+                    bv, bi);
         scf::YieldOp::create(b, loc);
       });
   op.erase();
@@ -1327,13 +1331,7 @@ void lowerArgmaxBlock(ArgmaxOp op) {
         auto [tv, ti] = argmaxButterfly(b, loc, v, i, kWarp);
         Value store = arith::AndIOp::create(
             b, loc, isLane0, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.group, h.idx(0)));
-        auto write = scf::IfOp::create(b, loc, store, /*withElse=*/false);
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(write.thenBlock());
-          memref::StoreOp::create(b, loc, tv, op.getValues(), ValueRange{tok, op.getSlot()});
-          memref::StoreOp::create(b, loc, ti, op.getIndices(), ValueRange{tok, op.getSlot()});
-        }
+        storeArgmax(b, loc, op, store, tok, tv, ti);
         // The next token reuses the shared results.
         gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
