@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "EventTensor/Conversion/Passes.h"
+#include "TileLowering.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -27,43 +28,11 @@ namespace mlir::et {
 
 using namespace mlir;
 using namespace mlir::et;
+using namespace mlir::et::tile;
 
 namespace {
 
-constexpr int64_t kWarp = 32;
 constexpr int64_t kVector = 8; // bf16 elements per 16-byte load
-// Dynamic shared memory a Hopper CTA may have beside the kernel's static
-// buffers (227 KB in all).
-constexpr int64_t kMaxDynamicShared = 200 * 1024;
-
-/// The worker's threads cut into groups of `lanes` consecutive threads (a
-/// warp on the GPU, a single thread on the CPU).
-struct Groups {
-  Value tid, threads; // et.thread_id, et.num_threads
-  Value lane;         // tid mod lanes
-  Value group;        // tid / lanes
-  Value groups;       // max(threads / lanes, 1)
-};
-
-struct Builder {
-  OpBuilder &b;
-  Location loc;
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value f32(double v) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                          APFloat(static_cast<float>(v)));
-  }
-  Groups groups(int64_t lanes) {
-    Groups g;
-    g.tid = ThreadIdOp::create(b, loc, b.getIndexType());
-    g.threads = NumThreadsOp::create(b, loc, b.getIndexType());
-    g.lane = arith::RemUIOp::create(b, loc, g.tid, idx(lanes));
-    g.group = arith::DivUIOp::create(b, loc, g.tid, idx(lanes));
-    g.groups = arith::MaxUIOp::create(
-        b, loc, arith::DivUIOp::create(b, loc, g.threads, idx(lanes)), idx(1));
-    return g;
-  }
-};
 
 /// `v` from the lane `offset` away in a butterfly (xor) over the warp.
 Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset) {
@@ -85,7 +54,7 @@ Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
 
 /// True for the tile compute ops this pass lowers.
 bool isTileOp(Operation *op) {
-  return isa<LinearOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
+  return isa<LinearOp, MatmulOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
              ArgmaxOp, AttentionSplitOp, AttentionMergeOp>(op);
 }
 
@@ -150,10 +119,12 @@ void insertTileBarriers(TaskOp task) {
   });
 }
 
+} // namespace
+
 /// A per-tile shared-memory buffer: a workgroup alloca at the top of the
 /// task body, after the ones already there (the worker lowering turns each
 /// into a workgroup buffer).
-Value workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type elementType) {
+Value tile::workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type elementType) {
   Block &body = task.getBody().front();
   auto at = llvm::find_if(body, [](Operation &op) { return !isa<memref::AllocaOp>(op); });
   OpBuilder b(&body, at);
@@ -161,12 +132,15 @@ Value workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type e
   return memref::AllocaOp::create(b, loc, MemRefType::get(shape, elementType, MemRefLayoutAttrInterface(), space));
 }
 
+namespace {
+
+
 /// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
 /// strided by thread.
 void lowerLinearCPU(LinearOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Groups threads = h.groups(1);
   Value tid = threads.tid, nt = threads.threads;
   Value n = memref::DimOp::create(b, loc, op.getW(), 0);
@@ -222,6 +196,9 @@ bool isReadOnly(Value buffer) {
     if (auto linear = dyn_cast<LinearOp>(user))
       if (use.get() == linear.getW() && linear.getY() != buffer &&
           linear.getX() != buffer)
+        continue;
+    if (auto matmul = dyn_cast<MatmulOp>(user))
+      if (matmul.getY() != buffer)
         continue;
     return false;
   }
@@ -287,12 +264,14 @@ Operation *weightPrefetchPoint(LinearOp op) {
   return prefetchPoint(op, {op.getW(), op.getRow0(), op.getRows()}, /*inIf=*/false);
 }
 
+} // namespace
+
 /// An LLVM pointer (address space `space`) to the element `elementOffset`
 /// elements past the start of the strided memref `mem` (its own offset
 /// included), for ops that take raw addresses.
-Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
+Value tile::elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
                      int64_t elementBytes, unsigned space) {
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
   Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, meta.getBaseBuffer());
   Value element = arith::AddIOp::create(b, loc, meta.getOffset(), elementOffset);
@@ -305,11 +284,13 @@ Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
 /// One 16-byte `cp.async` from global `src` to shared `dst`, cached in L2
 /// only (`.cg`): the shared-memory prefetches of et.linear weights and of
 /// et.attention_split's KV rows.
-void copyAsync16(OpBuilder &b, Location loc, Value dst, Value src) {
+void tile::copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes) {
   NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
                           NVVM::LoadCacheModifierKindAttr::get(b.getContext(), NVVM::LoadCacheModifierKind::CG),
-                          Value());
+                          srcBytes);
 }
+
+namespace {
 
 /// Before the first wait of the op's task, thread 0 prefetches the tile's
 /// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
@@ -319,7 +300,7 @@ void prefetchWeightsL2(LinearOp op) {
     return;
   OpBuilder b(firstWait);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value n = memref::DimOp::create(b, loc, op.getW(), 0);
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
   Value start = arith::MinSIOp::create(b, loc, op.getRow0(), n);
@@ -351,7 +332,7 @@ struct LinearCommon {
 };
 
 LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Groups warpsOf = h.groups(kWarp);
   return {op.getX().getType(), VectorType::get({kVector}, b.getBF16Type()),
           VectorType::get({kVector}, b.getF32Type()), warpsOf.lane, warpsOf.group, warpsOf.groups,
@@ -411,7 +392,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     sharedTaken->insert(task);
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   LinearCommon c = linearCommon(b, loc, op);
   MemRefType xType = c.xType;
   VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
@@ -461,7 +442,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     scf::ForOp::create(
         b, loc, h.idx(0), preChunks, h.idx(1), ValueRange{},
         [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-          Builder h{b, loc};
+          TileBuilder h{b, loc};
           Value src = elementPointer(
               b, loc, op.getW(),
               arith::AddIOp::create(b, loc, rowStart, arith::MulIOp::create(b, loc, j, h.idx(step))),
@@ -537,7 +518,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
         auto loop = scf::ForOp::create(
             b, loc, h.idx(0), preChunks, h.idx(unroll), init,
             [&](OpBuilder &b, Location loc, Value j0, ValueRange sums) {
-              Builder h{b, loc};
+              TileBuilder h{b, loc};
               SmallVector<Value> ws, cols;
               for (int64_t u = 0; u < unroll; ++u) {
                 Value j = arith::AddIOp::create(b, loc, j0, h.idx(u));
@@ -678,7 +659,7 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   Operation *prefetchAt = registerPrefetch ? weightPrefetchPoint(op) : nullptr;
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   LinearCommon c = linearCommon(b, loc, op);
   MemRefType xType = c.xType;
   VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
@@ -853,7 +834,7 @@ Value fromF32(OpBuilder &b, Location loc, Value v, Type t) {
 void lowerSiluMul(SiluMulOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
   Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
   Value m = memref::DimOp::create(b, loc, op.getGate(), 0);
@@ -992,7 +973,7 @@ bool lowerRMSNormBlock(RMSNormOp op) {
     return false;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value partials = workgroupBuffer(task, loc, {kNormChunk, kWarp}, b.getF32Type());
   Groups g = h.groups(kWarp);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
@@ -1045,7 +1026,7 @@ void lowerRMSNorm(RMSNormOp op, bool gpu) {
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   int64_t lanes = gpu ? kWarp : 1;
   Groups g = h.groups(lanes);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
@@ -1084,7 +1065,7 @@ void threadLoop(OpBuilder &b, Location loc, Value n, Fn body) {
 void lowerEmbedding(EmbeddingOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value vocab = memref::DimOp::create(b, loc, op.getTable(), 0);
   Value hidden = memref::DimOp::create(b, loc, op.getTable(), 1);
   Value m = memref::DimOp::create(b, loc, op.getY(), 0);
@@ -1142,7 +1123,7 @@ void lowerKVAppend(KVAppendOp op) {
 void lowerRoPE(RoPEOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value x = op.getX();
   Type elt = op.getX().getType().getElementType();
   Value m = memref::DimOp::create(b, loc, x, 0);
@@ -1262,7 +1243,7 @@ void storeArgmax(OpBuilder &b, Location loc, ArgmaxOp op, Value cond, Value tok,
 void lowerArgmax(ArgmaxOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   int64_t lanes = gpu ? kWarp : 1;
   Groups g = h.groups(lanes);
   Value lane = g.lane;
@@ -1295,7 +1276,7 @@ void lowerArgmaxBlock(ArgmaxOp op) {
   auto task = op->getParentOfType<TaskOp>();
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Type i32 = b.getI32Type();
   Value vals = workgroupBuffer(task, loc, {kWarp}, b.getF32Type());
   Value idxs = workgroupBuffer(task, loc, {kWarp}, i32);
@@ -1356,7 +1337,7 @@ std::pair<Value, Value> splitRange(OpBuilder &b, Location loc, AttentionSplitOp 
 void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   int64_t lanes = gpu ? kWarp : 1;
   int64_t dim = op.getQ().getType().getDimSize(1);
   int64_t per = dim / lanes;
@@ -1501,7 +1482,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
 
   // Element offset of chunk `c` of staged row `r` (K when which = 0, V when 1).
   auto stagedOffset = [&](OpBuilder &b, Value r, Value c, int64_t which) -> Value {
-    Builder h{b, loc};
+    TileBuilder h{b, loc};
     Value swz = arith::XOrIOp::create(b, loc, c, arith::AndIOp::create(b, loc, r, h.idx(7)));
     return arith::AddIOp::create(
         b, loc,
@@ -1515,7 +1496,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   Value stage, stageCount, start, end;
   {
     OpBuilder b(stageAt);
-    Builder h{b, loc};
+    TileBuilder h{b, loc};
     stage = workgroupBuffer(task, loc, {2 * stageRows * dim}, bf16);
     stage.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
     std::tie(start, end) = splitRange(b, loc, op);
@@ -1527,7 +1508,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
         h.idx(0));
     threadLoop(b, loc, arith::MulIOp::create(b, loc, stageCount, h.idx(chunks)),
                [&](OpBuilder &b, Location loc, Value i) {
-                 Builder h{b, loc};
+                 TileBuilder h{b, loc};
                  Value r = arith::DivUIOp::create(b, loc, i, h.idx(chunks));
                  Value c = arith::RemUIOp::create(b, loc, i, h.idx(chunks));
                  Value t = arith::AddIOp::create(b, loc, start, r);
@@ -1555,7 +1536,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   }
 
   OpBuilder b(op);
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value qs = workgroupBuffer(task, loc, {groupSize, dim}, f32);
   Value scores = workgroupBuffer(task, loc, {groupSize, *splitLen}, f32);
   Value ml = workgroupBuffer(task, loc, {groupSize, 2}, f32);
@@ -1581,7 +1562,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
       vals.push_back(load(b, stage, ValueRange{stagedOffset(b, i, c, which)}, vecBF16));
     scf::YieldOp::create(b, loc, vals);
     b.setInsertionPointToStart(pick.elseBlock());
-    Builder h{b, loc};
+    TileBuilder h{b, loc};
     vals.clear();
     Value t = arith::AddIOp::create(b, loc, start, i);
     for (Value c : cs)
@@ -1596,7 +1577,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   float scale = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
   threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
-    Builder h{b, loc};
+    TileBuilder h{b, loc};
     Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
     Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
     Value qv = toF32(b, loc, memref::LoadOp::create(b, loc, op.getQ(),
@@ -1614,7 +1595,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   // took 4.5 us for 256 positions.)
   threadLoop(b, loc, arith::MulIOp::create(b, loc, count, h.idx(groupSize)),
              [&](OpBuilder &b, Location loc, Value item) {
-               Builder h{b, loc};
+               TileBuilder h{b, loc};
                Value g = arith::DivUIOp::create(b, loc, item, count);
                Value i = arith::RemUIOp::create(b, loc, item, count);
                SmallVector<Value> cs;
@@ -1639,7 +1620,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   scf::ForOp::create(
       b, loc, warp, h.idx(groupSize), warps, ValueRange{},
       [&](OpBuilder &b, Location loc, Value g, ValueRange) {
-        Builder h{b, loc};
+        TileBuilder h{b, loc};
         auto mx = scf::ForOp::create(
             b, loc, lane, count, h.idx(kWarp), ValueRange{floor},
             [&](OpBuilder &b, Location loc, Value j, ValueRange a) {
@@ -1724,7 +1705,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   // Sum the warps, divide, store o and lse.
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
   threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
-    Builder h{b, loc};
+    TileBuilder h{b, loc};
     Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
     Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
     auto total = scf::ForOp::create(
@@ -1796,7 +1777,7 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
 
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Type f32 = b.getF32Type();
   auto vecF32 = VectorType::get({kVector}, f32);
   auto vecBF16 = VectorType::get({kVector}, b.getBF16Type());
@@ -2013,7 +1994,7 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
 void lowerAttentionMerge(AttentionMergeOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Builder h{b, loc};
+  TileBuilder h{b, loc};
   Value splits = memref::DimOp::create(b, loc, op.getO(), 0);
   Value heads = memref::DimOp::create(b, loc, op.getO(), 1);
   Value dim = memref::DimOp::create(b, loc, op.getO(), 2);
@@ -2087,8 +2068,11 @@ struct LowerTileOpsPass
       return signalPassFailure();
     }
     SmallVector<Operation *> ops;
+    SmallVector<MatmulOp> matmuls;
     getOperation().walk([&](Operation *op) {
-      if (isTileOp(op) && !isa<LinearOp>(op)) // linear ops go last, below
+      if (auto matmul = dyn_cast<MatmulOp>(op))
+        matmuls.push_back(matmul);
+      else if (isTileOp(op) && !isa<LinearOp>(op)) // linear ops go last, below
         ops.push_back(op);
     });
     bool gpu = target == "gpu";
@@ -2104,6 +2088,14 @@ struct LowerTileOpsPass
       getOperation().walk([&](TaskOp task) { insertTileBarriers(task); });
     // Tasks whose dynamic shared memory an op took (one per task).
     llvm::DenseSet<Operation *> sharedTaken;
+    // GEMM tiles first: their tasks' dynamic shared memory holds the
+    // operand ring, so no prefetch in those tasks may take it.
+    for (MatmulOp op : matmuls) {
+      if (!gpu)
+        lowerMatmulCPU(op);
+      else if (failed(lowerMatmulGPU(op, threads, sharedTaken)))
+        return signalPassFailure();
+    }
     for (Operation *op : ops) {
       if (auto silu = dyn_cast<SiluMulOp>(op))
         lowerSiluMul(silu);

@@ -4,9 +4,12 @@
 // Workgroup allocas marked et.dynamic_shared all start at the beginning of
 // the kernel's dynamic shared memory (an external zero-sized workgroup
 // global, sized at launch), each viewed with its own type; the other
-// allocas keep static workgroup buffers.
+// allocas keep static workgroup buffers. The kernel states the bytes its
+// launch must provide, the largest such buffer's (256), in a global the
+// runtime reads.
 // CHECK: gpu.module @two_module
 // CHECK: memref.global "public" @__et_dynamic_shared : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// CHECK: llvm.mlir.global external constant @__et_dynamic_shared_bytes(256 : i32) {addr_space = 1 : i32, alignment = 4 : i64} : i32
 // CHECK: gpu.func @two({{.*}}) workgroup(%{{.*}} : memref<4xi64, #gpu.address_space<workgroup>>, %{{.*}} : memref<8xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK: %[[DYN:.*]] = memref.get_global @__et_dynamic_shared : memref<0xi8, #gpu.address_space<workgroup>>
 // CHECK: %[[A:.*]] = memref.reinterpret_cast %[[DYN]] to offset: [0], sizes: [256], strides: [1]
@@ -16,6 +19,7 @@
 // CHECK-NOT: memref.alloca
 
 // PTX: .extern .shared .align 16 .b8 __et_dynamic_shared[];
+// PTX: .visible .global .align 4 .u32 __et_dynamic_shared_bytes = 256;
 et.kernel @two(%x: memref<128xbf16>, %y: memref<16xf32>) {
   %c1 = arith.constant 1 : index
   %c0 = arith.constant 0 : index

@@ -1268,6 +1268,22 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
                                                  arith::ConstantIndexOp::create(b, loc, 0),
                                                  ValueRange{});
       }
+    // The kernel states the dynamic shared memory its tiles need (the
+    // largest buffer, since all start at 0) in a global the runtime reads
+    // before the launch: __et_dynamic_shared_bytes.
+    if (dynamicShared) {
+      int64_t need = 0;
+      for (auto &[op, view] : tileShared)
+        if (op->hasAttr(kDynamicShared)) {
+          auto type = cast<MemRefType>(op->getResult(0).getType());
+          need = std::max<int64_t>(need, type.getNumElements() * type.getElementTypeBitWidth() / 8);
+        }
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(fn);
+      LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/true, LLVM::Linkage::External,
+                             "__et_dynamic_shared_bytes", b.getI32IntegerAttr(need),
+                             /*alignment=*/4, /*addrSpace=*/1);
+    }
     workerId = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
     threadId = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
     numThreads = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);

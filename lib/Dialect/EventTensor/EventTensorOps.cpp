@@ -498,6 +498,49 @@ LogicalResult LinearOp::verify() {
   return success();
 }
 
+LogicalResult MatmulOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), w = getW().getType(), y = getY().getType();
+  auto match = [](int64_t a, int64_t b) {
+    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+  };
+  if (!match(x.getDimSize(1), w.getDimSize(1)))
+    return emitOpError("x has K = ")
+           << x.getDimSize(1) << " but w has K = " << w.getDimSize(1);
+  if (!match(x.getDimSize(0), y.getDimSize(0)))
+    return emitOpError("x has ")
+           << x.getDimSize(0) << " tokens but y has " << y.getDimSize(0);
+  if (!match(w.getDimSize(0), y.getDimSize(1)))
+    return emitOpError("w has N = ")
+           << w.getDimSize(0) << " rows but y has " << y.getDimSize(1)
+           << " columns";
+  int64_t k = w.getDimSize(1);
+  if (ShapedType::isDynamic(k))
+    k = x.getDimSize(1);
+  if (ShapedType::isDynamic(k) || k % 8 != 0)
+    return emitOpError("needs a static K that is a multiple of 8 (16-byte "
+                       "aligned rows), got ")
+           << (ShapedType::isDynamic(k) ? std::string("?") : std::to_string(k));
+  ArrayRef<int64_t> tile = getTile();
+  if (tile.size() != 3)
+    return emitOpError("tile must be [BM, BN, BK], got ")
+           << tile.size() << " sizes";
+  if (tile[0] < 16 || tile[0] > 256 || tile[0] % 16 != 0 || tile[1] < 16 ||
+      tile[1] > 256 || tile[1] % 16 != 0)
+    return emitOpError("tile BM and BN must be multiples of 16 in [16, 256], "
+                       "got ")
+           << tile[0] << " x " << tile[1];
+  if (tile[2] < 16 || tile[2] > 128 || tile[2] % 16 != 0)
+    return emitOpError("tile BK must be a multiple of 16 in [16, 128], got ")
+           << tile[2];
+  if (getStages() < 1 || getStages() > 8)
+    return emitOpError("stages must be in [1, 8], got ") << getStages();
+  if (getAccumulate() && !y.getElementType().isF32())
+    return emitOpError("with accumulate needs an f32 y, got ") << y;
+  return success();
+}
+
 static bool sameDim(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }

@@ -69,10 +69,14 @@ class CUDALauncher:
         # Threads per worker (CTA size) are fixed when the artifact is compiled
         # (ptxas budgets registers for it).
         self.threads = int(self.metadata["threads_per_worker"])
-        # Dynamic shared memory (weights or KV rows loaded before a wait).
-        # Static and dynamic shared memory above 48 KB in all need the
-        # function to opt in, so any dynamic size is declared.
-        self.dynamic_shared = int(self.metadata.get("dynamic_shared_bytes") or 0)
+        # Dynamic shared memory (weights or KV rows loaded before a wait,
+        # the operand ring of GEMM tiles): the budget the artifact was
+        # compiled with, or what the kernel states it needs in its global
+        # __et_dynamic_shared_bytes, whichever is larger. Static and dynamic
+        # shared memory above 48 KB in all need the function to opt in, so
+        # any dynamic size is declared.
+        self.dynamic_shared = max(int(self.metadata.get("dynamic_shared_bytes") or 0),
+                                  self._module_word("__et_dynamic_shared_bytes"))
         if self.dynamic_shared > 0:
             _check(drv.cuFuncSetAttribute(
                 self.function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -86,6 +90,18 @@ class CUDALauncher:
         if self.profile:
             self._alloc("trace", trace_capacity * RECORD_WORDS, 8)
         self._reset(int(self.metadata.get("counter_words") or 64))
+
+    def _module_word(self, name: str) -> int:
+        """The 32-bit global `name` of the loaded module, 0 if it has none."""
+        result = self.driver.cuModuleGetGlobal(self.module, name.encode())
+        if int(result[0]) != 0:
+            return 0
+        ptr, size = result[1], result[2]
+        if int(size) != 4:
+            raise ArtifactError(f"{self.artifact.path}: {name} has {int(size)} bytes, expected 4")
+        host = ctypes.c_int32()
+        _check(self.driver.cuMemcpyDtoH(ctypes.addressof(host), ptr, 4), "cuMemcpyDtoH")
+        return host.value
 
     # -- device buffers --------------------------------------------------
     def _alloc(self, name: str, words: int, word_bytes: int) -> None:

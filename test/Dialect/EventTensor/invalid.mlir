@@ -597,3 +597,133 @@ et.kernel @attn_subsplits(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %o: m
     et.attention_split %q, %k, %k, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) {subsplits = 0 : i64} : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
   }
 }
+
+// -----
+
+et.kernel @matmul_outside_task(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{must be nested in an 'et.task' body}}
+  et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+}
+
+// -----
+
+et.kernel @matmul_k_mismatch(%x: memref<?x64xbf16>, %w: memref<32x32xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{x has K = 64 but w has K = 32}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] : memref<?x64xbf16>, memref<32x32xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_m_mismatch(%x: memref<8x64xbf16>, %w: memref<32x64xbf16>, %y: memref<9x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{x has 8 tokens but y has 9}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] : memref<8x64xbf16>, memref<32x64xbf16>, memref<9x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_n_mismatch(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x48xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{w has N = 32 rows but y has 48 columns}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x48xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_k_alignment(%x: memref<?x12xbf16>, %w: memref<32x12xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{needs a static K that is a multiple of 8 (16-byte aligned rows), got 12}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] : memref<?x12xbf16>, memref<32x12xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_k_dynamic(%x: memref<?x?xbf16>, %w: memref<32x?xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{needs a static K that is a multiple of 8 (16-byte aligned rows), got ?}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] : memref<?x?xbf16>, memref<32x?xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_tile_rank(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{tile must be [BM, BN, BK], got 2 sizes}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_tile_mn(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{tile BM and BN must be multiples of 16 in [16, 256], got 24 x 16}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [24, 16, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_tile_n_large(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{tile BM and BN must be multiples of 16 in [16, 256], got 16 x 512}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 512, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_tile_k(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{tile BK must be a multiple of 16 in [16, 128], got 8}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 8] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_stages(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{stages must be in [1, 8], got 9}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] stages 9 : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_accumulate_bf16(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{with accumulate needs an f32 y, got 'memref<?x32xbf16>'}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] accumulate : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xbf16>
+  }
+}

@@ -161,6 +161,22 @@ et.kernel @linear(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
   }
 }
 
+// CHECK-LABEL: et.kernel @matmul
+et.kernel @matmul(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memref<?x8192xbf16>, %h: memref<?x8192xf32>, %rows: index) {
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %tm = arith.ceildivsi %rows, %c128 : index
+  et.task @gemm tiles(%i, %j) in (%tm, %c64) {
+    %m0 = arith.muli %i, %c128 : index
+    %n0 = arith.muli %j, %c128 : index
+    // CHECK: et.matmul %{{.*}}, %{{.*}}, %{{.*}} at(%{{.*}}, %{{.*}}) tile [128, 128, 32] stages 4 : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    et.matmul %x, %w, %y at(%m0, %n0) tile [128, 128, 32] stages 4 : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    // The default of 3 stages is not printed.
+    // CHECK: et.matmul %{{.*}}, %{{.*}}, %{{.*}} at(%{{.*}}, %{{.*}}) tile [64, 128, 64] accumulate : memref<?x2048xbf16>
+    et.matmul %x, %w, %h at(%m0, %n0) tile [64, 128, 64] stages 3 accumulate : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xf32>
+  }
+}
+
 // CHECK-LABEL: et.kernel @linear_accumulate
 et.kernel @linear_accumulate(%x: memref<?x2048xbf16>, %w: memref<2048x2048xbf16>, %h: memref<?x2048xf32>) {
   %c16 = arith.constant 16 : index

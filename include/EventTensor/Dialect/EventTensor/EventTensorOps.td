@@ -367,6 +367,61 @@ def ET_LinearOp : ET_Op<"linear", [
   let hasVerifier = 1;
 }
 
+def ET_MatmulOp : ET_Op<"matmul", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a GEMM tile on tensor cores: a block of y = x * w^T for many tokens";
+  let description = [{
+    Computes one `BM x BN` block of `y = x * w^T`, `tile = [BM, BN, BK]`:
+    for every token `m` in `[m0, m0 + BM)` below M and every output row `n`
+    in `[n0, n0 + BN)` below N,
+
+    ```
+    y[m, n] = sum_k float32(x[m, k]) * float32(w[n, k])
+    ```
+
+    `x` is `M x K` bf16 activations (any number of tokens: prefill), `w` is
+    `N x K` bf16 weights in the layout of a PyTorch `Linear`, `y` is `M x N`,
+    f32 or bf16 (rounded to nearest even). Accumulation is in f32. With
+    `accumulate`, the block is added to what `y` holds (f32 `y` only). K is
+    static and a multiple of 8, so every row starts 16-byte aligned. The op
+    runs on all threads of the worker and sits in an `et.task` body,
+    typically with one task tile per block.
+
+    The tile shape is a tuning parameter: `BM` and `BN` multiples of 16 up
+    to 256, `BK` a multiple of 16 up to 128; `stages` (1 to 8, default 3)
+    is how many `BK`-slices of x and w are in flight. The lowering choice
+    of warp tiles is documented in docs/lowering.md.
+
+    Lowering (`et-lower-tile-ops`): on the GPU, a `stages`-deep ring of
+    x and w slices in dynamic shared memory, filled with `cp.async`
+    (out-of-range rows and columns zero-filled); each warp owns a sub-block
+    of the tile, reads its operands with `ldmatrix` and multiplies on the
+    tensor cores with `mma.sync.m16n8k16` (bf16 in, f32 accumulators in
+    registers). On the CPU, scalar loops.
+
+    Example:
+
+    ```mlir
+    %m0 = arith.muli %tm, %c128 : index
+    %n0 = arith.muli %tn, %c128 : index
+    et.matmul %x, %w, %y at(%m0, %n0) tile [128, 128, 32] stages 4
+        : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
+                       Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
+                       Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
+                       Index:$m0, Index:$n0,
+                       DenseI64ArrayAttr:$tile,
+                       DefaultValuedAttr<I64Attr, "3">:$stages,
+                       UnitAttr:$accumulate);
+  let assemblyFormat = [{
+    $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` `tile` $tile (`stages` $stages^)? (`accumulate` $accumulate^)?
+    attr-dict `:` type($x) `,` type($w) `,` type($y)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_SiluMulOp : ET_Op<"silu_mul", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "the gated MLP activation: y = silu(gate) * up";

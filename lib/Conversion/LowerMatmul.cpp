@@ -1,0 +1,440 @@
+//===- LowerMatmul.cpp - et.matmul on tensor cores and on the CPU ---------===//
+//
+// The GEMM tile of prefill (et.matmul), lowered by et-lower-tile-ops:
+//
+// GPU: the worker's threads fill a ring of `stages` shared-memory slices
+// (BM x BK of x, BN x BK of w) with cp.async, `stages - 1` slices ahead of
+// the tensor cores. Each warp owns a WM x WN sub-block of the tile, loads
+// its operands with ldmatrix and multiplies with mma.sync.m16n8k16 (bf16,
+// f32 accumulators in registers). Rows are padded by 16 bytes in shared
+// memory so the eight row addresses of an ldmatrix fall in distinct banks.
+//
+// CPU: scalar loops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TileLowering.h"
+
+#include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <cstdlib>
+
+using namespace mlir;
+using namespace mlir::et;
+using namespace mlir::et::tile;
+
+namespace {
+
+/// How the warps of a worker share a BM x BN tile: warpsM x warpsN warps,
+/// each with a WM x WN sub-block.
+struct WarpTiling {
+  int64_t warpsM = 0, warpsN = 0, wm = 0, wn = 0;
+  int64_t used() const { return warpsM * warpsN; }
+  int64_t accumulators() const { return wm * wn / kWarp; } // f32 per thread
+};
+
+/// f32 accumulators a thread may hold: ptxas gives each thread at most
+/// 65536 / threads registers (255 at most), and the operands, addresses and
+/// loop state need about half of them.
+int64_t accumulatorBudget(int64_t threads) { return threads <= 256 ? 128 : 64; }
+
+/// The warp tiling that keeps the most warps busy within the accumulator
+/// budget; among those, the squarest sub-block (the fewest ldmatrix loads
+/// per mma), then the taller one. Fails when even all warps together need
+/// more accumulators than the budget.
+FailureOr<WarpTiling> chooseWarpTiling(int64_t bm, int64_t bn, int64_t threads) {
+  int64_t warps = threads / kWarp;
+  std::optional<WarpTiling> best;
+  for (int64_t wm = 16; wm <= bm; wm += 16) {
+    if (bm % wm)
+      continue;
+    for (int64_t wn = 16; wn <= bn; wn += 16) {
+      if (bn % wn)
+        continue;
+      WarpTiling t{bm / wm, bn / wn, wm, wn};
+      if (t.used() > warps || t.accumulators() > accumulatorBudget(threads))
+        continue;
+      auto key = [](const WarpTiling &t) {
+        return std::make_tuple(t.used(), -std::abs(t.wm - t.wn), t.wm);
+      };
+      if (!best || key(t) > key(*best))
+        best = t;
+    }
+  }
+  if (!best)
+    return failure();
+  return *best;
+}
+
+Value i32(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+}
+
+Value toI32(OpBuilder &b, Location loc, Value index) {
+  return arith::IndexCastOp::create(b, loc, b.getI32Type(), index);
+}
+
+/// `base` (a shared-memory pointer) plus `bytes` (i32).
+Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
+  return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
+}
+
+} // namespace
+
+LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads,
+                                   llvm::DenseSet<Operation *> &sharedTaken) {
+  ArrayRef<int64_t> tileSizes = op.getTile();
+  const int64_t bm = tileSizes[0], bn = tileSizes[1], bk = tileSizes[2];
+  const int64_t stages = op.getStages();
+  if (threads <= 0)
+    return op.emitOpError("on the GPU needs the threads per worker fixed at compile time (the "
+                          "pass's `threads` option)");
+  FailureOr<WarpTiling> tiling = chooseWarpTiling(bm, bn, threads);
+  if (failed(tiling))
+    return op.emitOpError("tile ")
+           << bm << " x " << bn << " needs more than " << accumulatorBudget(threads)
+           << " f32 accumulators per thread with " << threads << " threads per worker";
+  // Rows of a slice in shared memory: BK elements and 16 bytes of padding.
+  const int64_t stride = bk + 8;
+  const int64_t sliceA = bm * stride, sliceB = bn * stride; // elements
+  const int64_t sharedBytes = stages * (sliceA + sliceB) * 2;
+  if (sharedBytes > kMaxDynamicShared)
+    return op.emitOpError("tile ")
+           << bm << " x " << bn << " x " << bk << " with " << stages << " stages needs "
+           << sharedBytes << " bytes of shared memory, more than " << kMaxDynamicShared;
+  auto task = op->getParentOfType<TaskOp>();
+  if (sharedTaken.contains(task))
+    return op.emitOpError("shares its task with another op that uses the dynamic shared memory "
+                          "(one et.matmul per task)");
+  sharedTaken.insert(task);
+
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  MLIRContext *ctx = b.getContext();
+  Type i32Type = b.getI32Type(), f32 = b.getF32Type();
+  auto sharedPtr = LLVM::LLVMPointerType::get(ctx, 3);
+  const WarpTiling t = *tiling;
+  const int64_t mTiles = t.wm / 16, nTiles = t.wn / 8, kSteps = bk / 16;
+  const int64_t numAcc = mTiles * nTiles * 4;
+
+  Value buffer = workgroupBuffer(task, loc, {stages * (sliceA + sliceB)}, b.getBF16Type());
+  buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+  Value shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
+
+  Groups g = h.groups(kWarp);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
+                        ? op.getW().getType().getDimSize(1)
+                        : op.getX().getType().getDimSize(1);
+  const int64_t kTiles = (k + bk - 1) / bk;
+  Value m0 = op.getM0(), n0 = op.getN0();
+
+  // Global sources: row r of x (or w) starts r * rowStride elements past
+  // the view's base.
+  auto xMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getX());
+  auto wMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+  Value xBase = elementPointer(b, loc, op.getX(), h.idx(0), 2, 1);
+  Value wBase = elementPointer(b, loc, op.getW(), h.idx(0), 2, 1);
+  Value xStride = xMeta.getStrides()[0], wStride = wMeta.getStrides()[0];
+
+  // The copies of k-slice `kt` into ring slot `slot` (index values): each
+  // thread copies 16-byte chunks tid, tid + threads, ... of the x block
+  // and then of the w block; chunks past M, N or K are zero-filled.
+  auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
+    TileBuilder h{b, loc};
+    Value k0 = arith::MulIOp::create(b, loc, kt, h.idx(bk));
+    auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride,
+                         int64_t sliceElems, int64_t sliceOffset) {
+      const int64_t chunks = rows * bk / 8, perRow = bk / 8;
+      Value slotBase = arith::AddIOp::create(
+          b, loc, h.idx(sliceOffset), arith::MulIOp::create(b, loc, slot, h.idx(sliceElems)));
+      for (int64_t i = 0; i * threads < chunks; ++i) {
+        Value c = arith::AddIOp::create(b, loc, g.tid, h.idx(i * threads));
+        auto emit = [&](OpBuilder &b) {
+          TileBuilder h{b, loc};
+          Value row = arith::DivUIOp::create(b, loc, c, h.idx(perRow));
+          Value col = arith::MulIOp::create(
+              b, loc, arith::RemUIOp::create(b, loc, c, h.idx(perRow)), h.idx(8));
+          Value gRow = arith::AddIOp::create(b, loc, first, row);
+          Value gCol = arith::AddIOp::create(b, loc, k0, col);
+          Value valid = arith::AndIOp::create(
+              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, h.idx(k)));
+          // Out of range: 0 source bytes (zero fill) from the view's start.
+          Value offset = arith::SelectOp::create(
+              b, loc, valid,
+              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, gRow, rowStride), gCol),
+              h.idx(0));
+          Value src = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
+                                          ValueRange{arith::IndexCastOp::create(
+                                              b, loc, b.getI64Type(), offset)});
+          Value dstElem = arith::AddIOp::create(
+              b, loc, slotBase,
+              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(stride)), col));
+          Value dst = sharedAt(b, loc, shared,
+                               toI32(b, loc, arith::MulIOp::create(b, loc, dstElem, h.idx(2))));
+          Value srcBytes = arith::SelectOp::create(b, loc, valid, i32(b, loc, 16), i32(b, loc, 0));
+          copyAsync16(b, loc, dst, src, srcBytes);
+        };
+        if ((i + 1) * threads <= chunks) {
+          emit(b);
+        } else {
+          auto inRange = scf::IfOp::create(
+              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks)),
+              /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(inRange.thenBlock());
+          emit(b);
+        }
+      }
+    };
+    copyBlock(bm, m0, m, xBase, xStride, sliceA, 0);
+    copyBlock(bn, n0, n, wBase, wStride, sliceB, stages * sliceA);
+  };
+  // Slice `kt` if it exists, then a commit (one group per slice, empty
+  // past the end, so the group count stays uniform).
+  auto issueIfAny = [&](OpBuilder &b, Value kt, Value slot) {
+    TileBuilder h{b, loc};
+    auto any = scf::IfOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, h.idx(kTiles)),
+        /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(any.thenBlock());
+      issueSlice(b, kt, slot);
+    }
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  };
+
+  // This warp's sub-block and the per-lane ldmatrix offsets (bytes): for
+  // x, lanes 0-15 address rows 0-15 at k 0, lanes 16-31 the same rows at
+  // k 8 (the four 8x8 matrices of the m16k16 A fragment, in mma order);
+  // for w, lanes 0-7 / 8-15 / 16-23 / 24-31 address rows 0-7 at k 0 / rows
+  // 0-7 at k 8 / rows 8-15 at k 0 / rows 8-15 at k 8 (B fragments of two
+  // n8 tiles).
+  Value warpM = arith::DivUIOp::create(b, loc, g.group, h.idx(t.warpsN));
+  Value warpN = arith::RemUIOp::create(b, loc, g.group, h.idx(t.warpsN));
+  Value lane = g.lane;
+  Value laneRowA = arith::RemUIOp::create(b, loc, lane, h.idx(16));
+  Value laneColA = arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8));
+  Value laneRowB = arith::AddIOp::create(
+      b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(8)),
+      arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8)));
+  Value laneColB = arith::MulIOp::create(
+      b, loc,
+      arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2)),
+      h.idx(8));
+  auto offsetOf = [&](Value row, Value col) {
+    return toI32(b, loc, arith::MulIOp::create(
+                             b, loc,
+                             arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(stride)), col),
+                             h.idx(2)));
+  };
+  Value offA = offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpM, h.idx(t.wm)), laneRowA),
+                        laneColA);
+  Value offB = arith::AddIOp::create(
+      b, loc, i32(b, loc, stages * sliceA * 2),
+      offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)), laneRowB), laneColB));
+  Value active = t.used() < threads / kWarp
+                     ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.used()))
+                           .getResult()
+                     : Value();
+
+  // The multiply-adds of ring slot `slot` into `acc` (mTiles x nTiles x 4).
+  auto ldmatrix = [&](OpBuilder &b, Value at) {
+    Type res = LLVM::LLVMStructType::getLiteral(ctx, {i32Type, i32Type, i32Type, i32Type});
+    Value v = NVVM::LdMatrixOp::create(b, loc, res, at, 4, NVVM::MMALayout::row,
+                                       NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8),
+                                       NVVM::LdStMatrixEltType::B16);
+    SmallVector<Value, 4> regs;
+    for (int64_t i = 0; i < 4; ++i)
+      regs.push_back(LLVM::ExtractValueOp::create(b, loc, v, i));
+    return regs;
+  };
+  auto compute = [&](OpBuilder &b, Value slot, ValueRange acc) {
+    SmallVector<Value> out(acc.begin(), acc.end());
+    Value slotI32 = toI32(b, loc, slot);
+    Value baseA = sharedAt(b, loc, shared,
+                           arith::AddIOp::create(b, loc, offA,
+                                                 arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceA * 2))));
+    Value baseB = sharedAt(b, loc, shared,
+                           arith::AddIOp::create(b, loc, offB,
+                                                 arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceB * 2))));
+    Type resType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+    for (int64_t ks = 0; ks < kSteps; ++ks) {
+      SmallVector<SmallVector<Value, 4>> a, bFrag;
+      for (int64_t mi = 0; mi < mTiles; ++mi)
+        a.push_back(ldmatrix(b, sharedAt(b, loc, baseA, i32(b, loc, (mi * 16 * stride + ks * 16) * 2))));
+      for (int64_t p = 0; p < nTiles / 2; ++p) {
+        SmallVector<Value, 4> r =
+            ldmatrix(b, sharedAt(b, loc, baseB, i32(b, loc, (p * 16 * stride + ks * 16) * 2)));
+        bFrag.push_back({r[0], r[1]});
+        bFrag.push_back({r[2], r[3]});
+      }
+      for (int64_t mi = 0; mi < mTiles; ++mi)
+        for (int64_t nj = 0; nj < nTiles; ++nj) {
+          int64_t at = (mi * nTiles + nj) * 4;
+          Value d = NVVM::MmaOp::create(
+              b, loc, resType, a[mi], bFrag[nj], ArrayRef<Value>(out).slice(at, 4), {16, 8, 16},
+              std::nullopt, std::nullopt,
+              std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
+              std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+          for (int64_t e = 0; e < 4; ++e)
+            out[at + e] = LLVM::ExtractValueOp::create(b, loc, d, e);
+        }
+    }
+    return out;
+  };
+  // Only warps with a sub-block multiply; the others copy and wait.
+  auto computeIfActive = [&](OpBuilder &b, Value slot, ValueRange acc) -> SmallVector<Value> {
+    if (!active)
+      return compute(b, slot, acc);
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), active, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      scf::YieldOp::create(b, loc, compute(b, slot, acc));
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      scf::YieldOp::create(b, loc, acc);
+    }
+    return SmallVector<Value>(ifOp.getResults());
+  };
+
+  SmallVector<Value> init(numAcc, h.f32(0));
+  scf::ForOp loop;
+  if (stages == 1) {
+    // No ring: copy, wait, multiply, and wait for every warp before the
+    // next copy overwrites the slice.
+    loop = scf::ForOp::create(
+        b, loc, h.idx(0), h.idx(kTiles), h.idx(1), init,
+        [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
+          TileBuilder h{b, loc};
+          issueSlice(b, kt, h.idx(0));
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+          gpu::BarrierOp::create(b, loc);
+          SmallVector<Value> out = computeIfActive(b, h.idx(0), acc);
+          gpu::BarrierOp::create(b, loc);
+          scf::YieldOp::create(b, loc, out);
+        });
+  } else {
+    // Prologue: slices 0 .. stages-2 in flight.
+    for (int64_t s = 0; s + 1 < stages; ++s)
+      issueIfAny(b, h.idx(s), h.idx(s));
+    // Step kt: slice kt has landed (at most stages-2 newer groups pending)
+    // and every warp is done with slice kt-1, whose slot then takes slice
+    // kt + stages - 1; then the multiply-adds of slice kt.
+    loop = scf::ForOp::create(
+        b, loc, h.idx(0), h.idx(kTiles), h.idx(1), init,
+        [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
+          TileBuilder h{b, loc};
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
+          gpu::BarrierOp::create(b, loc);
+          Value next = arith::AddIOp::create(b, loc, kt, h.idx(stages - 1));
+          issueIfAny(b, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)));
+          SmallVector<Value> out =
+              computeIfActive(b, arith::RemUIOp::create(b, loc, kt, h.idx(stages)), acc);
+          scf::YieldOp::create(b, loc, out);
+        });
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  }
+  ValueRange acc = loop.getResults();
+
+  // Epilogue: accumulator e of (mi, nj) is y[row, col] with row = lane / 4
+  // (+ 8 for e >= 2) and col = 2 * (lane % 4) + e % 2 within the m16n8 tile.
+  auto store = [&](OpBuilder &b) {
+    TileBuilder h{b, loc};
+    Value rowBase = arith::AddIOp::create(
+        b, loc, m0,
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpM, h.idx(t.wm)),
+                              arith::DivUIOp::create(b, loc, lane, h.idx(4))));
+    Value colBase = arith::AddIOp::create(
+        b, loc, n0,
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)),
+                              arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(4)),
+                                                    h.idx(2))));
+    Type outType = op.getY().getType().getElementType();
+    for (int64_t mi = 0; mi < mTiles; ++mi)
+      for (int64_t half = 0; half < 2; ++half) {
+        Value row = arith::AddIOp::create(b, loc, rowBase, h.idx(mi * 16 + half * 8));
+        Value rowOk = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, m);
+        for (int64_t nj = 0; nj < nTiles; ++nj)
+          for (int64_t e = 0; e < 2; ++e) {
+            Value col = arith::AddIOp::create(b, loc, colBase, h.idx(nj * 8 + e));
+            Value ok = arith::AndIOp::create(
+                b, loc, rowOk, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, col, n));
+            auto ifOp = scf::IfOp::create(b, loc, ok, /*withElse=*/false);
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            Value v = acc[(mi * nTiles + nj) * 4 + half * 2 + e];
+            if (op.getAccumulate())
+              v = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}), v);
+            if (!outType.isF32())
+              v = arith::TruncFOp::create(b, loc, outType, v);
+            memref::StoreOp::create(b, loc, v, op.getY(), ValueRange{row, col});
+          }
+      }
+  };
+  if (active) {
+    auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    store(b);
+  } else {
+    store(b);
+  }
+  // The slices are free for whatever runs next on the worker.
+  gpu::BarrierOp::create(b, loc);
+  op.erase();
+  return success();
+}
+
+void tile::lowerMatmulCPU(MatmulOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Groups threads = h.groups(1);
+  ArrayRef<int64_t> tileSizes = op.getTile();
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value mEnd = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getM0(), h.idx(tileSizes[0])), m);
+  Value nEnd = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getN0(), h.idx(tileSizes[1])), n);
+  Type outType = op.getY().getType().getElementType();
+  scf::ForOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getM0(), threads.tid), mEnd, threads.threads, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+        scf::ForOp::create(
+            b, loc, op.getN0(), nEnd, h.idx(1), ValueRange{},
+            [&](OpBuilder &b, Location loc, Value col, ValueRange) {
+              auto sum = scf::ForOp::create(
+                  b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+                  [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
+                    Value xv = arith::ExtFOp::create(
+                        b, loc, b.getF32Type(), memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, kk}).getResult());
+                    Value wv = arith::ExtFOp::create(
+                        b, loc, b.getF32Type(), memref::LoadOp::create(b, loc, op.getW(), ValueRange{col, kk}).getResult());
+                    scf::YieldOp::create(
+                        b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], arith::MulFOp::create(b, loc, xv, wv))});
+                  });
+              Value out = sum.getResult(0);
+              if (op.getAccumulate())
+                out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}),
+                                            out);
+              if (!outType.isF32())
+                out = arith::TruncFOp::create(b, loc, outType, out);
+              memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{row, col});
+              scf::YieldOp::create(b, loc);
+            });
+        scf::YieldOp::create(b, loc);
+      });
+  op.erase();
+}

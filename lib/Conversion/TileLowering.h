@@ -1,0 +1,80 @@
+//===- TileLowering.h - Helpers shared by the tile-op lowerings -*- C++ -*-===//
+//
+// Internal to lib/Conversion: what et-lower-tile-ops (LowerTileOps.cpp) and
+// the tensor-core GEMM lowering (LowerMatmul.cpp) build their loops from.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef EVENTTENSOR_LIB_CONVERSION_TILELOWERING_H
+#define EVENTTENSOR_LIB_CONVERSION_TILELOWERING_H
+
+#include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace mlir::et::tile {
+
+constexpr int64_t kWarp = 32;
+// Dynamic shared memory a Hopper CTA may have beside the kernel's static
+// buffers (227 KB in all).
+constexpr int64_t kMaxDynamicShared = 200 * 1024;
+
+/// The worker's threads cut into groups of `lanes` consecutive threads (a
+/// warp on the GPU, a single thread on the CPU).
+struct Groups {
+  Value tid, threads; // et.thread_id, et.num_threads
+  Value lane;         // tid mod lanes
+  Value group;        // tid / lanes
+  Value groups;       // max(threads / lanes, 1)
+};
+
+/// Constants and thread groups at one insertion point.
+struct TileBuilder {
+  OpBuilder &b;
+  Location loc;
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value f32(double v) {
+    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                          APFloat(static_cast<float>(v)));
+  }
+  Groups groups(int64_t lanes) {
+    Groups g;
+    g.tid = ThreadIdOp::create(b, loc, b.getIndexType());
+    g.threads = NumThreadsOp::create(b, loc, b.getIndexType());
+    g.lane = arith::RemUIOp::create(b, loc, g.tid, idx(lanes));
+    g.group = arith::DivUIOp::create(b, loc, g.tid, idx(lanes));
+    g.groups = arith::MaxUIOp::create(
+        b, loc, arith::DivUIOp::create(b, loc, g.threads, idx(lanes)), idx(1));
+    return g;
+  }
+};
+
+/// A per-tile shared-memory buffer: a workgroup alloca at the top of the
+/// task body, after the ones already there (the worker lowering turns each
+/// into a workgroup buffer).
+Value workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type elementType);
+
+/// An LLVM pointer (address space `space`) to the element `elementOffset`
+/// elements past the start of the strided memref `mem` (its own offset
+/// included), for ops that take raw addresses.
+Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
+                     int64_t elementBytes, unsigned space);
+
+/// One 16-byte `cp.async` from global `src` to shared `dst`, cached in L2
+/// only (`.cg`); `srcBytes` (i32, optional) below 16 zero-fills the rest.
+void copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes = Value());
+
+/// et.matmul on the GPU (tensor cores) for a worker of `threads` threads
+/// (fixed at compile time). The op's task takes the dynamic shared memory
+/// (`sharedTaken`). Emits a diagnostic and fails when the tile does not fit
+/// the worker (registers, shared memory) or `threads` is not fixed.
+LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken);
+
+/// et.matmul on the CPU: scalar loops over the block, rows strided by thread.
+void lowerMatmulCPU(MatmulOp op);
+
+} // namespace mlir::et::tile
+
+#endif // EVENTTENSOR_LIB_CONVERSION_TILELOWERING_H

@@ -1,0 +1,45 @@
+// RUN: et-opt %s --split-input-file --verify-diagnostics --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=512}))"
+// RUN: not et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" 2>&1 | FileCheck %s --check-prefix=THREADS
+
+// The GPU lowering of et.matmul fails with a diagnostic on the op where
+// the tile does not fit the worker.
+
+// 16 warps of 512 threads hold at most 64 accumulators per thread: a
+// 256 x 256 tile needs 128.
+et.kernel @registers(%x: memref<?x64xbf16>, %w: memref<256x64xbf16>, %y: memref<?x256xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.matmul' op tile 256 x 256 needs more than 64 f32 accumulators per thread with 512 threads per worker}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [256, 256, 16] : memref<?x64xbf16>, memref<256x64xbf16>, memref<?x256xf32>
+  }
+}
+
+// -----
+
+// 4 stages of (128 + 256) rows of 128 + 8 bf16 are 417792 bytes.
+et.kernel @shared(%x: memref<?x256xbf16>, %w: memref<256x256xbf16>, %y: memref<?x256xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.matmul' op tile 128 x 256 x 128 with 4 stages needs 417792 bytes of shared memory, more than 204800}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [128, 256, 128] stages 4 : memref<?x256xbf16>, memref<256x256xbf16>, memref<?x256xf32>
+  }
+}
+
+// -----
+
+// The operand ring takes the task's dynamic shared memory: one GEMM tile
+// per task.
+et.kernel @two(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %y: memref<?x64xf32>, %z: memref<?x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.matmul %x, %w, %y at(%c0, %c0) tile [64, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
+    // expected-error @+1 {{'et.matmul' op shares its task with another op that uses the dynamic shared memory (one et.matmul per task)}}
+    et.matmul %x, %w, %z at(%c0, %c0) tile [64, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
+  }
+}
+
+// Without a fixed CTA size there is no warp tiling to choose.
+// THREADS: :14:5: error: 'et.matmul' op on the GPU needs the threads per worker fixed at compile time (the pass's `threads` option)

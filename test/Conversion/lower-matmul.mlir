@@ -1,0 +1,80 @@
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=GPU
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=512}))" | FileCheck %s --check-prefix=T512
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=CPU
+
+// A 64 x 64 x 32 tile, 3 stages, on 8 warps: 2 x 4 warps of 32 x 16 each
+// (2 m16 tiles x 2 n8 tiles = 16 accumulators per thread). The ring is
+// one dynamic shared-memory buffer: 3 x (64 + 64) rows of 32 + 8 bf16.
+// Two slices are issued before the loop (a commit each); every step waits
+// for all but the newest group, synchronizes, issues the slice two ahead
+// (zero-filling chunks past M, N or K through the source size) and runs
+// 2 k16 steps x (2 + 1 ldmatrix.x4, 4 mma.sync). The epilogue stores with
+// bounds checks and a barrier frees the ring.
+// GPU-LABEL: et.kernel @gemm
+// GPU: memref.alloca() {et.dynamic_shared} : memref<15360xbf16, #gpu.address_space<workgroup>>
+// GPU: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// GPU: nvvm.cp.async.commit.group
+// GPU: nvvm.cp.async.commit.group
+// GPU: scf.for {{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// GPU: nvvm.cp.async.wait.group 1
+// GPU-NEXT: gpu.barrier
+// GPU: nvvm.cp.async.commit.group
+// GPU-COUNT-3: nvvm.ldmatrix {{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, num = 4 : i32, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>}
+// GPU-COUNT-4: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[{{.*}}] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, shape = #nvvm.shape<m = 16, n = 8, k = 16>}
+// GPU-COUNT-3: nvvm.ldmatrix
+// GPU-COUNT-4: nvvm.mma.sync
+// GPU-NOT: nvvm.mma.sync
+// GPU: scf.yield
+// GPU: nvvm.cp.async.wait.group 0
+// GPU-COUNT-16: memref.store %{{.*}}, %{{.*}} : memref<?x96xbf16>
+// GPU: gpu.barrier
+// GPU-NOT: et.matmul
+//
+// With 512 threads (16 warps), 4 x 4 warps of 16 x 16: 8 accumulators.
+// T512-LABEL: et.kernel @gemm
+// T512: scf.for {{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
+//
+// On the CPU target, scalar loops over the rows of the block (strided by
+// thread) and its columns.
+// CPU-LABEL: et.kernel @gemm
+// CPU: scf.for
+// CPU: scf.for
+// CPU: scf.for {{.*}} iter_args({{.*}}) -> (f32)
+// CPU: arith.extf
+// CPU: arith.truncf
+// CPU-NOT: et.matmul
+et.kernel @gemm(%x: memref<?x200xbf16>, %w: memref<96x200xbf16>, %y: memref<?x96xbf16>, %rows: index) {
+  %c2 = arith.constant 2 : index
+  %c64 = arith.constant 64 : index
+  %tm = arith.ceildivsi %rows, %c64 : index
+  et.task @gemm tiles(%i, %j) in (%tm, %c2) {
+    %m0 = arith.muli %i, %c64 : index
+    %n0 = arith.muli %j, %c64 : index
+    et.matmul %x, %w, %y at(%m0, %n0) tile [64, 64, 32] stages 3 : memref<?x200xbf16>, memref<96x200xbf16>, memref<?x96xbf16>
+  }
+}
+
+// One stage: copy, wait for it, multiply, barrier, in every step. Four of
+// the eight warps own a 16 x 16 sub-block of the 32 x 32 tile; the others
+// only copy (the multiply-adds sit in an scf.if on the warp index).
+// GPU-LABEL: et.kernel @one_stage
+// GPU-NOT: nvvm.cp.async.commit.group
+// GPU: scf.for
+// GPU: nvvm.cp.async.commit.group
+// GPU-NEXT: nvvm.cp.async.wait.group 0
+// GPU-NEXT: gpu.barrier
+// GPU: scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// GPU: nvvm.mma.sync
+// GPU: gpu.barrier
+// GPU: memref.load
+// GPU: arith.addf
+// GPU: memref.store %{{.*}}, %{{.*}} : memref<64x32xf32>
+et.kernel @one_stage(%x: memref<64x64xbf16>, %w: memref<32x64xbf16>, %y: memref<64x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  et.task @gemm tiles(%i) in (%c2) {
+    %m0 = arith.muli %i, %c32 : index
+    et.matmul %x, %w, %y at(%m0, %c0) tile [32, 32, 64] stages 1 accumulate : memref<64x64xbf16>, memref<32x64xbf16>, memref<64x32xf32>
+  }
+}
