@@ -389,6 +389,53 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
+# GEMM (et.matmul) shapes, N x K: the linear layers of Llama-3.2-1B (qkv,
+# o, gate+up, down) and of Llama-3.1-8B.
+GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
+               (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+# (BM, BN, BK), stages, threads per worker.
+GEMM_CONFIGS = [((128, 128, 32), 3, 256), ((128, 128, 32), 4, 128), ((128, 256, 32), 3, 256),
+                ((64, 128, 64), 3, 256), ((128, 128, 64), 3, 256)]
+# Numerics: partial tiles in M, N and K, each output type, accumulate, one
+# stage, 512 threads (idle warps) -- (M, K, N, tile, stages, threads, out, accumulate).
+GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False),
+                 (130, 264, 40, (64, 32, 16), 1, 256, "bf16", False),
+                 (300, 512, 200, (128, 128, 32), 4, 128, "f32", True),
+                 (64, 1024, 96, (32, 32, 64), 2, 512, "bf16", False)]
+
+
+def gemm(out: Path, workers: int, cache: Path) -> None:
+    """et.matmul kernels (one per shape and configuration; M is a runtime
+    argument) and numerics cases with their float64 references."""
+    import ml_dtypes
+    from event_tensor.kernels import gemm_kernel
+
+    out.mkdir(parents=True, exist_ok=True)
+    for n, k in GEMM_SHAPES:
+        for tile, stages, threads in GEMM_CONFIGS:
+            art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16"), target="cuda",
+                             workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
+            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads))
+    for i, (m, k, n, tile, stages, threads, dtype, acc) in enumerate(GEMM_NUMERICS):
+        art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc), target="cuda",
+                         workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
+        _copy_artifact(art, out / f"numerics{i}")
+        rng = np.random.default_rng(i)
+        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+        y0 = rng.standard_normal((m, n)).astype(np.float32) if acc else np.zeros((m, n), np.float32)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
+        np.savez(out / f"numerics{i}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref,
+                 out=dtype, accumulate=acc)
+    (out / "gemm.json").write_text(json.dumps({"shapes": GEMM_SHAPES, "configs": GEMM_CONFIGS,
+                                               "numerics": len(GEMM_NUMERICS)}))
+    print(f"gemm: {len(GEMM_SHAPES) * len(GEMM_CONFIGS)} kernels and {len(GEMM_NUMERICS)} numerics cases in {out}")
+
+
+def _gemm_name(n, k, tile, stages, threads) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / ".device"))
@@ -415,10 +462,10 @@ def main() -> None:
                         help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
     parser.add_argument("--tile-linear", default="rows", choices=["rows", "stream"], help="et.linear lowering")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
-                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models)")
+                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    unknown = parts - {"suite", "bench", "linear", "tiles", "models"}
+    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     out = Path(args.out)
@@ -431,6 +478,8 @@ def main() -> None:
         linear(out / "linear", args.workers, cache)
     if "tiles" in parts:
         tile_numerics(out / "tiles", args.workers, cache)
+    if "gemm" in parts:
+        gemm(out / "gemm", args.workers, cache)
     if "models" in parts:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,

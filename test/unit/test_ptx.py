@@ -126,3 +126,26 @@ def test_kv_prefetch_ptx(tmp_path):
     with pytest.raises(ValueError, match="tile_kv_prefetch must be 'none' or 'shared', got 'l2'"):
         et.compile(kernel, target="cuda", tile_kv_prefetch="l2", cache_dir=tmp_path)
     _assemble(art, tmp_path)
+
+
+def test_matmul_ptx(tmp_path):
+    """et.matmul: cp.async copies with a source size (zero fill), ldmatrix
+    and bf16 mma.sync in the PTX; the kernel states its dynamic shared
+    memory (3 stages x (128 + 128) rows x (32 + 8) bf16); ptxas accepts it
+    with no spills at 256 threads."""
+    from event_tensor.kernels import gemm_kernel
+
+    art = et.compile(gemm_kernel(2048, 8192, tile=(128, 128, 32), stages=3, out="bf16"), target="cuda",
+                     workers=132, threads_per_worker=256, mode="static", cache_dir=tmp_path)
+    ptx = art.binary_path.read_text()
+    assert re.search(r"cp\.async\.cg\.shared\.global \[%rd\d+\], \[%rd\d+\], 16, %r\d+;", ptx)
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert f".u32 __et_dynamic_shared_bytes = {3 * 256 * 40 * 2};" in ptx
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 bytes spill stores" in out.stderr, out.stderr

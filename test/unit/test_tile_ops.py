@@ -258,3 +258,45 @@ def test_split_kv_attention_matches_float64(hq, hkv, d, s_max, splits, split_len
     assert np.array_equal(out2, out)
     if splits * split_len > length + split_len - 1:
         assert np.isneginf(lse[-1]).all()
+
+
+@pytest.mark.parametrize("m,k,n,tile,stages,out,accumulate", [
+    (37, 200, 72, (32, 64, 32), 3, "f32", False),   # partial tiles in M, N and K
+    (130, 64, 40, (64, 32, 16), 1, "bf16", False),  # one stage, bf16 output
+    (5, 128, 16, (16, 16, 64), 2, "f32", True),     # y += x * w^T
+])
+def test_matmul_matches_float64(m, k, n, tile, stages, out, accumulate, tmp_path):
+    from event_tensor.kernels import gemm_kernel
+
+    rng = np.random.default_rng(m + k + n)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(BF16)
+    y0 = rng.standard_normal((m, n)).astype(np.float32)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (y0 if accumulate else 0)
+    art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=out, accumulate=accumulate),
+                     target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    y = y0.copy() if accumulate else np.full((m, n), np.nan, np.float32 if out == "f32" else BF16)
+    art.launcher()(x, w, y, m)
+    assert not np.isnan(y.astype(np.float64)).any(), "every output must be written"
+    assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
+
+
+def test_gemm_kernel_rejects_bad_arguments():
+    from event_tensor.kernels import gemm_kernel
+
+    with pytest.raises(ValueError, match="out must be one of"):
+        gemm_kernel(64, 64, out="f16")
+    with pytest.raises(ValueError, match=r"tile must be \(BM, BN, BK\)"):
+        gemm_kernel(64, 64, tile=(64, 64))
+
+
+def test_matmul_verifier_errors(tmp_path):
+    from event_tensor import compiler
+    from event_tensor.kernels import gemm_kernel
+
+    with pytest.raises(compiler.EventTensorCompileError, match=r"tile BK must be a multiple of 16 in \[16, 128\], got 24"):
+        et.compile(gemm_kernel(64, 64, tile=(64, 64, 24)), target="cpu", cache_dir=tmp_path)
+    # On the GPU, a tile too large for the worker's registers.
+    with pytest.raises(compiler.EventTensorCompileError, match="needs more than 64 f32 accumulators per thread"):
+        et.compile(gemm_kernel(64, 256, tile=(256, 256, 16)), target="cuda", threads_per_worker=512,
+                   cache_dir=tmp_path)

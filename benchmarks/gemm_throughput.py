@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""GEMM tiles (et.matmul on tensor cores) of the persistent kernel against
+torch.matmul (cuBLAS) in the same run, on a CUDA machine without MLIR
+(kernels from `utils/prepare_gpu_suite.py --parts gemm`).
+
+For each linear-layer shape N x K of Llama-3.2-1B and Llama-3.1-8B and each
+M (tokens of a prompt), y = x * w^T with bf16 x, w and y: the time of every
+prepared tile configuration (one kernel each; M is a runtime argument), the
+best of them, and cuBLAS's time for the same product. Throughput is
+2 * M * N * K / time. First the numerics cases (partial tiles, both output
+types, accumulate, one stage, idle warps) against float64 references.
+
+    PYTHONPATH=python python3 benchmarks/gemm_throughput.py .device/gemm --json results.json
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from event_tensor import runtime
+from gpu_timing import launch_seconds, median_seconds
+
+M_VALUES = (128, 512, 1024, 2048, 4096)
+
+
+def _name(n, k, tile, stages, threads) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}"
+
+
+def numerics(root: Path, count: int) -> list[dict]:
+    rows = []
+    for i in range(count):
+        case = np.load(root / f"numerics{i}" / "case.npz")
+        x = torch.from_numpy(case["x"].copy()).view(torch.bfloat16).cuda()
+        w = torch.from_numpy(case["w"].copy()).view(torch.bfloat16).cuda()
+        bf16 = str(case["out"]) == "bf16"
+        y = (torch.from_numpy(case["y0"].copy()).cuda() if bool(case["accumulate"])
+             else torch.full((x.shape[0], w.shape[0]), float("nan"), device="cuda"))
+        if bf16:
+            y = y.to(torch.bfloat16)
+        art = runtime.load(root / f"numerics{i}")
+        art.launcher(timeout_s=5)(x, w, y, x.shape[0])
+        got = y.double().cpu().numpy()
+        ref = case["ref"]
+        err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        ok = not np.isnan(got).any() and err < (1e-2 if bf16 else 1e-5)
+        opts = art.metadata["options"]
+        print(f"numerics {i}: M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
+              f"accumulate={bool(case['accumulate'])} threads={opts['threads_per_worker']}: "
+              f"relative error {err:.2e} ({'ok' if ok else 'FAIL'})")
+        rows.append({"case": i, "m": x.shape[0], "k": x.shape[1], "n": w.shape[0], "rel_err": err, "ok": ok})
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--json")
+    parser.add_argument("--m", default=",".join(map(str, M_VALUES)), help="token counts (comma-separated)")
+    args = parser.parse_args()
+    root = Path(args.root)
+    info = json.loads((root / "gemm.json").read_text())
+    results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+               "numerics": numerics(root, info["numerics"]), "rows": []}
+    m_values = [int(v) for v in args.m.split(",")]
+    print(f"{'N x K':>13} {'M':>5} {'best tile':>22} {'us':>8} {'TFLOP/s':>8} {'cuBLAS':>8} {'ratio':>6}")
+    for n, k in info["shapes"]:
+        w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+        launchers = {}
+        for tile, stages, threads in info["configs"]:
+            name = _name(n, k, tile, stages, threads)
+            launchers[name] = runtime.load(root / name).launcher(timeout_s=10)
+        for m in m_values:
+            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            ref = torch.matmul(x, w.t())
+            flops = 2 * m * n * k
+            torch_t = median_seconds(lambda: torch.matmul(x, w.t()))
+            configs = []
+            for (tile, stages, threads), (name, launch) in zip(info["configs"], launchers.items()):
+                y.fill_(float("nan"))
+                launch(x, w, y, m)
+                err = float(((y.float() - ref.float()).norm() / ref.float().norm()).item())
+                t = launch_seconds(launch, x, w, y, m)
+                configs.append({"tile": tile, "stages": stages, "threads": threads, "time_us": t * 1e6,
+                                "tflops": flops / t / 1e12, "rel_err_vs_cublas": err, "correct": err < 1e-2})
+            best = min((c for c in configs if c["correct"]), key=lambda c: c["time_us"], default=None)
+            row = {"n": n, "k": k, "m": m, "cublas_us": torch_t * 1e6, "cublas_tflops": flops / torch_t / 1e12,
+                   "configs": configs}
+            if best is None:
+                print(f"{n:>6} x {k:<6} {m:>5}   every configuration WRONG")
+            else:
+                row["best"] = best
+                row["fraction_of_cublas"] = torch_t * 1e6 / best["time_us"]
+                label = "x".join(map(str, best["tile"])) + f" s{best['stages']} t{best['threads']}"
+                print(f"{n:>6} x {k:<6} {m:>5} {label:>22} {best['time_us']:>8.1f} {best['tflops']:>8.1f} "
+                      f"{flops / torch_t / 1e12:>8.1f} {row['fraction_of_cublas']:>6.2f}")
+            results["rows"].append(row)
+        for launch in launchers.values():
+            launch.close()
+        del w
+        torch.cuda.empty_cache()
+    fractions = [r["fraction_of_cublas"] for r in results["rows"] if "fraction_of_cublas" in r]
+    if fractions:
+        gmean = float(np.exp(np.mean(np.log(fractions))))
+        results["geomean_fraction_of_cublas"] = gmean
+        print(f"geometric mean of the best configuration's speed / cuBLAS: {gmean:.3f} "
+              f"(min {min(fractions):.3f}, max {max(fractions):.3f})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
