@@ -27,8 +27,8 @@ from gpu_timing import launch_seconds, median_seconds
 M_VALUES = (128, 512, 1024, 2048, 4096)
 
 
-def _name(n, k, tile, stages, threads) -> str:
-    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}"
+def _name(n, k, tile, stages, threads, mma) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}"
 
 
 def numerics(root: Path, count: int) -> list[dict]:
@@ -49,10 +49,11 @@ def numerics(root: Path, count: int) -> list[dict]:
         err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
         ok = not np.isnan(got).any() and err < (1e-2 if bf16 else 1e-5)
         opts = art.metadata["options"]
-        print(f"numerics {i}: M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
+        print(f"numerics {i} ({case['mma']}): M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
               f"accumulate={bool(case['accumulate'])} threads={opts['threads_per_worker']}: "
               f"relative error {err:.2e} ({'ok' if ok else 'FAIL'})")
-        rows.append({"case": i, "m": x.shape[0], "k": x.shape[1], "n": w.shape[0], "rel_err": err, "ok": ok})
+        rows.append({"case": i, "mma": str(case["mma"]), "m": x.shape[0], "k": x.shape[1], "n": w.shape[0],
+                     "rel_err": err, "ok": ok})
     return rows
 
 
@@ -67,12 +68,12 @@ def main():
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "numerics": numerics(root, info["numerics"]), "rows": []}
     m_values = [int(v) for v in args.m.split(",")]
-    print(f"{'N x K':>13} {'M':>5} {'best tile':>22} {'us':>8} {'TFLOP/s':>8} {'cuBLAS':>8} {'ratio':>6}")
+    print(f"{'N x K':>13} {'M':>5} {'best tile':>28} {'us':>8} {'TFLOP/s':>8} {'cuBLAS':>8} {'ratio':>6}")
     for n, k in info["shapes"]:
         w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
         launchers = {}
-        for tile, stages, threads in info["configs"]:
-            name = _name(n, k, tile, stages, threads)
+        for tile, stages, threads, mma in info["configs"]:
+            name = _name(n, k, tile, stages, threads, mma)
             launchers[name] = runtime.load(root / name).launcher(timeout_s=10)
         for m in m_values:
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -81,12 +82,12 @@ def main():
             flops = 2 * m * n * k
             torch_t = median_seconds(lambda: torch.matmul(x, w.t()))
             configs = []
-            for (tile, stages, threads), (name, launch) in zip(info["configs"], launchers.items()):
+            for (tile, stages, threads, mma), (name, launch) in zip(info["configs"], launchers.items()):
                 y.fill_(float("nan"))
                 launch(x, w, y, m)
                 err = float(((y.float() - ref.float()).norm() / ref.float().norm()).item())
                 t = launch_seconds(launch, x, w, y, m)
-                configs.append({"tile": tile, "stages": stages, "threads": threads, "time_us": t * 1e6,
+                configs.append({"tile": tile, "stages": stages, "threads": threads, "mma": mma, "time_us": t * 1e6,
                                 "tflops": flops / t / 1e12, "rel_err_vs_cublas": err, "correct": err < 1e-2})
             best = min((c for c in configs if c["correct"]), key=lambda c: c["time_us"], default=None)
             row = {"n": n, "k": k, "m": m, "cublas_us": torch_t * 1e6, "cublas_tflops": flops / torch_t / 1e12,
@@ -96,8 +97,8 @@ def main():
             else:
                 row["best"] = best
                 row["fraction_of_cublas"] = torch_t * 1e6 / best["time_us"]
-                label = "x".join(map(str, best["tile"])) + f" s{best['stages']} t{best['threads']}"
-                print(f"{n:>6} x {k:<6} {m:>5} {label:>22} {best['time_us']:>8.1f} {best['tflops']:>8.1f} "
+                label = "x".join(map(str, best["tile"])) + f" s{best['stages']} t{best['threads']} {best['mma']}"
+                print(f"{n:>6} x {k:<6} {m:>5} {label:>28} {best['time_us']:>8.1f} {best['tflops']:>8.1f} "
                       f"{flops / torch_t / 1e12:>8.1f} {row['fraction_of_cublas']:>6.2f}")
             results["rows"].append(row)
         for launch in launchers.values():
@@ -110,6 +111,16 @@ def main():
         results["geomean_fraction_of_cublas"] = gmean
         print(f"geometric mean of the best configuration's speed / cuBLAS: {gmean:.3f} "
               f"(min {min(fractions):.3f}, max {max(fractions):.3f})")
+    for mma in sorted({c[3] for c in info["configs"]}):
+        ratios = []
+        for r in results["rows"]:
+            times = [c["time_us"] for c in r["configs"] if c["mma"] == mma and c["correct"]]
+            if times:
+                ratios.append(r["cublas_us"] / min(times))
+        if ratios:
+            gmean = float(np.exp(np.mean(np.log(ratios))))
+            results[f"geomean_fraction_of_cublas_{mma}"] = gmean
+            print(f"  best {mma} configuration only: {gmean:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -393,15 +393,22 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
 # o, gate+up, down) and of Llama-3.1-8B.
 GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
                (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
-# (BM, BN, BK), stages, threads per worker.
-GEMM_CONFIGS = [((128, 128, 32), 3, 256), ((128, 128, 32), 4, 128), ((128, 256, 32), 3, 256),
-                ((64, 128, 64), 3, 256), ((128, 128, 64), 3, 256)]
+# (BM, BN, BK), stages, threads per worker, tensor-core instructions.
+GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync"), ((64, 128, 64), 3, 256, "sync"),
+                ((128, 128, 64), 4, 256, "wgmma"), ((128, 128, 64), 3, 256, "wgmma"),
+                ((128, 256, 64), 4, 256, "wgmma"), ((128, 256, 64), 3, 256, "wgmma"),
+                ((64, 256, 64), 4, 128, "wgmma"), ((256, 128, 64), 4, 512, "wgmma")]
 # Numerics: partial tiles in M, N and K, each output type, accumulate, one
-# stage, 512 threads (idle warps) -- (M, K, N, tile, stages, threads, out, accumulate).
-GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False),
-                 (130, 264, 40, (64, 32, 16), 1, 256, "bf16", False),
-                 (300, 512, 200, (128, 128, 32), 4, 128, "f32", True),
-                 (64, 1024, 96, (32, 32, 64), 2, 512, "bf16", False)]
+# stage, idle warps or warpgroups -- (M, K, N, tile, stages, threads, out,
+# accumulate, mma).
+GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False, "sync"),
+                 (130, 264, 40, (64, 32, 16), 1, 256, "bf16", False, "sync"),
+                 (300, 512, 200, (128, 128, 32), 4, 128, "f32", True, "sync"),
+                 (64, 1024, 96, (32, 32, 64), 2, 512, "bf16", False, "sync"),
+                 (300, 200, 200, (128, 128, 64), 4, 256, "f32", False, "wgmma"),
+                 (257, 1024, 520, (128, 256, 64), 3, 256, "bf16", False, "wgmma"),
+                 (100, 640, 100, (64, 48, 64), 3, 256, "f32", True, "wgmma"),
+                 (520, 384, 136, (256, 128, 64), 4, 512, "f32", False, "wgmma")]
 
 
 def gemm(out: Path, workers: int, cache: Path) -> None:
@@ -412,13 +419,15 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     for n, k in GEMM_SHAPES:
-        for tile, stages, threads in GEMM_CONFIGS:
+        for tile, stages, threads, mma in GEMM_CONFIGS:
             art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16"), target="cuda",
-                             workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
-            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads))
-    for i, (m, k, n, tile, stages, threads, dtype, acc) in enumerate(GEMM_NUMERICS):
+                             workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
+                             cache_dir=cache)
+            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads, mma))
+    for i, (m, k, n, tile, stages, threads, dtype, acc, mma) in enumerate(GEMM_NUMERICS):
         art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc), target="cuda",
-                         workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
+                         workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
+                         cache_dir=cache)
         _copy_artifact(art, out / f"numerics{i}")
         rng = np.random.default_rng(i)
         x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
@@ -426,14 +435,14 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
         y0 = rng.standard_normal((m, n)).astype(np.float32) if acc else np.zeros((m, n), np.float32)
         ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
         np.savez(out / f"numerics{i}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref,
-                 out=dtype, accumulate=acc)
+                 out=dtype, accumulate=acc, mma=mma)
     (out / "gemm.json").write_text(json.dumps({"shapes": GEMM_SHAPES, "configs": GEMM_CONFIGS,
                                                "numerics": len(GEMM_NUMERICS)}))
     print(f"gemm: {len(GEMM_SHAPES) * len(GEMM_CONFIGS)} kernels and {len(GEMM_NUMERICS)} numerics cases in {out}")
 
 
-def _gemm_name(n, k, tile, stages, threads) -> str:
-    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}"
+def _gemm_name(n, k, tile, stages, threads, mma) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}"
 
 
 def main() -> None:

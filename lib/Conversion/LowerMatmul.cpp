@@ -72,6 +72,32 @@ FailureOr<WarpTiling> chooseWarpTiling(int64_t bm, int64_t bn, int64_t threads) 
   return *best;
 }
 
+/// The wgmma tiling: groupsM x groupsN warpgroups (128 threads each), each
+/// with a 64 x wn sub-block (one m64nXk16 instruction per k16 step).
+struct WgmmaTiling {
+  int64_t groupsM = 0, groupsN = 0, wn = 0;
+  int64_t used() const { return groupsM * groupsN; }
+};
+
+/// Where the wgmma path applies: BK = 64 (each slice row is one 128-byte
+/// swizzle row), a warpgroup per 64 rows of BM, and at least 3 stages (a
+/// slice in flight while the one before is being multiplied). Among the
+/// warpgroups left, the most that split BN into multiples of 16 within the
+/// accumulator budget.
+std::optional<WgmmaTiling> chooseWgmmaTiling(int64_t bm, int64_t bn, int64_t bk, int64_t stages,
+                                             int64_t threads) {
+  int64_t groups = threads / 128;
+  if (bk != 64 || bm % 64 != 0 || stages < 3 || bm / 64 > groups)
+    return std::nullopt;
+  int64_t groupsM = bm / 64;
+  for (int64_t groupsN = groups / groupsM; groupsN >= 1; --groupsN) {
+    int64_t wn = bn / groupsN;
+    if (bn % groupsN == 0 && wn % 16 == 0 && wn / 2 <= accumulatorBudget(threads))
+      return WgmmaTiling{groupsM, groupsN, wn};
+  }
+  return std::nullopt;
+}
+
 Value i32(OpBuilder &b, Location loc, int64_t v) {
   return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
 }
@@ -85,9 +111,266 @@ Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
   return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
 }
 
+/// Bounds-checked stores of one thread's accumulator values: `value(i,
+/// e)` for n8 block i of the thread's m16 rows (16 * `mTile` + lane / 4,
+/// + 8 for e >= 2) and columns 8 * i + 2 * (lane % 4) + e % 2, offset by
+/// (`row0`, `col0`); the fragment layout of both mma.sync (m16n8) and
+/// wgmma (per warp of the warpgroup).
+void storeFragments(OpBuilder &b, Location loc, MatmulOp op, Value row0, Value col0, Value lane, Value m,
+                    Value n, int64_t mTiles, int64_t nTiles,
+                    llvm::function_ref<Value(int64_t mi, int64_t nj, int64_t e)> value) {
+  TileBuilder h{b, loc};
+  Value rowBase = arith::AddIOp::create(b, loc, row0, arith::DivUIOp::create(b, loc, lane, h.idx(4)));
+  Value colBase = arith::AddIOp::create(
+      b, loc, col0, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(4)), h.idx(2)));
+  Type outType = op.getY().getType().getElementType();
+  for (int64_t mi = 0; mi < mTiles; ++mi)
+    for (int64_t half = 0; half < 2; ++half) {
+      Value row = arith::AddIOp::create(b, loc, rowBase, h.idx(mi * 16 + half * 8));
+      Value rowOk = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, m);
+      for (int64_t nj = 0; nj < nTiles; ++nj)
+        for (int64_t e = 0; e < 2; ++e) {
+          Value col = arith::AddIOp::create(b, loc, colBase, h.idx(nj * 8 + e));
+          Value ok = arith::AndIOp::create(b, loc, rowOk,
+                                           arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, col, n));
+          auto ifOp = scf::IfOp::create(b, loc, ok, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          Value v = value(mi, nj, half * 2 + e);
+          if (op.getAccumulate())
+            v = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}), v);
+          if (!outType.isF32())
+            v = arith::TruncFOp::create(b, loc, outType, v);
+          memref::StoreOp::create(b, loc, v, op.getY(), ValueRange{row, col});
+        }
+    }
+}
+
+/// The wgmma path. Slices are BK = 64 columns wide, so a slice row is 128
+/// bytes and the ring uses the 128-byte swizzle of the wgmma shared-memory
+/// descriptors: 16-byte chunk c of row r sits at chunk c ^ (r % 8) of the
+/// row, from a 1024-byte-aligned base. Step kt: wait for slice kt
+/// (cp.async), fence it for the async proxy, synchronize; issue slice
+/// kt + stages - 2 into the slot of slice kt - 2 (whose multiplies every
+/// warpgroup has waited for); then 4 wgmma (k16 each) of slice kt, a
+/// commit, and a wait that leaves only those in flight.
+LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &t,
+                               llvm::DenseSet<Operation *> &sharedTaken) {
+  ArrayRef<int64_t> tileSizes = op.getTile();
+  const int64_t bm = tileSizes[0], bn = tileSizes[1], stages = op.getStages();
+  const int64_t sliceA = bm * 128, sliceB = bn * 128; // bytes
+  const int64_t ringBytes = stages * (sliceA + sliceB);
+  // The ring plus room to align it to 1024 bytes.
+  if (ringBytes + 1024 > kMaxDynamicShared)
+    return op.emitOpError("tile ")
+           << bm << " x " << bn << " x 64 with " << stages << " stages needs " << ringBytes + 1024
+           << " bytes of shared memory, more than " << kMaxDynamicShared;
+  auto task = op->getParentOfType<TaskOp>();
+  if (sharedTaken.contains(task))
+    return op.emitOpError("shares its task with another op that uses the dynamic shared memory "
+                          "(one et.matmul per task)");
+  sharedTaken.insert(task);
+
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  MLIRContext *ctx = b.getContext();
+  Type i32Type = b.getI32Type(), i64Type = b.getI64Type(), f32 = b.getF32Type();
+  const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
+                        ? op.getW().getType().getDimSize(1)
+                        : op.getX().getType().getDimSize(1);
+  const int64_t kTiles = (k + 63) / 64;
+
+  Value buffer = workgroupBuffer(task, loc, {ringBytes + 1024}, b.getI8Type());
+  buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+  Value shared = elementPointer(b, loc, buffer, h.idx(0), 1, 3);
+  Value sharedAddr = LLVM::PtrToIntOp::create(b, loc, i32Type, shared);
+  Value alignedAddr = arith::AndIOp::create(b, loc, arith::AddIOp::create(b, loc, sharedAddr, i32(b, loc, 1023)),
+                                            i32(b, loc, ~int64_t(1023)));
+  Value ring = sharedAt(b, loc, shared, arith::SubIOp::create(b, loc, alignedAddr, sharedAddr));
+
+  Groups g = h.groups(kWarp);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value m0 = op.getM0(), n0 = op.getN0();
+  auto xMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getX());
+  auto wMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+  Value xBase = elementPointer(b, loc, op.getX(), h.idx(0), 2, 1);
+  Value wBase = elementPointer(b, loc, op.getW(), h.idx(0), 2, 1);
+  Value xStride = xMeta.getStrides()[0], wStride = wMeta.getStrides()[0];
+
+  // Copies of slice kt into slot `slot`: chunk c = (row, kc) of the x block,
+  // then of the w block, swizzled; chunks past M, N or K zero-filled.
+  auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
+    TileBuilder h{b, loc};
+    Value k0 = arith::MulIOp::create(b, loc, kt, h.idx(64));
+    auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride, int64_t sliceBytes,
+                         int64_t sliceOffset) {
+      const int64_t chunks = rows * 8;
+      Value slotBase = arith::AddIOp::create(
+          b, loc, h.idx(sliceOffset), arith::MulIOp::create(b, loc, slot, h.idx(sliceBytes)));
+      for (int64_t i = 0; i * threads < chunks; ++i) {
+        Value c = arith::AddIOp::create(b, loc, g.tid, h.idx(i * threads));
+        auto emit = [&](OpBuilder &b) {
+          TileBuilder h{b, loc};
+          Value row = arith::DivUIOp::create(b, loc, c, h.idx(8));
+          Value kc = arith::RemUIOp::create(b, loc, c, h.idx(8));
+          Value gRow = arith::AddIOp::create(b, loc, first, row);
+          Value gCol = arith::AddIOp::create(b, loc, k0, arith::MulIOp::create(b, loc, kc, h.idx(8)));
+          Value valid = arith::AndIOp::create(
+              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, h.idx(k)));
+          Value offset = arith::SelectOp::create(
+              b, loc, valid,
+              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, gRow, rowStride), gCol), h.idx(0));
+          Value src = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
+                                          ValueRange{arith::IndexCastOp::create(b, loc, i64Type, offset)});
+          Value swizzled = arith::XOrIOp::create(b, loc, kc, arith::RemUIOp::create(b, loc, row, h.idx(8)));
+          Value dstByte = arith::AddIOp::create(
+              b, loc, slotBase,
+              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(128)),
+                                    arith::MulIOp::create(b, loc, swizzled, h.idx(16))));
+          Value dst = sharedAt(b, loc, ring, toI32(b, loc, dstByte));
+          Value srcBytes = arith::SelectOp::create(b, loc, valid, i32(b, loc, 16), i32(b, loc, 0));
+          copyAsync16(b, loc, dst, src, srcBytes);
+        };
+        if ((i + 1) * threads <= chunks) {
+          emit(b);
+        } else {
+          auto inRange = scf::IfOp::create(
+              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks)),
+              /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(inRange.thenBlock());
+          emit(b);
+        }
+      }
+    };
+    copyBlock(bm, m0, m, xBase, xStride, sliceA, 0);
+    copyBlock(bn, n0, n, wBase, wStride, sliceB, stages * sliceA);
+  };
+  auto issueIfAny = [&](OpBuilder &b, Value kt, Value slot) {
+    TileBuilder h{b, loc};
+    auto any = scf::IfOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, h.idx(kTiles)), /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(any.thenBlock());
+      issueSlice(b, kt, slot);
+    }
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  };
+
+  // This warpgroup's sub-block, and the constant part of its descriptors:
+  // stride 1024 bytes between 8-row groups (bits 32-45, in 16-byte units),
+  // leading offset 1 (unused by swizzled K-major operands), 128-byte
+  // swizzle (bits 62-63 = 1).
+  Value group = arith::DivUIOp::create(b, loc, g.tid, h.idx(128));
+  Value groupM = arith::DivUIOp::create(b, loc, group, h.idx(t.groupsN));
+  Value groupN = arith::RemUIOp::create(b, loc, group, h.idx(t.groupsN));
+  Value active = t.used() < threads / 128
+                     ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, group, h.idx(t.used())).getResult()
+                     : Value();
+  Value offA = toI32(b, loc, arith::MulIOp::create(b, loc, groupM, h.idx(64 * 128)));
+  Value offB = toI32(b, loc, arith::AddIOp::create(b, loc, h.idx(stages * sliceA),
+                                                   arith::MulIOp::create(b, loc, groupN, h.idx(t.wn * 128))));
+  const uint64_t descHigh = (uint64_t(1024 / 16) << 32) | (uint64_t(1) << 62) | (uint64_t(1) << 16);
+  auto descriptor = [&](OpBuilder &b, Value byteAddr) {
+    Value field = arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, byteAddr, i32(b, loc, 4)),
+                                        i32(b, loc, 0x3FFF));
+    return arith::OrIOp::create(b, loc, arith::ExtUIOp::create(b, loc, i64Type, field),
+                                arith::ConstantIntOp::create(b, loc, i64Type, static_cast<int64_t>(descHigh)))
+        .getResult();
+  };
+  SmallVector<Type> fields(t.wn / 2, f32);
+  Type accType = LLVM::LLVMStructType::getLiteral(ctx, fields);
+  Value acc0 = LLVM::UndefOp::create(b, loc, accType);
+  for (int64_t i = 0; i < t.wn / 2; ++i)
+    acc0 = LLVM::InsertValueOp::create(b, loc, acc0, h.f32(0), i);
+
+  auto multiply = [&](OpBuilder &b, Value slot, Value acc) {
+    Value slotI32 = toI32(b, loc, slot);
+    Value aAddr = arith::AddIOp::create(
+        b, loc, alignedAddr,
+        arith::AddIOp::create(b, loc, offA, arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceA))));
+    Value bAddr = arith::AddIOp::create(
+        b, loc, alignedAddr,
+        arith::AddIOp::create(b, loc, offB, arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceB))));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    for (int64_t ks = 0; ks < 4; ++ks) {
+      Value da = descriptor(b, arith::AddIOp::create(b, loc, aAddr, i32(b, loc, ks * 32)));
+      Value db = descriptor(b, arith::AddIOp::create(b, loc, bAddr, i32(b, loc, ks * 32)));
+      acc = NVVM::WgmmaMmaAsyncOp::create(
+          b, loc, accType, acc, da, db, NVVM::MMAShapeAttr::get(ctx, 64, t.wn, 16), NVVM::WGMMATypes::bf16,
+          NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one,
+          NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row, NVVM::MMALayout::col, NVVM::MMAIntOverflowAttr());
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+    return acc;
+  };
+
+  for (int64_t s = 0; s + 2 < stages; ++s)
+    issueIfAny(b, h.idx(s), h.idx(s));
+  auto loop = scf::ForOp::create(
+      b, loc, h.idx(0), h.idx(kTiles), h.idx(1), ValueRange{acc0},
+      [&](OpBuilder &b, Location loc, Value kt, ValueRange iter) {
+        TileBuilder h{b, loc};
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 3);
+        NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
+                                   NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+        gpu::BarrierOp::create(b, loc);
+        Value next = arith::AddIOp::create(b, loc, kt, h.idx(stages - 2));
+        issueIfAny(b, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)));
+        Value slot = arith::RemUIOp::create(b, loc, kt, h.idx(stages));
+        Value acc = iter[0];
+        if (!active) {
+          acc = multiply(b, slot, acc);
+        } else {
+          auto ifOp = scf::IfOp::create(b, loc, TypeRange{accType}, active, /*withElse=*/true);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          scf::YieldOp::create(b, loc, multiply(b, slot, acc));
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          scf::YieldOp::create(b, loc, acc);
+          acc = ifOp.getResult(0);
+        }
+        scf::YieldOp::create(b, loc, acc);
+      });
+  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  Value acc = loop.getResult(0);
+
+  // Warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its 64 rows.
+  auto store = [&](OpBuilder &b) {
+    TileBuilder h{b, loc};
+    Value warpInGroup = arith::RemUIOp::create(b, loc, g.group, h.idx(4));
+    Value row0 = arith::AddIOp::create(
+        b, loc, m0,
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, groupM, h.idx(64)),
+                              arith::MulIOp::create(b, loc, warpInGroup, h.idx(16))));
+    Value col0 = arith::AddIOp::create(b, loc, n0, arith::MulIOp::create(b, loc, groupN, h.idx(t.wn)));
+    storeFragments(b, loc, op, row0, col0, g.lane, m, n, 1, t.wn / 8,
+                   [&](int64_t, int64_t nj, int64_t e) -> Value {
+                     return LLVM::ExtractValueOp::create(b, loc, acc, nj * 4 + e);
+                   });
+  };
+  if (active) {
+    auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    store(b);
+  } else {
+    store(b);
+  }
+  gpu::BarrierOp::create(b, loc);
+  op.erase();
+  return success();
+}
+
 } // namespace
 
-LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads,
+LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
                                    llvm::DenseSet<Operation *> &sharedTaken) {
   ArrayRef<int64_t> tileSizes = op.getTile();
   const int64_t bm = tileSizes[0], bn = tileSizes[1], bk = tileSizes[2];
@@ -95,6 +378,9 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads,
   if (threads <= 0)
     return op.emitOpError("on the GPU needs the threads per worker fixed at compile time (the "
                           "pass's `threads` option)");
+  if (wgmma)
+    if (std::optional<WgmmaTiling> groups = chooseWgmmaTiling(bm, bn, bk, stages, threads))
+      return lowerMatmulWgmma(op, threads, *groups, sharedTaken);
   FailureOr<WarpTiling> tiling = chooseWarpTiling(bm, bn, threads);
   if (failed(tiling))
     return op.emitOpError("tile ")
@@ -348,40 +634,13 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads,
   }
   ValueRange acc = loop.getResults();
 
-  // Epilogue: accumulator e of (mi, nj) is y[row, col] with row = lane / 4
-  // (+ 8 for e >= 2) and col = 2 * (lane % 4) + e % 2 within the m16n8 tile.
+  // Epilogue: this warp's WM x WN sub-block.
   auto store = [&](OpBuilder &b) {
     TileBuilder h{b, loc};
-    Value rowBase = arith::AddIOp::create(
-        b, loc, m0,
-        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpM, h.idx(t.wm)),
-                              arith::DivUIOp::create(b, loc, lane, h.idx(4))));
-    Value colBase = arith::AddIOp::create(
-        b, loc, n0,
-        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)),
-                              arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(4)),
-                                                    h.idx(2))));
-    Type outType = op.getY().getType().getElementType();
-    for (int64_t mi = 0; mi < mTiles; ++mi)
-      for (int64_t half = 0; half < 2; ++half) {
-        Value row = arith::AddIOp::create(b, loc, rowBase, h.idx(mi * 16 + half * 8));
-        Value rowOk = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, m);
-        for (int64_t nj = 0; nj < nTiles; ++nj)
-          for (int64_t e = 0; e < 2; ++e) {
-            Value col = arith::AddIOp::create(b, loc, colBase, h.idx(nj * 8 + e));
-            Value ok = arith::AndIOp::create(
-                b, loc, rowOk, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, col, n));
-            auto ifOp = scf::IfOp::create(b, loc, ok, /*withElse=*/false);
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(ifOp.thenBlock());
-            Value v = acc[(mi * nTiles + nj) * 4 + half * 2 + e];
-            if (op.getAccumulate())
-              v = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}), v);
-            if (!outType.isF32())
-              v = arith::TruncFOp::create(b, loc, outType, v);
-            memref::StoreOp::create(b, loc, v, op.getY(), ValueRange{row, col});
-          }
-      }
+    Value row0 = arith::AddIOp::create(b, loc, m0, arith::MulIOp::create(b, loc, warpM, h.idx(t.wm)));
+    Value col0 = arith::AddIOp::create(b, loc, n0, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)));
+    storeFragments(b, loc, op, row0, col0, lane, m, n, mTiles, nTiles,
+                   [&](int64_t mi, int64_t nj, int64_t e) { return acc[(mi * nTiles + nj) * 4 + e]; });
   };
   if (active) {
     auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);

@@ -2062,6 +2062,10 @@ struct LowerTileOpsPass
           << linear << "'";
       return signalPassFailure();
     }
+    if (mma != "wgmma" && mma != "sync") {
+      getOperation().emitOpError("'et-lower-tile-ops' mma must be wgmma or sync, got '") << mma << "'";
+      return signalPassFailure();
+    }
     if (unroll < 1) {
       getOperation().emitOpError("'et-lower-tile-ops' needs unroll >= 1, got ")
           << static_cast<int64_t>(unroll);
@@ -2093,7 +2097,7 @@ struct LowerTileOpsPass
     for (MatmulOp op : matmuls) {
       if (!gpu)
         lowerMatmulCPU(op);
-      else if (failed(lowerMatmulGPU(op, threads, sharedTaken)))
+      else if (failed(lowerMatmulGPU(op, threads, mma == "wgmma", sharedTaken)))
         return signalPassFailure();
     }
     for (Operation *op : ops) {

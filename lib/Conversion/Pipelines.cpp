@@ -110,6 +110,11 @@ struct NVVMPipelineOptions
       *this, "tile-linear",
       llvm::cl::desc("et.linear on the GPU: rows or stream"),
       llvm::cl::init("rows")};
+  PassOptions::Option<std::string> tileMma{
+      *this, "tile-mma",
+      llvm::cl::desc("et.matmul on tensor cores: wgmma (Hopper, where the "
+                     "tile allows it) or sync (mma.sync)"),
+      llvm::cl::init("wgmma")};
   PassOptions::Option<int64_t> tileUnroll{
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
@@ -152,6 +157,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.prefetchBytes = options.tilePrefetchBytes;
         tile.threads = options.threads;
         tile.linear = options.tileLinear;
+        tile.mma = options.tileMma;
         pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
         ConvertEventTensorToNVVMPassOptions o;
         o.backoffNs = options.backoffNs;

@@ -67,10 +67,12 @@ Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
 void copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes = Value());
 
 /// et.matmul on the GPU (tensor cores) for a worker of `threads` threads
-/// (fixed at compile time). The op's task takes the dynamic shared memory
-/// (`sharedTaken`). Emits a diagnostic and fails when the tile does not fit
-/// the worker (registers, shared memory) or `threads` is not fixed.
-LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken);
+/// (fixed at compile time): with warpgroup MMA (`wgmma`, Hopper) where the
+/// tile allows it, else mma.sync. The op's task takes the dynamic shared
+/// memory (`sharedTaken`). Emits a diagnostic and fails when the tile does
+/// not fit the worker (registers, shared memory) or `threads` is not fixed.
+LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
+                             llvm::DenseSet<Operation *> &sharedTaken);
 
 /// et.matmul on the CPU: scalar loops over the block, rows strided by thread.
 void lowerMatmulCPU(MatmulOp op);

@@ -101,7 +101,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = 128 * 1024, tile_kv_prefetch: str = "none",
-                   opt_level: int = 2,
+                   opt_level: int = 2, tile_mma: str = "wgmma",
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -119,7 +119,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     et.linear weight loads above a task's first wait; `tile_kv_prefetch`
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
     `stable` into shared memory before the wait; both shared forms use
-    `tile_prefetch_bytes` of dynamic shared memory."""
+    `tile_prefetch_bytes` of dynamic shared memory. `tile_mma` picks the
+    tensor-core instructions of et.matmul: "wgmma" (Hopper warpgroup MMA
+    where the tile allows it, else mma.sync) or "sync" (mma.sync only)."""
     from . import analysis
     from .compiler import parse, run_pipeline
     from .ir import Context
@@ -140,6 +142,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                          f"got {tile_prefetch_bytes!r}")
     if tile_linear not in ("rows", "stream"):
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
+    if tile_mma not in ("wgmma", "sync"):
+        raise ValueError(f"tile_mma must be 'wgmma' or 'sync', got {tile_mma!r}")
     if format not in ("isa", "bin", "fatbin"):
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
     if workers is None:
@@ -161,6 +165,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         if "shared" in (tile_prefetch, tile_kv_prefetch):
             options["tile_prefetch_bytes"] = tile_prefetch_bytes
         options["tile_linear"] = tile_linear
+        options["tile_mma"] = tile_mma
     key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text],
                                     sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -192,7 +197,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
                         f"tile-prefetch={tile_prefetch} tile-kv-prefetch={tile_kv_prefetch} "
                         f"tile-prefetch-bytes={tile_prefetch_bytes} "
-                        f"tile-linear={tile_linear} threads={threads_per_worker} "
+                        f"tile-linear={tile_linear} tile-mma={tile_mma} threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))

@@ -101,7 +101,13 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     `stable` into the dynamic shared memory (`cp.async`) before the task's
     first wait, then computes from there: scores, softmax and P.V as three
     phases through shared memory. One op per task (an et.linear of the same
-    task then keeps to global memory). Runs
+    task then keeps to global memory).
+
+    `et.matmul` (GPU, `threads` fixed) keeps a ring of operand slices in the
+    dynamic shared memory, filled with `cp.async`; with `mma=wgmma` and a
+    tile of BK = 64, BM a multiple of 64 and at least 3 stages, warpgroups
+    multiply from 128-byte-swizzled slices with `wgmma.mma_async`;
+    otherwise warps use `ldmatrix` and `mma.sync`. Runs
     before `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
   }];
   let options = [
@@ -124,6 +130,10 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "et.linear on the GPU: rows (one row at a time, the faster one "
            "measured) or stream (software-pipelined across rows when K is a "
            "multiple of 256)">,
+    Option<"mma", "mma", "std::string", /*default=*/"\"wgmma\"",
+           "Tensor-core instructions of et.matmul on the GPU: wgmma (Hopper "
+           "warpgroup MMA, where the tile allows it; else sync) or sync "
+           "(mma.sync, any GPU since Ampere)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",
