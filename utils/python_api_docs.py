@@ -13,6 +13,7 @@ from pathlib import Path
 MODULES = [
     ("event_tensor", ["compile"]),
     ("event_tensor.build", ["compile_kernel", "default_cache_dir"]),
+    ("event_tensor.kernels", ["gemm_kernel", "gemm_tiles"]),
     ("event_tensor.runtime", None),
     ("event_tensor.runtime.cpu", ["CPULauncher"]),
     ("event_tensor.runtime.cuda", ["CUDALauncher"]),

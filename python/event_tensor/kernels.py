@@ -29,7 +29,7 @@ def gemm_tiles(m: int, n: int, tile: tuple[int, int, int]) -> int:
     return -(-m // tile[0]) * -(-n // tile[1])
 
 
-def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 32), stages: int = 3,
+def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), stages: int = 4,
                 out: str = "f32", accumulate: bool = False, name: str = "gemm") -> str:
     """`et.kernel @name(%x: memref<?xKxbf16>, %w: memref<NxKxbf16>,
     %y: memref<?xNx(out)>, %rows: index)`: one task over

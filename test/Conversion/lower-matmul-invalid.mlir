@@ -29,6 +29,19 @@ et.kernel @shared(%x: memref<?x256xbf16>, %w: memref<256x256xbf16>, %y: memref<?
 
 // -----
 
+// On the wgmma path, 5 stages of (128 + 256) rows of 128 bytes, plus 1024
+// bytes of alignment, are 246784 bytes.
+et.kernel @wgmma_shared(%x: memref<?x256xbf16>, %w: memref<256x256xbf16>, %y: memref<?x256xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.matmul' op tile 128 x 256 x 64 with 5 stages needs 246784 bytes of shared memory, more than 204800}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [128, 256, 64] stages 5 : memref<?x256xbf16>, memref<256x256xbf16>, memref<?x256xf32>
+  }
+}
+
+// -----
+
 // The operand ring takes the task's dynamic shared memory: one GEMM tile
 // per task.
 et.kernel @two(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %y: memref<?x64xf32>, %z: memref<?x64xf32>) {

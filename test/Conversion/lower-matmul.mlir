@@ -1,6 +1,7 @@
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=GPU
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=512}))" | FileCheck %s --check-prefix=T512
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 mma=sync}))" | FileCheck %s --check-prefix=GPU
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=512 mma=sync}))" | FileCheck %s --check-prefix=T512
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=CPU
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))" | FileCheck %s --check-prefix=WG
 
 // A 64 x 64 x 32 tile, 3 stages, on 8 warps: 2 x 4 warps of 32 x 16 each
 // (2 m16 tiles x 2 n8 tiles = 16 accumulators per thread). The ring is
@@ -76,5 +77,46 @@ et.kernel @one_stage(%x: memref<64x64xbf16>, %w: memref<32x64xbf16>, %y: memref<
   et.task @gemm tiles(%i) in (%c2) {
     %m0 = arith.muli %i, %c32 : index
     et.matmul %x, %w, %y at(%m0, %c0) tile [32, 32, 64] stages 1 accumulate : memref<64x64xbf16>, memref<32x64xbf16>, memref<64x32xf32>
+  }
+}
+
+// With mma=wgmma and BK = 64, BM a multiple of 64, 3+ stages: two
+// warpgroups of 64 x 128 each. The ring (4 x (128 + 128) rows of 128 bytes,
+// plus 1024 bytes to align it) holds swizzled rows: chunk kc of row r at
+// chunk kc ^ (r % 8). Two slices go out before the loop; every step waits
+// for all but one copy group, fences the copies for the async proxy,
+// synchronizes, issues the slice two ahead, and runs four m64n128k16
+// wgmma on the loop-carried accumulator struct (64 f32), leaving one group
+// in flight. The tiles above (BK = 32, one stage) keep mma.sync.
+// WG-LABEL: et.kernel @gemm
+// WG: nvvm.mma.sync
+// WG-LABEL: et.kernel @one_stage
+// WG: nvvm.mma.sync
+// WG-LABEL: et.kernel @wgmma
+// WG: memref.alloca() {et.dynamic_shared} : memref<132096xi8, #gpu.address_space<workgroup>>
+// WG: arith.xori
+// WG: nvvm.cp.async.shared.global
+// WG: nvvm.cp.async.commit.group
+// WG: nvvm.cp.async.commit.group
+// WG: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (!llvm.struct<(f32, f32,
+// WG: nvvm.cp.async.wait.group 1
+// WG-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// WG-NEXT: gpu.barrier
+// WG: nvvm.wgmma.fence.aligned
+// WG-COUNT-4: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// WG: nvvm.wgmma.commit.group.sync.aligned
+// WG-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// WG: nvvm.wgmma.wait.group.sync.aligned 0
+// WG-COUNT-64: memref.store %{{.*}}, %{{.*}} : memref<?x256xf32>
+// WG: gpu.barrier
+// WG-NOT: nvvm.mma.sync
+et.kernel @wgmma(%x: memref<?x512xbf16>, %w: memref<256x512xbf16>, %y: memref<?x256xf32>, %rows: index) {
+  %c2 = arith.constant 2 : index
+  %c128 = arith.constant 128 : index
+  %tm = arith.ceildivsi %rows, %c128 : index
+  et.task @gemm tiles(%i, %j) in (%tm, %c2) {
+    %m0 = arith.muli %i, %c128 : index
+    %n0 = arith.muli %j, %c128 : index
+    et.matmul %x, %w, %y at(%m0, %n0) tile [128, 128, 64] stages 4 : memref<?x512xbf16>, memref<256x512xbf16>, memref<?x256xf32>
   }
 }

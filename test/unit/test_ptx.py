@@ -149,3 +149,35 @@ def test_matmul_ptx(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "0 bytes spill stores" in out.stderr, out.stderr
+
+
+def test_wgmma_ptx(tmp_path):
+    """et.matmul on the wgmma path: two warpgroups of m64n256k16 from
+    128-byte-swizzled slices (descriptor constant: stride 1024 bytes,
+    128-byte swizzle), the copies fenced for the async proxy; the kernel
+    states 4 x (128 + 256) rows x 128 bytes + 1024 of dynamic shared
+    memory; ptxas accepts it with no spills and does not serialize the
+    wgmma instructions."""
+    from event_tensor.kernels import gemm_kernel
+
+    art = et.compile(gemm_kernel(2048, 8192, tile=(128, 256, 64), stages=4, out="bf16"), target="cuda",
+                     workers=132, threads_per_worker=256, mode="static", cache_dir=tmp_path)
+    ptx = art.binary_path.read_text()
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16") == 4
+    assert "fence.proxy.async.shared::cta;" in ptx
+    assert "wgmma.wait_group.sync.aligned \t1;" in ptx and "mma.sync" not in ptx
+    assert str(0x4000004000010000) in ptx, "descriptor bits: 128-byte swizzle, stride 64 x 16 bytes, leading 1"
+    assert f".u32 __et_dynamic_shared_bytes = {4 * 384 * 128 + 1024};" in ptx
+    # mma.sync, forced: the same tile on warps (3 stages: its padded rows
+    # take more shared memory).
+    sync = et.compile(gemm_kernel(2048, 8192, tile=(128, 256, 64), stages=3, out="bf16"), target="cuda",
+                      workers=132, threads_per_worker=256, mode="static", tile_mma="sync", cache_dir=tmp_path)
+    assert "wgmma" not in sync.binary_path.read_text()
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 bytes spill stores" in out.stderr, out.stderr
+    assert "serialized" not in out.stderr, out.stderr

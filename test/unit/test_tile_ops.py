@@ -288,6 +288,8 @@ def test_gemm_kernel_rejects_bad_arguments():
         gemm_kernel(64, 64, out="f16")
     with pytest.raises(ValueError, match=r"tile must be \(BM, BN, BK\)"):
         gemm_kernel(64, 64, tile=(64, 64))
+    with pytest.raises(ValueError, match="tile_mma must be 'wgmma' or 'sync', got 'wmma'"):
+        et.compile(gemm_kernel(64, 64), target="cuda", tile_mma="wmma")
 
 
 def test_matmul_verifier_errors(tmp_path):

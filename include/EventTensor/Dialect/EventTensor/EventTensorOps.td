@@ -389,15 +389,18 @@ def ET_MatmulOp : ET_Op<"matmul", [
 
     The tile shape is a tuning parameter: `BM` and `BN` multiples of 16 up
     to 256, `BK` a multiple of 16 up to 128; `stages` (1 to 8, default 3)
-    is how many `BK`-slices of x and w are in flight. The lowering choice
-    of warp tiles is documented in docs/lowering.md.
+    is how many `BK`-slices of x and w the ring holds. The warp and
+    warpgroup layouts are documented in docs/lowering.md.
 
     Lowering (`et-lower-tile-ops`): on the GPU, a `stages`-deep ring of
     x and w slices in dynamic shared memory, filled with `cp.async`
-    (out-of-range rows and columns zero-filled); each warp owns a sub-block
-    of the tile, reads its operands with `ldmatrix` and multiplies on the
-    tensor cores with `mma.sync.m16n8k16` (bf16 in, f32 accumulators in
-    registers). On the CPU, scalar loops.
+    (out-of-range rows and columns zero-filled). With `mma=wgmma` (the
+    default) and BK = 64, BM a multiple of 64 and at least 3 stages, each
+    warpgroup multiplies a 64-row sub-block with `wgmma.mma_async` straight
+    from the (128-byte swizzled) slices; otherwise each warp owns a
+    sub-block, reads its operands with `ldmatrix` and multiplies with
+    `mma.sync.m16n8k16`. Both accumulate in f32 registers. On the CPU,
+    scalar loops.
 
     Example:
 
