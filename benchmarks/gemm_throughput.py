@@ -7,7 +7,9 @@ For each linear-layer shape N x K of Llama-3.2-1B and Llama-3.1-8B and each
 M (tokens of a prompt), y = x * w^T with bf16 x, w and y: the time of every
 prepared tile configuration (one kernel each; M is a runtime argument), the
 best of them, and cuBLAS's time for the same product. Throughput is
-2 * M * N * K / time. First the numerics cases (partial tiles, both output
+2 * M * N * K / time, each time the median over batches of 20 launches
+back to back (per launch: the host's launch work overlaps the device's).
+First the numerics cases (partial tiles, both output
 types, accumulate, one stage, idle warps) against float64 references.
 
     PYTHONPATH=python python3 benchmarks/gemm_throughput.py .device/gemm --json results.json
@@ -22,13 +24,13 @@ import numpy as np
 import torch
 
 from event_tensor import runtime
-from gpu_timing import launch_seconds, median_seconds
+from gpu_timing import batched_seconds
 
 M_VALUES = (128, 512, 1024, 2048, 4096)
 
 
-def _name(n, k, tile, stages, threads, mma) -> str:
-    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}"
+def _name(n, k, tile, stages, threads, mma, order) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}"
 
 
 def numerics(root: Path, count: int) -> list[dict]:
@@ -57,6 +59,42 @@ def numerics(root: Path, count: int) -> list[dict]:
     return rows
 
 
+def profiles(root: Path, shapes) -> list[dict]:
+    """Per-tile times of profiled 128x256x64 wgmma kernels at M = 4096: how
+    long a tile takes against the launch's makespan."""
+    out = []
+    for n, k in shapes:
+        m = 4096
+        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        launch = runtime.load(root / f"profiled-{n}x{k}").launcher(timeout_s=10)
+        for _ in range(3):
+            launch(x, w, y, m)
+        trace = launch.last_trace
+        durations = sorted(r[5] - r[3] for r in trace.records)
+        starts = sorted(r[3] for r in trace.records)
+        per_worker = {}
+        for r in trace.records:
+            per_worker.setdefault(r[0], []).append(r)
+        gaps = []
+        for recs in per_worker.values():
+            recs.sort(key=lambda r: r[3])
+            gaps += [b[3] - a[5] for a, b in zip(recs, recs[1:])]
+        row = {"n": n, "k": k, "m": m, "tiles": len(durations), "makespan_us": trace.makespan_ns / 1e3,
+               "tile_us_median": durations[len(durations) // 2] / 1e3, "tile_us_max": durations[-1] / 1e3,
+               "last_start_us": starts[-1] / 1e3,
+               "gap_us_median": (sorted(gaps)[len(gaps) // 2] / 1e3) if gaps else 0.0,
+               "tile_tflops": 2 * 128 * 256 * k / (durations[len(durations) // 2] * 1e-9) / 1e12}
+        print(f"profile {n} x {k}, M = {m}: {row['tiles']} tiles, makespan {row['makespan_us']:.1f} us, "
+              f"tile median {row['tile_us_median']:.1f} us (max {row['tile_us_max']:.1f}; "
+              f"{row['tile_tflops']:.2f} TFLOP/s per worker), gap between a worker's tiles "
+              f"{row['gap_us_median']:.2f} us")
+        out.append(row)
+        launch.close()
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -67,27 +105,30 @@ def main():
     info = json.loads((root / "gemm.json").read_text())
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "numerics": numerics(root, info["numerics"]), "rows": []}
+    results["profiles"] = profiles(root, info.get("profiled", []))
     m_values = [int(v) for v in args.m.split(",")]
     print(f"{'N x K':>13} {'M':>5} {'best tile':>28} {'us':>8} {'TFLOP/s':>8} {'cuBLAS':>8} {'ratio':>6}")
     for n, k in info["shapes"]:
         w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
         launchers = {}
-        for tile, stages, threads, mma in info["configs"]:
-            name = _name(n, k, tile, stages, threads, mma)
+        for tile, stages, threads, mma, order in info["configs"]:
+            name = _name(n, k, tile, stages, threads, mma, order)
             launchers[name] = runtime.load(root / name).launcher(timeout_s=10)
         for m in m_values:
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             ref = torch.matmul(x, w.t())
             flops = 2 * m * n * k
-            torch_t = median_seconds(lambda: torch.matmul(x, w.t()))
+            torch_t = batched_seconds(lambda: torch.matmul(x, w.t()))
             configs = []
-            for (tile, stages, threads, mma), (name, launch) in zip(info["configs"], launchers.items()):
+            for (tile, stages, threads, mma, order), (name, launch) in zip(info["configs"], launchers.items()):
                 y.fill_(float("nan"))
                 launch(x, w, y, m)
                 err = float(((y.float() - ref.float()).norm() / ref.float().norm()).item())
-                t = launch_seconds(launch, x, w, y, m)
-                configs.append({"tile": tile, "stages": stages, "threads": threads, "mma": mma, "time_us": t * 1e6,
+                t = batched_seconds(launch.bind(x, w, y, m))
+                launch.check()
+                configs.append({"tile": tile, "stages": stages, "threads": threads, "mma": mma, "order": order,
+                                "time_us": t * 1e6,
                                 "tflops": flops / t / 1e12, "rel_err_vs_cublas": err, "correct": err < 1e-2})
             best = min((c for c in configs if c["correct"]), key=lambda c: c["time_us"], default=None)
             row = {"n": n, "k": k, "m": m, "cublas_us": torch_t * 1e6, "cublas_tflops": flops / torch_t / 1e12,
@@ -98,6 +139,8 @@ def main():
                 row["best"] = best
                 row["fraction_of_cublas"] = torch_t * 1e6 / best["time_us"]
                 label = "x".join(map(str, best["tile"])) + f" s{best['stages']} t{best['threads']} {best['mma']}"
+                if best["order"] != "auto":
+                    label += " " + best["order"]
                 print(f"{n:>6} x {k:<6} {m:>5} {label:>28} {best['time_us']:>8.1f} {best['tflops']:>8.1f} "
                       f"{flops / torch_t / 1e12:>8.1f} {row['fraction_of_cublas']:>6.2f}")
             results["rows"].append(row)
@@ -111,6 +154,11 @@ def main():
         results["geomean_fraction_of_cublas"] = gmean
         print(f"geometric mean of the best configuration's speed / cuBLAS: {gmean:.3f} "
               f"(min {min(fractions):.3f}, max {max(fractions):.3f})")
+    for ci, (tile, stages, threads, mma, order) in enumerate(info["configs"]):
+        ratios = [r["cublas_us"] / r["configs"][ci]["time_us"] for r in results["rows"] if r["configs"][ci]["correct"]]
+        if ratios:
+            print(f"  {'x'.join(map(str, tile))} s{stages} t{threads} {mma} {order}: geometric mean "
+                  f"{float(np.exp(np.mean(np.log(ratios)))):.3f} of cuBLAS over {len(ratios)} points")
     for mma in sorted({c[3] for c in info["configs"]}):
         ratios = []
         for r in results["rows"]:

@@ -22,6 +22,25 @@ def median_seconds(fn, reps=20, warmup=3):
     return statistics.median(times)
 
 
+def batched_seconds(fn, inner=20, reps=7, warmup=3):
+    """Median seconds per call of `fn()` when `inner` calls run back to back
+    between two CUDA events (the host's launch work overlaps the device's
+    instead of adding to every call), over `reps` batches."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / inner)
+    return statistics.median(times)
+
+
 def launch_seconds(launch, *args, reps=20, warmup=3):
     """Median seconds of one kernel launch: the arguments are packed once
     (`launch.bind`), so no Python work sits between the timing events; then

@@ -393,11 +393,14 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
 # o, gate+up, down) and of Llama-3.1-8B.
 GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
                (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
-# (BM, BN, BK), stages, threads per worker, tensor-core instructions.
-GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync"), ((64, 128, 64), 3, 256, "sync"),
-                ((128, 128, 64), 4, 256, "wgmma"), ((128, 128, 64), 3, 256, "wgmma"),
-                ((128, 256, 64), 4, 256, "wgmma"), ((128, 256, 64), 3, 256, "wgmma"),
-                ((64, 256, 64), 4, 128, "wgmma"), ((256, 128, 64), 4, 512, "wgmma")]
+# (BM, BN, BK), stages, threads per worker, tensor-core instructions, block
+# order (gemm_kernel).
+GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync", "auto"),
+                ((128, 128, 64), 4, 256, "wgmma", "auto"), ((128, 128, 64), 5, 256, "wgmma", "auto"),
+                ((128, 128, 64), 6, 256, "wgmma", "auto"), ((128, 128, 128), 3, 256, "wgmma", "auto"),
+                ((128, 256, 64), 4, 256, "wgmma", "auto"), ((128, 256, 64), 4, 256, "wgmma", "rows"),
+                ((64, 256, 64), 4, 128, "wgmma", "auto"), ((256, 128, 64), 4, 512, "wgmma", "auto")]
+GEMM_PROFILED = [(2048, 2048), (2048, 8192)]
 # Numerics: partial tiles in M, N and K, each output type, accumulate, one
 # stage, idle warps or warpgroups -- (M, K, N, tile, stages, threads, out,
 # accumulate, mma).
@@ -408,7 +411,10 @@ GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False, "sync"),
                  (300, 200, 200, (128, 128, 64), 4, 256, "f32", False, "wgmma"),
                  (257, 1024, 520, (128, 256, 64), 3, 256, "bf16", False, "wgmma"),
                  (100, 640, 100, (64, 48, 64), 3, 256, "f32", True, "wgmma"),
-                 (520, 384, 136, (256, 128, 64), 4, 512, "f32", False, "wgmma")]
+                 (520, 384, 136, (256, 128, 64), 4, 512, "f32", False, "wgmma"),
+                 (37, 200, 75, (32, 64, 32), 3, 256, "bf16", False, "sync"),
+                 (150, 256, 75, (128, 128, 64), 4, 256, "f32", True, "wgmma"),
+                 (300, 200, 200, (128, 128, 128), 3, 256, "bf16", False, "wgmma")]
 
 
 def gemm(out: Path, workers: int, cache: Path) -> None:
@@ -419,11 +425,16 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     for n, k in GEMM_SHAPES:
-        for tile, stages, threads, mma in GEMM_CONFIGS:
-            art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16"), target="cuda",
+        for tile, stages, threads, mma, order in GEMM_CONFIGS:
+            art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16", order=order), target="cuda",
                              workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
                              cache_dir=cache)
-            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads, mma))
+            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads, mma, order))
+    # Profiled (per-tile times): a short-K and a long-K shape.
+    for n, k in GEMM_PROFILED:
+        art = et.compile(gemm_kernel(k, n, tile=(128, 256, 64), stages=4, out="bf16"), target="cuda",
+                         workers=workers, mode="static", threads_per_worker=256, profile=True, cache_dir=cache)
+        _copy_artifact(art, out / f"profiled-{n}x{k}")
     for i, (m, k, n, tile, stages, threads, dtype, acc, mma) in enumerate(GEMM_NUMERICS):
         art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc), target="cuda",
                          workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
@@ -437,12 +448,12 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
         np.savez(out / f"numerics{i}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref,
                  out=dtype, accumulate=acc, mma=mma)
     (out / "gemm.json").write_text(json.dumps({"shapes": GEMM_SHAPES, "configs": GEMM_CONFIGS,
-                                               "numerics": len(GEMM_NUMERICS)}))
+                                               "numerics": len(GEMM_NUMERICS), "profiled": GEMM_PROFILED}))
     print(f"gemm: {len(GEMM_SHAPES) * len(GEMM_CONFIGS)} kernels and {len(GEMM_NUMERICS)} numerics cases in {out}")
 
 
-def _gemm_name(n, k, tile, stages, threads, mma) -> str:
-    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}"
+def _gemm_name(n, k, tile, stages, threads, mma, order) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}"
 
 
 def main() -> None:

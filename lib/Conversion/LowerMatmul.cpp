@@ -22,6 +22,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <cstdlib>
 
@@ -79,15 +80,16 @@ struct WgmmaTiling {
   int64_t used() const { return groupsM * groupsN; }
 };
 
-/// Where the wgmma path applies: BK = 64 (each slice row is one 128-byte
-/// swizzle row), a warpgroup per 64 rows of BM, and at least 3 stages (a
-/// slice in flight while the one before is being multiplied). Among the
+/// Where the wgmma path applies: BK a multiple of 64 (a slice is BK / 64
+/// blocks of 128-byte swizzle rows), a warpgroup per 64 rows of BM, and at
+/// least 3 stages (a slice in flight while the one before is being
+/// multiplied). Among the
 /// warpgroups left, the most that split BN into multiples of 16 within the
 /// accumulator budget.
 std::optional<WgmmaTiling> chooseWgmmaTiling(int64_t bm, int64_t bn, int64_t bk, int64_t stages,
                                              int64_t threads) {
   int64_t groups = threads / 128;
-  if (bk != 64 || bm % 64 != 0 || stages < 3 || bm / 64 > groups)
+  if (bk % 64 != 0 || bm % 64 != 0 || stages < 3 || bm / 64 > groups)
     return std::nullopt;
   int64_t groupsM = bm / 64;
   for (int64_t groupsN = groups / groupsM; groupsN >= 1; --groupsN) {
@@ -111,11 +113,25 @@ Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
   return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
 }
 
+/// True when each thread's two adjacent outputs (columns 2c, 2c + 1) can be
+/// one vector store: y's rows are contiguous and start at even elements.
+bool pairStores(MatmulOp op) {
+  MemRefType y = op.getY().getType();
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (failed(y.getStridesAndOffset(strides, offset)))
+    return false;
+  return strides[1] == 1 && !ShapedType::isDynamic(strides[0]) && strides[0] % 2 == 0 &&
+         !ShapedType::isDynamic(offset) && offset % 2 == 0;
+}
+
 /// Bounds-checked stores of one thread's accumulator values: `value(i,
 /// e)` for n8 block i of the thread's m16 rows (16 * `mTile` + lane / 4,
 /// + 8 for e >= 2) and columns 8 * i + 2 * (lane % 4) + e % 2, offset by
 /// (`row0`, `col0`); the fragment layout of both mma.sync (m16n8) and
-/// wgmma (per warp of the warpgroup).
+/// wgmma (per warp of the warpgroup). Adjacent columns go out as one
+/// 2-element vector store where y's layout allows it (pairStores) and both
+/// are below N.
 void storeFragments(OpBuilder &b, Location loc, MatmulOp op, Value row0, Value col0, Value lane, Value m,
                     Value n, int64_t mTiles, int64_t nTiles,
                     llvm::function_ref<Value(int64_t mi, int64_t nj, int64_t e)> value) {
@@ -124,46 +140,84 @@ void storeFragments(OpBuilder &b, Location loc, MatmulOp op, Value row0, Value c
   Value colBase = arith::AddIOp::create(
       b, loc, col0, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(4)), h.idx(2)));
   Type outType = op.getY().getType().getElementType();
+  bool pairs = pairStores(op);
+  auto finish = [&](OpBuilder &b, Value v, Value row, Value col) {
+    if (op.getAccumulate()) {
+      Value old = isa<VectorType>(v.getType())
+                      ? vector::LoadOp::create(b, loc, cast<VectorType>(v.getType()), op.getY(), ValueRange{row, col})
+                            .getResult()
+                      : memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}).getResult();
+      v = arith::AddFOp::create(b, loc, old, v);
+    }
+    if (!outType.isF32()) {
+      Type to = outType;
+      if (auto vec = dyn_cast<VectorType>(v.getType()))
+        to = VectorType::get(vec.getShape(), outType);
+      v = arith::TruncFOp::create(b, loc, to, v);
+    }
+    if (isa<VectorType>(v.getType()))
+      vector::StoreOp::create(b, loc, v, op.getY(), ValueRange{row, col});
+    else
+      memref::StoreOp::create(b, loc, v, op.getY(), ValueRange{row, col});
+  };
   for (int64_t mi = 0; mi < mTiles; ++mi)
     for (int64_t half = 0; half < 2; ++half) {
       Value row = arith::AddIOp::create(b, loc, rowBase, h.idx(mi * 16 + half * 8));
       Value rowOk = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, m);
-      for (int64_t nj = 0; nj < nTiles; ++nj)
+      for (int64_t nj = 0; nj < nTiles; ++nj) {
+        Value col = arith::AddIOp::create(b, loc, colBase, h.idx(nj * 8));
+        Value col1 = arith::AddIOp::create(b, loc, col, h.idx(1));
+        auto inside = [&](OpBuilder &b, Value c) {
+          return arith::AndIOp::create(b, loc, rowOk, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, n))
+              .getResult();
+        };
+        if (pairs) {
+          // Both columns, else the first alone.
+          auto both = scf::IfOp::create(b, loc, inside(b, col1), /*withElse=*/true);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(both.thenBlock());
+          Value vec = vector::FromElementsOp::create(
+              b, loc, VectorType::get({2}, b.getF32Type()),
+              ValueRange{value(mi, nj, half * 2), value(mi, nj, half * 2 + 1)});
+          finish(b, vec, row, col);
+          b.setInsertionPointToStart(both.elseBlock());
+          auto first = scf::IfOp::create(b, loc, inside(b, col), /*withElse=*/false);
+          b.setInsertionPointToStart(first.thenBlock());
+          finish(b, value(mi, nj, half * 2), row, col);
+          continue;
+        }
         for (int64_t e = 0; e < 2; ++e) {
-          Value col = arith::AddIOp::create(b, loc, colBase, h.idx(nj * 8 + e));
-          Value ok = arith::AndIOp::create(b, loc, rowOk,
-                                           arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, col, n));
-          auto ifOp = scf::IfOp::create(b, loc, ok, /*withElse=*/false);
+          Value c = e == 0 ? col : col1;
+          auto ifOp = scf::IfOp::create(b, loc, inside(b, c), /*withElse=*/false);
           OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(ifOp.thenBlock());
-          Value v = value(mi, nj, half * 2 + e);
-          if (op.getAccumulate())
-            v = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}), v);
-          if (!outType.isF32())
-            v = arith::TruncFOp::create(b, loc, outType, v);
-          memref::StoreOp::create(b, loc, v, op.getY(), ValueRange{row, col});
+          finish(b, value(mi, nj, half * 2 + e), row, c);
         }
+      }
     }
 }
 
-/// The wgmma path. Slices are BK = 64 columns wide, so a slice row is 128
-/// bytes and the ring uses the 128-byte swizzle of the wgmma shared-memory
-/// descriptors: 16-byte chunk c of row r sits at chunk c ^ (r % 8) of the
-/// row, from a 1024-byte-aligned base. Step kt: wait for slice kt
+/// The wgmma path. A slice is BK / 64 column blocks ("atoms") of 64
+/// columns, so an atom row is 128 bytes and the ring uses the 128-byte
+/// swizzle of the wgmma shared-memory descriptors: 16-byte chunk c of row
+/// r sits at chunk c ^ (r % 8) of the row, from a 1024-byte-aligned base. Step kt: wait for slice kt
 /// (cp.async), fence it for the async proxy, synchronize; issue slice
 /// kt + stages - 2 into the slot of slice kt - 2 (whose multiplies every
-/// warpgroup has waited for); then 4 wgmma (k16 each) of slice kt, a
+/// warpgroup has waited for); then BK / 16 wgmma (k16 each) of slice kt, a
 /// commit, and a wait that leaves only those in flight.
 LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &t,
                                llvm::DenseSet<Operation *> &sharedTaken) {
   ArrayRef<int64_t> tileSizes = op.getTile();
   const int64_t bm = tileSizes[0], bn = tileSizes[1], stages = op.getStages();
-  const int64_t sliceA = bm * 128, sliceB = bn * 128; // bytes
+  // A slice is BK / 64 column blocks (atoms) of 128-byte rows.
+  const int64_t atoms = tileSizes[2] / 64;
+  const int64_t sliceA = bm * 128 * atoms, sliceB = bn * 128 * atoms; // bytes
   const int64_t ringBytes = stages * (sliceA + sliceB);
   // The ring plus room to align it to 1024 bytes.
   if (ringBytes + 1024 > kMaxDynamicShared)
     return op.emitOpError("tile ")
-           << bm << " x " << bn << " x 64 with " << stages << " stages needs " << ringBytes + 1024
+           << bm << " x " << bn << " x " << tileSizes[2] << " with " << stages << " stages needs "
+           << ringBytes + 1024
            << " bytes of shared memory, more than " << kMaxDynamicShared;
   auto task = op->getParentOfType<TaskOp>();
   if (sharedTaken.contains(task))
@@ -179,7 +233,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
                         ? op.getW().getType().getDimSize(1)
                         : op.getX().getType().getDimSize(1);
-  const int64_t kTiles = (k + 63) / 64;
+  const int64_t kTiles = (k + 64 * atoms - 1) / (64 * atoms);
 
   Value buffer = workgroupBuffer(task, loc, {ringBytes + 1024}, b.getI8Type());
   buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
@@ -203,20 +257,22 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   // then of the w block, swizzled; chunks past M, N or K zero-filled.
   auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
-    Value k0 = arith::MulIOp::create(b, loc, kt, h.idx(64));
+    Value k0 = arith::MulIOp::create(b, loc, kt, h.idx(64 * atoms));
     auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride, int64_t sliceBytes,
                          int64_t sliceOffset) {
-      const int64_t chunks = rows * 8;
+      const int64_t perRow = 8 * atoms, chunks = rows * perRow;
       Value slotBase = arith::AddIOp::create(
           b, loc, h.idx(sliceOffset), arith::MulIOp::create(b, loc, slot, h.idx(sliceBytes)));
       for (int64_t i = 0; i * threads < chunks; ++i) {
         Value c = arith::AddIOp::create(b, loc, g.tid, h.idx(i * threads));
         auto emit = [&](OpBuilder &b) {
           TileBuilder h{b, loc};
-          Value row = arith::DivUIOp::create(b, loc, c, h.idx(8));
-          Value kc = arith::RemUIOp::create(b, loc, c, h.idx(8));
+          Value row = arith::DivUIOp::create(b, loc, c, h.idx(perRow));
+          Value chunk = arith::RemUIOp::create(b, loc, c, h.idx(perRow));
+          Value atom = arith::DivUIOp::create(b, loc, chunk, h.idx(8));
+          Value kc = arith::RemUIOp::create(b, loc, chunk, h.idx(8));
           Value gRow = arith::AddIOp::create(b, loc, first, row);
-          Value gCol = arith::AddIOp::create(b, loc, k0, arith::MulIOp::create(b, loc, kc, h.idx(8)));
+          Value gCol = arith::AddIOp::create(b, loc, k0, arith::MulIOp::create(b, loc, chunk, h.idx(8)));
           Value valid = arith::AndIOp::create(
               b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
               arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, h.idx(k)));
@@ -227,7 +283,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
                                           ValueRange{arith::IndexCastOp::create(b, loc, i64Type, offset)});
           Value swizzled = arith::XOrIOp::create(b, loc, kc, arith::RemUIOp::create(b, loc, row, h.idx(8)));
           Value dstByte = arith::AddIOp::create(
-              b, loc, slotBase,
+              b, loc, arith::AddIOp::create(b, loc, slotBase, arith::MulIOp::create(b, loc, atom, h.idx(rows * 128))),
               arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(128)),
                                     arith::MulIOp::create(b, loc, swizzled, h.idx(16))));
           Value dst = sharedAt(b, loc, ring, toI32(b, loc, dstByte));
@@ -297,9 +353,10 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
         b, loc, alignedAddr,
         arith::AddIOp::create(b, loc, offB, arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceB))));
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t ks = 0; ks < 4; ++ks) {
-      Value da = descriptor(b, arith::AddIOp::create(b, loc, aAddr, i32(b, loc, ks * 32)));
-      Value db = descriptor(b, arith::AddIOp::create(b, loc, bAddr, i32(b, loc, ks * 32)));
+    for (int64_t ks = 0; ks < 4 * atoms; ++ks) {
+      // Atom ks / 4, 32 bytes per k16 step within its rows.
+      Value da = descriptor(b, arith::AddIOp::create(b, loc, aAddr, i32(b, loc, ks / 4 * bm * 128 + ks % 4 * 32)));
+      Value db = descriptor(b, arith::AddIOp::create(b, loc, bAddr, i32(b, loc, ks / 4 * bn * 128 + ks % 4 * 32)));
       acc = NVVM::WgmmaMmaAsyncOp::create(
           b, loc, accType, acc, da, db, NVVM::MMAShapeAttr::get(ctx, 64, t.wn, 16), NVVM::WGMMATypes::bf16,
           NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one,

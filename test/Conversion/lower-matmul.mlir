@@ -9,8 +9,9 @@
 // Two slices are issued before the loop (a commit each); every step waits
 // for all but the newest group, synchronizes, issues the slice two ahead
 // (zero-filling chunks past M, N or K through the source size) and runs
-// 2 k16 steps x (2 + 1 ldmatrix.x4, 4 mma.sync). The epilogue stores with
-// bounds checks and a barrier frees the ring.
+// 2 k16 steps x (2 + 1 ldmatrix.x4, 4 mma.sync). The epilogue stores
+// adjacent columns as one 2-element vector (the first alone at an odd N),
+// with bounds checks, and a barrier frees the ring.
 // GPU-LABEL: et.kernel @gemm
 // GPU: memref.alloca() {et.dynamic_shared} : memref<15360xbf16, #gpu.address_space<workgroup>>
 // GPU: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
@@ -27,7 +28,7 @@
 // GPU-NOT: nvvm.mma.sync
 // GPU: scf.yield
 // GPU: nvvm.cp.async.wait.group 0
-// GPU-COUNT-16: memref.store %{{.*}}, %{{.*}} : memref<?x96xbf16>
+// GPU-COUNT-8: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x96xbf16>, vector<2xbf16>
 // GPU: gpu.barrier
 // GPU-NOT: et.matmul
 //
@@ -67,9 +68,9 @@ et.kernel @gemm(%x: memref<?x200xbf16>, %w: memref<96x200xbf16>, %y: memref<?x96
 // GPU: scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
 // GPU: nvvm.mma.sync
 // GPU: gpu.barrier
-// GPU: memref.load
-// GPU: arith.addf
-// GPU: memref.store %{{.*}}, %{{.*}} : memref<64x32xf32>
+// GPU: vector.load %{{.*}} : memref<64x32xf32>, vector<2xf32>
+// GPU: arith.addf %{{.*}}, %{{.*}} : vector<2xf32>
+// GPU: vector.store %{{.*}} : memref<64x32xf32>, vector<2xf32>
 et.kernel @one_stage(%x: memref<64x64xbf16>, %w: memref<32x64xbf16>, %y: memref<64x32xf32>) {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
@@ -107,7 +108,7 @@ et.kernel @one_stage(%x: memref<64x64xbf16>, %w: memref<32x64xbf16>, %y: memref<
 // WG: nvvm.wgmma.commit.group.sync.aligned
 // WG-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
 // WG: nvvm.wgmma.wait.group.sync.aligned 0
-// WG-COUNT-64: memref.store %{{.*}}, %{{.*}} : memref<?x256xf32>
+// WG-COUNT-32: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x256xf32>, vector<2xf32>
 // WG: gpu.barrier
 // WG-NOT: nvvm.mma.sync
 et.kernel @wgmma(%x: memref<?x512xbf16>, %w: memref<256x512xbf16>, %y: memref<?x256xf32>, %rows: index) {
