@@ -396,8 +396,7 @@ GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
 # (BM, BN, BK), stages, threads per worker, tensor-core instructions, block
 # order (gemm_kernel).
 GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync", "auto"),
-                ((128, 128, 64), 4, 256, "wgmma", "auto"), ((128, 128, 64), 5, 256, "wgmma", "auto"),
-                ((128, 128, 64), 6, 256, "wgmma", "auto"), ((128, 128, 128), 3, 256, "wgmma", "auto"),
+                ((128, 128, 64), 4, 256, "wgmma", "auto"), ((128, 128, 128), 3, 256, "wgmma", "auto"),
                 ((128, 256, 64), 4, 256, "wgmma", "auto"), ((128, 256, 64), 4, 256, "wgmma", "rows"),
                 ((64, 256, 64), 4, 128, "wgmma", "auto"), ((256, 128, 64), 4, 512, "wgmma", "auto")]
 GEMM_PROFILED = [(2048, 2048), (2048, 8192)]

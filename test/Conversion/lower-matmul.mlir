@@ -9,9 +9,12 @@
 // Two slices are issued before the loop (a commit each); every step waits
 // for all but the newest group, synchronizes, issues the slice two ahead
 // (zero-filling chunks past M, N or K through the source size) and runs
-// 2 k16 steps x (2 + 1 ldmatrix.x4, 4 mma.sync). The epilogue stores
-// adjacent columns as one 2-element vector (the first alone at an odd N),
-// with bounds checks, and a barrier frees the ring.
+// 2 k16 steps x (2 + 1 ldmatrix.x4, 4 mma.sync). The epilogue stages the
+// block in the ring (after a barrier: every warp is done with it): each
+// thread writes its fragments as bf16 pairs into rows of 64 + 16 bf16 (32
+// bytes of padding), then after a barrier the threads copy 16-byte chunks
+// of rows below M to y (element by element where a chunk crosses N). A
+// barrier frees the ring.
 // GPU-LABEL: et.kernel @gemm
 // GPU: memref.alloca() {et.dynamic_shared} : memref<15360xbf16, #gpu.address_space<workgroup>>
 // GPU: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
@@ -28,7 +31,12 @@
 // GPU-NOT: nvvm.mma.sync
 // GPU: scf.yield
 // GPU: nvvm.cp.async.wait.group 0
-// GPU-COUNT-8: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x96xbf16>, vector<2xbf16>
+// GPU-NEXT: gpu.barrier
+// GPU-COUNT-8: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<3>
+// GPU-NEXT: gpu.barrier
+// GPU: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xbf16>
+// GPU: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<?x96xbf16>, vector<8xbf16>
+// GPU: memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x96xbf16>
 // GPU: gpu.barrier
 // GPU-NOT: et.matmul
 //
@@ -68,9 +76,9 @@ et.kernel @gemm(%x: memref<?x200xbf16>, %w: memref<96x200xbf16>, %y: memref<?x96
 // GPU: scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
 // GPU: nvvm.mma.sync
 // GPU: gpu.barrier
-// GPU: vector.load %{{.*}} : memref<64x32xf32>, vector<2xf32>
-// GPU: arith.addf %{{.*}}, %{{.*}} : vector<2xf32>
-// GPU: vector.store %{{.*}} : memref<64x32xf32>, vector<2xf32>
+// GPU: vector.load %{{.*}} {alignment = 16 : i64} : memref<64x32xf32>, vector<4xf32>
+// GPU: arith.addf %{{.*}}, %{{.*}} : vector<4xf32>
+// GPU: vector.store %{{.*}} {alignment = 16 : i64} : memref<64x32xf32>, vector<4xf32>
 et.kernel @one_stage(%x: memref<64x64xbf16>, %w: memref<32x64xbf16>, %y: memref<64x32xf32>) {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
@@ -103,14 +111,18 @@ et.kernel @one_stage(%x: memref<64x64xbf16>, %w: memref<32x64xbf16>, %y: memref<
 // WG: nvvm.cp.async.wait.group 1
 // WG-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // WG-NEXT: gpu.barrier
+// WG-NOT: nvvm.mma.sync
 // WG: nvvm.wgmma.fence.aligned
 // WG-COUNT-4: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 // WG: nvvm.wgmma.commit.group.sync.aligned
 // WG-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
 // WG: nvvm.wgmma.wait.group.sync.aligned 0
-// WG-COUNT-32: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x256xf32>, vector<2xf32>
+// WG-NEXT: nvvm.cp.async.wait.group 0
+// WG-NEXT: gpu.barrier
+// WG-COUNT-32: llvm.store %{{.*}}, %{{.*}} {alignment = 8 : i64} : vector<2xf32>, !llvm.ptr<3>
 // WG: gpu.barrier
-// WG-NOT: nvvm.mma.sync
+// WG: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<?x256xf32>, vector<4xf32>
+// WG: gpu.barrier
 et.kernel @wgmma(%x: memref<?x512xbf16>, %w: memref<256x512xbf16>, %y: memref<?x256xf32>, %rows: index) {
   %c2 = arith.constant 2 : index
   %c128 = arith.constant 128 : index
@@ -119,5 +131,24 @@ et.kernel @wgmma(%x: memref<?x512xbf16>, %w: memref<256x512xbf16>, %y: memref<?x
     %m0 = arith.muli %i, %c128 : index
     %n0 = arith.muli %j, %c128 : index
     et.matmul %x, %w, %y at(%m0, %n0) tile [128, 128, 64] stages 4 : memref<?x512xbf16>, memref<256x512xbf16>, memref<?x256xf32>
+  }
+}
+
+// Rows of 75 f32 are not 16-byte aligned: no stage; each thread stores its
+// fragments with bounds checks, one element at a time (no pairs at an odd
+// row stride either).
+// GPU-LABEL: et.kernel @odd_n
+// WG-LABEL: et.kernel @odd_n
+// GPU-NOT: llvm.store
+// GPU: nvvm.mma.sync
+// GPU-NOT: vector.store
+// GPU: memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x75xf32>
+et.kernel @odd_n(%x: memref<?x64xbf16>, %w: memref<75x64xbf16>, %y: memref<?x75xf32>, %rows: index) {
+  %c0 = arith.constant 0 : index
+  %c32 = arith.constant 32 : index
+  %tm = arith.ceildivsi %rows, %c32 : index
+  et.task @gemm tiles(%i) in (%tm) {
+    %m0 = arith.muli %i, %c32 : index
+    et.matmul %x, %w, %y at(%m0, %c0) tile [32, 80, 32] : memref<?x64xbf16>, memref<75x64xbf16>, memref<?x75xf32>
   }
 }
