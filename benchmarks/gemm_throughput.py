@@ -29,8 +29,8 @@ from gpu_timing import batched_seconds
 M_VALUES = (128, 512, 1024, 2048, 4096)
 
 
-def _name(n, k, tile, stages, threads, mma, order) -> str:
-    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}"
+def _name(n, k, tile, stages, threads, mma, order, split) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}-k{split}"
 
 
 def numerics(root: Path, count: int) -> list[dict]:
@@ -44,14 +44,16 @@ def numerics(root: Path, count: int) -> list[dict]:
              else torch.full((x.shape[0], w.shape[0]), float("nan"), device="cuda"))
         if bf16:
             y = y.to(torch.bfloat16)
+        split = int(case["split_k"]) if "split_k" in case.files else 1
+        extra = [torch.full((split, x.shape[0], w.shape[0]), float("nan"), device="cuda")] if split > 1 else []
         art = runtime.load(root / f"numerics{i}")
-        art.launcher(timeout_s=5)(x, w, y, x.shape[0])
+        art.launcher(timeout_s=5)(x, w, y, x.shape[0], *extra)
         got = y.double().cpu().numpy()
         ref = case["ref"]
         err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
         ok = not np.isnan(got).any() and err < (1e-2 if bf16 else 1e-5)
         opts = art.metadata["options"]
-        print(f"numerics {i} ({case['mma']}): M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
+        print(f"numerics {i} ({case['mma']}, split-K {split}): M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
               f"accumulate={bool(case['accumulate'])} threads={opts['threads_per_worker']}: "
               f"relative error {err:.2e} ({'ok' if ok else 'FAIL'})")
         rows.append({"case": i, "mma": str(case["mma"]), "m": x.shape[0], "k": x.shape[1], "n": w.shape[0],
@@ -111,8 +113,8 @@ def main():
     for n, k in info["shapes"]:
         w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
         launchers = {}
-        for tile, stages, threads, mma, order in info["configs"]:
-            name = _name(n, k, tile, stages, threads, mma, order)
+        for tile, stages, threads, mma, order, split in info["configs"]:
+            name = _name(n, k, tile, stages, threads, mma, order, split)
             launchers[name] = runtime.load(root / name).launcher(timeout_s=10)
         for m in m_values:
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -121,13 +123,17 @@ def main():
             flops = 2 * m * n * k
             torch_t = batched_seconds(lambda: torch.matmul(x, w.t()))
             configs = []
-            for (tile, stages, threads, mma, order), (name, launch) in zip(info["configs"], launchers.items()):
+            parts = {}
+            for (tile, stages, threads, mma, order, split), (name, launch) in zip(info["configs"], launchers.items()):
+                if split > 1 and split not in parts:
+                    parts[split] = torch.empty(split, m, n, device="cuda")
+                extra = [parts[split]] if split > 1 else []
                 y.fill_(float("nan"))
-                launch(x, w, y, m)
+                launch(x, w, y, m, *extra)
                 err = float(((y.float() - ref.float()).norm() / ref.float().norm()).item())
-                t = batched_seconds(launch.bind(x, w, y, m))
+                t = batched_seconds(launch.bind(x, w, y, m, *extra))
                 launch.check()
-                configs.append({"tile": tile, "stages": stages, "threads": threads, "mma": mma, "order": order,
+                configs.append({"tile": tile, "stages": stages, "threads": threads, "mma": mma, "order": order, "split_k": split,
                                 "time_us": t * 1e6,
                                 "tflops": flops / t / 1e12, "rel_err_vs_cublas": err, "correct": err < 1e-2})
             best = min((c for c in configs if c["correct"]), key=lambda c: c["time_us"], default=None)
@@ -141,6 +147,8 @@ def main():
                 label = "x".join(map(str, best["tile"])) + f" s{best['stages']} t{best['threads']} {best['mma']}"
                 if best["order"] != "auto":
                     label += " " + best["order"]
+                if best["split_k"] > 1:
+                    label += f" k{best['split_k']}"
                 print(f"{n:>6} x {k:<6} {m:>5} {label:>28} {best['time_us']:>8.1f} {best['tflops']:>8.1f} "
                       f"{flops / torch_t / 1e12:>8.1f} {row['fraction_of_cublas']:>6.2f}")
             results["rows"].append(row)
@@ -154,10 +162,10 @@ def main():
         results["geomean_fraction_of_cublas"] = gmean
         print(f"geometric mean of the best configuration's speed / cuBLAS: {gmean:.3f} "
               f"(min {min(fractions):.3f}, max {max(fractions):.3f})")
-    for ci, (tile, stages, threads, mma, order) in enumerate(info["configs"]):
+    for ci, (tile, stages, threads, mma, order, split) in enumerate(info["configs"]):
         ratios = [r["cublas_us"] / r["configs"][ci]["time_us"] for r in results["rows"] if r["configs"][ci]["correct"]]
         if ratios:
-            print(f"  {'x'.join(map(str, tile))} s{stages} t{threads} {mma} {order}: geometric mean "
+            print(f"  {'x'.join(map(str, tile))} s{stages} t{threads} {mma} {order} split-K {split}: geometric mean "
                   f"{float(np.exp(np.mean(np.log(ratios)))):.3f} of cuBLAS over {len(ratios)} points")
     for mma in sorted({c[3] for c in info["configs"]}):
         ratios = []

@@ -394,15 +394,20 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
 GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
                (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
 # (BM, BN, BK), stages, threads per worker, tensor-core instructions, block
-# order (gemm_kernel).
-GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync", "auto"),
-                ((128, 128, 64), 4, 256, "wgmma", "auto"), ((128, 128, 128), 3, 256, "wgmma", "auto"),
-                ((128, 256, 64), 4, 256, "wgmma", "auto"), ((128, 256, 64), 4, 256, "wgmma", "rows"),
-                ((64, 256, 64), 4, 128, "wgmma", "auto"), ((256, 128, 64), 4, 512, "wgmma", "auto")]
+# order, split-K (gemm_kernel).
+GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync", "auto", 1),
+                ((128, 128, 64), 4, 256, "wgmma", "auto", 1), ((128, 256, 64), 4, 256, "wgmma", "auto", 1),
+                ((128, 256, 64), 4, 256, "wgmma", "rows", 1), ((64, 256, 64), 4, 128, "wgmma", "auto", 1),
+                ((256, 128, 64), 4, 512, "wgmma", "auto", 1),
+                ((128, 128, 64), 4, 256, "wgmma", "auto", 2), ((128, 128, 64), 4, 256, "wgmma", "auto", 4),
+                ((128, 256, 64), 4, 256, "wgmma", "auto", 2)]
 GEMM_PROFILED = [(2048, 2048), (2048, 8192)]
 # Numerics: partial tiles in M, N and K, each output type, accumulate, one
 # stage, idle warps or warpgroups -- (M, K, N, tile, stages, threads, out,
 # accumulate, mma).
+GEMM_NUMERICS_SPLIT = [(37, 520, 72, (32, 64, 64), 4, 256, "f32", False, "wgmma", 3),
+                       (130, 1000, 40, (64, 32, 64), 4, 256, "bf16", False, "wgmma", 4),
+                       (100, 640, 96, (64, 32, 32), 3, 256, "f32", True, "sync", 2)]
 GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False, "sync"),
                  (130, 264, 40, (64, 32, 16), 1, 256, "bf16", False, "sync"),
                  (300, 512, 200, (128, 128, 32), 4, 128, "f32", True, "sync"),
@@ -424,11 +429,11 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     for n, k in GEMM_SHAPES:
-        for tile, stages, threads, mma, order in GEMM_CONFIGS:
-            art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16", order=order), target="cuda",
-                             workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
+        for tile, stages, threads, mma, order, split in GEMM_CONFIGS:
+            art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16", order=order, split_k=split),
+                             target="cuda", workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
                              cache_dir=cache)
-            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads, mma, order))
+            _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads, mma, order, split))
     # Profiled (per-tile times): a short-K and a long-K shape.
     for n, k in GEMM_PROFILED:
         art = et.compile(gemm_kernel(k, n, tile=(128, 256, 64), stages=4, out="bf16"), target="cuda",
@@ -446,13 +451,28 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
         ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
         np.savez(out / f"numerics{i}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref,
                  out=dtype, accumulate=acc, mma=mma)
+    for i, (m, k, n, tile, stages, threads, dtype, acc, mma, split) in enumerate(GEMM_NUMERICS_SPLIT):
+        art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc, split_k=split),
+                         target="cuda", workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
+                         cache_dir=cache)
+        case = out / f"numerics{len(GEMM_NUMERICS) + i}"
+        _copy_artifact(art, case)
+        rng = np.random.default_rng(100 + i)
+        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+        y0 = rng.standard_normal((m, n)).astype(np.float32) if acc else np.zeros((m, n), np.float32)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
+        np.savez(case / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref, out=dtype,
+                 accumulate=acc, mma=mma, split_k=split)
     (out / "gemm.json").write_text(json.dumps({"shapes": GEMM_SHAPES, "configs": GEMM_CONFIGS,
-                                               "numerics": len(GEMM_NUMERICS), "profiled": GEMM_PROFILED}))
-    print(f"gemm: {len(GEMM_SHAPES) * len(GEMM_CONFIGS)} kernels and {len(GEMM_NUMERICS)} numerics cases in {out}")
+                                               "numerics": len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT),
+                                               "profiled": GEMM_PROFILED}))
+    print(f"gemm: {len(GEMM_SHAPES) * len(GEMM_CONFIGS)} kernels and "
+          f"{len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT)} numerics cases in {out}")
 
 
-def _gemm_name(n, k, tile, stages, threads, mma, order) -> str:
-    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}"
+def _gemm_name(n, k, tile, stages, threads, mma, order, split) -> str:
+    return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}-k{split}"
 
 
 def main() -> None:

@@ -113,6 +113,26 @@ Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
   return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
 }
 
+/// The K slices a tile runs over: [first, first + count) slices of `bk`
+/// columns, and the columns [lo, hi) that count (the op's k range, or all
+/// of K); copies outside [lo, hi) are zero-filled.
+struct KSlices {
+  Value lo, hi, first, count;
+};
+
+KSlices kSlices(OpBuilder &b, Location loc, MatmulOp op, int64_t k, int64_t bk) {
+  TileBuilder h{b, loc};
+  if (op.getKRange().empty())
+    return {h.idx(0), h.idx(k), h.idx(0), h.idx((k + bk - 1) / bk)};
+  Value lo = op.getKRange()[0];
+  Value hi = arith::MinUIOp::create(b, loc, op.getKRange()[1], h.idx(k));
+  Value first = arith::DivUIOp::create(b, loc, lo, h.idx(bk));
+  Value end = arith::CeilDivUIOp::create(b, loc, hi, h.idx(bk));
+  Value count = arith::SelectOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, end, first),
+                                        arith::SubIOp::create(b, loc, end, first), h.idx(0));
+  return {lo, hi, first, count};
+}
+
 /// True when each thread's two adjacent outputs (columns 2c, 2c + 1) can be
 /// one vector store: y's rows are contiguous and start at even elements.
 bool pairStores(MatmulOp op) {
@@ -341,7 +361,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
                         ? op.getW().getType().getDimSize(1)
                         : op.getX().getType().getDimSize(1);
-  const int64_t kTiles = (k + 64 * atoms - 1) / (64 * atoms);
+  KSlices kr = kSlices(b, loc, op, k, 64 * atoms);
 
   Value buffer = workgroupBuffer(task, loc, {ringBytes + 1024}, b.getI8Type());
   buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
@@ -365,7 +385,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   // then of the w block, swizzled; chunks past M, N or K zero-filled.
   auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
-    Value k0 = arith::MulIOp::create(b, loc, kt, h.idx(64 * atoms));
+    Value k0 = arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, kr.first, kt), h.idx(64 * atoms));
     auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride, int64_t sliceBytes,
                          int64_t sliceOffset) {
       const int64_t perRow = 8 * atoms, chunks = rows * perRow;
@@ -383,7 +403,8 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
           Value gCol = arith::AddIOp::create(b, loc, k0, arith::MulIOp::create(b, loc, chunk, h.idx(8)));
           Value valid = arith::AndIOp::create(
               b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
-              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, h.idx(k)));
+              arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, gCol, kr.lo),
+                                    arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, kr.hi)));
           Value offset = arith::SelectOp::create(
               b, loc, valid,
               arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, gRow, rowStride), gCol), h.idx(0));
@@ -416,7 +437,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   auto issueIfAny = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
     auto any = scf::IfOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, h.idx(kTiles)), /*withElse=*/false);
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, kr.count), /*withElse=*/false);
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(any.thenBlock());
@@ -478,7 +499,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   for (int64_t s = 0; s + 2 < stages; ++s)
     issueIfAny(b, h.idx(s), h.idx(s));
   auto loop = scf::ForOp::create(
-      b, loc, h.idx(0), h.idx(kTiles), h.idx(1), ValueRange{acc0},
+      b, loc, h.idx(0), kr.count, h.idx(1), ValueRange{acc0},
       [&](OpBuilder &b, Location loc, Value kt, ValueRange iter) {
         TileBuilder h{b, loc};
         NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 3);
@@ -595,7 +616,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
                         ? op.getW().getType().getDimSize(1)
                         : op.getX().getType().getDimSize(1);
-  const int64_t kTiles = (k + bk - 1) / bk;
+  KSlices kr = kSlices(b, loc, op, k, bk);
   Value m0 = op.getM0(), n0 = op.getN0();
 
   // Global sources: row r of x (or w) starts r * rowStride elements past
@@ -611,7 +632,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   // and then of the w block; chunks past M, N or K are zero-filled.
   auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
-    Value k0 = arith::MulIOp::create(b, loc, kt, h.idx(bk));
+    Value k0 = arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, kr.first, kt), h.idx(bk));
     auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride,
                          int64_t sliceElems, int64_t sliceOffset) {
       const int64_t chunks = rows * bk / 8, perRow = bk / 8;
@@ -628,7 +649,8 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
           Value gCol = arith::AddIOp::create(b, loc, k0, col);
           Value valid = arith::AndIOp::create(
               b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
-              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, h.idx(k)));
+              arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, gCol, kr.lo),
+                                    arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, kr.hi)));
           // Out of range: 0 source bytes (zero fill) from the view's start.
           Value offset = arith::SelectOp::create(
               b, loc, valid,
@@ -665,7 +687,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   auto issueIfAny = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
     auto any = scf::IfOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, h.idx(kTiles)),
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, kr.count),
         /*withElse=*/false);
     {
       OpBuilder::InsertionGuard guard(b);
@@ -775,7 +797,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     // No ring: copy, wait, multiply, and wait for every warp before the
     // next copy overwrites the slice.
     loop = scf::ForOp::create(
-        b, loc, h.idx(0), h.idx(kTiles), h.idx(1), init,
+        b, loc, h.idx(0), kr.count, h.idx(1), init,
         [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
           TileBuilder h{b, loc};
           issueSlice(b, kt, h.idx(0));
@@ -794,7 +816,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     // and every warp is done with slice kt-1, whose slot then takes slice
     // kt + stages - 1; then the multiply-adds of slice kt.
     loop = scf::ForOp::create(
-        b, loc, h.idx(0), h.idx(kTiles), h.idx(1), init,
+        b, loc, h.idx(0), kr.count, h.idx(1), init,
         [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
           TileBuilder h{b, loc};
           NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
@@ -853,6 +875,11 @@ void tile::lowerMatmulCPU(MatmulOp op) {
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value n = memref::DimOp::create(b, loc, op.getW(), 0);
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value kLo = h.idx(0);
+  if (!op.getKRange().empty()) {
+    kLo = arith::MinUIOp::create(b, loc, op.getKRange()[0], k);
+    k = arith::MaxUIOp::create(b, loc, kLo, arith::MinUIOp::create(b, loc, op.getKRange()[1], k));
+  }
   Value mEnd = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getM0(), h.idx(tileSizes[0])), m);
   Value nEnd = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getN0(), h.idx(tileSizes[1])), n);
   Type outType = op.getY().getType().getElementType();
@@ -863,7 +890,7 @@ void tile::lowerMatmulCPU(MatmulOp op) {
             b, loc, op.getN0(), nEnd, h.idx(1), ValueRange{},
             [&](OpBuilder &b, Location loc, Value col, ValueRange) {
               auto sum = scf::ForOp::create(
-                  b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+                  b, loc, kLo, k, h.idx(1), ValueRange{h.f32(0)},
                   [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
                     Value xv = arith::ExtFOp::create(
                         b, loc, b.getF32Type(), memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, kk}).getResult());

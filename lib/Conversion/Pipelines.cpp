@@ -196,6 +196,9 @@ void mlir::et::registerEventTensorPipelines() {
         pm.addPass(memref::createExpandStridedMetadataPass());
         // Subview offsets become affine.apply ops.
         pm.addPass(createLowerAffinePass());
+        // Vector code in task bodies (built by hand, not by the tile
+        // lowering, which emits scalars for the CPU).
+        pm.addPass(createConvertVectorToLLVMPass());
         pm.addPass(createFinalizeMemRefToLLVMConversionPass());
         pm.addPass(createConvertMathToLLVMPass());
         pm.addPass(createArithToLLVMConversionPass());

@@ -4,8 +4,10 @@ for tests, benchmarks and tuning. Needs MLIR."""
 
 from __future__ import annotations
 
-from .dialects import arith, et
+from .dialects import affine, arith, et, memref, scf, vector
 from .ir import (
+    AffineExpr,
+    AffineMap,
     Attribute,
     BF16Type,
     Context,
@@ -17,6 +19,8 @@ from .ir import (
     MemRefType,
     Module,
     ShapedType,
+    StridedLayoutAttr,
+    VectorType,
 )
 
 __all__ = ["gemm_kernel", "gemm_tiles"]
@@ -31,7 +35,8 @@ def gemm_tiles(m: int, n: int, tile: tuple[int, int, int]) -> int:
 
 
 def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), stages: int = 4,
-                out: str = "f32", accumulate: bool = False, order: str = "auto", name: str = "gemm") -> str:
+                out: str = "f32", accumulate: bool = False, order: str = "auto", split_k: int = 1,
+                name: str = "gemm") -> str:
     """`et.kernel @name(%x: memref<?xKxbf16>, %w: memref<NxKxbf16>,
     %y: memref<?xNx(out)>, %rows: index)`: one task over the
     ceildiv(rows, BM) x ceildiv(N, BN) blocks, each an `et.matmul`, with no
@@ -44,43 +49,137 @@ def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), 
     block (t mod Mb, t div Mb): the blocks in flight share a few columns
     of w, w streams from memory once, and the rows of x are reused from L2;
     otherwise the order is row-major (x streams once). `order="rows"`
-    keeps the row-major order at every M. The tile shape is
-    checked by the op's verifier when the kernel is compiled. Returns the
-    IR text (for `event_tensor.compile`)."""
+    keeps the row-major order at every M.
+
+    `split_k` = S > 1 cuts K into S ranges of whole BK-slices: the kernel
+    takes one more argument, `%part: memref<Sx?xNxf32>`, and has two tasks.
+    `part` runs S tiles per block, each an `et.matmul` over its K range into
+    `part[s]`, and signals the block's element of an event; `sum` waits for
+    the block's S signals and writes y = the sum of the S partial blocks
+    (added to y with `accumulate`). More tiles than blocks keep workers busy
+    when M is small and K long.
+
+    The tile shape is checked by the op's verifier when the kernel is
+    compiled. Returns the IR text (for `event_tensor.compile`)."""
     if out not in OUTPUTS:
         raise ValueError(f"out must be one of {OUTPUTS}, got {out!r}")
     if len(tile) != 3:
         raise ValueError(f"tile must be (BM, BN, BK), got {tile!r}")
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if isinstance(split_k, bool) or not isinstance(split_k, int) or split_k < 1:
+        raise ValueError(f"split_k must be a positive int, got {split_k!r}")
+    if split_k > 1 and n % 4:
+        raise ValueError(f"split_k needs N to be a multiple of 4 (the sum reads 16-byte chunks), got N = {n}")
     with Context(), Location.unknown():
         dyn = ShapedType.get_dynamic_size()
-        bf16, idx = BF16Type.get(), IndexType.get()
-        y_type = F32Type.get() if out == "f32" else bf16
+        bf16, f32, idx = BF16Type.get(), F32Type.get(), IndexType.get()
+        y_type = f32 if out == "f32" else bf16
         types = [MemRefType.get([dyn, k], bf16), MemRefType.get([n, k], bf16), MemRefType.get([dyn, n], y_type), idx]
+        if split_k > 1:
+            types.append(MemRefType.get([split_k, dyn, n], f32))
         module = Module.create()
         with InsertionPoint(module.body):
             kernel = et.KernelOp(name, types)
             with InsertionPoint(kernel.entry_block):
-                x, w, y, rows = kernel.arguments
+                x, w, y, rows = kernel.arguments[:4]
                 bm = arith.ConstantOp(idx, tile[0]).result
                 bn = arith.ConstantOp(idx, tile[1]).result
                 blocks_m = arith.CeilDivSIOp(rows, bm).result
                 blocks_n = arith.ConstantOp(idx, -(-n // tile[1])).result
-                task = et.TaskOp("gemm", [arith.MulIOp(blocks_m, blocks_n).result])
-                cost = f"#et.cost<bytes = {2 * k * (tile[0] + tile[1])}, flops = {2 * tile[0] * tile[1] * k}>"
-                task.attributes["et.cost"] = Attribute.parse(cost)
-                with InsertionPoint(task.entry_block):
-                    (t,) = task.tile_ids
-                    # N > M, or never for the row-major order.
-                    bound = arith.ConstantOp(idx, n if order == "auto" else 0).result
-                    m_fastest = arith.CmpIOp(arith.CmpIPredicate.ugt, bound, rows).result
+                blocks = arith.MulIOp(blocks_m, blocks_n).result
+                # N > M, or never for the row-major order.
+                bound = arith.ConstantOp(idx, n if order == "auto" else 0).result
+                m_fastest = arith.CmpIOp(arith.CmpIPredicate.ugt, bound, rows).result
+
+                def block_origin(t):
                     i = arith.SelectOp(m_fastest, arith.RemUIOp(t, blocks_m).result,
                                        arith.DivUIOp(t, blocks_n).result).result
                     j = arith.SelectOp(m_fastest, arith.DivUIOp(t, blocks_m).result,
                                        arith.RemUIOp(t, blocks_n).result).result
-                    m0 = arith.MulIOp(i, bm).result
-                    n0 = arith.MulIOp(j, bn).result
-                    et.matmul(x, w, y, m0, n0, DenseI64ArrayAttr.get(list(tile)), stages=stages,
-                              accumulate=True if accumulate else None)
+                    return arith.MulIOp(i, bm).result, arith.MulIOp(j, bn).result
+
+                tile_attr = DenseI64ArrayAttr.get(list(tile))
+                flops = 2 * tile[0] * tile[1] * k
+                if split_k == 1:
+                    task = et.TaskOp("gemm", [blocks])
+                    _cost(task, 2 * k * (tile[0] + tile[1]), flops)
+                    with InsertionPoint(task.entry_block):
+                        m0, n0 = block_origin(task.tile_ids[0])
+                        et.matmul(x, w, y, m0, n0, [], tile_attr, stages=stages,
+                                  accumulate=True if accumulate else None)
+                else:
+                    _split_k_tasks(kernel.arguments[4], x, w, y, rows, k, n, tile, stages, accumulate, split_k,
+                                   blocks, block_origin, tile_attr, flops)
         return module.operation.get_asm(print_generic_op_form=True)
+
+
+def _cost(task, nbytes: int, flops: int) -> None:
+    task.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
+
+
+def _split_k_tasks(part, x, w, y, rows, k, n, tile, stages, accumulate, split_k, blocks, block_origin, tile_attr,
+                   flops):
+    """The `part` and `sum` tasks of gemm_kernel's split-K form."""
+    idx, f32 = IndexType.get(), F32Type.get()
+    dyn = ShapedType.get_dynamic_size()
+    bm, bn = tile[0], tile[1]
+    # Each range is a whole number of BK-slices.
+    chunk = -(-(-(-k // split_k)) // tile[2]) * tile[2]
+    done = et.event([et.DYNAMIC], [blocks])
+    task = et.TaskOp("part", [arith.MulIOp(blocks, arith.ConstantOp(idx, split_k).result).result])
+    _cost(task, 2 * chunk * (bm + bn), flops // split_k)
+    with InsertionPoint(task.entry_block):
+        (t,) = task.tile_ids
+        block = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_floor_div(AffineExpr.get_dim(0),
+                                                                            AffineExpr.get_constant(split_k))]),
+                             [t])
+        s = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_mod(AffineExpr.get_dim(0),
+                                                                   AffineExpr.get_constant(split_k))]), [t])
+        m0, n0 = block_origin(block)
+        k0 = arith.MulIOp(s, arith.ConstantOp(idx, chunk).result).result
+        k1 = arith.AddIOp(k0, arith.ConstantOp(idx, chunk).result).result
+        layer = memref.subview(part, [s, 0, 0], [1, rows, n], [1, 1, 1],
+                               result_type=MemRefType.get([dyn, n], f32, StridedLayoutAttr.get(dyn, [n, 1])))
+        et.matmul(x, w, layer, m0, n0, [k0, k1], tile_attr, stages=stages)
+        et.signal(done, [block])
+    task = et.TaskOp("sum", [blocks])
+    _cost(task, 4 * bm * bn * (split_k + 1), bm * bn * split_k)
+    with InsertionPoint(task.entry_block):
+        (b,) = task.tile_ids
+        et.wait(done, [b])
+        m0, n0 = block_origin(b)
+        _sum_block(part, y, rows, n, bm, bn, split_k, m0, n0, accumulate)
+
+
+def _sum_block(part, y, rows, n, bm, bn, split_k, m0, n0, accumulate):
+    """y[block] (+)= sum over s of part[s][block], 4 columns per thread and
+    step, rows below `rows` and columns below N."""
+    idx, f32 = IndexType.get(), F32Type.get()
+    vec = VectorType.get([4], f32)
+    y_elem = MemRefType(y.type).element_type
+    tid = et.ThreadIdOp(idx).result
+    threads = et.NumThreadsOp(idx).result
+    four = arith.ConstantOp(idx, 4).result
+    start = arith.MulIOp(tid, four).result
+    step = arith.MulIOp(threads, four).result
+    loop = scf.ForOp(start, arith.ConstantOp(idx, bm * bn).result, step)
+    with InsertionPoint(loop.body):
+        e = loop.induction_variable
+        r = arith.AddIOp(m0, arith.DivUIOp(e, arith.ConstantOp(idx, bn).result).result).result
+        c = arith.AddIOp(n0, arith.RemUIOp(e, arith.ConstantOp(idx, bn).result).result).result
+        ok = arith.AndIOp(arith.CmpIOp(arith.CmpIPredicate.ult, r, rows).result,
+                          arith.CmpIOp(arith.CmpIPredicate.ult, c, arith.ConstantOp(idx, n).result).result).result
+        guard = scf.IfOp(ok)
+        with InsertionPoint(guard.then_block):
+            total = None
+            for s in range(split_k):
+                v = vector.LoadOp(vec, part, [arith.ConstantOp(idx, s).result, r, c]).result
+                total = v if total is None else arith.AddFOp(total, v).result
+            if accumulate:
+                total = arith.AddFOp(vector.LoadOp(vec, y, [r, c]).result, total).result
+            if y_elem != f32:
+                total = arith.TruncFOp(VectorType.get([4], y_elem), total).result
+            vector.StoreOp(total, y, [r, c])
+            scf.YieldOp([])
+        scf.YieldOp([])

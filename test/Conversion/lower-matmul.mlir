@@ -152,3 +152,27 @@ et.kernel @odd_n(%x: memref<?x64xbf16>, %w: memref<75x64xbf16>, %y: memref<?x75x
     et.matmul %x, %w, %y at(%m0, %c0) tile [32, 80, 32] : memref<?x64xbf16>, memref<75x64xbf16>, memref<?x75xf32>
   }
 }
+
+// A K range: slices from k0 / BK to ceildiv(min(k1, K), BK) (none when
+// empty), and only columns in [k0, min(k1, K)) copied (the others
+// zero-filled).
+// WG-LABEL: et.kernel @k_range
+// WG: %[[HI:.*]] = arith.minui %{{.*}}, %c512
+// WG: %[[FIRST:.*]] = arith.divui %{{.*}}, %c64
+// WG: %[[END:.*]] = arith.ceildivui %[[HI]], %c64
+// WG: %[[N:.*]] = arith.subi %[[END]], %[[FIRST]]
+// WG: %[[MORE:.*]] = arith.cmpi ugt, %[[END]], %[[FIRST]]
+// WG: %[[COUNT:.*]] = arith.select %[[MORE]], %[[N]], %c0
+// WG: arith.cmpi uge
+// WG: arith.cmpi ult, %{{.*}}, %[[HI]]
+// WG: scf.for %{{.*}} = %{{.*}} to %[[COUNT]] step
+// CPU-LABEL: et.kernel @k_range
+// CPU: arith.minui
+// CPU: arith.maxui
+et.kernel @k_range(%x: memref<?x512xbf16>, %w: memref<256x512xbf16>, %y: memref<?x256xf32>, %rows: index, %k0: index, %k1: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @gemm tiles(%i) in (%c1) {
+    et.matmul %x, %w, %y at(%c0, %c0) k(%k0, %k1) tile [128, 128, 64] stages 4 : memref<?x512xbf16>, memref<256x512xbf16>, memref<?x256xf32>
+  }
+}

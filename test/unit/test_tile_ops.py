@@ -281,6 +281,31 @@ def test_matmul_matches_float64(m, k, n, tile, stages, out, accumulate, tmp_path
     assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
 
 
+@pytest.mark.parametrize("m,k,n,tile,split,out,accumulate", [
+    (37, 520, 72, (32, 64, 64), 3, "f32", False),   # a partial last range
+    (130, 1000, 40, (64, 32, 64), 4, "bf16", False),
+    (5, 256, 16, (16, 16, 64), 2, "f32", True),     # y += the sum of the parts
+    (20, 64, 16, (16, 16, 64), 3, "f32", False),    # empty ranges (one slice of K for three parts)
+])
+def test_split_k_matches_float64(m, k, n, tile, split, out, accumulate, tmp_path):
+    """gemm_kernel(split_k=S): S partial blocks per block (et.matmul over a
+    K range) summed by a task that waits on the block's event."""
+    from event_tensor.kernels import gemm_kernel
+
+    rng = np.random.default_rng(m + split)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(BF16)
+    y0 = rng.standard_normal((m, n)).astype(np.float32)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (y0 if accumulate else 0)
+    text = gemm_kernel(k, n, tile=tile, out=out, accumulate=accumulate, split_k=split)
+    art = et.compile(text, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    y = y0.copy() if accumulate else np.full((m, n), np.nan, np.float32 if out == "f32" else BF16)
+    part = np.full((split, m, n), np.nan, np.float32)
+    art.launcher()(x, w, y, m, part)
+    assert not np.isnan(y.astype(np.float64)).any(), "every output must be written"
+    assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
+
+
 def test_gemm_kernel_rejects_bad_arguments():
     from event_tensor.kernels import gemm_kernel
 
@@ -288,6 +313,12 @@ def test_gemm_kernel_rejects_bad_arguments():
         gemm_kernel(64, 64, out="f16")
     with pytest.raises(ValueError, match=r"tile must be \(BM, BN, BK\)"):
         gemm_kernel(64, 64, tile=(64, 64))
+    with pytest.raises(ValueError, match="split_k must be a positive int, got 0"):
+        gemm_kernel(64, 64, split_k=0)
+    with pytest.raises(ValueError, match="split_k needs N to be a multiple of 4"):
+        gemm_kernel(64, 66, split_k=2)
+    with pytest.raises(ValueError, match="order must be one of"):
+        gemm_kernel(64, 64, order="columns")
     with pytest.raises(ValueError, match="tile_mma must be 'wgmma' or 'sync', got 'wmma'"):
         et.compile(gemm_kernel(64, 64), target="cuda", tile_mma="wmma")
 

@@ -10,6 +10,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/FunctionImplementation.h"
 
@@ -538,6 +539,13 @@ LogicalResult MatmulOp::verify() {
     return emitOpError("stages must be in [1, 8], got ") << getStages();
   if (getAccumulate() && !y.getElementType().isF32())
     return emitOpError("with accumulate needs an f32 y, got ") << y;
+  if (!getKRange().empty()) {
+    if (getKRange().size() != 2)
+      return emitOpError("k range takes two bounds (k0, k1), got ") << getKRange().size();
+    for (Value bound : getKRange())
+      if (std::optional<int64_t> c = getConstantIntValue(bound); c && (*c < 0 || *c % 8 != 0))
+        return emitOpError("k range bounds must be non-negative multiples of 8, got ") << *c;
+  }
   return success();
 }
 

@@ -727,3 +727,27 @@ et.kernel @matmul_accumulate_bf16(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>,
     et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] accumulate : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xbf16>
   }
 }
+
+// -----
+
+et.kernel @matmul_k_range_size(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{k range takes two bounds (k0, k1), got 3}}
+    et.matmul %x, %w, %y at(%c0, %c0) k(%c0, %c0, %c0) tile [16, 16, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_k_range_alignment(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c12 = arith.constant 12 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{k range bounds must be non-negative multiples of 8, got 12}}
+    et.matmul %x, %w, %y at(%c0, %c0) k(%c0, %c12) tile [16, 16, 16] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+

@@ -174,6 +174,9 @@ et.kernel @matmul(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
     // The default of 3 stages is not printed.
     // CHECK: et.matmul %{{.*}}, %{{.*}}, %{{.*}} at(%{{.*}}, %{{.*}}) tile [64, 128, 64] accumulate : memref<?x2048xbf16>
     et.matmul %x, %w, %h at(%m0, %n0) tile [64, 128, 64] stages 3 accumulate : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xf32>
+    // A K range (split-K).
+    // CHECK: et.matmul %{{.*}}, %{{.*}}, %{{.*}} at(%{{.*}}, %{{.*}}) k(%{{.*}}, %{{.*}}) tile [128, 128, 64] : memref<?x2048xbf16>
+    et.matmul %x, %w, %h at(%m0, %n0) k(%c64, %c128) tile [128, 128, 64] : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xf32>
   }
 }
 

@@ -383,7 +383,12 @@ def ET_MatmulOp : ET_Op<"matmul", [
     `N x K` bf16 weights in the layout of a PyTorch `Linear`, `y` is `M x N`,
     f32 or bf16 (rounded to nearest even). Accumulation is in f32. With
     `accumulate`, the block is added to what `y` holds (f32 `y` only). K is
-    static and a multiple of 8, so every row starts 16-byte aligned. The op
+    static and a multiple of 8, so every row starts 16-byte aligned.
+
+    With `k(%k0, %k1)` the sum only runs over `k` in `[k0, min(k1, K))`
+    (split-K: several tiles each take a part of K, and their partial blocks
+    are summed by another task); `k0` and `k1` are multiples of 8 (checked
+    when constant), and an empty range gives zeros. The op
     runs on all threads of the worker and sits in an `et.task` body,
     typically with one task tile per block.
 
@@ -409,17 +414,21 @@ def ET_MatmulOp : ET_Op<"matmul", [
     %n0 = arith.muli %tn, %c128 : index
     et.matmul %x, %w, %y at(%m0, %n0) tile [128, 128, 32] stages 4
         : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    // the second quarter of K = 8192, into an f32 partial block
+    et.matmul %x, %w, %part at(%m0, %n0) k(%c2048, %c4096) tile [128, 128, 64] stages 4
+        : memref<?x8192xbf16>, memref<2048x8192xbf16>, memref<?x2048xf32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
                        Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
-                       Index:$m0, Index:$n0,
+                       Index:$m0, Index:$n0, Variadic<Index>:$k_range,
                        DenseI64ArrayAttr:$tile,
                        DefaultValuedAttr<I64Attr, "3">:$stages,
                        UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` `tile` $tile (`stages` $stages^)? (`accumulate` $accumulate^)?
+    $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` (`k` `(` $k_range^ `)`)? `tile` $tile (`stages` $stages^)?
+    (`accumulate` $accumulate^)?
     attr-dict `:` type($x) `,` type($w) `,` type($y)
   }];
   let hasVerifier = 1;
