@@ -396,11 +396,10 @@ GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
 # (BM, BN, BK), stages, threads per worker, tensor-core instructions, block
 # order, split-K (gemm_kernel).
 GEMM_CONFIGS = [((128, 128, 64), 3, 256, "sync", "auto", 1),
-                ((128, 128, 64), 4, 256, "wgmma", "auto", 1), ((128, 256, 64), 4, 256, "wgmma", "auto", 1),
-                ((128, 256, 64), 4, 256, "wgmma", "rows", 1), ((64, 256, 64), 4, 128, "wgmma", "auto", 1),
-                ((256, 128, 64), 4, 512, "wgmma", "auto", 1),
-                ((128, 128, 64), 4, 256, "wgmma", "auto", 2), ((128, 128, 64), 4, 256, "wgmma", "auto", 4),
-                ((128, 256, 64), 4, 256, "wgmma", "auto", 2)]
+                ((128, 128, 64), 4, 256, "wgmma", "auto", 1), ((128, 128, 64), 6, 256, "wgmma", "auto", 1),
+                ((128, 256, 64), 4, 256, "wgmma", "auto", 1), ((128, 256, 64), 4, 256, "wgmma", "rows", 1),
+                ((256, 128, 64), 4, 512, "wgmma", "auto", 1), ((64, 128, 64), 6, 128, "wgmma", "auto", 1),
+                ((64, 128, 64), 6, 128, "wgmma", "auto", 2), ((128, 128, 64), 6, 256, "wgmma", "auto", 4)]
 GEMM_PROFILED = [(2048, 2048), (2048, 8192)]
 # Numerics: partial tiles in M, N and K, each output type, accumulate, one
 # stage, idle warps or warpgroups -- (M, K, N, tile, stages, threads, out,
