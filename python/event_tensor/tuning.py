@@ -33,7 +33,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["LinearConfig", "TableError", "TuningTable", "WaveModel", "choose_linear", "heuristic_linear",
-           "linear_problem", "token_passes", "build_table", "TABLE_FORMAT"]
+           "linear_problem", "token_passes", "build_table", "TABLE_FORMAT",
+           "GemmConfig", "GemmModels", "gemm_problem", "heuristic_gemm", "choose_gemm"]
 
 TABLE_FORMAT = 1
 WARP_ELEMENTS = 256  # bf16 elements one warp covers per 16-byte load per lane
@@ -249,3 +250,147 @@ def build_table(gpu: str, workers: int, threads: int, shapes: Sequence[tuple[int
             micro_out.append(unroll)
         linear[(n, k)] = (macro_out, micro_out)
     return TuningTable(gpu, workers, threads, linear)
+
+
+# -- GEMM tiles (et.matmul) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """A configuration of `event_tensor.kernels.gemm_kernel`: the et.matmul
+    tile (BM, BN, BK), its ring depth, the threads per worker, the
+    tensor-core instructions, the block order and the K split."""
+
+    tile: tuple[int, int, int]
+    stages: int
+    threads: int
+    mma: str = "wgmma"
+    order: str = "auto"
+    split_k: int = 1
+
+    def key(self) -> str:
+        bm, bn, bk = self.tile
+        return f"{bm}x{bn}x{bk}-s{self.stages}-t{self.threads}-{self.mma}-{self.order}-k{self.split_k}"
+
+    @classmethod
+    def from_key(cls, key: str, where: str = "<memory>") -> "GemmConfig":
+        try:
+            tile, stages, threads, mma, order, split = key.split("-")
+            bm, bn, bk = (int(v) for v in tile.split("x"))
+            if not (stages[0] == "s" and threads[0] == "t" and split[0] == "k"):
+                raise ValueError
+            cfg = cls((bm, bn, bk), int(stages[1:]), int(threads[1:]), mma, order, int(split[1:]))
+        except ValueError:
+            raise TableError(f"{where}: {key!r} is not a GEMM configuration "
+                             "(BMxBNxBK-s<stages>-t<threads>-<mma>-<order>-k<split>)") from None
+        if cfg.mma not in ("wgmma", "sync") or cfg.order not in ("auto", "rows") or min(cfg.tile) < 16 or \
+                cfg.stages < 1 or cfg.threads < 32 or cfg.split_k < 1:
+            raise TableError(f"{where}: {key!r} has an out-of-range field")
+        return cfg
+
+
+def gemm_problem(m: int, n: int, k: int, cfg: GemmConfig) -> tuple[int, int]:
+    """(tiles, trips) of an M x N x K product: the part tiles (blocks x
+    split) and the BK-slices of one part's K range."""
+    bm, bn, bk = cfg.tile
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * cfg.split_k
+    chunk = math.ceil(math.ceil(k / cfg.split_k) / bk) * bk
+    return tiles, max(1, math.ceil(min(chunk, k) / bk))
+
+
+GEMM_FORMAT = 1
+
+
+@dataclass
+class GemmModels:
+    """One WaveModel per GEMM configuration, fitted on one GPU; the choice
+    for a product is the configuration with the lowest predicted latency.
+    One tile per worker is in flight, so the capacity is the workers."""
+
+    gpu: str
+    workers: int
+    models: dict[GemmConfig, WaveModel]
+    path: str = "<memory>"
+
+    @classmethod
+    def fit(cls, gpu: str, workers: int,
+            samples: dict[GemmConfig, Iterable[tuple[int, int, int, float]]]) -> "GemmModels":
+        """`samples[cfg]`: (M, N, K, latency) measurements of that configuration."""
+        models = {}
+        for cfg, points in samples.items():
+            data = [(*gemm_problem(m, n, k, cfg), t) for m, n, k, t in points]
+            models[cfg] = WaveModel(workers).fit(data)
+        return cls(gpu, workers, models)
+
+    def predict(self, m: int, n: int, k: int, cfg: GemmConfig) -> float:
+        return float(self.models[cfg].predict(*gemm_problem(m, n, k, cfg)))
+
+    def choose(self, m: int, n: int, k: int) -> GemmConfig:
+        if not self.models:
+            raise TableError(f"{self.path}: no GEMM configurations")
+        return min(self.models, key=lambda cfg: self.predict(m, n, k, cfg))
+
+    def to_json(self) -> dict:
+        return {"format": GEMM_FORMAT, "gpu": self.gpu, "workers": self.workers,
+                "models": {cfg.key(): [float(c) for c in model.coefficients] for cfg, model in self.models.items()}}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path, *, gpu: str | None = None) -> "GemmModels":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as err:
+            raise TableError(f"cannot read GEMM models {path}: {err.strerror}") from None
+        except json.JSONDecodeError as err:
+            raise TableError(f"{path}: not valid JSON ({err})") from None
+        models = cls.from_json(data, str(path))
+        if gpu is not None and models.gpu != gpu:
+            raise TableError(f"{path}: the models are for {models.gpu!r}, this GPU is {gpu!r}")
+        return models
+
+    @classmethod
+    def from_json(cls, data, where: str = "<memory>") -> "GemmModels":
+        if not isinstance(data, dict) or data.get("format") != GEMM_FORMAT:
+            raise TableError(f"{where}: GEMM models need a JSON object with format {GEMM_FORMAT}")
+        gpu, workers = data.get("gpu"), data.get("workers")
+        if not isinstance(gpu, str) or not gpu:
+            raise TableError(f"{where}: 'gpu' must name the GPU")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise TableError(f"{where}: 'workers' must be a positive int, got {workers!r}")
+        models = {}
+        for key, coefficients in (data.get("models") or {}).items():
+            cfg = GemmConfig.from_key(key, where)
+            if not isinstance(coefficients, list) or len(coefficients) != 6 or \
+                    not all(isinstance(c, (int, float)) and math.isfinite(c) for c in coefficients):
+                raise TableError(f"{where}: {key}: coefficients must be 6 finite numbers")
+            models[cfg] = WaveModel(workers, np.asarray(coefficients, np.float64))
+        if not models:
+            raise TableError(f"{where}: no GEMM configurations")
+        return cls(gpu, workers, models, where)
+
+
+def heuristic_gemm(m: int, n: int, k: int, workers: int) -> GemmConfig:
+    """Without models: 64 x 128 tiles with a deep ring when 128 x 128 blocks
+    would leave workers idle (small M: the product streams w), split in two
+    when even those are fewer than the workers and K is long; 128 x 256
+    tiles when they fill the workers at least twice; 128 x 128 otherwise."""
+    blocks = math.ceil(m / 128) * math.ceil(n / 128)
+    if blocks < workers:
+        small = math.ceil(m / 64) * math.ceil(n / 128)
+        split = 2 if small < workers and k >= 8192 else 1
+        return GemmConfig((64, 128, 64), 6, 128, split_k=split)
+    if math.ceil(m / 128) * math.ceil(n / 256) >= 2 * workers:
+        return GemmConfig((128, 256, 64), 4, 256)
+    return GemmConfig((128, 128, 64), 6, 256)
+
+
+def choose_gemm(m: int, n: int, k: int, *, models: GemmModels | None, workers: int) -> tuple[GemmConfig, str]:
+    """The GEMM configuration for an M x N x K product and where it came
+    from ("models <gpu>", or "heuristic: ..." without models)."""
+    if models is not None:
+        return models.choose(m, n, k), f"models {models.gpu}"
+    return heuristic_gemm(m, n, k, workers), "heuristic: no GEMM models for this GPU"
+

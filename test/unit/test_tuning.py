@@ -251,3 +251,69 @@ def test_batch_variants_are_chosen_per_launch(tmp_path):
     with pytest.raises(ValueError, match="batch_variants needs a tuning_table"):
         model.compile_model(config, target="cpu", max_batch=2, max_context=16, batch_variants=True,
                             out_dir=tmp_path / "x")
+
+
+# -- GEMM configurations -------------------------------------------------------
+
+def test_gemm_problem_counts_part_tiles_and_slices():
+    from event_tensor.tuning import GemmConfig, gemm_problem
+
+    cfg = GemmConfig((128, 128, 64), 4, 256)
+    assert gemm_problem(4096, 2048, 2048, cfg) == (32 * 16, 32)
+    assert gemm_problem(100, 2048, 200, cfg) == (16, 4)  # partial blocks and slices
+    # Split-K: S part tiles per block, each over ceil(K / S) rounded up to BK.
+    split = GemmConfig((128, 128, 64), 4, 256, split_k=4)
+    assert gemm_problem(128, 2048, 8192, split) == (16 * 4, 32)
+    assert gemm_problem(128, 2048, 200, split) == (16 * 4, 1)
+
+
+def test_gemm_models_choose_the_fastest_family_and_round_trip(tmp_path):
+    """Two families with known wave-structured latencies: a big tile (few
+    tiles, slower per tile) and a small one; the fitted models pick the
+    truly faster one at points not sampled, and survive save/load."""
+    from event_tensor.tuning import GemmConfig, GemmModels, choose_gemm
+
+    big = GemmConfig((128, 256, 64), 4, 256)
+    small = GemmConfig((64, 128, 64), 6, 128)
+    truth = {big: (30.0, 0.66, 4.0, 0.66, 0.0, 0.0), small: (8.0, 0.30, 3.0, 0.40, 0.0, 0.0)}
+    shapes = [(2048, 2048), (4096, 4096), (2048, 8192), (16384, 2048)]
+    samples = {cfg: [] for cfg in truth}
+    from event_tensor.tuning import gemm_problem
+    for cfg, coef in truth.items():
+        for n, k in shapes:
+            for m in (128, 256, 512, 1024, 2048, 4096):
+                samples[cfg].append((m, n, k, float(_truth(*gemm_problem(m, n, k, cfg), coef))))
+    models = GemmModels.fit("H200", CAPACITY, samples)
+    for m, n, k in [(384, 3072, 2048), (3000, 6144, 4096), (128, 28672, 4096)]:
+        times = {cfg: float(_truth(*gemm_problem(m, n, k, cfg), coef)) for cfg, coef in truth.items()}
+        assert models.choose(m, n, k) == min(times, key=times.get)
+    models.save(tmp_path / "gemm.json")
+    loaded = GemmModels.load(tmp_path / "gemm.json", gpu="H200")
+    assert loaded.choose(384, 3072, 2048) == models.choose(384, 3072, 2048)
+    assert choose_gemm(384, 3072, 2048, models=loaded, workers=CAPACITY)[1] == "models H200"
+    cfg, source = choose_gemm(128, 2048, 8192, models=None, workers=CAPACITY)
+    assert source == "heuristic: no GEMM models for this GPU"
+    assert cfg == GemmConfig((64, 128, 64), 6, 128, split_k=2)
+    with pytest.raises(TableError, match="the models are for 'H200', this GPU is 'H100'"):
+        GemmModels.load(tmp_path / "gemm.json", gpu="H100")
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.update(format=7), "format 1"),
+    (lambda d: d.update(workers=0), "'workers' must be a positive int"),
+    (lambda d: d["models"].update({"128x128-s4-t256-wgmma-auto-k1": [0.0] * 6}), "is not a GEMM configuration"),
+    (lambda d: d["models"].update({"128x128x64-s4-t256-wmma-auto-k1": [0.0] * 6}), "out-of-range field"),
+    (lambda d: d["models"].update({"128x128x64-s4-t256-wgmma-auto-k1": [0.0] * 5}), "6 finite numbers"),
+    (lambda d: d.update(models={}), "no GEMM configurations"),
+])
+def test_corrupt_gemm_models_get_clear_errors(tmp_path, mutate, message):
+    from event_tensor.tuning import GemmConfig, GemmModels
+
+    data = {"format": 1, "gpu": "H200", "workers": 132,
+            "models": {GemmConfig((64, 128, 64), 6, 128).key(): [1.0, 0.5, 2.0, 0.4, 0.0, 0.0]}}
+    assert GemmModels.from_json(json.loads(json.dumps(data))).choose(128, 2048, 2048).tile == (64, 128, 64)
+    mutate(data)
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=message):
+        GemmModels.load(path)
