@@ -474,6 +474,43 @@ def _gemm_name(n, k, tile, stages, threads, mma, order, split) -> str:
     return f"gemm-{n}x{k}-{tile[0]}x{tile[1]}x{tile[2]}-s{stages}-t{threads}-{mma}-{order}-k{split}"
 
 
+# Prefill attention: (name, Hq, Hkv, D, block, threads) and the prompt
+# lengths timed; the cache holds PREFILL_CACHE positions.
+PREFILL_SHAPES = [("llama-3.2-1b", 32, 8, 64, 16, 128), ("llama-3.2-1b", 32, 8, 64, 32, 256),
+                  ("qwen3-0.6b", 16, 8, 128, 32, 128), ("llama-3.1-8b", 32, 8, 128, 16, 128)]
+PREFILL_CACHE = 8192
+# Numerics: (Hq, Hkv, D, T, pos0, block, threads, out) against float64.
+PREFILL_NUMERICS = [(32, 8, 64, 100, 28, 16, 128, "f32"), (16, 8, 128, 77, 0, 32, 128, "bf16"),
+                    (8, 8, 64, 40, 3, 16, 256, "f32")]
+
+
+def prefill(out: Path, workers: int, cache: Path) -> None:
+    """et.attention_prefill kernels and numerics cases."""
+    import ml_dtypes
+    from event_tensor.kernels import prefill_attention_kernel
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, hq, hkv, d, block, threads in PREFILL_SHAPES:
+        art = et.compile(prefill_attention_kernel(hq, hkv, d, PREFILL_CACHE, block=block), target="cuda",
+                         workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
+        _copy_artifact(art, out / f"prefill-{name}-b{block}-t{threads}")
+    for i, (hq, hkv, d, t, pos0, block, threads, dtype) in enumerate(PREFILL_NUMERICS):
+        s = 256
+        art = et.compile(prefill_attention_kernel(hq, hkv, d, s, block=block, out=dtype), target="cuda",
+                         workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
+        _copy_artifact(art, out / f"numerics{i}")
+        rng = np.random.default_rng(i)
+        q = rng.standard_normal((t, hq, d)).astype(ml_dtypes.bfloat16)
+        k = rng.standard_normal((s, hkv, d)).astype(ml_dtypes.bfloat16)
+        v = rng.standard_normal((s, hkv, d)).astype(ml_dtypes.bfloat16)
+        ref = numpy_refs.prefill_attention(q, k, v, pos0)
+        np.savez(out / f"numerics{i}" / "case.npz", q=q.view(np.uint16), k=k.view(np.uint16), v=v.view(np.uint16),
+                 ref=ref, pos0=pos0, out=dtype)
+    (out / "prefill.json").write_text(json.dumps({"shapes": PREFILL_SHAPES, "cache": PREFILL_CACHE,
+                                                  "numerics": len(PREFILL_NUMERICS)}))
+    print(f"prefill: {len(PREFILL_SHAPES)} kernels and {len(PREFILL_NUMERICS)} numerics cases in {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / ".device"))
@@ -500,10 +537,10 @@ def main() -> None:
                         help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
     parser.add_argument("--tile-linear", default="rows", choices=["rows", "stream"], help="et.linear lowering")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
-                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm)")
+                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm, prefill)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm"}
+    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm", "prefill"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     out = Path(args.out)
@@ -518,6 +555,8 @@ def main() -> None:
         tile_numerics(out / "tiles", args.workers, cache)
     if "gemm" in parts:
         gemm(out / "gemm", args.workers, cache)
+    if "prefill" in parts:
+        prefill(out / "prefill", args.workers, cache)
     if "models" in parts:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,

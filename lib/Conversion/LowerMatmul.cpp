@@ -100,19 +100,6 @@ std::optional<WgmmaTiling> chooseWgmmaTiling(int64_t bm, int64_t bn, int64_t bk,
   return std::nullopt;
 }
 
-Value i32(OpBuilder &b, Location loc, int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-}
-
-Value toI32(OpBuilder &b, Location loc, Value index) {
-  return arith::IndexCastOp::create(b, loc, b.getI32Type(), index);
-}
-
-/// `base` (a shared-memory pointer) plus `bytes` (i32).
-Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
-  return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
-}
-
 /// The K slices a tile runs over: [first, first + count) slices of `bk`
 /// columns, and the columns [lo, hi) that count (the op's k range, or all
 /// of K); copies outside [lo, hi) are zero-filled.

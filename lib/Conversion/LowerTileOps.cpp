@@ -34,15 +34,6 @@ namespace {
 
 constexpr int64_t kVector = 8; // bf16 elements per 16-byte load
 
-/// `v` from the lane `offset` away in a butterfly (xor) over the warp.
-Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset) {
-  Type i32 = b.getI32Type();
-  return gpu::ShuffleOp::create(b, loc, v,
-                                arith::ConstantIntOp::create(b, loc, i32, offset),
-                                arith::ConstantIntOp::create(b, loc, i32, kWarp),
-                                gpu::ShuffleMode::XOR)
-      .getShuffleResult();
-}
 
 /// The sum of `v` over each aligned group of `width` lanes, in every lane of
 /// the group (no shuffles for width 1).
@@ -55,7 +46,7 @@ Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
 /// True for the tile compute ops this pass lowers.
 bool isTileOp(Operation *op) {
   return isa<LinearOp, MatmulOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
-             ArgmaxOp, AttentionSplitOp, AttentionMergeOp>(op);
+             ArgmaxOp, AttentionSplitOp, AttentionMergeOp, AttentionPrefillOp>(op);
 }
 
 /// The buffer a memref value views: through subviews, reshapes and casts
@@ -284,6 +275,19 @@ Value tile::elementPointer(OpBuilder &b, Location loc, Value mem, Value elementO
 /// One 16-byte `cp.async` from global `src` to shared `dst`, cached in L2
 /// only (`.cg`): the shared-memory prefetches of et.linear weights and of
 /// et.attention_split's KV rows.
+Value tile::shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset) {
+  Type i32 = b.getI32Type();
+  return gpu::ShuffleOp::create(b, loc, v,
+                                arith::ConstantIntOp::create(b, loc, i32, offset),
+                                arith::ConstantIntOp::create(b, loc, i32, kWarp),
+                                gpu::ShuffleMode::XOR)
+      .getShuffleResult();
+}
+
+Value tile::sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
+  return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
+}
+
 void tile::copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes) {
   NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
                           NVVM::LoadCacheModifierKindAttr::get(b.getContext(), NVVM::LoadCacheModifierKind::CG),
@@ -2119,6 +2123,10 @@ struct LowerTileOpsPass
       }
       else if (auto merge = dyn_cast<AttentionMergeOp>(op))
         lowerAttentionMerge(merge);
+      else if (auto prefill = dyn_cast<AttentionPrefillOp>(op)) {
+        if (!gpu || !lowerAttentionPrefillGPU(prefill, threads, sharedTaken))
+          lowerAttentionPrefillLoops(prefill);
+      }
       else if (gpu && op->getParentOfType<TaskOp>())
         lowerArgmaxBlock(cast<ArgmaxOp>(op));
       else

@@ -51,6 +51,22 @@ struct TileBuilder {
   }
 };
 
+/// An i32 constant.
+inline Value i32(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+}
+
+/// An index value as i32 (shared-memory byte offsets).
+inline Value toI32(OpBuilder &b, Location loc, Value index) {
+  return arith::IndexCastOp::create(b, loc, b.getI32Type(), index);
+}
+
+/// `v` from the lane `offset` away in a butterfly (xor) over the warp.
+Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset);
+
+/// `base` (an LLVM pointer) plus `bytes` (i32).
+Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes);
+
 /// A per-tile shared-memory buffer: a workgroup alloca at the top of the
 /// task body, after the ones already there (the worker lowering turns each
 /// into a workgroup buffer).
@@ -76,6 +92,16 @@ LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
 
 /// et.matmul on the CPU: scalar loops over the block, rows strided by thread.
 void lowerMatmulCPU(MatmulOp op);
+
+/// et.attention_prefill on the GPU with tensor cores, when the op and the
+/// worker allow it (D of 64 or 128, block x G rows a multiple of 16 that
+/// the warps cover, `threads` fixed); the op's task takes the dynamic
+/// shared memory. Returns false (op untouched) otherwise.
+bool lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken);
+
+/// et.attention_prefill as loops (the CPU, and GPU tiles the tensor-core
+/// path does not take): each thread a (token, head) row at a time.
+void lowerAttentionPrefillLoops(AttentionPrefillOp op);
 
 } // namespace mlir::et::tile
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "rope"]
+__all__ = ["attention", "prefill_attention", "rope"]
 
 
 def rope(x, positions, theta, llama3_scaling=None):
@@ -36,3 +36,11 @@ def attention(q, k, v, length):
         p = np.exp(s - s.max())
         out[h] = p @ v[:length, h // group].astype(np.float64) / p.sum()
     return out
+
+
+def prefill_attention(q, k, v, pos0):
+    """Causal grouped-query attention of the prompt queries `q` (T x Hq x D),
+    token t at position pos0 + t, over the caches (S x Hkv x D) that already
+    hold the prompt's keys and values; scale 1/sqrt(D)."""
+    return np.stack([attention(q[t], k, v, pos0 + t + 1) for t in range(q.shape[0])])
+

@@ -181,3 +181,26 @@ def test_wgmma_ptx(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "0 bytes spill stores" in out.stderr, out.stderr
     assert "serialized" not in out.stderr, out.stderr
+
+
+def test_prefill_attention_ptx(tmp_path):
+    """et.attention_prefill on tensor cores: ldmatrix (K) and
+    ldmatrix.trans (V), bf16 mma.sync, ex2 for the softmax; the kernel
+    states two slots of K and V blocks; ptxas accepts it, no spills."""
+    from event_tensor.kernels import prefill_attention_kernel
+
+    art = et.compile(prefill_attention_kernel(32, 8, 64, 4096, block=16), target="cuda", threads_per_worker=128,
+                     cache_dir=tmp_path)
+    ptx = art.binary_path.read_text()
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 64
+    assert "ex2.approx" in ptx
+    assert f".u32 __et_dynamic_shared_bytes = {2 * 2 * 64 * 72 * 2};" in ptx
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 bytes spill stores" in out.stderr, out.stderr

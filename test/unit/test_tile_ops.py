@@ -333,3 +333,30 @@ def test_matmul_verifier_errors(tmp_path):
     with pytest.raises(compiler.EventTensorCompileError, match="needs more than 64 f32 accumulators per thread"):
         et.compile(gemm_kernel(64, 256, tile=(256, 256, 16)), target="cuda", threads_per_worker=512,
                    cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("hq,hkv,d,t,pos0,block,out", [
+    (8, 2, 64, 37, 5, 16, "f32"),    # a partial last block of tokens, history before the prompt
+    (4, 4, 32, 20, 0, 4, "bf16"),
+])
+def test_prefill_attention_matches_float64(hq, hkv, d, t, pos0, block, out, tmp_path):
+    from event_tensor.kernels import prefill_attention_kernel
+
+    s = 64
+    rng = np.random.default_rng(t)
+    q = rng.standard_normal((t, hq, d)).astype(BF16)
+    k = rng.standard_normal((s, hkv, d)).astype(BF16)
+    v = rng.standard_normal((s, hkv, d)).astype(BF16)
+    art = et.compile(prefill_attention_kernel(hq, hkv, d, s, block=block, out=out), target="cpu", workers=3,
+                     cache_dir=tmp_path)
+    o = np.full((t, hq, d), np.nan, np.float32 if out == "f32" else BF16)
+    art.launcher()(q, k, v, o, t, pos0)
+    assert not np.isnan(o.astype(np.float64)).any()
+    assert _rel_err(o, reference.prefill_attention(q, k, v, pos0)) < (1e-5 if out == "f32" else 1e-2)
+
+
+def test_prefill_attention_kernel_rejects_bad_heads():
+    from event_tensor.kernels import prefill_attention_kernel
+
+    with pytest.raises(ValueError, match=r"heads \(6\) must be a multiple of kv_heads \(4\)"):
+        prefill_attention_kernel(6, 4, 64, 128)

@@ -687,6 +687,29 @@ LogicalResult AttentionSplitOp::verify() {
   return success();
 }
 
+LogicalResult AttentionPrefillOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto q = getQ().getType(), k = getK().getType(), v = getV().getType(), o = getO().getType();
+  if (k.getShape() != v.getShape())
+    return emitOpError("k and v caches must have the same shape, got ") << k << " and " << v;
+  int64_t d = q.getDimSize(2);
+  if (ShapedType::isDynamic(d) || d % 16 != 0)
+    return emitOpError("needs a static head dimension that is a multiple of 16, got ") << q;
+  if (!sameDim(d, k.getDimSize(2)) || !sameDim(d, o.getDimSize(2)))
+    return emitOpError("q, k and o must have the same head dimension, got ")
+           << q << ", " << k << " and " << o;
+  if (!sameDim(q.getDimSize(0), o.getDimSize(0)) || !sameDim(q.getDimSize(1), o.getDimSize(1)))
+    return emitOpError("o must have q's shape (T x Hq x D), got ") << q << " and " << o;
+  int64_t hq = q.getDimSize(1), hkv = k.getDimSize(1);
+  if (ShapedType::isDynamic(hq) || ShapedType::isDynamic(hkv) || hkv == 0 || hq % hkv != 0)
+    return emitOpError("query heads (")
+           << hq << ") must be a static multiple of KV heads (" << hkv << ")";
+  if (getScale().convertToFloat() <= 0)
+    return emitOpError("scale must be positive, got ") << getScale().convertToFloat();
+  return success();
+}
+
 LogicalResult AttentionMergeOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();

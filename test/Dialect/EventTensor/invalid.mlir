@@ -751,3 +751,88 @@ et.kernel @matmul_k_range_alignment(%x: memref<?x64xbf16>, %w: memref<32x64xbf16
   }
 }
 
+// -----
+
+et.kernel @prefill_outside_task(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: memref<64x2x64xbf16>, %o: memref<?x8x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{must be nested in an 'et.task' body}}
+  et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.125) : memref<?x8x64xbf16>, memref<64x2x64xbf16>, memref<64x2x64xbf16>, memref<?x8x64xbf16>
+}
+
+// -----
+
+et.kernel @prefill_kv_shapes(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: memref<32x2x64xbf16>, %o: memref<?x8x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{k and v caches must have the same shape, got 'memref<64x2x64xbf16>' and 'memref<32x2x64xbf16>'}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.125) : memref<?x8x64xbf16>, memref<64x2x64xbf16>, memref<32x2x64xbf16>, memref<?x8x64xbf16>
+  }
+}
+
+// -----
+
+et.kernel @prefill_dim(%q: memref<?x8x40xbf16>, %k: memref<64x2x40xbf16>, %v: memref<64x2x40xbf16>, %o: memref<?x8x40xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{needs a static head dimension that is a multiple of 16, got 'memref<?x8x40xbf16>'}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.125) : memref<?x8x40xbf16>, memref<64x2x40xbf16>, memref<64x2x40xbf16>, memref<?x8x40xbf16>
+  }
+}
+
+// -----
+
+et.kernel @prefill_dims_differ(%q: memref<?x8x64xbf16>, %k: memref<64x2x32xbf16>, %v: memref<64x2x32xbf16>, %o: memref<?x8x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{q, k and o must have the same head dimension}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.125) : memref<?x8x64xbf16>, memref<64x2x32xbf16>, memref<64x2x32xbf16>, memref<?x8x64xbf16>
+  }
+}
+
+// -----
+
+et.kernel @prefill_o_shape(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: memref<64x2x64xbf16>, %o: memref<?x4x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{o must have q's shape (T x Hq x D)}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.125) : memref<?x8x64xbf16>, memref<64x2x64xbf16>, memref<64x2x64xbf16>, memref<?x4x64xf32>
+  }
+}
+
+// -----
+
+et.kernel @prefill_heads(%q: memref<?x6x64xbf16>, %k: memref<64x4x64xbf16>, %v: memref<64x4x64xbf16>, %o: memref<?x6x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{query heads (6) must be a static multiple of KV heads (4)}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.125) : memref<?x6x64xbf16>, memref<64x4x64xbf16>, memref<64x4x64xbf16>, memref<?x6x64xbf16>
+  }
+}
+
+// -----
+
+et.kernel @prefill_scale(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: memref<64x2x64xbf16>, %o: memref<?x8x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{scale must be positive, got 0.000000e+00}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(16) scale(0.0) : memref<?x8x64xbf16>, memref<64x2x64xbf16>, memref<64x2x64xbf16>, memref<?x8x64xbf16>
+  }
+}
+
+// -----
+
+et.kernel @prefill_block(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: memref<64x2x64xbf16>, %o: memref<?x8x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{attribute 'block' failed to satisfy constraint: 64-bit signless integer attribute whose minimum value is 1}}
+    et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(0) scale(0.125) : memref<?x8x64xbf16>, memref<64x2x64xbf16>, memref<64x2x64xbf16>, memref<?x8x64xbf16>
+  }
+}

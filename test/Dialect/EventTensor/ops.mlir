@@ -180,6 +180,17 @@ et.kernel @matmul(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
   }
 }
 
+// CHECK-LABEL: et.kernel @attention_prefill
+et.kernel @attention_prefill(%q: memref<?x32x64xbf16>, %k: memref<8192x8x64xbf16>, %v: memref<8192x8x64xbf16>, %o: memref<?x32x64xbf16>, %blocks: index, %p0: index) {
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  et.task @attn tiles(%tb, %g) in (%blocks, %c8) {
+    %t0 = arith.muli %tb, %c16 : index
+    // CHECK: et.attention_prefill %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} kv_head(%{{.*}}) tokens(%{{.*}}) pos0(%{{.*}}) block(16) scale(1.250000e-01) : memref<?x32x64xbf16>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xbf16>
+    et.attention_prefill %q, %k, %v, %o kv_head(%g) tokens(%t0) pos0(%p0) block(16) scale(0.125) : memref<?x32x64xbf16>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xbf16>
+  }
+}
+
 // CHECK-LABEL: et.kernel @linear_accumulate
 et.kernel @linear_accumulate(%x: memref<?x2048xbf16>, %w: memref<2048x2048xbf16>, %h: memref<?x2048xf32>) {
   %c16 = arith.constant 16 : index

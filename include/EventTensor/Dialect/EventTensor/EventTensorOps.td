@@ -677,6 +677,57 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
   let hasVerifier = 1;
 }
 
+def ET_AttentionPrefillOp : ET_Op<"attention_prefill", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "causal attention of a block of prompt tokens over the KV cache (one KV head)";
+  let description = [{
+    Grouped-query causal attention for prefill. `q` and `o` are the
+    prompt's `T x Hq x D` queries and outputs, `k` and `v` the
+    `S x Hkv x D` caches, which already hold the prompt's keys and values
+    (`et.kv_append`); token `t` of the prompt is at position `pos0 + t`.
+    For the `block` tokens `t` in `[t0, min(t0 + block, T))` and the
+    G = Hq / Hkv query heads `h` of KV head `kv_head`:
+
+    ```
+    s_j = scale * sum_d q[t, h, d] * k[j, kv_head, d]       (j in [0, pos0 + t])
+    o[t, h, :] = sum_j exp(s_j - max s) * v[j, kv_head, :] / sum_j exp(s_j - max s)
+    ```
+
+    A task typically has one tile per (block of tokens, KV head). D is
+    static and a multiple of 16; `o` is bf16 or f32.
+
+    Lowering (`et-lower-tile-ops`): on the GPU (D of 64 or 128, bf16
+    caches, `block` x G a multiple of 16 that the worker's warps cover),
+    flash-attention style on tensor cores: each warp owns 16 (token, head)
+    rows; blocks of 64 cache positions of K and V go through shared memory
+    (`cp.async`, double-buffered); scores `mma.sync` from q fragments in
+    registers and K via `ldmatrix`, the causal mask and an online softmax
+    in registers, and P (bf16) times V (`ldmatrix.trans`) into f32
+    accumulators. Otherwise, and on the CPU, loops.
+
+    Example:
+
+    ```mlir
+    %t0 = arith.muli %tb, %c16 : index
+    et.attention_prefill %q, %kc, %vc, %o kv_head(%g) tokens(%t0) pos0(%p0) block(16) scale(0.125)
+        : memref<?x32x64xbf16>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$q,
+                       Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$k,
+                       Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$v,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemWrite]>:$o,
+                       Index:$kv_head, Index:$t0, Index:$pos0,
+                       ConfinedAttr<I64Attr, [IntMinValue<1>]>:$block,
+                       F32Attr:$scale);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $o `kv_head` `(` $kv_head `)` `tokens` `(` $t0 `)` `pos0` `(` $pos0 `)`
+    `block` `(` $block `)` `scale` `(` $scale `)` attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($o)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_AttentionMergeOp : ET_Op<"attention_merge", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "log-sum-exp combine of split-KV attention partial results";
