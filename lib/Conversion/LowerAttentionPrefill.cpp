@@ -5,12 +5,12 @@
 // GPU (tensor cores, flash-attention style): each warp owns 16 rows, a row
 // being one (token, query head) pair of the tile's block of tokens and its
 // KV head's query group. Its q fragments stay in registers. Blocks of 64
-// cache positions of K and V go through shared memory (cp.async, two
-// slots). Per block: scores S = q K^T with mma.sync (K fragments through
-// ldmatrix), the causal mask, an online softmax (row maxima across the
-// four lanes of a row with shuffles), and O += P V with P in bf16 taken
-// straight from the score registers and V fragments through
-// ldmatrix.trans. At the end O / l goes to `o`.
+// cache positions of K and V go through shared memory (cp.async, three
+// slots, two blocks in flight). Per block: scores S = q K^T with mma.sync
+// (K fragments through ldmatrix), the causal mask, an online softmax (row
+// maxima across the four lanes of a row with shuffles), and O += P V with
+// P in bf16 taken straight from the score registers and V fragments
+// through ldmatrix.trans. At the end O / l goes to `o`.
 //
 // Loops (the CPU, and tiles the GPU path does not take): one (token, head)
 // row per thread at a time, three passes over the positions.
@@ -39,6 +39,7 @@ using namespace mlir::et::tile;
 namespace {
 
 constexpr int64_t kKvBlock = 64; // cache positions per shared-memory block
+constexpr int64_t kSlots = 3;    // blocks in shared memory: two in flight
 
 struct PrefillShape {
   int64_t heads, kvHeads, group, dim, block;
@@ -171,8 +172,8 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type(), i32Type = b.getI32Type(), i64Type = b.getI64Type();
 
-  // Two slots, each a K block then a V block.
-  Value buffer = workgroupBuffer(task, loc, {2 * 2 * kKvBlock * pitch}, b.getBF16Type());
+  // kSlots slots, each a K block then a V block.
+  Value buffer = workgroupBuffer(task, loc, {kSlots * 2 * kKvBlock * pitch}, b.getBF16Type());
   buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
   Value shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
 
@@ -238,7 +239,6 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
         }
       }
     }
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
   };
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of its warp's 16):
@@ -332,21 +332,34 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
   // max and (this thread's partial) sum of each of the two rows.
   SmallVector<Value> init(dTiles * 4, h.f32(0));
   init.append({negInf(b, loc), negInf(b, loc), h.f32(0), h.f32(0)});
-  issueBlock(b, h.idx(0), h.idx(0));
+  // Blocks 0 and 1 before the loop; one commit group per block (empty
+  // past the last), so `wait_group 1` leaves only the newest in flight.
+  for (int64_t first = 0; first < 2; ++first) {
+    {
+      auto any = scf::IfOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, h.idx(first), kvBlocks), false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(any.thenBlock());
+      issueBlock(b, h.idx(first), h.idx(first));
+    }
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  }
   auto loop = scf::ForOp::create(
       b, loc, h.idx(0), kvBlocks, h.idx(1), init, [&](OpBuilder &b, Location loc, Value jb, ValueRange state) {
         TileBuilder h{b, loc};
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
         gpu::BarrierOp::create(b, loc);
-        Value next = arith::AddIOp::create(b, loc, jb, h.idx(1));
+        // Block jb + 2 into the slot of block jb - 1 (done: the barrier).
+        Value next = arith::AddIOp::create(b, loc, jb, h.idx(2));
         {
           auto more = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, next, kvBlocks),
                                         false);
           OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(more.thenBlock());
-          issueBlock(b, next, arith::RemUIOp::create(b, loc, next, h.idx(2)));
+          issueBlock(b, next, arith::RemUIOp::create(b, loc, next, h.idx(kSlots)));
         }
-        Value slotByte = toI32(b, loc, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, jb, h.idx(2)),
+        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+        Value slotByte = toI32(b, loc, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, jb, h.idx(kSlots)),
                                                              h.idx(2 * blockBytes)));
         auto step = scf::IfOp::create(b, loc, TypeRange(state), activeWarp, /*withElse=*/true);
         {

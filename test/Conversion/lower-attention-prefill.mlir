@@ -3,19 +3,21 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=LOOPS
 
 // 16 tokens x 4 query heads per KV head = 64 rows: 4 warps of 16 rows.
-// Two slots of a K and a V block (64 positions x (64 + 8) bf16) in dynamic
-// shared memory; block 0 is copied before the loop over the blocks the
-// last token sees. Per block: wait, barrier, copy the next block, then
+// Three slots of a K and a V block (64 positions x (64 + 8) bf16) in
+// dynamic shared memory; blocks 0 and 1 are copied before the loop over the
+// blocks the last token sees (a commit group each). Per block: wait for
+// all but the newest group, barrier, copy block jb + 2, commit, then
 // (active warps) 4 k16 steps x 4 ldmatrix of K and 8 mma.sync for the
 // scores, the mask and the row maxima (quad shuffles), exp2, and per 16
 // positions 4 ldmatrix.trans of V and 8 mma.sync; at the end O / l is
 // stored for live tokens.
 // GPU-LABEL: et.kernel @prefill
-// GPU: memref.alloca() {et.dynamic_shared} : memref<18432xbf16, #gpu.address_space<workgroup>>
+// GPU: memref.alloca() {et.dynamic_shared} : memref<27648xbf16, #gpu.address_space<workgroup>>
 // GPU: nvvm.cp.async.shared.global
 // GPU: nvvm.cp.async.commit.group
+// GPU: nvvm.cp.async.commit.group
 // GPU: scf.for
-// GPU: nvvm.cp.async.wait.group 0
+// GPU: nvvm.cp.async.wait.group 1
 // GPU-NEXT: gpu.barrier
 // GPU: nvvm.cp.async.commit.group
 // GPU: scf.if
