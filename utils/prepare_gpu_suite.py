@@ -477,12 +477,13 @@ def _gemm_name(n, k, tile, stages, threads, mma, order, split) -> str:
 # Prefill attention: (name, Hq, Hkv, D, block, threads) and the prompt
 # lengths timed; the cache holds PREFILL_CACHE positions.
 PREFILL_SHAPES = [("llama-3.2-1b", 32, 8, 64, 16, 128), ("llama-3.2-1b", 32, 8, 64, 32, 256),
+                  ("llama-3.2-1b", 32, 8, 64, 48, 384),
                   ("qwen3-0.6b", 16, 8, 128, 32, 128), ("qwen3-0.6b", 16, 8, 128, 64, 256),
                   ("llama-3.1-8b", 32, 8, 128, 16, 128), ("llama-3.1-8b", 32, 8, 128, 32, 256)]
 PREFILL_CACHE = 8192
 # Numerics: (Hq, Hkv, D, T, pos0, block, threads, out) against float64.
 PREFILL_NUMERICS = [(32, 8, 64, 100, 28, 16, 128, "f32"), (16, 8, 128, 77, 0, 32, 128, "bf16"),
-                    (8, 8, 64, 40, 3, 16, 256, "f32")]
+                    (8, 8, 64, 40, 3, 16, 256, "f32"), (32, 8, 64, 200, 60, 48, 384, "bf16")]
 
 
 def prefill(out: Path, workers: int, cache: Path) -> None:

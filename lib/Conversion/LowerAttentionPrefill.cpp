@@ -380,16 +380,39 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
               s[2 * p] = mma(b, qFrag[ks], {r[0], r[1]}, s[2 * p]);
               s[2 * p + 1] = mma(b, qFrag[ks], {r[2], r[3]}, s[2 * p + 1]);
             }
-          // Scale (log2 units), mask, row maxima.
+          // Scale (log2 units) and mask. A block whose last position the
+          // tile's first token already sees needs no mask (every block
+          // but the last few of a long prompt).
           Value colBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)),
                                                 arith::MulIOp::create(b, loc, quarter, h.idx(2)));
+          Value whole = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::ule,
+              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)), h.idx(kKvBlock - 1)),
+              arith::AddIOp::create(b, loc, pos0, t0));
+          SmallVector<Type> scoreTypes(32, f32);
+          auto maskIf = scf::IfOp::create(b, loc, scoreTypes, whole, /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard guard(b);
+            for (int masked = 0; masked < 2; ++masked) {
+              b.setInsertionPointToStart(masked ? maskIf.elseBlock() : maskIf.thenBlock());
+              SmallVector<Value> scores;
+              for (int64_t nt = 0; nt < 8; ++nt)
+                for (int64_t e = 0; e < 4; ++e) {
+                  Value scaled = arith::MulFOp::create(b, loc, s[nt][e], h.f32(scaleLog2));
+                  if (masked) {
+                    Value pos = arith::AddIOp::create(b, loc, colBase, h.idx(nt * 8 + e % 2));
+                    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, pos, rowLimit[e / 2]);
+                    scaled = arith::SelectOp::create(b, loc, ok, scaled, negInf(b, loc));
+                  }
+                  scores.push_back(scaled);
+                }
+              scf::YieldOp::create(b, loc, scores);
+            }
+          }
           Value rowMax[2] = {negInf(b, loc), negInf(b, loc)};
           for (int64_t nt = 0; nt < 8; ++nt)
             for (int64_t e = 0; e < 4; ++e) {
-              Value pos = arith::AddIOp::create(b, loc, colBase, h.idx(nt * 8 + e % 2));
-              Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, pos, rowLimit[e / 2]);
-              Value scaled = arith::MulFOp::create(b, loc, s[nt][e], h.f32(scaleLog2));
-              s[nt][e] = arith::SelectOp::create(b, loc, ok, scaled, negInf(b, loc));
+              s[nt][e] = maskIf.getResult(nt * 4 + e);
               rowMax[e / 2] = arith::MaximumFOp::create(b, loc, rowMax[e / 2], s[nt][e]);
             }
           SmallVector<Value> out(state.begin(), state.end());

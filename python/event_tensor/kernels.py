@@ -221,14 +221,15 @@ def prefill_attention_kernel(heads: int, kv_heads: int, dim: int, cache_len: int
         return module.operation.get_asm(print_generic_op_form=True)
 
 
-def prefill_attention_tile(heads: int, kv_heads: int) -> tuple[int, int]:
+def prefill_attention_tile(heads: int, kv_heads: int, dim: int) -> tuple[int, int]:
     """(block, threads per worker) for `prefill_attention_kernel`: tiles of
-    128 (token, head) rows on 8 warps, the fastest measured on the H200
-    (docs/benchmarks.md, "Two KV blocks in flight, 8-warp tiles")."""
+    192 (token, head) rows on 12 warps for D = 64 and of 128 rows on 8 warps
+    otherwise (what the registers allow), the fastest measured on the H200
+    (docs/benchmarks.md, "No mask on whole blocks; 12-warp tiles")."""
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     group = heads // kv_heads
-    if group > 128 or 128 % group:
-        raise ValueError(f"the query group ({group} heads per KV head) must divide 128")
-    return 128 // group, 256
-
+    rows, threads = (192, 384) if dim == 64 else (128, 256)
+    if rows % group:
+        raise ValueError(f"the query group ({group} heads per KV head) must divide {rows}")
+    return rows // group, threads

@@ -360,6 +360,6 @@ def test_prefill_attention_kernel_rejects_bad_heads():
 
     with pytest.raises(ValueError, match=r"heads \(6\) must be a multiple of kv_heads \(4\)"):
         prefill_attention_kernel(6, 4, 64, 128)
-    assert prefill_attention_tile(32, 8) == (32, 256) and prefill_attention_tile(16, 8) == (64, 256)
+    assert prefill_attention_tile(32, 8, 64) == (48, 384) and prefill_attention_tile(16, 8, 128) == (64, 256)
     with pytest.raises(ValueError, match="must divide 128"):
-        prefill_attention_tile(48, 1)
+        prefill_attention_tile(48, 1, 128)
