@@ -34,7 +34,9 @@ def numerics(root: Path, count: int) -> list[dict]:
     rows = []
     for i in range(count):
         case = np.load(root / f"numerics{i}" / "case.npz")
-        q, k, v = (torch.from_numpy(case[n].copy()).view(torch.bfloat16).cuda() for n in ("q", "k", "v"))
+        k, v = (torch.from_numpy(case[n].copy()).view(torch.bfloat16).cuda() for n in ("k", "v"))
+        q = torch.from_numpy(case["q"].copy())
+        q = (q if q.dtype == torch.float32 else q.view(torch.bfloat16)).cuda()
         bf16 = str(case["out"]) == "bf16"
         o = torch.full(q.shape, float("nan"), device="cuda", dtype=torch.bfloat16 if bf16 else torch.float32)
         art = runtime.load(root / f"numerics{i}")
@@ -42,7 +44,7 @@ def numerics(root: Path, count: int) -> list[dict]:
         got, ref = o.double().cpu().numpy(), case["ref"]
         err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
         ok = not np.isnan(got).any() and err < 1e-2
-        print(f"numerics {i}: T={q.shape[0]} Hq={q.shape[1]} Hkv={k.shape[1]} D={q.shape[2]} pos0={int(case['pos0'])} "
+        print(f"numerics {i}: q {str(q.dtype).split('.')[-1]} T={q.shape[0]} Hq={q.shape[1]} Hkv={k.shape[1]} D={q.shape[2]} pos0={int(case['pos0'])} "
               f"out={case['out']} threads={art.metadata['options']['threads_per_worker']}: relative error "
               f"{err:.2e} ({'ok' if ok else 'FAIL'})")
         rows.append({"case": i, "rel_err": err, "ok": ok})

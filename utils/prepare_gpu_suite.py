@@ -481,9 +481,10 @@ PREFILL_SHAPES = [("llama-3.2-1b", 32, 8, 64, 16, 128), ("llama-3.2-1b", 32, 8, 
                   ("qwen3-0.6b", 16, 8, 128, 32, 128), ("qwen3-0.6b", 16, 8, 128, 64, 256),
                   ("llama-3.1-8b", 32, 8, 128, 16, 128), ("llama-3.1-8b", 32, 8, 128, 32, 256)]
 PREFILL_CACHE = 8192
-# Numerics: (Hq, Hkv, D, T, pos0, block, threads, out) against float64.
-PREFILL_NUMERICS = [(32, 8, 64, 100, 28, 16, 128, "f32"), (16, 8, 128, 77, 0, 32, 128, "bf16"),
-                    (8, 8, 64, 40, 3, 16, 256, "f32"), (32, 8, 64, 200, 60, 48, 384, "bf16")]
+# Numerics: (Hq, Hkv, D, T, pos0, block, threads, out, q) against float64.
+PREFILL_NUMERICS = [(32, 8, 64, 100, 28, 16, 128, "f32", "bf16"), (16, 8, 128, 77, 0, 32, 128, "bf16", "bf16"),
+                    (8, 8, 64, 40, 3, 16, 256, "f32", "bf16"), (32, 8, 64, 200, 60, 48, 384, "bf16", "bf16"),
+                    (16, 8, 128, 90, 10, 64, 256, "f32", "f32")]
 
 
 def prefill(out: Path, workers: int, cache: Path) -> None:
@@ -496,18 +497,18 @@ def prefill(out: Path, workers: int, cache: Path) -> None:
         art = et.compile(prefill_attention_kernel(hq, hkv, d, PREFILL_CACHE, block=block), target="cuda",
                          workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
         _copy_artifact(art, out / f"prefill-{name}-b{block}-t{threads}")
-    for i, (hq, hkv, d, t, pos0, block, threads, dtype) in enumerate(PREFILL_NUMERICS):
+    for i, (hq, hkv, d, t, pos0, block, threads, dtype, q_type) in enumerate(PREFILL_NUMERICS):
         s = 256
-        art = et.compile(prefill_attention_kernel(hq, hkv, d, s, block=block, out=dtype), target="cuda",
+        art = et.compile(prefill_attention_kernel(hq, hkv, d, s, block=block, out=dtype, q=q_type), target="cuda",
                          workers=workers, mode="static", threads_per_worker=threads, cache_dir=cache)
         _copy_artifact(art, out / f"numerics{i}")
         rng = np.random.default_rng(i)
-        q = rng.standard_normal((t, hq, d)).astype(ml_dtypes.bfloat16)
+        q = rng.standard_normal((t, hq, d)).astype(np.float32 if q_type == "f32" else ml_dtypes.bfloat16)
         k = rng.standard_normal((s, hkv, d)).astype(ml_dtypes.bfloat16)
         v = rng.standard_normal((s, hkv, d)).astype(ml_dtypes.bfloat16)
         ref = numpy_refs.prefill_attention(q, k, v, pos0)
-        np.savez(out / f"numerics{i}" / "case.npz", q=q.view(np.uint16), k=k.view(np.uint16), v=v.view(np.uint16),
-                 ref=ref, pos0=pos0, out=dtype)
+        np.savez(out / f"numerics{i}" / "case.npz", q=q if q_type == "f32" else q.view(np.uint16),
+                 k=k.view(np.uint16), v=v.view(np.uint16), ref=ref, pos0=pos0, out=dtype)
     (out / "prefill.json").write_text(json.dumps({"shapes": PREFILL_SHAPES, "cache": PREFILL_CACHE,
                                                   "numerics": len(PREFILL_NUMERICS)}))
     print(f"prefill: {len(PREFILL_SHAPES)} kernels and {len(PREFILL_NUMERICS)} numerics cases in {out}")

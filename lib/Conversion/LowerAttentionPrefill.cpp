@@ -87,8 +87,9 @@ void tile::lowerAttentionPrefillLoops(AttentionPrefillOp op) {
             auto dot = scf::ForOp::create(
                 b, loc, h.idx(0), h.idx(sh.dim), h.idx(1), ValueRange{h.f32(0)},
                 [&](OpBuilder &b, Location loc, Value d, ValueRange acc) {
-                  Value qv = arith::ExtFOp::create(
-                      b, loc, f32, memref::LoadOp::create(b, loc, op.getQ(), ValueRange{t, head, d}).getResult());
+                  Value qv = memref::LoadOp::create(b, loc, op.getQ(), ValueRange{t, head, d});
+                  if (!qv.getType().isF32())
+                    qv = arith::ExtFOp::create(b, loc, f32, qv);
                   Value kv = arith::ExtFOp::create(
                       b, loc, f32,
                       memref::LoadOp::create(b, loc, op.getK(), ValueRange{j, op.getKvHead(), d}).getResult());
@@ -262,8 +263,10 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
     rowLimit[half] = arith::AddIOp::create(b, loc, pos0, rowTok[half]);
   }
   // q fragments: for k16 step ks, a0 / a1 = rows 0 / 8 at columns
-  // 16 ks + 2 (lane % 4) (+1), a2 / a3 the same 8 columns on.
-  Value qBase = elementPointer(b, loc, op.getQ(), h.idx(0), 2, 1);
+  // 16 ks + 2 (lane % 4) (+1), a2 / a3 the same 8 columns on (an f32 q is
+  // rounded to bf16 here).
+  Type qElem = op.getQ().getType().getElementType();
+  Value qBase = elementPointer(b, loc, op.getQ(), h.idx(0), qElem.getIntOrFloatBitWidth() / 8, 1);
   auto loadPair = [&](int half, Value col) {
     Value tok = rowTok[half], head = rowHead[half];
     auto live = scf::IfOp::create(b, loc, TypeRange{i32Type}, rowLive[half], /*withElse=*/true);
@@ -276,9 +279,18 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, tok, qMeta.getStrides()[0]),
                               arith::MulIOp::create(b, loc, head, qMeta.getStrides()[1])),
         col);
-    Value ptr = LLVM::GEPOp::create(b, loc, qBase.getType(), b.getBF16Type(), qBase,
+    Value ptr = LLVM::GEPOp::create(b, loc, qBase.getType(), qElem, qBase,
                                     ValueRange{arith::IndexCastOp::create(b, loc, i64Type, elem)});
-    scf::YieldOp::create(b, loc, ValueRange{LLVM::LoadOp::create(b, loc, i32Type, ptr, 4).getResult()});
+    Value pair;
+    if (qElem.isF32()) {
+      // Two f32 (8 bytes) rounded to a bf16 pair.
+      Value two = LLVM::LoadOp::create(b, loc, VectorType::get({2}, f32), ptr, 8);
+      pair = LLVM::BitcastOp::create(b, loc, i32Type,
+                                     arith::TruncFOp::create(b, loc, VectorType::get({2}, b.getBF16Type()), two));
+    } else {
+      pair = LLVM::LoadOp::create(b, loc, i32Type, ptr, 4);
+    }
+    scf::YieldOp::create(b, loc, ValueRange{pair});
     return live.getResult(0);
   };
   SmallVector<SmallVector<Value, 4>> qFrag;

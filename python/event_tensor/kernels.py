@@ -188,27 +188,29 @@ def _sum_block(part, y, rows, n, bm, bn, split_k, m0, n0, accumulate):
 
 
 def prefill_attention_kernel(heads: int, kv_heads: int, dim: int, cache_len: int, *, block: int = 16,
-                             out: str = "bf16", name: str = "prefill_attention") -> str:
+                             out: str = "bf16", q: str = "bf16", name: str = "prefill_attention") -> str:
     """`et.kernel @name(%q: memref<?xHqxDxbf16>, %k: memref<SxHkvxDxbf16>,
     %v: memref<SxHkvxDxbf16>, %o: memref<?xHqxDx(out)>, %tokens: index,
-    %pos0: index)`: causal attention of `tokens` prompt tokens at positions
+    %pos0: index)` (q bf16, or f32 with `q="f32"`): causal attention of `tokens` prompt tokens at positions
     pos0.. over the cache (which already holds their keys and values), one
     `et.attention_prefill` tile per (block of tokens, KV head)."""
     if out not in OUTPUTS:
         raise ValueError(f"out must be one of {OUTPUTS}, got {out!r}")
+    if q not in OUTPUTS:
+        raise ValueError(f"q must be one of {OUTPUTS}, got {q!r}")
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     with Context(), Location.unknown():
         dyn = ShapedType.get_dynamic_size()
         bf16, f32, idx = BF16Type.get(), F32Type.get(), IndexType.get()
         o_type = f32 if out == "f32" else bf16
-        types = [MemRefType.get([dyn, heads, dim], bf16), MemRefType.get([cache_len, kv_heads, dim], bf16),
+        types = [MemRefType.get([dyn, heads, dim], f32 if q == "f32" else bf16), MemRefType.get([cache_len, kv_heads, dim], bf16),
                  MemRefType.get([cache_len, kv_heads, dim], bf16), MemRefType.get([dyn, heads, dim], o_type), idx, idx]
         module = Module.create()
         with InsertionPoint(module.body):
             kernel = et.KernelOp(name, types)
             with InsertionPoint(kernel.entry_block):
-                q, k, v, o, tokens, pos0 = kernel.arguments
+                q_arg, k, v, o, tokens, pos0 = kernel.arguments
                 blk = arith.ConstantOp(idx, block).result
                 blocks = arith.CeilDivSIOp(tokens, blk).result
                 task = et.TaskOp("attn", [blocks, arith.ConstantOp(idx, kv_heads).result])
@@ -216,7 +218,7 @@ def prefill_attention_kernel(heads: int, kv_heads: int, dim: int, cache_len: int
                 _cost(task, 4 * dim * cache_len, 4 * dim * cache_len * block * group)
                 with InsertionPoint(task.entry_block):
                     tb, g = task.tile_ids
-                    et.attention_prefill(q, k, v, o, g, arith.MulIOp(tb, blk).result, pos0, block,
+                    et.attention_prefill(q_arg, k, v, o, g, arith.MulIOp(tb, blk).result, pos0, block,
                                          FloatAttr.get(f32, dim ** -0.5))
         return module.operation.get_asm(print_generic_op_form=True)
 

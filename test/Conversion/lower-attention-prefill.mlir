@@ -67,3 +67,25 @@ et.kernel @small_head(%q: memref<?x4x32xbf16>, %k: memref<64x4x32xbf16>, %v: mem
     et.attention_prefill %q, %k, %v, %o kv_head(%g) tokens(%t0) pos0(%c0) block(16) scale(0.176) : memref<?x4x32xbf16>, memref<64x4x32xbf16>, memref<64x4x32xbf16>, memref<?x4x32xf32>
   }
 }
+
+// An f32 q (as RoPE leaves it): two f32 per fragment register, rounded to
+// a bf16 pair.
+// GPU-LABEL: et.kernel @f32_q
+// GPU: llvm.load %{{.*}} {alignment = 8 : i64} : !llvm.ptr<1> -> vector<2xf32>
+// GPU: arith.truncf %{{.*}} : vector<2xf32> to vector<2xbf16>
+// GPU: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
+// GPU: nvvm.mma.sync
+// LOOPS-LABEL: et.kernel @f32_q
+// LOOPS: %[[QV:.*]] = memref.load %{{.*}} : memref<?x16x128xf32>
+// LOOPS-NEXT: memref.load
+// LOOPS-NEXT: arith.extf
+// LOOPS-NEXT: arith.mulf %[[QV]]
+et.kernel @f32_q(%q: memref<?x16x128xf32>, %k: memref<1024x8x128xbf16>, %v: memref<1024x8x128xbf16>, %o: memref<?x16x128xf32>, %blocks: index) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  et.task @attn tiles(%tb, %g) in (%blocks, %c8) {
+    %t0 = arith.muli %tb, %c32 : index
+    et.attention_prefill %q, %k, %v, %o kv_head(%g) tokens(%t0) pos0(%c0) block(32) scale(0.088) : memref<?x16x128xf32>, memref<1024x8x128xbf16>, memref<1024x8x128xbf16>, memref<?x16x128xf32>
+  }
+}

@@ -335,20 +335,21 @@ def test_matmul_verifier_errors(tmp_path):
                    cache_dir=tmp_path)
 
 
-@pytest.mark.parametrize("hq,hkv,d,t,pos0,block,out", [
-    (8, 2, 64, 37, 5, 16, "f32"),    # a partial last block of tokens, history before the prompt
-    (4, 4, 32, 20, 0, 4, "bf16"),
+@pytest.mark.parametrize("hq,hkv,d,t,pos0,block,out,q_type", [
+    (8, 2, 64, 37, 5, 16, "f32", "bf16"),    # a partial last block of tokens, history before the prompt
+    (4, 4, 32, 20, 0, 4, "bf16", "bf16"),
+    (8, 4, 32, 30, 2, 8, "f32", "f32"),      # f32 q, as RoPE leaves it
 ])
-def test_prefill_attention_matches_float64(hq, hkv, d, t, pos0, block, out, tmp_path):
+def test_prefill_attention_matches_float64(hq, hkv, d, t, pos0, block, out, q_type, tmp_path):
     from event_tensor.kernels import prefill_attention_kernel
 
     s = 64
     rng = np.random.default_rng(t)
-    q = rng.standard_normal((t, hq, d)).astype(BF16)
+    q = rng.standard_normal((t, hq, d)).astype(np.float32 if q_type == "f32" else BF16)
     k = rng.standard_normal((s, hkv, d)).astype(BF16)
     v = rng.standard_normal((s, hkv, d)).astype(BF16)
-    art = et.compile(prefill_attention_kernel(hq, hkv, d, s, block=block, out=out), target="cpu", workers=3,
-                     cache_dir=tmp_path)
+    art = et.compile(prefill_attention_kernel(hq, hkv, d, s, block=block, out=out, q=q_type), target="cpu",
+                     workers=3, cache_dir=tmp_path)
     o = np.full((t, hq, d), np.nan, np.float32 if out == "f32" else BF16)
     art.launcher()(q, k, v, o, t, pos0)
     assert not np.isnan(o.astype(np.float64)).any()

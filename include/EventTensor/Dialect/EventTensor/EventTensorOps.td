@@ -694,7 +694,8 @@ def ET_AttentionPrefillOp : ET_Op<"attention_prefill", [
     ```
 
     A task typically has one tile per (block of tokens, KV head). D is
-    static and a multiple of 16; `o` is bf16 or f32.
+    static and a multiple of 16; `q` (bf16, or f32 as RoPE leaves it; it
+    is rounded to bf16 for the tensor cores) and `o` are bf16 or f32.
 
     Lowering (`et-lower-tile-ops`): on the GPU (D of 64 or 128, bf16
     caches, `block` x G a multiple of 16 that the worker's warps cover),
@@ -713,7 +714,7 @@ def ET_AttentionPrefillOp : ET_Op<"attention_prefill", [
         : memref<?x32x64xbf16>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xbf16>
     ```
   }];
-  let arguments = (ins Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$q,
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$q,
                        Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$k,
                        Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$v,
                        Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemWrite]>:$o,
