@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = ["LinearConfig", "TableError", "TuningTable", "WaveModel", "choose_linear", "heuristic_linear",
            "linear_problem", "token_passes", "build_table", "TABLE_FORMAT",
-           "GemmConfig", "GemmModels", "gemm_problem", "heuristic_gemm", "choose_gemm"]
+           "GemmConfig", "GemmModels", "gemm_problem", "heuristic_gemm", "choose_gemm", "shipped_gemm_models"]
 
 TABLE_FORMAT = 1
 WARP_ELEMENTS = 256  # bf16 elements one warp covers per 16-byte load per lane
@@ -393,4 +393,19 @@ def choose_gemm(m: int, n: int, k: int, *, models: GemmModels | None, workers: i
     if models is not None:
         return models.choose(m, n, k), f"models {models.gpu}"
     return heuristic_gemm(m, n, k, workers), "heuristic: no GEMM models for this GPU"
+
+
+# GEMM models shipped with the package, one file per GPU
+# (tables/gemm-<gpu name, lower case, dashes>.json).
+SHIPPED_TABLES = Path(__file__).resolve().parent / "tables"
+
+
+def shipped_gemm_models(gpu: str) -> GemmModels | None:
+    """The GEMM models shipped for `gpu` (a device name as the driver gives
+    it, such as "NVIDIA H200"), or None for a GPU without them. The H200's
+    were fitted on benchmarks/results/2026-11-22-h200-gemm-final.json
+    (`benchmarks/tune_gemm_eval.py --models`)."""
+    slug = "".join(c if c.isalnum() else "-" for c in gpu.lower()).strip("-")
+    path = SHIPPED_TABLES / f"gemm-{slug}.json"
+    return GemmModels.load(path, gpu=gpu) if path.exists() else None
 

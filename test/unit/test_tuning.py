@@ -317,3 +317,15 @@ def test_corrupt_gemm_models_get_clear_errors(tmp_path, mutate, message):
     path.write_text(json.dumps(data))
     with pytest.raises(TableError, match=message):
         GemmModels.load(path)
+
+
+def test_shipped_gemm_models_load_and_choose():
+    """The H200 models ship with the package, validate, and choose one of
+    their configurations; other GPUs have none (the heuristic applies)."""
+    from event_tensor.tuning import GemmModels, shipped_gemm_models
+
+    models = shipped_gemm_models("NVIDIA H200")
+    assert isinstance(models, GemmModels) and models.workers == 132 and len(models.models) >= 6
+    cfg = models.choose(4096, 4096, 4096)
+    assert cfg in models.models and cfg.mma in ("wgmma", "sync")
+    assert shipped_gemm_models("NVIDIA A100-SXM4-80GB") is None
