@@ -8,18 +8,7 @@ import torch
 
 def median_seconds(fn, reps=20, warmup=3):
     """Median time of `fn()` in seconds, between CUDA events, after warm-up."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
+    return batched_seconds(fn, inner=1, reps=reps, warmup=warmup)
 
 
 def batched_seconds(fn, inner=20, reps=7, warmup=3):

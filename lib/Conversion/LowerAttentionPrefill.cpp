@@ -200,45 +200,23 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
   // (their scores are masked, and zeros keep P V finite).
   auto issueBlock = [&](OpBuilder &b, Value jb, Value slot) {
     TileBuilder h{b, loc};
-    const int64_t perRow = dim / 8, chunks = kKvBlock * perRow;
     for (int part = 0; part < 2; ++part) {
       auto meta = part == 0 ? kMeta : vMeta;
-      Value base = part == 0 ? kBase : vBase;
       Value slotBase = arith::AddIOp::create(
           b, loc, arith::MulIOp::create(b, loc, slot, h.idx(2 * blockBytes)), h.idx(part * blockBytes));
-      for (int64_t i = 0; i * threads < chunks; ++i) {
-        Value c = arith::AddIOp::create(b, loc, g.tid, h.idx(i * threads));
-        auto emit = [&](OpBuilder &b) {
-          TileBuilder h{b, loc};
-          Value row = arith::DivUIOp::create(b, loc, c, h.idx(perRow));
-          Value col = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, c, h.idx(perRow)), h.idx(8));
-          Value pos = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)), row);
-          Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, pos, positions);
-          Value elem = arith::AddIOp::create(
-              b, loc,
-              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, pos, meta.getStrides()[0]),
-                                    arith::MulIOp::create(b, loc, kvHead, meta.getStrides()[1])),
-              col);
-          Value offset = arith::SelectOp::create(b, loc, valid, elem, h.idx(0));
-          Value src = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
-                                          ValueRange{arith::IndexCastOp::create(b, loc, i64Type, offset)});
-          Value dstByte = arith::AddIOp::create(
-              b, loc, slotBase,
-              arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(pitch)), col),
-                                    h.idx(2)));
-          copyAsync16(b, loc, sharedAt(b, loc, shared, toI32(b, loc, dstByte)), src,
-                      arith::SelectOp::create(b, loc, valid, i32(b, loc, 16), i32(b, loc, 0)));
-        };
-        if ((i + 1) * threads <= chunks) {
-          emit(b);
-        } else {
-          auto inRange = scf::IfOp::create(
-              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks)), false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(inRange.thenBlock());
-          emit(b);
-        }
-      }
+      copyChunks(b, loc, g.tid, threads, kKvBlock, dim / 8, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)),
+                 positions, h.idx(0), h.idx(0), h.idx(dim), part == 0 ? kBase : vBase, meta.getStrides()[0],
+                 arith::MulIOp::create(b, loc, kvHead, meta.getStrides()[1]), shared,
+                 [&](OpBuilder &b, Value row, Value chunk) -> Value {
+                   TileBuilder h{b, loc};
+                   return arith::AddIOp::create(
+                       b, loc, slotBase,
+                       arith::MulIOp::create(
+                           b, loc,
+                           arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(pitch)),
+                                                 arith::MulIOp::create(b, loc, chunk, h.idx(8))),
+                           h.idx(2)));
+                 });
     }
   };
 

@@ -312,6 +312,29 @@ void copyStageOut(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &st
   }
 }
 
+/// The end of both GPU lowerings: `store` (this thread's fragments, into
+/// the stage or straight to y) on the warps where `active` holds (all when
+/// null), then the stage's rows to y, and a barrier that frees the ring for
+/// whatever runs next on the worker. Erases the op.
+void finishTile(OpBuilder &b, Location loc, MatmulOp op, Value active, const std::optional<OutputStage> &stage,
+                Value stageBase, int64_t bm, int64_t bn, int64_t threads, Value tid, Value m, Value n, Value m0,
+                Value n0, llvm::function_ref<void(OpBuilder &)> store) {
+  if (active) {
+    auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    store(b);
+  } else {
+    store(b);
+  }
+  if (stage) {
+    gpu::BarrierOp::create(b, loc);
+    copyStageOut(b, loc, op, *stage, stageBase, bm, bn, threads, tid, m, n, m0, n0);
+  }
+  gpu::BarrierOp::create(b, loc);
+  op.erase();
+}
+
 /// The wgmma path. A slice is BK / 64 column blocks ("atoms") of 64
 /// columns, so an atom row is 128 bytes and the ring uses the 128-byte
 /// swizzle of the wgmma shared-memory descriptors: 16-byte chunk c of row
@@ -373,50 +396,23 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
     Value k0 = arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, kr.first, kt), h.idx(64 * atoms));
+    // Chunk (row, c) of atom c / 8 at 16-byte position (c % 8) ^ (row % 8).
     auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride, int64_t sliceBytes,
                          int64_t sliceOffset) {
-      const int64_t perRow = 8 * atoms, chunks = rows * perRow;
       Value slotBase = arith::AddIOp::create(
           b, loc, h.idx(sliceOffset), arith::MulIOp::create(b, loc, slot, h.idx(sliceBytes)));
-      for (int64_t i = 0; i * threads < chunks; ++i) {
-        Value c = arith::AddIOp::create(b, loc, g.tid, h.idx(i * threads));
-        auto emit = [&](OpBuilder &b) {
-          TileBuilder h{b, loc};
-          Value row = arith::DivUIOp::create(b, loc, c, h.idx(perRow));
-          Value chunk = arith::RemUIOp::create(b, loc, c, h.idx(perRow));
-          Value atom = arith::DivUIOp::create(b, loc, chunk, h.idx(8));
-          Value kc = arith::RemUIOp::create(b, loc, chunk, h.idx(8));
-          Value gRow = arith::AddIOp::create(b, loc, first, row);
-          Value gCol = arith::AddIOp::create(b, loc, k0, arith::MulIOp::create(b, loc, chunk, h.idx(8)));
-          Value valid = arith::AndIOp::create(
-              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
-              arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, gCol, kr.lo),
-                                    arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, kr.hi)));
-          Value offset = arith::SelectOp::create(
-              b, loc, valid,
-              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, gRow, rowStride), gCol), h.idx(0));
-          Value src = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
-                                          ValueRange{arith::IndexCastOp::create(b, loc, i64Type, offset)});
-          Value swizzled = arith::XOrIOp::create(b, loc, kc, arith::RemUIOp::create(b, loc, row, h.idx(8)));
-          Value dstByte = arith::AddIOp::create(
-              b, loc, arith::AddIOp::create(b, loc, slotBase, arith::MulIOp::create(b, loc, atom, h.idx(rows * 128))),
-              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(128)),
-                                    arith::MulIOp::create(b, loc, swizzled, h.idx(16))));
-          Value dst = sharedAt(b, loc, ring, toI32(b, loc, dstByte));
-          Value srcBytes = arith::SelectOp::create(b, loc, valid, i32(b, loc, 16), i32(b, loc, 0));
-          copyAsync16(b, loc, dst, src, srcBytes);
-        };
-        if ((i + 1) * threads <= chunks) {
-          emit(b);
-        } else {
-          auto inRange = scf::IfOp::create(
-              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks)),
-              /*withElse=*/false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(inRange.thenBlock());
-          emit(b);
-        }
-      }
+      copyChunks(b, loc, g.tid, threads, rows, 8 * atoms, first, limit, k0, kr.lo, kr.hi, base, rowStride, h.idx(0),
+                 ring, [&](OpBuilder &b, Value row, Value chunk) -> Value {
+                   TileBuilder h{b, loc};
+                   Value atom = arith::DivUIOp::create(b, loc, chunk, h.idx(8));
+                   Value swizzled = arith::XOrIOp::create(b, loc, arith::RemUIOp::create(b, loc, chunk, h.idx(8)),
+                                                          arith::RemUIOp::create(b, loc, row, h.idx(8)));
+                   return arith::AddIOp::create(
+                       b, loc,
+                       arith::AddIOp::create(b, loc, slotBase, arith::MulIOp::create(b, loc, atom, h.idx(rows * 128))),
+                       arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(128)),
+                                             arith::MulIOp::create(b, loc, swizzled, h.idx(16))));
+                 });
     };
     copyBlock(bm, m0, m, xBase, xStride, sliceA, 0);
     copyBlock(bn, n0, n, wBase, wStride, sliceB, stages * sliceA);
@@ -534,24 +530,50 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
     storeFragments(b, loc, op, arith::AddIOp::create(b, loc, m0, rowIn), arith::AddIOp::create(b, loc, n0, colIn),
                    g.lane, m, n, 1, t.wn / 8, value);
   };
-  if (active) {
-    auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    store(b);
-  } else {
-    store(b);
-  }
-  if (stage) {
-    gpu::BarrierOp::create(b, loc);
-    copyStageOut(b, loc, op, *stage, ring, bm, bn, threads, g.tid, m, n, m0, n0);
-  }
-  gpu::BarrierOp::create(b, loc);
-  op.erase();
+  finishTile(b, loc, op, active, stage, ring, bm, bn, threads, g.tid, m, n, m0, n0, store);
   return success();
 }
 
 } // namespace
+
+void tile::copyChunks(OpBuilder &b, Location loc, Value tid, int64_t threads, int64_t rows, int64_t perRow,
+                      Value first, Value limit, Value k0, Value kLo, Value kHi, Value base, Value rowStride,
+                      Value extra, Value shared,
+                      llvm::function_ref<Value(OpBuilder &, Value row, Value chunk)> dstByte) {
+  TileBuilder h{b, loc};
+  const int64_t chunks = rows * perRow;
+  for (int64_t i = 0; i * threads < chunks; ++i) {
+    Value c = arith::AddIOp::create(b, loc, tid, h.idx(i * threads));
+    auto emit = [&](OpBuilder &b) {
+      TileBuilder h{b, loc};
+      Value row = arith::DivUIOp::create(b, loc, c, h.idx(perRow));
+      Value chunk = arith::RemUIOp::create(b, loc, c, h.idx(perRow));
+      Value gRow = arith::AddIOp::create(b, loc, first, row);
+      Value gCol = arith::AddIOp::create(b, loc, k0, arith::MulIOp::create(b, loc, chunk, h.idx(8)));
+      Value valid = arith::AndIOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
+          arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, gCol, kLo),
+                                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, kHi)));
+      // Out of range: 0 source bytes (zero fill) from the view's start.
+      Value elem = arith::AddIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, gRow, rowStride), extra), gCol);
+      Value offset = arith::SelectOp::create(b, loc, valid, elem, h.idx(0));
+      Value src = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
+                                      ValueRange{arith::IndexCastOp::create(b, loc, b.getI64Type(), offset)});
+      Value dst = sharedAt(b, loc, shared, toI32(b, loc, dstByte(b, row, chunk)));
+      copyAsync16(b, loc, dst, src, arith::SelectOp::create(b, loc, valid, i32(b, loc, 16), i32(b, loc, 0)));
+    };
+    if ((i + 1) * threads <= chunks) {
+      emit(b);
+    } else {
+      auto inRange = scf::IfOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks)), /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(inRange.thenBlock());
+      emit(b);
+    }
+  }
+}
 
 LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
                                    llvm::DenseSet<Operation *> &sharedTaken) {
@@ -620,51 +642,20 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
     Value k0 = arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, kr.first, kt), h.idx(bk));
+    // Chunk (row, c) at element row * stride + 8 c of the slot.
     auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride,
                          int64_t sliceElems, int64_t sliceOffset) {
-      const int64_t chunks = rows * bk / 8, perRow = bk / 8;
       Value slotBase = arith::AddIOp::create(
           b, loc, h.idx(sliceOffset), arith::MulIOp::create(b, loc, slot, h.idx(sliceElems)));
-      for (int64_t i = 0; i * threads < chunks; ++i) {
-        Value c = arith::AddIOp::create(b, loc, g.tid, h.idx(i * threads));
-        auto emit = [&](OpBuilder &b) {
-          TileBuilder h{b, loc};
-          Value row = arith::DivUIOp::create(b, loc, c, h.idx(perRow));
-          Value col = arith::MulIOp::create(
-              b, loc, arith::RemUIOp::create(b, loc, c, h.idx(perRow)), h.idx(8));
-          Value gRow = arith::AddIOp::create(b, loc, first, row);
-          Value gCol = arith::AddIOp::create(b, loc, k0, col);
-          Value valid = arith::AndIOp::create(
-              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gRow, limit),
-              arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, gCol, kr.lo),
-                                    arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, gCol, kr.hi)));
-          // Out of range: 0 source bytes (zero fill) from the view's start.
-          Value offset = arith::SelectOp::create(
-              b, loc, valid,
-              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, gRow, rowStride), gCol),
-              h.idx(0));
-          Value src = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
-                                          ValueRange{arith::IndexCastOp::create(
-                                              b, loc, b.getI64Type(), offset)});
-          Value dstElem = arith::AddIOp::create(
-              b, loc, slotBase,
-              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(stride)), col));
-          Value dst = sharedAt(b, loc, shared,
-                               toI32(b, loc, arith::MulIOp::create(b, loc, dstElem, h.idx(2))));
-          Value srcBytes = arith::SelectOp::create(b, loc, valid, i32(b, loc, 16), i32(b, loc, 0));
-          copyAsync16(b, loc, dst, src, srcBytes);
-        };
-        if ((i + 1) * threads <= chunks) {
-          emit(b);
-        } else {
-          auto inRange = scf::IfOp::create(
-              b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks)),
-              /*withElse=*/false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(inRange.thenBlock());
-          emit(b);
-        }
-      }
+      copyChunks(b, loc, g.tid, threads, rows, bk / 8, first, limit, k0, kr.lo, kr.hi, base, rowStride, h.idx(0),
+                 shared, [&](OpBuilder &b, Value row, Value chunk) -> Value {
+                   TileBuilder h{b, loc};
+                   Value elem = arith::AddIOp::create(
+                       b, loc, slotBase,
+                       arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(stride)),
+                                             arith::MulIOp::create(b, loc, chunk, h.idx(8))));
+                   return arith::MulIOp::create(b, loc, elem, h.idx(2));
+                 });
     };
     copyBlock(bm, m0, m, xBase, xStride, sliceA, 0);
     copyBlock(bn, n0, n, wBase, wStride, sliceB, stages * sliceA);
@@ -835,21 +826,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     storeFragments(b, loc, op, arith::AddIOp::create(b, loc, m0, rowIn), arith::AddIOp::create(b, loc, n0, colIn),
                    lane, m, n, mTiles, nTiles, value);
   };
-  if (active) {
-    auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    store(b);
-  } else {
-    store(b);
-  }
-  if (stage) {
-    gpu::BarrierOp::create(b, loc);
-    copyStageOut(b, loc, op, *stage, shared, bm, bn, threads, g.tid, m, n, m0, n0);
-  }
-  // The slices are free for whatever runs next on the worker.
-  gpu::BarrierOp::create(b, loc);
-  op.erase();
+  finishTile(b, loc, op, active, stage, shared, bm, bn, threads, g.tid, m, n, m0, n0, store);
   return success();
 }
 

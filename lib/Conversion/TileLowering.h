@@ -82,6 +82,16 @@ Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
 /// only (`.cg`); `srcBytes` (i32, optional) below 16 zero-fills the rest.
 void copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes = Value());
 
+/// 16-byte `cp.async` copies of a block of `rows` rows of `perRow` chunks
+/// (8 bf16 each): thread `tid` takes chunks tid, tid + threads, ...; chunk
+/// c is row c / perRow (global row first + row, copied when below `limit`)
+/// at column k0 + 8 (c % perRow) (copied when in [kLo, kHi)); the others
+/// are zero-filled. Source element: base + row * rowStride + extra +
+/// column; destination: `dstByte(row, chunk)` bytes past `shared`.
+void copyChunks(OpBuilder &b, Location loc, Value tid, int64_t threads, int64_t rows, int64_t perRow, Value first,
+                Value limit, Value k0, Value kLo, Value kHi, Value base, Value rowStride, Value extra, Value shared,
+                llvm::function_ref<Value(OpBuilder &, Value row, Value chunk)> dstByte);
+
 /// et.matmul on the GPU (tensor cores) for a worker of `threads` threads
 /// (fixed at compile time): with warpgroup MMA (`wgmma`, Hopper) where the
 /// tile allows it, else mma.sync. The op's task takes the dynamic shared

@@ -44,6 +44,22 @@ class TableError(ValueError):
     """A tuning table that cannot be used (names the file and the field)."""
 
 
+def _load_for_gpu(cls, path, gpu, what: str, it: str):
+    """`cls.from_json` of the JSON file at `path`, with clear errors for an
+    unreadable file, bad JSON, or (with `gpu`) another GPU's data."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise TableError(f"cannot read {what} {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise TableError(f"{path}: not valid JSON ({err})") from None
+    loaded = cls.from_json(data, str(path))
+    if gpu is not None and loaded.gpu != gpu:
+        raise TableError(f"{path}: {it} for {loaded.gpu!r}, this GPU is {gpu!r}")
+    return loaded
+
+
 @dataclass(frozen=True)
 class LinearConfig:
     rows: int  # rows of the output per tile (macro)
@@ -154,17 +170,7 @@ class TuningTable:
     @classmethod
     def load(cls, path: str | Path, *, gpu: str | None = None) -> "TuningTable":
         """Reads and validates a table; with `gpu`, it must be that GPU's."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as err:
-            raise TableError(f"cannot read tuning table {path}: {err.strerror}") from None
-        except json.JSONDecodeError as err:
-            raise TableError(f"{path}: not valid JSON ({err})") from None
-        table = cls.from_json(data, str(path))
-        if gpu is not None and table.gpu != gpu:
-            raise TableError(f"{path}: the table is for {table.gpu!r}, this GPU is {gpu!r}")
-        return table
+        return _load_for_gpu(cls, path, gpu, "tuning table", "the table is")
 
     @classmethod
     def from_json(cls, data, where: str = "<memory>") -> "TuningTable":
@@ -339,17 +345,8 @@ class GemmModels:
 
     @classmethod
     def load(cls, path: str | Path, *, gpu: str | None = None) -> "GemmModels":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as err:
-            raise TableError(f"cannot read GEMM models {path}: {err.strerror}") from None
-        except json.JSONDecodeError as err:
-            raise TableError(f"{path}: not valid JSON ({err})") from None
-        models = cls.from_json(data, str(path))
-        if gpu is not None and models.gpu != gpu:
-            raise TableError(f"{path}: the models are for {models.gpu!r}, this GPU is {gpu!r}")
-        return models
+        """Reads and validates the models; with `gpu`, they must be that GPU's."""
+        return _load_for_gpu(cls, path, gpu, "GEMM models", "the models are")
 
     @classmethod
     def from_json(cls, data, where: str = "<memory>") -> "GemmModels":

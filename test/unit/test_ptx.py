@@ -34,14 +34,16 @@ def _check_ptx(ptx: str):
             f"atomic add without a preceding release fence:\n" + "\n".join(window + [lines[i]]))
 
 
-def _assemble(art, tmp_path):
-    """ptxas accepts the artifact's PTX for sm_90a (skips where it is not installed)."""
+def _assemble(art, tmp_path) -> str:
+    """ptxas accepts the artifact's PTX for sm_90a (skips where it is not
+    installed); returns its resource report (-v)."""
     ptxas = ptxas_path()
     if ptxas is None:
         pytest.skip("ptxas not installed")
-    out = subprocess.run([ptxas, "-arch=sm_90a", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
+    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    return out.stderr
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -142,13 +144,8 @@ def test_matmul_ptx(tmp_path):
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert f".u32 __et_dynamic_shared_bytes = {3 * 256 * 40 * 2};" in ptx
-    ptxas = ptxas_path()
-    if ptxas is None:
-        pytest.skip("ptxas not installed")
-    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert "0 bytes spill stores" in out.stderr, out.stderr
+    report = _assemble(art, tmp_path)
+    assert "0 bytes spill stores" in report, report
 
 
 def test_wgmma_ptx(tmp_path):
@@ -173,14 +170,9 @@ def test_wgmma_ptx(tmp_path):
     sync = et.compile(gemm_kernel(2048, 8192, tile=(128, 256, 64), stages=3, out="bf16"), target="cuda",
                       workers=132, threads_per_worker=256, mode="static", tile_mma="sync", cache_dir=tmp_path)
     assert "wgmma" not in sync.binary_path.read_text()
-    ptxas = ptxas_path()
-    if ptxas is None:
-        pytest.skip("ptxas not installed")
-    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert "0 bytes spill stores" in out.stderr, out.stderr
-    assert "serialized" not in out.stderr, out.stderr
+    report = _assemble(art, tmp_path)
+    assert "0 bytes spill stores" in report, report
+    assert "serialized" not in report, report
 
 
 def test_prefill_attention_ptx(tmp_path):
@@ -197,10 +189,5 @@ def test_prefill_attention_ptx(tmp_path):
     assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 64
     assert "ex2.approx" in ptx
     assert f".u32 __et_dynamic_shared_bytes = {3 * 2 * 64 * 72 * 2};" in ptx
-    ptxas = ptxas_path()
-    if ptxas is None:
-        pytest.skip("ptxas not installed")
-    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(art.binary_path), "-o", str(tmp_path / "k.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert "0 bytes spill stores" in out.stderr, out.stderr
+    report = _assemble(art, tmp_path)
+    assert "0 bytes spill stores" in report, report

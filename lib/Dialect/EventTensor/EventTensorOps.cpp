@@ -471,23 +471,27 @@ LogicalResult NumThreadsOp::verify() { return verifyInTask(*this); }
 // Tile compute
 //===----------------------------------------------------------------------===//
 
-LogicalResult LinearOp::verify() {
-  if (failed(verifyInTask(*this)))
-    return failure();
-  auto x = getX().getType(), w = getW().getType(), y = getY().getType();
+/// y = x * w^T shapes (M x K, N x K, M x N) agree where static.
+static LogicalResult verifyProductShapes(Operation *op, MemRefType x, MemRefType w, MemRefType y) {
   auto match = [](int64_t a, int64_t b) {
     return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
   };
   if (!match(x.getDimSize(1), w.getDimSize(1)))
-    return emitOpError("x has K = ")
-           << x.getDimSize(1) << " but w has K = " << w.getDimSize(1);
+    return op->emitOpError("x has K = ") << x.getDimSize(1) << " but w has K = " << w.getDimSize(1);
   if (!match(x.getDimSize(0), y.getDimSize(0)))
-    return emitOpError("x has ")
-           << x.getDimSize(0) << " tokens but y has " << y.getDimSize(0);
+    return op->emitOpError("x has ") << x.getDimSize(0) << " tokens but y has " << y.getDimSize(0);
   if (!match(w.getDimSize(0), y.getDimSize(1)))
-    return emitOpError("w has N = ")
-           << w.getDimSize(0) << " rows but y has " << y.getDimSize(1)
-           << " columns";
+    return op->emitOpError("w has N = ") << w.getDimSize(0) << " rows but y has " << y.getDimSize(1)
+                                         << " columns";
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), w = getW().getType(), y = getY().getType();
+  if (failed(verifyProductShapes(getOperation(), x, w, y)))
+    return failure();
   if (!ShapedType::isDynamic(x.getDimSize(0)) && x.getDimSize(0) > 16)
     return emitOpError("supports at most 16 tokens, x has ")
            << x.getDimSize(0);
@@ -503,19 +507,8 @@ LogicalResult MatmulOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();
   auto x = getX().getType(), w = getW().getType(), y = getY().getType();
-  auto match = [](int64_t a, int64_t b) {
-    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-  };
-  if (!match(x.getDimSize(1), w.getDimSize(1)))
-    return emitOpError("x has K = ")
-           << x.getDimSize(1) << " but w has K = " << w.getDimSize(1);
-  if (!match(x.getDimSize(0), y.getDimSize(0)))
-    return emitOpError("x has ")
-           << x.getDimSize(0) << " tokens but y has " << y.getDimSize(0);
-  if (!match(w.getDimSize(0), y.getDimSize(1)))
-    return emitOpError("w has N = ")
-           << w.getDimSize(0) << " rows but y has " << y.getDimSize(1)
-           << " columns";
+  if (failed(verifyProductShapes(getOperation(), x, w, y)))
+    return failure();
   int64_t k = w.getDimSize(1);
   if (ShapedType::isDynamic(k))
     k = x.getDimSize(1);
