@@ -348,3 +348,34 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     meta = json.loads((big / "metadata.json").read_text())
     assert meta["options"].get("tile_kv_prefetch", "none") == "none" and meta["dynamic_shared_bytes"] == 0
     assert "cp.async" not in (big / "kernel.ptx").read_text()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
+    """compile_model(prefill_rows=16): prompts go through the prefill kernel
+    (et.matmul, et.attention_prefill) in chunks of 16 tokens, later chunks
+    attending to earlier ones through the cache. Same KV caches, same last
+    logits and same greedy tokens as feeding them through the decode
+    kernel."""
+    from event_tensor import model
+
+    c = model.tiny_config(family)
+    w = model.random_weights(c, seed=3)
+    plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64,
+                                                    cache_dir=tmp_path), w)
+    fast = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64, prefill_rows=16,
+                                                   cache_dir=tmp_path), w)
+    assert fast.prefill_launcher is not None and plain.prefill_launcher is None
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(0, c.vocab_size, 40).tolist()
+    assert plain.prefill([prompt]).tolist() == fast.prefill([prompt]).tolist()
+    np.testing.assert_allclose(fast.last_logits()[0], plain.last_logits()[-1], rtol=1e-4, atol=1e-4)
+    for name in ("k_cache", "v_cache"):
+        ref = np.asarray(plain.buffers[name], np.float32)[:, 0, :40]
+        got = np.asarray(fast.buffers[name], np.float32)[:, 0, :40]
+        assert np.abs(ref).max() > 0
+        np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2)
+    prompts = [prompt, rng.integers(0, c.vocab_size, 40).tolist()]
+    assert plain.generate(prompts, 4)[0].tolist() == fast.generate(prompts, 4)[0].tolist()
+    with pytest.raises(ValueError, match="exceeds the compiled context 64"):
+        fast.prefill([[1] * 65])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .builder import build_decode_kernel, kernel_layout
 from .config import ModelConfig
-from .session import MODEL_JSON, VARIANTS_JSON
+from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
 __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL"]
 
@@ -44,7 +44,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool | None = None,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
-                  fuse_norms: bool = True, scratch_rows: int | None = None, **options) -> Path:
+                  fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -65,7 +66,12 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     subdirectories of `out_dir` listed in `variants.json`; `DecodeSession`
     picks the kernel per launch by batch size (an index into a list). Every
     variant serves any batch up to `max_batch` and shares the buffers.
-    `table_batch` is the M the table is read at (default `max_batch`)."""
+    `table_batch` is the M the table is read at (default `max_batch`).
+
+    With `prefill_rows` > 0, a prefill kernel (`model.prefill`: the prompt
+    tiles, et.matmul and et.attention_prefill) is compiled too, into the
+    `prefill/` subdirectory; `DecodeSession.prefill` then feeds each prompt
+    through it in launches of up to `prefill_rows` tokens."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -78,6 +84,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if layered is None:
         layered = options.get("mode") != "dynamic"
+    if prefill_rows and batch_variants:
+        raise ValueError("prefill_rows is not supported with batch_variants")
+    if isinstance(prefill_rows, bool) or not isinstance(prefill_rows, int) or prefill_rows < 0:
+        raise ValueError(f"prefill_rows must be a non-negative int, got {prefill_rows!r}")
     if batch_variants:
         return _compile_variants(config, target=target, max_batch=max_batch, max_context=max_context,
                                  workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
@@ -113,10 +123,40 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
     src = Path(art.path)
+    if prefill_rows:
+        info["prefill"] = _compile_prefill(config, layout, src / PREFILL_DIR, target=target, workers=workers,
+                                           rows=prefill_rows, cache_dir=cache_dir, use_cache=use_cache,
+                                           options=options)
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
     if out_dir is None:
         return src
     return art.copy_to(out_dir)
+
+
+def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, workers: int, rows: int, cache_dir,
+                     use_cache: bool, options: dict) -> dict:
+    """The prefill kernel beside the decode kernel: same weights and caches,
+    its own row buffers (`rows` tokens per launch)."""
+    import shutil
+
+    from .. import compile as et_compile
+    from ..ir import Context
+    from .prefill import PrefillTiles, build_prefill_kernel
+
+    threads = 256 if target == "cuda" else 128
+    tiles = PrefillTiles(config, threads=threads)
+    start = time.perf_counter()
+    with Context():
+        text = build_prefill_kernel(config, layout, tiles).operation.get_asm(print_generic_op_form=True)
+    keep = {k: v for k, v in options.items() if k in ("profile", "format", "opt_level")}
+    if target == "cuda":
+        keep["threads_per_worker"] = threads
+    art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **keep)
+    if dest.exists():
+        shutil.rmtree(dest)
+    art.copy_to(dest)
+    return {"dir": PREFILL_DIR, "rows": rows, "tiles": tiles.to_dict(),
+            "compile_s": round(time.perf_counter() - start, 3)}
 
 
 def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:

@@ -15,9 +15,10 @@ from .. import runtime
 from .config import ModelConfig
 from .weights import BF16, PACKED_ORDER, pack
 
-__all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "VARIANTS_JSON"]
+__all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
+PREFILL_DIR = "prefill"  # the prefill kernel's subdirectory (compile_model(prefill_rows=...))
 # Kernel arguments that are weights (Qwen3 adds the per-head q/k norms).
 _WEIGHTS = {*PACKED_ORDER, "q_norm", "k_norm"}
 VARIANTS_JSON = "variants.json"
@@ -70,9 +71,25 @@ class DecodeSession:
         self.launcher = self.launchers[0]
         self.device = "cuda" if self.artifact.target == "cuda" else "cpu"
         self.max_context = int(self.layout["max_context"])
-        self._alloc(pack(self.config, weights) if "model.embed_tokens.weight" in weights else weights)
+        packed = pack(self.config, weights) if "model.embed_tokens.weight" in weights else weights
+        self._alloc(packed)
         self.batch = 0
         self.last_step_s = 0.0
+        # The prefill kernel, when compiled: its own row buffers, the
+        # decode kernel's weights and caches.
+        self.prefill_info = info.get("prefill")
+        self.prefill_launcher = None
+        if self.prefill_info:
+            pre = runtime.load(self.path / self.prefill_info["dir"])
+            self.prefill_rows = int(self.prefill_info["rows"])
+            self.prefill_launcher = pre.launcher(**options)
+            self._prefill_args = pre.metadata["arguments"]
+            for spec in self._prefill_args:
+                name = spec["name"]
+                if name in ("rows", "slot", "pos0") or name in self.buffers:
+                    continue
+                shape = [self.prefill_rows if d == -1 else d for d in spec["shape"]]
+                self.buffers[name] = self._zeros(shape, spec["dtype"])
 
     # -- buffers -----------------------------------------------------------
 
@@ -189,14 +206,18 @@ class DecodeSession:
         return getattr(self.launcher, "last_trace", None)
 
     def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
-        """Feeds the prompts (sequence b into cache slot b) in launches of up
-        to `max_batch` rows: position-major chunks in which the rows of one
-        prompt attend causally to each other. Returns the greedy token after
-        each prompt."""
+        """Feeds the prompts (sequence b into cache slot b). With a prefill
+        kernel (compile_model(prefill_rows=...)), each prompt in launches of
+        up to `prefill_rows` tokens on the prompt tiles; else launches of up
+        to `max_batch` rows of the decode kernel: position-major chunks in
+        which the rows of one prompt attend causally to each other. Returns
+        the greedy token after each prompt."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("prompts must be non-empty")
         if len(prompts) > self.max_batch:
             raise ValueError(f"{len(prompts)} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        if self.prefill_launcher is not None:
+            return np.array([self._prefill_prompt(b, p) for b, p in enumerate(prompts)], np.int64)
         rows = [(t, b, int(tok)) for b, p in enumerate(prompts) for t, tok in enumerate(p)]
         rows.sort()
         out = np.zeros(len(prompts), np.int64)
@@ -207,6 +228,45 @@ class DecodeSession:
                 if t == len(prompts[b]) - 1:
                     out[b] = token
         return out
+
+    def _prefill_prompt(self, slot: int, prompt: Sequence[int]) -> int:
+        """One prompt through the prefill kernel, in chunks of at most
+        `prefill_rows` tokens (a chunk attends to the cache, so later chunks
+        see the earlier ones); its greedy next token."""
+        prompt = np.asarray(prompt, np.int64)
+        if len(prompt) > self.max_context:
+            raise ValueError(f"prompt length {len(prompt)} exceeds the compiled context {self.max_context}")
+        if (prompt < 0).any() or (prompt >= self.config.vocab_size).any():
+            bad = int(prompt[(prompt < 0) | (prompt >= self.config.vocab_size)][0])
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+        start = time.perf_counter()
+        for pos0 in range(0, len(prompt), self.prefill_rows):
+            chunk = prompt[pos0: pos0 + self.prefill_rows]
+            n = len(chunk)
+            for name, values in (("p_tokens", chunk.astype(np.int32)),
+                                 ("p_positions", np.arange(pos0, pos0 + n, dtype=np.int32))):
+                if self.device == "cpu":
+                    self.buffers[name][:n] = values
+                else:
+                    import torch
+
+                    self.buffers[name][:n].copy_(torch.from_numpy(values))
+            scalars = {"rows": n, "slot": slot, "pos0": pos0}
+            args = []
+            for spec in self._prefill_args:
+                name = spec["name"]
+                if name in scalars:
+                    args.append(scalars[name])
+                elif spec.get("shape") and spec["shape"][0] == -1 and name.startswith("p_"):
+                    args.append(self.buffers[name][:n])
+                elif spec.get("shape") and spec["shape"][0] == -1:
+                    args.append(self.buffers[name][:1])
+                else:
+                    args.append(self.buffers[name])
+            self.prefill_launcher(*args)
+        self.last_prefill_s = time.perf_counter() - start
+        self.batch = 1
+        return int(self.next_tokens()[0])
 
     def generate(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
         """Greedy decoding: the prompts (of one length), then `steps` new
@@ -232,7 +292,7 @@ class DecodeSession:
         return str(self.artifacts[self._variant_of[batch]].path)
 
     def close(self) -> None:
-        for launcher in self.launchers:
+        for launcher in self.launchers + ([self.prefill_launcher] if self.prefill_launcher else []):
             close = getattr(launcher, "close", None)
             if close:
                 close()
