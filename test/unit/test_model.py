@@ -364,7 +364,7 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
     plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64,
                                                     cache_dir=tmp_path), w)
     fast = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64, prefill_rows=16,
-                                                   cache_dir=tmp_path), w)
+                                                   cache_dir=tmp_path, out_dir=tmp_path / "out"), w)
     assert fast.prefill_launcher is not None and plain.prefill_launcher is None
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, c.vocab_size, 40).tolist()

@@ -130,7 +130,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
     if out_dir is None:
         return src
-    return art.copy_to(out_dir)
+    dest = art.copy_to(out_dir)
+    if prefill_rows:
+        import shutil
+
+        shutil.rmtree(dest / PREFILL_DIR, ignore_errors=True)
+        shutil.copytree(src / PREFILL_DIR, dest / PREFILL_DIR)
+    return dest
 
 
 def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, workers: int, rows: int, cache_dir,
