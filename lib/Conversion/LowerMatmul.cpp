@@ -335,6 +335,52 @@ void finishTile(OpBuilder &b, Location loc, MatmulOp op, Value active, const std
   op.erase();
 }
 
+/// K of the product (static: the verifier requires it).
+int64_t staticK(MatmulOp op) {
+  int64_t k = op.getW().getType().getDimSize(1);
+  return ShapedType::isDynamic(k) ? op.getX().getType().getDimSize(1) : k;
+}
+
+/// Takes the task's dynamic shared memory for the op's ring; fails with a
+/// diagnostic when another op of the task holds it.
+LogicalResult takeDynamicShared(MatmulOp op, llvm::DenseSet<Operation *> &sharedTaken) {
+  auto task = op->getParentOfType<TaskOp>();
+  if (!sharedTaken.insert(task).second)
+    return op.emitOpError("shares its task with another op that uses the dynamic shared memory "
+                          "(one et.matmul per task)");
+  return success();
+}
+
+/// M, N and the global sources of both GPU lowerings: row r of x (or w)
+/// starts r * rowStride elements past the view's base.
+struct GemmSources {
+  Value m, n, xBase, wBase, xStride, wStride;
+};
+
+GemmSources gemmSources(OpBuilder &b, Location loc, MatmulOp op) {
+  TileBuilder h{b, loc};
+  auto xMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getX());
+  auto wMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+  return {memref::DimOp::create(b, loc, op.getX(), 0), memref::DimOp::create(b, loc, op.getW(), 0),
+          elementPointer(b, loc, op.getX(), h.idx(0), 2, 1), elementPointer(b, loc, op.getW(), h.idx(0), 2, 1),
+          xMeta.getStrides()[0], wMeta.getStrides()[0]};
+}
+
+/// `issue(b, kt, slot)` when slice kt exists (kt < count), then a commit:
+/// one group per slice, empty past the end, so the group count stays
+/// uniform.
+void issueIfAny(OpBuilder &b, Location loc, Value kt, Value slot, Value count,
+                llvm::function_ref<void(OpBuilder &, Value, Value)> issue) {
+  auto any = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, count),
+                               /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(any.thenBlock());
+    issue(b, kt, slot);
+  }
+  NVVM::CpAsyncCommitGroupOp::create(b, loc);
+}
+
 /// The wgmma path. A slice is BK / 64 column blocks ("atoms") of 64
 /// columns, so an atom row is 128 bytes and the ring uses the 128-byte
 /// swizzle of the wgmma shared-memory descriptors: 16-byte chunk c of row
@@ -357,21 +403,16 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
            << bm << " x " << bn << " x " << tileSizes[2] << " with " << stages << " stages needs "
            << ringBytes + 1024
            << " bytes of shared memory, more than " << kMaxDynamicShared;
+  if (failed(takeDynamicShared(op, sharedTaken)))
+    return failure();
   auto task = op->getParentOfType<TaskOp>();
-  if (sharedTaken.contains(task))
-    return op.emitOpError("shares its task with another op that uses the dynamic shared memory "
-                          "(one et.matmul per task)");
-  sharedTaken.insert(task);
 
   OpBuilder b(op);
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
   MLIRContext *ctx = b.getContext();
   Type i32Type = b.getI32Type(), i64Type = b.getI64Type(), f32 = b.getF32Type();
-  const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
-                        ? op.getW().getType().getDimSize(1)
-                        : op.getX().getType().getDimSize(1);
-  KSlices kr = kSlices(b, loc, op, k, 64 * atoms);
+  KSlices kr = kSlices(b, loc, op, staticK(op), 64 * atoms);
 
   Value buffer = workgroupBuffer(task, loc, {ringBytes + 1024}, b.getI8Type());
   buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
@@ -382,14 +423,8 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   Value ring = sharedAt(b, loc, shared, arith::SubIOp::create(b, loc, alignedAddr, sharedAddr));
 
   Groups g = h.groups(kWarp);
-  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
-  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
-  Value m0 = op.getM0(), n0 = op.getN0();
-  auto xMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getX());
-  auto wMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
-  Value xBase = elementPointer(b, loc, op.getX(), h.idx(0), 2, 1);
-  Value wBase = elementPointer(b, loc, op.getW(), h.idx(0), 2, 1);
-  Value xStride = xMeta.getStrides()[0], wStride = wMeta.getStrides()[0];
+  GemmSources src = gemmSources(b, loc, op);
+  Value m = src.m, n = src.n, m0 = op.getM0(), n0 = op.getN0();
 
   // Copies of slice kt into slot `slot`: chunk c = (row, kc) of the x block,
   // then of the w block, swizzled; chunks past M, N or K zero-filled.
@@ -414,19 +449,8 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
                                              arith::MulIOp::create(b, loc, swizzled, h.idx(16))));
                  });
     };
-    copyBlock(bm, m0, m, xBase, xStride, sliceA, 0);
-    copyBlock(bn, n0, n, wBase, wStride, sliceB, stages * sliceA);
-  };
-  auto issueIfAny = [&](OpBuilder &b, Value kt, Value slot) {
-    TileBuilder h{b, loc};
-    auto any = scf::IfOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, kr.count), /*withElse=*/false);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(any.thenBlock());
-      issueSlice(b, kt, slot);
-    }
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    copyBlock(bm, m0, m, src.xBase, src.xStride, sliceA, 0);
+    copyBlock(bn, n0, n, src.wBase, src.wStride, sliceB, stages * sliceA);
   };
 
   // This warpgroup's sub-block, and the constant part of its descriptors:
@@ -480,7 +504,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   };
 
   for (int64_t s = 0; s + 2 < stages; ++s)
-    issueIfAny(b, h.idx(s), h.idx(s));
+    issueIfAny(b, loc, h.idx(s), h.idx(s), kr.count, issueSlice);
   auto loop = scf::ForOp::create(
       b, loc, h.idx(0), kr.count, h.idx(1), ValueRange{acc0},
       [&](OpBuilder &b, Location loc, Value kt, ValueRange iter) {
@@ -490,7 +514,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
                                    NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
         gpu::BarrierOp::create(b, loc);
         Value next = arith::AddIOp::create(b, loc, kt, h.idx(stages - 2));
-        issueIfAny(b, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)));
+        issueIfAny(b, loc, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)), kr.count, issueSlice);
         Value slot = arith::RemUIOp::create(b, loc, kt, h.idx(stages));
         Value acc = iter[0];
         if (!active) {
@@ -599,18 +623,15 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     return op.emitOpError("tile ")
            << bm << " x " << bn << " x " << bk << " with " << stages << " stages needs "
            << sharedBytes << " bytes of shared memory, more than " << kMaxDynamicShared;
+  if (failed(takeDynamicShared(op, sharedTaken)))
+    return failure();
   auto task = op->getParentOfType<TaskOp>();
-  if (sharedTaken.contains(task))
-    return op.emitOpError("shares its task with another op that uses the dynamic shared memory "
-                          "(one et.matmul per task)");
-  sharedTaken.insert(task);
 
   OpBuilder b(op);
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
   MLIRContext *ctx = b.getContext();
   Type i32Type = b.getI32Type(), f32 = b.getF32Type();
-  auto sharedPtr = LLVM::LLVMPointerType::get(ctx, 3);
   const WarpTiling t = *tiling;
   const int64_t mTiles = t.wm / 16, nTiles = t.wn / 8, kSteps = bk / 16;
   const int64_t numAcc = mTiles * nTiles * 4;
@@ -620,21 +641,9 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   Value shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
 
   Groups g = h.groups(kWarp);
-  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
-  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
-  const int64_t k = op.getW().getType().getDimSize(1) != ShapedType::kDynamic
-                        ? op.getW().getType().getDimSize(1)
-                        : op.getX().getType().getDimSize(1);
-  KSlices kr = kSlices(b, loc, op, k, bk);
-  Value m0 = op.getM0(), n0 = op.getN0();
-
-  // Global sources: row r of x (or w) starts r * rowStride elements past
-  // the view's base.
-  auto xMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getX());
-  auto wMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
-  Value xBase = elementPointer(b, loc, op.getX(), h.idx(0), 2, 1);
-  Value wBase = elementPointer(b, loc, op.getW(), h.idx(0), 2, 1);
-  Value xStride = xMeta.getStrides()[0], wStride = wMeta.getStrides()[0];
+  KSlices kr = kSlices(b, loc, op, staticK(op), bk);
+  GemmSources src = gemmSources(b, loc, op);
+  Value m = src.m, n = src.n, m0 = op.getM0(), n0 = op.getN0();
 
   // The copies of k-slice `kt` into ring slot `slot` (index values): each
   // thread copies 16-byte chunks tid, tid + threads, ... of the x block
@@ -657,22 +666,8 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
                    return arith::MulIOp::create(b, loc, elem, h.idx(2));
                  });
     };
-    copyBlock(bm, m0, m, xBase, xStride, sliceA, 0);
-    copyBlock(bn, n0, n, wBase, wStride, sliceB, stages * sliceA);
-  };
-  // Slice `kt` if it exists, then a commit (one group per slice, empty
-  // past the end, so the group count stays uniform).
-  auto issueIfAny = [&](OpBuilder &b, Value kt, Value slot) {
-    TileBuilder h{b, loc};
-    auto any = scf::IfOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kt, kr.count),
-        /*withElse=*/false);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(any.thenBlock());
-      issueSlice(b, kt, slot);
-    }
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    copyBlock(bm, m0, m, src.xBase, src.xStride, sliceA, 0);
+    copyBlock(bn, n0, n, src.wBase, src.wStride, sliceB, stages * sliceA);
   };
 
   // This warp's sub-block and the per-lane ldmatrix offsets (bytes): for
@@ -789,7 +784,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   } else {
     // Prologue: slices 0 .. stages-2 in flight.
     for (int64_t s = 0; s + 1 < stages; ++s)
-      issueIfAny(b, h.idx(s), h.idx(s));
+      issueIfAny(b, loc, h.idx(s), h.idx(s), kr.count, issueSlice);
     // Step kt: slice kt has landed (at most stages-2 newer groups pending)
     // and every warp is done with slice kt-1, whose slot then takes slice
     // kt + stages - 1; then the multiply-adds of slice kt.
@@ -800,7 +795,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
           NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
           gpu::BarrierOp::create(b, loc);
           Value next = arith::AddIOp::create(b, loc, kt, h.idx(stages - 1));
-          issueIfAny(b, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)));
+          issueIfAny(b, loc, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)), kr.count, issueSlice);
           SmallVector<Value> out =
               computeIfActive(b, arith::RemUIOp::create(b, loc, kt, h.idx(stages)), acc);
           scf::YieldOp::create(b, loc, out);
