@@ -106,6 +106,51 @@ def scratch_tiles(config: ModelConfig, rows_for) -> int:
     return max(-(-n // min(rows_for(n, k), n)) for n, k in shapes)
 
 
+def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
+    """(name, type) of the kernel arguments the decode and prefill kernels
+    share: the weights (stacked over layers) and the KV caches. Must run
+    inside an MLIR Context."""
+    c = config
+    L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
+    Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
+    S, B = layout.max_context, layout.max_batch
+    bf16 = BF16Type.get()
+
+    def mr(shape):
+        return MemRefType.get(list(shape), bf16, loc=Location.unknown())
+
+    args = [("embed", mr([V, H])), ("ln1", mr([L, H])),
+            ("wq", mr([L, Hq * D, H])), ("wk", mr([L, Hkv * D, H])), ("wv", mr([L, Hkv * D, H])),
+            ("wo", mr([L, H, Hq * D])), ("ln2", mr([L, H])),
+            ("wg", mr([L, I, H])), ("wu", mr([L, I, H])), ("wd", mr([L, H, I])),
+            ("final_norm", mr([H])), ("lm_head", mr([V, H]))]
+    if c.qk_norm:
+        args += [("q_norm", mr([L, D])), ("k_norm", mr([L, D]))]
+    return args + [("k_cache", mr([L, B, S, Hkv, D])), ("v_cache", mr([L, B, S, Hkv, D]))]
+
+
+def _layer_offset(layer, size: int):
+    """The static offset of layer `layer` (an int), or dynamic."""
+    return layer * size if isinstance(layer, int) else DYN
+
+
+def layer_view(w, layer, rows: int, cols: int):
+    """Layer `layer` (int or index Value) of a stacked [L, rows, cols] weight."""
+    return memref.subview(w, [layer, 0, 0], [1, rows, cols], [1, 1, 1],
+                          result_type=MemRefType.get([rows, cols], w.type.element_type,
+                                                     StridedLayoutAttr.get(_layer_offset(layer, rows * cols),
+                                                                           [cols, 1]),
+                                                     loc=Location.unknown()))
+
+
+def vec_view(w, layer, n: int):
+    """Layer `layer` (int or index Value) of a stacked [L, n] vector."""
+    return memref.subview(w, [layer, 0], [1, n], [1, 1],
+                          result_type=MemRefType.get([n], w.type.element_type,
+                                                     StridedLayoutAttr.get(_layer_offset(layer, n), [1]),
+                                                     loc=Location.unknown()))
+
+
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None) -> Module:
@@ -160,16 +205,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(DYN, list(strides)), loc=Location.unknown())
 
     # Kernel arguments, in order (runtime/model.py passes them the same way).
-    args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32)),
-            ("embed", mr([V, H], bf16)), ("ln1", mr([L, H], bf16)),
-            ("wq", mr([L, Hq * D, H], bf16)), ("wk", mr([L, Hkv * D, H], bf16)), ("wv", mr([L, Hkv * D, H], bf16)),
-            ("wo", mr([L, H, Hq * D], bf16)), ("ln2", mr([L, H], bf16)),
-            ("wg", mr([L, I, H], bf16)), ("wu", mr([L, I, H], bf16)), ("wd", mr([L, H, I], bf16)),
-            ("final_norm", mr([H], bf16)), ("lm_head", mr([V, H], bf16))]
-    if c.qk_norm:
-        args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
-    args += [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16)),
-             ("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
+    args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32))]
+    args += model_arguments(c, lay)
+    args += [("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
              ("xs", mr([xs_rows, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
@@ -223,24 +261,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     else:
                         body(*t.tile_ids)
                     et.signal(events[tname], [])
-
-            def offset(layer, size: int):
-                """The static offset of layer `layer` (an int), or dynamic."""
-                return layer * size if isinstance(layer, int) else DYN
-
-            def layer_view(w, layer, rows: int, cols: int):
-                """Layer `layer` (int or index Value) of a stacked [L, rows, cols] weight."""
-                return memref.subview(w, [layer, 0, 0], [1, rows, cols], [1, 1, 1],
-                                      result_type=MemRefType.get([rows, cols], w.type.element_type,
-                                                                 StridedLayoutAttr.get(offset(layer, rows * cols),
-                                                                                       [cols, 1]),
-                                                                 loc=Location.unknown()))
-
-            def vec_view(w, layer, n: int):
-                return memref.subview(w, [layer, 0], [1, n], [1, 1],
-                                      result_type=MemRefType.get([n], w.type.element_type,
-                                                                 StridedLayoutAttr.get(offset(layer, n), [1]),
-                                                                 loc=Location.unknown()))
 
             def collapse(buf, n: int):
                 """[batch, a, b] -> [batch, a * b]."""

@@ -36,7 +36,7 @@ from ..ir import (
     ShapedType,
     StridedLayoutAttr,
 )
-from .builder import KernelLayout
+from .builder import KernelLayout, layer_view, model_arguments, vec_view
 from .config import ModelConfig
 
 __all__ = ["PREFILL_ROW_BLOCK", "PrefillTiles", "build_prefill_kernel"]
@@ -70,7 +70,7 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
-    S, B, R = lay.max_context, lay.max_batch, PREFILL_ROW_BLOCK
+    S, R = lay.max_context, PREFILL_ROW_BLOCK
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
 
     def mr(shape, elt):
@@ -80,16 +80,9 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
         return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(offset, list(strides)), loc=Location.unknown())
 
     args = [("rows", idx), ("slot", idx), ("pos0", idx), ("p_tokens", mr([DYN], i32)),
-            ("p_positions", mr([DYN], i32)),
-            ("embed", mr([V, H], bf16)), ("ln1", mr([L, H], bf16)),
-            ("wq", mr([L, Hq * D, H], bf16)), ("wk", mr([L, Hkv * D, H], bf16)), ("wv", mr([L, Hkv * D, H], bf16)),
-            ("wo", mr([L, H, Hq * D], bf16)), ("ln2", mr([L, H], bf16)),
-            ("wg", mr([L, I, H], bf16)), ("wu", mr([L, I, H], bf16)), ("wd", mr([L, H, I], bf16)),
-            ("final_norm", mr([H], bf16)), ("lm_head", mr([V, H], bf16))]
-    if c.qk_norm:
-        args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
-    args += [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16)),
-             ("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
+            ("p_positions", mr([DYN], i32))]
+    args += model_arguments(c, lay)
+    args += [("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
              ("p_q", mr([DYN, Hq, D], f32)), ("p_k", mr([DYN, Hkv, D], f32)), ("p_v", mr([DYN, Hkv, D], f32)),
              ("p_attn", mr([DYN, Hq, D], bf16)),
              ("p_g", mr([DYN, I], f32)), ("p_u", mr([DYN, I], f32)), ("p_act", mr([DYN, I], bf16)),
@@ -135,18 +128,6 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
                                         static_offsets=[DYN] + [0] * len(shape),
                                         static_sizes=[DYN] + list(shape),
                                         static_strides=[1] * (len(shape) + 1)).result
-
-            def layer_view(w, l: int, n: int, k: int):
-                return memref.subview(w, [l, 0, 0], [1, n, k], [1, 1, 1],
-                                      result_type=MemRefType.get([n, k], w.type.element_type,
-                                                                 StridedLayoutAttr.get(l * n * k, [k, 1]),
-                                                                 loc=Location.unknown()))
-
-            def vec_view(w, l: int, n: int):
-                return memref.subview(w, [l, 0], [1, n], [1, 1],
-                                      result_type=MemRefType.get([n], w.type.element_type,
-                                                                 StridedLayoutAttr.get(l * n, [1]),
-                                                                 loc=Location.unknown()))
 
             def cache_view(cache, l: int):
                 return memref.SubViewOp(strided([S, Hkv, D], bf16, [Hkv * D, D, 1]), cache, [A["slot"]], [], [],

@@ -154,6 +154,11 @@ class DecodeSession:
         return [batch if name == "batch" else (self.buffers[name][:batch] if rows else self.buffers[name])
                 for name, rows in self._per_row]
 
+    def _check_tokens(self, tokens: np.ndarray) -> None:
+        if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
+            bad = int(tokens[(tokens < 0) | (tokens >= self.config.vocab_size)][0])
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+
     def _check(self, tokens, positions, slots) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         positions = np.asarray(positions, np.int64).reshape(-1)
@@ -163,9 +168,7 @@ class DecodeSession:
             raise ValueError(f"batch size {n} is outside [1, {self.max_batch}] (the compiled max_batch)")
         if len(positions) != n or len(slots) != n:
             raise ValueError(f"{n} tokens but {len(positions)} positions and {len(slots)} slots")
-        if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
-            bad = int(tokens[(tokens < 0) | (tokens >= self.config.vocab_size)][0])
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+        self._check_tokens(tokens)
         if (positions < 0).any() or (positions >= self.max_context).any():
             bad = int(positions[(positions < 0) | (positions >= self.max_context)][0])
             raise ValueError(f"position {bad} is outside the compiled context [0, {self.max_context})")
@@ -236,9 +239,7 @@ class DecodeSession:
         prompt = np.asarray(prompt, np.int64)
         if len(prompt) > self.max_context:
             raise ValueError(f"prompt length {len(prompt)} exceeds the compiled context {self.max_context}")
-        if (prompt < 0).any() or (prompt >= self.config.vocab_size).any():
-            bad = int(prompt[(prompt < 0) | (prompt >= self.config.vocab_size)][0])
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+        self._check_tokens(prompt)
         start = time.perf_counter()
         for pos0 in range(0, len(prompt), self.prefill_rows):
             chunk = prompt[pos0: pos0 + self.prefill_rows]
