@@ -366,11 +366,13 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
            tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int | None = None,
            tile_linear: str = "rows", tile_prefetch_bytes: int | None = None,
-           tile_kv_prefetch: str | None = None) -> None:
+           tile_kv_prefetch: str | None = None, prefill_rows: int = 0) -> None:
     """Decode-step megakernels of model presets, for
     benchmarks/check_transformers.py and benchmarks/decode.py (names in
     `profiled` also get a profiling build, `NAME-profiled`; without
-    `layered`, one task per kind and layer, named `NAME-per-layer`)."""
+    `layered`, one task per kind and layer, named `NAME-per-layer`). With
+    `prefill_rows`, each also carries a prefill kernel for launches of that
+    many prompt tokens (benchmarks/prefill.py)."""
     from event_tensor.model import compile_model, preset
 
     builds = [(n, False) for n in names] + [(n, True) for n in profiled]
@@ -382,7 +384,7 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
                       format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms,
-                      tile_linear=tile_linear,
+                      tile_linear=tile_linear, prefill_rows=prefill_rows,
                       **({} if tile_prefetch_bytes is None else {"tile_prefetch_bytes": tile_prefetch_bytes}),
                       **({} if tile_unroll is None else {"tile_unroll": tile_unroll}),
                       **({} if tile_kv_prefetch is None else {"tile_kv_prefetch": tile_kv_prefetch}))
@@ -539,6 +541,8 @@ def main() -> None:
     parser.add_argument("--tile-unroll", type=int, default=None,
                         help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
     parser.add_argument("--tile-linear", default="rows", choices=["rows", "stream"], help="et.linear lowering")
+    parser.add_argument("--prefill-rows", type=int, default=0,
+                        help="also compile a prefill kernel for this many prompt tokens per launch into each model")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm, prefill)")
     args = parser.parse_args()
@@ -564,7 +568,8 @@ def main() -> None:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,
                args.max_batch, args.max_context, args.format, args.tile_prefetch, not args.no_fuse_norms,
-               args.tile_unroll, args.tile_linear, args.tile_prefetch_bytes, args.tile_kv_prefetch)
+               args.tile_unroll, args.tile_linear, args.tile_prefetch_bytes, args.tile_kv_prefetch,
+               args.prefill_rows)
     shutil.rmtree(cache, ignore_errors=True)
 
 

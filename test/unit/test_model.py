@@ -352,19 +352,23 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
-    """compile_model(prefill_rows=16): prompts go through the prefill kernel
-    (et.matmul, et.attention_prefill) in chunks of 16 tokens, later chunks
-    attending to earlier ones through the cache. Same KV caches, same last
-    logits and same greedy tokens as feeding them through the decode
-    kernel."""
+    """compile_model(prefill_rows=24): prompts go through the prefill kernel
+    (et.matmul, et.attention_prefill) in chunks of 24 tokens (two row blocks of
+    16, the second partial, then dead in the 16-token chunk), later chunks
+    attending to earlier ones through the cache. With the gate and up
+    projections kept in f32 (as the decode kernel keeps them): same KV
+    caches, same last logits and same greedy tokens as feeding the prompts
+    through the decode kernel. With the default bf16 gate and up: the
+    logits within bf16 rounding."""
     from event_tensor import model
 
     c = model.tiny_config(family)
     w = model.random_weights(c, seed=3)
     plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64,
                                                     cache_dir=tmp_path), w)
-    fast = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64, prefill_rows=16,
-                                                   cache_dir=tmp_path, out_dir=tmp_path / "out"), w)
+    fast = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64, prefill_rows=24,
+                                                   prefill_tiles={"gate_up": "f32"}, cache_dir=tmp_path,
+                                                   out_dir=tmp_path / "out"), w)
     assert fast.prefill_launcher is not None and plain.prefill_launcher is None
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, c.vocab_size, 40).tolist()
@@ -379,3 +383,10 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
     assert plain.generate(prompts, 4)[0].tolist() == fast.generate(prompts, 4)[0].tolist()
     with pytest.raises(ValueError, match="exceeds the compiled context 64"):
         fast.prefill([[1] * 65])
+    rounded = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64, prefill_rows=24,
+                                                      cache_dir=tmp_path, out_dir=tmp_path / "bf16"), w)
+    rounded.prefill([prompt])
+    plain.prefill([prompt])
+    got, ref = rounded.last_logits()[0], plain.last_logits()[-1]
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert 0 < err < 2e-2

@@ -45,7 +45,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool | None = None,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
-                  **options) -> Path:
+                  prefill_tiles: dict | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -71,7 +71,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     With `prefill_rows` > 0, a prefill kernel (`model.prefill`: the prompt
     tiles, et.matmul and et.attention_prefill) is compiled too, into the
     `prefill/` subdirectory; `DecodeSession.prefill` then feeds each prompt
-    through it in launches of up to `prefill_rows` tokens."""
+    through it in launches of up to `prefill_rows` tokens; `prefill_tiles`
+    (a dict) overrides the tile choices of `model.prefill.PrefillTiles`."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -126,7 +127,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     if prefill_rows:
         info["prefill"] = _compile_prefill(config, layout, src / PREFILL_DIR, target=target, workers=workers,
                                            rows=prefill_rows, cache_dir=cache_dir, use_cache=use_cache,
-                                           options=options)
+                                           options=options, tiles=prefill_tiles or {})
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
     if out_dir is None:
         return src
@@ -140,7 +141,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 
 
 def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, workers: int, rows: int, cache_dir,
-                     use_cache: bool, options: dict) -> dict:
+                     use_cache: bool, options: dict, tiles: dict) -> dict:
     """The prefill kernel beside the decode kernel: same weights and caches,
     its own row buffers (`rows` tokens per launch)."""
     import shutil
@@ -149,19 +150,18 @@ def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, wo
     from ..ir import Context
     from .prefill import PrefillTiles, build_prefill_kernel
 
-    threads = 256 if target == "cuda" else 128
-    tiles = PrefillTiles(config, threads=threads)
+    tiles = PrefillTiles(config, max_rows=rows, target=target, workers=workers, **tiles)
     start = time.perf_counter()
     with Context():
         text = build_prefill_kernel(config, layout, tiles).operation.get_asm(print_generic_op_form=True)
     keep = {k: v for k, v in options.items() if k in ("profile", "format", "opt_level")}
     if target == "cuda":
-        keep["threads_per_worker"] = threads
+        keep["threads_per_worker"] = tiles.threads
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **keep)
     if dest.exists():
         shutil.rmtree(dest)
     art.copy_to(dest)
-    return {"dir": PREFILL_DIR, "rows": rows, "tiles": tiles.to_dict(),
+    return {"dir": PREFILL_DIR, "rows": rows, "tiles": tiles.to_dict(), "profile": bool(keep.get("profile")),
             "compile_s": round(time.perf_counter() - start, 3)}
 
 

@@ -5,28 +5,36 @@ for attention, and writes the greedy next token of its last row. It shares
 the weights and KV caches of the decode kernel (same argument names and
 shapes) and keeps its activations in buffers of its own (`p_*`).
 
-Per layer, each phase is one task whose tiles signal a scalar event and
-wait for all tiles of the phase before (dynamic tile counts: the row count
-is a launch argument):
+The kernel is *layered*: each kind of work is one task over (layer, row
+block, ...) with event tensors indexed by (layer, row block), so the kernel
+has one body per kind, not per layer (the per-layer form took minutes to
+compile for a 16-layer model). Tile counts are static, sized for the most
+rows a launch takes (`PrefillTiles.max_rows`); tiles past the launch's row
+count only signal. Dependencies follow the rows, so a row block moves on as
+soon as its own producers are done:
 
-    norm1 (row blocks) -> q, k, v (GEMM blocks) -> rope_kv (row blocks:
-    Qwen3's q/k norms, RoPE, the KV append) -> attn (token blocks x KV
-    heads) -> o (GEMM, added into h) -> norm2 -> gate, up (GEMM) -> act
-    (row blocks) -> down (GEMM, added into h)
+    norm1[l, i] -> q, k, v[l, i, *] -> rope_kv[l, i] (Qwen3's q/k norms,
+    RoPE, the KV append) -> attn[l, *] (every row block of the layer: causal
+    attention reads all earlier positions) -> o[l, i, *] (added into h)
+    -> norm2[l, i] -> gate, up[l, i, *] -> act[l, i] -> down[l, i, *]
+    (added into h) -> norm1[l + 1, i]
 
-then the final norm of the last row, the LM head (et.linear, one row) and
-the two-stage argmax. Must run inside an MLIR Context."""
+Layer 0's norm1 also gathers the embeddings. Then the final norm of the last
+row, the LM head (et.linear, one row) and the two-stage argmax. Must run
+inside an MLIR Context."""
 
 from __future__ import annotations
 
-from ..dialects import arith, et, memref
+from ..dialects import affine, arith, et, memref, scf
 from ..ir import (
+    AffineExpr,
+    AffineMap,
     Attribute,
     BF16Type,
+    DenseF32ArrayAttr,
     DenseI64ArrayAttr,
     F32Type,
     FloatAttr,
-    DenseF32ArrayAttr,
     IndexType,
     InsertionPoint,
     IntegerType,
@@ -39,28 +47,109 @@ from ..ir import (
 from .builder import KernelLayout, layer_view, model_arguments, vec_view
 from .config import ModelConfig
 
-__all__ = ["PREFILL_ROW_BLOCK", "PrefillTiles", "build_prefill_kernel"]
+__all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
 
 DYN = ShapedType.get_dynamic_size()
-PREFILL_ROW_BLOCK = 64  # rows per tile of the row-wise phases (norms, RoPE, SiLU)
+
+
+def prefill_gemm_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
+    """(N, K) of each linear layer of the prefill kernel, by task name."""
+    c = config
+    H, I, D = c.hidden_size, c.intermediate_size, c.head_dim
+    return {"q": (c.num_heads * D, H), "k": (c.num_kv_heads * D, H), "v": (c.num_kv_heads * D, H),
+            "o": (H, c.num_heads * D), "gate": (I, H), "up": (I, H), "down": (H, I)}
 
 
 class PrefillTiles:
-    """Tile choices of a prefill kernel: the GEMM tile and ring depth, and
-    the tokens per attention tile (all tasks run on `threads` threads)."""
+    """Tile choices of a prefill kernel for launches of up to `max_rows`
+    rows, all tasks on `threads` threads per worker:
 
-    def __init__(self, config: ModelConfig, *, gemm=((128, 128, 64), 4), threads: int = 256):
+    - `row_block`: rows per GEMM tile (its BM); events are indexed by it;
+    - `row_tile`: rows per tile of the row-wise tasks (norms, RoPE and the
+      KV append), a divisor of `row_block`: these ops spread a few rows over
+      a worker's threads, so a whole row block per tile left them on a few
+      workers (default 8: one row per warp of 256 threads);
+    - `act_cols`: columns per SiLU tile (default 256);
+    - `gate_up`: the element type the gate and up projections are stored
+      in for the SiLU ("bf16", the default, as a bf16 model rounds them;
+      "f32" keeps them exact, at twice the traffic);
+    - `attn_block`: tokens per attention tile (a divisor of `row_block`;
+      default: the tile's 16 rows per warp shared by the query group);
+    - `gemm`: (BN, BK, stages) per linear layer (keys of
+      `prefill_gemm_shapes`), or one triple for all. Default on cuda: the
+      lowest predicted latency of the shipped GEMM models of `gpu` among
+      the configurations with this BM and thread count, else a 128 x 128
+      tile with 6 stages; on cpu: (32, 16, 1).
+
+    `sources` records where each GEMM choice came from."""
+
+    def __init__(self, config: ModelConfig, *, max_rows: int, target: str = "cuda", threads: int | None = None,
+                 row_block: int | None = None, row_tile: int = 8, act_cols: int = 256, gate_up: str = "bf16",
+                 attn_block: int | None = None, gemm=None, gpu: str = "NVIDIA H200", workers: int = 132):
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
+        gpu_target = target == "cuda"
+        self.threads = threads or (256 if gpu_target else 128)
+        self.row_block = row_block or (128 if gpu_target else 16)
+        if self.row_block % 16 or not 16 <= self.row_block <= 256:
+            raise ValueError(f"row_block must be a multiple of 16 in [16, 256], got {self.row_block!r}")
+        if isinstance(row_tile, bool) or not isinstance(row_tile, int) or row_tile < 1 or self.row_block % row_tile:
+            raise ValueError(f"row_tile must divide row_block {self.row_block}, got {row_tile!r}")
+        if isinstance(act_cols, bool) or not isinstance(act_cols, int) or act_cols < 1:
+            raise ValueError(f"act_cols must be a positive int, got {act_cols!r}")
+        if gate_up not in ("bf16", "f32"):
+            raise ValueError(f"gate_up must be 'bf16' or 'f32', got {gate_up!r}")
+        self.row_tile, self.act_cols, self.gate_up = row_tile, act_cols, gate_up
         group = config.num_heads // config.num_kv_heads
-        rows = threads // 32 * 16
-        if rows % group:
-            raise ValueError(f"a query group of {group} heads does not divide the {rows} rows of an attention tile")
-        self.gemm_tile, self.gemm_stages = gemm
-        self.threads = threads
-        self.attn_block = rows // group
+        if attn_block is None:
+            rows = self.threads // 32 * 16
+            if rows % group:
+                raise ValueError(f"a query group of {group} heads does not divide the {rows} rows of an "
+                                 f"attention tile on {self.threads} threads")
+            attn_block = min(rows // group, self.row_block)
+        if not isinstance(attn_block, int) or attn_block < 1 or self.row_block % attn_block:
+            raise ValueError(f"attn_block must divide row_block {self.row_block}, got {attn_block!r}")
+        self.attn_block = attn_block
+        self.max_rows = max_rows
+        shapes = prefill_gemm_shapes(config)
+        self.gemm, self.sources = {}, {}
+        for name, (n, k) in shapes.items():
+            choice = gemm.get(name) if isinstance(gemm, dict) else gemm
+            if choice is not None:
+                bn, bk, stages = choice
+                source = "given"
+            elif gpu_target:
+                bn, bk, stages, source = self._choose(max_rows, n, k, gpu, workers)
+            else:
+                bn, bk, stages, source = 32, 16, 1, "cpu default"
+            self.gemm[name] = (int(bn), int(bk), int(stages))
+            self.sources[name] = source
+
+    def _choose(self, m: int, n: int, k: int, gpu: str, workers: int):
+        from ..tuning import TableError, shipped_gemm_models
+
+        try:
+            models = shipped_gemm_models(gpu)
+        except TableError:
+            models = None
+        if models is not None:
+            fits = [cfg for cfg in models.models if cfg.tile[0] == self.row_block and cfg.threads == self.threads
+                    and cfg.split_k == 1 and cfg.mma == "wgmma" and cfg.order == "auto"]
+            if fits:
+                best = min(fits, key=lambda cfg: models.predict(m, n, k, cfg))
+                return best.tile[1], best.tile[2], best.stages, f"models {models.gpu}"
+        return 128, 64, 6, "default"
+
+    @property
+    def row_blocks(self) -> int:
+        return -(-self.max_rows // self.row_block)
 
     def to_dict(self) -> dict:
-        return {"gemm_tile": list(self.gemm_tile), "gemm_stages": self.gemm_stages, "threads": self.threads,
-                "attn_block": self.attn_block}
+        return {"max_rows": self.max_rows, "threads": self.threads, "row_block": self.row_block,
+                "row_tile": self.row_tile, "act_cols": self.act_cols, "gate_up": self.gate_up,
+                "attn_block": self.attn_block,
+                "gemm": {name: {"tile": [self.row_block, bn, bk], "stages": s, "source": self.sources[name]}
+                         for name, (bn, bk, s) in self.gemm.items()}}
 
 
 def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: PrefillTiles, *,
@@ -70,8 +159,10 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     c, lay = config, layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
-    S, R = lay.max_context, PREFILL_ROW_BLOCK
+    S, R, RB = lay.max_context, tiles.row_block, tiles.row_blocks
+    TB = RB * (R // tiles.attn_block)  # attention token blocks
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
+    gu = bf16 if tiles.gate_up == "bf16" else f32
 
     def mr(shape, elt):
         return MemRefType.get(list(shape), elt, loc=Location.unknown())
@@ -85,7 +176,7 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     args += [("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
              ("p_q", mr([DYN, Hq, D], f32)), ("p_k", mr([DYN, Hkv, D], f32)), ("p_v", mr([DYN, Hkv, D], f32)),
              ("p_attn", mr([DYN, Hq, D], bf16)),
-             ("p_g", mr([DYN, I], f32)), ("p_u", mr([DYN, I], f32)), ("p_act", mr([DYN, I], bf16)),
+             ("p_g", mr([DYN, I], gu)), ("p_u", mr([DYN, I], gu)), ("p_act", mr([DYN, I], bf16)),
              ("xn", mr([DYN, H], bf16)), ("logits", mr([DYN, V], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
@@ -102,36 +193,74 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
             def const(v: int):
                 return arith.ConstantOp(idx, v).result
 
-            def ceil_div(a, b: int):
-                return arith.CeilDivSIOp(a, const(b)).result
+            def plus_one(v):
+                return affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [v])
 
             events = {}
 
-            def task(tname, extents, deps, body, nbytes=0, flops=0):
-                events[tname] = et.event([])
-                t = et.TaskOp(tname, extents)
+            def task(tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0):
+                """A task over the static `extents`. `waits(*ids)` and
+                `signal(*ids)` give (event, indices) pairs; `live(*ids)`, if
+                given, is the condition under which the body runs (tiles past
+                the launch's rows only signal)."""
+                t = et.TaskOp(tname, [const(e) for e in extents])
                 t.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
                 with InsertionPoint(t.entry_block):
-                    for dep in deps:
-                        et.wait(events[dep], [])
-                    body(*t.tile_ids)
-                    et.signal(events[tname], [])
+                    ids = list(t.tile_ids)
+                    for ev, at in waits(*ids) if callable(waits) else waits:
+                        et.wait(events[ev], at)
+                    if live is None:
+                        body(*ids)
+                    else:
+                        guard = scf.IfOp(live(*ids))
+                        with InsertionPoint(guard.then_block):
+                            body(*ids)
+                            scf.YieldOp([])
+                    if signal is not None:
+                        ev, at = signal(*ids)
+                        et.signal(events[ev], at)
 
-            def row_block(buf, r0, shape, elt):
-                """Rows [r0, min(r0 + R, rows)) of a [rows, *shape] buffer."""
-                n = arith.MinSIOp(const(R), arith.SubIOp(rows, r0).result).result
+            def live_from(r0):
+                """Row r0 is a row of this launch."""
+                return arith.CmpIOp(arith.CmpIPredicate.ult, r0, rows).result
+
+            def block_live(i):
+                return live_from(arith.MulIOp(i, const(R)).result)
+
+            def start(t, size: int):
+                return arith.MulIOp(t, const(size)).result
+
+            def row_range(buf, t, size: int, shape, elt):
+                """Rows [t * size, min((t + 1) * size, rows)) of a [rows, *shape] buffer."""
+                r0 = start(t, size)
+                n = arith.MinSIOp(const(size), arith.SubIOp(rows, r0).result).result
                 strides = [1] * len(shape)
-                for i in range(len(shape) - 2, -1, -1):
-                    strides[i] = strides[i + 1] * shape[i + 1]
+                for j in range(len(shape) - 2, -1, -1):
+                    strides[j] = strides[j + 1] * shape[j + 1]
                 full = [shape[0] * strides[0] if shape else 1] + strides
                 return memref.SubViewOp(strided([DYN] + list(shape), elt, full), buf, [r0], [n], [],
                                         static_offsets=[DYN] + [0] * len(shape),
                                         static_sizes=[DYN] + list(shape),
                                         static_strides=[1] * (len(shape) + 1)).result
 
-            def cache_view(cache, l: int):
-                return memref.SubViewOp(strided([S, Hkv, D], bf16, [Hkv * D, D, 1]), cache, [A["slot"]], [], [],
-                                        static_offsets=[l, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
+            def row_block(buf, i, shape, elt):
+                return row_range(buf, i, R, shape, elt)
+
+            RT, rt = RB * (R // tiles.row_tile), tiles.row_tile  # row tiles of the row-wise tasks
+
+            def tile_rows(buf, t, shape, elt):
+                return row_range(buf, t, rt, shape, elt)
+
+            def block_of(t):
+                """The row block of row tile t."""
+                return arith.DivUIOp(t, const(R // rt)).result
+
+            def tile_live(t):
+                return live_from(start(t, rt))
+
+            def cache_view(cache, layer):
+                return memref.SubViewOp(strided([S, Hkv, D], bf16, [Hkv * D, D, 1]), cache, [layer, A["slot"]], [],
+                                        [], static_offsets=[DYN, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
                                         static_strides=[1] * 5).result
 
             def collapse(buf, n: int):
@@ -141,93 +270,108 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
             scale = FloatAttr.get(f32, D ** -0.5)
             theta = FloatAttr.get(f32, c.rope_theta)
             scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
-            bm, bn, bk = tiles.gemm_tile
-            tile_attr = DenseI64ArrayAttr.get([bm, bn, bk])
-            row_tiles = ceil_div(rows, R)
 
-            def gemm_task(tname, x, w, y, n: int, k: int, deps, accumulate=False):
-                """y (+)= x w^T over (row block, column block) tiles."""
+            for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
+                              ("rope_kv", [L]), ("attn", [L, RB]), ("o", [L, RB]), ("norm2", [L, RB]),
+                              ("gate", [L, RB]), ("up", [L, RB]), ("act", [L, RB]), ("down", [L, RB])):
+                events[ev] = et.event(shape)
+
+            def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False):
+                """y (+)= x w^T over (layer, column block, row block) tiles;
+                tile (l, j, i) waits on `wait`[l, i] and signals tname[l, i].
+                Consecutive tiles share a weight block (column-major, as the
+                standalone GEMM orders blocks when N > M): the tiles that run
+                at once read each weight block once, and x (a few MB) stays
+                in L2."""
+                n, k = prefill_gemm_shapes(c)[tname]
+                bn, bk, stages = tiles.gemm[tname]
                 blocks_n = -(-n // bn)
+                tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
 
-                def body(t):
-                    i = arith.DivUIOp(t, const(blocks_n)).result
-                    j = arith.RemUIOp(t, const(blocks_n)).result
-                    et.matmul(x, w, y, arith.MulIOp(i, const(bm)).result, arith.MulIOp(j, const(bn)).result, [],
-                              tile_attr, stages=tiles.gemm_stages, accumulate=True if accumulate else None)
-                task(tname, [arith.MulIOp(ceil_div(rows, bm), const(blocks_n)).result], deps, body,
-                     nbytes=2 * k * (bm + bn), flops=2 * bm * bn * k)
+                def body(l, j, i):
+                    et.matmul(x_of(l), layer_view(A[weight], l, n, k), y_of(l), arith.MulIOp(i, const(R)).result,
+                              arith.MulIOp(j, const(bn)).result, [], tile_attr, stages=stages,
+                              accumulate=True if accumulate else None)
+                task(tname, [L, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
+                     signal=lambda l, j, i: (tname, [l, i]), live=lambda l, j, i: block_live(i),
+                     nbytes=2 * k * (R + bn), flops=2 * R * bn * k)
 
-            # Embedding: h = embed[tokens].
-            task("embed", [row_tiles], [], lambda t: et.embedding(
-                A["embed"], memref.SubViewOp(strided([DYN], i32, [1]), A["p_tokens"],
-                                             [arith.MulIOp(t, const(R)).result],
-                                             [arith.MinSIOp(const(R), arith.SubIOp(
-                                                 rows, arith.MulIOp(t, const(R)).result).result).result],
-                                             [], static_offsets=[DYN], static_sizes=[DYN],
-                                             static_strides=[1]).result,
-                row_block(A["p_h"], arith.MulIOp(t, const(R)).result, [H], f32)), nbytes=2 * R * H)
-            prev = "embed"
-            for l in range(L):
-                def r0_of(t):
-                    return arith.MulIOp(t, const(R)).result
+            def norm1(l, t):
+                et.rmsnorm(tile_rows(A["p_h"], t, [H], f32), vec_view(A["ln1"], l, H),
+                           tile_rows(A["p_xn"], t, [H], bf16), eps)
 
-                task(f"norm1_{l}", [row_tiles], [prev],
-                     lambda t, l=l: et.rmsnorm(row_block(A["p_h"], r0_of(t), [H], f32), vec_view(A["ln1"], l, H),
-                                               row_block(A["p_xn"], r0_of(t), [H], bf16), eps), nbytes=6 * R * H)
-                gemm_task(f"q_{l}", A["p_xn"], layer_view(A["wq"], l, Hq * D, H), collapse(A["p_q"], Hq * D),
-                          Hq * D, H, [f"norm1_{l}"])
-                gemm_task(f"k_{l}", A["p_xn"], layer_view(A["wk"], l, Hkv * D, H), collapse(A["p_k"], Hkv * D),
-                          Hkv * D, H, [f"norm1_{l}"])
-                gemm_task(f"v_{l}", A["p_xn"], layer_view(A["wv"], l, Hkv * D, H), collapse(A["p_v"], Hkv * D),
-                          Hkv * D, H, [f"norm1_{l}"])
+            def embed_norm1(t):
+                et.embedding(A["embed"], row_range(A["p_tokens"], t, rt, [], i32), tile_rows(A["p_h"], t, [H], f32))
+                norm1(0, t)
+            task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [const(0), block_of(t)]),
+                 live=tile_live, nbytes=8 * rt * H)
+            if L > 1:
+                task("norm1", [L - 1, RT], lambda p, t: norm1(plus_one(p), t),
+                     waits=lambda p, t: [("down", [p, block_of(t)])],
+                     signal=lambda p, t: ("norm1", [plus_one(p), block_of(t)]), live=lambda p, t: tile_live(t),
+                     nbytes=6 * rt * H)
+            xn = lambda l: A["p_xn"]  # noqa: E731
+            gemm_task("q", xn, "wq", lambda l: collapse(A["p_q"], Hq * D), "norm1")
+            gemm_task("k", xn, "wk", lambda l: collapse(A["p_k"], Hkv * D), "norm1")
+            gemm_task("v", xn, "wv", lambda l: collapse(A["p_v"], Hkv * D), "norm1")
 
-                def rope_kv(t, l=l):
-                    r0 = r0_of(t)
-                    q = row_block(A["p_q"], r0, [Hq, D], f32)
-                    k = row_block(A["p_k"], r0, [Hkv, D], f32)
-                    if c.qk_norm:
-                        et.rmsnorm(_heads_rows(q, Hq, D), vec_view(A["q_norm"], l, D), _heads_rows(q, Hq, D), eps)
-                        et.rmsnorm(_heads_rows(k, Hkv, D), vec_view(A["k_norm"], l, D), _heads_rows(k, Hkv, D), eps)
-                    pos = memref.SubViewOp(strided([DYN], i32, [1]), A["p_positions"], [r0],
-                                           [arith.MinSIOp(const(R), arith.SubIOp(rows, r0).result).result],
-                                           [], static_offsets=[DYN], static_sizes=[DYN], static_strides=[1]).result
-                    et.rope(q, pos, theta, llama3_scaling=scaling)
-                    et.rope(k, pos, theta, llama3_scaling=scaling)
-                    at = arith.AddIOp(A["pos0"], r0).result
-                    et.kv_append(k, cache_view(A["k_cache"], l), at)
-                    et.kv_append(row_block(A["p_v"], r0, [Hkv, D], f32), cache_view(A["v_cache"], l), at)
-                task(f"rope_kv_{l}", [row_tiles], [f"q_{l}", f"k_{l}", f"v_{l}"], rope_kv, nbytes=8 * R * (Hq + Hkv) * D)
+            def rope_kv(l, t):
+                q = tile_rows(A["p_q"], t, [Hq, D], f32)
+                k = tile_rows(A["p_k"], t, [Hkv, D], f32)
+                if c.qk_norm:
+                    et.rmsnorm(_heads_rows(q, Hq, D), vec_view(A["q_norm"], l, D), _heads_rows(q, Hq, D), eps)
+                    et.rmsnorm(_heads_rows(k, Hkv, D), vec_view(A["k_norm"], l, D), _heads_rows(k, Hkv, D), eps)
+                pos = row_range(A["p_positions"], t, rt, [], i32)
+                et.rope(q, pos, theta, llama3_scaling=scaling)
+                et.rope(k, pos, theta, llama3_scaling=scaling)
+                at = arith.AddIOp(A["pos0"], start(t, rt)).result
+                et.kv_append(k, cache_view(A["k_cache"], l), at)
+                et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), cache_view(A["v_cache"], l), at)
+            task("rope_kv", [L, RT], rope_kv,
+                 waits=lambda l, t: [(ev, [l, block_of(t)]) for ev in ("q", "k", "v")],
+                 signal=lambda l, t: ("rope_kv", [l]), live=lambda l, t: tile_live(t),
+                 nbytes=8 * rt * (Hq + Hkv) * D)
 
-                def attn(tb, g, l=l):
-                    et.attention_prefill(A["p_q"], cache_view(A["k_cache"], l), cache_view(A["v_cache"], l),
-                                         A["p_attn"], g, arith.MulIOp(tb, const(tiles.attn_block)).result, A["pos0"],
-                                         tiles.attn_block, scale)
-                task(f"attn_{l}", [ceil_div(rows, tiles.attn_block), const(Hkv)], [f"rope_kv_{l}"], attn,
-                     nbytes=4 * S * D, flops=4 * S * D * tiles.attn_block * (Hq // Hkv))
-                gemm_task(f"o_{l}", collapse(A["p_attn"], Hq * D), layer_view(A["wo"], l, H, Hq * D), A["p_h"],
-                          H, Hq * D, [f"attn_{l}"], accumulate=True)
-                task(f"norm2_{l}", [row_tiles], [f"o_{l}"],
-                     lambda t, l=l: et.rmsnorm(row_block(A["p_h"], r0_of(t), [H], f32), vec_view(A["ln2"], l, H),
-                                               row_block(A["p_xn"], r0_of(t), [H], bf16), eps), nbytes=6 * R * H)
-                gemm_task(f"gate_{l}", A["p_xn"], layer_view(A["wg"], l, I, H), A["p_g"], I, H, [f"norm2_{l}"])
-                gemm_task(f"up_{l}", A["p_xn"], layer_view(A["wu"], l, I, H), A["p_u"], I, H, [f"norm2_{l}"])
-                task(f"act_{l}", [row_tiles], [f"gate_{l}", f"up_{l}"],
-                     lambda t: et.silu_mul(row_block(A["p_g"], r0_of(t), [I], f32),
-                                           row_block(A["p_u"], r0_of(t), [I], f32),
-                                           row_block(A["p_act"], r0_of(t), [I], bf16), const(0), const(I)),
-                     nbytes=10 * R * I)
-                gemm_task(f"down_{l}", A["p_act"], layer_view(A["wd"], l, H, I), A["p_h"], H, I, [f"act_{l}"],
-                          accumulate=True)
-                prev = f"down_{l}"
+            ab = tiles.attn_block
+            per_block = R // ab
+
+            def attn(l, tb, g):
+                et.attention_prefill(A["p_q"], cache_view(A["k_cache"], l), cache_view(A["v_cache"], l),
+                                     A["p_attn"], g, arith.MulIOp(tb, const(ab)).result, A["pos0"], ab, scale)
+            task("attn", [L, TB, Hkv], attn, waits=lambda l, tb, g: [("rope_kv", [l])],
+                 signal=lambda l, tb, g: ("attn", [l, arith.DivUIOp(tb, const(per_block)).result]),
+                 live=lambda l, tb, g: arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(tb, const(ab)).result,
+                                                    rows).result,
+                 nbytes=4 * S * D, flops=4 * S * D * ab * (Hq // Hkv))
+            gemm_task("o", lambda l: collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn", accumulate=True)
+            task("norm2", [L, RT], lambda l, t: et.rmsnorm(tile_rows(A["p_h"], t, [H], f32),
+                                                           vec_view(A["ln2"], l, H),
+                                                           tile_rows(A["p_xn"], t, [H], bf16), eps),
+                 waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
+                 live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
+            gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2")
+            gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2")
+            ac = tiles.act_cols
+            task("act", [L, RB, -(-I // ac)],
+                 lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
+                                             row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
+                 waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
+                 live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
+            gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True)
 
             # The last row: final norm into xn[0], LM head, argmax.
+            def last():
+                return arith.SubIOp(rows, const(1)).result
+
             def final_norm(t):
-                last = arith.SubIOp(rows, const(1)).result
-                h_last = memref.SubViewOp(strided([1, H], f32, [H, 1]), A["p_h"], [last], [], [],
+                h_last = memref.SubViewOp(strided([1, H], f32, [H, 1]), A["p_h"], [last()], [], [],
                                           static_offsets=[DYN, 0], static_sizes=[1, H], static_strides=[1, 1]).result
                 xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
                 et.rmsnorm(h_last, A["final_norm"], xn0, eps)
-            task("final_norm", [const(1)], [prev], final_norm, nbytes=6 * H)
+            events["final_norm"] = et.event([])
+            task("final_norm", [1], final_norm,
+                 waits=lambda t: [("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])],
+                 signal=lambda t: ("final_norm", []), nbytes=6 * H)
             lm_rows = max(1, -(-V // lay.workers))
 
             def lm_head(t):
@@ -235,22 +379,24 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
                 out = memref.subview(A["logits"], [0, 0], [1, V], [1, 1],
                                      result_type=strided([1, V], f32, [V, 1], 0))
                 et.linear(xn0, A["lm_head"], out, arith.MulIOp(t, const(lm_rows)).result, const(lm_rows))
-            task("lm_head", [const(-(-V // lm_rows))], ["final_norm"], lm_head, nbytes=2 * lm_rows * H,
-                 flops=2 * lm_rows * H)
+            events["lm_head"] = et.event([])
+            task("lm_head", [-(-V // lm_rows)], lm_head, waits=[("final_norm", [])], signal=lambda t: ("lm_head", []),
+                 nbytes=2 * lm_rows * H, flops=2 * lm_rows * H)
             chunk = -(-V // lay.argmax_chunks)
 
             def one(buf, n, elt):
                 return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
-            task("argmax_part", [const(lay.argmax_chunks)], ["lm_head"],
+            events["argmax_part"] = et.event([])
+            task("argmax_part", [lay.argmax_chunks],
                  lambda t: et.argmax(one(A["logits"], V, f32), one(A["part_val"], lay.argmax_chunks, f32),
                                      one(A["part_idx"], lay.argmax_chunks, i32),
                                      arith.MulIOp(t, const(chunk)).result, const(chunk), t),
-                 nbytes=4 * chunk, flops=chunk)
-            task("argmax", [const(1)], ["argmax_part"],
+                 waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
+            task("argmax", [1],
                  lambda t: et.argmax(one(A["part_val"], lay.argmax_chunks, f32), one(A["next_val"], 1, f32),
                                      one(A["next_token"], 1, i32), const(0), const(lay.argmax_chunks), const(0),
                                      from_=one(A["part_idx"], lay.argmax_chunks, i32)),
-                 nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
+                 waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
     return module
 
 

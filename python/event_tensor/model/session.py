@@ -242,32 +242,51 @@ class DecodeSession:
         self._check_tokens(prompt)
         start = time.perf_counter()
         for pos0 in range(0, len(prompt), self.prefill_rows):
-            chunk = prompt[pos0: pos0 + self.prefill_rows]
-            n = len(chunk)
-            for name, values in (("p_tokens", chunk.astype(np.int32)),
-                                 ("p_positions", np.arange(pos0, pos0 + n, dtype=np.int32))):
-                if self.device == "cpu":
-                    self.buffers[name][:n] = values
-                else:
-                    import torch
-
-                    self.buffers[name][:n].copy_(torch.from_numpy(values))
-            scalars = {"rows": n, "slot": slot, "pos0": pos0}
-            args = []
-            for spec in self._prefill_args:
-                name = spec["name"]
-                if name in scalars:
-                    args.append(scalars[name])
-                elif spec.get("shape") and spec["shape"][0] == -1 and name.startswith("p_"):
-                    args.append(self.buffers[name][:n])
-                elif spec.get("shape") and spec["shape"][0] == -1:
-                    args.append(self.buffers[name][:1])
-                else:
-                    args.append(self.buffers[name])
-            self.prefill_launcher(*args)
+            self.prefill_launcher(*self.prefill_arguments(slot, pos0, prompt[pos0: pos0 + self.prefill_rows]))
         self.last_prefill_s = time.perf_counter() - start
         self.batch = 1
         return int(self.next_tokens()[0])
+
+    def prefill_arguments(self, slot: int, pos0: int, chunk: Sequence[int]) -> list:
+        """The prefill kernel's arguments for the tokens `chunk` (at most
+        `prefill_rows`) at positions pos0.. of cache slot `slot`; writes the
+        tokens and positions into the kernel's buffers."""
+        if self.prefill_launcher is None:
+            raise ValueError(f"{self.path} has no prefill kernel (compile_model(prefill_rows=...))")
+        chunk = np.asarray(chunk, np.int64)
+        n = len(chunk)
+        if not 0 < n <= self.prefill_rows:
+            raise ValueError(f"a prefill chunk takes 1 to {self.prefill_rows} tokens, got {n}")
+        if not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot {slot} is not a cache slot (max_batch {self.max_batch})")
+        if pos0 < 0 or pos0 + n > self.max_context:
+            raise ValueError(f"positions {pos0}..{pos0 + n - 1} exceed the compiled context {self.max_context}")
+        for name, values in (("p_tokens", chunk.astype(np.int32)),
+                             ("p_positions", np.arange(pos0, pos0 + n, dtype=np.int32))):
+            if self.device == "cpu":
+                self.buffers[name][:n] = values
+            else:
+                import torch
+
+                self.buffers[name][:n].copy_(torch.from_numpy(values))
+        scalars = {"rows": n, "slot": slot, "pos0": pos0}
+        args = []
+        for spec in self._prefill_args:
+            name = spec["name"]
+            if name in scalars:
+                args.append(scalars[name])
+            elif spec.get("shape") and spec["shape"][0] == -1 and name.startswith("p_"):
+                args.append(self.buffers[name][:n])
+            elif spec.get("shape") and spec["shape"][0] == -1:
+                args.append(self.buffers[name][:1])
+            else:
+                args.append(self.buffers[name])
+        return args
+
+    @property
+    def last_prefill_trace(self):
+        """The trace of the last prefill launch (kernels compiled with profiling)."""
+        return getattr(self.prefill_launcher, "last_trace", None)
 
     def generate(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
         """Greedy decoding: the prompts (of one length), then `steps` new
