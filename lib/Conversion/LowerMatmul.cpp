@@ -20,6 +20,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -425,6 +426,14 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   Groups g = h.groups(kWarp);
   GemmSources src = gemmSources(b, loc, op);
   Value m = src.m, n = src.n, m0 = op.getM0(), n0 = op.getN0();
+  const bool gated = static_cast<bool>(op.getUp());
+  Value upBase, upStride;
+  if (gated) {
+    upBase = elementPointer(b, loc, op.getUp(), h.idx(0), 2, 1);
+    upStride = memref::ExtractStridedMetadataOp::create(b, loc, op.getUp()).getStrides()[0];
+  }
+  // Output columns of the tile (half of BN when gated).
+  const int64_t outBn = gated ? bn / 2 : bn;
 
   // Copies of slice kt into slot `slot`: chunk c = (row, kc) of the x block,
   // then of the w block, swizzled; chunks past M, N or K zero-filled.
@@ -432,25 +441,47 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
     TileBuilder h{b, loc};
     Value k0 = arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, kr.first, kt), h.idx(64 * atoms));
     // Chunk (row, c) of atom c / 8 at 16-byte position (c % 8) ^ (row % 8).
-    auto copyBlock = [&](int64_t rows, Value first, Value limit, Value base, Value rowStride, int64_t sliceBytes,
-                         int64_t sliceOffset) {
+    // `rows` rows from `first` go to the slice rows rowAt(row) of a slice of
+    // `sliceRows` rows.
+    auto copyBlock = [&](int64_t rows, int64_t sliceRows, Value first, Value limit, Value base, Value rowStride,
+                         int64_t sliceBytes, int64_t sliceOffset,
+                         llvm::function_ref<Value(OpBuilder &, Value)> rowAt) {
       Value slotBase = arith::AddIOp::create(
           b, loc, h.idx(sliceOffset), arith::MulIOp::create(b, loc, slot, h.idx(sliceBytes)));
       copyChunks(b, loc, g.tid, threads, rows, 8 * atoms, first, limit, k0, kr.lo, kr.hi, base, rowStride, h.idx(0),
-                 ring, [&](OpBuilder &b, Value row, Value chunk) -> Value {
+                 ring, [&](OpBuilder &b, Value sourceRow, Value chunk) -> Value {
                    TileBuilder h{b, loc};
+                   Value row = rowAt ? rowAt(b, sourceRow) : sourceRow;
                    Value atom = arith::DivUIOp::create(b, loc, chunk, h.idx(8));
                    Value swizzled = arith::XOrIOp::create(b, loc, arith::RemUIOp::create(b, loc, chunk, h.idx(8)),
                                                           arith::RemUIOp::create(b, loc, row, h.idx(8)));
                    return arith::AddIOp::create(
                        b, loc,
-                       arith::AddIOp::create(b, loc, slotBase, arith::MulIOp::create(b, loc, atom, h.idx(rows * 128))),
+                       arith::AddIOp::create(b, loc, slotBase,
+                                             arith::MulIOp::create(b, loc, atom, h.idx(sliceRows * 128))),
                        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(128)),
                                              arith::MulIOp::create(b, loc, swizzled, h.idx(16))));
                  });
     };
-    copyBlock(bm, m0, m, src.xBase, src.xStride, sliceA, 0);
-    copyBlock(bn, n0, n, src.wBase, src.wStride, sliceB, stages * sliceA);
+    copyBlock(bm, bm, m0, m, src.xBase, src.xStride, sliceA, 0, nullptr);
+    if (!gated) {
+      copyBlock(bn, bn, n0, n, src.wBase, src.wStride, sliceB, stages * sliceA, nullptr);
+      return;
+    }
+    // Gated: weight row n0 + r of w goes to the first half of warpgroup
+    // column r / (wn / 2)'s wn rows, that of `up` to the second half, so
+    // each thread holds a gate column and its up column.
+    const int64_t half = t.wn / 2;
+    for (int64_t second = 0; second < 2; ++second)
+      copyBlock(bn / 2, bn, n0, n, second ? upBase : src.wBase, second ? upStride : src.wStride, sliceB,
+                stages * sliceA, [&](OpBuilder &b, Value r) -> Value {
+                  TileBuilder h{b, loc};
+                  return arith::AddIOp::create(
+                      b, loc, arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, r, h.idx(half)),
+                                                    h.idx(t.wn)),
+                      arith::AddIOp::create(b, loc, arith::RemUIOp::create(b, loc, r, h.idx(half)),
+                                            h.idx(second * half)));
+                });
   };
 
   // This warpgroup's sub-block, and the constant part of its descriptors:
@@ -535,7 +566,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   Value acc = loop.getResult(0);
 
   // Warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its 64 rows.
-  std::optional<OutputStage> stage = outputStage(op, bm, bn, ringBytes);
+  std::optional<OutputStage> stage = outputStage(op, bm, outBn, ringBytes);
   if (stage) // every warpgroup's multiplies are done before the ring is reused
     gpu::BarrierOp::create(b, loc);
   auto store = [&](OpBuilder &b) {
@@ -543,18 +574,27 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
     Value warpInGroup = arith::RemUIOp::create(b, loc, g.group, h.idx(4));
     Value rowIn = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, groupM, h.idx(64)),
                                         arith::MulIOp::create(b, loc, warpInGroup, h.idx(16)));
-    Value colIn = arith::MulIOp::create(b, loc, groupN, h.idx(t.wn));
+    const int64_t outWn = gated ? t.wn / 2 : t.wn;
+    Value colIn = arith::MulIOp::create(b, loc, groupN, h.idx(outWn));
     auto value = [&](int64_t, int64_t nj, int64_t e) -> Value {
-      return LLVM::ExtractValueOp::create(b, loc, acc, nj * 4 + e);
+      Value v = LLVM::ExtractValueOp::create(b, loc, acc, nj * 4 + e);
+      if (!gated)
+        return v;
+      // silu(gate) * up: the up column is outWn columns on, in this thread.
+      Value up = LLVM::ExtractValueOp::create(b, loc, acc, (nj + outWn / 8) * 4 + e);
+      auto fast = arith::FastMathFlags::afn;
+      Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, v), fast);
+      Value silu = arith::DivFOp::create(b, loc, v, arith::AddFOp::create(b, loc, h.f32(1.0), ex), fast);
+      return arith::MulFOp::create(b, loc, silu, up);
     };
     if (stage) {
-      writeStage(b, loc, op, *stage, ring, rowIn, colIn, g.lane, 1, t.wn / 8, value);
+      writeStage(b, loc, op, *stage, ring, rowIn, colIn, g.lane, 1, outWn / 8, value);
       return;
     }
     storeFragments(b, loc, op, arith::AddIOp::create(b, loc, m0, rowIn), arith::AddIOp::create(b, loc, n0, colIn),
-                   g.lane, m, n, 1, t.wn / 8, value);
+                   g.lane, m, n, 1, outWn / 8, value);
   };
-  finishTile(b, loc, op, active, stage, ring, bm, bn, threads, g.tid, m, n, m0, n0, store);
+  finishTile(b, loc, op, active, stage, ring, bm, outBn, threads, g.tid, m, n, m0, n0, store);
   return success();
 }
 
@@ -610,6 +650,11 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   if (wgmma)
     if (std::optional<WgmmaTiling> groups = chooseWgmmaTiling(bm, bn, bk, stages, threads))
       return lowerMatmulWgmma(op, threads, *groups, sharedTaken);
+  if (op.getUp())
+    return op.emitOpError("gated tile ")
+           << bm << " x " << bn << " x " << bk << " with " << stages << " stages on " << threads
+           << " threads needs warpgroup MMA (mma=wgmma, BM and BK multiples of 64, at least 3 stages, a "
+              "warpgroup per 64 rows)";
   FailureOr<WarpTiling> tiling = chooseWarpTiling(bm, bn, threads);
   if (failed(tiling))
     return op.emitOpError("tile ")
@@ -840,7 +885,9 @@ void tile::lowerMatmulCPU(MatmulOp op) {
     k = arith::MaxUIOp::create(b, loc, kLo, arith::MinUIOp::create(b, loc, op.getKRange()[1], k));
   }
   Value mEnd = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getM0(), h.idx(tileSizes[0])), m);
-  Value nEnd = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getN0(), h.idx(tileSizes[1])), n);
+  Value up = op.getUp();
+  Value nEnd = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getN0(), h.idx(up ? tileSizes[1] / 2 : tileSizes[1])), n);
   Type outType = op.getY().getType().getElementType();
   scf::ForOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getM0(), threads.tid), mEnd, threads.threads, ValueRange{},
@@ -848,17 +895,30 @@ void tile::lowerMatmulCPU(MatmulOp op) {
         scf::ForOp::create(
             b, loc, op.getN0(), nEnd, h.idx(1), ValueRange{},
             [&](OpBuilder &b, Location loc, Value col, ValueRange) {
+              SmallVector<Value> init(up ? 2 : 1, h.f32(0));
               auto sum = scf::ForOp::create(
-                  b, loc, kLo, k, h.idx(1), ValueRange{h.f32(0)},
+                  b, loc, kLo, k, h.idx(1), init,
                   [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
-                    Value xv = arith::ExtFOp::create(
-                        b, loc, b.getF32Type(), memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, kk}).getResult());
-                    Value wv = arith::ExtFOp::create(
-                        b, loc, b.getF32Type(), memref::LoadOp::create(b, loc, op.getW(), ValueRange{col, kk}).getResult());
-                    scf::YieldOp::create(
-                        b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], arith::MulFOp::create(b, loc, xv, wv))});
+                    auto product = [&](Value weight, Value a) -> Value {
+                      Value xv = arith::ExtFOp::create(
+                          b, loc, b.getF32Type(),
+                          memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, kk}).getResult());
+                      Value wv = arith::ExtFOp::create(
+                          b, loc, b.getF32Type(),
+                          memref::LoadOp::create(b, loc, weight, ValueRange{col, kk}).getResult());
+                      return arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, xv, wv));
+                    };
+                    SmallVector<Value> next{product(op.getW(), acc[0])};
+                    if (up)
+                      next.push_back(product(up, acc[1]));
+                    scf::YieldOp::create(b, loc, next);
                   });
               Value out = sum.getResult(0);
+              if (up) {
+                Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, out));
+                Value silu = arith::DivFOp::create(b, loc, out, arith::AddFOp::create(b, loc, h.f32(1.0), ex));
+                out = arith::MulFOp::create(b, loc, silu, sum.getResult(1));
+              }
               if (op.getAccumulate())
                 out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}),
                                             out);

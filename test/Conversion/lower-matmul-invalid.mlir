@@ -57,3 +57,15 @@ et.kernel @two(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %y: memref<?x64xf3
 
 // Without a fixed CTA size there is no warp tiling to choose.
 // THREADS: :14:5: error: 'et.matmul' op on the GPU needs the threads per worker fixed at compile time (the pass's `threads` option)
+
+// -----
+
+// A gated tile needs warpgroup MMA: 3 stages at the least.
+et.kernel @gated_stages(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %u: memref<64x64xbf16>, %y: memref<?x64xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.matmul' op gated tile 64 x 64 x 64 with 2 stages on 512 threads needs warpgroup MMA (mma=wgmma, BM and BK multiples of 64, at least 3 stages, a warpgroup per 64 rows)}}
+    et.matmul %x, %w, %y at(%c0, %c0) gated(%u : memref<64x64xbf16>) tile [64, 64, 64] stages 2 : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xbf16>
+  }
+}

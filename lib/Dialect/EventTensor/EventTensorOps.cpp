@@ -532,6 +532,15 @@ LogicalResult MatmulOp::verify() {
     return emitOpError("stages must be in [1, 8], got ") << getStages();
   if (getAccumulate() && !y.getElementType().isF32())
     return emitOpError("with accumulate needs an f32 y, got ") << y;
+  if (Value up = getUp()) {
+    auto u = cast<MemRefType>(up.getType());
+    for (int d = 0; d < 2; ++d)
+      if (!ShapedType::isDynamic(u.getDimSize(d)) && !ShapedType::isDynamic(w.getDimSize(d)) &&
+          u.getDimSize(d) != w.getDimSize(d))
+        return emitOpError("gated up weight must have the shape of w, got ") << u << " and " << w;
+    if (getAccumulate())
+      return emitOpError("gated tiles cannot accumulate (the activation applies to the whole sum)");
+  }
   if (!getKRange().empty()) {
     if (getKRange().size() != 2)
       return emitOpError("k range takes two bounds (k0, k1), got ") << getKRange().size();

@@ -16,7 +16,8 @@ soon as its own producers are done:
     norm1[l, i] -> q, k, v[l, i, *] -> rope_kv[l, i] (Qwen3's q/k norms,
     RoPE, the KV append) -> attn[l, *] (every row block of the layer: causal
     attention reads all earlier positions) -> o[l, i, *] (added into h)
-    -> norm2[l, i] -> gate, up[l, i, *] -> act[l, i] -> down[l, i, *]
+    -> norm2[l, i] -> gate_up[l, i, *] (silu(x wg^T) * (x wu^T) in one
+    gated GEMM tile) -> down[l, i, *]
     (added into h) -> norm1[l + 1, i]
 
 Layer 0's norm1 also gathers the embeddings. Then the final norm of the last
@@ -57,7 +58,7 @@ def prefill_gemm_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
     c = config
     H, I, D = c.hidden_size, c.intermediate_size, c.head_dim
     return {"q": (c.num_heads * D, H), "k": (c.num_kv_heads * D, H), "v": (c.num_kv_heads * D, H),
-            "o": (H, c.num_heads * D), "gate": (I, H), "up": (I, H), "down": (H, I)}
+            "o": (H, c.num_heads * D), "gate": (I, H), "up": (I, H), "gate_up": (2 * I, H), "down": (H, I)}
 
 
 class PrefillTiles:
@@ -70,9 +71,11 @@ class PrefillTiles:
       a worker's threads, so a whole row block per tile left them on a few
       workers (default 8: one row per warp of 256 threads);
     - `act_cols`: columns per SiLU tile (default 256);
-    - `gate_up`: the element type the gate and up projections are stored
-      in for the SiLU ("bf16", the default, as a bf16 model rounds them;
-      "f32" keeps them exact, at twice the traffic);
+    - `gate_up`: "fused" (the default): one gated GEMM tile (`et.matmul
+      ... gated(%up)`) computes silu(x wg^T) * (x wu^T) from its f32
+      accumulators, so the projections never leave the tile; else the
+      gate and up GEMMs store their outputs ("bf16", as a bf16 model rounds
+      them, or "f32") for a separate SiLU task;
     - `attn_block`: tokens per attention tile (a divisor of `row_block`;
       default: the tile's 16 rows per warp shared by the query group);
     - `gemm`: (BN, BK, stages) per linear layer (keys of
@@ -84,7 +87,7 @@ class PrefillTiles:
     `sources` records where each GEMM choice came from."""
 
     def __init__(self, config: ModelConfig, *, max_rows: int, target: str = "cuda", threads: int | None = None,
-                 row_block: int | None = None, row_tile: int = 8, act_cols: int = 256, gate_up: str = "bf16",
+                 row_block: int | None = None, row_tile: int = 8, act_cols: int = 256, gate_up: str = "fused",
                  attn_block: int | None = None, gemm=None, gpu: str = "NVIDIA H200", workers: int = 132):
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
@@ -97,8 +100,8 @@ class PrefillTiles:
             raise ValueError(f"row_tile must divide row_block {self.row_block}, got {row_tile!r}")
         if isinstance(act_cols, bool) or not isinstance(act_cols, int) or act_cols < 1:
             raise ValueError(f"act_cols must be a positive int, got {act_cols!r}")
-        if gate_up not in ("bf16", "f32"):
-            raise ValueError(f"gate_up must be 'bf16' or 'f32', got {gate_up!r}")
+        if gate_up not in ("fused", "bf16", "f32"):
+            raise ValueError(f"gate_up must be 'fused', 'bf16' or 'f32', got {gate_up!r}")
         self.row_tile, self.act_cols, self.gate_up = row_tile, act_cols, gate_up
         group = config.num_heads // config.num_kv_heads
         if attn_block is None:
@@ -112,6 +115,8 @@ class PrefillTiles:
         self.attn_block = attn_block
         self.max_rows = max_rows
         shapes = prefill_gemm_shapes(config)
+        for name in (("gate", "up") if gate_up == "fused" else ("gate_up",)):
+            del shapes[name]
         self.gemm, self.sources = {}, {}
         for name, (n, k) in shapes.items():
             choice = gemm.get(name) if isinstance(gemm, dict) else gemm
@@ -122,6 +127,8 @@ class PrefillTiles:
                 bn, bk, stages, source = self._choose(max_rows, n, k, gpu, workers)
             else:
                 bn, bk, stages, source = 32, 16, 1, "cpu default"
+            if name == "gate_up" and (bn % 32 or bn < 32):
+                raise ValueError(f"a gated tile's BN holds both weights' rows: a multiple of 32, got {bn}")
             self.gemm[name] = (int(bn), int(bk), int(stages))
             self.sources[name] = source
 
@@ -162,6 +169,7 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     S, R, RB = lay.max_context, tiles.row_block, tiles.row_blocks
     TB = RB * (R // tiles.attn_block)  # attention token blocks
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
+    fused = tiles.gate_up == "fused"
     gu = bf16 if tiles.gate_up == "bf16" else f32
 
     def mr(shape, elt):
@@ -176,7 +184,8 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     args += [("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
              ("p_q", mr([DYN, Hq, D], f32)), ("p_k", mr([DYN, Hkv, D], f32)), ("p_v", mr([DYN, Hkv, D], f32)),
              ("p_attn", mr([DYN, Hq, D], bf16)),
-             ("p_g", mr([DYN, I], gu)), ("p_u", mr([DYN, I], gu)), ("p_act", mr([DYN, I], bf16)),
+             *([] if fused else [("p_g", mr([DYN, I], gu)), ("p_u", mr([DYN, I], gu))]),
+             ("p_act", mr([DYN, I], bf16)),
              ("xn", mr([DYN, H], bf16)), ("logits", mr([DYN, V], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
@@ -274,26 +283,32 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
             for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
                               ("rope_kv", [L]), ("attn", [L, RB]), ("o", [L, RB]), ("norm2", [L, RB]),
                               ("gate", [L, RB]), ("up", [L, RB]), ("act", [L, RB]), ("down", [L, RB])):
-                events[ev] = et.event(shape)
+                if not (fused and ev in ("gate", "up")):
+                    events[ev] = et.event(shape)
 
-            def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False):
+            def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None):
                 """y (+)= x w^T over (layer, column block, row block) tiles;
-                tile (l, j, i) waits on `wait`[l, i] and signals tname[l, i].
-                Consecutive tiles share a weight block (column-major, as the
-                standalone GEMM orders blocks when N > M): the tiles that run
-                at once read each weight block once, and x (a few MB) stays
-                in L2."""
+                tile (l, j, i) waits on `wait`[l, i] and signals
+                `signal`[l, i] (default: tname). Consecutive tiles share a
+                weight block (column-major, as the standalone GEMM orders
+                blocks when N > M): the tiles that run at once read each
+                weight block once, and x (a few MB) stays in L2. With `up`
+                (a second weight), gated tiles of BN / 2 output columns."""
                 n, k = prefill_gemm_shapes(c)[tname]
                 bn, bk, stages = tiles.gemm[tname]
-                blocks_n = -(-n // bn)
+                if up is not None:
+                    n //= 2
+                out_bn = bn // 2 if up is not None else bn
+                blocks_n = -(-n // out_bn)
                 tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
 
                 def body(l, j, i):
                     et.matmul(x_of(l), layer_view(A[weight], l, n, k), y_of(l), arith.MulIOp(i, const(R)).result,
-                              arith.MulIOp(j, const(bn)).result, [], tile_attr, stages=stages,
-                              accumulate=True if accumulate else None)
+                              arith.MulIOp(j, const(out_bn)).result, [], tile_attr, stages=stages,
+                              accumulate=True if accumulate else None,
+                              up=None if up is None else layer_view(A[up], l, n, k))
                 task(tname, [L, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
-                     signal=lambda l, j, i: (tname, [l, i]), live=lambda l, j, i: block_live(i),
+                     signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: block_live(i),
                      nbytes=2 * k * (R + bn), flops=2 * R * bn * k)
 
             def norm1(l, t):
@@ -349,14 +364,17 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
                                                            tile_rows(A["p_xn"], t, [H], bf16), eps),
                  waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
                  live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
-            gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2")
-            gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2")
-            ac = tiles.act_cols
-            task("act", [L, RB, -(-I // ac)],
-                 lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
-                                             row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
-                 waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
-                 live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
+            if fused:
+                gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act")
+            else:
+                gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2")
+                gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2")
+                ac = tiles.act_cols
+                task("act", [L, RB, -(-I // ac)],
+                     lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
+                                                 row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
+                     waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
+                     live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
             gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True)
 
             # The last row: final norm into xn[0], LM head, argmax.

@@ -836,3 +836,25 @@ et.kernel @prefill_block(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: 
     et.attention_prefill %q, %k, %v, %o kv_head(%c0) tokens(%c0) pos0(%c0) block(0) scale(0.125) : memref<?x8x64xbf16>, memref<64x2x64xbf16>, memref<64x2x64xbf16>, memref<?x8x64xbf16>
   }
 }
+
+// -----
+
+et.kernel @matmul_gated_shape(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %u: memref<16x64xbf16>, %y: memref<?x32xbf16>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{gated up weight must have the shape of w, got 'memref<16x64xbf16>' and 'memref<32x64xbf16>'}}
+    et.matmul %x, %w, %y at(%c0, %c0) gated(%u : memref<16x64xbf16>) tile [64, 64, 64] : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xbf16>
+  }
+}
+
+// -----
+
+et.kernel @matmul_gated_accumulate(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %u: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{gated tiles cannot accumulate (the activation applies to the whole sum)}}
+    et.matmul %x, %w, %y at(%c0, %c0) gated(%u : memref<32x64xbf16>) tile [64, 64, 64] accumulate : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}

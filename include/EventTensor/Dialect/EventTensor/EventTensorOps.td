@@ -367,7 +367,7 @@ def ET_LinearOp : ET_Op<"linear", [
   let hasVerifier = 1;
 }
 
-def ET_MatmulOp : ET_Op<"matmul", [
+def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "a GEMM tile on tensor cores: a block of y = x * w^T for many tokens";
   let description = [{
@@ -388,7 +388,18 @@ def ET_MatmulOp : ET_Op<"matmul", [
     With `k(%k0, %k1)` the sum only runs over `k` in `[k0, min(k1, K))`
     (split-K: several tiles each take a part of K, and their partial blocks
     are summed by another task); `k0` and `k1` are multiples of 8 (checked
-    when constant), and an empty range gives zeros. The op
+    when constant), and an empty range gives zeros.
+
+    With `gated(%up)` (an `N x K` weight like `w`), the tile is the gated
+    MLP's first half: `BN / 2` output columns `n` in `[n0, n0 + BN / 2)`,
+
+    ```
+    y[m, n] = silu(sum_k x[m, k] w[n, k]) * (sum_k x[m, k] up[n, k])
+    ```
+
+    with `silu(g) = g / (1 + exp(-g))`: the tile multiplies `BN / 2` rows of
+    each weight, and the activation is applied to the f32 accumulators
+    before `y` is written (no `accumulate`). The op
     runs on all threads of the worker and sits in an `et.task` body,
     typically with one task tile per block.
 
@@ -417,18 +428,22 @@ def ET_MatmulOp : ET_Op<"matmul", [
     // the second quarter of K = 8192, into an f32 partial block
     et.matmul %x, %w, %part at(%m0, %n0) k(%c2048, %c4096) tile [128, 128, 64] stages 4
         : memref<?x8192xbf16>, memref<2048x8192xbf16>, memref<?x2048xf32>
+    // silu(x wg^T) * (x wu^T), 128 output columns from 128 rows of each weight
+    et.matmul %x, %wg, %act at(%m0, %n0) gated(%wu : memref<8192x2048xbf16>) tile [128, 256, 64] stages 4
+        : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
                        Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
                        Index:$m0, Index:$n0, Variadic<Index>:$k_range,
+                       Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$up,
                        DenseI64ArrayAttr:$tile,
                        DefaultValuedAttr<I64Attr, "3">:$stages,
                        UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` (`k` `(` $k_range^ `)`)? `tile` $tile (`stages` $stages^)?
-    (`accumulate` $accumulate^)?
+    $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` (`k` `(` $k_range^ `)`)? (`gated` `(` $up^ `:` type($up) `)`)?
+    `tile` $tile (`stages` $stages^)? (`accumulate` $accumulate^)?
     attr-dict `:` type($x) `,` type($w) `,` type($y)
   }];
   let hasVerifier = 1;
