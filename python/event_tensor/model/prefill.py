@@ -130,6 +130,12 @@ class PrefillTiles:
                 # against 5.7 ms for the models' 128 x 128 choice (Llama-3.2-1B,
                 # 1024 tokens; docs/benchmarks.md).
                 bn, bk, stages, source = 256, 64, 4, "gated rule"
+            elif gpu_target and name in ("q", "k", "v") and self.row_block == 128 and self.threads == 256 and \
+                    -(-max_rows // 128) * sum(-(-shapes[p][0] // 256) for p in ("q", "k", "v")) <= workers:
+                # q, k and v run at once: one wave of 128 x 256 tiles beat
+                # 1.5 waves of 128 x 128 (Llama-3.2-1B, 1024 tokens: 5.02
+                # against 5.16 ms on the H200; docs/benchmarks.md).
+                bn, bk, stages, source = 256, 64, 4, "one-wave rule"
             elif gpu_target:
                 bn, bk, stages, source = self._choose(max_rows, n, k, gpu, workers)
             else:
