@@ -392,3 +392,54 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
         split.prefill([prompt])
         err = np.linalg.norm(split.last_logits()[0] - ref) / np.linalg.norm(ref)
         assert lo <= err < hi, (gate_up, err)
+
+
+def test_prefill_tiles_choices_and_bad_values():
+    """PrefillTiles: the cuda defaults (gated 128 x 256 tiles while they fill
+    the workers, q/k/v in one wave of 128 x 256, the models' choice for the
+    rest) and a ValueError naming each bad value."""
+    from event_tensor.model import preset
+    from event_tensor.model.prefill import PrefillTiles
+
+    c = preset("llama-3.2-1b")
+    t = PrefillTiles(c, max_rows=1024)
+    assert (t.row_block, t.row_tile, t.attn_block, t.threads) == (128, 8, 32, 256)
+    assert t.gemm["gate_up"] == (256, 64, 4) and t.sources["gate_up"] == "gated rule"
+    assert t.gemm["q"] == (256, 64, 4) and t.sources["k"] == "one-wave rule"
+    assert t.sources["down"].startswith("models") and "gate" not in t.gemm
+    # 128 rows: 64 gated tiles do not fill 132 workers, so the models choose.
+    assert PrefillTiles(c, max_rows=128).sources["gate_up"].startswith("models")
+    split = PrefillTiles(c, max_rows=1024, gate_up="bf16", gemm={"down": (128, 64, 6)})
+    assert "gate_up" not in split.gemm and split.gemm["down"] == (128, 64, 6) and split.sources["down"] == "given"
+    cpu = PrefillTiles(c, max_rows=64, target="cpu")
+    assert cpu.row_block == 16 and cpu.gemm["gate_up"] == (32, 16, 1)
+    for kwargs, match in (({"max_rows": 0}, "max_rows"), ({"max_rows": 64, "row_tile": 3}, "row_tile"),
+                          ({"max_rows": 64, "row_block": 40}, "row_block"), ({"max_rows": 64, "act_cols": 0}, "act_cols"),
+                          ({"max_rows": 64, "gate_up": "f16"}, "gate_up"), ({"max_rows": 64, "attn_block": 48}, "attn_block"),
+                          ({"max_rows": 64, "gemm": {"gate_up": (48, 64, 4)}}, "gated tile's BN")):
+        with pytest.raises(ValueError, match=match):
+            PrefillTiles(c, **kwargs)
+
+
+def test_prefill_arguments_bad_values(tmp_path):
+    """DecodeSession.prefill_arguments names the bad chunk, slot or position,
+    and a session without a prefill kernel says so."""
+    from event_tensor import model
+
+    c = model.tiny_config("llama")
+    w = model.random_weights(c, seed=1)
+    s = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=32, prefill_rows=16,
+                                                cache_dir=tmp_path, out_dir=tmp_path / "a"), w)
+    args = s.prefill_arguments(1, 4, [1, 2, 3])
+    assert args[:3] == [3, 1, 4]
+    with pytest.raises(ValueError, match="1 to 16 tokens, got 17"):
+        s.prefill_arguments(0, 0, [1] * 17)
+    with pytest.raises(ValueError, match="1 to 16 tokens, got 0"):
+        s.prefill_arguments(0, 0, [])
+    with pytest.raises(ValueError, match="slot 2 is not a cache slot"):
+        s.prefill_arguments(2, 0, [1])
+    with pytest.raises(ValueError, match="positions 30..32 exceed the compiled context 32"):
+        s.prefill_arguments(0, 30, [1, 2, 3])
+    plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=32, cache_dir=tmp_path), w)
+    with pytest.raises(ValueError, match="has no prefill kernel"):
+        plain.prefill_arguments(0, 0, [1])
