@@ -342,14 +342,20 @@ int64_t staticK(MatmulOp op) {
   return ShapedType::isDynamic(k) ? op.getX().getType().getDimSize(1) : k;
 }
 
-/// Takes the task's dynamic shared memory for the op's ring; fails with a
-/// diagnostic when another op of the task holds it.
-LogicalResult takeDynamicShared(MatmulOp op, llvm::DenseSet<Operation *> &sharedTaken) {
+/// Takes the task's dynamic shared memory for the op's ring of `bytes`
+/// and returns the task; fails with a diagnostic when the ring does not fit
+/// or another op of the task holds the memory.
+FailureOr<TaskOp> takeDynamicShared(MatmulOp op, int64_t bytes, llvm::DenseSet<Operation *> &sharedTaken) {
+  ArrayRef<int64_t> tile = op.getTile();
+  if (bytes > kMaxDynamicShared)
+    return op.emitOpError("tile ")
+           << tile[0] << " x " << tile[1] << " x " << tile[2] << " with " << op.getStages() << " stages needs "
+           << bytes << " bytes of shared memory, more than " << kMaxDynamicShared;
   auto task = op->getParentOfType<TaskOp>();
   if (!sharedTaken.insert(task).second)
     return op.emitOpError("shares its task with another op that uses the dynamic shared memory "
                           "(one et.matmul per task)");
-  return success();
+  return task;
 }
 
 /// M, N and the global sources of both GPU lowerings: row r of x (or w)
@@ -399,14 +405,9 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   const int64_t sliceA = bm * 128 * atoms, sliceB = bn * 128 * atoms; // bytes
   const int64_t ringBytes = stages * (sliceA + sliceB);
   // The ring plus room to align it to 1024 bytes.
-  if (ringBytes + 1024 > kMaxDynamicShared)
-    return op.emitOpError("tile ")
-           << bm << " x " << bn << " x " << tileSizes[2] << " with " << stages << " stages needs "
-           << ringBytes + 1024
-           << " bytes of shared memory, more than " << kMaxDynamicShared;
-  if (failed(takeDynamicShared(op, sharedTaken)))
+  FailureOr<TaskOp> task = takeDynamicShared(op, ringBytes + 1024, sharedTaken);
+  if (failed(task))
     return failure();
-  auto task = op->getParentOfType<TaskOp>();
 
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -415,7 +416,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   Type i32Type = b.getI32Type(), i64Type = b.getI64Type(), f32 = b.getF32Type();
   KSlices kr = kSlices(b, loc, op, staticK(op), 64 * atoms);
 
-  Value buffer = workgroupBuffer(task, loc, {ringBytes + 1024}, b.getI8Type());
+  Value buffer = workgroupBuffer(*task, loc, {ringBytes + 1024}, b.getI8Type());
   buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
   Value shared = elementPointer(b, loc, buffer, h.idx(0), 1, 3);
   Value sharedAddr = LLVM::PtrToIntOp::create(b, loc, i32Type, shared);
@@ -582,10 +583,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
         return v;
       // silu(gate) * up: the up column is outWn columns on, in this thread.
       Value up = LLVM::ExtractValueOp::create(b, loc, acc, (nj + outWn / 8) * 4 + e);
-      auto fast = arith::FastMathFlags::afn;
-      Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, v), fast);
-      Value silu = arith::DivFOp::create(b, loc, v, arith::AddFOp::create(b, loc, h.f32(1.0), ex), fast);
-      return arith::MulFOp::create(b, loc, silu, up);
+      return arith::MulFOp::create(b, loc, silu(b, loc, v, arith::FastMathFlags::afn), up);
     };
     if (stage) {
       writeStage(b, loc, op, *stage, ring, rowIn, colIn, g.lane, 1, outWn / 8, value);
@@ -664,13 +662,9 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   const int64_t stride = bk + 8;
   const int64_t sliceA = bm * stride, sliceB = bn * stride; // elements
   const int64_t sharedBytes = stages * (sliceA + sliceB) * 2;
-  if (sharedBytes > kMaxDynamicShared)
-    return op.emitOpError("tile ")
-           << bm << " x " << bn << " x " << bk << " with " << stages << " stages needs "
-           << sharedBytes << " bytes of shared memory, more than " << kMaxDynamicShared;
-  if (failed(takeDynamicShared(op, sharedTaken)))
+  FailureOr<TaskOp> task = takeDynamicShared(op, sharedBytes, sharedTaken);
+  if (failed(task))
     return failure();
-  auto task = op->getParentOfType<TaskOp>();
 
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -681,7 +675,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   const int64_t mTiles = t.wm / 16, nTiles = t.wn / 8, kSteps = bk / 16;
   const int64_t numAcc = mTiles * nTiles * 4;
 
-  Value buffer = workgroupBuffer(task, loc, {stages * (sliceA + sliceB)}, b.getBF16Type());
+  Value buffer = workgroupBuffer(*task, loc, {stages * (sliceA + sliceB)}, b.getBF16Type());
   buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
   Value shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
 
@@ -914,11 +908,8 @@ void tile::lowerMatmulCPU(MatmulOp op) {
                     scf::YieldOp::create(b, loc, next);
                   });
               Value out = sum.getResult(0);
-              if (up) {
-                Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, out));
-                Value silu = arith::DivFOp::create(b, loc, out, arith::AddFOp::create(b, loc, h.f32(1.0), ex));
-                out = arith::MulFOp::create(b, loc, silu, sum.getResult(1));
-              }
+              if (up)
+                out = arith::MulFOp::create(b, loc, silu(b, loc, out), sum.getResult(1));
               if (op.getAccumulate())
                 out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}),
                                             out);

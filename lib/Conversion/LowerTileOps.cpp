@@ -288,6 +288,12 @@ Value tile::sharedAt(OpBuilder &b, Location loc, Value base, Value bytes) {
   return LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ValueRange{bytes});
 }
 
+Value tile::silu(OpBuilder &b, Location loc, Value g, arith::FastMathFlags fast) {
+  Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, g), fast);
+  Value one = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(1.0f));
+  return arith::DivFOp::create(b, loc, g, arith::AddFOp::create(b, loc, one, ex), fast);
+}
+
 void tile::copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes) {
   NVVM::CpAsyncOp::create(b, loc, dst, src, b.getI32IntegerAttr(16),
                           NVVM::LoadCacheModifierKindAttr::get(b.getContext(), NVVM::LoadCacheModifierKind::CG),
@@ -881,9 +887,7 @@ void lowerSiluMul(SiluMulOp op) {
         }
         for (int64_t u = 0; u < kSiluUnroll; ++u) {
           Value g = toF32(b, loc, gates[u]), up = toF32(b, loc, ups[u]);
-          Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, g), fast);
-          Value silu = arith::DivFOp::create(b, loc, g, arith::AddFOp::create(b, loc, h.f32(1.0), ex), fast);
-          Value y = fromF32(b, loc, arith::MulFOp::create(b, loc, silu, up), outType);
+          Value y = fromF32(b, loc, arith::MulFOp::create(b, loc, silu(b, loc, g, fast), up), outType);
           // The trip's first element is always inside.
           if (u == 0) {
             memref::StoreOp::create(b, loc, y, op.getY(), ValueRange{rows[u], colsAt[u]});

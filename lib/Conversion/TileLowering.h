@@ -67,6 +67,10 @@ Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset);
 /// `base` (an LLVM pointer) plus `bytes` (i32).
 Value sharedAt(OpBuilder &b, Location loc, Value base, Value bytes);
 
+/// silu(g) = g / (1 + exp(-g)) of an f32 `g`; `fast` goes on the exp and
+/// the division (`afn`: ex2.approx and div.approx on the GPU).
+Value silu(OpBuilder &b, Location loc, Value g, arith::FastMathFlags fast = arith::FastMathFlags::none);
+
 /// A per-tile shared-memory buffer: a workgroup alloca at the top of the
 /// task body, after the ones already there (the worker lowering turns each
 /// into a workgroup buffer).
