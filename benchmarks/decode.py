@@ -38,7 +38,8 @@ import torch
 
 from event_tensor import runtime
 from event_tensor.model import DecodeSession, ModelConfig
-from gpu_timing import copy_bandwidth, launch_seconds, median_seconds, random_model_weights, to_numpy_bf16
+from gpu_timing import (copy_bandwidth, launch_seconds, median_seconds, random_model_weights, save_trace,
+                        to_numpy_bf16)
 
 
 def time_megakernel(session: DecodeSession, batch: int, position: int, iters: int) -> float:
@@ -141,20 +142,8 @@ def main():
             context = min(contexts[0], session.max_context)
             tb = min(args.trace_batch, session.max_batch)
             session.step(list(range(1, tb + 1)), [context - 1] * tb)
-            trace = session.last_trace
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            trace.chrome_trace(out / f"{path.name}.trace.json")
-            trace.gantt_png(out / f"{path.name}.gantt.png", title=f"{path.name}: one decode step (batch {tb})")
-            kinds = trace.breakdown()
-            total = trace.workers * trace.makespan_ns
-            results.setdefault("breakdown", {})[path.name] = {"makespan_us": trace.makespan_ns / 1e3,
-                                                             "kinds": kinds}
-            print(f"  trace: makespan {trace.makespan_ns / 1e3:.1f} us; per task kind (work / wait, % of "
-                  f"{trace.workers} workers x makespan):")
-            for kind, row in sorted(kinds.items(), key=lambda kv: -(kv[1]["wait_ns"] + kv[1]["work_ns"])):
-                print(f"    {kind:12s} {row['tiles']:6d} tiles  work {100 * row['work_ns'] / total:5.1f}%  "
-                      f"wait {100 * row['wait_ns'] / total:5.1f}%")
+            save_trace(session.last_trace, args.out, path.name, f"{path.name}: one decode step (batch {tb})", results,
+                       path.name)
         session.close()
         del session
         torch.cuda.empty_cache()

@@ -69,3 +69,23 @@ def to_numpy_bf16(tensors):
     from event_tensor.model.weights import BF16
 
     return {k: v.view(torch.int16).cpu().numpy().view(BF16) for k, v in tensors.items()}
+
+
+def save_trace(trace, out, stem: str, title: str, results: dict, key: str) -> None:
+    """A profiled launch's trace: `stem`.trace.json (Chrome) and
+    `stem`.gantt.png under `out`, the time per task kind in
+    results["breakdown"][key], and a table of it on stdout."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    trace.chrome_trace(out / f"{stem}.trace.json")
+    trace.gantt_png(out / f"{stem}.gantt.png", title=title)
+    kinds = trace.breakdown()
+    total = trace.workers * trace.makespan_ns
+    results.setdefault("breakdown", {})[key] = {"makespan_us": trace.makespan_ns / 1e3, "kinds": kinds}
+    print(f"  trace: makespan {trace.makespan_ns / 1e3:.1f} us; per task kind (work / wait, % of "
+          f"{trace.workers} workers x makespan):")
+    for kind, row in sorted(kinds.items(), key=lambda kv: -(kv[1]["wait_ns"] + kv[1]["work_ns"])):
+        print(f"    {kind:12s} {row['tiles']:6d} tiles  work {100 * row['work_ns'] / total:5.1f}%  "
+              f"wait {100 * row['wait_ns'] / total:5.1f}%")

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from event_tensor.model import DecodeSession, ModelConfig
-from gpu_timing import launch_seconds, median_seconds, random_model_weights, to_numpy_bf16
+from gpu_timing import launch_seconds, median_seconds, random_model_weights, save_trace, to_numpy_bf16
 
 TOLERANCE = 1e-2
 
@@ -132,23 +132,6 @@ def time_peer(config, weights, prompt, peer: str, iters: int) -> dict:
     return {"transformers": transformers.__version__, "seconds": float(np.median(times)), "warmup_s": warm_s, "setup_s": setup_s, "token": token}
 
 
-def write_trace(session: DecodeSession, name: str, out: Path, results: dict) -> None:
-    trace = session.last_prefill_trace
-    if trace is None:
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    trace.chrome_trace(out / f"{name}.prefill.trace.json")
-    trace.gantt_png(out / f"{name}.prefill.gantt.png", title=f"{name}: one prefill launch")
-    kinds = trace.breakdown()
-    total = trace.workers * trace.makespan_ns
-    results.setdefault("breakdown", {})[name] = {"makespan_us": trace.makespan_ns / 1e3, "kinds": kinds}
-    print(f"  trace: makespan {trace.makespan_ns / 1e3:.1f} us; per task kind (work / wait, % of "
-          f"{trace.workers} workers x makespan):")
-    for kind, row in sorted(kinds.items(), key=lambda kv: -(kv[1]["wait_ns"] + kv[1]["work_ns"])):
-        print(f"    {kind:12s} {row['tiles']:6d} tiles  work {100 * row['work_ns'] / total:5.1f}%  "
-              f"wait {100 * row['wait_ns'] / total:5.1f}%")
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -198,8 +181,9 @@ def main():
         profiled = bool(info["prefill"].get("profile"))
         token = int(session.prefill([prompt])[0])
         logits = session.last_logits()[0].astype(np.float64)
-        if profiled and args.out:
-            write_trace(session, path.name, Path(args.out), results)
+        if profiled and args.out and session.last_prefill_trace is not None:
+            save_trace(session.last_prefill_trace, args.out, f"{path.name}.prefill", f"{path.name}: one prefill launch",
+                       results, path.name)
         launch_args = session.prefill_arguments(0, 0, prompt)
         t = launch_seconds(session.prefill_launcher, *launch_args, reps=args.iters)
         session.close()

@@ -106,6 +106,29 @@ def scratch_tiles(config: ModelConfig, rows_for) -> int:
     return max(-(-n // min(rows_for(n, k), n)) for n, k in shapes)
 
 
+def mr(shape, elt):
+    """A memref type of `shape` (DYN for dynamic sizes) with the identity layout."""
+    return MemRefType.get(list(shape), elt, loc=Location.unknown())
+
+
+def strided(shape, elt, strides, offset=DYN):
+    """A memref type with the given strides and offset (dynamic by default)."""
+    return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(offset, list(strides)), loc=Location.unknown())
+
+
+def new_kernel(name: str, args: list):
+    """A module with one et.kernel `name` taking the (name, type) `args`,
+    their names recorded in `arg_names` (the runtime's argument metadata).
+    Returns (module, kernel, {name: block argument}). Must run inside an
+    MLIR Context."""
+    module = Module.create(Location.unknown())
+    with InsertionPoint(module.body), Location.unknown():
+        kernel = et.KernelOp(name, [t for _, t in args])
+    names = [n for n, _ in args]
+    kernel.attributes["arg_names"] = Attribute.parse("[" + ", ".join(f'"{n}"' for n in names) + "]")
+    return module, kernel, dict(zip(names, kernel.arguments))
+
+
 def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
     """(name, type) of the kernel arguments the decode and prefill kernels
     share: the weights (stacked over layers) and the KV caches. Must run
@@ -115,18 +138,14 @@ def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
     S, B = layout.max_context, layout.max_batch
     bf16 = BF16Type.get()
-
-    def mr(shape):
-        return MemRefType.get(list(shape), bf16, loc=Location.unknown())
-
-    args = [("embed", mr([V, H])), ("ln1", mr([L, H])),
-            ("wq", mr([L, Hq * D, H])), ("wk", mr([L, Hkv * D, H])), ("wv", mr([L, Hkv * D, H])),
-            ("wo", mr([L, H, Hq * D])), ("ln2", mr([L, H])),
-            ("wg", mr([L, I, H])), ("wu", mr([L, I, H])), ("wd", mr([L, H, I])),
-            ("final_norm", mr([H])), ("lm_head", mr([V, H]))]
+    args = [("embed", mr([V, H], bf16)), ("ln1", mr([L, H], bf16)),
+            ("wq", mr([L, Hq * D, H], bf16)), ("wk", mr([L, Hkv * D, H], bf16)), ("wv", mr([L, Hkv * D, H], bf16)),
+            ("wo", mr([L, H, Hq * D], bf16)), ("ln2", mr([L, H], bf16)),
+            ("wg", mr([L, I, H], bf16)), ("wu", mr([L, I, H], bf16)), ("wd", mr([L, H, I], bf16)),
+            ("final_norm", mr([H], bf16)), ("lm_head", mr([V, H], bf16))]
     if c.qk_norm:
-        args += [("q_norm", mr([L, D])), ("k_norm", mr([L, D]))]
-    return args + [("k_cache", mr([L, B, S, Hkv, D])), ("v_cache", mr([L, B, S, Hkv, D]))]
+        args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
+    return args + [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16))]
 
 
 def _layer_offset(layer, size: int):
@@ -198,12 +217,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         xs_rows = scratch_rows
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
 
-    def mr(shape, elt):
-        return MemRefType.get(list(shape), elt, loc=Location.unknown())
-
-    def strided(shape, elt, strides):
-        return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(DYN, list(strides)), loc=Location.unknown())
-
     # Kernel arguments, in order (runtime/model.py passes them the same way).
     args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32))]
     args += model_arguments(c, lay)
@@ -217,329 +230,324 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
 
-    module = Module.create(Location.unknown())
-    with InsertionPoint(module.body), Location.unknown():
-        kernel = et.KernelOp(name, [t for _, t in args])
-        arg_names = [n for n, _ in args]
-        kernel.attributes["arg_names"] = Attribute.parse("[" + ", ".join(f'"{n}"' for n in arg_names) + "]")
-        with InsertionPoint(kernel.entry_block):
-            A = dict(zip(arg_names, kernel.arguments))
-            batch = A["batch"]
+    module, kernel, A = new_kernel(name, args)
+    with InsertionPoint(kernel.entry_block), Location.unknown():
+        batch = A["batch"]
 
-            def const(v: int):
-                return arith.ConstantOp(idx, v).result
+        def const(v: int):
+            return arith.ConstantOp(idx, v).result
 
-            def cost(task, nbytes: int, flops: int):
-                task.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
+        def cost(task, nbytes: int, flops: int):
+            task.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
 
-            def new_task(tname: str, extents: list, max_extents: list | None = None):
-                t = et.TaskOp(tname, extents)
-                if max_extents is not None:
-                    t.attributes["max_extents"] = DenseI64ArrayAttr.get(max_extents)
-                return t
+        def new_task(tname: str, extents: list, max_extents: list | None = None):
+            t = et.TaskOp(tname, extents)
+            if max_extents is not None:
+                t.attributes["max_extents"] = DenseI64ArrayAttr.get(max_extents)
+            return t
 
-            events: dict[str, object] = {}
+        events: dict[str, object] = {}
 
-            def task(tname: str, extents: list, deps: list[str], body: Callable, *, per_batch: bool = False,
-                     nbytes: int = 0, flops: int = 0, pre: Callable | None = None):
-                """A task over `extents` (prefixed with the batch when
-                `per_batch`), waiting on the events of `deps`; signals its
-                own event once per tile. `pre(*tile_ids)`, if given, runs
-                before the waits and its result is passed to `body` as
-                `pre=`."""
-                ext = ([batch] if per_batch else []) + [const(e) for e in extents]
-                mx = ([B] + list(extents)) if per_batch else None
-                events[tname] = et.event([])
-                t = new_task(tname, ext, mx)
-                cost(t, nbytes, flops)
-                with InsertionPoint(t.entry_block):
-                    early = pre(*t.tile_ids) if pre else None
-                    for dep in deps:
-                        et.wait(events[dep], [])
-                    if pre:
-                        body(*t.tile_ids, pre=early)
-                    else:
-                        body(*t.tile_ids)
-                    et.signal(events[tname], [])
+        def task(tname: str, extents: list, deps: list[str], body: Callable, *, per_batch: bool = False,
+                 nbytes: int = 0, flops: int = 0, pre: Callable | None = None):
+            """A task over `extents` (prefixed with the batch when
+            `per_batch`), waiting on the events of `deps`; signals its
+            own event once per tile. `pre(*tile_ids)`, if given, runs
+            before the waits and its result is passed to `body` as
+            `pre=`."""
+            ext = ([batch] if per_batch else []) + [const(e) for e in extents]
+            mx = ([B] + list(extents)) if per_batch else None
+            events[tname] = et.event([])
+            t = new_task(tname, ext, mx)
+            cost(t, nbytes, flops)
+            with InsertionPoint(t.entry_block):
+                early = pre(*t.tile_ids) if pre else None
+                for dep in deps:
+                    et.wait(events[dep], [])
+                if pre:
+                    body(*t.tile_ids, pre=early)
+                else:
+                    body(*t.tile_ids)
+                et.signal(events[tname], [])
 
-            def collapse(buf, n: int):
-                """[batch, a, b] -> [batch, a * b]."""
-                t = buf.type
-                return memref.collapse_shape(mr([DYN, n], t.element_type), buf, [[0], [1, 2]])
+        def collapse(buf, n: int):
+            """[batch, a, b] -> [batch, a * b]."""
+            t = buf.type
+            return memref.collapse_shape(mr([DYN, n], t.element_type), buf, [[0], [1, 2]])
 
-            def position(b):
-                p = memref.LoadOp(A["positions"], [b]).result
-                return arith.IndexCastOp(idx, p).result
+        def position(b):
+            p = memref.LoadOp(A["positions"], [b]).result
+            return arith.IndexCastOp(idx, p).result
 
-            def row(buf, b, shape, elt):
-                """Row b of a [batch, *shape] buffer as a `shape` view."""
-                n = len(shape)
-                strides = [1] * n
-                for i in range(n - 2, -1, -1):
-                    strides[i] = strides[i + 1] * shape[i + 1]
-                return memref.subview(buf, [b] + [0] * n, [1] + list(shape), [1] * (n + 1),
-                                      result_type=strided(shape, elt, strides))
+        def row(buf, b, shape, elt):
+            """Row b of a [batch, *shape] buffer as a `shape` view."""
+            n = len(shape)
+            strides = [1] * n
+            for i in range(n - 2, -1, -1):
+                strides[i] = strides[i + 1] * shape[i + 1]
+            return memref.subview(buf, [b] + [0] * n, [1] + list(shape), [1] * (n + 1),
+                                  result_type=strided(shape, elt, strides))
 
-            def slot_of(b):
-                """Row b's cache slot (index)."""
-                return arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
+        def slot_of(b):
+            """Row b's cache slot (index)."""
+            return arith.IndexCastOp(idx, memref.LoadOp(A["slots"], [b]).result).result
 
-            def cache_view(cache, layer, slot, h0=0, n: int = Hkv):
-                """KV heads [h0, h0 + n) of layer `layer` of cache slot `slot`."""
-                return memref.subview(cache, [layer, slot, 0, h0, 0], [1, 1, S, n, D], [1] * 5,
-                                      result_type=strided([S, n, D], bf16, [Hkv * D, D, 1]))
+        def cache_view(cache, layer, slot, h0=0, n: int = Hkv):
+            """KV heads [h0, h0 + n) of layer `layer` of cache slot `slot`."""
+            return memref.subview(cache, [layer, slot, 0, h0, 0], [1, 1, S, n, D], [1] * 5,
+                                  result_type=strided([S, n, D], bf16, [Hkv * D, D, 1]))
 
-            eps = FloatAttr.get(f32, c.rms_norm_eps)
-            scale = FloatAttr.get(f32, D ** -0.5)
-            theta = FloatAttr.get(f32, c.rope_theta)
-            scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
+        eps = FloatAttr.get(f32, c.rms_norm_eps)
+        scale = FloatAttr.get(f32, D ** -0.5)
+        theta = FloatAttr.get(f32, c.rope_theta)
+        scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
 
-            def layered_tasks(specs, entry):
-                """One task per kind over (layer, tiles), events indexed by
-                layer. The `entry` task starts each layer, after the previous
-                layer's `down`; its layer 0 is a task of its own, after the
-                embedding."""
-                kind0, body0, extents0, nbytes0, flops0 = entry
-                for kind in [kind0] + [spec[0] for spec in specs]:
-                    events[kind] = et.event([L])
-                t = new_task(kind0 + "_first", [const(e) for e in extents0])
+        def layered_tasks(specs, entry):
+            """One task per kind over (layer, tiles), events indexed by
+            layer. The `entry` task starts each layer, after the previous
+            layer's `down`; its layer 0 is a task of its own, after the
+            embedding."""
+            kind0, body0, extents0, nbytes0, flops0 = entry
+            for kind in [kind0] + [spec[0] for spec in specs]:
+                events[kind] = et.event([L])
+            t = new_task(kind0 + "_first", [const(e) for e in extents0])
+            cost(t, nbytes0, flops0)
+            with InsertionPoint(t.entry_block):
+                et.wait(events["embed"], [])
+                body0(0, *t.tile_ids)
+                et.signal(events[kind0], [const(0)])
+            if L > 1:
+                t = new_task(kind0, [const(L - 1)] + [const(e) for e in extents0])
                 cost(t, nbytes0, flops0)
                 with InsertionPoint(t.entry_block):
-                    et.wait(events["embed"], [])
-                    body0(0, *t.tile_ids)
-                    et.signal(events[kind0], [const(0)])
-                if L > 1:
-                    t = new_task(kind0, [const(L - 1)] + [const(e) for e in extents0])
-                    cost(t, nbytes0, flops0)
-                    with InsertionPoint(t.entry_block):
-                        prev_layer, *ids = t.tile_ids
-                        layer = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [prev_layer])
-                        et.wait(events["down"], [prev_layer])
-                        body0(layer, *ids)
-                        et.signal(events[kind0], [layer])
-                for kind, body, extents, per_batch, waits, nbytes, flops in specs:
-                    ext = [L] + ([B] if per_batch else []) + list(extents)
-                    t = new_task(kind, [const(e) for e in ext])
-                    cost(t, nbytes, flops)
-                    pre = pre_wait.get(kind)
-                    with InsertionPoint(t.entry_block):
-                        layer, *ids = t.tile_ids
-                        live = arith.CmpIOp(arith.CmpIPredicate.ult, ids[0], batch).result if per_batch else None
-                        early = pre(layer, *ids, live=live) if pre else None
-                        for w in waits:
-                            et.wait(events[w], [layer])
+                    prev_layer, *ids = t.tile_ids
+                    layer = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [prev_layer])
+                    et.wait(events["down"], [prev_layer])
+                    body0(layer, *ids)
+                    et.signal(events[kind0], [layer])
+            for kind, body, extents, per_batch, waits, nbytes, flops in specs:
+                ext = [L] + ([B] if per_batch else []) + list(extents)
+                t = new_task(kind, [const(e) for e in ext])
+                cost(t, nbytes, flops)
+                pre = pre_wait.get(kind)
+                with InsertionPoint(t.entry_block):
+                    layer, *ids = t.tile_ids
+                    live = arith.CmpIOp(arith.CmpIPredicate.ult, ids[0], batch).result if per_batch else None
+                    early = pre(layer, *ids, live=live) if pre else None
+                    for w in waits:
+                        et.wait(events[w], [layer])
 
-                        def run():
-                            if pre:
-                                body(layer, *ids, pre=early)
-                            else:
-                                body(layer, *ids)
-                        if per_batch:
-                            # Tiles past the runtime batch only signal.
-                            guard = scf.IfOp(live)
-                            with InsertionPoint(guard.then_block):
-                                run()
-                                scf.YieldOp([])
+                    def run():
+                        if pre:
+                            body(layer, *ids, pre=early)
                         else:
+                            body(layer, *ids)
+                    if per_batch:
+                        # Tiles past the runtime batch only signal.
+                        guard = scf.IfOp(live)
+                        with InsertionPoint(guard.then_block):
                             run()
-                        et.signal(events[kind], [layer])
+                            scf.YieldOp([])
+                    else:
+                        run()
+                    et.signal(events[kind], [layer])
 
-            def final_norm_body(t):
+        def final_norm_body(t):
+            if layered:
+                et.wait(events["down"], [const(L - 1)])
+            et.rmsnorm(A["h"], A["final_norm"], A["xn"], eps)
+
+        def normalized(norm_w, t):
+            """Tile t's rows of the scratch [batch, H], holding
+            rmsnorm(h) * norm_w (fuse_norms)."""
+            xs_t = memref.SubViewOp(
+                MemRefType.get([DYN, H], bf16, StridedLayoutAttr.get(DYN, [H, 1]), loc=Location.unknown()),
+                A["xs"], [t], [batch], [], static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, H],
+                static_strides=[1, 1, 1]).result
+            et.rmsnorm(A["h"], norm_w, xs_t, eps)
+            return xs_t
+
+        # Task bodies, given the layer (an int, or an index Value for a
+        # layered task) and the tile coordinates. The residual stream h
+        # is f32: `o` and `down` add into it (et.linear accumulate), and
+        # the norms read it.
+        def norm1_body(l, t):
+            et.rmsnorm(A["h"], vec_view(A["ln1"], l, H), A["xn"], eps)
+
+        def linear_body(weight, n, k, x, y, y3=None, accumulate=False, rows=None):
+            """A linear-layer tile body `body(layer, tile)` with its tile
+            count, bytes and flops; `weight` is a stacked weight's name,
+            or a function of the layer giving the N x K weight; `rows`
+            per tile, else rows_for(n, k)."""
+            rows = rows or rows_for(n, k)
+            w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
+
+            def body(l, t, x_in=None):
+                r0 = arith.MulIOp(t, const(rows)).result
+                out = collapse(y3, n) if y3 is not None else y
+                xv = x_in if x_in is not None else (x() if callable(x) else x)
+                et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
+            return body, -(-n // rows), rows * k * 2, 2 * rows * k
+
+        def heads(buf, b, h0, n: int, total: int, *, rank3: bool = True):
+            """Heads [h0, h0 + n) of row b of a [batch, total, D] f32
+            buffer: [1, n, D], or [n, D] with rank3=False."""
+            shape = [1, n, D] if rank3 else [n, D]
+            strides = [total * D, D, 1] if rank3 else [D, 1]
+            return memref.subview(buf, [b, h0, 0], [1, n, D], [1, 1, 1],
+                                  result_type=strided(shape, f32, strides))
+
+        def qk_body(l, b, g):
+            # One tile per (row, KV head): the group's query heads and
+            # the KV head's key are normalized (Qwen3) and rotated, and
+            # its key and value appended. Ops on different buffers run
+            # without a barrier between them (et-lower-tile-ops): the V
+            # append beside the RoPEs.
+            G = c.group_size
+            p = position(b)
+            q0 = arith.MulIOp(g, const(G)).result
+            q_g, k_g = heads(A["q"], b, q0, G, Hq), heads(A["k"], b, g, 1, Hkv)
+            if c.qk_norm:
+                q2, k2 = heads(A["q"], b, q0, G, Hq, rank3=False), heads(A["k"], b, g, 1, Hkv, rank3=False)
+                et.rmsnorm(q2, vec_view(A["q_norm"], l, D), q2, eps)
+                et.rmsnorm(k2, vec_view(A["k_norm"], l, D), k2, eps)
+            pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
+            et.rope(q_g, pos1, theta, llama3_scaling=scaling)
+            et.rope(k_g, pos1, theta, llama3_scaling=scaling)
+            slot = slot_of(b)
+            et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), p)
+            et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
+
+        def attn_pre(l, b, g, s, live=None):
+            """Before the attention tile's wait: the KV-cache views of
+            row b, its length, and `stable`, the lowest position that
+            this step writes into row b's slot (the smallest position of
+            the rows of the batch with the same slot); the positions
+            below it are history the cache rows may be loaded from
+            before the wait. A tile past the runtime batch (`live`
+            false) reads row 0 and stages nothing."""
+            if live is not None:
+                b = arith.SelectOp(live, b, const(0)).result
+            slot = memref.LoadOp(A["slots"], [b]).result
+            p = position(b)
+            loop = scf.ForOp(const(0), batch, const(1), [p])
+            with InsertionPoint(loop.body):
+                other = loop.induction_variable
+                same = arith.CmpIOp(arith.CmpIPredicate.eq, memref.LoadOp(A["slots"], [other]).result,
+                                    slot).result
+                p_other = arith.IndexCastOp(idx, memref.LoadOp(A["positions"], [other]).result).result
+                lowest = arith.MinSIOp(loop.inner_iter_args[0], p_other).result
+                scf.YieldOp([arith.SelectOp(same, lowest, loop.inner_iter_args[0]).result])
+            stable = loop.results[0]
+            if live is not None:
+                stable = arith.SelectOp(live, stable, const(0)).result
+            slot_i = arith.IndexCastOp(idx, slot).result
+            return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
+                        length=arith.AddIOp(p, const(1)).result, stable=stable)
+
+        def attn_body(l, b, g, s, pre):
+            et.attention_split(row(A["q"], b, [Hq, D], f32), pre["k"], pre["v"],
+                               row(A["o_part"], b, [lay.splits, Hq, D], f32),
+                               row(A["lse"], b, [lay.splits, Hq], f32),
+                               g, s, const(lay.split_len), pre["length"], scale, stable=pre["stable"])
+
+        def merge_body(l, b):
+            et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
+                               row(A["lse"], b, [lay.splits, Hq], f32), row(A["attn"], b, [Hq, D], bf16))
+
+        def norm2_body(l, t):
+            et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
+
+        q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
+        # K and V rows ride in the q tiles: one task, one tile per
+        # worker, three independent linear layers per tile.
+        qkv_tiles = q_lin[1]
+        kv_rows = -(-(Hkv * D) // qkv_tiles)
+        k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"], rows=kv_rows)
+        v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
+
+        def qkv_body(l, t):
+            x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
+            q_lin[0](l, t, x)
+            k_lin[0](l, t, x)
+            v_lin[0](l, t, x)
+        o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["h"], accumulate=True)
+
+        gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
+        up_lin = linear_body("wu", I, H, A["xn"], A["u"])
+        down_lin = linear_body("wd", H, I, A["act"], A["h"], accumulate=True)
+        # Gate and up rows of one block and their activation in one tile:
+        # the activation needs no phase of its own.
+        mlp_rows = rows_for(I, H)
+
+        def mlp_body(l, t):
+            x = normalized(vec_view(A["ln2"], l, H), t) if fuse_norms else None
+            gate_lin[0](l, t, x)
+            up_lin[0](l, t, x)
+            et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
+        # Computed before a task's waits, passed to its body as `pre=`.
+        pre_wait = {"attn": attn_pre}
+        # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
+        qkv_spec = ("qkv", qkv_body, [qkv_tiles], False, ["norm1"], q_lin[2] + k_lin[2] + v_lin[2],
+                    q_lin[3] + k_lin[3] + v_lin[3])
+        layer_tasks = [
+            qkv_spec,
+            ("qk", qk_body, [Hkv], True, ["qkv"], 4 * D * (c.group_size + 4), 8 * D * (c.group_size + 1)),
+            ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
+             4 * lay.split_len * D * c.group_size),
+            ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),
+            ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
+            ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
+            ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
+            ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
+        ]
+        if fuse_norms:
+            # qkv starts each layer; mlp waits on o directly.
+            layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
+            layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
+            entry = ("qkv", qkv_body, [qkv_tiles], qkv_spec[5], qkv_spec[6])
+        else:
+            entry = ("norm1", norm1_body, [1], 2 * H, 5 * H)
+
+        # Embedding: h = embed[tokens].
+        task("embed", [1], [], lambda t: et.embedding(A["embed"], A["tokens"], A["h"]),
+             nbytes=0, flops=0)
+        if not layered:
+            prev = "embed"
+            for l in range(L):
+                task(f"{entry[0]}_{l}", entry[2], [prev], lambda *ids, l=l: entry[1](l, *ids),
+                     nbytes=entry[3], flops=entry[4])
+                for name, body, extents, per_batch, waits, nbytes, flops in layer_tasks:
+                    pre = pre_wait.get(name)
+                    task(f"{name}_{l}", extents, [f"{w}_{l}" for w in waits],
+                         lambda *ids, body=body, l=l, **kw: body(l, *ids, **kw), per_batch=per_batch,
+                         nbytes=nbytes, flops=flops,
+                         pre=(lambda *ids, pre=pre, l=l: pre(l, *ids)) if pre else None)
+                prev = f"down_{l}"
+        else:
+            layered_tasks(layer_tasks, entry)
+            prev = "down"
+        # Final norm, LM head, greedy argmax (two stages).
+        lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V, H, A["xn"], A["logits"])
+        if fuse_norms:
+            def lm_head_body(t):
                 if layered:
                     et.wait(events["down"], [const(L - 1)])
-                et.rmsnorm(A["h"], A["final_norm"], A["xn"], eps)
-
-            def normalized(norm_w, t):
-                """Tile t's rows of the scratch [batch, H], holding
-                rmsnorm(h) * norm_w (fuse_norms)."""
-                xs_t = memref.SubViewOp(
-                    MemRefType.get([DYN, H], bf16, StridedLayoutAttr.get(DYN, [H, 1]), loc=Location.unknown()),
-                    A["xs"], [t], [batch], [], static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, H],
-                    static_strides=[1, 1, 1]).result
-                et.rmsnorm(A["h"], norm_w, xs_t, eps)
-                return xs_t
-
-            # Task bodies, given the layer (an int, or an index Value for a
-            # layered task) and the tile coordinates. The residual stream h
-            # is f32: `o` and `down` add into it (et.linear accumulate), and
-            # the norms read it.
-            def norm1_body(l, t):
-                et.rmsnorm(A["h"], vec_view(A["ln1"], l, H), A["xn"], eps)
-
-            def linear_body(weight, n, k, x, y, y3=None, accumulate=False, rows=None):
-                """A linear-layer tile body `body(layer, tile)` with its tile
-                count, bytes and flops; `weight` is a stacked weight's name,
-                or a function of the layer giving the N x K weight; `rows`
-                per tile, else rows_for(n, k)."""
-                rows = rows or rows_for(n, k)
-                w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
-
-                def body(l, t, x_in=None):
-                    r0 = arith.MulIOp(t, const(rows)).result
-                    out = collapse(y3, n) if y3 is not None else y
-                    xv = x_in if x_in is not None else (x() if callable(x) else x)
-                    et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
-                return body, -(-n // rows), rows * k * 2, 2 * rows * k
-
-            def heads(buf, b, h0, n: int, total: int, *, rank3: bool = True):
-                """Heads [h0, h0 + n) of row b of a [batch, total, D] f32
-                buffer: [1, n, D], or [n, D] with rank3=False."""
-                shape = [1, n, D] if rank3 else [n, D]
-                strides = [total * D, D, 1] if rank3 else [D, 1]
-                return memref.subview(buf, [b, h0, 0], [1, n, D], [1, 1, 1],
-                                      result_type=strided(shape, f32, strides))
-
-            def qk_body(l, b, g):
-                # One tile per (row, KV head): the group's query heads and
-                # the KV head's key are normalized (Qwen3) and rotated, and
-                # its key and value appended. Ops on different buffers run
-                # without a barrier between them (et-lower-tile-ops): the V
-                # append beside the RoPEs.
-                G = c.group_size
-                p = position(b)
-                q0 = arith.MulIOp(g, const(G)).result
-                q_g, k_g = heads(A["q"], b, q0, G, Hq), heads(A["k"], b, g, 1, Hkv)
-                if c.qk_norm:
-                    q2, k2 = heads(A["q"], b, q0, G, Hq, rank3=False), heads(A["k"], b, g, 1, Hkv, rank3=False)
-                    et.rmsnorm(q2, vec_view(A["q_norm"], l, D), q2, eps)
-                    et.rmsnorm(k2, vec_view(A["k_norm"], l, D), k2, eps)
-                pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
-                et.rope(q_g, pos1, theta, llama3_scaling=scaling)
-                et.rope(k_g, pos1, theta, llama3_scaling=scaling)
-                slot = slot_of(b)
-                et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), p)
-                et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
-
-            def attn_pre(l, b, g, s, live=None):
-                """Before the attention tile's wait: the KV-cache views of
-                row b, its length, and `stable`, the lowest position that
-                this step writes into row b's slot (the smallest position of
-                the rows of the batch with the same slot); the positions
-                below it are history the cache rows may be loaded from
-                before the wait. A tile past the runtime batch (`live`
-                false) reads row 0 and stages nothing."""
-                if live is not None:
-                    b = arith.SelectOp(live, b, const(0)).result
-                slot = memref.LoadOp(A["slots"], [b]).result
-                p = position(b)
-                loop = scf.ForOp(const(0), batch, const(1), [p])
-                with InsertionPoint(loop.body):
-                    other = loop.induction_variable
-                    same = arith.CmpIOp(arith.CmpIPredicate.eq, memref.LoadOp(A["slots"], [other]).result,
-                                        slot).result
-                    p_other = arith.IndexCastOp(idx, memref.LoadOp(A["positions"], [other]).result).result
-                    lowest = arith.MinSIOp(loop.inner_iter_args[0], p_other).result
-                    scf.YieldOp([arith.SelectOp(same, lowest, loop.inner_iter_args[0]).result])
-                stable = loop.results[0]
-                if live is not None:
-                    stable = arith.SelectOp(live, stable, const(0)).result
-                slot_i = arith.IndexCastOp(idx, slot).result
-                return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                            length=arith.AddIOp(p, const(1)).result, stable=stable)
-
-            def attn_body(l, b, g, s, pre):
-                et.attention_split(row(A["q"], b, [Hq, D], f32), pre["k"], pre["v"],
-                                   row(A["o_part"], b, [lay.splits, Hq, D], f32),
-                                   row(A["lse"], b, [lay.splits, Hq], f32),
-                                   g, s, const(lay.split_len), pre["length"], scale, stable=pre["stable"])
-
-            def merge_body(l, b):
-                et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
-                                   row(A["lse"], b, [lay.splits, Hq], f32), row(A["attn"], b, [Hq, D], bf16))
-
-            def norm2_body(l, t):
-                et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
-
-            q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
-            # K and V rows ride in the q tiles: one task, one tile per
-            # worker, three independent linear layers per tile.
-            qkv_tiles = q_lin[1]
-            kv_rows = -(-(Hkv * D) // qkv_tiles)
-            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"], rows=kv_rows)
-            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
-
-            def qkv_body(l, t):
-                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
-                q_lin[0](l, t, x)
-                k_lin[0](l, t, x)
-                v_lin[0](l, t, x)
-            o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["h"], accumulate=True)
-
-            gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
-            up_lin = linear_body("wu", I, H, A["xn"], A["u"])
-            down_lin = linear_body("wd", H, I, A["act"], A["h"], accumulate=True)
-            # Gate and up rows of one block and their activation in one tile:
-            # the activation needs no phase of its own.
-            mlp_rows = rows_for(I, H)
-
-            def mlp_body(l, t):
-                x = normalized(vec_view(A["ln2"], l, H), t) if fuse_norms else None
-                gate_lin[0](l, t, x)
-                up_lin[0](l, t, x)
-                et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
-            # Computed before a task's waits, passed to its body as `pre=`.
-            pre_wait = {"attn": attn_pre}
-            # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
-            qkv_spec = ("qkv", qkv_body, [qkv_tiles], False, ["norm1"], q_lin[2] + k_lin[2] + v_lin[2],
-                        q_lin[3] + k_lin[3] + v_lin[3])
-            layer_tasks = [
-                qkv_spec,
-                ("qk", qk_body, [Hkv], True, ["qkv"], 4 * D * (c.group_size + 4), 8 * D * (c.group_size + 1)),
-                ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
-                 4 * lay.split_len * D * c.group_size),
-                ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),
-                ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
-                ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
-                ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
-                ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
-            ]
-            if fuse_norms:
-                # qkv starts each layer; mlp waits on o directly.
-                layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
-                layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
-                entry = ("qkv", qkv_body, [qkv_tiles], qkv_spec[5], qkv_spec[6])
-            else:
-                entry = ("norm1", norm1_body, [1], 2 * H, 5 * H)
-
-            # Embedding: h = embed[tokens].
-            task("embed", [1], [], lambda t: et.embedding(A["embed"], A["tokens"], A["h"]),
-                 nbytes=0, flops=0)
-            if not layered:
-                prev = "embed"
-                for l in range(L):
-                    task(f"{entry[0]}_{l}", entry[2], [prev], lambda *ids, l=l: entry[1](l, *ids),
-                         nbytes=entry[3], flops=entry[4])
-                    for name, body, extents, per_batch, waits, nbytes, flops in layer_tasks:
-                        pre = pre_wait.get(name)
-                        task(f"{name}_{l}", extents, [f"{w}_{l}" for w in waits],
-                             lambda *ids, body=body, l=l, **kw: body(l, *ids, **kw), per_batch=per_batch,
-                             nbytes=nbytes, flops=flops,
-                             pre=(lambda *ids, pre=pre, l=l: pre(l, *ids)) if pre else None)
-                    prev = f"down_{l}"
-            else:
-                layered_tasks(layer_tasks, entry)
-                prev = "down"
-            # Final norm, LM head, greedy argmax (two stages).
-            lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V, H, A["xn"], A["logits"])
-            if fuse_norms:
-                def lm_head_body(t):
-                    if layered:
-                        et.wait(events["down"], [const(L - 1)])
-                    lm_body(None, t, normalized(A["final_norm"], t))
-                task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
-                     flops=lm_flops)
-            else:
-                task("final_norm", [1], [prev] if not layered else [],
-                     lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
-                task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
-                     flops=lm_flops)
-            chunk = -(-V // lay.argmax_chunks)
-            task("argmax_part", [lay.argmax_chunks], ["lm_head"],
-                 lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
-                                     arith.MulIOp(t, const(chunk)).result, const(chunk), t),
-                 nbytes=4 * chunk, flops=chunk)
-            task("argmax", [1], ["argmax_part"],
-                 lambda t: et.argmax(A["part_val"], A["next_val"], A["next_token"], const(0),
-                                     const(lay.argmax_chunks), const(0), from_=A["part_idx"]),
-                 nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
+                lm_body(None, t, normalized(A["final_norm"], t))
+            task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
+                 flops=lm_flops)
+        else:
+            task("final_norm", [1], [prev] if not layered else [],
+                 lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
+            task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
+                 flops=lm_flops)
+        chunk = -(-V // lay.argmax_chunks)
+        task("argmax_part", [lay.argmax_chunks], ["lm_head"],
+             lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
+                                 arith.MulIOp(t, const(chunk)).result, const(chunk), t),
+             nbytes=4 * chunk, flops=chunk)
+        task("argmax", [1], ["argmax_part"],
+             lambda t: et.argmax(A["part_val"], A["next_val"], A["next_token"], const(0),
+                                 const(lay.argmax_chunks), const(0), from_=A["part_idx"]),
+             nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
     return module

@@ -40,12 +40,10 @@ from ..ir import (
     InsertionPoint,
     IntegerType,
     Location,
-    MemRefType,
     Module,
     ShapedType,
-    StridedLayoutAttr,
 )
-from .builder import KernelLayout, layer_view, model_arguments, vec_view
+from .builder import KernelLayout, layer_view, model_arguments, mr, new_kernel, strided, vec_view
 from .config import ModelConfig
 
 __all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
@@ -185,12 +183,6 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     fused = tiles.gate_up == "fused"
     gu = bf16 if tiles.gate_up == "bf16" else f32
 
-    def mr(shape, elt):
-        return MemRefType.get(list(shape), elt, loc=Location.unknown())
-
-    def strided(shape, elt, strides, offset=DYN):
-        return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(offset, list(strides)), loc=Location.unknown())
-
     args = [("rows", idx), ("slot", idx), ("pos0", idx), ("p_tokens", mr([DYN], i32)),
             ("p_positions", mr([DYN], i32))]
     args += model_arguments(c, lay)
@@ -203,235 +195,229 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
 
-    module = Module.create(Location.unknown())
-    with InsertionPoint(module.body), Location.unknown():
-        kernel = et.KernelOp(name, [t for _, t in args])
-        names = [n for n, _ in args]
-        kernel.attributes["arg_names"] = Attribute.parse("[" + ", ".join(f'"{n}"' for n in names) + "]")
-        with InsertionPoint(kernel.entry_block):
-            A = dict(zip(names, kernel.arguments))
-            rows = A["rows"]
+    module, kernel, A = new_kernel(name, args)
+    with InsertionPoint(kernel.entry_block), Location.unknown():
+        rows = A["rows"]
 
-            def const(v: int):
-                return arith.ConstantOp(idx, v).result
+        def const(v: int):
+            return arith.ConstantOp(idx, v).result
 
-            def plus_one(v):
-                return affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [v])
+        def plus_one(v):
+            return affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [v])
 
-            events = {}
+        events = {}
 
-            def task(tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0):
-                """A task over the static `extents`. `waits(*ids)` and
-                `signal(*ids)` give (event, indices) pairs; `live(*ids)`, if
-                given, is the condition under which the body runs (tiles past
-                the launch's rows only signal)."""
-                t = et.TaskOp(tname, [const(e) for e in extents])
-                t.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
-                with InsertionPoint(t.entry_block):
-                    ids = list(t.tile_ids)
-                    for ev, at in waits(*ids) if callable(waits) else waits:
-                        et.wait(events[ev], at)
-                    if live is None:
+        def task(tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0):
+            """A task over the static `extents`. `waits(*ids)` and
+            `signal(*ids)` give (event, indices) pairs; `live(*ids)`, if
+            given, is the condition under which the body runs (tiles past
+            the launch's rows only signal)."""
+            t = et.TaskOp(tname, [const(e) for e in extents])
+            t.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
+            with InsertionPoint(t.entry_block):
+                ids = list(t.tile_ids)
+                for ev, at in waits(*ids) if callable(waits) else waits:
+                    et.wait(events[ev], at)
+                if live is None:
+                    body(*ids)
+                else:
+                    guard = scf.IfOp(live(*ids))
+                    with InsertionPoint(guard.then_block):
                         body(*ids)
-                    else:
-                        guard = scf.IfOp(live(*ids))
-                        with InsertionPoint(guard.then_block):
-                            body(*ids)
-                            scf.YieldOp([])
-                    if signal is not None:
-                        ev, at = signal(*ids)
-                        et.signal(events[ev], at)
+                        scf.YieldOp([])
+                if signal is not None:
+                    ev, at = signal(*ids)
+                    et.signal(events[ev], at)
 
-            def live_from(r0):
-                """Row r0 is a row of this launch."""
-                return arith.CmpIOp(arith.CmpIPredicate.ult, r0, rows).result
+        def live_from(r0):
+            """Row r0 is a row of this launch."""
+            return arith.CmpIOp(arith.CmpIPredicate.ult, r0, rows).result
 
-            def block_live(i):
-                return live_from(arith.MulIOp(i, const(R)).result)
+        def start(t, size: int):
+            """Index t * size: the first row (or column) of tile t."""
+            return arith.MulIOp(t, const(size)).result
 
-            def start(t, size: int):
-                return arith.MulIOp(t, const(size)).result
+        def block_live(i):
+            return live_from(start(i, R))
 
-            def row_range(buf, t, size: int, shape, elt):
-                """Rows [t * size, min((t + 1) * size, rows)) of a [rows, *shape] buffer."""
-                r0 = start(t, size)
-                n = arith.MinSIOp(const(size), arith.SubIOp(rows, r0).result).result
-                strides = [1] * len(shape)
-                for j in range(len(shape) - 2, -1, -1):
-                    strides[j] = strides[j + 1] * shape[j + 1]
-                full = [shape[0] * strides[0] if shape else 1] + strides
-                return memref.SubViewOp(strided([DYN] + list(shape), elt, full), buf, [r0], [n], [],
-                                        static_offsets=[DYN] + [0] * len(shape),
-                                        static_sizes=[DYN] + list(shape),
-                                        static_strides=[1] * (len(shape) + 1)).result
+        def row_range(buf, t, size: int, shape, elt):
+            """Rows [t * size, min((t + 1) * size, rows)) of a [rows, *shape] buffer."""
+            r0 = start(t, size)
+            n = arith.MinSIOp(const(size), arith.SubIOp(rows, r0).result).result
+            strides = [1] * len(shape)
+            for j in range(len(shape) - 2, -1, -1):
+                strides[j] = strides[j + 1] * shape[j + 1]
+            full = [shape[0] * strides[0] if shape else 1] + strides
+            return memref.SubViewOp(strided([DYN] + list(shape), elt, full), buf, [r0], [n], [],
+                                    static_offsets=[DYN] + [0] * len(shape),
+                                    static_sizes=[DYN] + list(shape),
+                                    static_strides=[1] * (len(shape) + 1)).result
 
-            def row_block(buf, i, shape, elt):
-                return row_range(buf, i, R, shape, elt)
+        def row_block(buf, i, shape, elt):
+            return row_range(buf, i, R, shape, elt)
 
-            RT, rt = RB * (R // tiles.row_tile), tiles.row_tile  # row tiles of the row-wise tasks
+        RT, rt = RB * (R // tiles.row_tile), tiles.row_tile  # row tiles of the row-wise tasks
 
-            def tile_rows(buf, t, shape, elt):
-                return row_range(buf, t, rt, shape, elt)
+        def tile_rows(buf, t, shape, elt):
+            return row_range(buf, t, rt, shape, elt)
 
-            def block_of(t):
-                """The row block of row tile t."""
-                return arith.DivUIOp(t, const(R // rt)).result
+        def block_of(t):
+            """The row block of row tile t."""
+            return arith.DivUIOp(t, const(R // rt)).result
 
-            def tile_live(t):
-                return live_from(start(t, rt))
+        def tile_live(t):
+            return live_from(start(t, rt))
 
-            def cache_view(cache, layer):
-                return memref.SubViewOp(strided([S, Hkv, D], bf16, [Hkv * D, D, 1]), cache, [layer, A["slot"]], [],
-                                        [], static_offsets=[DYN, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
-                                        static_strides=[1] * 5).result
+        def cache_view(cache, layer):
+            return memref.SubViewOp(strided([S, Hkv, D], bf16, [Hkv * D, D, 1]), cache, [layer, A["slot"]], [],
+                                    [], static_offsets=[DYN, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
+                                    static_strides=[1] * 5).result
 
-            def collapse(buf, n: int):
-                return memref.collapse_shape(mr([DYN, n], buf.type.element_type), buf, [[0], [1, 2]])
+        def collapse(buf, n: int):
+            return memref.collapse_shape(mr([DYN, n], buf.type.element_type), buf, [[0], [1, 2]])
 
-            eps = FloatAttr.get(f32, c.rms_norm_eps)
-            scale = FloatAttr.get(f32, D ** -0.5)
-            theta = FloatAttr.get(f32, c.rope_theta)
-            scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
+        eps = FloatAttr.get(f32, c.rms_norm_eps)
+        scale = FloatAttr.get(f32, D ** -0.5)
+        theta = FloatAttr.get(f32, c.rope_theta)
+        scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
 
-            for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
-                              ("rope_kv", [L]), ("attn", [L, RB]), ("o", [L, RB]), ("norm2", [L, RB]),
-                              ("gate", [L, RB]), ("up", [L, RB]), ("act", [L, RB]), ("down", [L, RB])):
-                if not (fused and ev in ("gate", "up")):
-                    events[ev] = et.event(shape)
+        for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
+                          ("rope_kv", [L]), ("attn", [L, RB]), ("o", [L, RB]), ("norm2", [L, RB]),
+                          ("gate", [L, RB]), ("up", [L, RB]), ("act", [L, RB]), ("down", [L, RB])):
+            if not (fused and ev in ("gate", "up")):
+                events[ev] = et.event(shape)
 
-            def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None):
-                """y (+)= x w^T over (layer, column block, row block) tiles;
-                tile (l, j, i) waits on `wait`[l, i] and signals
-                `signal`[l, i] (default: tname). Consecutive tiles share a
-                weight block (column-major, as the standalone GEMM orders
-                blocks when N > M): the tiles that run at once read each
-                weight block once, and x (a few MB) stays in L2. With `up`
-                (a second weight), gated tiles of BN / 2 output columns."""
-                n, k = prefill_gemm_shapes(c)[tname]
-                bn, bk, stages = tiles.gemm[tname]
-                if up is not None:
-                    n //= 2
-                out_bn = bn // 2 if up is not None else bn
-                blocks_n = -(-n // out_bn)
-                tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
+        def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None):
+            """y (+)= x w^T over (layer, column block, row block) tiles;
+            tile (l, j, i) waits on `wait`[l, i] and signals
+            `signal`[l, i] (default: tname). Consecutive tiles share a
+            weight block (column-major, as the standalone GEMM orders
+            blocks when N > M): the tiles that run at once read each
+            weight block once, and x (a few MB) stays in L2. With `up`
+            (a second weight), gated tiles of BN / 2 output columns."""
+            n, k = prefill_gemm_shapes(c)[tname]
+            bn, bk, stages = tiles.gemm[tname]
+            if up is not None:
+                n //= 2
+            out_bn = bn // 2 if up is not None else bn
+            blocks_n = -(-n // out_bn)
+            tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
 
-                def body(l, j, i):
-                    et.matmul(x_of(l), layer_view(A[weight], l, n, k), y_of(l), arith.MulIOp(i, const(R)).result,
-                              arith.MulIOp(j, const(out_bn)).result, [], tile_attr, stages=stages,
-                              accumulate=True if accumulate else None,
-                              up=None if up is None else layer_view(A[up], l, n, k))
-                task(tname, [L, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
-                     signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: block_live(i),
-                     nbytes=2 * k * (R + bn), flops=2 * R * bn * k)
+            def body(l, j, i):
+                et.matmul(x_of(l), layer_view(A[weight], l, n, k), y_of(l), start(i, R), start(j, out_bn), [],
+                          tile_attr, stages=stages,
+                          accumulate=True if accumulate else None,
+                          up=None if up is None else layer_view(A[up], l, n, k))
+            task(tname, [L, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
+                 signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: block_live(i),
+                 nbytes=2 * k * (R + bn), flops=2 * R * bn * k)
 
-            def norm1(l, t):
-                et.rmsnorm(tile_rows(A["p_h"], t, [H], f32), vec_view(A["ln1"], l, H),
-                           tile_rows(A["p_xn"], t, [H], bf16), eps)
+        def norm1(l, t):
+            et.rmsnorm(tile_rows(A["p_h"], t, [H], f32), vec_view(A["ln1"], l, H),
+                       tile_rows(A["p_xn"], t, [H], bf16), eps)
 
-            def embed_norm1(t):
-                et.embedding(A["embed"], row_range(A["p_tokens"], t, rt, [], i32), tile_rows(A["p_h"], t, [H], f32))
-                norm1(0, t)
-            task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [const(0), block_of(t)]),
-                 live=tile_live, nbytes=8 * rt * H)
-            if L > 1:
-                task("norm1", [L - 1, RT], lambda p, t: norm1(plus_one(p), t),
-                     waits=lambda p, t: [("down", [p, block_of(t)])],
-                     signal=lambda p, t: ("norm1", [plus_one(p), block_of(t)]), live=lambda p, t: tile_live(t),
-                     nbytes=6 * rt * H)
-            xn = lambda l: A["p_xn"]  # noqa: E731
-            gemm_task("q", xn, "wq", lambda l: collapse(A["p_q"], Hq * D), "norm1")
-            gemm_task("k", xn, "wk", lambda l: collapse(A["p_k"], Hkv * D), "norm1")
-            gemm_task("v", xn, "wv", lambda l: collapse(A["p_v"], Hkv * D), "norm1")
+        def embed_norm1(t):
+            et.embedding(A["embed"], row_range(A["p_tokens"], t, rt, [], i32), tile_rows(A["p_h"], t, [H], f32))
+            norm1(0, t)
+        task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [const(0), block_of(t)]),
+             live=tile_live, nbytes=8 * rt * H)
+        if L > 1:
+            task("norm1", [L - 1, RT], lambda p, t: norm1(plus_one(p), t),
+                 waits=lambda p, t: [("down", [p, block_of(t)])],
+                 signal=lambda p, t: ("norm1", [plus_one(p), block_of(t)]), live=lambda p, t: tile_live(t),
+                 nbytes=6 * rt * H)
+        xn = lambda l: A["p_xn"]  # noqa: E731
+        gemm_task("q", xn, "wq", lambda l: collapse(A["p_q"], Hq * D), "norm1")
+        gemm_task("k", xn, "wk", lambda l: collapse(A["p_k"], Hkv * D), "norm1")
+        gemm_task("v", xn, "wv", lambda l: collapse(A["p_v"], Hkv * D), "norm1")
 
-            def rope_kv(l, t):
-                q = tile_rows(A["p_q"], t, [Hq, D], f32)
-                k = tile_rows(A["p_k"], t, [Hkv, D], f32)
-                if c.qk_norm:
-                    et.rmsnorm(_heads_rows(q, Hq, D), vec_view(A["q_norm"], l, D), _heads_rows(q, Hq, D), eps)
-                    et.rmsnorm(_heads_rows(k, Hkv, D), vec_view(A["k_norm"], l, D), _heads_rows(k, Hkv, D), eps)
-                pos = row_range(A["p_positions"], t, rt, [], i32)
-                et.rope(q, pos, theta, llama3_scaling=scaling)
-                et.rope(k, pos, theta, llama3_scaling=scaling)
-                at = arith.AddIOp(A["pos0"], start(t, rt)).result
-                et.kv_append(k, cache_view(A["k_cache"], l), at)
-                et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), cache_view(A["v_cache"], l), at)
-            task("rope_kv", [L, RT], rope_kv,
-                 waits=lambda l, t: [(ev, [l, block_of(t)]) for ev in ("q", "k", "v")],
-                 signal=lambda l, t: ("rope_kv", [l]), live=lambda l, t: tile_live(t),
-                 nbytes=8 * rt * (Hq + Hkv) * D)
+        def rope_kv(l, t):
+            q = tile_rows(A["p_q"], t, [Hq, D], f32)
+            k = tile_rows(A["p_k"], t, [Hkv, D], f32)
+            if c.qk_norm:
+                et.rmsnorm(_heads_rows(q, Hq, D), vec_view(A["q_norm"], l, D), _heads_rows(q, Hq, D), eps)
+                et.rmsnorm(_heads_rows(k, Hkv, D), vec_view(A["k_norm"], l, D), _heads_rows(k, Hkv, D), eps)
+            pos = row_range(A["p_positions"], t, rt, [], i32)
+            et.rope(q, pos, theta, llama3_scaling=scaling)
+            et.rope(k, pos, theta, llama3_scaling=scaling)
+            at = arith.AddIOp(A["pos0"], start(t, rt)).result
+            et.kv_append(k, cache_view(A["k_cache"], l), at)
+            et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), cache_view(A["v_cache"], l), at)
+        task("rope_kv", [L, RT], rope_kv,
+             waits=lambda l, t: [(ev, [l, block_of(t)]) for ev in ("q", "k", "v")],
+             signal=lambda l, t: ("rope_kv", [l]), live=lambda l, t: tile_live(t),
+             nbytes=8 * rt * (Hq + Hkv) * D)
 
-            ab = tiles.attn_block
-            per_block = R // ab
+        ab = tiles.attn_block
+        per_block = R // ab
 
-            def attn(l, tb, g):
-                et.attention_prefill(A["p_q"], cache_view(A["k_cache"], l), cache_view(A["v_cache"], l),
-                                     A["p_attn"], g, arith.MulIOp(tb, const(ab)).result, A["pos0"], ab, scale)
-            task("attn", [L, TB, Hkv], attn, waits=lambda l, tb, g: [("rope_kv", [l])],
-                 signal=lambda l, tb, g: ("attn", [l, arith.DivUIOp(tb, const(per_block)).result]),
-                 live=lambda l, tb, g: arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(tb, const(ab)).result,
-                                                    rows).result,
-                 nbytes=4 * S * D, flops=4 * S * D * ab * (Hq // Hkv))
-            gemm_task("o", lambda l: collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn", accumulate=True)
-            task("norm2", [L, RT], lambda l, t: et.rmsnorm(tile_rows(A["p_h"], t, [H], f32),
-                                                           vec_view(A["ln2"], l, H),
-                                                           tile_rows(A["p_xn"], t, [H], bf16), eps),
-                 waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
-                 live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
-            if fused:
-                gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act")
-            else:
-                gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2")
-                gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2")
-                ac = tiles.act_cols
-                task("act", [L, RB, -(-I // ac)],
-                     lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
-                                                 row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
-                     waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
-                     live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
-            gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True)
+        def attn(l, tb, g):
+            et.attention_prefill(A["p_q"], cache_view(A["k_cache"], l), cache_view(A["v_cache"], l),
+                                 A["p_attn"], g, start(tb, ab), A["pos0"], ab, scale)
+        task("attn", [L, TB, Hkv], attn, waits=lambda l, tb, g: [("rope_kv", [l])],
+             signal=lambda l, tb, g: ("attn", [l, arith.DivUIOp(tb, const(per_block)).result]),
+             live=lambda l, tb, g: live_from(start(tb, ab)),
+             nbytes=4 * S * D, flops=4 * S * D * ab * (Hq // Hkv))
+        gemm_task("o", lambda l: collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn", accumulate=True)
+        task("norm2", [L, RT], lambda l, t: et.rmsnorm(tile_rows(A["p_h"], t, [H], f32),
+                                                       vec_view(A["ln2"], l, H),
+                                                       tile_rows(A["p_xn"], t, [H], bf16), eps),
+             waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
+             live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
+        if fused:
+            gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act")
+        else:
+            gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2")
+            gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2")
+            ac = tiles.act_cols
+            task("act", [L, RB, -(-I // ac)],
+                 lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
+                                             row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
+                 waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
+                 live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
+        gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True)
 
-            # The last row: final norm into xn[0], LM head, argmax.
-            def last():
-                return arith.SubIOp(rows, const(1)).result
+        # The last row: final norm into xn[0], LM head, argmax.
+        def last():
+            return arith.SubIOp(rows, const(1)).result
 
-            def final_norm(t):
-                h_last = memref.SubViewOp(strided([1, H], f32, [H, 1]), A["p_h"], [last()], [], [],
-                                          static_offsets=[DYN, 0], static_sizes=[1, H], static_strides=[1, 1]).result
-                xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
-                et.rmsnorm(h_last, A["final_norm"], xn0, eps)
-            events["final_norm"] = et.event([])
-            task("final_norm", [1], final_norm,
-                 waits=lambda t: [("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])],
-                 signal=lambda t: ("final_norm", []), nbytes=6 * H)
-            lm_rows = max(1, -(-V // lay.workers))
+        def final_norm(t):
+            h_last = memref.SubViewOp(strided([1, H], f32, [H, 1]), A["p_h"], [last()], [], [],
+                                      static_offsets=[DYN, 0], static_sizes=[1, H], static_strides=[1, 1]).result
+            xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
+            et.rmsnorm(h_last, A["final_norm"], xn0, eps)
+        events["final_norm"] = et.event([])
+        task("final_norm", [1], final_norm,
+             waits=lambda t: [("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])],
+             signal=lambda t: ("final_norm", []), nbytes=6 * H)
+        lm_rows = max(1, -(-V // lay.workers))
 
-            def lm_head(t):
-                xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
-                out = memref.subview(A["logits"], [0, 0], [1, V], [1, 1],
-                                     result_type=strided([1, V], f32, [V, 1], 0))
-                et.linear(xn0, A["lm_head"], out, arith.MulIOp(t, const(lm_rows)).result, const(lm_rows))
-            events["lm_head"] = et.event([])
-            task("lm_head", [-(-V // lm_rows)], lm_head, waits=[("final_norm", [])], signal=lambda t: ("lm_head", []),
-                 nbytes=2 * lm_rows * H, flops=2 * lm_rows * H)
-            chunk = -(-V // lay.argmax_chunks)
+        def lm_head(t):
+            xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
+            out = memref.subview(A["logits"], [0, 0], [1, V], [1, 1],
+                                 result_type=strided([1, V], f32, [V, 1], 0))
+            et.linear(xn0, A["lm_head"], out, start(t, lm_rows), const(lm_rows))
+        events["lm_head"] = et.event([])
+        task("lm_head", [-(-V // lm_rows)], lm_head, waits=[("final_norm", [])], signal=lambda t: ("lm_head", []),
+             nbytes=2 * lm_rows * H, flops=2 * lm_rows * H)
+        chunk = -(-V // lay.argmax_chunks)
 
-            def one(buf, n, elt):
-                return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
-            events["argmax_part"] = et.event([])
-            task("argmax_part", [lay.argmax_chunks],
-                 lambda t: et.argmax(one(A["logits"], V, f32), one(A["part_val"], lay.argmax_chunks, f32),
-                                     one(A["part_idx"], lay.argmax_chunks, i32),
-                                     arith.MulIOp(t, const(chunk)).result, const(chunk), t),
-                 waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
-            task("argmax", [1],
-                 lambda t: et.argmax(one(A["part_val"], lay.argmax_chunks, f32), one(A["next_val"], 1, f32),
-                                     one(A["next_token"], 1, i32), const(0), const(lay.argmax_chunks), const(0),
-                                     from_=one(A["part_idx"], lay.argmax_chunks, i32)),
-                 waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
+        def one(buf, n, elt):
+            return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
+        events["argmax_part"] = et.event([])
+        task("argmax_part", [lay.argmax_chunks],
+             lambda t: et.argmax(one(A["logits"], V, f32), one(A["part_val"], lay.argmax_chunks, f32),
+                                 one(A["part_idx"], lay.argmax_chunks, i32),
+                                 start(t, chunk), const(chunk), t),
+             waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
+        task("argmax", [1],
+             lambda t: et.argmax(one(A["part_val"], lay.argmax_chunks, f32), one(A["next_val"], 1, f32),
+                                 one(A["next_token"], 1, i32), const(0), const(lay.argmax_chunks), const(0),
+                                 from_=one(A["part_idx"], lay.argmax_chunks, i32)),
+             waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
     return module
 
 
 def _heads_rows(x, heads: int, dim: int):
     """A [n, heads, D] row block as [n * heads, D] (per-head norms)."""
-    return memref.collapse_shape(MemRefType.get([DYN, dim], F32Type.get(), StridedLayoutAttr.get(DYN, [dim, 1]),
-                                                loc=Location.unknown()), x, [[0, 1], [2]])
+    return memref.collapse_shape(strided([DYN, dim], F32Type.get(), [dim, 1]), x, [[0, 1], [2]])

@@ -154,6 +154,16 @@ class DecodeSession:
         return [batch if name == "batch" else (self.buffers[name][:batch] if rows else self.buffers[name])
                 for name, rows in self._per_row]
 
+    def _write_rows(self, rows: dict[str, np.ndarray]) -> None:
+        """Host values into the first rows of the named buffers."""
+        for name, values in rows.items():
+            if self.device == "cpu":
+                self.buffers[name][: len(values)] = values
+            else:
+                import torch
+
+                self.buffers[name][: len(values)].copy_(torch.from_numpy(values))
+
     def _check_tokens(self, tokens: np.ndarray) -> None:
         if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
             bad = int(tokens[(tokens < 0) | (tokens >= self.config.vocab_size)][0])
@@ -182,13 +192,7 @@ class DecodeSession:
     def step(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> np.ndarray:
         tok, pos, slot = self._check(tokens, positions, slots)
         n = len(tok)
-        for name, values in (("tokens", tok), ("positions", pos), ("slots", slot)):
-            if self.device == "cpu":
-                self.buffers[name][:n] = values
-            else:
-                import torch
-
-                self.buffers[name][:n].copy_(torch.from_numpy(values))
+        self._write_rows({"tokens": tok, "positions": pos, "slots": slot})
         self.launcher = self.launchers[self._variant_of[n]]
         start = time.perf_counter()
         self.launcher(*self._arguments(n))
@@ -261,14 +265,8 @@ class DecodeSession:
             raise ValueError(f"slot {slot} is not a cache slot (max_batch {self.max_batch})")
         if pos0 < 0 or pos0 + n > self.max_context:
             raise ValueError(f"positions {pos0}..{pos0 + n - 1} exceed the compiled context {self.max_context}")
-        for name, values in (("p_tokens", chunk.astype(np.int32)),
-                             ("p_positions", np.arange(pos0, pos0 + n, dtype=np.int32))):
-            if self.device == "cpu":
-                self.buffers[name][:n] = values
-            else:
-                import torch
-
-                self.buffers[name][:n].copy_(torch.from_numpy(values))
+        self._write_rows({"p_tokens": chunk.astype(np.int32),
+                          "p_positions": np.arange(pos0, pos0 + n, dtype=np.int32)})
         scalars = {"rows": n, "slot": slot, "pos0": pos0}
         args = []
         for spec in self._prefill_args:
