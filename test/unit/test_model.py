@@ -440,6 +440,8 @@ def test_prefill_arguments_bad_values(tmp_path):
         s.prefill_arguments(2, 0, [1])
     with pytest.raises(ValueError, match="positions 30..32 exceed the compiled context 32"):
         s.prefill_arguments(0, 30, [1, 2, 3])
+    with pytest.raises(ValueError, match=f"token id {c.vocab_size} is outside the vocabulary"):
+        s.prefill_arguments(0, 0, [1, c.vocab_size])
     plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=32, cache_dir=tmp_path), w)
     with pytest.raises(ValueError, match="has no prefill kernel"):
         plain.prefill_arguments(0, 0, [1])

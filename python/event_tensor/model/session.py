@@ -265,6 +265,7 @@ class DecodeSession:
             raise ValueError(f"slot {slot} is not a cache slot (max_batch {self.max_batch})")
         if pos0 < 0 or pos0 + n > self.max_context:
             raise ValueError(f"positions {pos0}..{pos0 + n - 1} exceed the compiled context {self.max_context}")
+        self._check_tokens(chunk)
         self._write_rows({"p_tokens": chunk.astype(np.int32),
                           "p_positions": np.arange(pos0, pos0 + n, dtype=np.int32)})
         scalars = {"rows": n, "slot": slot, "pos0": pos0}
