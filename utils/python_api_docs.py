@@ -13,10 +13,11 @@ from pathlib import Path
 MODULES = [
     ("event_tensor", ["compile"]),
     ("event_tensor.build", ["compile_kernel", "default_cache_dir"]),
-    ("event_tensor.kernels", ["gemm_kernel", "gemm_tiles"]),
+    ("event_tensor.kernels", ["gemm_kernel", "gemm_tiles", "allreduce_kernel", "hop_kernel"]),
+    ("event_tensor.collectives", ["allreduce_tasks"]),
     ("event_tensor.runtime", None),
     ("event_tensor.runtime.cpu", ["CPULauncher"]),
-    ("event_tensor.runtime.cuda", ["CUDALauncher"]),
+    ("event_tensor.runtime.cuda", ["CUDALauncher", "MultiDeviceCUDALauncher"]),
     ("event_tensor.runtime.trace", ["Trace"]),
     ("event_tensor.model", None),
     ("event_tensor.model.builder", ["KernelLayout", "kernel_layout", "build_decode_kernel"]),
@@ -24,7 +25,8 @@ MODULES = [
     ("event_tensor.tuner", None),
     ("event_tensor.analysis", None),
     ("event_tensor.simulator", None),
-    ("event_tensor.dialects.et", ["kernel", "task", "event", "wait", "signal", "index", "KernelOp", "TaskOp"]),
+    ("event_tensor.dialects.et", ["kernel", "task", "event", "wait", "signal", "index", "device_id",
+                                   "peer", "KernelOp", "TaskOp"]),
 ]
 
 

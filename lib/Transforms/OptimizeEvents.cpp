@@ -69,6 +69,19 @@ struct OptimizeEventsPass
     fn(graph, *tg);
   }
 
+  /// A wait on an event that some signal reaches from another device
+  /// (`peer`). The tile graph projects every device's copy onto one, so
+  /// neither program order on a worker nor paths through other waits say
+  /// anything about such a wait: it is never removed and never used to
+  /// remove another.
+  static bool isRemoteWait(const EventAccess *wait) {
+    Value event = cast<EventWaitOp>(wait->op).getEvent();
+    return llvm::any_of(event.getUsers(), [](Operation *user) {
+      auto signal = dyn_cast<EventSignalOp>(user);
+      return signal && signal.getPeer();
+    });
+  }
+
   void remark(Operation *op, const Twine &message) {
     if (emitRemarks)
       op->emitRemark(message);
@@ -96,6 +109,8 @@ struct OptimizeEventsPass
     SmallVector<Operation *> erase;
     for (auto [ti, task] : llvm::enumerate(tg.getTasks())) {
       for (auto [wi, wait] : llvm::enumerate(task.waits)) {
+        if (isRemoteWait(wait))
+          continue;
         bool local = true;
         for (int64_t tile = 0; tile < task.numTiles && local; ++tile) {
           auto [worker, pos] = where.at({static_cast<unsigned>(ti), tile});
@@ -133,7 +148,7 @@ struct OptimizeEventsPass
     for (auto [ti, t] : llvm::enumerate(tg.getTasks()))
       for (int64_t tile = 0; tile < t.numTiles; ++tile)
         for (auto [wi, perTile] : llvm::enumerate(t.deps))
-          if (t.exact[wi])
+          if (t.exact[wi] && !isRemoteWait(t.waits[wi]))
             for (TileRef d : perTile[tile])
               certain[gid({static_cast<unsigned>(ti), tile})].push_back(gid(d));
     std::optional<SmallVector<int64_t>> order = tg.topologicalOrder();
@@ -151,7 +166,7 @@ struct OptimizeEventsPass
     for (auto [ti, t] : llvm::enumerate(tg.getTasks())) {
       SmallVector<bool> removed(t.waits.size(), false);
       for (size_t wi = 0; wi < t.waits.size(); ++wi) {
-        bool redundant = t.waits.size() > 1;
+        bool redundant = t.waits.size() > 1 && !isRemoteWait(t.waits[wi]);
         for (int64_t tile = 0; tile < t.numTiles && redundant; ++tile) {
           if (t.deps[wi][tile].empty()) {
             redundant = false;
@@ -159,7 +174,8 @@ struct OptimizeEventsPass
           }
           llvm::BitVector covered(n);
           for (size_t wj = 0; wj < t.waits.size(); ++wj) {
-            if (wj == wi || removed[wj] || !t.exact[wj])
+            if (wj == wi || removed[wj] || !t.exact[wj] ||
+                isRemoteWait(t.waits[wj]))
               continue;
             for (TileRef d : t.deps[wj][tile])
               covered |= anc[gid(d)];
@@ -239,7 +255,8 @@ struct OptimizeEventsPass
                          Twine(numElements) + " elements");
       for (EventAccess *s : info->signals) {
         b.setInsertionPoint(s->op);
-        EventSignalOp::create(b, s->op->getLoc(), coarse, ValueRange());
+        EventSignalOp::create(b, s->op->getLoc(), coarse, ValueRange(),
+                              cast<EventSignalOp>(s->op).getPeer());
         s->op->erase();
       }
       for (auto &[taskOp, waits] : byTask) {

@@ -43,12 +43,15 @@ def default_cache_dir() -> Path:
 
 
 def _arguments(kernel) -> list[dict[str, Any]]:
-    from .ir import IndexType, MemRefType
+    from .ir import DictAttr, IndexType, MemRefType
 
     args = []
     names = None
     if "arg_names" in kernel.attributes:  # optional names, e.g. from the model builder
         names = [str(a).strip('"') for a in kernel.attributes["arg_names"]]
+    arg_attrs = [{}] * len(kernel.regions[0].blocks[0].arguments)
+    if "arg_attrs" in kernel.attributes:
+        arg_attrs = [DictAttr(a) for a in kernel.attributes["arg_attrs"]]
     for i, arg in enumerate(kernel.regions[0].blocks[0].arguments):
         t = arg.type
         name = names[i] if names and i < len(names) else f"arg{i}"
@@ -60,6 +63,8 @@ def _arguments(kernel) -> list[dict[str, Any]]:
                 raise ValueError(f"argument {name}: unsupported element type {elt}")
             entry.update(kind="memref", dtype=_DTYPES[elt],
                          shape=[-1 if m.is_dynamic_dim(d) else m.shape[d] for d in range(m.rank)])
+            if "et.symmetric" in arg_attrs[i]:
+                entry["symmetric"] = True
         elif isinstance(t, IndexType):
             entry.update(kind="scalar", dtype="index")
         elif str(t) in _DTYPES:
@@ -188,6 +193,12 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         "count": e["count"]} for e in graph["events"]],
             "counter_words": _counter_words(graph),
         }
+        devices = int(kernel.attributes["devices"].value) if "devices" in kernel.attributes else 1
+        if devices > 1:
+            metadata["devices"] = devices
+            if metadata["counter_words"] is not None:
+                # Each bank ends with the counter where the devices meet.
+                metadata["counter_words"] += 2
         if target == "cpu":
             pipeline = (f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)}}})")

@@ -17,6 +17,7 @@ from .ir import (
     FloatAttr,
     IndexType,
     InsertionPoint,
+    IntegerType,
     Location,
     MemRefType,
     Module,
@@ -25,7 +26,8 @@ from .ir import (
     VectorType,
 )
 
-__all__ = ["gemm_kernel", "gemm_tiles", "prefill_attention_kernel", "prefill_attention_tile"]
+__all__ = ["allreduce_kernel", "gemm_kernel", "gemm_tiles", "hop_kernel", "prefill_attention_kernel",
+           "prefill_attention_tile"]
 
 OUTPUTS = ("f32", "bf16")
 ORDERS = ("auto", "rows")
@@ -235,3 +237,54 @@ def prefill_attention_tile(heads: int, kv_heads: int, dim: int) -> tuple[int, in
     if rows % group:
         raise ValueError(f"the query group ({group} heads per KV head) must divide {rows}")
     return rows // group, threads
+
+
+def allreduce_kernel(devices: int, rows: int, cols: int, *, dtype: str = "bf16", block: int = 512,
+                     name: str = "allreduce") -> str:
+    """`et.kernel @name(%x: memref<RxCxT>, %inbox: memref<NxRxCxT> {et.symmetric},
+    %y: memref<RxCxT>) attributes {devices = N}` (T = bf16 or f32): y = the
+    sum of every device's x, through `collectives.allreduce_tasks`."""
+    from .collectives import allreduce_tasks
+
+    if dtype not in OUTPUTS:
+        raise ValueError(f"dtype must be one of {OUTPUTS}, got {dtype!r}")
+    with Context(), Location.unknown():
+        elem = BF16Type.get() if dtype == "bf16" else F32Type.get()
+        types = [MemRefType.get([rows, cols], elem), MemRefType.get([devices, rows, cols], elem),
+                 MemRefType.get([rows, cols], elem)]
+        module = Module.create()
+        with InsertionPoint(module.body):
+            kernel = et.KernelOp(name, types, devices=devices, symmetric=[1])
+            with InsertionPoint(kernel.entry_block):
+                x, inbox, y = kernel.arguments
+                allreduce_tasks(x, inbox, y, arith.ConstantOp(IndexType.get(), rows).result, cols, devices,
+                                block=block, name=name)
+        return module.operation.get_asm(print_generic_op_form=True)
+
+
+def hop_kernel(devices: int, hops: int, *, peer: int | None = 1, name: str = "hops") -> str:
+    """`et.kernel @name(%sink: memref<1xi32>) attributes {devices = N}`: a
+    chain of 2 * `hops` tiles that alternate between two tasks, `ping` tile t
+    waiting on a[t] and signalling b[t], `pong` tile t waiting on b[t] and
+    signalling a[t + 1], each signal going to device (device_id + peer) mod
+    N (to the device itself with `peer=None`): the launch time grows by one
+    signal-to-wake latency per tile."""
+    with Context(), Location.unknown():
+        idx = IndexType.get()
+        module = Module.create()
+        with InsertionPoint(module.body):
+            kernel = et.KernelOp(name, [MemRefType.get([1], IntegerType.get_signless(32))], devices=devices)
+            with InsertionPoint(kernel.entry_block):
+                a = et.event([hops + 1])
+                b = et.event([hops])
+                start = et.TaskOp("start", [arith.ConstantOp(idx, 1).result])
+                with InsertionPoint(start.entry_block):
+                    et.signal(a, [0])
+                for task, src, dst, step in (("ping", a, b, 0), ("pong", b, a, 1)):
+                    op = et.TaskOp(task, [arith.ConstantOp(idx, hops).result])
+                    with InsertionPoint(op.entry_block):
+                        (t,) = op.tile_ids
+                        et.wait(src, [t])
+                        nxt = arith.AddIOp(t, arith.ConstantOp(idx, step).result).result
+                        et.signal(dst, [nxt], peer=peer)
+        return module.operation.get_asm(print_generic_op_form=True)

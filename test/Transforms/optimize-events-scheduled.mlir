@@ -30,3 +30,21 @@ et.kernel @chain() {
     et.event.wait %all[] : !et.event<>
   }
 }
+
+// On two devices, @rb[i] runs after @ra[i] on the same worker, but the
+// signal it waits for comes from @ra[i] of the other device (peer 1): the
+// wait stays.
+// CHECK-LABEL: et.kernel @remote_chain
+// CHECK: et.task @rb
+// CHECK-NEXT: et.event.wait
+et.kernel @remote_chain() attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %e = et.event.create() : !et.event<4>
+  et.task @ra tiles(%i) in (%c4) {
+    et.event.signal %e[%i] peer(%c1) : !et.event<4>
+  }
+  et.task @rb tiles(%i) in (%c4) {
+    et.event.wait %e[%i] : !et.event<4>
+  }
+}

@@ -166,3 +166,32 @@ et.kernel @dead(%n: index) {
     et.event.wait %e[] : !et.event<>
   }
 }
+
+// -----
+
+// Devices: @c's wait on %e2 looks implied by its wait on %f (through @b and
+// %e1), but %e2 is signalled on another device (peer 1), whose @a tile the
+// local path says nothing about: the wait stays.
+// CHECK-LABEL: et.kernel @remote_not_redundant
+// CHECK: et.task @c
+// CHECK-NEXT: et.event.wait %{{.*}}[%{{.*}}] : !et.event<4>
+// CHECK-NEXT: et.event.wait %{{.*}}[%{{.*}}] : !et.event<4>
+et.kernel @remote_not_redundant() attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %e1 = et.event.create() : !et.event<4>
+  %e2 = et.event.create() : !et.event<4>
+  %f = et.event.create() : !et.event<4>
+  et.task @a tiles(%i) in (%c4) {
+    et.event.signal %e1[%i] : !et.event<4>
+    et.event.signal %e2[%i] peer(%c1) : !et.event<4>
+  }
+  et.task @b tiles(%i) in (%c4) {
+    et.event.wait %e1[%i] : !et.event<4>
+    et.event.signal %f[%i] : !et.event<4>
+  }
+  et.task @c tiles(%i) in (%c4) {
+    et.event.wait %e2[%i] : !et.event<4>
+    et.event.wait %f[%i] : !et.event<4>
+  }
+}

@@ -93,6 +93,9 @@ struct EventLayout {
   /// One counter for the whole event: its counts are only known on the
   /// device, so a wait waits for every signal of the event.
   bool aggregate = false;
+  /// Some signal reaches it from another device: its signals and waits use
+  /// system scope.
+  bool remote = false;
   SmallVector<Value> dims; // index values, in the worker function
   Value offset;            // index, within a bank
   Value size;              // index
@@ -283,7 +286,8 @@ private:
   /// the outcome is shared by the CTA. On timeout or abort, branches to the
   /// scope's failure block. Continues in a new current block.
   void emitSpin(Scope &scope, Value counterIndex, Value expected, Value task,
-                Value tile, Value event, Value element) {
+                Value tile, Value event, Value element,
+                StringRef syncscope) {
     Type i64Type = b.getI64Type(), i1Type = b.getI1Type();
     Block *spin = newBlock(scope, {i64Type});
     Block *check = newBlock(scope, {i64Type});
@@ -304,7 +308,7 @@ private:
         b, loc, b.getI32Type(), ptr, /*alignment=*/4, /*isVolatile=*/false,
         /*isNonTemporal=*/false, /*isInvariant=*/false,
         /*isInvariantGroup=*/false, LLVM::AtomicOrdering::acquire,
-        target.syncscope());
+        syncscope);
     Value ready = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
                                         observed, expected32);
     cf::CondBranchOp::create(b, loc, ready, join, ValueRange{i1(true)}, check,
@@ -623,26 +627,76 @@ private:
     FailureOr<Value> expected = expectedCount(layout, coords, lin, scope);
     if (failed(expected))
       return failure();
-    emitSpin(scope, counter, *expected, task, tile, idx(layout.id), lin);
+    emitSpin(scope, counter, *expected, task, tile, idx(layout.id), lin,
+             layout.remote ? StringRef() : target.syncscope());
     return success();
   }
 
+  /// `peer`: the device offset, already in the worker (or null).
   LogicalResult emitSignal(Scope &scope, Value event, ArrayRef<Value> coords,
-                           Value task, Value tile) {
-    Value counter =
-        locate(scope, layouts[event], coords, task, tile).second;
+                           Value peer, Value task, Value tile) {
+    const EventLayout &layout = layouts[event];
+    Value counter = locate(scope, layout, coords, task, tile).second;
+    // The device whose copy of the event receives the signal.
+    Value device = peer && numDevices > 1 ? peerDevice(peer) : Value();
     // Every thread's writes of the tile happen before thread 0's release.
     barrier();
     auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
-                          target.syncscope());
-    LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
-                              counterPointer(counter), i32(1),
-                              LLVM::AtomicOrdering::monotonic,
-                              target.syncscope(), /*alignment=*/4);
+    if (!layout.remote) {
+      LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
+                            target.syncscope());
+      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
+                                counterPointer(counter), i32(1),
+                                LLVM::AtomicOrdering::monotonic,
+                                target.syncscope(), /*alignment=*/4);
+      return success();
+    }
+    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release, StringRef());
+    Value base = device ? basePointer(selectCopy(peerCounters, device))
+                        : countersBase;
+    systemAdd(elementPointer(base, counter, b.getI32Type()));
     return success();
+  }
+
+  /// Adds 1 to the i32 at `ptr` with a relaxed system-scope atomic (the
+  /// caller has issued the release fence). NVPTX drops the scope of an
+  /// atomicrmw, so the GPU form is written out.
+  void systemAdd(Value ptr) {
+    if (target.gpu) {
+      LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{ptr, i32(1)},
+                                "red.relaxed.sys.add.u32 [$0], $1;", "l,r",
+                                /*has_side_effects=*/true,
+                                /*is_align_stack=*/false,
+                                LLVM::tailcallkind::TailCallKind::None,
+                                LLVM::AsmDialectAttr(), ArrayAttr());
+      return;
+    }
+    LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, ptr, i32(1),
+                              LLVM::AtomicOrdering::monotonic, StringRef(),
+                              /*alignment=*/4);
+  }
+
+  /// The device (index) at offset `k` (index, any sign) from this one.
+  Value peerDevice(Value k) {
+    Value n = idx(numDevices);
+    Value r = arith::RemSIOp::create(b, loc, k, n);
+    Value nonNegative = arith::AddIOp::create(b, loc, r, n);
+    return arith::RemUIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, deviceIndex, nonNegative), n);
+  }
+
+  /// copies[device] for a dynamic `device`.
+  Value selectCopy(ArrayRef<Value> copies, Value device) {
+    Value chosen = copies[0];
+    for (int64_t d = 1; d < static_cast<int64_t>(copies.size()); ++d)
+      chosen = arith::SelectOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, device,
+                                idx(d)),
+          copies[d], chosen);
+    return chosen;
   }
 
   //===--------------------------------------------------------------------===//
@@ -688,8 +742,16 @@ private:
       if (auto signal = dyn_cast<EventSignalOp>(op)) {
         FailureOr<SmallVector<Value>> idxs =
             materializeAll(signal.getIndices(), scope, &map);
+        Value peer;
+        if (signal.getPeer()) {
+          FailureOr<SmallVector<Value>> k =
+              materializeAll(signal.getPeer(), scope, &map);
+          if (failed(k))
+            return failure();
+          peer = k->front();
+        }
         if (failed(idxs) || failed(emitSignal(scope, signal.getEvent(), *idxs,
-                                              taskValue, tile)))
+                                              peer, taskValue, tile)))
           return failure();
         continue;
       }
@@ -728,6 +790,7 @@ private:
   void emitCapacityCheckAndClear(Block *exit);
   LogicalResult emitStatic(ScheduleOp schedule);
   LogicalResult emitDynamic(ScheduleOp schedule);
+  void emitDeviceBarrier(Value ok);
 
   KernelOp kernel;
   Target target;
@@ -748,6 +811,18 @@ private:
   Value countersBase, controlBase;
   Value bank, bankBase;
   Value sharedScratch;
+  // Several devices: the number, this device (index), every device's
+  // counter buffer, and every device's copy of each symmetric argument
+  // (keyed by the worker function's argument for the local copy).
+  int64_t numDevices = 1;
+  Value deviceIndex;
+  SmallVector<Value> peerCounters;
+  llvm::DenseMap<Value, SmallVector<Value>> peerCopies;
+  /// Counters of the event tensors in a bank (the bank may end with the
+  /// counter of the barrier across devices).
+  Value eventCounters;
+  /// Whether the worker's tiles all ran (the result of the tile loop).
+  Value finishedOk;
   /// Workgroup-memory allocas at the top level of task bodies (from the
   /// tile lowering) and the workgroup attribution each one uses.
   llvm::DenseMap<Operation *, Value> tileShared;
@@ -810,10 +885,16 @@ LogicalResult WorkerEmitter::layoutEvents() {
         size = arith::MulIOp::create(b, loc, size, d);
     layout.size = size;
     layout.offset = offset;
+    layout.remote = llvm::any_of(info->signals, [](EventAccess *s) {
+      return static_cast<bool>(cast<EventSignalOp>(s->op).getPeer());
+    }) && numDevices > 1;
     offset = arith::AddIOp::create(b, loc, offset, size);
     layouts[info->op.getResult()] = layout;
   }
-  totalCounters = offset;
+  eventCounters = offset;
+  // Several devices: one more counter, where the copies meet at the end.
+  totalCounters =
+      numDevices > 1 ? arith::AddIOp::create(b, loc, offset, idx(1)) : offset;
   return success();
 }
 
@@ -1027,6 +1108,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   Value nextI = arith::AddIOp::create(b, loc, i, idx(1));
   scf::YieldOp::create(b, loc, ValueRange{nextI, region.getResult(0)});
   b.setInsertionPointAfter(loop);
+  finishedOk = loop.getResult(1);
   return success();
 }
 
@@ -1131,7 +1213,53 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   b.setInsertionPointAfter(region);
   scf::YieldOp::create(b, loc, region.getResults());
   b.setInsertionPointAfter(loop);
+  finishedOk = loop.getResult(0);
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The barrier across devices
+//===----------------------------------------------------------------------===//
+
+/// Several devices: a worker that ran all its tiles adds 1 to the barrier
+/// counter of every other device; worker 0 of each device waits until all
+/// workers of the other devices have. So no device starts its next launch
+/// (and signals into the bank that launch uses) before every device has
+/// finished this one, including clearing that bank. A worker that stopped
+/// on an error skips the barrier; the other devices then time out on it.
+void WorkerEmitter::emitDeviceBarrier(Value ok) {
+  auto ifOk = scf::IfOp::create(b, loc, ok, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOk.thenBlock());
+  Value word = arith::AddIOp::create(b, loc, bankBase, eventCounters);
+  {
+    auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(first.thenBlock());
+    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release, StringRef());
+    for (int64_t k = 1; k < numDevices; ++k) {
+      Value copy = selectCopy(peerCounters, peerDevice(idx(k)));
+      systemAdd(elementPointer(basePointer(copy), word, b.getI32Type()));
+    }
+  }
+  auto worker0 = scf::IfOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, workerId, idx(0)),
+      /*withElse=*/false);
+  b.setInsertionPointToStart(worker0.thenBlock());
+  auto region = scf::ExecuteRegionOp::create(b, loc, TypeRange{});
+  Scope scope;
+  scope.region = &region.getRegion();
+  Block *entry = new Block();
+  scope.region->push_back(entry);
+  scope.fail = newBlock(scope);
+  b.setInsertionPointToEnd(scope.fail);
+  scf::YieldOp::create(b, loc);
+  b.setInsertionPointToEnd(entry);
+  // Reported as a wait of no task on the event after the last one.
+  emitSpin(scope, word, idx((numDevices - 1) * numWorkers), idx(-1), idx(-1),
+           idx(layouts.size()), idx(0), StringRef());
+  scf::YieldOp::create(b, loc);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1176,6 +1304,8 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   }
 
   // The signature: [worker], epoch, spin_limit, counters, control, error,
+  // [trace], then on several devices: this device (i64), every device's
+  // counters, every device's copy of each symmetric argument; then the
   // kernel arguments.
   MLIRContext *ctx = kernel.getContext();
   Type i64Type = b.getI64Type();
@@ -1187,6 +1317,18 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   inputs.append({i64Type, i64Type, dynI32, dynI32, dynI64});
   if (target.profile)
     inputs.push_back(dynI64);
+  numDevices = kernel.getNumDevices();
+  SmallVector<unsigned> symmetric;
+  for (unsigned i = 0, e = kernel.getNumArguments(); i < e; ++i)
+    if (kernel.isSymmetricArgument(i))
+      symmetric.push_back(i);
+  unsigned firstDeviceArg = inputs.size();
+  if (numDevices > 1) {
+    inputs.push_back(i64Type);
+    inputs.append(numDevices, dynI32);
+    for (unsigned i : symmetric)
+      inputs.append(numDevices, kernel.getArgumentTypes()[i]);
+  }
   unsigned firstKernelArg = inputs.size();
   llvm::append_range(inputs, kernel.getArgumentTypes());
   auto fnType = FunctionType::get(ctx, inputs, {});
@@ -1316,6 +1458,20 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
        llvm::zip(kernel.getArguments(),
                  entry->getArguments().drop_front(firstKernelArg)))
     eager.map(kArg, fArg);
+  if (numDevices > 1) {
+    deviceIndex = toIndex(entry->getArgument(firstDeviceArg));
+    unsigned next = firstDeviceArg + 1;
+    for (int64_t d = 0; d < numDevices; ++d)
+      peerCounters.push_back(entry->getArgument(next++));
+    for (unsigned i : symmetric) {
+      SmallVector<Value> &copies =
+          peerCopies[entry->getArgument(firstKernelArg + i)];
+      for (int64_t d = 0; d < numDevices; ++d)
+        copies.push_back(entry->getArgument(next++));
+    }
+  } else {
+    deviceIndex = idx(0);
+  }
 
   countersBase = basePointer(countersMem);
   controlBase = basePointer(controlMem);
@@ -1340,15 +1496,33 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   if (failed(schedule.isStatic() ? emitStatic(schedule)
                                  : emitDynamic(schedule)))
     return failure();
+  if (numDevices > 1)
+    emitDeviceBarrier(finishedOk);
   cf::BranchOp::create(b, loc, exit, ValueRange{});
 
-  // Thread ids of the tile bodies.
+  // Thread ids, the device id and peer buffers in the tile bodies and the
+  // kernel-level values.
   entry->getParentOp()->walk([&](Operation *op) {
     if (isa<ThreadIdOp>(op)) {
       op->getResult(0).replaceAllUsesWith(threadId);
       op->erase();
     } else if (isa<NumThreadsOp>(op)) {
       op->getResult(0).replaceAllUsesWith(numThreads);
+      op->erase();
+    } else if (isa<DeviceIdOp>(op)) {
+      op->getResult(0).replaceAllUsesWith(deviceIndex);
+      op->erase();
+    } else if (auto peer = dyn_cast<PeerOp>(op)) {
+      Value replacement = peer.getBuffer();
+      if (numDevices > 1) {
+        // The verifier makes the buffer a symmetric kernel argument, which
+        // is now the worker's argument for the local copy.
+        auto it = peerCopies.find(peer.getBuffer());
+        assert(it != peerCopies.end() && "et.peer of a non-symmetric buffer");
+        b.setInsertionPoint(peer);
+        replacement = selectCopy(it->second, peerDevice(peer.getOffset()));
+      }
+      peer.getResult().replaceAllUsesWith(replacement);
       op->erase();
     }
   });

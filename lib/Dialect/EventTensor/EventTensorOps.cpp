@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/OpImplementation.h"
@@ -73,10 +74,28 @@ void KernelOp::print(OpAsmPrinter &p) {
       getArgAttrsAttrName(), getResAttrsAttrName());
 }
 
+bool KernelOp::isSymmetricArgument(unsigned i) {
+  return static_cast<bool>(
+      getArgAttr(i, EventTensorDialect::getSymmetricAttrName()));
+}
+
 LogicalResult KernelOp::verify() {
   if (!getFunctionType().getResults().empty())
     return emitOpError("expected no results, got ")
            << getFunctionType().getNumResults();
+  StringRef symmetric = EventTensorDialect::getSymmetricAttrName();
+  for (unsigned i = 0, e = getNumArguments(); i < e; ++i) {
+    Attribute attr = getArgAttr(i, symmetric);
+    if (!attr)
+      continue;
+    if (!isa<UnitAttr>(attr))
+      return emitOpError("argument #") << i << ": '" << symmetric
+                                        << "' must be a unit attribute";
+    if (!isa<MemRefType>(getArgumentTypes()[i]))
+      return emitOpError("argument #")
+             << i << ": only a memref can be '" << symmetric << "' (allocated on every device), got "
+             << getArgumentTypes()[i];
+  }
   // FunctionOpInterface has already checked the entry block against the
   // signature. A schedule, if any, is the last op and is unique.
   Block &body = getBody().front();
@@ -235,7 +254,31 @@ LogicalResult EventWaitOp::verify() {
   return verifyEventAccess(*this, getEvent().getType(), getIndices());
 }
 
+/// The et.device_id op `value` is computed from, if any (through the ops
+/// that define it, in the kernel).
+static Operation *findDeviceId(Value value) {
+  SmallVector<Value> work{value};
+  llvm::SmallPtrSet<Operation *, 8> seen;
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def || !seen.insert(def).second)
+      continue;
+    if (isa<DeviceIdOp>(def))
+      return def;
+    llvm::append_range(work, def->getOperands());
+  }
+  return nullptr;
+}
+
 LogicalResult EventSignalOp::verify() {
+  if (Value peer = getPeer())
+    if (Operation *device = findDeviceId(peer)) {
+      InFlightDiagnostic diag = emitOpError(
+          "peer offset depends on 'et.device_id'; it must be the same on "
+          "every device, so that each tile signals each device once");
+      diag.attachNote(device->getLoc()) << "device id used here";
+      return diag;
+    }
   return verifyEventAccess(*this, getEvent().getType(), getIndices());
 }
 
@@ -465,6 +508,25 @@ static LogicalResult verifyInTask(Operation *op) {
 }
 
 LogicalResult ThreadIdOp::verify() { return verifyInTask(*this); }
+
+LogicalResult DeviceIdOp::verify() {
+  if (!(*this)->getParentOfType<KernelOp>())
+    return emitOpError("must be nested in an 'et.kernel'");
+  return success();
+}
+
+LogicalResult PeerOp::verify() {
+  auto arg = dyn_cast<BlockArgument>(getBuffer());
+  auto kernel = (*this)->getParentOfType<KernelOp>();
+  if (!kernel)
+    return emitOpError("must be nested in an 'et.kernel'");
+  if (!arg || arg.getOwner()->getParentOp() != kernel.getOperation() ||
+      !kernel.isSymmetricArgument(arg.getArgNumber()))
+    return emitOpError("buffer must be an argument of the kernel marked '")
+           << EventTensorDialect::getSymmetricAttrName()
+           << "' (allocated on every device)";
+  return success();
+}
 LogicalResult NumThreadsOp::verify() { return verifyInTask(*this); }
 
 //===----------------------------------------------------------------------===//

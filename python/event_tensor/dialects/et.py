@@ -28,14 +28,18 @@ from ._et_ops_gen import TaskOp as _TaskOpGen
 from ._ods_common import _cext as _ods_cext
 from .._mlir_libs._etDialects.et import DYNAMIC, EventType  # noqa: F401
 from ..ir import (
+    ArrayAttr,
+    DictAttr,
     FunctionType,
     IndexType,
     InsertionPoint,
     IntegerAttr,
     IntegerType,
+    MemRefType,
     StringAttr,
     Type,
     TypeAttr,
+    UnitAttr,
     Value,
 )
 from . import arith as _arith
@@ -49,7 +53,9 @@ __all__ = [
     "TaskOp",
     "event",
     "index",
+    "device_id",
     "kernel",
+    "peer",
     "signal",
     "task",
     "wait",
@@ -76,10 +82,29 @@ class KernelOp(_KernelOpGen):
     """`et.kernel`: built from a name and argument types; the body block is
     created with one argument per type."""
 
-    def __init__(self, name: str, arg_types: Sequence[Type], *, loc=None, ip=None):
+    def __init__(self, name: str, arg_types: Sequence[Type], *, devices: Optional[int] = None,
+                 symmetric: Sequence[int] = (), loc=None, ip=None):
+        arg_types = list(arg_types)
+        if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 1):
+            raise ValueError(f"kernel '{name}': devices must be a positive int, got {devices!r}")
+        arg_attrs = None
+        if symmetric:
+            marked = set()
+            for i in symmetric:
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(arg_types):
+                    raise ValueError(f"kernel '{name}': symmetric argument {i!r} is not an argument index "
+                                     f"(0..{len(arg_types) - 1})")
+                if not isinstance(arg_types[i], MemRefType):
+                    raise ValueError(f"kernel '{name}': symmetric argument {i} is a {arg_types[i]}, not a memref")
+                marked.add(i)
+            arg_attrs = ArrayAttr.get([
+                DictAttr.get({"et.symmetric": UnitAttr.get()} if i in marked else {})
+                for i in range(len(arg_types))])
         super().__init__(
             StringAttr.get(name),
-            TypeAttr.get(FunctionType.get(list(arg_types), [])),
+            TypeAttr.get(FunctionType.get(arg_types, [])),
+            arg_attrs=arg_attrs,
+            devices=None if devices is None else IntegerAttr.get(IntegerType.get_signless(64), devices),
             loc=loc,
             ip=ip,
         )
@@ -119,10 +144,13 @@ class TaskOp(_TaskOpGen):
 
 
 @contextmanager
-def kernel(name: str, arg_types: Sequence[Type], *, loc=None, ip=None) -> Iterator[tuple]:
+def kernel(name: str, arg_types: Sequence[Type], *, devices: Optional[int] = None,
+           symmetric: Sequence[int] = (), loc=None, ip=None) -> Iterator[tuple]:
     """Creates an `et.kernel` and builds its body inside the `with` block;
-    yields the kernel arguments."""
-    op = KernelOp(name, arg_types, loc=loc, ip=ip)
+    yields the kernel arguments. `devices=N` makes a kernel that runs on N
+    devices; `symmetric` lists the memref arguments allocated on every
+    device (reachable with `peer`)."""
+    op = KernelOp(name, arg_types, devices=devices, symmetric=symmetric, loc=loc, ip=ip)
     with InsertionPoint(op.entry_block):
         yield tuple(op.arguments)
 
@@ -175,7 +203,22 @@ def wait(event_value: Value, indices: Sequence[IndexLike] = (), *, loc=None, ip=
     return event_wait(event_value, _indices(indices, loc=loc, ip=ip), loc=loc, ip=ip)
 
 
-def signal(event_value: Value, indices: Sequence[IndexLike] = (), *, loc=None, ip=None) -> EventSignalOp:
-    """Signals element `indices` of `event_value` once."""
+def signal(event_value: Value, indices: Sequence[IndexLike] = (), *, peer: IndexLike | None = None,
+           loc=None, ip=None) -> EventSignalOp:
+    """Signals element `indices` of `event_value` once; with `peer=k`, the
+    element of the copy on device (device_id + k) mod N of a multi-device
+    kernel."""
     _check_rank(event_value, indices, "signal")
-    return event_signal(event_value, _indices(indices, loc=loc, ip=ip), loc=loc, ip=ip)
+    peer_value = None if peer is None else _indices([peer], loc=loc, ip=ip)[0]
+    return event_signal(event_value, _indices(indices, loc=loc, ip=ip), peer=peer_value, loc=loc, ip=ip)
+
+
+def device_id(*, loc=None, ip=None) -> Value:
+    """The device this copy of a multi-device kernel runs on (`et.device_id`)."""
+    return DeviceIdOp(IndexType.get(), loc=loc, ip=ip).result
+
+
+def peer(buffer: Value, offset: IndexLike, *, loc=None, ip=None) -> Value:
+    """The copy of symmetric kernel argument `buffer` on device
+    (device_id + offset) mod N (`et.peer`)."""
+    return PeerOp(buffer.type, buffer, index(offset, loc=loc, ip=ip), loc=loc, ip=ip).result

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from .errors import ArgumentError
 
-__all__ = ["Buffer", "flatten_arguments"]
+__all__ = ["Buffer", "flatten_arguments", "flatten_device_arguments"]
 
 # Element sizes of the dtypes the metadata names.
 ITEMSIZE = {
@@ -83,15 +83,77 @@ def _view(value: Any, name: str) -> _View:
 def flatten_arguments(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[tuple[str, int | float]], list]:
     """Returns the kernel arguments as (ctype, value) pairs, where ctype is
     'ptr', 'i64', 'i32', 'f32' or 'f64', and the objects to keep alive."""
+    per_argument, keep = _flatten(metadata, values, device)
+    return [pair for arg in per_argument for pair in arg], keep
+
+
+def flatten_device_arguments(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[list], list]:
+    """For a kernel on N devices (metadata "devices"): each argument is a
+    list or tuple of N values, one per device (a scalar may also be given
+    once for all). Returns, per device, the parameters after the launcher's
+    own buffers: [this device, every device's counters (left to the
+    launcher: None), every device's copy of each symmetric argument], then
+    the kernel arguments, as (ctype, value) pairs; and the objects to keep
+    alive. Symmetric copies must agree in dtype, shape and strides."""
+    n = int(metadata.get("devices", 1))
     specs = metadata["arguments"]
     if len(values) != len(specs):
         names = ", ".join(s["name"] for s in specs)
         raise ArgumentError(
             f"kernel {metadata['kernel']} takes {len(specs)} arguments ({names}), got {len(values)}"
         )
-    flat: list[tuple[str, int | float]] = []
+    columns = []
+    for spec, value in zip(specs, values):
+        name = f"{spec['name']} ({spec['type']})"
+        if isinstance(value, (list, tuple)):
+            if len(value) != n:
+                raise ArgumentError(f"argument {name}: kernel {metadata['kernel']} runs on {n} devices, "
+                                    f"got {len(value)} values")
+            columns.append(list(value))
+        elif spec["kind"] == "scalar":
+            columns.append([value] * n)
+        else:
+            raise ArgumentError(f"argument {name}: kernel {metadata['kernel']} runs on {n} devices; "
+                                f"give a list of {n} buffers, one per device")
+    keep = []
+    flat = []
+    for d in range(n):
+        per_argument, k = _flatten(metadata, [c[d] for c in columns], device)
+        flat.append(per_argument)
+        keep += k
+    symmetric = [i for i, spec in enumerate(specs) if spec.get("symmetric")]
+    for i in symmetric:
+        first = flat[0][i]
+        for d in range(1, n):
+            # The descriptor after the two pointers: offset, sizes, strides.
+            if flat[d][i][2:] != first[2:]:
+                spec = specs[i]
+                raise ArgumentError(f"argument {spec['name']} ({spec['type']}) is symmetric: every device's "
+                                    f"copy needs the same shape and strides (device {d} differs from device 0)")
+    out = []
+    for d in range(n):
+        params: list = [("i64", d)] + [None] * n
+        for i in symmetric:
+            for e in range(n):
+                params += flat[e][i]
+        for arg in flat[d]:
+            params += arg
+        out.append(params)
+    return out, keep
+
+
+def _flatten(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[list[tuple[str, int | float]]], list]:
+    specs = metadata["arguments"]
+    if len(values) != len(specs):
+        names = ", ".join(s["name"] for s in specs)
+        raise ArgumentError(
+            f"kernel {metadata['kernel']} takes {len(specs)} arguments ({names}), got {len(values)}"
+        )
+    per_argument: list[list[tuple[str, int | float]]] = []
     keep = []
     for spec, value in zip(specs, values):
+        flat: list[tuple[str, int | float]] = []
+        per_argument.append(flat)
         name = f"{spec['name']} ({spec['type']})"
         if spec["kind"] == "scalar":
             dtype = spec["dtype"]
@@ -124,4 +186,4 @@ def flatten_arguments(metadata: dict, values: Sequence[Any], device: str) -> tup
         flat += [("ptr", view.pointer), ("ptr", view.pointer), ("i64", 0)]
         flat += [("i64", d) for d in view.shape]
         flat += [("i64", s) for s in view.strides]
-    return flat, keep
+    return per_argument, keep

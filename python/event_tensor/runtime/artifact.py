@@ -43,8 +43,10 @@ class Artifact:
 
             return CPULauncher(self, **options)
         if self.target == "cuda":
-            from .cuda import CUDALauncher
+            from .cuda import CUDALauncher, MultiDeviceCUDALauncher
 
+            if int(self.metadata.get("devices", 1)) > 1:
+                return MultiDeviceCUDALauncher(self, **options)
             return CUDALauncher(self, **options)
         raise ArtifactError(f"unknown artifact target {self.target!r}")
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .args import flatten_arguments
+from .args import flatten_arguments, flatten_device_arguments
 from .artifact import Artifact
 from .errors import ArtifactError
-from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error
+from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error, first_cause
 from .trace import RECORD_WORDS, Trace
 
 __all__ = ["CPULauncher"]
@@ -30,7 +30,12 @@ def _descriptor(array: np.ndarray) -> list[tuple[str, int]]:
 
 
 class CPULauncher:
-    """Launches a host artifact; `timeout_s` bounds every wait (watchdog)."""
+    """Launches a host artifact; `timeout_s` bounds every wait (watchdog).
+
+    A kernel compiled for N devices (metadata "devices") runs as N groups of
+    worker threads over separate buffers, one group per simulated device;
+    each argument is then a list of N values (see
+    `args.flatten_device_arguments`)."""
 
     def __init__(self, artifact: Artifact, *, timeout_s: float = 10.0, trace_capacity: int = 1 << 16):
         if artifact.target != "cpu":
@@ -45,48 +50,86 @@ class CPULauncher:
             raise ArtifactError(f"{artifact.path}: cannot load the worker function: {err}") from None
         self._fn.restype = None
         self.workers = int(self.metadata["workers"])
+        self.devices = int(self.metadata.get("devices", 1))
         self.profile = bool(self.metadata.get("profile"))
-        self.trace_buffer = np.zeros(trace_capacity * RECORD_WORDS if self.profile else 1, np.int64)
+        self._traces = [np.zeros(trace_capacity * RECORD_WORDS if self.profile else 1, np.int64)
+                        for _ in range(self.devices)]
+        self.trace_buffer = self._traces[0]
         self.last_trace: Trace | None = None
+        # Several devices: the trace of each (last_trace is device 0's).
+        self.last_traces: list[Trace] = []
         self._reset(int(self.metadata.get("counter_words") or 64))
 
     def _reset(self, counter_words: int) -> None:
-        self.counters = np.zeros(max(counter_words, 2), np.int32)
-        self.control = np.zeros(CONTROL_WORDS, np.int32)
-        self.error = np.zeros(ERROR_WORDS, np.int64)
+        n = self.devices
+        self._counters = [np.zeros(max(counter_words, 2), np.int32) for _ in range(n)]
+        self._control = [np.zeros(CONTROL_WORDS, np.int32) for _ in range(n)]
+        self._error = [np.zeros(ERROR_WORDS, np.int64) for _ in range(n)]
         self.epoch = 0
 
+    @property
+    def counters(self) -> np.ndarray:
+        return self._counters[0]
+
+    @property
+    def control(self) -> np.ndarray:
+        return self._control[0]
+
+    @property
+    def error(self) -> np.ndarray:
+        return self._error[0]
+
     def __call__(self, *args: Any, timeout_s: float | None = None) -> None:
-        flat, keep = flatten_arguments(self.metadata, args, "cpu")
+        if self.devices == 1:
+            flat, keep = flatten_arguments(self.metadata, args, "cpu")
+            per_device = [flat]
+        else:
+            per_device, keep = flatten_device_arguments(self.metadata, args, "cpu")
         timeout = self.timeout_s if timeout_s is None else timeout_s
         spin_limit = max(1, int(timeout * POLLS_PER_SECOND))
         for attempt in range(2):
             self.epoch += 1
-            self.control[TRACE_CURSOR] = 0
-            params = [("i64", self.epoch), ("i64", spin_limit), *_descriptor(self.counters),
-                      *_descriptor(self.control), *_descriptor(self.error)]
-            if self.profile:
-                params += _descriptor(self.trace_buffer)
-            params += flat
-            self._fn.argtypes = [ctypes.c_int64] + [_CTYPES[t] for t, _ in params]
-            values = [v for _, v in params]
-            threads = [threading.Thread(target=self._fn, args=(w, *values)) for w in range(self.workers)]
+            threads = []
+            for d, flat in enumerate(per_device):
+                self._control[d][TRACE_CURSOR] = 0
+                params = [("i64", self.epoch), ("i64", spin_limit), *_descriptor(self._counters[d]),
+                          *_descriptor(self._control[d]), *_descriptor(self._error[d])]
+                if self.profile:
+                    params += _descriptor(self._traces[d])
+                if self.devices > 1:
+                    # This device, then every device's counters.
+                    params.append(flat[0])
+                    for counters in self._counters:
+                        params += _descriptor(counters)
+                    flat = flat[1 + self.devices:]
+                params += flat
+                self._fn.argtypes = [ctypes.c_int64] + [_CTYPES[t] for t, _ in params]
+                values = [v for _, v in params]
+                threads += [threading.Thread(target=self._fn, args=(w, *values)) for w in range(self.workers)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            if not self.control[ERROR_CLAIMED]:
+            failed = [d for d in range(self.devices) if self._control[d][ERROR_CLAIMED]]
+            if not failed:
                 if self.profile:
-                    self.last_trace = Trace.from_words(
-                        self.metadata, self.trace_buffer.tolist(), int(self.control[TRACE_CURSOR]),
-                        self.trace_buffer.shape[0] // RECORD_WORDS)
+                    # One host clock: every device's times from the same origin.
+                    starts = [int(buf[3 + RECORD_WORDS * i]) for buf, control in zip(self._traces, self._control)
+                              for i in range(min(int(control[TRACE_CURSOR]), buf.shape[0] // RECORD_WORDS))]
+                    self.last_traces = [
+                        Trace.from_words(self.metadata, buf.tolist(), int(control[TRACE_CURSOR]),
+                                         buf.shape[0] // RECORD_WORDS, origin=min(starts, default=0))
+                        for buf, control in zip(self._traces, self._control)]
+                    self.last_trace = self.last_traces[0]
                 return
-            record = [int(x) for x in self.error]
-            if record[0] == CAPACITY and attempt == 0:
+            records = {d: [int(x) for x in self._error[d]] for d in failed}
+            if all(r[0] == CAPACITY for r in records.values()) and attempt == 0:
                 # The first launch found the counter buffer too small (no tile
                 # ran): grow it and launch again.
-                self._reset(record[6])
+                self._reset(max(r[6] for r in records.values()))
                 continue
-            self._reset(self.counters.shape[0])
-            raise decode_error(self.metadata, record)
+            self._reset(self._counters[0].shape[0])
+            d = first_cause(records, self.metadata)
+            raise decode_error(self.metadata, records[d], device=d if self.devices > 1 else None)
         del keep
+

@@ -7,13 +7,13 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from .args import flatten_arguments
+from .args import flatten_arguments, flatten_device_arguments
 from .artifact import Artifact
 from .errors import ArtifactError, DeviceError
-from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error
+from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error, first_cause
 from .trace import RECORD_WORDS, Trace
 
-__all__ = ["CUDALauncher"]
+__all__ = ["CUDALauncher", "MultiDeviceCUDALauncher"]
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "f32": ctypes.c_float, "f64": ctypes.c_double}
@@ -47,9 +47,13 @@ class CUDALauncher:
     """Launches a CUDA artifact on `device`; `timeout_s` bounds every wait."""
 
     def __init__(self, artifact: Artifact, *, device: int = 0, timeout_s: float = 10.0,
-                 trace_capacity: int = 1 << 16, threads: int | None = None):
+                 trace_capacity: int = 1 << 16, threads: int | None = None, _part_of_group: bool = False):
         if artifact.target != "cuda":
             raise ArtifactError(f"{artifact.path}: a {artifact.target} artifact cannot run on the CUDA launcher")
+        if int(artifact.metadata.get("devices", 1)) > 1 and not _part_of_group:
+            raise ArtifactError(f"{artifact.path}: kernel {artifact.kernel} runs on "
+                                f"{artifact.metadata['devices']} devices; use MultiDeviceCUDALauncher "
+                                "(artifact.launcher() picks it)")
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.timeout_s = timeout_s
@@ -142,7 +146,8 @@ class CUDALauncher:
 
     def _pack(self, flat, timeout_s):
         """The kernel's parameters as ctypes values and the pointer array the
-        driver takes (kernelParams); the epoch (first value) is set per launch."""
+        driver takes (kernelParams); the epoch (first value) is set per launch.
+        `flat`: the parameters after the launcher's own buffers."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         backoff = int(self.metadata["options"].get("backoff_ns", 64))
         spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
@@ -213,6 +218,10 @@ class CUDALauncher:
             raise decode_error(self.metadata, record)
         del keep
 
+    def counters_descriptor(self) -> list[tuple[str, int]]:
+        """The memref descriptor of this device's counter buffer."""
+        return self._descriptor("counters")
+
     def close(self) -> None:
         for ptr, _ in self._buffers.values():
             self.driver.cuMemFree(ptr)
@@ -220,3 +229,138 @@ class CUDALauncher:
         if getattr(self, "module", None) is not None:
             self.driver.cuModuleUnload(self.module)
             self.module = None
+
+
+class MultiDeviceCUDALauncher:
+    """Launches a kernel compiled for N devices (metadata "devices") on N
+    GPUs, one copy per GPU, with peer-to-peer access enabled between them.
+
+    Each kernel argument is a list of N values, one per device (a scalar may
+    be given once); every copy of a symmetric argument must have the same
+    shape and strides. `devices` lists the CUDA device ordinals (default
+    0 .. N-1). The copies are launched together and meet at the end of each
+    launch, so a launch waits for all of them."""
+
+    def __init__(self, artifact: Artifact, *, devices: list[int] | None = None, timeout_s: float = 10.0,
+                 trace_capacity: int = 1 << 16, threads: int | None = None):
+        n = int(artifact.metadata.get("devices", 1))
+        ordinals = list(range(n)) if devices is None else list(devices)
+        if len(ordinals) != n or len(set(ordinals)) != n:
+            raise ValueError(f"{artifact.path}: kernel {artifact.kernel} runs on {n} devices; "
+                             f"got device ordinals {ordinals}")
+        self.artifact = artifact
+        self.metadata = artifact.metadata
+        self.ordinals = ordinals
+        self.devices = n
+        self.launchers = [CUDALauncher(artifact, device=o, timeout_s=timeout_s, trace_capacity=trace_capacity,
+                                       threads=threads, _part_of_group=True) for o in ordinals]
+        drv = self.driver = self.launchers[0].driver
+        count = _check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+        if max(ordinals) >= int(count):
+            raise DeviceError(f"kernel {artifact.kernel} needs devices {ordinals}; this machine has {int(count)}")
+        handles = [_check(drv.cuDeviceGet(o), "cuDeviceGet") for o in ordinals]
+        for i, li in enumerate(self.launchers):
+            _check(drv.cuCtxSetCurrent(li.context), "cuCtxSetCurrent")
+            for j, lj in enumerate(self.launchers):
+                if i == j:
+                    continue
+                can = _check(drv.cuDeviceCanAccessPeer(handles[i], handles[j]), "cuDeviceCanAccessPeer")
+                if not int(can):
+                    raise DeviceError(f"device {ordinals[i]} cannot access the memory of device {ordinals[j]} "
+                                      "(no peer-to-peer path)")
+                err = drv.cuCtxEnablePeerAccess(lj.context, 0)[0]
+                if int(err) not in (0, int(drv.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)):
+                    _check((err,), "cuCtxEnablePeerAccess")
+        self.last_traces: list[Trace] = []
+
+    @property
+    def last_trace(self) -> Trace | None:
+        return self.last_traces[0] if self.last_traces else None
+
+    def _params(self, per_device: list[list]) -> list[list]:
+        counters = [p for l in self.launchers for p in l.counters_descriptor()]
+        return [[flat[0], *counters, *flat[1 + self.devices:]] for flat in per_device]
+
+    def _reset_all(self) -> None:
+        words = max(l._buffers["counters"][1] for l in self.launchers)
+        for l in self.launchers:
+            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+            l._reset(words)
+
+    def _launch(self, packed: list, stream: int) -> None:
+        # Counters are cleared for the next launch by the kernel itself; all
+        # copies must run at once (they wait on each other), so every launch
+        # is enqueued before any is waited on.
+        for l, p in zip(self.launchers, packed):
+            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+            l._launch_packed(p, stream)
+
+    def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
+        """Checks and packs `args` once; returns a function that enqueues a
+        launch on every device (`check()` reports errors)."""
+        per_device, keep = flatten_device_arguments(self.metadata, args, "cuda")
+        state = {"generation": None, "packed": None, "keep": keep}
+
+        def launch() -> None:
+            generation = tuple(l._generation for l in self.launchers)
+            if state["generation"] != generation:
+                state["packed"] = [l._pack(p, timeout_s) for l, p in zip(self.launchers, self._params(per_device))]
+                state["generation"] = generation
+            self._launch(state["packed"], stream)
+
+        return launch
+
+    def synchronize(self, stream: int = 0) -> None:
+        for l in self.launchers:
+            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+            _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def _errors(self) -> dict[int, list[int]]:
+        records = {}
+        for d, l in enumerate(self.launchers):
+            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+            if l._read("control", 4, ctypes.c_int32)[ERROR_CLAIMED]:
+                records[d] = l._read("error", 8, ctypes.c_int64)
+        return records
+
+    def check(self, stream: int = 0) -> None:
+        """Waits for every device and raises the error a copy recorded."""
+        self.synchronize(stream)
+        records = self._errors()
+        if records:
+            self._reset_all()
+            d = first_cause(records, self.metadata)
+            raise decode_error(self.metadata, records[d], device=d)
+
+    def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
+        per_device, keep = flatten_device_arguments(self.metadata, args, "cuda")
+        for attempt in range(2):
+            packed = [l._pack(p, timeout_s) for l, p in zip(self.launchers, self._params(per_device))]
+            self._launch(packed, stream)
+            self.synchronize(stream)
+            records = self._errors()
+            if not records:
+                if self.launchers[0].profile:
+                    self.last_traces = []
+                    for l in self.launchers:
+                        _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+                        control = l._read("control", 4, ctypes.c_int32)
+                        words = l._read("trace", 8, ctypes.c_int64)
+                        self.last_traces.append(Trace.from_words(self.metadata, words, control[TRACE_CURSOR],
+                                                                 l._buffers["trace"][1] // RECORD_WORDS))
+                return
+            if all(r[0] == CAPACITY for r in records.values()) and attempt == 0:
+                words = max(r[6] for r in records.values())
+                for l in self.launchers:
+                    _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+                    l._reset(words)
+                continue
+            self._reset_all()
+            d = first_cause(records, self.metadata)
+            raise decode_error(self.metadata, records[d], device=d)
+        del keep
+
+    def close(self) -> None:
+        for l in self.launchers:
+            self.driver.cuCtxSetCurrent(l.context)
+            l.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import KernelError, WatchdogError
 
-__all__ = ["ERROR_WORDS", "CONTROL_WORDS", "decode_error"]
+__all__ = ["ERROR_WORDS", "CONTROL_WORDS", "decode_error", "first_cause"]
 
 CONTROL_WORDS = 8
 ERROR_WORDS = 8
@@ -24,12 +24,16 @@ def _name(names: list[str], index: int, what: str) -> str:
     return f"{what} #{index}"
 
 
-def decode_error(metadata: dict[str, Any], record: list[int]) -> KernelError:
-    """The exception for an error record written by the kernel."""
+def decode_error(metadata: dict[str, Any], record: list[int], device: int | None = None) -> KernelError:
+    """The exception for an error record written by the kernel (on
+    `device`, for a kernel on several devices)."""
     kind, worker, task, tile, event, element, expected, observed = record[:ERROR_WORDS]
     tasks = metadata.get("tasks", [])
     events = metadata.get("events", [])
     event_names = [e["name"] for e in events]
+    if int(metadata.get("devices", 1)) > 1:
+        # The counter after the events': where the devices meet at the end.
+        event_names.append("the barrier across devices")
     info = {
         "kind": kind, "worker": worker,
         "task": _name(tasks, task, "task") if task >= 0 else None,
@@ -39,9 +43,19 @@ def decode_error(metadata: dict[str, Any], record: list[int]) -> KernelError:
         "expected": expected, "observed": observed,
     }
     where = f"worker {worker}"
+    if device is not None:
+        info["device"] = device
+        where = f"device {device}, {where}"
     if task >= 0:
         where += f", task @{info['task']}"
         where += f" tile {tile}" if tile >= 0 else " (computing its tile count)"
+    if kind == TIMEOUT and int(metadata.get("devices", 1)) > 1 and event == len(events):
+        return WatchdogError(
+            f"kernel {metadata['kernel']}: watchdog timeout: {where} waited at the end of the launch for the "
+            f"workers of the other devices; {observed} of {expected} arrived (a device stopped on an error, or "
+            "was not launched); the kernel was stopped",
+            info,
+        )
     if kind == TIMEOUT:
         return WatchdogError(
             f"kernel {metadata['kernel']}: watchdog timeout: {where} waited on {info['event']}"
@@ -63,3 +77,21 @@ def decode_error(metadata: dict[str, Any], record: list[int]) -> KernelError:
             info,
         )
     return KernelError(f"kernel {metadata['kernel']}: unknown error record {record}", info)
+
+
+def first_cause(records: dict[int, list[int]], metadata: dict[str, Any]) -> int:
+    """Of the error records of several devices, the device whose error to
+    report: the lowest device with an error other than a watchdog timeout,
+    else with a timeout on an event, else (every device timed out at the
+    barrier at the end of the launch) the lowest. A timeout is often the
+    consequence of an error on another device, and a barrier timeout the
+    consequence of a device stuck before it."""
+    barrier = len(metadata.get("events", []))
+
+    def rank(d: int) -> tuple[int, int]:
+        kind, event = records[d][0], records[d][4]
+        if kind != TIMEOUT:
+            return (0, d)
+        return (2 if event == barrier else 1, d)
+
+    return min(records, key=rank)

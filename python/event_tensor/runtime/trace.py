@@ -30,10 +30,14 @@ class Trace:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_words(cls, metadata: dict, words: list[int], count: int, capacity: int) -> "Trace":
+    def from_words(cls, metadata: dict, words: list[int], count: int, capacity: int,
+                   origin: int | None = None) -> "Trace":
+        """Times are relative to the earliest record, or to `origin` (a raw
+        clock value: the earliest of several devices' records that share a
+        clock)."""
         kept = min(count, capacity)
         raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i in range(kept)]
-        t0 = min((r[3] for r in raw), default=0)
+        t0 = min((r[3] for r in raw), default=0) if origin is None else origin
         records = [(w, t, tile, s - t0, r - t0, e - t0) for w, t, tile, s, r, e in raw]
         records.sort(key=lambda r: (r[3], r[0]))
         return cls(metadata["kernel"], int(metadata["workers"]), list(metadata.get("tasks", [])), records,

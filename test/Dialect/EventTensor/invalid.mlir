@@ -858,3 +858,86 @@ et.kernel @matmul_gated_accumulate(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>
     et.matmul %x, %w, %y at(%c0, %c0) gated(%u : memref<32x64xbf16>) tile [64, 64, 64] accumulate : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
   }
 }
+
+// -----
+
+// Test: a kernel on zero devices.
+// expected-error @+1 {{'et.kernel' op attribute 'devices' failed to satisfy constraint: 64-bit signless integer attribute whose minimum value is 1}}
+et.kernel @no_devices() attributes {devices = 0} {
+  %c0 = arith.constant 0 : index
+}
+
+// -----
+
+// Test: a symmetric argument that is not a memref.
+// expected-error @+1 {{'et.kernel' op argument #0: only a memref can be 'et.symmetric' (allocated on every device), got 'index'}}
+et.kernel @symmetric_index(%n: index {et.symmetric}) attributes {devices = 2} {
+  %c0 = arith.constant 0 : index
+}
+
+// -----
+
+// Test: et.symmetric with a value.
+// expected-error @+1 {{'et.kernel' op argument #0: 'et.symmetric' must be a unit attribute}}
+et.kernel @symmetric_value(%x: memref<4xf32> {et.symmetric = 1}) attributes {devices = 2} {
+  %c0 = arith.constant 0 : index
+}
+
+// -----
+
+// Test: et.peer of an argument that is not symmetric.
+et.kernel @peer_not_symmetric(%x: memref<4xf32>) attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'et.peer' op buffer must be an argument of the kernel marked 'et.symmetric' (allocated on every device)}}
+  %p = et.peer %x[%c1] : memref<4xf32>
+}
+
+// -----
+
+// Test: et.peer of a buffer that is not a kernel argument.
+et.kernel @peer_of_alloca() attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    %a = memref.alloca() : memref<4xf32>
+    // expected-error @+1 {{'et.peer' op buffer must be an argument of the kernel marked 'et.symmetric'}}
+    %p = et.peer %a[%c1] : memref<4xf32>
+  }
+}
+
+// -----
+
+// Test: et.peer outside a kernel.
+func.func @peer_outside(%x: memref<4xf32>, %k: index) {
+  // expected-error @+1 {{'et.peer' op must be nested in an 'et.kernel'}}
+  %p = et.peer %x[%k] : memref<4xf32>
+  return
+}
+
+// -----
+
+// Test: et.device_id outside a kernel.
+func.func @device_id_outside() -> index {
+  // expected-error @+1 {{'et.device_id' op must be nested in an 'et.kernel'}}
+  %d = et.device_id
+  return %d : index
+}
+
+// -----
+
+// Test: a peer offset computed from the device id (each device would not
+// receive one signal per tile).
+et.kernel @peer_from_device_id() attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<1>
+  // expected-note @+1 {{device id used here}}
+  %d = et.device_id
+  et.task @t tiles(%i) in (%c1) {
+    %k = arith.subi %c2, %d : index
+    // expected-error @+1 {{'et.event.signal' op peer offset depends on 'et.device_id'; it must be the same on every device, so that each tile signals each device once}}
+    et.event.signal %e[%i] peer(%k) : !et.event<1>
+  }
+  et.task @u tiles(%i) in (%c1) {
+    et.event.wait %e[%i] : !et.event<1>
+  }
+}

@@ -258,3 +258,24 @@ et.kernel @attention_ops(%q: memref<32x64xf32>, %k: memref<8192x8x64xbf16>, %v: 
     et.attention_merge %o, %lse, %out : memref<?x32x64xf32>, memref<?x32xf32>, memref<32x64xbf16>
   }
 }
+
+// -----
+
+// A kernel on two devices: a symmetric inbox, another device's copy of it,
+// the device id, and a signal to another device's copy of an event.
+// CHECK-LABEL: et.kernel @two_devices
+// CHECK-SAME: %{{.*}}: memref<2x64xf32> {et.symmetric}
+// CHECK-SAME: attributes {devices = 2 : i64}
+// CHECK: et.peer %{{.*}}[%{{.*}}] : memref<2x64xf32>
+// CHECK: et.device_id
+// CHECK: et.event.signal %{{.*}}[%{{.*}}] peer(%{{.*}}) : !et.event<2>
+et.kernel @two_devices(%x: memref<64xf32>, %inbox: memref<2x64xf32> {et.symmetric}) attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %got = et.event.create() : !et.event<2>
+  et.task @push tiles(%k) in (%c2) {
+    %remote = et.peer %inbox[%k] : memref<2x64xf32>
+    %d = et.device_id
+    et.event.signal %got[%d] peer(%k) : !et.event<2>
+  }
+}

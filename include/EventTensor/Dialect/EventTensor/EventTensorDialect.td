@@ -44,6 +44,12 @@ def EventTensor_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getDynamicSharedAttrName() {
       return "et.dynamic_shared";
     }
+
+    /// The unit argument attribute of a kernel memref allocated on every
+    /// device of a multi-device kernel (reachable through `et.peer`).
+    static constexpr ::llvm::StringLiteral getSymmetricAttrName() {
+      return "et.symmetric";
+    }
   }];
 }
 

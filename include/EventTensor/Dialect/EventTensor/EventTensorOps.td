@@ -57,12 +57,28 @@ def ET_KernelOp : ET_Op<"kernel", [
     Lowering: one `gpu.func` kernel in which every CTA is a persistent worker
     looping over its tiles (and a host function that runs one thread per
     worker on the CPU target).
+
+    **Several devices.** With `devices = N` (default 1) the kernel runs as N
+    copies, one per device (GPU, or group of host threads on the CPU
+    target), launched together. Every copy runs the same tasks and has its
+    own event tensors; `et.device_id` tells a copy which device it runs on.
+    A memref argument marked `{et.symmetric}` is allocated on every device
+    with the same shape; `et.peer` names another device's copy, and
+    `et.event.signal ... peer(%k)` signals an event element on another
+    device. A launch ends when every copy has finished it (the copies meet
+    at a barrier across devices before they return).
+
+    ```mlir
+    et.kernel @allreduce(%x: memref<2x64xf32> {et.symmetric}, ...)
+        attributes {devices = 2} { ... }
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<FunctionType>:$function_type,
                        OptionalAttr<StrAttr>:$sym_visibility,
                        OptionalAttr<DictArrayAttr>:$arg_attrs,
-                       OptionalAttr<DictArrayAttr>:$res_attrs);
+                       OptionalAttr<DictArrayAttr>:$res_attrs,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$devices);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
@@ -77,6 +93,10 @@ def ET_KernelOp : ET_Op<"kernel", [
     auto getTasks() { return getBody().front().getOps<TaskOp>(); }
     /// The event tensors of this kernel, in program order.
     auto getEvents() { return getBody().front().getOps<EventCreateOp>(); }
+    /// The number of devices the kernel runs on (1 without `devices`).
+    int64_t getNumDevices() { return getDevices().value_or(1); }
+    /// Whether argument `i` is allocated on every device (`et.symmetric`).
+    bool isSymmetricArgument(unsigned i);
   }];
 }
 
@@ -208,7 +228,7 @@ def ET_EventWaitOp : ET_Op<"event.wait", [
 }
 
 def ET_EventSignalOp : ET_Op<"event.signal", [
-    HasParent<"TaskOp">,
+    HasParent<"TaskOp">, AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "signals one element of an event tensor";
   let description = [{
@@ -216,17 +236,32 @@ def ET_EventSignalOp : ET_Op<"event.signal", [
     tile wrote before it is visible to the tiles that wait on the element.
     Indices are computed as for `et.event.wait`.
 
+    With `peer(%k)`, in a kernel on several devices, the signal goes to the
+    element of the copy of `event` on device `(et.device_id + k) mod N`, and
+    everything the tile wrote before it (in any device's memory, through
+    `et.peer`) is visible there to the tiles that wait on it. `k` must not
+    depend on `et.device_id`: then each tile signals every device exactly
+    once across the N copies, so an element's expected count is the same on
+    every device and is derived as for a local signal.
+
     Example:
 
     ```mlir
     et.event.signal %partials[%head] : !et.event<8>
+    et.event.signal %received[%i] peer(%c1) : !et.event<16>
     ```
 
     Lowering: `fence.acq_rel.gpu` (release) followed by an atomic add on the
-    counter (a host release fetch-add on the CPU target).
+    counter (a host release fetch-add on the CPU target). An event that any
+    signal reaches from another device uses system scope for all its signals
+    and waits (`fence.acq_rel.sys`, `red.relaxed.sys.add`,
+    `ld.acquire.sys`).
   }];
-  let arguments = (ins ET_EventType:$event, Variadic<Index>:$indices);
-  let assemblyFormat = "$event `[` $indices `]` attr-dict `:` qualified(type($event))";
+  let arguments = (ins ET_EventType:$event, Variadic<Index>:$indices,
+                       Optional<Index>:$peer);
+  let assemblyFormat = [{
+    $event `[` $indices `]` (`peer` `(` $peer^ `)`)? attr-dict `:` qualified(type($event))
+  }];
   let hasVerifier = 1;
 }
 
@@ -291,6 +326,54 @@ def ET_ThreadIdOp : ET_PureOp<"thread_id"> {
   }];
   let results = (outs Index:$result);
   let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def ET_DeviceIdOp : ET_PureOp<"device_id"> {
+  let summary = "the device this copy of the kernel runs on";
+  let description = [{
+    In a kernel with `devices = N`, the device (0 .. N-1) whose copy of the
+    kernel is running; 0 in a kernel on one device. It may be used anywhere
+    in the kernel: to address data (which slot of a symmetric buffer holds
+    which device's contribution) or in event indices (the counts of such an
+    event are then only known on the device). A `peer` offset of
+    `et.event.signal` must not depend on it.
+
+    Example:
+
+    ```mlir
+    %d = et.device_id
+    ```
+
+    Lowering: a kernel parameter that the runtime sets per device.
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def ET_PeerOp : ET_PureOp<"peer", [AllTypesMatch<["buffer", "result"]>]> {
+  let summary = "another device's copy of a symmetric buffer";
+  let description = [{
+    `et.peer %buf[%k]` is the copy of kernel argument `%buf` (marked
+    `{et.symmetric}`) on device `(et.device_id + k) mod N`, with the same
+    type, shape and strides. Tile ops read and write it like any memref; the
+    accesses go to that device's memory (peer-to-peer on the GPU). Writes
+    become visible on that device to the tiles that wait on an event the
+    writing tile signals afterwards with `peer(%k)`.
+
+    Example:
+
+    ```mlir
+    %remote = et.peer %inbox[%c1] : memref<2x4096xbf16>
+    ```
+
+    Lowering: the runtime passes every device's copy of each symmetric
+    buffer; the op selects one by the device number.
+  }];
+  let arguments = (ins AnyMemRef:$buffer, Index:$offset);
+  let results = (outs AnyMemRef:$result);
+  let assemblyFormat = "$buffer `[` $offset `]` attr-dict `:` type($buffer)";
   let hasVerifier = 1;
 }
 
