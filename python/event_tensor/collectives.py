@@ -7,10 +7,10 @@ into the kernel being built (an `InsertionPoint` in its body)."""
 
 from __future__ import annotations
 
-from .dialects import arith, et, scf, vector
-from .ir import F32Type, IndexType, InsertionPoint, MemRefType, Value, VectorType
+from .dialects import arith, et, memref, scf, vector
+from .ir import F32Type, IndexType, InsertionPoint, IntegerType, MemRefType, Value, VectorType
 
-__all__ = ["allreduce_tasks"]
+__all__ = ["add_partials", "allreduce_tasks", "gather_candidates"]
 
 
 def _c(v: int) -> Value:
@@ -100,3 +100,67 @@ def allreduce_tasks(x: Value, inbox: Value, y: Value, rows: Value, cols: int, de
         each_vector(c, add)
         et.signal(done, [c])
     return done
+
+
+def _peer_of_device(buffer: Value, rank: Value | int, devices: int) -> Value:
+    """The copy of symmetric `buffer` on device `rank` (absolute): et.peer
+    at offset (rank - device_id) mod N."""
+    d = et.device_id()
+    r = _c(rank) if isinstance(rank, int) else rank
+    off = arith.RemUIOp(arith.SubIOp(arith.AddIOp(r, _c(devices)).result, d).result, _c(devices)).result
+    return et.peer(buffer, off)
+
+
+def add_partials(part: Value, y: Value, rows: Value, col0: Value, block: int, devices: int) -> None:
+    """In a task body: y[:rows, col0:col0 + block] += the sum over devices
+    0..N-1, in that order, of their copy of `part` (symmetric, f32
+    [R, cols]), 4 columns per thread and step. Every device adds the same
+    values in the same order, so a y replicated on every device stays
+    identical."""
+    width = 4
+    if block % width:
+        raise ValueError(f"add_partials: block ({block}) must be a multiple of {width}")
+    vec = VectorType.get([width], F32Type.get())
+    copies = [_peer_of_device(part, r, devices) for r in range(devices)]
+    tid = et.ThreadIdOp(IndexType.get()).result
+    threads = et.NumThreadsOp(IndexType.get()).result
+    total = arith.MulIOp(rows, _c(block)).result
+    loop = scf.ForOp(arith.MulIOp(tid, _c(width)).result, total, arith.MulIOp(threads, _c(width)).result)
+    with InsertionPoint(loop.body):
+        e = loop.induction_variable
+        r = arith.DivUIOp(e, _c(block)).result
+        col = arith.AddIOp(col0, arith.RemUIOp(e, _c(block)).result).result
+        acc = None
+        for copy in copies:
+            v = vector.LoadOp(vec, copy, [r, col]).result
+            acc = v if acc is None else arith.AddFOp(acc, v).result
+        vector.StoreOp(arith.AddFOp(vector.LoadOp(vec, y, [r, col]).result, acc).result, y, [r, col])
+        scf.YieldOp([])
+
+
+def gather_candidates(part_val: Value, part_idx: Value, all_val: Value, all_idx: Value, rows: Value,
+                      chunks: int, devices: int, share: int) -> None:
+    """In a task body: the argmax candidates of every device (symmetric
+    part_val f32 / part_idx i32 [R, chunks], indices into that device's
+    `share` of the vocabulary) into all_val / all_idx [R, N * chunks],
+    device by device, with indices into the whole vocabulary (device r's
+    plus r * share)."""
+    idx, i32 = IndexType.get(), IntegerType.get_signless(32)
+    tid = et.ThreadIdOp(idx).result
+    threads = et.NumThreadsOp(idx).result
+    per_device = arith.MulIOp(rows, _c(chunks)).result
+    total = arith.MulIOp(per_device, _c(devices)).result
+    loop = scf.ForOp(tid, total, threads)
+    with InsertionPoint(loop.body):
+        e = loop.induction_variable
+        dev = arith.DivUIOp(e, per_device).result
+        rest = arith.RemUIOp(e, per_device).result
+        b = arith.DivUIOp(rest, _c(chunks)).result
+        j = arith.RemUIOp(rest, _c(chunks)).result
+        v = memref.LoadOp(_peer_of_device(part_val, dev, devices), [b, j]).result
+        i = memref.LoadOp(_peer_of_device(part_idx, dev, devices), [b, j]).result
+        base = arith.IndexCastOp(i32, arith.MulIOp(dev, _c(share)).result).result
+        col = arith.AddIOp(arith.MulIOp(dev, _c(chunks)).result, j).result
+        memref.StoreOp(v, all_val, [b, col])
+        memref.StoreOp(arith.AddIOp(i, base).result, all_idx, [b, col])
+        scf.YieldOp([])

@@ -19,9 +19,10 @@ the scheduler each tile's weight bytes and flops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
+from ..collectives import add_partials, gather_candidates
 from ..dialects import affine, arith, et, memref, scf
 from ..ir import (
     AffineExpr,
@@ -41,7 +42,7 @@ from ..ir import (
     ShapedType,
     StridedLayoutAttr,
 )
-from .config import ModelConfig
+from .config import ModelConfig, tp_config
 
 __all__ = ["KernelLayout", "build_decode_kernel", "kernel_layout"]
 
@@ -91,6 +92,15 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
     return KernelLayout(max_batch, max_context, split_len, chunks, workers)
 
 
+def _sum_block(hidden: int) -> int:
+    """Columns per tile of the tensor-parallel sums: the largest of 512,
+    256, ..., 4 (4 f32 columns per vector) that divides `hidden`."""
+    for block in (512, 256, 128, 64, 32, 16, 8, 4):
+        if hidden % block == 0:
+            return block
+    raise ValueError(f"hidden_size {hidden} is not a multiple of 4")
+
+
 def _rows_per_tile(n: int, workers: int) -> int:
     """Rows of a linear-layer tile: about one tile per worker."""
     return max(1, -(-n // workers))
@@ -116,17 +126,20 @@ def strided(shape, elt, strides, offset=DYN):
     return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(offset, list(strides)), loc=Location.unknown())
 
 
-def new_kernel(name: str, args: list):
+def new_kernel(name: str, args: list, *, devices: int | None = None, symmetric: tuple = ()):
     """A module with one et.kernel `name` taking the (name, type) `args`,
     their names recorded in `arg_names` (the runtime's argument metadata).
+    `devices` and the names in `symmetric` make a kernel on several devices.
     Returns (module, kernel, {name: block argument}). Must run inside an
     MLIR Context."""
     module = Module.create(Location.unknown())
-    with InsertionPoint(module.body), Location.unknown():
-        kernel = et.KernelOp(name, [t for _, t in args])
     names = [n for n, _ in args]
+    with InsertionPoint(module.body), Location.unknown():
+        kernel = et.KernelOp(name, [t for _, t in args], devices=devices,
+                             symmetric=[names.index(n) for n in symmetric])
     kernel.attributes["arg_names"] = Attribute.parse("[" + ", ".join(f'"{n}"' for n in names) + "]")
     return module, kernel, dict(zip(names, kernel.arguments))
+
 
 
 def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
@@ -172,7 +185,7 @@ def vec_view(w, layer, n: int):
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
-                        scratch_rows: int | None = None) -> Module:
+                        scratch_rows: int | None = None, tp: int = 1) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -197,10 +210,26 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     the same way measured no faster at batch 1 and slower at batch 4, so
     `merge` stays a task: docs/benchmarks.md.) `scratch_rows` sizes `xs`
     (at least what this kernel's tiles need; kernels that share buffers
-    pass their maximum)."""
-    c, lay = config, layout
+    pass their maximum).
+
+    `tp` = N > 1 splits the model over N devices (tensor parallelism; a
+    kernel with `devices = N`, layered and with fused norms). Each device
+    holds its share of the heads, of the MLP's columns and of the LM head's
+    vocabulary (`tp_config`; the weights are sharded by
+    `weights.tp_shards`), and its share of the KV cache. The row-parallel
+    `o` and `down` write partial sums into the symmetric buffers `part_o`
+    and `part_d` and signal every device; a `sum_o` / `sum_d` task per layer
+    adds all devices' partials (read through `et.peer`, in device order)
+    into the residual stream, which so stays identical on every device. The
+    greedy token: each device's argmax over its vocabulary share, gathered
+    from every device (`gather`) and reduced on each."""
+    if tp != 1 and not (layered and fuse_norms):
+        raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
+    c = tp_config(config, tp)
+    lay = layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
+    V_lm = V // tp  # rows of the LM head on one device
     S, B = lay.max_context, lay.max_batch
 
     def rows_for(n: int, k: int) -> int:
@@ -210,7 +239,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         return min(rows, n)
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
-    xs_rows = scratch_tiles(c, rows_for) if fuse_norms else 1
+    xs_rows = scratch_tiles(replace(c, vocab_size=V_lm), rows_for) if fuse_norms else 1
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
             raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")
@@ -219,18 +248,26 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     # Kernel arguments, in order (runtime/model.py passes them the same way).
     args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32))]
-    args += model_arguments(c, lay)
+    args += [(n, mr([V_lm, H], bf16) if n == "lm_head" else t) for n, t in model_arguments(c, lay)]
     args += [("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
              ("xs", mr([xs_rows, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
              ("attn", mr([DYN, Hq, D], bf16)),
              ("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16)),
-             ("logits", mr([DYN, V], f32)),
+             ("logits", mr([DYN, V_lm], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
+    symmetric = ()
+    if tp > 1:
+        # Partial sums of the row-parallel layers, read by every device;
+        # every device's argmax candidates, gathered into all_val/all_idx.
+        args += [("part_o", mr([B, H], f32)), ("part_d", mr([B, H], f32)),
+                 ("all_val", mr([DYN, tp * lay.argmax_chunks], f32)),
+                 ("all_idx", mr([DYN, tp * lay.argmax_chunks], i32))]
+        symmetric = ("part_o", "part_d", "part_val", "part_idx")
 
-    module, kernel, A = new_kernel(name, args)
+    module, kernel, A = new_kernel(name, args, devices=tp if tp > 1 else None, symmetric=symmetric)
     with InsertionPoint(kernel.entry_block), Location.unknown():
         batch = A["batch"]
 
@@ -249,12 +286,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         events: dict[str, object] = {}
 
         def task(tname: str, extents: list, deps: list[str], body: Callable, *, per_batch: bool = False,
-                 nbytes: int = 0, flops: int = 0, pre: Callable | None = None):
+                 nbytes: int = 0, flops: int = 0, pre: Callable | None = None, peers: int = 0):
             """A task over `extents` (prefixed with the batch when
             `per_batch`), waiting on the events of `deps`; signals its
-            own event once per tile. `pre(*tile_ids)`, if given, runs
-            before the waits and its result is passed to `body` as
-            `pre=`."""
+            own event once per tile (on each of the `peers` devices
+            when given). `pre(*tile_ids)`, if given, runs before the
+            waits and its result is passed to `body` as `pre=`."""
             ext = ([batch] if per_batch else []) + [const(e) for e in extents]
             mx = ([B] + list(extents)) if per_batch else None
             events[tname] = et.event([])
@@ -268,7 +305,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     body(*t.tile_ids, pre=early)
                 else:
                     body(*t.tile_ids)
-                et.signal(events[tname], [])
+                if peers:
+                    # Every device reads what this tile wrote.
+                    for k in range(peers):
+                        et.signal(events[tname], [], peer=k)
+                else:
+                    et.signal(events[tname], [])
 
         def collapse(buf, n: int):
             """[batch, a, b] -> [batch, a * b]."""
@@ -322,7 +364,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 with InsertionPoint(t.entry_block):
                     prev_layer, *ids = t.tile_ids
                     layer = affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [prev_layer])
-                    et.wait(events["down"], [prev_layer])
+                    et.wait(events[layer_done], [prev_layer])
                     body0(layer, *ids)
                     et.signal(events[kind0], [layer])
             for kind, body, extents, per_batch, waits, nbytes, flops in specs:
@@ -336,6 +378,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     early = pre(layer, *ids, live=live) if pre else None
                     for w in waits:
                         et.wait(events[w], [layer])
+                    if tp > 1 and kind in ("o", "down"):
+                        # The partial sums this tile writes are read by every
+                        # device's sum task.
+                        n_peer = tp
+                    else:
+                        n_peer = 0
 
                     def run():
                         if pre:
@@ -350,7 +398,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                             scf.YieldOp([])
                     else:
                         run()
-                    et.signal(events[kind], [layer])
+                    if n_peer:
+                        for k in range(n_peer):
+                            et.signal(events[kind], [layer], peer=k)
+                    else:
+                        et.signal(events[kind], [layer])
+
+        # The event that ends a layer: the residual stream is complete.
+        layer_done = "sum_d" if tp > 1 else "down"
 
         def final_norm_body(t):
             if layered:
@@ -388,6 +443,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 xv = x_in if x_in is not None else (x() if callable(x) else x)
                 et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
             return body, -(-n // rows), rows * k * 2, 2 * rows * k
+
+        def _rows(buf):
+            """The first `batch` rows of a [max_batch, H] buffer."""
+            return memref.SubViewOp(
+                MemRefType.get([DYN, H], f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
+                buf, [], [batch], [], static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
 
         def heads(buf, b, h0, n: int, total: int, *, rank3: bool = True):
             """Heads [h0, h0 + n) of row b of a [batch, total, D] f32
@@ -471,11 +532,13 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             q_lin[0](l, t, x)
             k_lin[0](l, t, x)
             v_lin[0](l, t, x)
-        o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D), A["h"], accumulate=True)
+        o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D),
+                            _rows(A["part_o"]) if tp > 1 else A["h"], accumulate=tp == 1)
 
         gate_lin = linear_body("wg", I, H, A["xn"], A["g"])
         up_lin = linear_body("wu", I, H, A["xn"], A["u"])
-        down_lin = linear_body("wd", H, I, A["act"], A["h"], accumulate=True)
+        down_lin = linear_body("wd", H, I, A["act"], _rows(A["part_d"]) if tp > 1 else A["h"],
+                               accumulate=tp == 1)
         # Gate and up rows of one block and their activation in one tile:
         # the activation needs no phase of its own.
         mlp_rows = rows_for(I, H)
@@ -505,6 +568,26 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # qkv starts each layer; mlp waits on o directly.
             layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
             layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
+        if tp > 1:
+            # The all-reduces: h += the partial sums of every device, in
+            # column blocks; mlp waits on sum_o, the next layer on sum_d.
+            block = _sum_block(H)
+
+            def sum_body(part):
+                def body(l, t):
+                    add_partials(A[part], A["h"], batch, arith.MulIOp(t, const(block)).result, block, tp)
+                return body
+            sum_bytes, sum_flops = 4 * B * block * (tp + 2), B * block * tp
+            with_sums = []
+            for spec in layer_tasks:
+                if spec[0] == "mlp":
+                    spec = spec[:4] + (["sum_o"],) + spec[5:]
+                with_sums.append(spec)
+                if spec[0] in ("o", "down"):
+                    with_sums.append((f"sum_{spec[0][0]}", sum_body(f"part_{spec[0][0]}"), [H // block], False,
+                                      [spec[0]], sum_bytes, sum_flops))
+            layer_tasks = with_sums
+        if fuse_norms:
             entry = ("qkv", qkv_body, [qkv_tiles], qkv_spec[5], qkv_spec[6])
         else:
             entry = ("norm1", norm1_body, [1], 2 * H, 5 * H)
@@ -528,11 +611,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             layered_tasks(layer_tasks, entry)
             prev = "down"
         # Final norm, LM head, greedy argmax (two stages).
-        lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V, H, A["xn"], A["logits"])
+        lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V_lm, H, A["xn"], A["logits"])
         if fuse_norms:
             def lm_head_body(t):
                 if layered:
-                    et.wait(events["down"], [const(L - 1)])
+                    et.wait(events[layer_done], [const(L - 1)])
                 lm_body(None, t, normalized(A["final_norm"], t))
             task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
                  flops=lm_flops)
@@ -541,13 +624,22 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                  lambda t: final_norm_body(t), nbytes=2 * H, flops=5 * H)
             task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
                  flops=lm_flops)
-        chunk = -(-V // lay.argmax_chunks)
+        chunk = -(-V_lm // lay.argmax_chunks)
         task("argmax_part", [lay.argmax_chunks], ["lm_head"],
              lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
                                  arith.MulIOp(t, const(chunk)).result, const(chunk), t),
-             nbytes=4 * chunk, flops=chunk)
-        task("argmax", [1], ["argmax_part"],
-             lambda t: et.argmax(A["part_val"], A["next_val"], A["next_token"], const(0),
-                                 const(lay.argmax_chunks), const(0), from_=A["part_idx"]),
-             nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
+             nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
+        candidates, cand_val, cand_idx = lay.argmax_chunks, A["part_val"], A["part_idx"]
+        if tp > 1:
+            # Every device's candidates, device by device, with indices
+            # into the whole vocabulary.
+            task("gather", [1], ["argmax_part"],
+                 lambda t: gather_candidates(A["part_val"], A["part_idx"], A["all_val"], A["all_idx"], batch,
+                                             lay.argmax_chunks, tp, V_lm),
+                 nbytes=8 * tp * lay.argmax_chunks, flops=0)
+            candidates, cand_val, cand_idx = tp * lay.argmax_chunks, A["all_val"], A["all_idx"]
+        task("argmax", [1], ["gather" if tp > 1 else "argmax_part"],
+             lambda t: et.argmax(cand_val, A["next_val"], A["next_token"], const(0),
+                                 const(candidates), const(0), from_=cand_idx),
+             nbytes=8 * candidates, flops=candidates)
     return module

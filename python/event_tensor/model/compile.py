@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .builder import build_decode_kernel, kernel_layout
-from .config import ModelConfig
+from .config import ModelConfig, tp_config
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
 __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL"]
@@ -45,7 +45,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool | None = None,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
-                  prefill_tiles: dict | None = None, **options) -> Path:
+                  prefill_tiles: dict | None = None, tp: int = 1, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -72,7 +72,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     tiles, et.matmul and et.attention_prefill) is compiled too, into the
     `prefill/` subdirectory; `DecodeSession.prefill` then feeds each prompt
     through it in launches of up to `prefill_rows` tokens; `prefill_tiles`
-    (a dict) overrides the tile choices of `model.prefill.PrefillTiles`."""
+    (a dict) overrides the tile choices of `model.prefill.PrefillTiles`.
+
+    `tp` = N > 1 compiles a tensor-parallel kernel for N devices
+    (`build_decode_kernel(tp=N)`); model.json records `tp`, and
+    `DecodeSession` shards the weights and runs the N copies. It needs the
+    layered kernel and fused norms, and takes no prefill kernel or batch
+    variants yet."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -87,6 +93,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         layered = options.get("mode") != "dynamic"
     if prefill_rows and batch_variants:
         raise ValueError("prefill_rows is not supported with batch_variants")
+    if tp != 1 and (prefill_rows or batch_variants):
+        raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
     if isinstance(prefill_rows, bool) or not isinstance(prefill_rows, int) or prefill_rows < 0:
         raise ValueError(f"prefill_rows must be a non-negative int, got {prefill_rows!r}")
     if batch_variants:
@@ -97,7 +105,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len)
     if target == "cuda":
-        _kv_prefetch_budget(config, layout, options)
+        _kv_prefetch_budget(tp_config(config, tp), layout, options)
     choices = {}
     linear_rows = None
     if tuning_table is not None:
@@ -114,12 +122,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     start = time.perf_counter()
     with Context():
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
-                                     fuse_norms=fuse_norms, scratch_rows=scratch_rows)
+                                     fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
+            "tp": tp,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}

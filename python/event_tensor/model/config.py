@@ -5,11 +5,12 @@ from compiling into a silently wrong kernel. No MLIR here."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "PRESETS", "tiny_config", "demo_config", "preset"]
+__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "PRESETS", "tiny_config", "demo_config", "preset",
+           "tp_config"]
 
 #: Hugging Face architectures and the family each belongs to.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
@@ -246,6 +247,14 @@ def _llama_3_1_8b() -> ModelConfig:
 
 #: Named configurations: the CLI accepts these names wherever a config.json
 #: is expected.
+def _qwen3_8b() -> ModelConfig:
+    """The shapes of Qwen3-8B (its published config.json)."""
+    return ModelConfig(family="qwen3", hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32,
+                       num_kv_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       tie_word_embeddings=False, max_position_embeddings=40960,
+                       architecture="Qwen3ForCausalLM")
+
+
 PRESETS = {
     "demo": demo_config,
     "tiny-llama": lambda: tiny_config("llama"),
@@ -253,6 +262,7 @@ PRESETS = {
     "llama-3.2-1b": _llama_3_2_1b,
     "qwen3-0.6b": _qwen3_0_6b,
     "llama-3.1-8b": _llama_3_1_8b,
+    "qwen3-8b": _qwen3_8b,
 }
 
 
@@ -261,3 +271,19 @@ def preset(name: str) -> ModelConfig:
         return PRESETS[name]()
     except KeyError:
         raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+def tp_config(config: ModelConfig, tp: int) -> ModelConfig:
+    """The shapes one device holds when the model is split over `tp`
+    devices (Megatron-style): its share of the query and KV heads and of the
+    MLP's intermediate columns. The vocabulary stays whole (the embedding is
+    replicated; the LM head's share is vocab_size / tp rows)."""
+    c = config
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tp must be a positive int, got {tp!r}")
+    for what, n in (("num_kv_heads", c.num_kv_heads), ("num_heads", c.num_heads),
+                    ("intermediate_size", c.intermediate_size), ("vocab_size", c.vocab_size)):
+        if n % tp:
+            raise ConfigError(f"tensor parallelism over {tp} devices needs {what} ({n}) divisible by {tp}")
+    return replace(c, num_heads=c.num_heads // tp, num_kv_heads=c.num_kv_heads // tp,
+                   intermediate_size=c.intermediate_size // tp)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import runtime
 from .config import ModelConfig
-from .weights import BF16, PACKED_ORDER, pack
+from .weights import BF16, PACKED_ORDER, pack, tp_shards
 
 __all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
@@ -38,7 +38,12 @@ class DecodeSession:
     0..positions[b] of that slot, including rows of the same launch, so
     rows of one slot at consecutive positions prefill a prompt chunk in one
     launch. Returns the greedy next token of every row; `last_logits()`
-    gives the logits."""
+    gives the logits.
+
+    A tensor-parallel artifact (`compile_model(tp=N)`) runs on N devices
+    (GPUs 0..N-1, or N groups of host threads): the session shards the
+    weights (`weights.tp_shards`) and keeps one set of buffers per device
+    (`device_buffers`; `buffers` is device 0's)."""
 
     def __init__(self, artifact_dir: str | Path, weights: dict[str, Any], *, profile_capacity: int | None = None,
                  timeout_s: float = 30.0):
@@ -50,6 +55,7 @@ class DecodeSession:
                                      "`event-tensor compile`)") from None
         self.config = ModelConfig.from_dict(info["config"])
         self.layout = info["layout"]
+        self.tp = int(info.get("tp", 1))
         self.max_batch = int(self.layout["max_batch"])
         options = {"timeout_s": timeout_s}
         if profile_capacity:
@@ -72,7 +78,9 @@ class DecodeSession:
         self.device = "cuda" if self.artifact.target == "cuda" else "cpu"
         self.max_context = int(self.layout["max_context"])
         packed = pack(self.config, weights) if "model.embed_tokens.weight" in weights else weights
-        self._alloc(packed)
+        shards = tp_shards(self.config, packed, self.tp) if self.tp > 1 else [packed]
+        self.device_buffers = [self._alloc(shard, d) for d, shard in enumerate(shards)]
+        self.buffers = self.device_buffers[0]
         self.batch = 0
         self.last_step_s = 0.0
         # The prefill kernel, when compiled: its own row buffers, the
@@ -93,31 +101,34 @@ class DecodeSession:
 
     # -- buffers -----------------------------------------------------------
 
-    def _to_device(self, array: np.ndarray):
+    def _to_device(self, array, device: int = 0):
         if self.device == "cpu":
             return np.ascontiguousarray(array)
         import torch
 
+        if isinstance(array, torch.Tensor):
+            return array.to(f"cuda:{device}").contiguous()
         a = np.ascontiguousarray(array)
         if a.dtype == BF16:
-            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda()
-        return torch.from_numpy(a).cuda()
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(f"cuda:{device}")
+        return torch.from_numpy(a).to(f"cuda:{device}")
 
-    def _zeros(self, shape, dtype: str):
+    def _zeros(self, shape, dtype: str, device: int = 0):
         """Zeros of a kernel argument's dtype name (float32, bfloat16, int32)."""
         if self.device == "cpu":
             return np.zeros(shape, BF16 if dtype == "bfloat16" else np.dtype(dtype))
         import torch
 
-        return torch.zeros(shape, dtype=getattr(torch, dtype), device="cuda")
+        return torch.zeros(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
 
-    def _alloc(self, packed: dict[str, np.ndarray]) -> None:
+    def _alloc(self, packed: dict[str, np.ndarray], device: int = 0) -> dict[str, Any]:
         """Uploads the weights and allocates every other kernel argument
         (KV caches, token rows, activations) from the artifact's argument
-        shapes, a dynamic first dimension taking `max_batch` rows."""
+        shapes, a dynamic first dimension taking `max_batch` rows; the
+        buffers of `device`."""
         args = self.artifact.metadata["arguments"]
         self._per_row = [(a["name"], bool(a.get("shape")) and a["shape"][0] == -1) for a in args]
-        self.buffers: dict[str, Any] = {}
+        buffers: dict[str, Any] = {}
         missing = []
         for spec in args:
             name = spec["name"]
@@ -128,41 +139,49 @@ class DecodeSession:
                 if list(array.shape) != spec["shape"]:
                     raise ValueError(f"weight '{name}' has shape {list(array.shape)}, the artifact expects "
                                      f"{spec['shape']}")
-                self.buffers[name] = self._to_device(array)
+                buffers[name] = self._to_device(array, device)
             elif name in _WEIGHTS:
                 missing.append(name)
             else:
                 shape = [self.max_batch if d == -1 else d for d in spec["shape"]]
-                self.buffers[name] = self._zeros(shape, spec["dtype"])
+                buffers[name] = self._zeros(shape, spec["dtype"], device)
         if missing:
             raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
+        return buffers
 
     def reset(self) -> None:
         """Forgets every sequence (clears the KV caches)."""
-        for name in ("k_cache", "v_cache"):
-            buf = self.buffers[name]
-            if self.device == "cpu":
-                buf[...] = 0
-            else:
-                buf.zero_()
+        for buffers in self.device_buffers:
+            for name in ("k_cache", "v_cache"):
+                buf = buffers[name]
+                if self.device == "cpu":
+                    buf[...] = 0
+                else:
+                    buf.zero_()
 
     # -- running -----------------------------------------------------------
 
     def _arguments(self, batch: int) -> list:
         """The kernel's arguments for `batch` rows: buffers whose first
-        dimension is dynamic are passed as their first `batch` rows."""
-        return [batch if name == "batch" else (self.buffers[name][:batch] if rows else self.buffers[name])
-                for name, rows in self._per_row]
+        dimension is dynamic are passed as their first `batch` rows (on
+        several devices, each argument a list of every device's)."""
+        def one(buffers):
+            return [batch if name == "batch" else (buffers[name][:batch] if rows else buffers[name])
+                    for name, rows in self._per_row]
+        if self.tp == 1:
+            return one(self.buffers)
+        return [list(a) for a in zip(*[one(b) for b in self.device_buffers])]
 
     def _write_rows(self, rows: dict[str, np.ndarray]) -> None:
         """Host values into the first rows of the named buffers."""
-        for name, values in rows.items():
-            if self.device == "cpu":
-                self.buffers[name][: len(values)] = values
-            else:
-                import torch
+        for buffers in self.device_buffers:
+            for name, values in rows.items():
+                if self.device == "cpu":
+                    buffers[name][: len(values)] = values
+                else:
+                    import torch
 
-                self.buffers[name][: len(values)].copy_(torch.from_numpy(values))
+                    buffers[name][: len(values)].copy_(torch.from_numpy(values))
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
         if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
@@ -205,8 +224,13 @@ class DecodeSession:
         return np.asarray(t if self.device == "cpu" else t.cpu().numpy()).astype(np.int64)
 
     def last_logits(self) -> np.ndarray:
-        t = self.buffers["logits"][: self.batch]
-        return np.array(t if self.device == "cpu" else t.cpu().numpy(), dtype=np.float32)
+        """The logits of the last step's rows (on several devices, every
+        device's share of the vocabulary, in order)."""
+        parts = []
+        for buffers in self.device_buffers:
+            t = buffers["logits"][: self.batch]
+            parts.append(np.array(t if self.device == "cpu" else t.cpu().numpy(), dtype=np.float32))
+        return np.concatenate(parts, axis=-1)
 
     @property
     def last_trace(self):

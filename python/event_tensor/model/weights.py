@@ -13,9 +13,9 @@ from typing import Iterable
 import ml_dtypes
 import numpy as np
 
-from .config import ModelConfig
+from .config import ModelConfig, tp_config
 
-__all__ = ["WeightError", "read_safetensors", "write_safetensors", "hf_tensor_shapes", "random_weights",
+__all__ = ["tp_shards", "WeightError", "read_safetensors", "write_safetensors", "hf_tensor_shapes", "random_weights",
            "load_weights", "save_weights", "pack", "PACKED_ORDER"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -181,3 +181,33 @@ def pack(config: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, np.nd
         packed["q_norm"] = stack("self_attn.q_norm.weight")
         packed["k_norm"] = stack("self_attn.k_norm.weight")
     return packed
+
+
+#: How tensor parallelism splits each packed tensor: (axis, what the
+#: share is counted in); replicated tensors are absent.
+TP_SPLIT = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "wg": 1, "wu": 1, "wd": 2, "lm_head": 0}
+
+
+def tp_shards(config: ModelConfig, packed: dict, tp: int) -> list[dict]:
+    """The packed tensors (`pack`) of each of `tp` devices: device d holds
+    query heads [d * Hq/tp, (d + 1) * Hq/tp) and the matching KV heads
+    (rows of wq, wk, wv; columns of wo), intermediate columns
+    [d * I/tp, (d + 1) * I/tp) (rows of wg, wu; columns of wd) and rows
+    [d * V/tp, (d + 1) * V/tp) of the LM head; the embedding and the norms
+    are replicated. Works on numpy arrays and torch tensors (slices are
+    views; the caller copies them where it needs contiguous memory)."""
+    tp_config(config, tp)  # checks divisibility
+    shards = []
+    for d in range(tp):
+        out = {}
+        for name, t in packed.items():
+            axis = TP_SPLIT.get(name)
+            if axis is None:
+                out[name] = t
+                continue
+            n = t.shape[axis] // tp
+            index = [slice(None)] * len(t.shape)
+            index[axis] = slice(d * n, (d + 1) * n)
+            out[name] = t[tuple(index)]
+        shards.append(out)
+    return shards
