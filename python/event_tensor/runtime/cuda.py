@@ -109,6 +109,7 @@ class CUDALauncher:
 
     # -- device buffers --------------------------------------------------
     def _alloc(self, name: str, words: int, word_bytes: int) -> None:
+        self._current()
         drv = self.driver
         if name in self._buffers:
             _check(drv.cuMemFree(self._buffers[name][0]), "cuMemFree")
@@ -125,6 +126,7 @@ class CUDALauncher:
         self.epoch = 0
 
     def _read(self, name: str, word_bytes: int, ctype) -> list[int]:
+        self._current()
         ptr, words = self._buffers[name]
         host = (ctype * words)()
         _check(self.driver.cuMemcpyDtoH(ctypes.addressof(host), ptr, words * word_bytes), "cuMemcpyDtoH")
@@ -160,7 +162,13 @@ class CUDALauncher:
         pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
         return holders, pointers
 
+    def _current(self) -> None:
+        """Makes this launcher's context current (stream 0 and the module
+        belong to it; another launcher, for another GPU, may have switched)."""
+        _check(self.driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
     def _launch_packed(self, packed, stream) -> None:
+        self._current()
         holders, pointers = packed
         self.epoch += 1
         holders[0].value = self.epoch
@@ -190,6 +198,7 @@ class CUDALauncher:
 
     def check(self, stream: int = 0) -> None:
         """Waits for `stream` and raises the error the kernel recorded, if any."""
+        self._current()
         _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
         control = self._read("control", 4, ctypes.c_int32)
         if not control[ERROR_CLAIMED]:
@@ -202,6 +211,7 @@ class CUDALauncher:
         flat, keep = flatten_arguments(self.metadata, args, "cuda")
         for attempt in range(2):
             self._enqueue(flat, timeout_s, stream)
+            self._current()
             _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
             control = self._read("control", 4, ctypes.c_int32)
             if not control[ERROR_CLAIMED]:
@@ -223,6 +233,7 @@ class CUDALauncher:
         return self._descriptor("counters")
 
     def close(self) -> None:
+        self._current()
         for ptr, _ in self._buffers.values():
             self.driver.cuMemFree(ptr)
         self._buffers.clear()

@@ -1,0 +1,208 @@
+"""Tensor-parallel decode on two GPUs: the EventTensor megakernel split over
+2 devices (`compile_model(tp=2)`: one kernel, two copies, the all-reduces as
+tasks that read the other GPU's partial sums over NVLink) against a PyTorch
+tensor-parallel step (benchmarks/tp_baseline.py: per-operator kernels, NCCL
+all-reduces, one CUDA graph), in the same run; and the megakernel's logits
+against the single-GPU megakernel's, teacher-forced.
+
+    # here: compile into a folder that travels
+    python benchmarks/tp_decode.py --prepare .device/tp
+    # there (nvidia-h200-x2):
+    PYTHONPATH=python:benchmarks python3 benchmarks/tp_decode.py .device/tp --json out.json
+
+Per model (Llama-3.1-8B and Qwen3-8B shapes, random bf16 weights): a
+max_batch 1 and a max_batch 16 tensor-parallel artifact and a max_batch 1
+single-GPU artifact. Steps decode at position context - 1 over random KV
+caches. The aggregate bandwidth floor is weight bytes / (2 x copy
+bandwidth), the copy bandwidth measured in the same run on GPU 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+MODELS = ("llama-3.1-8b", "qwen3-8b")
+CONTEXT = 1024
+
+
+# Artifacts per model: tag -> (tp, max_batch, compile options).
+CORE = {"tp2-b1": (2, 1, {}), "tp2-b16": (2, 16, {}), "tp1-b1": (1, 1, {})}
+# --extra: variants of the batch-1 TP kernel, timed at batch 1 (a profiled
+# one writes its trace).
+EXTRA = {"tp2-b1-registers": (2, 1, {"tile_prefetch": "registers"}),
+         "tp2-b1-shared": (2, 1, {"tile_prefetch": "shared"}),
+         "tp2-b1-profile": (2, 1, {"profile": True})}
+
+
+def prepare(out: Path, models, max_context: int, extra: bool) -> None:
+    from event_tensor.model import compile_model, preset
+
+    for name in models:
+        config = preset(name)
+        for tag, (tp, max_batch, options) in {**CORE, **(EXTRA if extra else {})}.items():
+            start = time.perf_counter()
+            compile_model(config, target="cuda", max_batch=max_batch, max_context=max_context, tp=tp,
+                          threads_per_worker=512, out_dir=out / name / tag, **options)
+            print(f"compiled {name} {tag} in {time.perf_counter() - start:.1f} s")
+
+
+def pack_torch(config, weights):
+    """weights.pack with torch tensors (stacked on the GPU)."""
+    import torch
+
+    def stack(suffix):
+        return torch.stack([weights[f"model.layers.{i}.{suffix}"] for i in range(config.num_layers)]).contiguous()
+
+    packed = {"embed": weights["model.embed_tokens.weight"], "ln1": stack("input_layernorm.weight"),
+              "wq": stack("self_attn.q_proj.weight"), "wk": stack("self_attn.k_proj.weight"),
+              "wv": stack("self_attn.v_proj.weight"), "wo": stack("self_attn.o_proj.weight"),
+              "ln2": stack("post_attention_layernorm.weight"), "wg": stack("mlp.gate_proj.weight"),
+              "wu": stack("mlp.up_proj.weight"), "wd": stack("mlp.down_proj.weight"),
+              "final_norm": weights["model.norm.weight"]}
+    packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else weights["lm_head.weight"]
+    if config.qk_norm:
+        packed["q_norm"] = stack("self_attn.q_norm.weight")
+        packed["k_norm"] = stack("self_attn.k_norm.weight")
+    return packed
+
+
+def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, steps: int, out: Path | None) -> None:
+    import numpy as np
+    import torch
+
+    import tp_baseline
+    from event_tensor.model import DecodeSession
+    from gpu_timing import copy_bandwidth, launch_seconds, random_model_weights, save_trace
+
+    copy_bw = copy_bandwidth()
+    results = {"date": time.strftime("%Y-%m-%d"), "gpus": [torch.cuda.get_device_name(i)
+                                                            for i in range(torch.cuda.device_count())],
+               "torch": torch.__version__, "copy_bandwidth_tb_s": copy_bw / 1e12, "context": CONTEXT, "rows": [],
+               "numerics": []}
+    print(f"{results['gpus']}: copy bandwidth {copy_bw / 1e12:.2f} TB/s (GPU 0)")
+
+    def save():
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(results, indent=2))
+
+    for name in sorted(p.name for p in root.iterdir() if p.is_dir()):
+        from event_tensor.model import ModelConfig
+
+        info = json.loads((root / name / "tp2-b1" / "model.json").read_text())
+        config = ModelConfig.from_dict(info["config"])
+        floor = config.weight_bytes() / (2 * copy_bw)
+        weights = random_model_weights(config, seed=11)
+        packed = pack_torch(config, weights)
+        del weights
+        sessions = {}
+        extras = [tag for tag in EXTRA if (root / name / tag).is_dir()]
+        for tag in list(CORE) + extras:
+            start = time.perf_counter()
+            sessions[tag] = DecodeSession(root / name / tag, packed, timeout_s=20)
+            for buffers in sessions[tag].device_buffers:
+                buffers["k_cache"].normal_()
+                buffers["v_cache"].normal_()
+            print(f"{name} {tag}: loaded in {time.perf_counter() - start:.1f} s")
+        del packed
+        torch.cuda.empty_cache()
+
+        # Teacher-forced numerics: the same tokens through the TP=2 and the
+        # single-GPU kernels (fresh caches), logits compared every step.
+        tp, one = sessions["tp2-b1"], sessions["tp1-b1"]
+        tp.reset()
+        one.reset()
+        rng = np.random.default_rng(5)
+        tokens = rng.integers(0, config.vocab_size, steps)
+        worst, agree = 0.0, 0
+        for i, t in enumerate(tokens if steps else []):
+            a = one.step([int(t)], [i])
+            la = one.last_logits()
+            b = tp.step([int(t)], [i])
+            lb = tp.last_logits()
+            worst = max(worst, float(np.abs(la - lb).max() / np.abs(la).max()))
+            agree += int(a[0] == b[0])
+        if steps:
+            row = {"model": name, "steps": steps, "worst_relative_logit_error": worst, "greedy_agree": agree}
+            results["numerics"].append(row)
+            print(f"{name}: TP=2 vs one GPU, {steps} teacher-forced steps: worst relative logit error "
+                  f"{worst:.2e}, greedy tokens agree {agree}/{steps}")
+        for buffers in [b for s in sessions.values() for b in s.device_buffers]:
+            buffers["k_cache"].normal_()
+            buffers["v_cache"].normal_()
+
+        def timed(session, batch):
+            toks = np.arange(batch) % config.vocab_size
+            for _ in range(2):
+                session.step(toks, [CONTEXT - 1] * batch)
+            return launch_seconds(session.launcher, *session._arguments(batch), reps=iters)
+
+        for batch in batches:
+            entries = []
+            if batch == 1:
+                entries += [("megakernel TP=2 (max_batch 1)", "tp2-b1"), ("megakernel, one GPU (max_batch 1)",
+                                                                         "tp1-b1")]
+            entries.append(("megakernel TP=2 (max_batch 16)", "tp2-b16"))
+            if batch == 1:
+                entries += [(f"megakernel TP=2 (max_batch 1, {tag[7:]})", tag) for tag in extras]
+            for system, tag in entries:
+                t = timed(sessions[tag], batch)
+                row = {"model": name, "system": system, "batch": batch, "context": CONTEXT, "ms_per_step": t * 1e3,
+                       "aggregate_floor_ms": floor * 1e3, "fraction_of_floor": floor / t}
+                results["rows"].append(row)
+                save()
+                print(f"{name} [{system}] batch {batch}: {t * 1e3:.3f} ms per step; aggregate floor "
+                      f"{floor * 1e3:.3f} ms ({100 * floor / t:.1f}%)")
+        if "tp2-b1-profile" in sessions and out is not None:
+            session = sessions["tp2-b1-profile"]
+            session.step([1], [CONTEXT - 1])
+            for d, trace in enumerate(session.launcher.last_traces):
+                save_trace(trace, out, f"{name}-tp2-device{d}", f"{name}, TP=2, device {d}, batch 1, context "
+                           f"{CONTEXT}", results, f"{name}-device{d}")
+            save()
+        for s in sessions.values():
+            s.close()
+        del sessions, tp, one
+        torch.cuda.empty_cache()
+        if peer:
+            start = time.perf_counter()
+            times = tp_baseline.run(config.to_dict(), batches, CONTEXT, iters=iters)
+            print(f"{name}: PyTorch baseline ran in {time.perf_counter() - start:.1f} s")
+            for batch, t in sorted(times.items()):
+                row = {"model": name, "system": "PyTorch TP=2 (NCCL, CUDA graph)", "batch": batch, "context": CONTEXT,
+                       "ms_per_step": t * 1e3, "aggregate_floor_ms": floor * 1e3, "fraction_of_floor": floor / t}
+                results["rows"].append(row)
+                print(f"{name} [PyTorch TP=2] batch {batch}: {t * 1e3:.3f} ms per step ({100 * floor / t:.1f}% of "
+                      "the floor)")
+            save()
+    save()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("root", type=Path, nargs="?", help="prepared artifacts (run mode)")
+    parser.add_argument("--prepare", type=Path, help="compile the artifacts into this folder (needs MLIR)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--max-context", type=int, default=CONTEXT)
+    parser.add_argument("--batches", default="1,4,16")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=32, help="teacher-forced steps of the numerics check")
+    parser.add_argument("--no-peer", action="store_true", help="skip the PyTorch baseline")
+    parser.add_argument("--extra", action="store_true", help="prepare: also the prefetch and profiled variants")
+    parser.add_argument("--out", type=Path, help="folder for the profiled variant's traces")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.prepare:
+        prepare(args.prepare, [m for m in args.models.split(",") if m], args.max_context, args.extra)
+        return
+    if not args.root:
+        parser.error("give the prepared folder, or --prepare FOLDER")
+    run(args.root, args.json, args.iters, [int(b) for b in args.batches.split(",")], not args.no_peer, args.steps,
+        args.out)
+
+
+if __name__ == "__main__":
+    main()
