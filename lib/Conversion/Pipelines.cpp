@@ -1,7 +1,8 @@
 //===- Pipelines.cpp - End-to-end lowering pipelines ----------------------===//
 //
-// et-lower-to-nvvm-pipeline: schedule, optimize the event graph, lower to one
-// persistent gpu.func per kernel, and serialize it to PTX (or a cubin).
+// et-lower-to-nvvm-pipeline: lower collectives, schedule, optimize the event
+// graph, lower to one persistent gpu.func per kernel, and serialize it to
+// PTX (or a cubin).
 // et-lower-to-cpu-pipeline: the same up to one host worker function per
 // kernel, lowered to the LLVM dialect.
 //
@@ -27,6 +28,8 @@ namespace {
 template <typename Options>
 void addScheduling(OpPassManager &pm, const Options &options) {
   OpPassManager &kernels = pm.nest<KernelOp>();
+  // Collectives become tasks before anything looks at the task graph.
+  kernels.addPass(createLowerCollectivesPass());
   if (options.mode != "keep") {
     if (options.optimize)
       kernels.addPass(createOptimizeEventsPass());

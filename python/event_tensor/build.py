@@ -180,6 +180,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
 
     with Context():
         mod = parse(text)
+        # Collectives become tasks first, so that the metadata's task list
+        # (trace and error records index it) is the lowered kernel's.
+        run_pipeline(mod, "builtin.module(et.kernel(et-lower-collectives))", name="collectives")
         kernel = analysis._one_kernel(mod)
         name = kernel.attributes["sym_name"].value
         graph = analysis.event_graph(kernel)

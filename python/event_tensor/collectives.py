@@ -1,16 +1,19 @@
-"""Communication between the devices of a multi-device kernel, as tasks:
-the one-shot all-reduce that tensor-parallel layers need. Each device
-pushes its partial sum to every device's `inbox` (symmetric: allocated on
-every device) and signals there; each device then adds the N partials in
-device order, so every device computes the same bits. Needs MLIR; emits
-into the kernel being built (an `InsertionPoint` in its body)."""
+"""Communication between the devices of a multi-device kernel, as tasks
+built from Python (the IR's own collective, `et.allreduce`, is lowered by
+the et-lower-collectives pass). `allreduce_tasks` is a one-shot all-reduce
+by push: each device writes its partial sum into every device's `inbox`
+(symmetric: allocated on every device) and signals there; each device then
+adds the N partials in device order, so every device computes the same
+bits. `gather_candidates` collects every device's argmax candidates. Needs
+MLIR; emits into the kernel being built (an `InsertionPoint` in its
+body)."""
 
 from __future__ import annotations
 
 from .dialects import arith, et, memref, scf, vector
 from .ir import F32Type, IndexType, InsertionPoint, IntegerType, MemRefType, Value, VectorType
 
-__all__ = ["add_partials", "allreduce_tasks", "gather_candidates"]
+__all__ = ["allreduce_tasks", "gather_candidates"]
 
 
 def _c(v: int) -> Value:
@@ -109,33 +112,6 @@ def _peer_of_device(buffer: Value, rank: Value | int, devices: int) -> Value:
     r = _c(rank) if isinstance(rank, int) else rank
     off = arith.RemUIOp(arith.SubIOp(arith.AddIOp(r, _c(devices)).result, d).result, _c(devices)).result
     return et.peer(buffer, off)
-
-
-def add_partials(part: Value, y: Value, rows: Value, col0: Value, block: int, devices: int) -> None:
-    """In a task body: y[:rows, col0:col0 + block] += the sum over devices
-    0..N-1, in that order, of their copy of `part` (symmetric, f32
-    [R, cols]), 4 columns per thread and step. Every device adds the same
-    values in the same order, so a y replicated on every device stays
-    identical."""
-    width = 4
-    if block % width:
-        raise ValueError(f"add_partials: block ({block}) must be a multiple of {width}")
-    vec = VectorType.get([width], F32Type.get())
-    copies = [_peer_of_device(part, r, devices) for r in range(devices)]
-    tid = et.ThreadIdOp(IndexType.get()).result
-    threads = et.NumThreadsOp(IndexType.get()).result
-    total = arith.MulIOp(rows, _c(block)).result
-    loop = scf.ForOp(arith.MulIOp(tid, _c(width)).result, total, arith.MulIOp(threads, _c(width)).result)
-    with InsertionPoint(loop.body):
-        e = loop.induction_variable
-        r = arith.DivUIOp(e, _c(block)).result
-        col = arith.AddIOp(col0, arith.RemUIOp(e, _c(block)).result).result
-        acc = None
-        for copy in copies:
-            v = vector.LoadOp(vec, copy, [r, col]).result
-            acc = v if acc is None else arith.AddFOp(acc, v).result
-        vector.StoreOp(arith.AddFOp(vector.LoadOp(vec, y, [r, col]).result, acc).result, y, [r, col])
-        scf.YieldOp([])
 
 
 def gather_candidates(part_val: Value, part_idx: Value, all_val: Value, all_idx: Value, rows: Value,

@@ -46,6 +46,37 @@ def VerifyEventGraphPass : Pass<"et-verify-event-graph", "KernelOp"> {
 
 
 //===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+def LowerCollectivesPass : Pass<"et-lower-collectives", "KernelOp"> {
+  let summary = "turns et.allreduce into signals to every device and a sum task";
+  let description = [{
+    Lowers each `et.allreduce %partial into %into rows(%rows) after %after
+    signal %done block(B)` of an unscheduled kernel on N devices:
+
+    - every signal of `%after` becomes N signals, `peer(0)` .. `peer(N-1)`,
+      so each device's `after[e]` counts the producing tiles of all devices
+      (its expected count grows N-fold, derived as usual);
+    - a task (named by the op's `task`, else `@allreduce_<i>`) over (the
+      elements of `%after`, C / B column
+      blocks) waits on `after[e]`, adds the N copies of `%partial`
+      (`et.peer`, in device order, 4 f32 columns per thread and step) into
+      rows 0..rows-1 of its column block of `%into`, and signals `done[e]`.
+
+    Errors: a kernel that is already scheduled (the new task would have no
+    place in the schedule), a signal of `%after` that already names a peer,
+    and a task name that is taken. The schedulers and the worker lowering see only tasks and events
+    afterwards; the lowering pipelines run this pass first.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::vector::VectorDialect"];
+  let statistics = [
+    Statistic<"numAllReduces", "num-allreduces", "et.allreduce ops lowered">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Scheduling
 //===----------------------------------------------------------------------===//
 

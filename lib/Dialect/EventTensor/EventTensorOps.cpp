@@ -515,6 +515,33 @@ LogicalResult DeviceIdOp::verify() {
   return success();
 }
 
+LogicalResult AllReduceOp::verify() {
+  auto kernel = (*this)->getParentOfType<KernelOp>();
+  auto partial = cast<MemRefType>(getPartial().getType());
+  auto into = cast<MemRefType>(getInto().getType());
+  auto arg = dyn_cast<BlockArgument>(getPartial());
+  if (!arg || arg.getOwner()->getParentOp() != kernel.getOperation() ||
+      !kernel.isSymmetricArgument(arg.getArgNumber()))
+    return emitOpError("partial must be an argument of the kernel marked '")
+           << EventTensorDialect::getSymmetricAttrName() << "' (every device's copy is read)";
+  for (auto [what, type] : {std::pair<StringRef, MemRefType>{"partial", partial}, {"into", into}})
+    if (type.getRank() != 2 || !type.getElementType().isF32())
+      return emitOpError(what) << " must be a 2-d memref of f32, got " << type;
+  int64_t cols = partial.getDimSize(1);
+  if (ShapedType::isDynamic(cols) || into.getDimSize(1) != cols)
+    return emitOpError("partial and into need the same static number of columns, got ")
+           << partial << " and " << into;
+  int64_t block = getBlock();
+  if (cols % block || block % 4)
+    return emitOpError("block ") << block << " must divide the " << cols
+                                 << " columns and be a multiple of 4";
+  if (!getAfter().getDefiningOp<EventCreateOp>() || !getDone().getDefiningOp<EventCreateOp>())
+    return emitOpError("after and done must be event tensors created in this kernel");
+  if (getAfter() == getDone())
+    return emitOpError("after and done must be different event tensors");
+  return success();
+}
+
 LogicalResult PeerOp::verify() {
   auto arg = dyn_cast<BlockArgument>(getBuffer());
   auto kernel = (*this)->getParentOfType<KernelOp>();

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..collectives import add_partials, gather_candidates
+from ..collectives import gather_candidates
 from ..dialects import affine, arith, et, memref, scf
 from ..ir import (
     AffineExpr,
@@ -218,9 +218,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     vocabulary (`tp_config`; the weights are sharded by
     `weights.tp_shards`), and its share of the KV cache. The row-parallel
     `o` and `down` write partial sums into the symmetric buffers `part_o`
-    and `part_d` and signal every device; a `sum_o` / `sum_d` task per layer
-    adds all devices' partials (read through `et.peer`, in device order)
-    into the residual stream, which so stays identical on every device. The
+    and `part_d`; an `et.allreduce` per kind (lowered by
+    et-lower-collectives into signals to every device and a task per layer
+    and column block) adds all devices' partials, in device order, into
+    the residual stream, which so stays identical on every device; its
+    events are `sum_o` and `sum_d`. The
     greedy token: each device's argmax over its vocabulary share, gathered
     from every device (`gather`) and reduced on each."""
     if tp != 1 and not (layered and fuse_norms):
@@ -368,6 +370,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     body0(layer, *ids)
                     et.signal(events[kind0], [layer])
             for kind, body, extents, per_batch, waits, nbytes, flops in specs:
+                if kind in allreduces:
+                    # h += every device's partial sums (et-lower-collectives
+                    # makes this a task), per layer.
+                    part, block = allreduces[kind]
+                    et.AllReduceOp(A[part], A["h"], batch, events[waits[0]], events[kind], block, task=kind)
+                    continue
                 ext = [L] + ([B] if per_batch else []) + list(extents)
                 t = new_task(kind, [const(e) for e in ext])
                 cost(t, nbytes, flops)
@@ -378,12 +386,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     early = pre(layer, *ids, live=live) if pre else None
                     for w in waits:
                         et.wait(events[w], [layer])
-                    if tp > 1 and kind in ("o", "down"):
-                        # The partial sums this tile writes are read by every
-                        # device's sum task.
-                        n_peer = tp
-                    else:
-                        n_peer = 0
 
                     def run():
                         if pre:
@@ -398,11 +400,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                             scf.YieldOp([])
                     else:
                         run()
-                    if n_peer:
-                        for k in range(n_peer):
-                            et.signal(events[kind], [layer], peer=k)
-                    else:
-                        et.signal(events[kind], [layer])
+                    et.signal(events[kind], [layer])
 
         # The event that ends a layer: the residual stream is complete.
         layer_done = "sum_d" if tp > 1 else "down"
@@ -568,24 +566,20 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # qkv starts each layer; mlp waits on o directly.
             layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
             layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
+        # Tensor parallelism: the all-reduces, h += the partial sums of
+        # every device (et.allreduce, one per layer); mlp waits on sum_o,
+        # the next layer on sum_d.
+        allreduces = {}
         if tp > 1:
-            # The all-reduces: h += the partial sums of every device, in
-            # column blocks; mlp waits on sum_o, the next layer on sum_d.
             block = _sum_block(H)
-
-            def sum_body(part):
-                def body(l, t):
-                    add_partials(A[part], A["h"], batch, arith.MulIOp(t, const(block)).result, block, tp)
-                return body
-            sum_bytes, sum_flops = 4 * B * block * (tp + 2), B * block * tp
+            allreduces = {"sum_o": ("part_o", block), "sum_d": ("part_d", block)}
             with_sums = []
             for spec in layer_tasks:
                 if spec[0] == "mlp":
                     spec = spec[:4] + (["sum_o"],) + spec[5:]
                 with_sums.append(spec)
                 if spec[0] in ("o", "down"):
-                    with_sums.append((f"sum_{spec[0][0]}", sum_body(f"part_{spec[0][0]}"), [H // block], False,
-                                      [spec[0]], sum_bytes, sum_flops))
+                    with_sums.append((f"sum_{spec[0][0]}", None, [], False, [spec[0]], 0, 0))
             layer_tasks = with_sums
         if fuse_norms:
             entry = ("qkv", qkv_body, [qkv_tiles], qkv_spec[5], qkv_spec[6])

@@ -941,3 +941,81 @@ et.kernel @peer_from_device_id() attributes {devices = 2} {
     et.event.wait %e[%i] : !et.event<1>
   }
 }
+
+// -----
+
+// Test: et.allreduce of a buffer that is not symmetric.
+et.kernel @allreduce_not_symmetric(%part: memref<4x64xf32>, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %s = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op partial must be an argument of the kernel marked 'et.symmetric' (every device's copy is read)}}
+  et.allreduce %part into %h rows(%rows) after %o signal %s block(16) : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce of bf16 partial sums.
+et.kernel @allreduce_bf16(%part: memref<4x64xbf16> {et.symmetric}, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %s = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op partial must be a 2-d memref of f32, got 'memref<4x64xbf16>'}}
+  et.allreduce %part into %h rows(%rows) after %o signal %s block(16) : memref<4x64xbf16>, memref<?x64xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce into a buffer of another width.
+et.kernel @allreduce_columns(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x32xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %s = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op partial and into need the same static number of columns, got 'memref<4x64xf32>' and 'memref<?x32xf32>'}}
+  et.allreduce %part into %h rows(%rows) after %o signal %s block(16) : memref<4x64xf32>, memref<?x32xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce with a block that does not divide the columns.
+et.kernel @allreduce_block(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %s = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op block 24 must divide the 64 columns and be a multiple of 4}}
+  et.allreduce %part into %h rows(%rows) after %o signal %s block(24) : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce with a block of 0.
+et.kernel @allreduce_block_zero(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %s = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op attribute 'block' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  et.allreduce %part into %h rows(%rows) after %o signal %s block(0) : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce that signals the event it waits on.
+et.kernel @allreduce_same_event(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op after and done must be different event tensors}}
+  et.allreduce %part into %h rows(%rows) after %o signal %o block(16) : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce on an event the kernel receives as an argument.
+et.kernel @allreduce_event_argument(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64xf32>, %rows: index, %o: !et.event<2>) attributes {devices = 2} {
+  %s = et.event.create() : !et.event<2>
+  // expected-error @+1 {{'et.allreduce' op after and done must be event tensors created in this kernel}}
+  et.allreduce %part into %h rows(%rows) after %o signal %s block(16) : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+}
+
+// -----
+
+// Test: et.allreduce whose events differ in shape.
+et.kernel @allreduce_shapes(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %s = et.event.create() : !et.event<3>
+  // expected-error @+1 {{'et.allreduce' op failed to verify that all of {after, done} have same type}}
+  "et.allreduce"(%part, %h, %rows, %o, %s) <{block = 16 : i64}> : (memref<4x64xf32>, memref<?x64xf32>, index, !et.event<2>, !et.event<3>) -> ()
+}

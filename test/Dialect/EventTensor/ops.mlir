@@ -279,3 +279,14 @@ et.kernel @two_devices(%x: memref<64xf32>, %inbox: memref<2x64xf32> {et.symmetri
     et.event.signal %got[%d] peer(%k) : !et.event<2>
   }
 }
+
+// -----
+
+// A sum across devices at kernel level (et-lower-collectives makes it tasks).
+// CHECK-LABEL: et.kernel @allreduce_op
+// CHECK: et.allreduce %{{.*}} into %{{.*}} rows(%{{.*}}) after %{{.*}} signal %{{.*}} block(16) {task = "sum"} : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+et.kernel @allreduce_op(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64xf32>, %rows: index) attributes {devices = 2} {
+  %o = et.event.create() : !et.event<2>
+  %sum = et.event.create() : !et.event<2>
+  et.allreduce %part into %h rows(%rows) after %o signal %sum block(16) {task = "sum"} : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
+}

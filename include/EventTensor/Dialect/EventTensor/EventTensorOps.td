@@ -266,6 +266,57 @@ def ET_EventSignalOp : ET_Op<"event.signal", [
 }
 
 //===----------------------------------------------------------------------===//
+// Collectives across devices
+//===----------------------------------------------------------------------===//
+
+def ET_AllReduceOp : ET_Op<"allreduce", [HasParent<"KernelOp">, AllTypesMatch<["after", "done"]>,
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "adds every device's partial sums into a buffer, per event element";
+  let description = [{
+    A sum across the devices of a multi-device kernel, stated at kernel
+    level. `%partial` is a symmetric kernel argument (f32, [R, C]) into which
+    the tasks that signal `%after` write partial sums. For each element `e`
+    of `%after`, once every device's signals of `after[e]` have arrived,
+    `%into[0:rows, 0:C] += partial_0 + ... + partial_{N-1}` (in device
+    order, so every device adds the same bits), and element `e` of `%done`
+    (an event of the same shape) receives one signal per column block of
+    `block` columns. Tasks that need the sum wait on `%done`.
+
+    Example (one all-reduce per layer of a row-parallel `o`):
+
+    ```mlir
+    %o = et.event.create() : !et.event<32>
+    %o_sum = et.event.create() : !et.event<32>
+    et.task @o tiles(%l, %t) in (%c32, %c64) {
+      ...                                   // writes its rows of %part_o
+      et.event.signal %o[%l] : !et.event<32>
+    }
+    et.allreduce %part_o into %h rows(%batch) after %o signal %o_sum block(512)
+        : memref<16x4096xf32>, memref<?x4096xf32>, !et.event<32>
+    et.task @mlp tiles(%l, %t) in (%c32, %c64) {
+      et.event.wait %o_sum[%l] : !et.event<32>
+      ...
+    }
+    ```
+
+    `et-lower-collectives` turns it into a task and signals: the signals of
+    `%after` go to every device (`peer(k)`, k = 0..N-1), and a task over
+    (the elements of `%after`, column blocks) waits on `after[e]`, reads
+    every device's `%partial` through `et.peer`, adds into `%into`, and
+    signals `done[e]`. On one device it adds the one partial. The task is
+    named `task` when given, else `allreduce_<i>`.
+  }];
+  let arguments = (ins AnyMemRef:$partial, AnyMemRef:$into, Index:$rows, ET_EventType:$after,
+                       ET_EventType:$done, ConfinedAttr<I64Attr, [IntPositive]>:$block,
+                       OptionalAttr<StrAttr>:$task);
+  let assemblyFormat = [{
+    $partial `into` $into `rows` `(` $rows `)` `after` $after `signal` $done `block` `(` $block `)` attr-dict `:`
+    type($partial) `,` type($into) `,` qualified(type($after))
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Runtime extents
 //===----------------------------------------------------------------------===//
 
