@@ -34,15 +34,20 @@ CORE = {"tp2-b1": (2, 1, {}), "tp2-b16": (2, 16, {}), "tp1-b1": (1, 1, {})}
 # one writes its trace).
 EXTRA = {"tp2-b1-registers": (2, 1, {"tile_prefetch": "registers"}),
          "tp2-b1-shared": (2, 1, {"tile_prefetch": "shared"}),
-         "tp2-b1-profile": (2, 1, {"profile": True})}
+         "tp2-b1-profile": (2, 1, {"profile": True}),
+         "tp2-b1-mma": (2, 1, {"linear_tile": "mma"}),
+         "tp2-b16-mma": (2, 16, {"linear_tile": "mma"}),
+         "tp1-b1-mma": (1, 1, {"linear_tile": "mma"})}
 
 
-def prepare(out: Path, models, max_context: int, extra: bool) -> None:
+def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:
     from event_tensor.model import compile_model, preset
 
     for name in models:
         config = preset(name)
         for tag, (tp, max_batch, options) in {**CORE, **(EXTRA if extra else {})}.items():
+            if only and tag in EXTRA and not any(part in tag for part in only.split(",")):
+                continue
             start = time.perf_counter()
             compile_model(config, target="cuda", max_batch=max_batch, max_context=max_context, tp=tp,
                           threads_per_worker=512, out_dir=out / name / tag, **options)
@@ -110,26 +115,32 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
         del packed
         torch.cuda.empty_cache()
 
-        # Teacher-forced numerics: the same tokens through the TP=2 and the
-        # single-GPU kernels (fresh caches), logits compared every step.
-        tp, one = sessions["tp2-b1"], sessions["tp1-b1"]
-        tp.reset()
-        one.reset()
-        rng = np.random.default_rng(5)
-        tokens = rng.integers(0, config.vocab_size, steps)
-        worst, agree = 0.0, 0
-        for i, t in enumerate(tokens if steps else []):
-            a = one.step([int(t)], [i])
-            la = one.last_logits()
-            b = tp.step([int(t)], [i])
-            lb = tp.last_logits()
-            worst = max(worst, float(np.abs(la - lb).max() / np.abs(la).max()))
-            agree += int(a[0] == b[0])
-        if steps:
-            row = {"model": name, "steps": steps, "worst_relative_logit_error": worst, "greedy_agree": agree}
+        # Teacher-forced numerics: the same tokens through two kernels (fresh
+        # caches), logits compared every step: TP=2 against one GPU, and
+        # the tensor-core variants against the et.linear kernels.
+        pairs = [("tp2-b1", "tp1-b1", 1, steps), ("tp2-b1-mma", "tp1-b1", 1, steps),
+                 ("tp2-b16-mma", "tp2-b16", 16, min(steps, 8)), ("tp1-b1-mma", "tp1-b1", 1, steps)]
+        for got_tag, want_tag, batch, n_steps in pairs:
+            if got_tag not in sessions or want_tag not in sessions or not n_steps:
+                continue
+            tp, one = sessions[got_tag], sessions[want_tag]
+            tp.reset()
+            one.reset()
+            rng = np.random.default_rng(5)
+            tokens = rng.integers(0, config.vocab_size, (n_steps, batch))
+            worst, agree = 0.0, 0
+            for i, t in enumerate(tokens):
+                a = one.step(t.tolist(), [i] * batch)
+                la = one.last_logits()
+                b = tp.step(t.tolist(), [i] * batch)
+                lb = tp.last_logits()
+                worst = max(worst, float(np.abs(la - lb).max() / np.abs(la).max()))
+                agree += int((a == b).sum())
+            row = {"model": name, "kernel": got_tag, "against": want_tag, "batch": batch, "steps": n_steps,
+                   "worst_relative_logit_error": worst, "greedy_agree": agree, "greedy_total": n_steps * batch}
             results["numerics"].append(row)
-            print(f"{name}: TP=2 vs one GPU, {steps} teacher-forced steps: worst relative logit error "
-                  f"{worst:.2e}, greedy tokens agree {agree}/{steps}")
+            print(f"{name}: {got_tag} vs {want_tag}, batch {batch}, {n_steps} teacher-forced steps: worst relative "
+                  f"logit error {worst:.2e}, greedy tokens agree {agree}/{n_steps * batch}")
         for buffers in [b for s in sessions.values() for b in s.device_buffers]:
             buffers["k_cache"].normal_()
             buffers["v_cache"].normal_()
@@ -146,8 +157,7 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
                 entries += [("megakernel TP=2 (max_batch 1)", "tp2-b1"), ("megakernel, one GPU (max_batch 1)",
                                                                          "tp1-b1")]
             entries.append(("megakernel TP=2 (max_batch 16)", "tp2-b16"))
-            if batch == 1:
-                entries += [(f"megakernel TP=2 (max_batch 1, {tag[7:]})", tag) for tag in extras]
+            entries += [(f"megakernel {tag}", tag) for tag in extras if batch == 1 or "-b16" in tag]
             for system, tag in entries:
                 t = timed(sessions[tag], batch)
                 row = {"model": name, "system": system, "batch": batch, "context": CONTEXT, "ms_per_step": t * 1e3,
@@ -165,7 +175,7 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
             save()
         for s in sessions.values():
             s.close()
-        del sessions, tp, one
+        del sessions
         torch.cuda.empty_cache()
         if peer:
             start = time.perf_counter()
@@ -191,12 +201,14 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--steps", type=int, default=32, help="teacher-forced steps of the numerics check")
     parser.add_argument("--no-peer", action="store_true", help="skip the PyTorch baseline")
-    parser.add_argument("--extra", action="store_true", help="prepare: also the prefetch and profiled variants")
+    parser.add_argument("--extra", action="store_true", help="prepare: also the variants in EXTRA")
+    parser.add_argument("--only", help="with --extra: only the variants whose tag contains one of these "
+                                       "(comma-separated), e.g. mma")
     parser.add_argument("--out", type=Path, help="folder for the profiled variant's traces")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.prepare:
-        prepare(args.prepare, [m for m in args.models.split(",") if m], args.max_context, args.extra)
+        prepare(args.prepare, [m for m in args.models.split(",") if m], args.max_context, args.extra, args.only)
         return
     if not args.root:
         parser.error("give the prepared folder, or --prepare FOLDER")

@@ -41,20 +41,6 @@ et.kernel @wgmma_shared(%x: memref<?x256xbf16>, %w: memref<256x256xbf16>, %y: me
   }
 }
 
-// -----
-
-// The operand ring takes the task's dynamic shared memory: one GEMM tile
-// per task.
-et.kernel @two(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %y: memref<?x64xf32>, %z: memref<?x64xf32>) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  et.task @t tiles(%i) in (%c1) {
-    et.matmul %x, %w, %y at(%c0, %c0) tile [64, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
-    // expected-error @+1 {{'et.matmul' op shares its task with another op that uses the dynamic shared memory (one et.matmul per task)}}
-    et.matmul %x, %w, %z at(%c0, %c0) tile [64, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
-  }
-}
-
 // Without a fixed CTA size there is no warp tiling to choose.
 // THREADS: :14:5: error: 'et.matmul' op on the GPU needs the threads per worker fixed at compile time (the pass's `threads` option)
 

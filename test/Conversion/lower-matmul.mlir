@@ -176,3 +176,26 @@ et.kernel @k_range(%x: memref<?x512xbf16>, %w: memref<256x512xbf16>, %y: memref<
     et.matmul %x, %w, %y at(%c0, %c0) k(%k0, %k1) tile [128, 128, 64] stages 4 : memref<?x512xbf16>, memref<256x512xbf16>, memref<?x256xf32>
   }
 }
+
+// Two GEMM tiles in one task share the dynamic shared memory: each has its
+// ring (both start at its base), and the first ends with a barrier before
+// the second issues its copies.
+// GPU-LABEL: et.kernel @two_tiles
+// GPU: memref.alloca() {et.dynamic_shared}
+// GPU: memref.alloca() {et.dynamic_shared}
+// GPU: nvvm.mma.sync
+// GPU: nvvm.cp.async.wait.group 0
+// GPU: vector.store %{{.*}}, %arg2
+// GPU: gpu.barrier
+// GPU: nvvm.cp.async.shared.global
+// GPU: nvvm.mma.sync
+// GPU: vector.store %{{.*}}, %arg3
+// GPU: gpu.barrier
+et.kernel @two_tiles(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %y: memref<?x64xf32>, %z: memref<?x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
+    et.matmul %x, %w, %z at(%c0, %c0) tile [16, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
+  }
+}

@@ -93,3 +93,32 @@ def test_tp_rejects_what_it_cannot_split(tmp_path):
                             cache_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"needs num_kv_heads \(1\) divisible by 2"):
         tp_shards(model.tiny_config("llama"), {}, 2)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_tensor_core_linear_tiles_match_reference(tp, tmp_path):
+    """linear_tile="mma": every linear layer as et.matmul tiles of 16 rows
+    (q, k and v blocks as tiles of their own, two GEMM tiles and the SiLU
+    in one mlp tile), at batch 1 to 4, on one device and split over two."""
+    config = _config("qwen3")
+    weights = model.random_weights(config, seed=9)
+    path = model.compile_model(config, target="cpu", max_batch=4, max_context=32, workers=3, split_len=8,
+                               tp=tp, linear_tile="mma", cache_dir=tmp_path)
+    info = json.loads((path / "model.json").read_text())
+    assert info["linear_tile"] == "mma"
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=4, max_context=32)
+    for tokens, positions in [([5, 9, 3, 7], [0, 0, 0, 0]), ([17, 200, 1, 2], [1, 1, 1, 1]), ([33], [2]),
+                              ([7, 8], [3, 2])]:
+        session.step(tokens, positions)
+        assert _rel(session.last_logits(), ref.step(tokens, positions)) < 2e-3
+
+
+def test_linear_tile_choice_is_checked(tmp_path):
+    config = _config("llama")
+    with pytest.raises(ValueError, match="linear_tile must be 'rows' or 'mma', got 'wide'"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=32, linear_tile="wide",
+                            cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="linear_tile='mma' needs fused norms"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=32, linear_tile="mma",
+                            fuse_norms=False, cache_dir=tmp_path)

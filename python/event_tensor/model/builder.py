@@ -101,6 +101,32 @@ def _sum_block(hidden: int) -> int:
     raise ValueError(f"hidden_size {hidden} is not a multiple of 4")
 
 
+#: The et.matmul tiles of `linear_tile="mma"`: ring stages, and a tile's
+#: fixed cost (ring fill, epilogue, barriers) in rows of w, measured: tiles
+#: of 16 rows ran far slower in the decode step than tiles of 64.
+MMA_STAGES = 4
+MMA_TILE_COST_ROWS = 32
+
+
+def mma_block(n: int, workers: int) -> int:
+    """Rows of w per et.matmul tile (BN) of an N-row linear layer at decode
+    (`linear_tile="mma"`): of 64, 32 and 16, the one with the least work
+    per worker, ceil(tiles / workers) x (BN + MMA_TILE_COST_ROWS), the
+    largest on a tie."""
+    best = None
+    for bn in (64, 32, 16):
+        cost = -(-(-(-n // bn)) // workers) * (bn + MMA_TILE_COST_ROWS)
+        if best is None or cost < best[0]:
+            best = (cost, bn)
+    return best[1]
+
+
+def mma_k_block(k: int) -> int:
+    """BK of the decode et.matmul tiles: 128 where it divides K (the faster
+    tile in benchmarks/linear_batches.py), else 64."""
+    return 128 if k % 128 == 0 else 64
+
+
 def _rows_per_tile(n: int, workers: int) -> int:
     """Rows of a linear-layer tile: about one tile per worker."""
     return max(1, -(-n // workers))
@@ -185,7 +211,7 @@ def vec_view(w, layer, n: int):
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
-                        scratch_rows: int | None = None, tp: int = 1) -> Module:
+                        scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows") -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -224,9 +250,20 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     the residual stream, which so stays identical on every device; its
     events are `sum_o` and `sum_d`. The
     greedy token: each device's argmax over its vocabulary share, gathered
-    from every device (`gather`) and reduced on each."""
+    from every device (`gather`) and reduced on each.
+
+    `linear_tile="mma"` computes the linear layers with `et.matmul` tiles
+    of 16 x BN rows of w (`mma.sync` tensor-core tiles, the batch padded to
+    16 rows) instead of `et.linear`: a tile reads its weights once for all
+    rows of the batch (fused norms only). q, k and v get tiles of their
+    own in the `qkv` task; BN per layer from `mma_block`."""
     if tp != 1 and not (layered and fuse_norms):
         raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
+    if linear_tile not in ("rows", "mma"):
+        raise ValueError(f"linear_tile must be 'rows' or 'mma', got {linear_tile!r}")
+    mma = linear_tile == "mma"
+    if mma and not fuse_norms:
+        raise ValueError("linear_tile='mma' needs fused norms")
     c = tp_config(config, tp)
     lay = layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
@@ -242,6 +279,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
     xs_rows = scratch_tiles(replace(c, vocab_size=V_lm), rows_for) if fuse_norms else 1
+    if mma:
+        def mma_tiles(n):
+            return -(-n // mma_block(n, lay.workers))
+        xs_rows = max(mma_tiles(Hq * D) + 2 * mma_tiles(Hkv * D), mma_tiles(I), mma_tiles(V_lm))
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
             raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")
@@ -431,15 +472,19 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             """A linear-layer tile body `body(layer, tile)` with its tile
             count, bytes and flops; `weight` is a stacked weight's name,
             or a function of the layer giving the N x K weight; `rows`
-            per tile, else rows_for(n, k)."""
-            rows = rows or rows_for(n, k)
+            per tile, else rows_for(n, k) (mma_block with `mma`)."""
+            rows = rows or (mma_block(n, lay.workers) if mma else rows_for(n, k))
             w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
 
             def body(l, t, x_in=None):
                 r0 = arith.MulIOp(t, const(rows)).result
                 out = collapse(y3, n) if y3 is not None else y
                 xv = x_in if x_in is not None else (x() if callable(x) else x)
-                et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
+                if mma:
+                    et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([16, rows, mma_k_block(k)]),
+                              stages=MMA_STAGES, accumulate=True if accumulate else None)
+                else:
+                    et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
             return body, -(-n // rows), rows * k * 2, 2 * rows * k
 
         def _rows(buf):
@@ -518,18 +563,42 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
 
         q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
-        # K and V rows ride in the q tiles: one task, one tile per
-        # worker, three independent linear layers per tile.
-        qkv_tiles = q_lin[1]
-        kv_rows = -(-(Hkv * D) // qkv_tiles)
-        k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"], rows=kv_rows)
-        v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
+        if mma:
+            # q, k and v blocks are tiles of their own: tile t < tq is a q
+            # block, then the k blocks, then the v blocks.
+            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"])
+            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"])
+            qkv_tiles = q_lin[1] + k_lin[1] + v_lin[1]
 
-        def qkv_body(l, t):
-            x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
-            q_lin[0](l, t, x)
-            k_lin[0](l, t, x)
-            v_lin[0](l, t, x)
+            def qkv_body(l, t):
+                x = normalized(vec_view(A["ln1"], l, H), t)
+                first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
+                is_q = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result, has_else=True)
+                with InsertionPoint(is_q.then_block):
+                    q_lin[0](l, t, x)
+                    scf.YieldOp([])
+                with InsertionPoint(is_q.else_block):
+                    is_k = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_v)).result, has_else=True)
+                    with InsertionPoint(is_k.then_block):
+                        k_lin[0](l, arith.SubIOp(t, const(first_k)).result, x)
+                        scf.YieldOp([])
+                    with InsertionPoint(is_k.else_block):
+                        v_lin[0](l, arith.SubIOp(t, const(first_v)).result, x)
+                        scf.YieldOp([])
+                    scf.YieldOp([])
+        else:
+            # K and V rows ride in the q tiles: one task, one tile per
+            # worker, three independent linear layers per tile.
+            qkv_tiles = q_lin[1]
+            kv_rows = -(-(Hkv * D) // qkv_tiles)
+            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"], rows=kv_rows)
+            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
+
+            def qkv_body(l, t):
+                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
+                q_lin[0](l, t, x)
+                k_lin[0](l, t, x)
+                v_lin[0](l, t, x)
         o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D),
                             _rows(A["part_o"]) if tp > 1 else A["h"], accumulate=tp == 1)
 
@@ -539,7 +608,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                accumulate=tp == 1)
         # Gate and up rows of one block and their activation in one tile:
         # the activation needs no phase of its own.
-        mlp_rows = rows_for(I, H)
+        mlp_rows = mma_block(I, lay.workers) if mma else rows_for(I, H)
 
         def mlp_body(l, t):
             x = normalized(vec_view(A["ln2"], l, H), t) if fuse_norms else None

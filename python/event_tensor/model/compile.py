@@ -45,7 +45,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool | None = None,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
-                  prefill_tiles: dict | None = None, tp: int = 1, **options) -> Path:
+                  prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -78,7 +79,11 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     (`build_decode_kernel(tp=N)`); model.json records `tp`, and
     `DecodeSession` shards the weights and runs the N copies. It needs the
     layered kernel and fused norms, and takes no prefill kernel or batch
-    variants yet."""
+    variants yet.
+
+    `linear_tile="mma"` computes the decode step's linear layers with
+    tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
+    (`build_decode_kernel`); model.json records it."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -122,13 +127,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     start = time.perf_counter()
     with Context():
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
-                                     fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp)
+                                     fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
+                                     linear_tile=linear_tile)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
-            "tp": tp,
+            "tp": tp, "linear_tile": linear_tile,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
