@@ -117,7 +117,8 @@ def main():
         # Warm start: load the artifact and create its launcher (for PTX the
         # driver JIT-compiles it here).
         t0 = time.perf_counter()
-        runtime.load(path).launcher().close()
+        for variant in info.get("variants") or [{"dir": "."}]:
+            runtime.load(path / variant["dir"]).launcher().close()
         load_s = time.perf_counter() - t0
         warm = {"compile_s_here": info.get("compile_s"), "load_s": load_s}
         results.setdefault("warmup", {})[path.name] = warm

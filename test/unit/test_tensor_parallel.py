@@ -116,9 +116,36 @@ def test_tensor_core_linear_tiles_match_reference(tp, tmp_path):
 
 def test_linear_tile_choice_is_checked(tmp_path):
     config = _config("llama")
-    with pytest.raises(ValueError, match="linear_tile must be 'rows' or 'mma', got 'wide'"):
+    with pytest.raises(ValueError, match="linear_tile must be 'rows', 'mma' or 'auto', got 'wide'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=32, linear_tile="wide",
                             cache_dir=tmp_path)
     with pytest.raises(ValueError, match="linear_tile='mma' needs fused norms"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=32, linear_tile="mma",
                             fuse_norms=False, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_auto_linear_tiles_pick_a_kernel_per_batch(tp, tmp_path):
+    """linear_tile="auto": et.linear kernels below batch 4, tensor-core
+    tiles from it, as batch variants sharing one set of buffers."""
+    config = _config("llama")
+    weights = model.random_weights(config, seed=12)
+    path = model.compile_model(config, target="cpu", max_batch=5, max_context=32, workers=3, split_len=8, tp=tp,
+                               linear_tile="auto", out_dir=tmp_path / "auto", cache_dir=tmp_path / "cache")
+    info = json.loads((path / "model.json").read_text())
+    assert info["linear_tile"] == "auto" and info["tp"] == tp
+    assert [(v["min_batch"], v["max_batch"], v["linear_tile"]) for v in info["variants"]] == \
+        [(1, 3, "rows"), (4, 5, "mma")]
+    session = model.DecodeSession(path, weights)
+    assert session.variant_for(3).endswith("batch1-3-rows") and session.variant_for(4).endswith("batch4-5-mma")
+    ref = model.ReferenceModel(config, weights, max_batch=5, max_context=32)
+    for tokens, positions in [([5, 9, 3, 7, 1], [0] * 5), ([17], [1]), ([7, 8, 2, 4], [1, 1, 1, 1])]:
+        session.step(tokens, positions)
+        assert _rel(session.last_logits(), ref.step(tokens, positions)) < 2e-3
+    # Below MMA_FROM_BATCH there is nothing to choose: one et.linear kernel.
+    small = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8, tp=tp,
+                                linear_tile="auto", out_dir=tmp_path / "small", cache_dir=tmp_path / "cache")
+    assert json.loads((small / "model.json").read_text())["linear_tile"] == "rows"
+    with pytest.raises(ValueError, match="linear_tile='auto' needs an out_dir"):
+        model.compile_model(config, target="cpu", max_batch=5, max_context=32, linear_tile="auto",
+                            cache_dir=tmp_path / "cache")

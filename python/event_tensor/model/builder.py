@@ -121,6 +121,29 @@ def mma_block(n: int, workers: int) -> int:
     return best[1]
 
 
+def mma_scratch_tiles(config: ModelConfig, lm_rows: int, workers: int) -> int:
+    """Rows of the norm scratch `xs` with `linear_tile="mma"` (`config`: one
+    device's shares): the most tiles of qkv (q, k and v tiles), gate/up and
+    the LM head (`lm_rows` rows)."""
+    c = config
+
+    def tiles(n):
+        return -(-n // mma_block(n, workers))
+    return max(tiles(c.num_heads * c.head_dim) + 2 * tiles(c.num_kv_heads * c.head_dim),
+               tiles(c.intermediate_size), tiles(lm_rows))
+
+
+def norm_scratch_rows(config: ModelConfig, workers: int, *, tp: int = 1, linear_tile: str = "rows") -> int:
+    """Rows of the norm scratch `xs` of `build_decode_kernel` with fused
+    norms and the default rows per tile, for kernels that share buffers
+    (batch variants) to size it once."""
+    c = tp_config(config, tp)
+    lm_rows = c.vocab_size // tp
+    if linear_tile == "mma":
+        return mma_scratch_tiles(c, lm_rows, workers)
+    return scratch_tiles(replace(c, vocab_size=lm_rows), lambda n, k: min(_rows_per_tile(n, workers), n))
+
+
 def mma_k_block(k: int) -> int:
     """BK of the decode et.matmul tiles: 128 where it divides K (the faster
     tile in benchmarks/linear_batches.py), else 64."""
@@ -280,9 +303,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
     xs_rows = scratch_tiles(replace(c, vocab_size=V_lm), rows_for) if fuse_norms else 1
     if mma:
-        def mma_tiles(n):
-            return -(-n // mma_block(n, lay.workers))
-        xs_rows = max(mma_tiles(Hq * D) + 2 * mma_tiles(Hkv * D), mma_tiles(I), mma_tiles(V_lm))
+        xs_rows = mma_scratch_tiles(c, V_lm, lay.workers)
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
             raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")

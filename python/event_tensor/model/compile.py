@@ -83,7 +83,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
-    (`build_decode_kernel`); model.json records it."""
+    (`build_decode_kernel`); model.json records it. `linear_tile="auto"`
+    compiles both, as batch variants that share the buffers: `rows` below
+    batch MMA_FROM_BATCH, `mma` from it (measured faster from batch 4 on
+    Llama-3.2-1B and Llama-3.1-8B; docs/benchmarks.md); it needs `out_dir`."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -100,6 +103,16 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         raise ValueError("prefill_rows is not supported with batch_variants")
     if tp != 1 and (prefill_rows or batch_variants):
         raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
+    if linear_tile not in ("rows", "mma", "auto"):
+        raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {linear_tile!r}")
+    if linear_tile == "auto":
+        if batch_variants or prefill_rows or tuning_table is not None:
+            raise ValueError("linear_tile='auto' is not supported with batch_variants, prefill_rows or a "
+                             "tuning_table")
+        return _compile_linear_variants(config, target=target, max_batch=max_batch, max_context=max_context,
+                                        workers=workers, split_len=split_len, out_dir=out_dir,
+                                        cache_dir=cache_dir, use_cache=use_cache, layered=layered,
+                                        fuse_norms=fuse_norms, tp=tp, **options)
     if isinstance(prefill_rows, bool) or not isinstance(prefill_rows, int) or prefill_rows < 0:
         raise ValueError(f"prefill_rows must be a non-negative int, got {prefill_rows!r}")
     if batch_variants:
@@ -196,6 +209,38 @@ def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
         options["tile_kv_prefetch"] = "none"
     else:
         options["tile_prefetch_bytes"] = max(MIN_PREFETCH_BYTES, -(-need // 1024) * 1024)
+
+
+#: The smallest batch that linear_tile="auto" runs on tensor-core tiles.
+MMA_FROM_BATCH = 4
+
+
+def _compile_linear_variants(config: ModelConfig, *, max_batch: int, out_dir, workers: int, tp: int,
+                             fuse_norms: bool, **kwargs) -> Path:
+    """linear_tile="auto": `rows` kernels below MMA_FROM_BATCH, `mma` from
+    it, as batch variants sharing the buffers."""
+    from .builder import norm_scratch_rows
+
+    if out_dir is None:
+        raise ValueError("linear_tile='auto' needs an out_dir")
+    if max_batch < MMA_FROM_BATCH:
+        return compile_model(config, max_batch=max_batch, out_dir=out_dir, workers=workers, tp=tp,
+                             fuse_norms=fuse_norms, linear_tile="rows", **kwargs)
+    rows = max(norm_scratch_rows(config, workers, tp=tp, linear_tile=t) for t in ("rows", "mma"))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    variants = []
+    for lo, hi, tile in ((1, MMA_FROM_BATCH - 1, "rows"), (MMA_FROM_BATCH, max_batch, "mma")):
+        name = f"batch{lo}-{hi}-{tile}"
+        compile_model(config, max_batch=max_batch, out_dir=out / name, workers=workers, tp=tp,
+                      fuse_norms=fuse_norms, linear_tile=tile, scratch_rows=rows, **kwargs)
+        variants.append({"min_batch": lo, "max_batch": hi, "dir": name, "linear_tile": tile})
+    info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
+    info["linear_tile"] = "auto"
+    info["variants"] = variants
+    (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
+    (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))
+    return out
 
 
 def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_table, workers: int, **kwargs) -> Path:
