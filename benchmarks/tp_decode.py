@@ -37,7 +37,8 @@ EXTRA = {"tp2-b1-registers": (2, 1, {"tile_prefetch": "registers"}),
          "tp2-b1-profile": (2, 1, {"profile": True}),
          "tp2-b1-mma": (2, 1, {"linear_tile": "mma"}),
          "tp2-b16-mma": (2, 16, {"linear_tile": "mma"}),
-         "tp1-b1-mma": (1, 1, {"linear_tile": "mma"})}
+         "tp1-b1-mma": (1, 1, {"linear_tile": "mma"}),
+         "tp2-b16-auto": (2, 16, {"linear_tile": "auto"})}
 
 
 def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:
@@ -119,7 +120,8 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
         # caches), logits compared every step: TP=2 against one GPU, and
         # the tensor-core variants against the et.linear kernels.
         pairs = [("tp2-b1", "tp1-b1", 1, steps), ("tp2-b1-mma", "tp1-b1", 1, steps),
-                 ("tp2-b16-mma", "tp2-b16", 16, min(steps, 8)), ("tp1-b1-mma", "tp1-b1", 1, steps)]
+                 ("tp2-b16-mma", "tp2-b16", 16, min(steps, 8)), ("tp1-b1-mma", "tp1-b1", 1, steps),
+                 ("tp2-b16-auto", "tp2-b16", 16, min(steps, 8))]
         for got_tag, want_tag, batch, n_steps in pairs:
             if got_tag not in sessions or want_tag not in sessions or not n_steps:
                 continue
