@@ -254,6 +254,23 @@ private:
     return block;
   }
 
+  /// An scf.execute_region with results `types` at the insertion point and
+  /// its scope: an entry block and a failure block that yields
+  /// `failValues()` (built there). Continues at the end of the entry.
+  std::pair<scf::ExecuteRegionOp, Scope>
+  openRegion(TypeRange types, function_ref<SmallVector<Value>()> failValues) {
+    auto region = scf::ExecuteRegionOp::create(b, loc, types);
+    Scope scope;
+    scope.region = &region.getRegion();
+    Block *entry = new Block();
+    scope.region->push_back(entry);
+    scope.fail = newBlock(scope);
+    b.setInsertionPointToEnd(scope.fail);
+    scf::YieldOp::create(b, loc, failValues());
+    b.setInsertionPointToEnd(entry);
+    return {region, std::move(scope)};
+  }
+
   /// Records an error (first writer wins), raises the abort flag.
   void recordError(WorkerError kind, Value task, Value tile, Value event,
                    Value element, Value expected, Value observed) {
@@ -1026,15 +1043,9 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
       memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(1)});
   Value tileI64 = arith::ExtSIOp::create(b, loc, b.getI64Type(), tile32);
 
-  auto region = scf::ExecuteRegionOp::create(b, loc, TypeRange{i1Type});
-  Scope top;
-  top.region = &region.getRegion();
-  Block *entry = new Block();
-  top.region->push_back(entry);
-  top.fail = newBlock(top);
+  auto [region, top] = openRegion(TypeRange{i1Type}, [&] { return SmallVector<Value>{i1(false)}; });
+  Block *entry = b.getInsertionBlock();
   Block *done = newBlock(top);
-  b.setInsertionPointToEnd(top.fail);
-  scf::YieldOp::create(b, loc, ValueRange{i1(false)});
   b.setInsertionPointToEnd(done);
   scf::YieldOp::create(b, loc, ValueRange{i1(true)});
 
@@ -1153,14 +1164,9 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   }
   Value ticket = toIndex(broadcast(take.getResult(0)));
 
-  auto region = scf::ExecuteRegionOp::create(b, loc, TypeRange{i1Type, i1Type});
-  Scope top;
-  top.region = &region.getRegion();
-  Block *entry = new Block();
-  top.region->push_back(entry);
-  top.fail = newBlock(top);
-  b.setInsertionPointToEnd(top.fail);
-  scf::YieldOp::create(b, loc, ValueRange{i1(false), i1(true)});
+  auto [region, top] =
+      openRegion(TypeRange{i1Type, i1Type}, [&] { return SmallVector<Value>{i1(false), i1(true)}; });
+  Block *entry = b.getInsertionBlock();
   Block *exhausted = newBlock(top);
   b.setInsertionPointToEnd(exhausted);
   scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
@@ -1247,15 +1253,7 @@ void WorkerEmitter::emitDeviceBarrier(Value ok) {
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, workerId, idx(0)),
       /*withElse=*/false);
   b.setInsertionPointToStart(worker0.thenBlock());
-  auto region = scf::ExecuteRegionOp::create(b, loc, TypeRange{});
-  Scope scope;
-  scope.region = &region.getRegion();
-  Block *entry = new Block();
-  scope.region->push_back(entry);
-  scope.fail = newBlock(scope);
-  b.setInsertionPointToEnd(scope.fail);
-  scf::YieldOp::create(b, loc);
-  b.setInsertionPointToEnd(entry);
+  auto [region, scope] = openRegion(TypeRange{}, [] { return SmallVector<Value>{}; });
   // Reported as a wait of no task on the event after the last one.
   emitSpin(scope, word, idx((numDevices - 1) * numWorkers), idx(-1), idx(-1),
            idx(layouts.size()), idx(0), StringRef());
