@@ -23,6 +23,21 @@ import time
 from pathlib import Path
 
 HOPS = (32, 512)
+# An error on one device (an event element out of bounds on device 1):
+# device 0, which waits for device 1's signal, must stop at once.
+ABORT_CHECK = """
+et.kernel @oob(%k: index) attributes {devices = 2} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c1) {
+    et.event.signal %e[%k] peer(%c1) : !et.event<2>
+  }
+  et.task @b tiles(%i) in (%c1) {
+    et.event.wait %e[%c0] : !et.event<2>
+  }
+}
+"""
 ALLREDUCE = [(rows, 4096) for rows in (1, 16, 64)] + [(16, 2048)]
 WORKERS = 132
 THREADS = 128
@@ -38,9 +53,10 @@ def prepare(out: Path, devices: int) -> None:
         kernels[f"hops-remote-{hops}"] = hop_kernel(devices, hops, peer=1)
         kernels[f"hops-local-{hops}"] = hop_kernel(devices, hops, peer=None)
     kernels["hops-one-device-1"] = hop_kernel(1, 1, peer=None)
-    kernels[f"hops-remote-1"] = hop_kernel(devices, 1, peer=1)
+    kernels["hops-remote-1"] = hop_kernel(devices, 1, peer=1)
     for rows, cols in ALLREDUCE:
         kernels[f"allreduce-{rows}x{cols}"] = allreduce_kernel(devices, rows, cols, dtype="bf16", block=512)
+    kernels["abort-check"] = ABORT_CHECK
     for name, text in kernels.items():
         art = compile_kernel(text, target="cuda", workers=WORKERS, threads_per_worker=THREADS)
         art.copy_to(out / name)
@@ -124,6 +140,22 @@ def run(folder: Path, json_out: Path | None, iters: int) -> None:
                bytes_per_device=rows * cols * 2)
         if mismatches:
             print(f"FAIL {name}: {mismatches} elements differ from the reference")
+
+    # An error on one device stops the other (it would otherwise wait for
+    # its own 10 s watchdog).
+    from event_tensor.runtime.errors import KernelError
+
+    launcher = load(folder / "abort-check").launcher(timeout_s=10)
+    launcher(0)
+    start = time.perf_counter()
+    try:
+        launcher([0, 5])
+        message = "no error"
+    except KernelError as err:
+        message = str(err)
+    elapsed = time.perf_counter() - start
+    launcher(0)
+    record("error on device 1, device 0 waiting on it", seconds=elapsed, error=message)
 
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)

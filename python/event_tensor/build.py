@@ -200,8 +200,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         if devices > 1:
             metadata["devices"] = devices
             if metadata["counter_words"] is not None:
-                # Each bank ends with the counter where the devices meet.
-                metadata["counter_words"] += 2
+                # Each bank ends with the counter where the devices meet;
+                # after both banks, the word another device's error raises.
+                metadata["counter_words"] += 3
         if target == "cpu":
             pipeline = (f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} "
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)}}})")

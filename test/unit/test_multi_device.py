@@ -183,3 +183,36 @@ def test_allreduce_builder_rejects_bad_blocks():
         allreduce_kernel(2, 1, 100, block=64)
     with pytest.raises(ValueError, match=r"block \(12\) must be a multiple of 8"):
         allreduce_kernel(2, 1, 96, block=12)
+
+
+OUT_OF_BOUNDS_ON_ONE = """
+et.kernel @oob(%k: index) attributes {devices = 2} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<2>
+  et.task @a tiles(%i) in (%c1) {
+    et.event.signal %e[%k] peer(%c1) : !et.event<2>
+  }
+  et.task @b tiles(%i) in (%c1) {
+    et.event.wait %e[%c0] : !et.event<2>
+  }
+}
+"""
+
+
+def test_an_error_on_one_device_stops_the_others():
+    import time
+
+    from event_tensor.runtime.errors import KernelError
+
+    art = compile_kernel(OUT_OF_BOUNDS_ON_ONE, target="cpu", workers=1)
+    launch = art.launcher(timeout_s=6)
+    launch(0)
+    # Device 1 signals element 5 of a 2-element event: an error there. Device
+    # 0 waits for that signal; the error raises its abort word, so it stops
+    # at once instead of after its own 6 s watchdog.
+    start = time.perf_counter()
+    with pytest.raises(KernelError, match=r"device 1, worker 0, task @a tile 0 accessed .* at linear element 5"):
+        launch([0, 5])
+    assert time.perf_counter() - start < 3
+    launch(0)

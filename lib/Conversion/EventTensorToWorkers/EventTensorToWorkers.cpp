@@ -272,8 +272,12 @@ private:
   }
 
   /// Records an error (first writer wins), raises the abort flag.
+  /// On several devices the error also stops the other devices: their
+  /// abort word (after both counter banks) is raised too, unless
+  /// `localOnly` (the counter buffer may be too small to hold it).
   void recordError(WorkerError kind, Value task, Value tile, Value event,
-                   Value element, Value expected, Value observed) {
+                   Value element, Value expected, Value observed,
+                   bool localOnly = false) {
     Value claimed = LLVM::AtomicCmpXchgOp::create(
         b, loc, controlPointer(kErrorClaimed), i32(0), i32(1),
         LLVM::AtomicOrdering::acq_rel, LLVM::AtomicOrdering::monotonic,
@@ -297,6 +301,13 @@ private:
                           /*alignment=*/4, /*isVolatile=*/false,
                           /*isNonTemporal=*/false, /*isInvariantGroup=*/false,
                           LLVM::AtomicOrdering::release, target.syncscope());
+    if (numDevices > 1 && !localOnly)
+      for (Value counters : peerCounters)
+        LLVM::StoreOp::create(b, loc, i32(1),
+                              elementPointer(basePointer(counters), abortWord, b.getI32Type()),
+                              /*alignment=*/4, /*isVolatile=*/false, /*isNonTemporal=*/false,
+                              /*isInvariantGroup=*/false, LLVM::AtomicOrdering::monotonic,
+                              StringRef());
   }
 
   /// Waits until counter `index` reaches `expected` (i32). Thread 0 spins;
@@ -336,6 +347,14 @@ private:
         b, loc, b.getI32Type(), controlPointer(kAbort), /*alignment=*/4,
         false, false, false, false, LLVM::AtomicOrdering::monotonic,
         target.syncscope());
+    if (numDevices > 1) {
+      // Another device's error (its copy raised the flag in this device's
+      // counter buffer).
+      Value remote = LLVM::LoadOp::create(
+          b, loc, b.getI32Type(), counterPointer(abortWord), /*alignment=*/4, false, false, false,
+          false, LLVM::AtomicOrdering::monotonic, StringRef());
+      abortFlag = arith::OrIOp::create(b, loc, abortFlag, remote);
+    }
     Value aborted = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
                                           abortFlag, i32(0));
     cf::CondBranchOp::create(b, loc, aborted, join, ValueRange{i1(false)},
@@ -827,6 +846,9 @@ private:
   Value countersMem, controlMem, errorMem, traceMem, clockBuffer;
   Value countersBase, controlBase;
   Value bank, bankBase;
+  /// Several devices: the counter (after both banks) that another device's
+  /// error raises.
+  Value abortWord;
   Value sharedScratch;
   // Several devices: the number, this device (index), every device's
   // counter buffer, and every device's copy of each symmetric argument
@@ -918,7 +940,9 @@ LogicalResult WorkerEmitter::layoutEvents() {
 /// Fails the launch (before any tile runs) when the counter buffer cannot
 /// hold both banks; otherwise clears the bank the next launch uses.
 void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
-  Value needed = arith::MulIOp::create(b, loc, totalCounters, idx(2));
+  // Both banks, and on several devices the abort word after them.
+  Value needed = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, totalCounters, idx(2)),
+                                       idx(numDevices > 1 ? 1 : 0));
   Value have = memref::DimOp::create(b, loc, countersMem, 0);
   Value tooSmall =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, have, needed);
@@ -938,7 +962,7 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(first.thenBlock());
     recordError(WorkerError::CounterCapacity, idx(-1), idx(-1), idx(-1),
-                idx(-1), needed, have);
+                idx(-1), needed, have, /*localOnly=*/true);
   }
   cf::BranchOp::create(b, loc, exit, ValueRange{});
   b.setInsertionPointToStart(ok);
@@ -1478,6 +1502,8 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   if (failed(cloneEagerValues()) || failed(layoutEvents()))
     return failure();
   bankBase = arith::MulIOp::create(b, loc, bank, totalCounters);
+  if (numDevices > 1)
+    abortWord = arith::MulIOp::create(b, loc, totalCounters, idx(2));
 
   // The exit block: return.
   Block *exit = new Block();
