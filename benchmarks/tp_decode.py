@@ -38,7 +38,12 @@ EXTRA = {"tp2-b1-registers": (2, 1, {"tile_prefetch": "registers"}),
          "tp2-b1-mma": (2, 1, {"linear_tile": "mma"}),
          "tp2-b16-mma": (2, 16, {"linear_tile": "mma"}),
          "tp1-b1-mma": (1, 1, {"linear_tile": "mma"}),
-         "tp2-b16-auto": (2, 16, {"linear_tile": "auto"})}
+         "tp2-b16-auto": (2, 16, {"linear_tile": "auto"}),
+         # Weight prefetch before the wait in some tasks only.
+         "tp2-b1-pf-o-shared": (2, 1, {"tile_prefetch": "shared", "tile_prefetch_tasks": ("o",)}),
+         "tp2-b1-pf-o-registers": (2, 1, {"tile_prefetch": "registers", "tile_prefetch_tasks": ("o",)}),
+         "tp2-b1-pf-oqkv-shared": (2, 1, {"tile_prefetch": "shared", "tile_prefetch_tasks": ("o", "qkv")}),
+         "tp2-b1-pf-down-shared": (2, 1, {"tile_prefetch": "shared", "tile_prefetch_tasks": ("down",)})}
 
 
 def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:

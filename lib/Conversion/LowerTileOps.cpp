@@ -2240,9 +2240,18 @@ struct LowerTileOpsPass
           next = rows ? next + *rows : 0;
         }
       });
+    // The weight prefetch applies to the tasks named in prefetch-tasks, or
+    // to all when none are named.
+    auto prefetched = [&](LinearOp op) {
+      if (prefetchTasks.empty())
+        return true;
+      auto task = op->getParentOfType<TaskOp>();
+      return task && llvm::is_contained(prefetchTasks, task.getSymName().str());
+    };
     if (gpu && prefetch == "l2")
       for (LinearOp op : linears)
-        prefetchWeightsL2(op);
+        if (prefetched(op))
+          prefetchWeightsL2(op);
     WeightPrefetch weights = prefetch == "registers" ? WeightPrefetch::Registers
                              : prefetch == "shared"  ? WeightPrefetch::Shared
                                                      : WeightPrefetch::None;
@@ -2251,10 +2260,12 @@ struct LowerTileOpsPass
         // Four accumulators per token group fit 128 registers per thread
         // (up to 512 threads); two above that.
         int64_t tokenGroup = threads > 512 || threads == 0 ? 2 : 4;
+        bool on = prefetched(op);
         if (linear != "stream" ||
-            !lowerLinearGPUStream(op, unroll, prefetch == "registers", tokenGroup,
+            !lowerLinearGPUStream(op, unroll, on && prefetch == "registers", tokenGroup,
                                   warpShift.lookup(op)))
-          lowerLinearGPU(op, unroll, weights, prefetchBytes, threads, &sharedTaken);
+          lowerLinearGPU(op, unroll, on ? weights : WeightPrefetch::None, prefetchBytes, threads,
+                         &sharedTaken);
       }
       else
         lowerLinearCPU(op);

@@ -95,6 +95,9 @@ struct NVVMPipelineOptions
       llvm::cl::desc("Weight loads moved above the first wait: none, "
                      "registers, l2 or shared"),
       llvm::cl::init("none")};
+  PassOptions::ListOption<std::string> tilePrefetchTasks{
+      *this, "tile-prefetch-tasks",
+      llvm::cl::desc("Tasks whose weights tile-prefetch moves (all when empty)")};
   PassOptions::Option<std::string> tileKvPrefetch{
       *this, "tile-kv-prefetch",
       llvm::cl::desc("K and V cache rows below et.attention_split's `stable` "
@@ -156,6 +159,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.target = "gpu";
         tile.unroll = options.tileUnroll;
         tile.prefetch = options.tilePrefetch;
+        tile.prefetchTasks.assign(options.tilePrefetchTasks.begin(), options.tilePrefetchTasks.end());
         tile.kvPrefetch = options.tileKvPrefetch;
         tile.prefetchBytes = options.tilePrefetchBytes;
         tile.threads = options.threads;

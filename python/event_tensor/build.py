@@ -106,6 +106,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = 128 * 1024, tile_kv_prefetch: str = "none",
+                   tile_prefetch_tasks: tuple = (),
                    opt_level: int = 2, tile_mma: str = "wgmma",
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -121,7 +122,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
 
     CUDA tile lowering: `tile_unroll` 16-byte weight loads per lane in
     flight; `tile_prefetch` ("none", "registers", "l2", "shared") moves
-    et.linear weight loads above a task's first wait; `tile_kv_prefetch`
+    et.linear weight loads above a task's first wait, in the tasks named in
+    `tile_prefetch_tasks` when it is given (else in all); `tile_kv_prefetch`
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
     `stable` into shared memory before the wait; both shared forms use
     `tile_prefetch_bytes` of dynamic shared memory. `tile_mma` picks the
@@ -167,6 +169,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                        tile_prefetch=tile_prefetch, opt_level=opt_level)
         if tile_kv_prefetch != "none":
             options["tile_kv_prefetch"] = tile_kv_prefetch
+        if tile_prefetch_tasks:
+            options["tile_prefetch_tasks"] = list(tile_prefetch_tasks)
         if "shared" in (tile_prefetch, tile_kv_prefetch):
             options["tile_prefetch_bytes"] = tile_prefetch_bytes
         options["tile_linear"] = tile_linear
@@ -211,6 +215,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
                         f"tile-prefetch={tile_prefetch} tile-kv-prefetch={tile_kv_prefetch} "
+                        + (f"tile-prefetch-tasks={','.join(tile_prefetch_tasks)} " if tile_prefetch_tasks else "") +
                         f"tile-prefetch-bytes={tile_prefetch_bytes} "
                         f"tile-linear={tile_linear} tile-mma={tile_mma} threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")

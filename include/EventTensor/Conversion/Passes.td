@@ -118,6 +118,8 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
            "Weight loads of et.linear moved above the task's first wait: "
            "none, registers, l2 or shared (gpu)">,
+    ListOption<"prefetchTasks", "prefetch-tasks", "std::string",
+               "Tasks whose et.linear weights `prefetch` moves (all when empty)">,
     Option<"kvPrefetch", "kv-prefetch", "std::string", /*default=*/"\"none\"",
            "K and V cache rows of et.attention_split below its `stable` "
            "operand loaded before the task's first wait: none or shared (gpu)">,
