@@ -23,21 +23,6 @@ import time
 from pathlib import Path
 
 HOPS = (32, 512)
-# An error on one device (an event element out of bounds on device 1):
-# device 0, which waits for device 1's signal, must stop at once.
-ABORT_CHECK = """
-et.kernel @oob(%k: index) attributes {devices = 2} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %e = et.event.create() : !et.event<2>
-  et.task @a tiles(%i) in (%c1) {
-    et.event.signal %e[%k] peer(%c1) : !et.event<2>
-  }
-  et.task @b tiles(%i) in (%c1) {
-    et.event.wait %e[%c0] : !et.event<2>
-  }
-}
-"""
 ALLREDUCE = [(rows, 4096) for rows in (1, 16, 64)] + [(16, 2048)]
 WORKERS = 132
 THREADS = 128
@@ -56,7 +41,16 @@ def prepare(out: Path, devices: int) -> None:
     kernels["hops-remote-1"] = hop_kernel(devices, 1, peer=1)
     for rows, cols in ALLREDUCE:
         kernels[f"allreduce-{rows}x{cols}"] = allreduce_kernel(devices, rows, cols, dtype="bf16", block=512)
-    kernels["abort-check"] = ABORT_CHECK
+    # An error on one device (an event element out of bounds on device 1):
+    # device 0, which waits for device 1's signal, must stop at once. The
+    # kernel is the CPU test's.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "multi_device_tests", Path(__file__).resolve().parents[1] / "test" / "unit" / "test_multi_device.py")
+    tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests)
+    kernels["abort-check"] = tests.OUT_OF_BOUNDS_ON_ONE
     for name, text in kernels.items():
         art = compile_kernel(text, target="cuda", workers=WORKERS, threads_per_worker=THREADS)
         art.copy_to(out / name)

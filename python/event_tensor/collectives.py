@@ -16,10 +16,6 @@ from .ir import F32Type, IndexType, InsertionPoint, IntegerType, MemRefType, Val
 __all__ = ["allreduce_tasks", "gather_candidates"]
 
 
-def _c(v: int) -> Value:
-    return arith.ConstantOp(IndexType.get(), v).result
-
-
 def allreduce_tasks(x: Value, inbox: Value, y: Value, rows: Value, cols: int, devices: int, *,
                     block: int = 512, name: str = "allreduce", after: tuple | None = None) -> Value:
     """Emits the tasks `{name}_push` (tiles (k, c) over devices x column
@@ -57,16 +53,16 @@ def allreduce_tasks(x: Value, inbox: Value, y: Value, rows: Value, cols: int, de
         # rows x block column block, row-major.
         tid = et.ThreadIdOp(IndexType.get()).result
         threads = et.NumThreadsOp(IndexType.get()).result
-        total = arith.MulIOp(rows, _c(block)).result
-        loop = scf.ForOp(arith.MulIOp(tid, _c(width)).result, total, arith.MulIOp(threads, _c(width)).result)
+        total = arith.MulIOp(rows, et.index(block)).result
+        loop = scf.ForOp(arith.MulIOp(tid, et.index(width)).result, total, arith.MulIOp(threads, et.index(width)).result)
         with InsertionPoint(loop.body):
             e = loop.induction_variable
-            r = arith.DivUIOp(e, _c(block)).result
-            col = arith.AddIOp(arith.MulIOp(c, _c(block)).result, arith.RemUIOp(e, _c(block)).result).result
+            r = arith.DivUIOp(e, et.index(block)).result
+            col = arith.AddIOp(arith.MulIOp(c, et.index(block)).result, arith.RemUIOp(e, et.index(block)).result).result
             body(r, col)
             scf.YieldOp([])
 
-    push = et.TaskOp(f"{name}_push", [_c(devices), _c(blocks)])
+    push = et.TaskOp(f"{name}_push", [et.index(devices), et.index(blocks)])
     with InsertionPoint(push.entry_block):
         k, c = push.tile_ids
         if after is not None:
@@ -80,7 +76,7 @@ def allreduce_tasks(x: Value, inbox: Value, y: Value, rows: Value, cols: int, de
         each_vector(c, copy)
         et.signal(received, [c], peer=k)
 
-    total = et.TaskOp(f"{name}_sum", [_c(blocks)])
+    total = et.TaskOp(f"{name}_sum", [et.index(blocks)])
     with InsertionPoint(total.entry_block):
         (c,) = total.tile_ids
         et.wait(received, [c])
@@ -91,7 +87,7 @@ def allreduce_tasks(x: Value, inbox: Value, y: Value, rows: Value, cols: int, de
             acc = None
             for rank in range(devices):
                 # The slot of device `rank`'s partial: (d - rank) mod N.
-                slot = arith.RemUIOp(arith.AddIOp(d, _c(devices - rank)).result, _c(devices)).result
+                slot = arith.RemUIOp(arith.AddIOp(d, et.index(devices - rank)).result, et.index(devices)).result
                 v = vector.LoadOp(vec, inbox, [slot, r, col]).result
                 if elem != F32Type.get():
                     v = arith.ExtFOp(vec32, v).result
@@ -109,8 +105,8 @@ def _peer_of_device(buffer: Value, rank: Value | int, devices: int) -> Value:
     """The copy of symmetric `buffer` on device `rank` (absolute): et.peer
     at offset (rank - device_id) mod N."""
     d = et.device_id()
-    r = _c(rank) if isinstance(rank, int) else rank
-    off = arith.RemUIOp(arith.SubIOp(arith.AddIOp(r, _c(devices)).result, d).result, _c(devices)).result
+    r = et.index(rank)
+    off = arith.RemUIOp(arith.SubIOp(arith.AddIOp(r, et.index(devices)).result, d).result, et.index(devices)).result
     return et.peer(buffer, off)
 
 
@@ -124,19 +120,19 @@ def gather_candidates(part_val: Value, part_idx: Value, all_val: Value, all_idx:
     idx, i32 = IndexType.get(), IntegerType.get_signless(32)
     tid = et.ThreadIdOp(idx).result
     threads = et.NumThreadsOp(idx).result
-    per_device = arith.MulIOp(rows, _c(chunks)).result
-    total = arith.MulIOp(per_device, _c(devices)).result
+    per_device = arith.MulIOp(rows, et.index(chunks)).result
+    total = arith.MulIOp(per_device, et.index(devices)).result
     loop = scf.ForOp(tid, total, threads)
     with InsertionPoint(loop.body):
         e = loop.induction_variable
         dev = arith.DivUIOp(e, per_device).result
         rest = arith.RemUIOp(e, per_device).result
-        b = arith.DivUIOp(rest, _c(chunks)).result
-        j = arith.RemUIOp(rest, _c(chunks)).result
+        b = arith.DivUIOp(rest, et.index(chunks)).result
+        j = arith.RemUIOp(rest, et.index(chunks)).result
         v = memref.LoadOp(_peer_of_device(part_val, dev, devices), [b, j]).result
         i = memref.LoadOp(_peer_of_device(part_idx, dev, devices), [b, j]).result
-        base = arith.IndexCastOp(i32, arith.MulIOp(dev, _c(share)).result).result
-        col = arith.AddIOp(arith.MulIOp(dev, _c(chunks)).result, j).result
+        base = arith.IndexCastOp(i32, arith.MulIOp(dev, et.index(share)).result).result
+        col = arith.AddIOp(arith.MulIOp(dev, et.index(chunks)).result, j).result
         memref.StoreOp(v, all_val, [b, col])
         memref.StoreOp(arith.AddIOp(i, base).result, all_idx, [b, col])
         scf.YieldOp([])

@@ -133,15 +133,18 @@ def mma_scratch_tiles(config: ModelConfig, lm_rows: int, workers: int) -> int:
                tiles(c.intermediate_size), tiles(lm_rows))
 
 
-def norm_scratch_rows(config: ModelConfig, workers: int, *, tp: int = 1, linear_tile: str = "rows") -> int:
+def norm_scratch_rows(config: ModelConfig, workers: int, *, tp: int = 1, linear_tile: str = "rows",
+                      rows_for=None) -> int:
     """Rows of the norm scratch `xs` of `build_decode_kernel` with fused
-    norms and the default rows per tile, for kernels that share buffers
-    (batch variants) to size it once."""
+    norms, given the rows per tile `rows_for(n, k)` of et.linear (default:
+    about one tile per worker); kernels that share buffers (batch variants)
+    size it once with it."""
     c = tp_config(config, tp)
     lm_rows = c.vocab_size // tp
     if linear_tile == "mma":
         return mma_scratch_tiles(c, lm_rows, workers)
-    return scratch_tiles(replace(c, vocab_size=lm_rows), lambda n, k: min(_rows_per_tile(n, workers), n))
+    rows_for = rows_for or (lambda n, k: min(_rows_per_tile(n, workers), n))
+    return scratch_tiles(replace(c, vocab_size=lm_rows), rows_for)
 
 
 def mma_k_block(k: int) -> int:
@@ -301,9 +304,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         return min(rows, n)
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
-    xs_rows = scratch_tiles(replace(c, vocab_size=V_lm), rows_for) if fuse_norms else 1
-    if mma:
-        xs_rows = mma_scratch_tiles(c, V_lm, lay.workers)
+    xs_rows = norm_scratch_rows(config, lay.workers, tp=tp, linear_tile=linear_tile,
+                                rows_for=rows_for) if fuse_norms else 1
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
             raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")

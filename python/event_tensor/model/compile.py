@@ -235,8 +235,14 @@ def _compile_linear_variants(config: ModelConfig, *, max_batch: int, out_dir, wo
         compile_model(config, max_batch=max_batch, out_dir=out / name, workers=workers, tp=tp,
                       fuse_norms=fuse_norms, linear_tile=tile, scratch_rows=rows, **kwargs)
         variants.append({"min_batch": lo, "max_batch": hi, "dir": name, "linear_tile": tile})
+    return _write_variants(out, variants, linear_tile="auto")
+
+
+def _write_variants(out: Path, variants: list, **info_overrides) -> Path:
+    """The model.json (the first variant's, with `variants` and the
+    overrides) and variants.json of a directory of batch variants."""
     info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
-    info["linear_tile"] = "auto"
+    info.update(info_overrides)
     info["variants"] = variants
     (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
     (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))
@@ -277,9 +283,4 @@ def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_ta
         compile_model(config, max_batch=max_batch, out_dir=out / name, tuning_table=table, workers=workers,
                       table_batch=hi, scratch_rows=rows, **kwargs)
         variants.append({"min_batch": lo, "max_batch": hi, "dir": name})
-    info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
-    info["linear_tiles"] = None
-    info["variants"] = variants
-    (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
-    (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))
-    return out
+    return _write_variants(out, variants, linear_tiles=None)

@@ -87,21 +87,26 @@ def flatten_arguments(metadata: dict, values: Sequence[Any], device: str) -> tup
     return [pair for arg in per_argument for pair in arg], keep
 
 
-def flatten_device_arguments(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[list], list]:
-    """For a kernel on N devices (metadata "devices"): each argument is a
-    list or tuple of N values, one per device (a scalar may also be given
-    once for all). Returns, per device, the parameters after the launcher's
-    own buffers: [this device, every device's counters (left to the
-    launcher: None), every device's copy of each symmetric argument], then
-    the kernel arguments, as (ctype, value) pairs; and the objects to keep
-    alive. Symmetric copies must agree in dtype, shape and strides."""
-    n = int(metadata.get("devices", 1))
+def _check_count(metadata: dict, values: Sequence[Any]) -> None:
     specs = metadata["arguments"]
     if len(values) != len(specs):
         names = ", ".join(s["name"] for s in specs)
         raise ArgumentError(
             f"kernel {metadata['kernel']} takes {len(specs)} arguments ({names}), got {len(values)}"
         )
+
+
+def flatten_device_arguments(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[list], list]:
+    """For a kernel on N devices (metadata "devices"): each argument is a
+    list or tuple of N values, one per device (a scalar may also be given
+    once for all). Returns, per device, the parameters that follow this
+    device's number and every device's counters (which the launcher
+    passes): every device's copy of each symmetric argument, then this
+    device's kernel arguments, as (ctype, value) pairs; and the objects to
+    keep alive. Symmetric copies must agree in dtype, shape and strides."""
+    n = int(metadata.get("devices", 1))
+    specs = metadata["arguments"]
+    _check_count(metadata, values)
     columns = []
     for spec, value in zip(specs, values):
         name = f"{spec['name']} ({spec['type']})"
@@ -132,7 +137,7 @@ def flatten_device_arguments(metadata: dict, values: Sequence[Any], device: str)
                                     f"copy needs the same shape and strides (device {d} differs from device 0)")
     out = []
     for d in range(n):
-        params: list = [("i64", d)] + [None] * n
+        params: list = []
         for i in symmetric:
             for e in range(n):
                 params += flat[e][i]
@@ -144,11 +149,7 @@ def flatten_device_arguments(metadata: dict, values: Sequence[Any], device: str)
 
 def _flatten(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[list[tuple[str, int | float]]], list]:
     specs = metadata["arguments"]
-    if len(values) != len(specs):
-        names = ", ".join(s["name"] for s in specs)
-        raise ArgumentError(
-            f"kernel {metadata['kernel']} takes {len(specs)} arguments ({names}), got {len(values)}"
-        )
+    _check_count(metadata, values)
     per_argument: list[list[tuple[str, int | float]]] = []
     keep = []
     for spec, value in zip(specs, values):

@@ -98,10 +98,9 @@ class CPULauncher:
                     params += _descriptor(self._traces[d])
                 if self.devices > 1:
                     # This device, then every device's counters.
-                    params.append(flat[0])
+                    params.append(("i64", d))
                     for counters in self._counters:
                         params += _descriptor(counters)
-                    flat = flat[1 + self.devices:]
                 params += flat
                 self._fn.argtypes = [ctypes.c_int64] + [_CTYPES[t] for t, _ in params]
                 values = [v for _, v in params]

@@ -271,7 +271,7 @@ class MultiDeviceCUDALauncher:
             raise DeviceError(f"kernel {artifact.kernel} needs devices {ordinals}; this machine has {int(count)}")
         handles = [_check(drv.cuDeviceGet(o), "cuDeviceGet") for o in ordinals]
         for i, li in enumerate(self.launchers):
-            _check(drv.cuCtxSetCurrent(li.context), "cuCtxSetCurrent")
+            li._current()
             for j, lj in enumerate(self.launchers):
                 if i == j:
                     continue
@@ -289,13 +289,16 @@ class MultiDeviceCUDALauncher:
         return self.last_traces[0] if self.last_traces else None
 
     def _params(self, per_device: list[list]) -> list[list]:
+        """Each device's parameters after its own buffers: its number, every
+        device's counters, then the flattened arguments."""
         counters = [p for l in self.launchers for p in l.counters_descriptor()]
-        return [[flat[0], *counters, *flat[1 + self.devices:]] for flat in per_device]
+        return [[("i64", d), *counters, *flat] for d, flat in enumerate(per_device)]
 
-    def _reset_all(self) -> None:
-        words = max(l._buffers["counters"][1] for l in self.launchers)
+    def _reset_all(self, words: int | None = None) -> None:
+        """New buffers on every device (`words` counters, else as many as
+        now), so that the epochs stay in step."""
+        words = words or max(l._buffers["counters"][1] for l in self.launchers)
         for l in self.launchers:
-            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
             l._reset(words)
 
     def _launch(self, packed: list, stream: int) -> None:
@@ -303,7 +306,6 @@ class MultiDeviceCUDALauncher:
         # copies must run at once (they wait on each other), so every launch
         # is enqueued before any is waited on.
         for l, p in zip(self.launchers, packed):
-            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
             l._launch_packed(p, stream)
 
     def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
@@ -323,13 +325,12 @@ class MultiDeviceCUDALauncher:
 
     def synchronize(self, stream: int = 0) -> None:
         for l in self.launchers:
-            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
+            l._current()
             _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
     def _errors(self) -> dict[int, list[int]]:
         records = {}
         for d, l in enumerate(self.launchers):
-            _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
             if l._read("control", 4, ctypes.c_int32)[ERROR_CLAIMED]:
                 records[d] = l._read("error", 8, ctypes.c_int64)
         return records
@@ -354,17 +355,13 @@ class MultiDeviceCUDALauncher:
                 if self.launchers[0].profile:
                     self.last_traces = []
                     for l in self.launchers:
-                        _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
                         control = l._read("control", 4, ctypes.c_int32)
                         words = l._read("trace", 8, ctypes.c_int64)
                         self.last_traces.append(Trace.from_words(self.metadata, words, control[TRACE_CURSOR],
                                                                  l._buffers["trace"][1] // RECORD_WORDS))
                 return
             if all(r[0] == CAPACITY for r in records.values()) and attempt == 0:
-                words = max(r[6] for r in records.values())
-                for l in self.launchers:
-                    _check(self.driver.cuCtxSetCurrent(l.context), "cuCtxSetCurrent")
-                    l._reset(words)
+                self._reset_all(max(r[6] for r in records.values()))
                 continue
             self._reset_all()
             d = first_cause(records, self.metadata)
@@ -373,5 +370,4 @@ class MultiDeviceCUDALauncher:
 
     def close(self) -> None:
         for l in self.launchers:
-            self.driver.cuCtxSetCurrent(l.context)
             l.close()
