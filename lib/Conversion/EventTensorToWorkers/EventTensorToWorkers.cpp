@@ -313,9 +313,10 @@ private:
   /// Waits until counter `index` reaches `expected` (i32). Thread 0 spins;
   /// the outcome is shared by the CTA. On timeout or abort, branches to the
   /// scope's failure block. Continues in a new current block.
+  /// A timeout with `localOnly` stops only this device (see recordError).
   void emitSpin(Scope &scope, Value counterIndex, Value expected, Value task,
                 Value tile, Value event, Value element,
-                StringRef syncscope) {
+                StringRef syncscope, bool localOnly = false) {
     Type i64Type = b.getI64Type(), i1Type = b.getI1Type();
     Block *spin = newBlock(scope, {i64Type});
     Block *check = newBlock(scope, {i64Type});
@@ -370,7 +371,7 @@ private:
 
     b.setInsertionPointToEnd(record);
     recordError(WorkerError::Timeout, task, tile, event, element, expected,
-                observed);
+                observed, localOnly);
     cf::BranchOp::create(b, loc, join, ValueRange{i1(false)});
 
     b.setInsertionPointToEnd(sleep);
@@ -1278,9 +1279,12 @@ void WorkerEmitter::emitDeviceBarrier(Value ok) {
       /*withElse=*/false);
   b.setInsertionPointToStart(worker0.thenBlock());
   auto [region, scope] = openRegion(TypeRange{}, [] { return SmallVector<Value>{}; });
-  // Reported as a wait of no task on the event after the last one.
+  // Reported as a wait of no task on the event after the last one. A
+  // timeout here is the consequence of another device's trouble, which
+  // that device reports: it stops only this device, so it cannot cut the
+  // other device short before it records the cause.
   emitSpin(scope, word, idx((numDevices - 1) * numWorkers), idx(-1), idx(-1),
-           idx(layouts.size()), idx(0), StringRef());
+           idx(layouts.size()), idx(0), StringRef(), /*localOnly=*/true);
   scf::YieldOp::create(b, loc);
 }
 
