@@ -64,6 +64,24 @@ def random_model_weights(config, seed):
     return out
 
 
+def pack_torch(config, weights):
+    """weights.pack with torch tensors (stacked on the GPU)."""
+    def stack(suffix):
+        return torch.stack([weights[f"model.layers.{i}.{suffix}"] for i in range(config.num_layers)]).contiguous()
+
+    packed = {"embed": weights["model.embed_tokens.weight"], "ln1": stack("input_layernorm.weight"),
+              "wq": stack("self_attn.q_proj.weight"), "wk": stack("self_attn.k_proj.weight"),
+              "wv": stack("self_attn.v_proj.weight"), "wo": stack("self_attn.o_proj.weight"),
+              "ln2": stack("post_attention_layernorm.weight"), "wg": stack("mlp.gate_proj.weight"),
+              "wu": stack("mlp.up_proj.weight"), "wd": stack("mlp.down_proj.weight"),
+              "final_norm": weights["model.norm.weight"]}
+    packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else weights["lm_head.weight"]
+    if config.qk_norm:
+        packed["q_norm"] = stack("self_attn.q_norm.weight")
+        packed["k_norm"] = stack("self_attn.k_norm.weight")
+    return packed
+
+
 def to_numpy_bf16(tensors):
     """torch bf16 tensors -> numpy arrays of ml_dtypes.bfloat16 (host)."""
     from event_tensor.model.weights import BF16

@@ -60,33 +60,13 @@ def prepare(out: Path, models, max_context: int, extra: bool, only: str | None =
             print(f"compiled {name} {tag} in {time.perf_counter() - start:.1f} s")
 
 
-def pack_torch(config, weights):
-    """weights.pack with torch tensors (stacked on the GPU)."""
-    import torch
-
-    def stack(suffix):
-        return torch.stack([weights[f"model.layers.{i}.{suffix}"] for i in range(config.num_layers)]).contiguous()
-
-    packed = {"embed": weights["model.embed_tokens.weight"], "ln1": stack("input_layernorm.weight"),
-              "wq": stack("self_attn.q_proj.weight"), "wk": stack("self_attn.k_proj.weight"),
-              "wv": stack("self_attn.v_proj.weight"), "wo": stack("self_attn.o_proj.weight"),
-              "ln2": stack("post_attention_layernorm.weight"), "wg": stack("mlp.gate_proj.weight"),
-              "wu": stack("mlp.up_proj.weight"), "wd": stack("mlp.down_proj.weight"),
-              "final_norm": weights["model.norm.weight"]}
-    packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else weights["lm_head.weight"]
-    if config.qk_norm:
-        packed["q_norm"] = stack("self_attn.q_norm.weight")
-        packed["k_norm"] = stack("self_attn.k_norm.weight")
-    return packed
-
-
 def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, steps: int, out: Path | None) -> None:
     import numpy as np
     import torch
 
     import tp_baseline
     from event_tensor.model import DecodeSession
-    from gpu_timing import copy_bandwidth, launch_seconds, random_model_weights, save_trace
+    from gpu_timing import copy_bandwidth, launch_seconds, pack_torch, random_model_weights, save_trace
 
     copy_bw = copy_bandwidth()
     results = {"date": time.strftime("%Y-%m-%d"), "gpus": [torch.cuda.get_device_name(i)

@@ -445,3 +445,70 @@ def test_prefill_arguments_bad_values(tmp_path):
     plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=32, cache_dir=tmp_path), w)
     with pytest.raises(ValueError, match="has no prefill kernel"):
         plain.prefill_arguments(0, 0, [1])
+
+
+def test_specialized_kernels_share_the_caches(tmp_path):
+    """specialize: one kernel per (batch range, context bucket), each for its
+    own shape; the session picks one per launch from the batch and the
+    longest context, and a sequence moves between kernels on one cache."""
+    import json
+
+    config = model.tiny_config("llama")
+    out = model.compile_model(config, target="cpu", max_batch=4, max_context=32, workers=3, split_len=8,
+                              specialize={"batches": [1, 2], "contexts": [16]}, out_dir=tmp_path / "art",
+                              cache_dir=tmp_path / "cache")
+    info = json.loads((out / "model.json").read_text())
+    assert [(v["min_batch"], v["max_batch"], v["max_context"]) for v in info["variants"]] == \
+        [(1, 1, 16), (1, 1, 32), (2, 2, 16), (2, 2, 32), (3, 4, 16), (3, 4, 32)]
+    assert (info["layout"]["max_batch"], info["layout"]["max_context"]) == (4, 32)
+    for v in info["variants"]:
+        layout = json.loads((out / v["dir"] / "model.json").read_text())["layout"]
+        assert (layout["max_batch"], layout["max_context"]) == (v["max_batch"], v["max_context"])
+        assert (layout["cache_batch"], layout["cache_context"]) == (4, 32)
+    weights = model.random_weights(config, seed=3)
+    session = model.DecodeSession(out, weights)
+    assert session.variant_for(1, 16).endswith("batch1-1-context16-rows")
+    assert session.variant_for(1, 17).endswith("batch1-1-context32-rows")
+    assert session.variant_for(3).endswith("batch3-4-context32-rows")
+    # Weights and caches are one buffer for all kernels; scratch is per kernel.
+    per_variant = session.variant_buffers[0]
+    assert all(b["k_cache"] is per_variant[0]["k_cache"] and b["wq"] is per_variant[0]["wq"] for b in per_variant)
+    assert per_variant[0]["xs"] is not per_variant[-1]["xs"]
+    ref = model.ReferenceModel(config, weights, max_batch=4, max_context=32)
+    # Sequence 0 alone, then with others, past the context bucket of 16, in
+    # slots the batch-1 kernel does not use by itself.
+    steps = [([3], [0], [2]), ([4, 5], [1, 0], [2, 0])] + \
+        [([6 + t, 9], [2 + t, 1 + t], [2, 0]) for t in range(15)] + [([7, 8, 1], [17, 16, 0], [2, 0, 3]), ([2], [18], [2])]
+    used = set()
+    for tokens, positions, slots in steps:
+        session.step(tokens, positions, slots)
+        used.add(session._variant)
+        want = ref.step(tokens, positions, slots)
+        assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3
+    assert used == {0, 1, 2, 3, 5}
+    with pytest.raises(ValueError, match="context 40 exceeds"):
+        session._choose(1, 40)
+    session.close()
+
+
+def test_specialize_errors(tmp_path):
+    from event_tensor.model.compile import shape_buckets
+
+    assert shape_buckets(16, 8192, True) == ([1, 2, 4, 8, 16], [1024, 4096, 8192])
+    assert shape_buckets(3, 1024, True) == ([1, 2, 3], [1024])
+    assert shape_buckets(4, 64, {"contexts": [16]}) == ([4], [16, 64])
+    config = model.tiny_config("llama")
+    for bad in ({"batches": [2, 1]}, {"batches": [0]}, {"contexts": [64]}, {"sizes": [1]}, "yes"):
+        with pytest.raises(ValueError, match="specialize"):
+            shape_buckets(4, 32, bad)
+    with pytest.raises(ValueError, match="need an out_dir"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, specialize=True,
+                            cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="prefill_rows is not supported with kernel variants"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, specialize=True, prefill_rows=8,
+                            out_dir=tmp_path / "x", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="cache_batch must be an int of at least 2"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, cache_batch=1, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="cache_batch / cache_context are set by the kernel variants"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, specialize=True, cache_batch=4,
+                            out_dir=tmp_path / "x", cache_dir=tmp_path)

@@ -8,8 +8,10 @@ with its position and its KV-cache slot (buffers): rows of different slots
 are different sequences; rows of one slot at consecutive positions are a
 chunk of one prompt (prefill), attending causally, since every row's keys
 and values are appended before any row's attention. Weights are stacked per kind ([layers, ...]) and selected with
-`memref.subview` inside task bodies; KV caches are [layers, max_batch,
-max_context, kv_heads, head_dim] bf16.
+`memref.subview` inside task bodies; KV caches are [layers, cache_batch,
+cache_context, kv_heads, head_dim] bf16 (by default max_batch and
+max_context; kernels specialized for smaller shapes keep the storage shape
+of the largest, so that they share the caches).
 
 Every producer task signals one event tensor of rank 0 once per tile, and
 each consumer waits on the events of what it reads; buffers reused across
@@ -59,18 +61,35 @@ class KernelLayout:
     split_len: int
     argmax_chunks: int
     workers: int
+    #: The KV caches' slots and positions (storage), at least max_batch and
+    #: max_context; 0 means equal to them.
+    cache_batch: int = 0
+    cache_context: int = 0
 
     @property
     def splits(self) -> int:
         return -(-self.max_context // self.split_len)
 
+    @property
+    def cache_slots(self) -> int:
+        return self.cache_batch or self.max_batch
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache_context or self.max_context
+
     def to_dict(self) -> dict:
         return dict(max_batch=self.max_batch, max_context=self.max_context, split_len=self.split_len,
-                    argmax_chunks=self.argmax_chunks, workers=self.workers)
+                    argmax_chunks=self.argmax_chunks, workers=self.workers, cache_batch=self.cache_slots,
+                    cache_context=self.cache_len)
 
 
 def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, workers: int,
-                  split_len: int | None = None) -> KernelLayout:
+                  split_len: int | None = None, cache_batch: int | None = None,
+                  cache_context: int | None = None) -> KernelLayout:
+    """The layout of a kernel for up to `max_batch` rows and `max_context`
+    positions. `cache_batch` / `cache_context` (default: the same) give the
+    KV caches a larger storage shape, shared with other kernels."""
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= 16:
         raise ValueError(f"max_batch must be an int in [1, 16] (et.linear serves at most 16 tokens), got {max_batch!r}")
     if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
@@ -89,7 +108,10 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
     if split_len < 1:
         raise ValueError(f"split_len must be positive, got {split_len}")
     chunks = max(1, min(workers, -(-config.vocab_size // 1024)))
-    return KernelLayout(max_batch, max_context, split_len, chunks, workers)
+    for name, value, least in (("cache_batch", cache_batch, max_batch), ("cache_context", cache_context, max_context)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ValueError(f"{name} must be an int of at least {least}, got {value!r}")
+    return KernelLayout(max_batch, max_context, split_len, chunks, workers, cache_batch or 0, cache_context or 0)
 
 
 def _sum_block(hidden: int) -> int:
@@ -201,7 +223,7 @@ def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
     c = config
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
     Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
-    S, B = layout.max_context, layout.max_batch
+    S, B = layout.cache_len, layout.cache_slots
     bf16 = BF16Type.get()
     args = [("embed", mr([V, H], bf16)), ("ln1", mr([L, H], bf16)),
             ("wq", mr([L, Hq * D, H], bf16)), ("wk", mr([L, Hkv * D, H], bf16)), ("wv", mr([L, Hkv * D, H], bf16)),

@@ -237,7 +237,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
                             workers=workers, out_dir=args.output, profile=args.profile,
                             layered=False if args.per_layer else None,
-                            tuning_table=args.tuning_table, batch_variants=args.batch_variants, **cuda)
+                            tuning_table=args.tuning_table, batch_variants=args.batch_variants,
+                            linear_tile=args.linear_tile, specialize=args.specialize, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
@@ -435,6 +436,12 @@ def add_commands(sub) -> None:
     p.add_argument("--batch-variants", action="store_true",
                    help="with --tuning-table: one kernel per range of batch sizes with the same table choices, "
                    "picked per launch")
+    p.add_argument("--linear-tile", choices=["rows", "mma", "auto"], default="rows",
+                   help="linear layers: et.linear row tiles, et.matmul tensor-core tiles, or auto (rows below "
+                   "batch 4, tensor cores from it, as kernel variants; needs --output)")
+    p.add_argument("--specialize", action="store_true",
+                   help="one kernel per batch bucket (1, 2, 4, 8, max) and context bucket (1024, 4096, ..., max), "
+                   "each compiled for its own shape, sharing weights and KV caches; picked per launch (needs --output)")
     p.add_argument("--per-layer", action="store_true",
                    help="one task per kind and layer instead of one per kind over (layer, tile) (the default): "
                    "a kernel about L times larger that takes tens of seconds to compile and load")

@@ -46,6 +46,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
+                  specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
@@ -62,12 +63,18 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     every linear layer for M = max_batch; shapes it lacks use the heuristic,
     and model.json records where each choice came from.
 
-    With `batch_variants` (and a table), one kernel is compiled per range of
-    batch sizes over which the table's choices stay the same, into
-    subdirectories of `out_dir` listed in `variants.json`; `DecodeSession`
-    picks the kernel per launch by batch size (an index into a list). Every
-    variant serves any batch up to `max_batch` and shares the buffers.
+    Kernel variants: with `specialize` (True for the buckets of
+    `shape_buckets`, or a dict of `batches` and `contexts` upper bounds),
+    one kernel is compiled per (batch range, context bucket), each for its
+    own largest batch and context, into subdirectories of `out_dir` listed
+    in `variants.json` (and model.json's `variants`); they share the
+    weights and KV caches (stored for `max_batch` x `max_context`), and
+    `DecodeSession` picks the kernel per launch from the batch size and the
+    longest context of its rows. With `batch_variants` (and a table), the
+    batch ranges are also cut where the table's choices change.
     `table_batch` is the M the table is read at (default `max_batch`).
+    `cache_batch` / `cache_context` give the KV caches a larger storage
+    shape than this kernel serves (what the variants share).
 
     With `prefill_rows` > 0, a prefill kernel (`model.prefill`: the prompt
     tiles, et.matmul and et.attention_prefill) is compiled too, into the
@@ -84,9 +91,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
     (`build_decode_kernel`); model.json records it. `linear_tile="auto"`
-    compiles both, as batch variants that share the buffers: `rows` below
-    batch MMA_FROM_BATCH, `mma` from it (measured faster from batch 4 on
-    Llama-3.2-1B and Llama-3.1-8B; docs/benchmarks.md); it needs `out_dir`."""
+    compiles both, as kernel variants: `rows` below batch MMA_FROM_BATCH,
+    `mma` from it (measured faster from batch 4 on Llama-3.2-1B and
+    Llama-3.1-8B; docs/benchmarks.md); it needs `out_dir`."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -99,29 +106,31 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if layered is None:
         layered = options.get("mode") != "dynamic"
-    if prefill_rows and batch_variants:
-        raise ValueError("prefill_rows is not supported with batch_variants")
-    if tp != 1 and (prefill_rows or batch_variants):
-        raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
     if linear_tile not in ("rows", "mma", "auto"):
         raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {linear_tile!r}")
-    if linear_tile == "auto":
-        if batch_variants or prefill_rows or tuning_table is not None:
-            raise ValueError("linear_tile='auto' is not supported with batch_variants, prefill_rows or a "
-                             "tuning_table")
-        return _compile_linear_variants(config, target=target, max_batch=max_batch, max_context=max_context,
-                                        workers=workers, split_len=split_len, out_dir=out_dir,
-                                        cache_dir=cache_dir, use_cache=use_cache, layered=layered,
-                                        fuse_norms=fuse_norms, tp=tp, **options)
+    if linear_tile == "auto" and max_batch < MMA_FROM_BATCH and not specialize:
+        linear_tile = "rows"  # nothing to choose between
+    variants = bool(specialize) or batch_variants or linear_tile == "auto"
+    if prefill_rows and variants:
+        raise ValueError("prefill_rows is not supported with kernel variants (specialize, batch_variants, "
+                         "linear_tile='auto')")
+    if tp != 1 and (prefill_rows or batch_variants):
+        raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
+    if linear_tile == "auto" and (batch_variants or tuning_table is not None):
+        raise ValueError("linear_tile='auto' is not supported with batch_variants or a tuning_table")
     if isinstance(prefill_rows, bool) or not isinstance(prefill_rows, int) or prefill_rows < 0:
         raise ValueError(f"prefill_rows must be a non-negative int, got {prefill_rows!r}")
-    if batch_variants:
-        return _compile_variants(config, target=target, max_batch=max_batch, max_context=max_context,
-                                 workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
-                                 use_cache=use_cache, layered=layered, tuning_table=tuning_table,
-                                 fuse_norms=fuse_norms, **options)
+    if variants:
+        if cache_batch is not None or cache_context is not None:
+            raise ValueError("cache_batch / cache_context are set by the kernel variants themselves")
+        return _compile_shape_variants(config, target=target, max_batch=max_batch, max_context=max_context,
+                                       workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
+                                       use_cache=use_cache, layered=layered, tuning_table=tuning_table,
+                                       batch_variants=batch_variants, specialize=specialize,
+                                       linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
+                                       table_batch=table_batch, scratch_rows=scratch_rows, **options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
-                           split_len=split_len)
+                           split_len=split_len, cache_batch=cache_batch, cache_context=cache_context)
     if target == "cuda":
         _kv_prefetch_budget(tp_config(config, tp), layout, options)
     choices = {}
@@ -214,73 +223,97 @@ def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
 #: The smallest batch that linear_tile="auto" runs on tensor-core tiles.
 MMA_FROM_BATCH = 4
 
+#: `specialize=True`: the largest batch and context of each kernel. Batch
+#: buckets are these (below max_batch) and max_batch; context buckets are
+#: CONTEXT_BUCKET_FIRST x CONTEXT_BUCKET_FACTOR^k (below max_context) and
+#: max_context.
+BATCH_BUCKETS = (1, 2, 4, 8)
+CONTEXT_BUCKET_FIRST = 1024
+CONTEXT_BUCKET_FACTOR = 4
 
-def _compile_linear_variants(config: ModelConfig, *, max_batch: int, out_dir, workers: int, tp: int,
-                             fuse_norms: bool, **kwargs) -> Path:
-    """linear_tile="auto": `rows` kernels below MMA_FROM_BATCH, `mma` from
-    it, as batch variants sharing the buffers."""
-    from .builder import norm_scratch_rows
 
+def shape_buckets(max_batch: int, max_context: int, specialize) -> tuple[list[int], list[int]]:
+    """The batch and context buckets (ascending upper bounds, the last
+    max_batch / max_context) of `specialize`: False (one bucket each),
+    True (the defaults above) or a dict with `batches` and / or `contexts`
+    lists."""
+    if specialize is False or specialize is None:
+        return [max_batch], [max_context]
+    if specialize is True:
+        batches = [b for b in BATCH_BUCKETS if b < max_batch]
+        contexts = []
+        c = CONTEXT_BUCKET_FIRST
+        while c < max_context:
+            contexts.append(c)
+            c *= CONTEXT_BUCKET_FACTOR
+        return batches + [max_batch], contexts + [max_context]
+    if not isinstance(specialize, dict) or not set(specialize) <= {"batches", "contexts"}:
+        raise ValueError(f"specialize must be a bool or a dict with 'batches' and/or 'contexts', got {specialize!r}")
+    out = []
+    for key, top in (("batches", max_batch), ("contexts", max_context)):
+        values = specialize.get(key, [top])
+        if not isinstance(values, (list, tuple)) or not values or \
+                any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top for v in values) or \
+                list(values) != sorted(set(values)):
+            raise ValueError(f"specialize[{key!r}] must be ascending ints in [1, {top}], got {values!r}")
+        out.append(list(values) + ([top] if values[-1] != top else []))
+    return out[0], out[1]
+
+
+def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context: int, out_dir, workers: int,
+                            specialize, linear_tile: str, batch_variants: bool, tuning_table, tp: int,
+                            **kwargs) -> Path:
+    """One kernel per (range of batch sizes, context bucket), each compiled
+    for its own largest batch and context (tiles, splits, scratch) with the
+    KV caches' storage shape of (max_batch, max_context), so that all share
+    the weights and caches. The batch ranges are cut at the buckets of
+    `specialize`, below MMA_FROM_BATCH for linear_tile="auto" (`rows`
+    kernels below it, `mma` from it), and where the tuning table's choices
+    change (`batch_variants`)."""
     if out_dir is None:
-        raise ValueError("linear_tile='auto' needs an out_dir")
-    if max_batch < MMA_FROM_BATCH:
-        return compile_model(config, max_batch=max_batch, out_dir=out_dir, workers=workers, tp=tp,
-                             fuse_norms=fuse_norms, linear_tile="rows", **kwargs)
-    rows = max(norm_scratch_rows(config, workers, tp=tp, linear_tile=t) for t in ("rows", "mma"))
+        raise ValueError("kernel variants (specialize, linear_tile='auto', batch_variants) need an out_dir")
+    batches, contexts = shape_buckets(max_batch, max_context, specialize)
+    cuts = set(batches)
+    if linear_tile == "auto" and max_batch >= MMA_FROM_BATCH:
+        cuts.add(MMA_FROM_BATCH - 1)
+    table = None
+    if batch_variants:
+        from ..tuning import TuningTable, choose_linear
+
+        if tuning_table is None:
+            raise ValueError("batch_variants needs a tuning_table")
+        table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
+        shapes = config.linear_shapes()
+
+        def choice(m):
+            return tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
+
+        cuts.update(m for m in range(1, max_batch) if choice(m) != choice(m + 1))
+    elif tuning_table is not None:
+        table = tuning_table
+    ranges, lo = [], 1
+    for hi in sorted(c for c in cuts if c <= max_batch):
+        ranges.append((lo, hi))
+        lo = hi + 1
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     variants = []
-    for lo, hi, tile in ((1, MMA_FROM_BATCH - 1, "rows"), (MMA_FROM_BATCH, max_batch, "mma")):
-        name = f"batch{lo}-{hi}-{tile}"
-        compile_model(config, max_batch=max_batch, out_dir=out / name, workers=workers, tp=tp,
-                      fuse_norms=fuse_norms, linear_tile=tile, scratch_rows=rows, **kwargs)
-        variants.append({"min_batch": lo, "max_batch": hi, "dir": name, "linear_tile": tile})
-    return _write_variants(out, variants, linear_tile="auto")
-
-
-def _write_variants(out: Path, variants: list, **info_overrides) -> Path:
-    """The model.json (the first variant's, with `variants` and the
-    overrides) and variants.json of a directory of batch variants."""
+    for lo, hi in ranges:
+        tile = linear_tile if linear_tile != "auto" else ("rows" if hi < MMA_FROM_BATCH else "mma")
+        for context in contexts:
+            name = f"batch{lo}-{hi}-context{context}-{tile}"
+            compile_model(config, max_batch=hi, max_context=context, cache_batch=max_batch,
+                          cache_context=max_context, out_dir=out / name, workers=workers, tp=tp,
+                          linear_tile=tile, tuning_table=table, **kwargs)
+            variants.append({"min_batch": lo, "max_batch": hi, "max_context": context, "dir": name,
+                             "linear_tile": tile})
     info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
-    info.update(info_overrides)
-    info["variants"] = variants
+    # The storage layout: what the session allocates and checks against.
+    info["layout"] = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
+                                   split_len=kwargs.get("split_len")).to_dict()
+    info.update(linear_tile=linear_tile, linear_tiles=None, variants=variants,
+                compile_s=round(sum(json.loads((out / v["dir"] / MODEL_JSON).read_text())["compile_s"]
+                                    for v in variants), 3))
     (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
     (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))
     return out
-
-
-def _compile_variants(config: ModelConfig, *, max_batch: int, out_dir, tuning_table, workers: int, **kwargs) -> Path:
-    """One kernel per range of batch sizes with the same table choices."""
-    from ..tuning import TuningTable, choose_linear
-
-    if tuning_table is None:
-        raise ValueError("batch_variants needs a tuning_table")
-    if out_dir is None:
-        raise ValueError("batch_variants needs an out_dir")
-    table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
-    shapes = config.linear_shapes()
-
-    def choice(m):
-        return tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
-
-    from .builder import scratch_tiles
-
-    ranges = []
-    for m in range(1, max_batch + 1):
-        if ranges and ranges[-1][2] == choice(m):
-            ranges[-1][1] = m
-        else:
-            ranges.append([m, m, choice(m)])
-    # Every variant shares the buffers, so the norm scratch fits the variant
-    # with the most tiles.
-    by_shape = [dict(zip(shapes, choice)) for _, _, choice in ranges]
-    rows = max(scratch_tiles(config, lambda n, k, c=c: c[(n, k)]) for c in by_shape)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    variants = []
-    for lo, hi, _ in ranges:
-        name = f"batch{lo}-{hi}"
-        compile_model(config, max_batch=max_batch, out_dir=out / name, tuning_table=table, workers=workers,
-                      table_batch=hi, scratch_rows=rows, **kwargs)
-        variants.append({"min_batch": lo, "max_batch": hi, "dir": name})
-    return _write_variants(out, variants, linear_tiles=None)

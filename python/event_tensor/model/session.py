@@ -60,26 +60,35 @@ class DecodeSession:
         options = {"timeout_s": timeout_s}
         if profile_capacity:
             options["trace_capacity"] = profile_capacity
-        # Kernel variants per range of batch sizes (compile_model(batch_variants=True)),
+        self.max_context = int(self.layout["max_context"])
+        # Kernel variants per (range of batch sizes, context bucket)
+        # (compile_model(specialize=..., linear_tile="auto", batch_variants=True)),
         # or the one kernel here.
         variants = info.get("variants") or [{"min_batch": 1, "max_batch": self.max_batch, "dir": "."}]
         self.artifacts = [runtime.load(self.path / v["dir"]) for v in variants]
-        specs = [[(a["name"], a["type"]) for a in art.metadata["arguments"]] for art in self.artifacts]
-        if any(s != specs[0] for s in specs):
-            raise ModelArtifactError(f"{self.path}: the kernel variants take different arguments")
         self.launchers = [art.launcher(**options) for art in self.artifacts]
-        # O(1) choice per launch: the variant for each batch size.
-        self._variant_of = [0] * (self.max_batch + 1)
+        # The choice per launch: for each batch size, the variants serving
+        # it as (largest context, index), smallest context first.
+        self._variant_of: list[list[tuple[int, int]]] = [[] for _ in range(self.max_batch + 1)]
         for i, v in enumerate(variants):
             for n in range(int(v["min_batch"]), int(v["max_batch"]) + 1):
-                self._variant_of[n] = i
+                self._variant_of[n].append((int(v.get("max_context", self.max_context)), i))
+        for n in range(1, self.max_batch + 1):
+            self._variant_of[n].sort()
+            if not self._variant_of[n] or self._variant_of[n][-1][0] < self.max_context:
+                raise ModelArtifactError(f"{self.path}: no kernel variant serves batch {n} at context "
+                                         f"{self.max_context}")
+        self._variant = 0
         self.artifact = self.artifacts[0]
         self.launcher = self.launchers[0]
         self.device = "cuda" if self.artifact.target == "cuda" else "cpu"
-        self.max_context = int(self.layout["max_context"])
         packed = pack(self.config, weights) if "model.embed_tokens.weight" in weights else weights
         shards = tp_shards(self.config, packed, self.tp) if self.tp > 1 else [packed]
-        self.device_buffers = [self._alloc(shard, d) for d, shard in enumerate(shards)]
+        # Per device, per variant: the buffer of each argument. Variants
+        # share every buffer of the same name and shape (weights, KV
+        # caches, token rows, outputs); scratch of other shapes is their own.
+        self.variant_buffers = [self._alloc(shard, d) for d, shard in enumerate(shards)]
+        self.device_buffers = [per_variant[0] for per_variant in self.variant_buffers]
         self.buffers = self.device_buffers[0]
         self.batch = 0
         self.last_step_s = 0.0
@@ -121,33 +130,47 @@ class DecodeSession:
 
         return torch.zeros(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
 
-    def _alloc(self, packed: dict[str, np.ndarray], device: int = 0) -> dict[str, Any]:
+    def _alloc(self, packed: dict[str, np.ndarray], device: int = 0) -> list[dict[str, Any]]:
         """Uploads the weights and allocates every other kernel argument
-        (KV caches, token rows, activations) from the artifact's argument
+        (KV caches, token rows, activations) from the artifacts' argument
         shapes, a dynamic first dimension taking `max_batch` rows; the
-        buffers of `device`."""
-        args = self.artifact.metadata["arguments"]
-        self._per_row = [(a["name"], bool(a.get("shape")) and a["shape"][0] == -1) for a in args]
-        buffers: dict[str, Any] = {}
-        missing = []
-        for spec in args:
-            name = spec["name"]
-            if name == "batch":
-                continue
-            if name in packed:
-                array = packed[name]
-                if list(array.shape) != spec["shape"]:
-                    raise ValueError(f"weight '{name}' has shape {list(array.shape)}, the artifact expects "
-                                     f"{spec['shape']}")
-                buffers[name] = self._to_device(array, device)
-            elif name in _WEIGHTS:
-                missing.append(name)
-            else:
+        buffers of `device`, one dict per kernel variant."""
+        self._per_row = [[(a["name"], bool(a.get("shape")) and a["shape"][0] == -1)
+                          for a in art.metadata["arguments"]] for art in self.artifacts]
+        pool: dict[tuple, Any] = {}
+        per_variant = []
+        for art in self.artifacts:
+            buffers: dict[str, Any] = {}
+            missing = []
+            for spec in art.metadata["arguments"]:
+                name = spec["name"]
+                if name == "batch":
+                    continue
                 shape = [self.max_batch if d == -1 else d for d in spec["shape"]]
-                buffers[name] = self._zeros(shape, spec["dtype"], device)
-        if missing:
-            raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
-        return buffers
+                if name in packed or name in _WEIGHTS or name in ("k_cache", "v_cache"):
+                    # Weights and caches: one buffer that every variant takes as is.
+                    if name in pool and list(pool[name].shape) != shape:
+                        raise ModelArtifactError(f"{self.path}: the kernel variants take '{name}' with different "
+                                                 f"shapes ({list(pool[name].shape)} and {shape})")
+                    key = name
+                else:
+                    key = (name, tuple(shape), spec["dtype"])
+                if key in pool:
+                    buffers[name] = pool[key]
+                elif name in packed:
+                    array = packed[name]
+                    if list(array.shape) != spec["shape"]:
+                        raise ValueError(f"weight '{name}' has shape {list(array.shape)}, the artifact expects "
+                                         f"{spec['shape']}")
+                    buffers[name] = pool[key] = self._to_device(array, device)
+                elif name in _WEIGHTS:
+                    missing.append(name)
+                else:
+                    buffers[name] = pool[key] = self._zeros(shape, spec["dtype"], device)
+            if missing:
+                raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
+            per_variant.append(buffers)
+        return per_variant
 
     def reset(self) -> None:
         """Forgets every sequence (clears the KV caches)."""
@@ -161,16 +184,29 @@ class DecodeSession:
 
     # -- running -----------------------------------------------------------
 
-    def _arguments(self, batch: int) -> list:
-        """The kernel's arguments for `batch` rows: buffers whose first
-        dimension is dynamic are passed as their first `batch` rows (on
-        several devices, each argument a list of every device's)."""
-        def one(buffers):
+    def _arguments(self, batch: int, variant: int | None = None) -> list:
+        """The arguments of kernel variant `variant` (default: the one the
+        last step ran) for `batch` rows: buffers whose first dimension is
+        dynamic are passed as their first `batch` rows (on several devices,
+        each argument a list of every device's)."""
+        v = self._variant if variant is None else variant
+
+        def one(per_variant):
+            buffers = per_variant[v]
             return [batch if name == "batch" else (buffers[name][:batch] if rows else buffers[name])
-                    for name, rows in self._per_row]
+                    for name, rows in self._per_row[v]]
         if self.tp == 1:
-            return one(self.buffers)
-        return [list(a) for a in zip(*[one(b) for b in self.device_buffers])]
+            return one(self.variant_buffers[0])
+        return [list(a) for a in zip(*[one(b) for b in self.variant_buffers])]
+
+    def _choose(self, batch: int, context: int) -> int:
+        """The kernel variant for `batch` rows whose longest context (last
+        position + 1) is `context`: of those serving the batch, the one
+        with the smallest context bucket that holds it (a few at most)."""
+        for bucket, i in self._variant_of[batch]:
+            if context <= bucket:
+                return i
+        raise ValueError(f"context {context} exceeds the compiled context {self.max_context}")
 
     def _write_rows(self, rows: dict[str, np.ndarray]) -> None:
         """Host values into the first rows of the named buffers."""
@@ -212,7 +248,8 @@ class DecodeSession:
         tok, pos, slot = self._check(tokens, positions, slots)
         n = len(tok)
         self._write_rows({"tokens": tok, "positions": pos, "slots": slot})
-        self.launcher = self.launchers[self._variant_of[n]]
+        self._variant = self._choose(n, int(pos.max()) + 1)
+        self.launcher = self.launchers[self._variant]
         start = time.perf_counter()
         self.launcher(*self._arguments(n))
         self.last_step_s = time.perf_counter() - start
@@ -330,9 +367,10 @@ class DecodeSession:
             times.append(self.last_step_s)
         return np.stack(out, axis=1), times
 
-    def variant_for(self, batch: int) -> str:
-        """The kernel directory that runs a launch of `batch` rows."""
-        return str(self.artifacts[self._variant_of[batch]].path)
+    def variant_for(self, batch: int, context: int | None = None) -> str:
+        """The kernel directory that runs a launch of `batch` rows whose
+        longest context is `context` (default: the compiled context)."""
+        return str(self.artifacts[self._choose(batch, context or self.max_context)].path)
 
     def close(self) -> None:
         for launcher in self.launchers + ([self.prefill_launcher] if self.prefill_launcher else []):
