@@ -125,9 +125,15 @@ def test_linear_tile_choice_is_checked(tmp_path):
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_auto_linear_tiles_pick_a_kernel_per_batch(tp, tmp_path):
-    """linear_tile="auto": et.linear kernels below batch 4, tensor-core
-    tiles from it, as batch variants sharing one set of buffers."""
+def test_auto_linear_tiles_pick_a_kernel_per_batch(tp, tmp_path, monkeypatch):
+    """linear_tile="auto": et.linear kernels below mma_from_batch (4 here),
+    tensor-core tiles from it, as batch variants sharing one set of buffers."""
+    from event_tensor.model import compile as model_compile
+
+    assert model_compile.mma_from_batch(model.preset("llama-3.2-1b")) == 4
+    assert model_compile.mma_from_batch(model.preset("qwen3-0.6b")) == 8
+    # The tiny config's hidden size is narrow: take the wide models' rule.
+    monkeypatch.setattr(model_compile, "MMA_FROM_BATCH_NARROW", 4)
     config = _config("llama")
     weights = model.random_weights(config, seed=12)
     path = model.compile_model(config, target="cpu", max_batch=5, max_context=32, workers=3, split_len=8, tp=tp,
@@ -143,7 +149,7 @@ def test_auto_linear_tiles_pick_a_kernel_per_batch(tp, tmp_path):
     for tokens, positions in [([5, 9, 3, 7, 1], [0] * 5), ([17], [1]), ([7, 8, 2, 4], [1, 1, 1, 1])]:
         session.step(tokens, positions)
         assert _rel(session.last_logits(), ref.step(tokens, positions)) < 2e-3
-    # Below MMA_FROM_BATCH there is nothing to choose: one et.linear kernel.
+    # Below mma_from_batch there is nothing to choose: one et.linear kernel.
     small = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8, tp=tp,
                                 linear_tile="auto", out_dir=tmp_path / "small", cache_dir=tmp_path / "cache")
     assert json.loads((small / "model.json").read_text())["linear_tile"] == "rows"

@@ -379,7 +379,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             `per_batch`), waiting on the events of `deps`; signals its
             own event once per tile (on each of the `peers` devices
             when given). `pre(*tile_ids)`, if given, runs before the
-            waits and its result is passed to `body` as `pre=`."""
+            waits and its result (a dict) is passed to `body` as `pre=`;
+            its "live" entry, if any, guards the body (a dead tile only
+            waits and signals)."""
             ext = ([batch] if per_batch else []) + [const(e) for e in extents]
             mx = ([B] + list(extents)) if per_batch else None
             events[tname] = et.event([])
@@ -389,7 +391,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 early = pre(*t.tile_ids) if pre else None
                 for dep in deps:
                     et.wait(events[dep], [])
-                if pre:
+                if pre and "live" in early:
+                    guard = scf.IfOp(early["live"])
+                    with InsertionPoint(guard.then_block):
+                        body(*t.tile_ids, pre=early)
+                        scf.YieldOp([])
+                elif pre:
                     body(*t.tile_ids, pre=early)
                 else:
                     body(*t.tile_ids)
@@ -478,8 +485,13 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                             body(layer, *ids, pre=early)
                         else:
                             body(layer, *ids)
-                    if per_batch:
-                        # Tiles past the runtime batch only signal.
+                    if early is not None and "live" in early:
+                        # The pre-wait part says whether the tile has work
+                        # (it folds in the batch guard).
+                        live = early["live"]
+                    if live is not None:
+                        # Tiles past the runtime batch (or otherwise dead)
+                        # only signal.
                         guard = scf.IfOp(live)
                         with InsertionPoint(guard.then_block):
                             run()
@@ -573,8 +585,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             this step writes into row b's slot (the smallest position of
             the rows of the batch with the same slot); the positions
             below it are history the cache rows may be loaded from
-            before the wait. A tile past the runtime batch (`live`
-            false) reads row 0 and stages nothing."""
+            before the wait; and "live": whether the tile has work, that
+            is its row is in the runtime batch and its split starts
+            below the row's length (tiles of splits past it only wait
+            and signal; the merge reads only the splits below). A tile
+            past the runtime batch (`live` false) reads row 0 and stages
+            nothing."""
             if live is not None:
                 b = arith.SelectOp(live, b, const(0)).result
             slot = memref.LoadOp(A["slots"], [b]).result
@@ -591,8 +607,13 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             if live is not None:
                 stable = arith.SelectOp(live, stable, const(0)).result
             slot_i = arith.IndexCastOp(idx, slot).result
+            length = arith.AddIOp(p, const(1)).result
+            has_work = arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(s, const(lay.split_len)).result,
+                                    length).result
+            if live is not None:
+                has_work = arith.AndIOp(live, has_work).result
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=arith.AddIOp(p, const(1)).result, stable=stable)
+                        length=length, stable=stable, live=has_work)
 
         def attn_body(l, b, g, s, pre):
             et.attention_split(row(A["q"], b, [Hq, D], f32), pre["k"], pre["v"],
@@ -601,8 +622,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                g, s, const(lay.split_len), pre["length"], scale, stable=pre["stable"])
 
         def merge_body(l, b):
-            et.attention_merge(row(A["o_part"], b, [lay.splits, Hq, D], f32),
-                               row(A["lse"], b, [lay.splits, Hq], f32), row(A["attn"], b, [Hq, D], bf16))
+            # The splits that hold positions of row b (the attention
+            # tiles of later splits skip their body and write nothing).
+            live = arith.MinUIOp(arith.CeilDivUIOp(arith.AddIOp(position(b), const(1)).result,
+                                                   const(lay.split_len)).result, const(lay.splits)).result
+            o_b = memref.SubViewOp(strided([DYN, Hq, D], f32, [Hq * D, D, 1]), A["o_part"], [b], [live], [],
+                                   static_offsets=[DYN, 0, 0, 0], static_sizes=[1, DYN, Hq, D],
+                                   static_strides=[1, 1, 1, 1]).result
+            lse_b = memref.SubViewOp(strided([DYN, Hq], f32, [Hq, 1]), A["lse"], [b], [live], [],
+                                     static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, Hq],
+                                     static_strides=[1, 1, 1]).result
+            et.attention_merge(o_b, lse_b, row(A["attn"], b, [Hq, D], bf16))
 
         def norm2_body(l, t):
             et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)

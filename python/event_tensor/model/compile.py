@@ -91,9 +91,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
     (`build_decode_kernel`); model.json records it. `linear_tile="auto"`
-    compiles both, as kernel variants: `rows` below batch MMA_FROM_BATCH,
-    `mma` from it (measured faster from batch 4 on Llama-3.2-1B and
-    Llama-3.1-8B; docs/benchmarks.md); it needs `out_dir`."""
+    compiles both, as kernel variants: `rows` below `mma_from_batch`
+    (batch 4 for hidden sizes from 2048, else 8; measured on the H200),
+    `mma` from it; it needs `out_dir`."""
     from .. import compile as et_compile
     from ..ir import Context
 
@@ -108,7 +108,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         layered = options.get("mode") != "dynamic"
     if linear_tile not in ("rows", "mma", "auto"):
         raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {linear_tile!r}")
-    if linear_tile == "auto" and max_batch < MMA_FROM_BATCH and not specialize:
+    if linear_tile == "auto" and max_batch < mma_from_batch(config) and not specialize:
         linear_tile = "rows"  # nothing to choose between
     variants = bool(specialize) or batch_variants or linear_tile == "auto"
     if prefill_rows and variants:
@@ -220,8 +220,20 @@ def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
         options["tile_prefetch_bytes"] = max(MIN_PREFETCH_BYTES, -(-need // 1024) * 1024)
 
 
-#: The smallest batch that linear_tile="auto" runs on tensor-core tiles.
+#: The smallest batch that linear_tile="auto" runs on tensor-core tiles,
+#: for hidden sizes from MMA_WIDE_HIDDEN; below it, MMA_FROM_BATCH_NARROW.
+#: Measured on the H200 (docs/benchmarks.md, "One artifact, a kernel per
+#: shape"): tensor-core tiles were faster from batch 4 on Llama-3.2-1B and
+#: Llama-3.1-8B (hidden 2048, 4096), but slower up to batch 6 on Qwen3-0.6B
+#: (hidden 1024: a tile's K is too short to amortize its ring fill).
 MMA_FROM_BATCH = 4
+MMA_FROM_BATCH_NARROW = 8
+MMA_WIDE_HIDDEN = 2048
+
+
+def mma_from_batch(config: ModelConfig) -> int:
+    """The smallest batch that linear_tile="auto" runs on tensor cores."""
+    return MMA_FROM_BATCH if config.hidden_size >= MMA_WIDE_HIDDEN else MMA_FROM_BATCH_NARROW
 
 #: `specialize=True`: the largest batch and context of each kernel. Batch
 #: buckets are these (below max_batch) and max_batch; context buckets are
@@ -267,15 +279,16 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     for its own largest batch and context (tiles, splits, scratch) with the
     KV caches' storage shape of (max_batch, max_context), so that all share
     the weights and caches. The batch ranges are cut at the buckets of
-    `specialize`, below MMA_FROM_BATCH for linear_tile="auto" (`rows`
-    kernels below it, `mma` from it), and where the tuning table's choices
+    `specialize`, below `mma_from_batch(config)` for linear_tile="auto"
+    (`rows` kernels below it, `mma` from it), and where the tuning table's choices
     change (`batch_variants`)."""
     if out_dir is None:
         raise ValueError("kernel variants (specialize, linear_tile='auto', batch_variants) need an out_dir")
     batches, contexts = shape_buckets(max_batch, max_context, specialize)
     cuts = set(batches)
-    if linear_tile == "auto" and max_batch >= MMA_FROM_BATCH:
-        cuts.add(MMA_FROM_BATCH - 1)
+    mma_from = mma_from_batch(config)
+    if linear_tile == "auto" and max_batch >= mma_from:
+        cuts.add(mma_from - 1)
     table = None
     if batch_variants:
         from ..tuning import TuningTable, choose_linear
@@ -299,7 +312,7 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     out.mkdir(parents=True, exist_ok=True)
     variants = []
     for lo, hi in ranges:
-        tile = linear_tile if linear_tile != "auto" else ("rows" if hi < MMA_FROM_BATCH else "mma")
+        tile = linear_tile if linear_tile != "auto" else ("rows" if hi < mma_from else "mma")
         for context in contexts:
             name = f"batch{lo}-{hi}-context{context}-{tile}"
             compile_model(config, max_batch=hi, max_context=context, cache_batch=max_batch,
