@@ -191,3 +191,27 @@ def test_prefill_attention_ptx(tmp_path):
     assert f".u32 __et_dynamic_shared_bytes = {3 * 2 * 64 * 72 * 2};" in ptx
     report = _assemble(art, tmp_path)
     assert "0 bytes spill stores" in report, report
+
+
+def test_cubin_is_assembled_at_ptxas_opt_level_3(tmp_path):
+    """format="bin": ptxas runs at --opt-level 3 (what the driver uses for
+    PTX) whatever the LLVM opt_level; at the model kernels' opt_level 1 it
+    used to run at 1 too, and those cubins spilled and ran slower."""
+    from test_tile_ops import _attention_kernel
+
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    kernel = _attention_kernel(32, 8, 64, 1024, 8, 128)
+    options = dict(target="cuda", workers=8, threads_per_worker=512, opt_level=1, cache_dir=tmp_path)
+    ptx = et.compile(kernel, format="isa", **options)
+    cubin = et.compile(kernel, format="bin", **options)
+    sizes = {}
+    for level in (1, 3):
+        out = tmp_path / f"o{level}.cubin"
+        run = subprocess.run([ptxas, "-arch=sm_90a", "--opt-level", str(level), str(ptx.binary_path), "-o", str(out)],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        sizes[level] = out.stat().st_size
+    assert sizes[1] != sizes[3], "the kernel must tell the two levels apart"
+    assert cubin.binary_path.stat().st_size == sizes[3]
