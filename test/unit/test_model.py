@@ -192,6 +192,16 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
     assert "3 prompts exceed the 2 cache slots" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
+    # A kernel per shape bucket: run and bench go through the session's choice.
+    spec = tmp_path / "spec"
+    assert main(["compile", "tiny-llama", "-o", str(spec), "--device", "cpu", "--max-batch", "2",
+                 "--max-context", "16", "--workers", "2", "--specialize"]) == 0
+    assert [v["max_batch"] for v in json.loads((spec / "model.json").read_text())["variants"]] == [1, 2]
+    assert main(["run", str(spec), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy tokens agree 8/8" in out, out
+    assert main(["bench", str(spec), "--iters", "2", "--warmup", "1", "--batch", "1"]) == 0
+    assert "ms per step" in capsys.readouterr().out
     # Compiling for CUDA needs no GPU (PTX is emitted here).
     cuda_art = tmp_path / "cuda"
     assert main(["compile", "tiny-llama", "-o", str(cuda_art), "--device", "cuda", "--max-context", "16",
@@ -494,8 +504,8 @@ def test_specialized_kernels_share_the_caches(tmp_path):
 def test_specialize_errors(tmp_path):
     from event_tensor.model.compile import shape_buckets
 
-    assert shape_buckets(16, 8192, True) == ([1, 2, 4, 8, 16], [1024, 4096, 8192])
-    assert shape_buckets(3, 1024, True) == ([1, 2, 3], [1024])
+    assert shape_buckets(16, 8192, True) == ([1, 2, 4, 8, 16], [256, 512, 1024, 2048, 4096, 8192])
+    assert shape_buckets(3, 200, True) == ([1, 2, 3], [200])
     assert shape_buckets(4, 64, {"contexts": [16]}) == ([4], [16, 64])
     config = model.tiny_config("llama")
     for bad in ({"batches": [2, 1]}, {"batches": [0]}, {"contexts": [64]}, {"sizes": [1]}, "yes"):

@@ -137,7 +137,8 @@ def test_auto_linear_tiles_pick_a_kernel_per_batch(tp, tmp_path, monkeypatch):
     config = _config("llama")
     weights = model.random_weights(config, seed=12)
     path = model.compile_model(config, target="cpu", max_batch=5, max_context=32, workers=3, split_len=8, tp=tp,
-                               linear_tile="auto", out_dir=tmp_path / "auto", cache_dir=tmp_path / "cache")
+                               linear_tile="auto", out_dir=tmp_path / "auto", cache_dir=tmp_path / "cache",
+                               jobs=1)
     info = json.loads((path / "model.json").read_text())
     assert info["linear_tile"] == "auto" and info["tp"] == tp
     assert [(v["min_batch"], v["max_batch"], v["linear_tile"]) for v in info["variants"]] == \

@@ -437,8 +437,9 @@ def add_commands(sub) -> None:
                    help="with --tuning-table: one kernel per range of batch sizes with the same table choices, "
                    "picked per launch")
     p.add_argument("--linear-tile", choices=["rows", "mma", "auto"], default="rows",
-                   help="linear layers: et.linear row tiles, et.matmul tensor-core tiles, or auto (rows below "
-                   "batch 4, tensor cores from it, as kernel variants; needs --output)")
+                   help="linear layers: et.linear row tiles, et.matmul tensor-core tiles, or auto (row tiles for "
+                   "small batches, tensor cores from batch 4, or 8 for hidden sizes below 2048, as kernel variants; "
+                   "needs --output)")
     p.add_argument("--specialize", action="store_true",
                    help="one kernel per batch bucket (1, 2, 4, 8, max) and context bucket (1024, 4096, ..., max), "
                    "each compiled for its own shape, sharing weights and KV caches; picked per launch (needs --output)")

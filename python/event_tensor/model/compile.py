@@ -5,6 +5,7 @@ kernel, so `DecodeSession` can run it without MLIR."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
-                  **options) -> Path:
+                  jobs: int | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -74,7 +75,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     batch ranges are also cut where the table's choices change.
     `table_batch` is the M the table is read at (default `max_batch`).
     `cache_batch` / `cache_context` give the KV caches a larger storage
-    shape than this kernel serves (what the variants share).
+    shape than this kernel serves (what the variants share). The variants
+    compile in `jobs` processes (default: one per core).
 
     With `prefill_rows` > 0, a prefill kernel (`model.prefill`: the prompt
     tiles, et.matmul and et.attention_prefill) is compiled too, into the
@@ -128,7 +130,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        use_cache=use_cache, layered=layered, tuning_table=tuning_table,
                                        batch_variants=batch_variants, specialize=specialize,
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
-                                       table_batch=table_batch, scratch_rows=scratch_rows, **options)
+                                       table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
+                                       **options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context)
     if target == "cuda":
@@ -238,10 +241,12 @@ def mma_from_batch(config: ModelConfig) -> int:
 #: `specialize=True`: the largest batch and context of each kernel. Batch
 #: buckets are these (below max_batch) and max_batch; context buckets are
 #: CONTEXT_BUCKET_FIRST x CONTEXT_BUCKET_FACTOR^k (below max_context) and
-#: max_context.
+#: max_context. (With buckets of 1024 x 4^k, a context a quarter to a half
+#: of its bucket measured up to 1.14x, and context 128 in the 1024 bucket
+#: up to 1.20x, the time of a kernel for that context: docs/benchmarks.md.)
 BATCH_BUCKETS = (1, 2, 4, 8)
-CONTEXT_BUCKET_FIRST = 1024
-CONTEXT_BUCKET_FACTOR = 4
+CONTEXT_BUCKET_FIRST = 256
+CONTEXT_BUCKET_FACTOR = 2
 
 
 def shape_buckets(max_batch: int, max_context: int, specialize) -> tuple[list[int], list[int]]:
@@ -272,16 +277,21 @@ def shape_buckets(max_batch: int, max_context: int, specialize) -> tuple[list[in
     return out[0], out[1]
 
 
+def _compile_one(config: ModelConfig, kwargs: dict) -> None:
+    compile_model(config, **kwargs)
+
+
 def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context: int, out_dir, workers: int,
                             specialize, linear_tile: str, batch_variants: bool, tuning_table, tp: int,
-                            **kwargs) -> Path:
+                            jobs: int | None, **kwargs) -> Path:
     """One kernel per (range of batch sizes, context bucket), each compiled
     for its own largest batch and context (tiles, splits, scratch) with the
     KV caches' storage shape of (max_batch, max_context), so that all share
     the weights and caches. The batch ranges are cut at the buckets of
     `specialize`, below `mma_from_batch(config)` for linear_tile="auto"
     (`rows` kernels below it, `mma` from it), and where the tuning table's choices
-    change (`batch_variants`)."""
+    change (`batch_variants`). The kernels compile in `jobs` processes
+    (default: one per core)."""
     if out_dir is None:
         raise ValueError("kernel variants (specialize, linear_tile='auto', batch_variants) need an out_dir")
     batches, contexts = shape_buckets(max_batch, max_context, specialize)
@@ -310,23 +320,37 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
         lo = hi + 1
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    variants = []
+    variants, jobs_args = [], []
     for lo, hi in ranges:
         tile = linear_tile if linear_tile != "auto" else ("rows" if hi < mma_from else "mma")
         for context in contexts:
             name = f"batch{lo}-{hi}-context{context}-{tile}"
-            compile_model(config, max_batch=hi, max_context=context, cache_batch=max_batch,
-                          cache_context=max_context, out_dir=out / name, workers=workers, tp=tp,
-                          linear_tile=tile, tuning_table=table, **kwargs)
+            jobs_args.append(dict(max_batch=hi, max_context=context, cache_batch=max_batch,
+                                  cache_context=max_context, out_dir=out / name, workers=workers, tp=tp,
+                                  linear_tile=tile, tuning_table=table, **kwargs))
             variants.append({"min_batch": lo, "max_batch": hi, "max_context": context, "dir": name,
                              "linear_tile": tile})
+    start = time.perf_counter()
+    jobs = min(jobs or os.cpu_count() or 1, len(jobs_args))
+    if jobs > 1:
+        # Each kernel compiles in a process of its own (MLIR and ptxas are
+        # single-threaded per kernel); spawned, not forked, so that no
+        # state of this process is copied mid-use.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for done in [pool.submit(_compile_one, config, a) for a in jobs_args]:
+                done.result()
+    else:
+        for a in jobs_args:
+            _compile_one(config, a)
     info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
     # The storage layout: what the session allocates and checks against.
     info["layout"] = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                                    split_len=kwargs.get("split_len")).to_dict()
-    info.update(linear_tile=linear_tile, linear_tiles=None, variants=variants,
-                compile_s=round(sum(json.loads((out / v["dir"] / MODEL_JSON).read_text())["compile_s"]
-                                    for v in variants), 3))
+    info.update(linear_tile=linear_tile, linear_tiles=None, variants=variants, compile_jobs=jobs,
+                compile_s=round(time.perf_counter() - start, 3))
     (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
     (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))
     return out
