@@ -45,7 +45,7 @@ Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
 
 /// True for the tile compute ops this pass lowers.
 bool isTileOp(Operation *op) {
-  return isa<LinearOp, MatmulOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
+  return isa<LinearOp, MatmulOp, PrefetchOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp,
              ArgmaxOp, AttentionSplitOp, AttentionMergeOp, AttentionPrefillOp>(op);
 }
 
@@ -331,6 +331,40 @@ void prefetchWeightsL2(LinearOp op) {
                              arith::MulIOp::create(b, loc, start, meta.getStrides()[0]), 2, 1);
   Value size = arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes);
   NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
+}
+
+/// et.prefetch: thread 0 issues one bulk L2 prefetch of the rows on the
+/// GPU; nothing on the CPU.
+void lowerPrefetch(PrefetchOp op, bool gpu) {
+  if (!gpu) {
+    op.erase();
+    return;
+  }
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  MemRefType type = op.getW().getType();
+  int64_t eltBytes = type.getElementTypeBitWidth() / 8;
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value start = arith::MinSIOp::create(b, loc, op.getRow0(), n);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
+  Value bytes = arith::MulIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, end, start),
+      arith::MulIOp::create(b, loc, k, h.idx(eltBytes)));
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value go = arith::AndIOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes, h.idx(0)));
+  auto ifOp = scf::IfOp::create(b, loc, go, /*withElse=*/false);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+  Value ptr = elementPointer(b, loc, op.getW(),
+                             arith::MulIOp::create(b, loc, start, meta.getStrides()[0]), eltBytes, 1);
+  Value size = arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes);
+  NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
+  op.erase();
 }
 
 /// What both GPU lowerings of et.linear start from: the types, the warp
@@ -2191,6 +2225,8 @@ struct LowerTileOpsPass
     for (Operation *op : ops) {
       if (auto silu = dyn_cast<SiluMulOp>(op))
         lowerSiluMul(silu);
+      else if (auto prefetch = dyn_cast<PrefetchOp>(op))
+        lowerPrefetch(prefetch, gpu);
       else if (auto norm = dyn_cast<RMSNormOp>(op))
         lowerRMSNorm(norm, gpu);
       else if (auto emb = dyn_cast<EmbeddingOp>(op))

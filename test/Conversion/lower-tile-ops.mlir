@@ -515,3 +515,25 @@ et.kernel @argmax(%x: memref<2x1000xf32>, %v: memref<2x4xf32>, %i: memref<2x4xi3
     et.argmax %x, %v, %i cols(%c0, %c250) slot(%s) : memref<2x1000xf32>, memref<2x4xf32>, memref<2x4xi32>
   }
 }
+
+// et.prefetch: on the GPU, thread 0 issues one bulk L2 prefetch of the
+// rows (bytes = rows clamped to N, times K x 2); on the CPU, nothing.
+// GPU-LABEL: et.kernel @l2_hint
+// GPU: arith.minsi
+// GPU: scf.if
+// GPU: nvvm.cp.async.bulk.prefetch %{{.*}}, %{{.*}} : <1>
+// GPU-NOT: et.prefetch
+// CPU-LABEL: et.kernel @l2_hint
+// CPU-NOT: et.prefetch
+// CPU-NOT: cp.async
+// CPU: et.event.signal
+et.kernel @l2_hint(%w: memref<64x256xbf16, strided<[256, 1], offset: ?>>) {
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %e = et.event.create() : !et.event<>
+  et.task @t tiles(%i) in (%c1) {
+    %r0 = arith.muli %i, %c16 : index
+    et.prefetch %w rows(%r0, %c16) : memref<64x256xbf16, strided<[256, 1], offset: ?>>
+    et.event.signal %e[] : !et.event<>
+  }
+}

@@ -522,3 +522,33 @@ def test_specialize_errors(tmp_path):
     with pytest.raises(ValueError, match="cache_batch / cache_context are set by the kernel variants"):
         model.compile_model(config, target="cpu", max_batch=2, max_context=16, specialize=True, cache_batch=4,
                             out_dir=tmp_path / "x", cache_dir=tmp_path)
+
+
+def test_l2_prefetch_hints_change_no_value(tmp_path):
+    """l2_prefetch: a task of et.prefetch hints per layer; the step's values
+    are those of the reference (hints are no-ops on the CPU), and on the GPU
+    each hint is one bulk L2 prefetch (o, gate, up)."""
+    config = model.tiny_config("qwen3")
+    weights = model.random_weights(config, seed=8)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                               l2_prefetch=0.5, cache_dir=tmp_path)
+    assert json.loads((path / "model.json").read_text())["l2_prefetch"] == 0.5
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    for t in range(4):
+        session.step([3 + t, 9], [t, t])
+        want = ref.step([3 + t, 9], [t, t])
+        assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3
+    cuda = model.compile_model(config, target="cuda", max_batch=1, max_context=32, workers=8,
+                               threads_per_worker=128, l2_prefetch=0.5, cache_dir=tmp_path)
+    assert (cuda / "kernel.ptx").read_text().count("cp.async.bulk.prefetch.L2") == 3
+    plain = model.compile_model(config, target="cuda", max_batch=1, max_context=32, workers=8,
+                                threads_per_worker=128, cache_dir=tmp_path)
+    assert "cp.async.bulk.prefetch" not in (plain / "kernel.ptx").read_text()
+    for bad in (1.5, -0.1, True, "half"):
+        with pytest.raises(ValueError, match="l2_prefetch must be a fraction in \\[0, 1\\]"):
+            model.compile_model(config, target="cpu", max_batch=1, max_context=16, l2_prefetch=bad,
+                                cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="l2_prefetch needs the layered kernel"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, l2_prefetch=0.5, layered=False,
+                            cache_dir=tmp_path)

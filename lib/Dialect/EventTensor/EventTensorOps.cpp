@@ -644,6 +644,22 @@ static bool sameDim(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }
 
+LogicalResult PrefetchOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  MemRefType w = getW().getType();
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (failed(w.getStridesAndOffset(strides, offset)) || strides[1] != 1 ||
+      (!ShapedType::isDynamic(w.getDimSize(1)) && !ShapedType::isDynamic(strides[0]) &&
+       strides[0] != w.getDimSize(1)))
+    return emitOpError("w must hold its rows contiguously (strides [K, 1]), got ") << w;
+  if (!ShapedType::isDynamic(w.getDimSize(1)) &&
+      (w.getDimSize(1) * w.getElementTypeBitWidth() / 8) % 16 != 0)
+    return emitOpError("a row of w must be a multiple of 16 bytes (bulk prefetch granule), got ") << w;
+  return success();
+}
+
 LogicalResult SiluMulOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();

@@ -259,7 +259,8 @@ def vec_view(w, layer, n: int):
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
-                        scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows") -> Module:
+                        scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
+                        l2_prefetch: float = 0.0) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -304,11 +305,22 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     of 16 x BN rows of w (`mma.sync` tensor-core tiles, the batch padded to
     16 rows) instead of `et.linear`: a tile reads its weights once for all
     rows of the batch (fused norms only). q, k and v get tiles of their
-    own in the `qkv` task; BN per layer from `mma_block`."""
+    own in the `qkv` task; BN per layer from `mma_block`.
+
+    `l2_prefetch` = f in (0, 1] adds a task `l2` per layer (layered kernels)
+    whose tile t, once the layer's `qkv` is done, hints the first f of the
+    rows of `o` tile t and of `mlp` tile t (gate and up) into L2
+    (`et.prefetch`): workers that would idle through the latency-bound
+    attention chain start the next phases' weight traffic, and every tile
+    of those phases finds the same share of its rows in L2."""
     if tp != 1 and not (layered and fuse_norms):
         raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
     if linear_tile not in ("rows", "mma"):
         raise ValueError(f"linear_tile must be 'rows' or 'mma', got {linear_tile!r}")
+    if isinstance(l2_prefetch, bool) or not isinstance(l2_prefetch, (int, float)) or not 0 <= l2_prefetch <= 1:
+        raise ValueError(f"l2_prefetch must be a fraction in [0, 1], got {l2_prefetch!r}")
+    if l2_prefetch and not layered:
+        raise ValueError("l2_prefetch needs the layered kernel")
     mma = linear_tile == "mma"
     if mma and not fuse_norms:
         raise ValueError("linear_tile='mma' needs fused norms")
@@ -710,6 +722,23 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # qkv starts each layer; mlp waits on o directly.
             layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
             layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
+        if l2_prefetch:
+            o_rows = mma_block(H, lay.workers) if mma else rows_for(H, Hq * D)
+            o_tiles = -(-H // o_rows)
+
+            def l2_body(l, t):
+                def hint(name, n, k, rows):
+                    r0 = arith.MulIOp(t, const(rows)).result
+                    et.prefetch(layer_view(A[name], l, n, k), r0, const(max(1, int(rows * l2_prefetch))))
+                guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, t, const(o_tiles)).result)
+                with InsertionPoint(guard.then_block):
+                    hint("wo", H, Hq * D, o_rows)
+                    scf.YieldOp([])
+                hint("wg", I, H, mlp_rows)
+                hint("wu", I, H, mlp_rows)
+            spec = ("l2", l2_body, [max(gate_lin[1], o_tiles)], False, ["qkv"], 0, 0)
+            at = [i for i, sp in enumerate(layer_tasks) if sp[0] == "attn"][0] + 1
+            layer_tasks = layer_tasks[:at] + [spec] + layer_tasks[at:]
         # Tensor parallelism: the all-reduces, h += the partial sums of
         # every device (et.allreduce, one per layer); mlp waits on sum_o,
         # the next layer on sum_d.

@@ -48,7 +48,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
-                  jobs: int | None = None, **options) -> Path:
+                  jobs: int | None = None, l2_prefetch: float = 0.0, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -89,6 +89,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `DecodeSession` shards the weights and runs the N copies. It needs the
     layered kernel and fused norms, and takes no prefill kernel or batch
     variants yet.
+
+    `l2_prefetch` = f adds the L2 hints of `build_decode_kernel`.
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
@@ -131,7 +133,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        batch_variants=batch_variants, specialize=specialize,
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
-                                       **options)
+                                       l2_prefetch=l2_prefetch, **options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context)
     if target == "cuda":
@@ -153,13 +155,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     with Context():
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
-                                     linear_tile=linear_tile)
+                                     linear_tile=linear_tile, l2_prefetch=l2_prefetch)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
-            "tp": tp, "linear_tile": linear_tile,
+            "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}

@@ -345,6 +345,44 @@ et.kernel @silu_outside_task(%g: memref<1x8xf32>) {
 
 // -----
 
+et.kernel @prefetch_outside_task(%w: memref<8x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'et.prefetch' op must be nested in an 'et.task' body}}
+  et.prefetch %w rows(%c1, %c1) : memref<8x64xbf16>
+}
+
+// -----
+
+et.kernel @prefetch_strided_rows(%w: memref<8x64xbf16, strided<[128, 1]>>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{w must hold its rows contiguously (strides [K, 1]), got 'memref<8x64xbf16, strided<[128, 1]>>'}}
+    et.prefetch %w rows(%i, %c1) : memref<8x64xbf16, strided<[128, 1]>>
+  }
+}
+
+// -----
+
+et.kernel @prefetch_column(%w: memref<8x64xbf16, strided<[1, 8]>>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{w must hold its rows contiguously (strides [K, 1]), got 'memref<8x64xbf16, strided<[1, 8]>>'}}
+    et.prefetch %w rows(%i, %c1) : memref<8x64xbf16, strided<[1, 8]>>
+  }
+}
+
+// -----
+
+et.kernel @prefetch_short_rows(%w: memref<8x4xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{a row of w must be a multiple of 16 bytes (bulk prefetch granule), got 'memref<8x4xbf16>'}}
+    et.prefetch %w rows(%i, %c1) : memref<8x4xbf16>
+  }
+}
+
+// -----
+
 et.kernel @rmsnorm_shapes(%x: memref<1x8xf32>, %w: memref<8xf32>, %y: memref<2x8xf32>) {
   %c1 = arith.constant 1 : index
   et.task @t tiles(%i) in (%c1) {

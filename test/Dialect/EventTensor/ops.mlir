@@ -213,6 +213,8 @@ et.kernel @norm_and_act(%x: memref<1x2048xbf16>, %w: memref<2048xbf16>, %y: memr
     et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%r) : memref<1x2048xbf16>, memref<2048xbf16>, memref<1x2048xbf16>, memref<1x2048xf32>
     // CHECK: et.silu_mul %{{.*}}, %{{.*}}, %{{.*}} cols(%{{.*}}, %{{.*}}) : memref<1x2048xf32>
     et.silu_mul %r, %r, %y cols(%c0, %c1) : memref<1x2048xf32>, memref<1x2048xf32>, memref<1x2048xbf16>
+    // CHECK: et.prefetch %{{.*}} rows(%{{.*}}, %{{.*}}) : memref<1x2048xf32>
+    et.prefetch %r rows(%c0, %c1) : memref<1x2048xf32>
   }
 }
 

@@ -583,6 +583,33 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
   let hasVerifier = 1;
 }
 
+def ET_PrefetchOp : ET_Op<"prefetch", [
+    MemoryEffects<[MemRead<DefaultResource>]>]> {
+  let summary = "a hint: rows of a matrix will be read soon (L2 prefetch)";
+  let description = [{
+    Rows `[row0, row0 + rows)` of the row-major matrix `w` (`N x K`, rows
+    contiguous: unit inner stride and a row stride of K), clamped to `N`,
+    are about to be read by some tile. On the GPU, thread 0 of the worker
+    issues one bulk prefetch of those bytes into L2
+    (`cp.async.bulk.prefetch.L2`) and nobody waits for it; on the CPU the op
+    does nothing. It changes no value: a task of prefetches lets workers
+    that would otherwise idle (during a latency-bound phase) start the
+    memory traffic of a later bandwidth-bound phase.
+
+    Example:
+
+    ```mlir
+    et.prefetch %wg rows(%r0, %c64) : memref<8192x2048xbf16, strided<[2048, 1], offset: ?>>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F16, F32], [2]>, "", [MemRead]>:$w,
+                       Index:$row0, Index:$rows);
+  let assemblyFormat = [{
+    $w `rows` `(` $row0 `,` $rows `)` attr-dict `:` type($w)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_SiluMulOp : ET_Op<"silu_mul", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "the gated MLP activation: y = silu(gate) * up";
