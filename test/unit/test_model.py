@@ -552,3 +552,20 @@ def test_l2_prefetch_hints_change_no_value(tmp_path):
     with pytest.raises(ValueError, match="l2_prefetch needs the layered kernel"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, l2_prefetch=0.5, layered=False,
                             cache_dir=tmp_path)
+
+
+def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
+    """Each kernel variant takes the defaults of its own max_batch (they
+    were once taken from the artifact's max_batch for all of them): weight
+    loads in flight (tile_unroll) and the KV staging of max_batch 1."""
+    from event_tensor.model.compile import MODEL_KV_PREFETCH, MODEL_TILE_UNROLL
+
+    config = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
+                               intermediate_size=512)
+    out = model.compile_model(config, target="cuda", max_batch=8, max_context=64, workers=8, threads_per_worker=128,
+                              specialize={"batches": [1]}, out_dir=tmp_path / "art", cache_dir=tmp_path / "cache")
+    info = json.loads((out / "model.json").read_text())
+    options = {v["max_batch"]: json.loads((out / v["dir"] / "metadata.json").read_text())["options"]
+               for v in info["variants"]}
+    assert options[1]["tile_unroll"] == MODEL_TILE_UNROLL and options[8]["tile_unroll"] == 4
+    assert options[1].get("tile_kv_prefetch") == MODEL_KV_PREFETCH and "tile_kv_prefetch" not in options[8]

@@ -103,11 +103,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 
     if workers is None:
         workers = 4 if target == "cpu" else 132
-    if target == "cuda":
-        options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
-        options.setdefault("opt_level", MODEL_OPT_LEVEL)
-        if max_batch == 1:
-            options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if layered is None:
         layered = options.get("mode") != "dynamic"
     if linear_tile not in ("rows", "mma", "auto"):
@@ -134,6 +129,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
                                        l2_prefetch=l2_prefetch, **options)
+    # The defaults that depend on the kernel's own batch (after the variants'
+    # dispatch: each variant takes those of its own max_batch).
+    if target == "cuda":
+        options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
+        options.setdefault("opt_level", MODEL_OPT_LEVEL)
+        if max_batch == 1:
+            options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context)
     if target == "cuda":
@@ -283,6 +285,46 @@ def _compile_one(config: ModelConfig, kwargs: dict) -> None:
     compile_model(config, **kwargs)
 
 
+_CHILD = """
+import pickle, sys
+from event_tensor.model.compile import _compile_one
+config, kwargs = pickle.load(sys.stdin.buffer)
+try:
+    _compile_one(config, kwargs)
+    outcome = None
+except Exception as err:
+    outcome = err
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(outcome, f)
+"""
+
+
+def _compile_in_process(config: ModelConfig, kwargs: dict) -> None:
+    """`_compile_one` in a new Python process; its exception, if any, is
+    raised here."""
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    import event_tensor
+
+    env = dict(os.environ)
+    package_root = str(Path(event_tensor.__file__).absolute().parent.parent)  # not resolved: a linked tree
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "outcome.pickle"
+        run = subprocess.run([sys.executable, "-c", _CHILD, str(result)], input=pickle.dumps((config, kwargs)),
+                             capture_output=True, env=env)
+        if not result.exists():
+            tail = run.stderr.decode(errors="replace").strip().splitlines()[-20:]
+            raise RuntimeError(f"compiling the kernel variant {kwargs.get('out_dir')} failed (exit {run.returncode}):\n"
+                               + "\n".join(tail))
+        outcome = pickle.loads(result.read_bytes())
+    if outcome is not None:
+        raise outcome
+
+
 def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context: int, out_dir, workers: int,
                             specialize, linear_tile: str, batch_variants: bool, tuning_table, tp: int,
                             jobs: int | None, **kwargs) -> Path:
@@ -335,14 +377,13 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     start = time.perf_counter()
     jobs = min(jobs or os.cpu_count() or 1, len(jobs_args))
     if jobs > 1:
-        # Each kernel compiles in a process of its own (MLIR and ptxas are
-        # single-threaded per kernel); spawned, not forked, so that no
-        # state of this process is copied mid-use.
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        # Each kernel compiles in a Python process of its own (MLIR and ptxas
+        # are single-threaded per kernel), started fresh: no fork of this
+        # process's state, and no re-import of the caller's main module.
+        from concurrent.futures import ThreadPoolExecutor
 
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for done in [pool.submit(_compile_one, config, a) for a in jobs_args]:
+        with ThreadPoolExecutor(jobs) as pool:
+            for done in [pool.submit(_compile_in_process, config, a) for a in jobs_args]:
                 done.result()
     else:
         for a in jobs_args:
