@@ -64,7 +64,8 @@ def prepare(out: Path, models, batches, contexts) -> None:
         print(f"compiled {name} {ARTIFACT} in {time.perf_counter() - start:.1f} s")
         for tag, b, c, tile in per_shape(batches, contexts, mma_from_batch(config)):
             start = time.perf_counter()
-            compile_model(config, target="cuda", max_batch=b, max_context=c, linear_tile=tile,
+            # min_batch=b: a kernel for exactly this batch (its split length too).
+            compile_model(config, target="cuda", max_batch=b, min_batch=b, max_context=c, linear_tile=tile,
                           threads_per_worker=512, format="bin", out_dir=out / name / tag)
             print(f"compiled {name} {tag} in {time.perf_counter() - start:.1f} s")
 

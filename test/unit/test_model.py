@@ -167,6 +167,27 @@ def test_kernel_layout_limits():
         kernel_layout(config, max_batch=17, max_context=32, workers=4)
     with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
         kernel_layout(config, max_batch=1, max_context=10_000, workers=4)
+    for bad in (0, 3, True):
+        with pytest.raises(ValueError, match=r"min_batch must be an int in \[1, max_batch 2\]"):
+            kernel_layout(config, max_batch=2, max_context=32, workers=4, min_batch=bad)
+
+
+def test_default_split_length_makes_one_wave_of_attention_tiles():
+    """The default split length: a power of two (at least 256, at most the
+    context) giving about one tile per worker at the geometric middle of the
+    batches the kernel serves; the bests measured on the H200."""
+    from event_tensor.model.builder import kernel_layout
+
+    llama = model.preset("llama-3.2-1b")  # 8 KV heads
+
+    def split(b, c, lo=1):
+        return kernel_layout(llama, max_batch=b, max_context=c, workers=132, min_batch=lo).split_len
+
+    assert [split(1, 1024), split(1, 2048), split(1, 8192), split(1, 128)] == [256, 256, 512, 128]
+    assert [split(2, 8192, 2), split(4, 8192, 4), split(8, 1024, 8), split(8, 8192, 8)] == [1024, 2048, 512, 4096]
+    assert [split(16, 1024, 16), split(16, 4096, 16), split(16, 8192, 16)] == [1024, 4096, 8192]
+    # A single kernel for batches 1-16 aims at batch 4.
+    assert split(16, 8192) == 2048
 
 
 def test_cli_compile_run_bench_trace(tmp_path, capsys):

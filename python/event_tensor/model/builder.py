@@ -21,6 +21,7 @@ the scheduler each tile's weight bytes and flops.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -86,10 +87,13 @@ class KernelLayout:
 
 def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, workers: int,
                   split_len: int | None = None, cache_batch: int | None = None,
-                  cache_context: int | None = None) -> KernelLayout:
+                  cache_context: int | None = None, min_batch: int = 1) -> KernelLayout:
     """The layout of a kernel for up to `max_batch` rows and `max_context`
     positions. `cache_batch` / `cache_context` (default: the same) give the
-    KV caches a larger storage shape, shared with other kernels."""
+    KV caches a larger storage shape, shared with other kernels.
+    `min_batch` is the smallest batch the kernel is meant for (a kernel
+    variant's range starts there); it only steers the default split
+    length."""
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= 16:
         raise ValueError(f"max_batch must be an int in [1, 16] (et.linear serves at most 16 tokens), got {max_batch!r}")
     if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
@@ -97,14 +101,21 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
     if max_context > config.max_position_embeddings:
         raise ValueError(f"max_context {max_context} exceeds the model's max_position_embeddings "
                          f"{config.max_position_embeddings}")
+    if isinstance(min_batch, bool) or not isinstance(min_batch, int) or not 1 <= min_batch <= max_batch:
+        raise ValueError(f"min_batch must be an int in [1, max_batch {max_batch}], got {min_batch!r}")
     if split_len is None:
-        # About one attention tile per worker at full context, but at least
-        # 256 positions per tile: a tile has a fixed cost of a few us, so
-        # short splits cost more than they spread (measured on the H200:
-        # 1.89 ms per Llama-3.2-1B step with 256 at 1k context, 2.05 ms with
-        # 64; docs/benchmarks.md).
-        split_len = max(256, -(-max_context * config.num_kv_heads // workers))
-        split_len = min(-(-split_len // 16) * 16, max(16, -(-max_context // 16) * 16))
+        # About one wave of attention tiles (rows x KV heads x splits, one
+        # tile per worker) at full context, for the geometric middle of the
+        # batches the kernel serves; a power of two, and at least 256
+        # positions: a tile has a fixed cost of a few us, so short splits
+        # cost more than they spread. Measured on the H200 (docs/benchmarks.md,
+        # "The split length follows the batch"): the best split at every
+        # (batch, context) of Llama-3.2-1B and Qwen3-0.6B tried, but one
+        # within 1.3%; 256 at batch 1 and 1k context.
+        rows = math.sqrt(min_batch * max_batch)
+        split_len = max(256, math.ceil(max_context * config.num_kv_heads * rows / workers))
+        split_len = 1 << (split_len - 1).bit_length()
+        split_len = min(split_len, max(16, -(-max_context // 16) * 16))
     if split_len < 1:
         raise ValueError(f"split_len must be positive, got {split_len}")
     chunks = max(1, min(workers, -(-config.vocab_size // 1024)))

@@ -48,7 +48,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
-                  jobs: int | None = None, l2_prefetch: float = 0.0, **options) -> Path:
+                  jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -76,7 +76,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `table_batch` is the M the table is read at (default `max_batch`).
     `cache_batch` / `cache_context` give the KV caches a larger storage
     shape than this kernel serves (what the variants share). The variants
-    compile in `jobs` processes (default: one per core).
+    compile in `jobs` processes (default: one per core). `min_batch` (the
+    smallest batch the kernel is meant for; a variant's range starts there)
+    steers the default split length (`kernel_layout`).
 
     With `prefill_rows` > 0, a prefill kernel (`model.prefill`: the prompt
     tiles, et.matmul and et.attention_prefill) is compiled too, into the
@@ -137,7 +139,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         if max_batch == 1:
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
-                           split_len=split_len, cache_batch=cache_batch, cache_context=cache_context)
+                           split_len=split_len, cache_batch=cache_batch, cache_context=cache_context,
+                           min_batch=min_batch)
     if target == "cuda":
         _kv_prefetch_budget(tp_config(config, tp), layout, options)
     choices = {}
@@ -369,7 +372,7 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
         tile = linear_tile if linear_tile != "auto" else ("rows" if hi < mma_from else "mma")
         for context in contexts:
             name = f"batch{lo}-{hi}-context{context}-{tile}"
-            jobs_args.append(dict(max_batch=hi, max_context=context, cache_batch=max_batch,
+            jobs_args.append(dict(max_batch=hi, min_batch=lo, max_context=context, cache_batch=max_batch,
                                   cache_context=max_context, out_dir=out / name, workers=workers, tp=tp,
                                   linear_tile=tile, tuning_table=table, **kwargs))
             variants.append({"min_batch": lo, "max_batch": hi, "max_context": context, "dir": name,
