@@ -302,21 +302,18 @@ void tile::copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value s
 
 namespace {
 
-/// Before the first wait of the op's task, thread 0 prefetches the tile's
-/// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
-void prefetchWeightsL2(LinearOp op) {
-  Operation *firstWait = weightPrefetchPoint(op);
-  if (!firstWait)
-    return;
-  OpBuilder b(firstWait);
-  Location loc = op.getLoc();
+/// Thread 0 prefetches rows [row0, row0 + rows) of the row-major matrix
+/// `w` (clamped to its N rows) into L2 with one bulk prefetch, at `b`'s
+/// insertion point; the pointer starts from the view's own offset (a layer
+/// of stacked weights).
+void prefetchRowsL2(OpBuilder &b, Location loc, Value w, Value row0, Value rows) {
   TileBuilder h{b, loc};
-  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
-  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
-  Value start = arith::MinSIOp::create(b, loc, op.getRow0(), n);
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
-  Value rowBytes = arith::MulIOp::create(b, loc, k, h.idx(2));
+  int64_t eltBytes = cast<MemRefType>(w.getType()).getElementTypeBitWidth() / 8;
+  Value n = memref::DimOp::create(b, loc, w, 0);
+  Value k = memref::DimOp::create(b, loc, w, 1);
+  Value start = arith::MinSIOp::create(b, loc, row0, n);
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, row0, rows), n);
+  Value rowBytes = arith::MulIOp::create(b, loc, k, h.idx(eltBytes));
   Value bytes = arith::MulIOp::create(
       b, loc, arith::SubIOp::create(b, loc, end, start), rowBytes);
   Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
@@ -324,46 +321,31 @@ void prefetchWeightsL2(LinearOp op) {
       b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0)),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes, h.idx(0)));
   auto ifOp = scf::IfOp::create(b, loc, go, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  // From the weight view's own offset (a layer of stacked weights).
-  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
-  Value ptr = elementPointer(b, loc, op.getW(),
-                             arith::MulIOp::create(b, loc, start, meta.getStrides()[0]), 2, 1);
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, w);
+  Value ptr = elementPointer(b, loc, w, arith::MulIOp::create(b, loc, start, meta.getStrides()[0]), eltBytes, 1);
   Value size = arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes);
   NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
+}
+
+/// Before the first wait of the op's task, thread 0 prefetches the tile's
+/// weight rows [row0, row0 + rows) into L2 with one bulk prefetch.
+void prefetchWeightsL2(LinearOp op) {
+  Operation *firstWait = weightPrefetchPoint(op);
+  if (!firstWait)
+    return;
+  OpBuilder b(firstWait);
+  prefetchRowsL2(b, op.getLoc(), op.getW(), op.getRow0(), op.getRows());
 }
 
 /// et.prefetch: thread 0 issues one bulk L2 prefetch of the rows on the
 /// GPU; nothing on the CPU.
 void lowerPrefetch(PrefetchOp op, bool gpu) {
-  if (!gpu) {
-    op.erase();
-    return;
+  if (gpu) {
+    OpBuilder b(op);
+    prefetchRowsL2(b, op.getLoc(), op.getW(), op.getRow0(), op.getRows());
   }
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  TileBuilder h{b, loc};
-  MemRefType type = op.getW().getType();
-  int64_t eltBytes = type.getElementTypeBitWidth() / 8;
-  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
-  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
-  Value start = arith::MinSIOp::create(b, loc, op.getRow0(), n);
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
-  Value bytes = arith::MulIOp::create(
-      b, loc, arith::SubIOp::create(b, loc, end, start),
-      arith::MulIOp::create(b, loc, k, h.idx(eltBytes)));
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value go = arith::AndIOp::create(
-      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes, h.idx(0)));
-  auto ifOp = scf::IfOp::create(b, loc, go, /*withElse=*/false);
-  b.setInsertionPointToStart(ifOp.thenBlock());
-  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
-  Value ptr = elementPointer(b, loc, op.getW(),
-                             arith::MulIOp::create(b, loc, start, meta.getStrides()[0]), eltBytes, 1);
-  Value size = arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes);
-  NVVM::CpAsyncBulkPrefetchOp::create(b, loc, ptr, size, Value());
   op.erase();
 }
 
