@@ -355,10 +355,9 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
         table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
         shapes = config.linear_shapes()
 
-        def choice(m):
-            return tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
-
-        cuts.update(m for m in range(1, max_batch) if choice(m) != choice(m + 1))
+        picks = [tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
+                 for m in range(1, max_batch + 1)]
+        cuts.update(m for m in range(1, max_batch) if picks[m - 1] != picks[m])
     elif tuning_table is not None:
         table = tuning_table
     ranges, lo = [], 1
