@@ -11,6 +11,7 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <queue>
 
 namespace mlir::et {
@@ -100,7 +101,7 @@ struct StaticSchedulePass
         for (int64_t tile = 0; tile < task.numTiles; ++tile)
           addDeps(tile);
       node.preds.assign(preds.begin(), preds.end());
-      llvm::sort(node.preds);
+      std::sort(node.preds.begin(), node.preds.end());
     }
     for (auto [id, node] : llvm::enumerate(nodes))
       for (unsigned p : node.preds)
@@ -169,12 +170,44 @@ struct StaticSchedulePass
         // idle longest, so that what a tile does before its waits (weight
         // or KV-cache loads) overlaps them instead of following the
         // worker's previous tile.
+        //
+        // The start on worker w is max(freeAt[w], finish[p] + sync for the
+        // predecessors p on other workers, finish[p] for those on w). Keep
+        // the latest finish per worker holding predecessors, and the two
+        // latest of those, so that each worker costs O(1).
+        llvm::SmallDenseMap<int64_t, double, 8> latestOn;
+        double elsewhere = 0; // predecessors spread over all workers
+        for (unsigned p : n.preds) {
+          if (placedOn[p] < 0) {
+            elsewhere = std::max(elsewhere, finish[p] + sync);
+            continue;
+          }
+          auto [it, inserted] = latestOn.try_emplace(placedOn[p], finish[p]);
+          if (!inserted)
+            it->second = std::max(it->second, finish[p]);
+        }
+        int64_t firstWorker = -1;
+        double first = 0, second = 0; // latest and second latest per worker
+        for (auto [w, f] : latestOn) {
+          if (firstWorker < 0 || f > first) {
+            second = firstWorker < 0 ? second : first;
+            first = f;
+            firstWorker = w;
+          } else {
+            second = std::max(second, f);
+          }
+        }
+        double others = std::max(elsewhere, firstWorker < 0 ? 0 : first + sync);
+        double othersOfFirst =
+            std::max(elsewhere, latestOn.size() > 1 ? second + sync : 0);
         int64_t bestWorker = 0;
         double bestStart = 0;
         for (int64_t w = 0; w < workers; ++w) {
-          double start = freeAt[w];
-          for (unsigned p : n.preds)
-            start = std::max(start, finish[p] + (placedOn[p] == w ? 0 : sync));
+          double start = std::max(freeAt[w], w == firstWorker ? othersOfFirst
+                                                              : others);
+          auto it = latestOn.find(w);
+          if (it != latestOn.end())
+            start = std::max(start, it->second);
           if (w == 0 || start < bestStart ||
               (start == bestStart && freeAt[w] < freeAt[bestWorker])) {
             bestStart = start;

@@ -11,7 +11,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 
-#include <map>
+#include <vector>
 
 #define DEBUG_TYPE "et-verify-event-graph"
 
@@ -213,12 +213,14 @@ struct VerifyEventGraphPass
           return !t.staticCount;
         }))
       return false;
+    // Tiles by global id (TileGraph::getGlobalId); worker -1: not scheduled.
     struct Place {
-      int64_t worker, pos;
+      int64_t worker = -1, pos = 0;
       RunOp run;
     };
-    std::map<std::pair<unsigned, int64_t>, Place> where;
-    SmallVector<SmallVector<std::pair<unsigned, int64_t>>> programs;
+    int64_t total = tg->getNumTiles();
+    std::vector<Place> where(total);
+    SmallVector<SmallVector<int64_t>> programs;
     for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
       auto &program = programs.emplace_back();
       for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
@@ -236,37 +238,62 @@ struct VerifyEventGraphPass
             tiles.push_back(t);
         }
         for (int64_t tile : tiles) {
-          where[{task, tile}] = {worker.getId(),
-                                 static_cast<int64_t>(program.size()), run};
-          program.push_back({task, tile});
+          int64_t g = tg->getGlobalId({task, tile});
+          where[g] = {worker.getId(), static_cast<int64_t>(program.size()),
+                      run};
+          program.push_back(g);
         }
       }
     }
+    // Every tile's dependencies, once (compressed rows by global id).
+    SmallVector<TileRef> tileOf(total);
+    SmallVector<int64_t> depStart(total + 1, 0);
+    SmallVector<int64_t> depIds;
+    for (auto [ti, task] : llvm::enumerate(tg->getTasks()))
+      for (int64_t tile = 0; tile < task.numTiles; ++tile) {
+        int64_t g = tg->getGlobalId({static_cast<unsigned>(ti), tile});
+        tileOf[g] = {static_cast<unsigned>(ti), tile};
+        for (TileRef d : tg->getAllDeps(ti, tile))
+          depIds.push_back(tg->getGlobalId(d));
+        depStart[g + 1] = depIds.size();
+      }
+    auto depsOf = [&](int64_t g) {
+      return ArrayRef<int64_t>(depIds).slice(depStart[g],
+                                             depStart[g + 1] - depStart[g]);
+    };
     // Same worker: dependencies first.
-    for (auto &[key, place] : where) {
-      for (TileRef d : tg->getAllDeps(key.first, key.second)) {
-        Place dep = where.at({d.task, d.tile});
+    for (int64_t g = 0; g < total; ++g) {
+      Place &place = where[g];
+      if (place.worker < 0)
+        continue;
+      for (int64_t d : depsOf(g)) {
+        Place &dep = where[d];
         if (dep.worker != place.worker || dep.pos < place.pos)
           continue;
+        TileRef key = tileOf[g], dt = tileOf[d];
         InFlightDiagnostic diag =
             place.run.emitOpError("runs tile ")
-            << key.second << " of @" << tg->getTask(key.first).op.getSymName()
-            << " on worker " << place.worker << " before tile " << d.tile
-            << " of @" << tg->getTask(d.task).op.getSymName()
+            << key.tile << " of @" << tg->getTask(key.task).op.getSymName()
+            << " on worker " << place.worker << " before tile " << dt.tile
+            << " of @" << tg->getTask(dt.task).op.getSymName()
             << ", which it waits on (certain deadlock)";
         diag.attachNote(dep.run.getLoc())
-            << "tile " << d.tile << " is scheduled here";
+            << "tile " << dt.tile << " is scheduled here";
         return true;
       }
     }
-    // Across workers: program order and dependencies must be acyclic.
-    std::map<std::pair<unsigned, int64_t>, SmallVector<std::pair<unsigned, int64_t>>> succ;
-    std::map<std::pair<unsigned, int64_t>, int64_t> indegree;
-    for (auto &[key, place] : where) {
-      indegree[key];
-      for (TileRef d : tg->getAllDeps(key.first, key.second)) {
-        succ[{d.task, d.tile}].push_back(key);
-        ++indegree[key];
+    // Across workers: program order and dependencies must be acyclic. A
+    // tile that waits on a tile no worker runs never becomes ready.
+    SmallVector<int64_t> indegree(total, 0);
+    std::vector<SmallVector<int64_t, 2>> succ(total);
+    int64_t placed = 0;
+    for (int64_t g = 0; g < total; ++g) {
+      if (where[g].worker < 0)
+        continue;
+      ++placed;
+      for (int64_t d : depsOf(g)) {
+        succ[d].push_back(g);
+        ++indegree[g];
       }
     }
     for (auto &program : programs)
@@ -274,31 +301,32 @@ struct VerifyEventGraphPass
         succ[program[i - 1]].push_back(program[i]);
         ++indegree[program[i]];
       }
-    SmallVector<std::pair<unsigned, int64_t>> ready;
-    for (auto &[key, n] : indegree)
-      if (n == 0)
-        ready.push_back(key);
-    size_t done = 0;
+    SmallVector<int64_t> ready;
+    for (int64_t g = 0; g < total; ++g)
+      if (where[g].worker >= 0 && indegree[g] == 0)
+        ready.push_back(g);
+    int64_t done = 0;
     while (!ready.empty()) {
-      auto key = ready.pop_back_val();
+      int64_t g = ready.pop_back_val();
       ++done;
-      for (auto &s : succ[key])
+      for (int64_t s : succ[g])
         if (--indegree[s] == 0)
           ready.push_back(s);
     }
-    if (done == where.size())
+    if (done == placed)
       return false;
     InFlightDiagnostic diag = schedule.emitOpError(
         "deadlocks: workers wait on each other's tiles in a cycle");
     // Where the first stuck worker blocks: its first unfinished tile.
     for (auto &program : programs) {
-      auto it = llvm::find_if(program, [&](auto key) { return indegree[key] != 0; });
+      auto it = llvm::find_if(program, [&](int64_t g) { return indegree[g] != 0; });
       if (it == program.end())
         continue;
-      Place place = where.at(*it);
+      Place &place = where[*it];
+      TileRef key = tileOf[*it];
       diag.attachNote(place.run.getLoc())
-          << "worker " << place.worker << " blocks at tile " << it->second
-          << " of @" << tg->getTask(it->first).op.getSymName();
+          << "worker " << place.worker << " blocks at tile " << key.tile
+          << " of @" << tg->getTask(key.task).op.getSymName();
       break;
     }
     return true;
