@@ -1543,6 +1543,23 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
 ///      divided by the sum; lse = (max + log2(sum)) ln 2.
 /// Returns false (and changes nothing) when it does not apply; the op is
 /// then lowered without staging.
+/// A constant upper bound of a non-negative index value (a length): a
+/// constant, or the minimum (arith.minui, arith.minsi) of values one of
+/// which has a bound. For values that are not negative, signed and
+/// unsigned minima agree.
+std::optional<int64_t> constantUpperBound(Value v) {
+  if (std::optional<int64_t> c = getConstantIntValue(v))
+    return c;
+  Operation *def = v.getDefiningOp();
+  if (!def || !isa<arith::MinUIOp, arith::MinSIOp>(def))
+    return std::nullopt;
+  std::optional<int64_t> lhs = constantUpperBound(def->getOperand(0));
+  std::optional<int64_t> rhs = constantUpperBound(def->getOperand(1));
+  if (lhs && rhs)
+    return std::min(*lhs, *rhs);
+  return lhs ? lhs : rhs;
+}
+
 bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t stageBytes,
                                llvm::DenseSet<Operation *> &sharedTaken) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
@@ -1552,7 +1569,9 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
       !op.getV().getType().getElementType().isBF16())
     return false;
   auto task = op->getParentOfType<TaskOp>();
-  std::optional<int64_t> splitLen = getConstantIntValue(op.getSplitLen());
+  // The stage and the score rows are sized for the longest split the op
+  // can take: a constant split length, or a bound of a computed one.
+  std::optional<int64_t> splitLen = constantUpperBound(op.getSplitLen());
   if (!task || sharedTaken.contains(task) || !splitLen || *splitLen < 1)
     return false;
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);

@@ -190,6 +190,33 @@ def test_default_split_length_makes_one_wave_of_attention_tiles():
     assert split(16, 8192) == 2048
 
 
+def test_attention_splits_follow_the_launch(tmp_path):
+    """Each row's attention splits are chosen per launch: about one wave of
+    tiles (workers // (KV heads x batch) splits per row), at most one per
+    256 positions and no more than the kernel's tiles per row, balanced in
+    whole 16s and never longer than the kernel's split length. Here 8
+    workers and 2 KV heads, a kernel of 2 splits of 512: a row of 700
+    positions runs as 352 + 348 (statically 512 + 188), one of 300 at batch
+    2 as 160 + 140 (statically one split). The reference checks that the
+    splits cover every position once and that the merge reads them all."""
+    c = model.tiny_config("qwen3", max_position_embeddings=1024)
+    w = model.random_weights(c, seed=5)
+    path = model.compile_model(c, target="cpu", max_batch=2, max_context=1024, workers=8, split_len=512,
+                               cache_dir=tmp_path)
+    session = model.DecodeSession(path, w)
+    ref = model.ReferenceModel(c, w, max_batch=2, max_context=1024)
+    rng = np.random.default_rng(7)
+    for name in ("k_cache", "v_cache"):
+        history = rng.standard_normal(getattr(ref, name).shape).astype(np.float32)
+        session.buffers[name][...] = history.astype(session.buffers[name].dtype)
+        getattr(ref, name)[...] = np.asarray(session.buffers[name], np.float32)
+    for tokens, positions in (([11], [699]), ([12, 13], [700, 299]), ([14, 15], [300, 700])):
+        session.step(tokens, positions)
+        want = ref.step(tokens, positions)
+        assert _rel(session.last_logits(), want) < 2e-3, positions
+    session.close()
+
+
 def test_cli_compile_run_bench_trace(tmp_path, capsys):
     from event_tensor.cli import main
 

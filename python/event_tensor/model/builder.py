@@ -50,6 +50,10 @@ from .config import ModelConfig, tp_config
 __all__ = ["KernelLayout", "build_decode_kernel", "kernel_layout"]
 
 DYN = ShapedType.get_dynamic_size()
+#: The shortest attention split the defaults choose, at compile time and at
+#: run time: a tile has a fixed cost of a few us, so shorter splits cost
+#: more than they spread.
+MIN_SPLIT_LEN = 256
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
         # (batch, context) of Llama-3.2-1B and Qwen3-0.6B tried, but one
         # within 1.3%; 256 at batch 1 and 1k context.
         rows = math.sqrt(min_batch * max_batch)
-        split_len = max(256, math.ceil(max_context * config.num_kv_heads * rows / workers))
+        split_len = max(MIN_SPLIT_LEN, math.ceil(max_context * config.num_kv_heads * rows / workers))
         split_len = 1 << (split_len - 1).bit_length()
         split_len = min(split_len, max(16, -(-max_context // 16) * 16))
     if split_len < 1:
@@ -602,6 +606,26 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), p)
             et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
 
+        def split_len_of(length):
+            """The split length of a row of `length` positions, chosen per
+            launch: about one wave of attention tiles for this launch's
+            batch (workers // (KV heads x batch) splits per row, at least
+            one), no more splits than the row has MIN_SPLIT_LEN positions
+            nor than the kernel has tiles per row; the row's length over
+            that many splits in whole 16s, at most the kernel's split
+            length (so that the splits cover the row, and the KV staging
+            sized for one split holds one). A kernel whose static split is
+            long for its launch (a context at the bottom of its bucket, a
+            batch at the bottom of its range) gets balanced, shorter splits
+            instead of a few long ones and dead tiles."""
+            wave = arith.MaxUIOp(arith.DivUIOp(const(lay.workers), arith.MulIOp(const(Hkv), batch).result).result,
+                                 const(1)).result
+            n = arith.MinUIOp(wave, arith.CeilDivUIOp(length, const(MIN_SPLIT_LEN)).result).result
+            n = arith.MinUIOp(n, const(lay.splits)).result
+            per = arith.MulIOp(arith.CeilDivUIOp(arith.CeilDivUIOp(length, n).result, const(16)).result,
+                               const(16)).result
+            return arith.MinUIOp(per, const(lay.split_len)).result
+
         def attn_pre(l, b, g, s, live=None):
             """Before the attention tile's wait: the KV-cache views of
             row b, its length, and `stable`, the lowest position that
@@ -631,24 +655,24 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 stable = arith.SelectOp(live, stable, const(0)).result
             slot_i = arith.IndexCastOp(idx, slot).result
             length = arith.AddIOp(p, const(1)).result
-            has_work = arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(s, const(lay.split_len)).result,
-                                    length).result
+            split_len = split_len_of(length)
+            has_work = arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(s, split_len).result, length).result
             if live is not None:
                 has_work = arith.AndIOp(live, has_work).result
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=length, stable=stable, live=has_work)
+                        length=length, stable=stable, split_len=split_len, live=has_work)
 
         def attn_body(l, b, g, s, pre):
             et.attention_split(row(A["q"], b, [Hq, D], f32), pre["k"], pre["v"],
                                row(A["o_part"], b, [lay.splits, Hq, D], f32),
                                row(A["lse"], b, [lay.splits, Hq], f32),
-                               g, s, const(lay.split_len), pre["length"], scale, stable=pre["stable"])
+                               g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"])
 
         def merge_body(l, b):
             # The splits that hold positions of row b (the attention
             # tiles of later splits skip their body and write nothing).
-            live = arith.MinUIOp(arith.CeilDivUIOp(arith.AddIOp(position(b), const(1)).result,
-                                                   const(lay.split_len)).result, const(lay.splits)).result
+            length = arith.AddIOp(position(b), const(1)).result
+            live = arith.CeilDivUIOp(length, split_len_of(length)).result
             o_b = memref.SubViewOp(strided([DYN, Hq, D], f32, [Hq * D, D, 1]), A["o_part"], [b], [live], [],
                                    static_offsets=[DYN, 0, 0, 0], static_sizes=[1, DYN, Hq, D],
                                    static_strides=[1, 1, 1, 1]).result
