@@ -199,7 +199,12 @@ def test_attention_splits_follow_the_launch(tmp_path):
     positions runs as 352 + 348 (statically 512 + 188), one of 300 at batch
     2 as 160 + 140 (statically one split). The reference checks that the
     splits cover every position once and that the merge reads them all."""
+    from event_tensor.model.builder import kernel_layout
+
     c = model.tiny_config("qwen3", max_position_embeddings=1024)
+    # One-row kernels keep the static split (their staged KV path measured
+    # slower with a computed one).
+    assert [kernel_layout(c, max_batch=b, max_context=1024, workers=8).runtime_splits for b in (1, 2)] == [False, True]
     w = model.random_weights(c, seed=5)
     path = model.compile_model(c, target="cpu", max_batch=2, max_context=1024, workers=8, split_len=512,
                                cache_dir=tmp_path)

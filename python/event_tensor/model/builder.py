@@ -76,6 +76,17 @@ class KernelLayout:
         return -(-self.max_context // self.split_len)
 
     @property
+    def runtime_splits(self) -> bool:
+        """Whether the attention split length is chosen per launch (see
+        the decode builder's `split_of`): for kernels of several rows and
+        several splits per row. A one-row kernel's static split already
+        makes about one wave at its full context, and its staged KV path
+        measured 1-2% slower with a computed split length on the H200; with
+        one split per row there is nothing to choose (docs/benchmarks.md,
+        "Split lengths chosen per launch")."""
+        return self.max_batch > 1 and self.splits > 1
+
+    @property
     def cache_slots(self) -> int:
         return self.cache_batch or self.max_batch
 
@@ -606,25 +617,34 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), p)
             et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
 
-        def split_len_of(length):
-            """The split length of a row of `length` positions, chosen per
-            launch: about one wave of attention tiles for this launch's
-            batch (workers // (KV heads x batch) splits per row, at least
-            one), no more splits than the row has MIN_SPLIT_LEN positions
-            nor than the kernel has tiles per row; the row's length over
-            that many splits in whole 16s, at most the kernel's split
-            length (so that the splits cover the row, and the KV staging
-            sized for one split holds one). A kernel whose static split is
-            long for its launch (a context at the bottom of its bucket, a
-            batch at the bottom of its range) gets balanced, shorter splits
-            instead of a few long ones and dead tiles."""
-            wave = arith.MaxUIOp(arith.DivUIOp(const(lay.workers), arith.MulIOp(const(Hkv), batch).result).result,
-                                 const(1)).result
-            n = arith.MinUIOp(wave, arith.CeilDivUIOp(length, const(MIN_SPLIT_LEN)).result).result
-            n = arith.MinUIOp(n, const(lay.splits)).result
-            per = arith.MulIOp(arith.CeilDivUIOp(arith.CeilDivUIOp(length, n).result, const(16)).result,
-                               const(16)).result
-            return arith.MinUIOp(per, const(lay.split_len)).result
+        # Attention tiles per row for about one wave at this launch's
+        # batch (see split_of), at least one, in kernels of several rows
+        # (`KernelLayout.runtime_splits`; one-row kernels keep the static
+        # split); i32 arithmetic, which the GPU divides faster than index.
+        def c32(v: int):
+            return arith.ConstantOp(i32, v).result
+
+        if lay.runtime_splits:
+            wave = arith.MaxUIOp(arith.DivUIOp(c32(lay.workers), arith.MulIOp(
+                c32(Hkv), arith.IndexCastOp(i32, batch).result).result).result, c32(1)).result
+
+        def split_of(b):
+            """(length, split length) of row b, i32: the split length is
+            chosen per launch, `wave` splits per row (about one wave of
+            attention tiles for the launch's batch), no more than the
+            row has MIN_SPLIT_LEN positions nor than the kernel has tiles
+            per row; the row's length over that many splits in whole 16s,
+            at most the kernel's split length (so that the splits cover
+            the row, and the KV staging sized for one split holds one).
+            A kernel whose static split is long for its launch (a context
+            at the bottom of its bucket, a batch at the bottom of its
+            range) gets balanced, shorter splits instead of a few long
+            ones and dead tiles."""
+            length = arith.AddIOp(memref.LoadOp(A["positions"], [b]).result, c32(1)).result
+            n = arith.MinUIOp(wave, arith.CeilDivUIOp(length, c32(MIN_SPLIT_LEN)).result).result
+            n = arith.MinUIOp(n, c32(lay.splits)).result
+            per = arith.AndIOp(arith.AddIOp(arith.CeilDivUIOp(length, n).result, c32(15)).result, c32(-16)).result
+            return length, arith.MinUIOp(per, c32(lay.split_len)).result
 
         def attn_pre(l, b, g, s, live=None):
             """Before the attention tile's wait: the KV-cache views of
@@ -655,7 +675,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 stable = arith.SelectOp(live, stable, const(0)).result
             slot_i = arith.IndexCastOp(idx, slot).result
             length = arith.AddIOp(p, const(1)).result
-            split_len = split_len_of(length)
+            split_len = arith.IndexCastOp(idx, split_of(b)[1]).result if lay.runtime_splits else const(lay.split_len)
             has_work = arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(s, split_len).result, length).result
             if live is not None:
                 has_work = arith.AndIOp(live, has_work).result
@@ -671,8 +691,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         def merge_body(l, b):
             # The splits that hold positions of row b (the attention
             # tiles of later splits skip their body and write nothing).
-            length = arith.AddIOp(position(b), const(1)).result
-            live = arith.CeilDivUIOp(length, split_len_of(length)).result
+            if lay.runtime_splits:
+                live = arith.IndexCastOp(idx, arith.CeilDivUIOp(*split_of(b)).result).result
+            else:
+                live = arith.MinUIOp(arith.CeilDivUIOp(arith.AddIOp(position(b), const(1)).result,
+                                                       const(lay.split_len)).result, const(lay.splits)).result
             o_b = memref.SubViewOp(strided([DYN, Hq, D], f32, [Hq * D, D, 1]), A["o_part"], [b], [live], [],
                                    static_offsets=[DYN, 0, 0, 0], static_sizes=[1, DYN, Hq, D],
                                    static_strides=[1, 1, 1, 1]).result
