@@ -15,6 +15,8 @@
 #include "llvm/ADT/BitVector.h"
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 namespace mlir::et {
@@ -32,29 +34,41 @@ struct OptimizeEventsPass
 
   void runOnOperation() override {
     KernelOp kernel = getOperation();
+    // The graphs of the kernel as it stands, built when a step needs them
+    // and again only after a step that changed the IR.
+    std::unique_ptr<EventGraph> graph;
+    std::optional<TileGraph> tiles;
+    bool stale = true;
+    auto withTileGraph =
+        [&](function_ref<bool(const EventGraph &, const TileGraph &)> fn) {
+          if (stale) {
+            graph = std::make_unique<EventGraph>(kernel);
+            tiles = buildTileGraph(*graph);
+            stale = false;
+          }
+          if (tiles && fn(*graph, *tiles))
+            stale = true;
+        };
     if (selectSync)
       if (ScheduleOp schedule = getSchedule(kernel);
           schedule && schedule.isStatic())
-        withTileGraph(kernel, [&](const EventGraph &g, const TileGraph &tg) {
-          programOrderWaits(schedule, g, tg);
+        withTileGraph([&](const EventGraph &g, const TileGraph &tg) {
+          return programOrderWaits(schedule, g, tg);
         });
     if (transitiveReduction)
-      withTileGraph(kernel, [&](const EventGraph &g, const TileGraph &tg) {
-        reduce(g, tg);
+      withTileGraph([&](const EventGraph &g, const TileGraph &tg) {
+        return reduce(g, tg);
       });
     if (coarsen)
-      withTileGraph(kernel, [&](const EventGraph &g, const TileGraph &tg) {
-        coarsenEvents(kernel, g, tg);
+      withTileGraph([&](const EventGraph &g, const TileGraph &tg) {
+        return coarsenEvents(kernel, g, tg);
       });
     removeDeadEvents(kernel);
   }
 
-  /// Runs `fn` on fresh graphs when every tile count is a compile-time
-  /// constant and the kernel is small enough; otherwise does nothing.
-  void withTileGraph(
-      KernelOp kernel,
-      function_ref<void(const EventGraph &, const TileGraph &)> fn) {
-    EventGraph graph(kernel);
+  /// The tile graph when every tile count is a compile-time constant and
+  /// the kernel is small enough; otherwise none (the steps do nothing).
+  std::optional<TileGraph> buildTileGraph(const EventGraph &graph) {
     TileGraphOptions options;
     options.useBounds = false;
     options.maxTiles = maxTiles;
@@ -62,11 +76,11 @@ struct OptimizeEventsPass
     std::string error;
     FailureOr<TileGraph> tg = TileGraph::build(graph, options, errorOp, error);
     if (failed(tg))
-      return;
+      return std::nullopt;
     for (const TileGraph::Task &t : tg->getTasks())
       if (!t.staticCount)
-        return;
-    fn(graph, *tg);
+        return std::nullopt;
+    return std::move(*tg);
   }
 
   /// A wait on an event that some signal reaches from another device
@@ -91,7 +105,8 @@ struct OptimizeEventsPass
   // Program order on one worker
   //===--------------------------------------------------------------------===//
 
-  void programOrderWaits(ScheduleOp schedule, const EventGraph &graph,
+  /// Returns whether it removed a wait.
+  bool programOrderWaits(ScheduleOp schedule, const EventGraph &graph,
                          const TileGraph &tg) {
     // (worker, position) of every tile.
     std::map<std::pair<unsigned, int64_t>, std::pair<int64_t, int64_t>> where;
@@ -99,7 +114,7 @@ struct OptimizeEventsPass
       int64_t pos = 0;
       for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
         if (!run.getTiles())
-          return; // cyclic entries: positions unknown at compile time
+          return false; // cyclic entries: positions unknown at compile time
         unsigned task = tg.getTaskIndex(run.getTaskOp());
         ArrayRef<int64_t> tiles = *run.getTiles();
         for (int64_t tile : tiles)
@@ -133,13 +148,25 @@ struct OptimizeEventsPass
     for (Operation *op : erase)
       op->erase();
     numProgramOrderWaits += erase.size();
+    return !erase.empty();
   }
 
   //===--------------------------------------------------------------------===//
   // Transitive reduction
   //===--------------------------------------------------------------------===//
 
-  void reduce(const EventGraph &graph, const TileGraph &tg) {
+  /// Returns whether it removed a wait.
+  bool reduce(const EventGraph &graph, const TileGraph &tg) {
+    // Only a task with two or more exact local waits can lose one: without
+    // such a task, no ancestor sets are needed (a model's decode kernel has
+    // none, and its ancestor sets are tiles x tiles bits).
+    auto reducible = [](const TileGraph::Task &t) {
+      return llvm::count_if(llvm::seq<size_t>(0, t.waits.size()), [&](size_t w) {
+               return t.exact[w] && !isRemoteWait(t.waits[w]);
+             }) > 1;
+    };
+    if (llvm::none_of(tg.getTasks(), reducible))
+      return false;
     int64_t n = tg.getNumTiles();
     auto gid = [&](TileRef r) { return tg.getGlobalId(r); };
 
@@ -153,7 +180,7 @@ struct OptimizeEventsPass
               certain[gid({static_cast<unsigned>(ti), tile})].push_back(gid(d));
     std::optional<SmallVector<int64_t>> order = tg.topologicalOrder();
     if (!order)
-      return; // a cycle: et-verify-event-graph reports it
+      return false; // a cycle: et-verify-event-graph reports it
     // Certain ancestors (including the tile itself).
     std::vector<llvm::BitVector> anc(n, llvm::BitVector(n));
     for (int64_t g : *order) {
@@ -195,14 +222,17 @@ struct OptimizeEventsPass
     for (Operation *op : erase)
       op->erase();
     numRedundantWaits += erase.size();
+    return !erase.empty();
   }
 
   //===--------------------------------------------------------------------===//
   // Coarsening
   //===--------------------------------------------------------------------===//
 
-  void coarsenEvents(KernelOp kernel, const EventGraph &graph,
+  /// Returns whether it coarsened an event.
+  bool coarsenEvents(KernelOp kernel, const EventGraph &graph,
                      const TileGraph &tg) {
+    bool changed = false;
     for (const auto &info : graph.getEvents()) {
       EventType type = info->op.getResult().getType();
       if (!type.hasStaticShape() || info->waits.empty() ||
@@ -269,7 +299,9 @@ struct OptimizeEventsPass
       }
       info->op->erase();
       ++numCoarsenedEvents;
+      changed = true;
     }
+    return changed;
   }
 
   //===--------------------------------------------------------------------===//
