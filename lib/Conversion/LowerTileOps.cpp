@@ -1524,6 +1524,26 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   op.erase();
 }
 
+/// A constant upper bound of a non-negative integer or index value (a
+/// length): a constant, an index cast of a value with a bound, or the
+/// minimum (arith.minui, arith.minsi) of values one of which has a bound.
+/// For values that are not negative, signed and unsigned minima and casts
+/// agree.
+std::optional<int64_t> constantUpperBound(Value v) {
+  if (std::optional<int64_t> c = getConstantIntValue(v))
+    return c;
+  Operation *def = v.getDefiningOp();
+  if (isa_and_nonnull<arith::IndexCastOp, arith::IndexCastUIOp>(def))
+    return constantUpperBound(def->getOperand(0));
+  if (!def || !isa<arith::MinUIOp, arith::MinSIOp>(def))
+    return std::nullopt;
+  std::optional<int64_t> lhs = constantUpperBound(def->getOperand(0));
+  std::optional<int64_t> rhs = constantUpperBound(def->getOperand(1));
+  if (lhs && rhs)
+    return std::min(*lhs, *rhs);
+  return lhs ? lhs : rhs;
+}
+
 /// GPU split-KV attention with the split's K and V rows staged in shared
 /// memory (kv-prefetch=shared): for an op with a `stable` operand, a static
 /// split length whose K and V rows fit in stageBytes, and D in {64, 128},
@@ -1543,23 +1563,6 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
 ///      divided by the sum; lse = (max + log2(sum)) ln 2.
 /// Returns false (and changes nothing) when it does not apply; the op is
 /// then lowered without staging.
-/// A constant upper bound of a non-negative index value (a length): a
-/// constant, or the minimum (arith.minui, arith.minsi) of values one of
-/// which has a bound. For values that are not negative, signed and
-/// unsigned minima agree.
-std::optional<int64_t> constantUpperBound(Value v) {
-  if (std::optional<int64_t> c = getConstantIntValue(v))
-    return c;
-  Operation *def = v.getDefiningOp();
-  if (!def || !isa<arith::MinUIOp, arith::MinSIOp>(def))
-    return std::nullopt;
-  std::optional<int64_t> lhs = constantUpperBound(def->getOperand(0));
-  std::optional<int64_t> rhs = constantUpperBound(def->getOperand(1));
-  if (lhs && rhs)
-    return std::min(*lhs, *rhs);
-  return lhs ? lhs : rhs;
-}
-
 bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t stageBytes,
                                llvm::DenseSet<Operation *> &sharedTaken) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();

@@ -376,14 +376,16 @@ et.kernel @kv_staged(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref
 }
 
 // A split length computed per launch is staged when it has a constant bound
-// (a minimum with a constant, 128 here): the stage and the score rows are
-// sized for the bound and the copies are issued before the wait as above.
-// A computed split length without one is not staged.
+// (a minimum with a constant, 128 here, computed in i32 and cast to index):
+// the stage and the score rows are sized for the bound and the copies are
+// issued before the wait as above. A computed split length without one is
+// not staged.
 // KVS-LABEL: et.kernel @kv_staged_bound
 // KVS: et.task @bounded
 // KVS: memref.alloca() {et.dynamic_shared} : memref<16384xbf16, #gpu.address_space<workgroup>>
 // KVS: memref.alloca() : memref<4x128xf32, #gpu.address_space<workgroup>>
 // KVS: arith.minui
+// KVS: arith.index_cast
 // KVS: nvvm.cp.async.shared.global
 // KVS: nvvm.cp.async.commit.group
 // KVS: et.event.wait
@@ -394,17 +396,19 @@ et.kernel @kv_staged(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref
 // KVSMALL-NOT: cp.async
 // KVSMALL: et.kernel @two_ops
 et.kernel @kv_staged_bound(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
-                           %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %n: index, %p: index, %m: index) {
+                           %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %n: index, %p: index, %m: index,
+                           %m32: i32) {
   %c2 = arith.constant 2 : index
   %c1 = arith.constant 1 : index
-  %c128 = arith.constant 128 : index
+  %c128 = arith.constant 128 : i32
   %e = et.event.create() : !et.event<>
   %f = et.event.create() : !et.event<>
   et.task @ready tiles(%t) in (%c1) {
     et.event.signal %e[] : !et.event<>
   }
   et.task @bounded tiles(%g, %s) in (%c2, %c2) {
-    %len = arith.minui %m, %c128 : index
+    %len32 = arith.minui %m32, %c128 : i32
+    %len = arith.index_cast %len32 : i32 to index
     et.event.wait %e[] : !et.event<>
     et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%len) len(%n) stable(%p) scale(0.125)
         : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
