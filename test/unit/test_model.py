@@ -203,8 +203,12 @@ def test_attention_splits_follow_the_launch(tmp_path):
 
     c = model.tiny_config("qwen3", max_position_embeddings=1024)
     # One-row kernels keep the static split (their staged KV path measured
-    # slower with a computed one).
-    assert [kernel_layout(c, max_batch=b, max_context=1024, workers=8).runtime_splits for b in (1, 2)] == [False, True]
+    # slower with a computed one), and so do kernels of one split per row or
+    # of splits of MIN_SPLIT_LEN (the launch cannot add tiles there).
+    def runtime(b, split):
+        return kernel_layout(c, max_batch=b, max_context=1024, workers=8, split_len=split).runtime_splits
+
+    assert [runtime(1, 512), runtime(2, 512), runtime(2, 1024), runtime(2, 256)] == [False, True, False, False]
     w = model.random_weights(c, seed=5)
     path = model.compile_model(c, target="cpu", max_batch=2, max_context=1024, workers=8, split_len=512,
                                cache_dir=tmp_path)

@@ -78,13 +78,16 @@ class KernelLayout:
     @property
     def runtime_splits(self) -> bool:
         """Whether the attention split length is chosen per launch (see
-        the decode builder's `split_of`): for kernels of several rows and
-        several splits per row. A one-row kernel's static split already
-        makes about one wave at its full context, and its staged KV path
-        measured 1-2% slower with a computed split length on the H200; with
-        one split per row there is nothing to choose (docs/benchmarks.md,
-        "Split lengths chosen per launch")."""
-        return self.max_batch > 1 and self.splits > 1
+        the decode builder's `split_of`): for kernels of several rows whose
+        rows have several splits longer than MIN_SPLIT_LEN, where the
+        launch's choice can add tiles. With splits of MIN_SPLIT_LEN it can
+        only rebalance splits already as short as is worth it (measured
+        1-2% slower on the H200), with one split per row there is nothing
+        to choose, and a one-row kernel's static split already makes about
+        one wave at its full context (its staged KV path measured 1-5%
+        slower with a computed split length). docs/benchmarks.md, "Split
+        lengths chosen per launch"."""
+        return self.max_batch > 1 and self.splits > 1 and self.split_len > MIN_SPLIT_LEN
 
     @property
     def cache_slots(self) -> int:
