@@ -96,6 +96,12 @@ struct OptimizeEventsPass
     });
   }
 
+  /// A wait whose tiles certainly wait on every tile of its dependency
+  /// list (exact and local): the only evidence transitive reduction uses.
+  static bool certainWait(const TileGraph::Task &t, size_t w) {
+    return t.exact[w] && !isRemoteWait(t.waits[w]);
+  }
+
   void remark(Operation *op, const Twine &message) {
     if (emitRemarks)
       op->emitRemark(message);
@@ -157,13 +163,14 @@ struct OptimizeEventsPass
 
   /// Returns whether it removed a wait.
   bool reduce(const EventGraph &graph, const TileGraph &tg) {
-    // Only a task with two or more exact local waits can lose one: without
-    // such a task, no ancestor sets are needed (a model's decode kernel has
-    // none, and its ancestor sets are tiles x tiles bits).
+    // A wait can only be implied by another wait of its task that is exact
+    // and local: without a task of two local waits one of which is exact,
+    // no ancestor sets are needed (a model's decode kernel has none, and
+    // its ancestor sets are tiles x tiles bits).
     auto reducible = [](const TileGraph::Task &t) {
-      return llvm::count_if(llvm::seq<size_t>(0, t.waits.size()), [&](size_t w) {
-               return t.exact[w] && !isRemoteWait(t.waits[w]);
-             }) > 1;
+      auto waits = llvm::seq<size_t>(0, t.waits.size());
+      return llvm::count_if(waits, [&](size_t w) { return !isRemoteWait(t.waits[w]); }) > 1 &&
+             llvm::any_of(waits, [&](size_t w) { return certainWait(t, w); });
     };
     if (llvm::none_of(tg.getTasks(), reducible))
       return false;
@@ -175,7 +182,7 @@ struct OptimizeEventsPass
     for (auto [ti, t] : llvm::enumerate(tg.getTasks()))
       for (int64_t tile = 0; tile < t.numTiles; ++tile)
         for (auto [wi, perTile] : llvm::enumerate(t.deps))
-          if (t.exact[wi] && !isRemoteWait(t.waits[wi]))
+          if (certainWait(t, wi))
             for (TileRef d : perTile[tile])
               certain[gid({static_cast<unsigned>(ti), tile})].push_back(gid(d));
     std::optional<SmallVector<int64_t>> order = tg.topologicalOrder();
@@ -201,8 +208,7 @@ struct OptimizeEventsPass
           }
           llvm::BitVector covered(n);
           for (size_t wj = 0; wj < t.waits.size(); ++wj) {
-            if (wj == wi || removed[wj] || !t.exact[wj] ||
-                isRemoteWait(t.waits[wj]))
+            if (wj == wi || removed[wj] || !certainWait(t, wj))
               continue;
             for (TileRef d : t.deps[wj][tile])
               covered |= anc[gid(d)];

@@ -91,6 +91,35 @@ et.kernel @data_dependent(%route: memref<4xindex>) {
 
 // -----
 
+// A wait that is not exact (its element comes from data) is still implied
+// by an exact one: @r's wait on %b needs all of @q, which waited on every
+// element of %a. (No task here has two exact waits.)
+// CHECK-LABEL: et.kernel @implied_by_exact
+// CHECK: et.task @r
+// CHECK-NEXT: memref.load
+// CHECK-NEXT: et.event.wait %{{.*}}[] : !et.event<>
+// CHECK-NEXT: }
+et.kernel @implied_by_exact(%route: memref<4xindex>) {
+  %c4 = arith.constant 4 : index
+  %a = et.event.create() : !et.event<4>
+  %b = et.event.create() : !et.event<>
+  et.task @p tiles(%i) in (%c4) {
+    et.event.signal %a[%i] : !et.event<4>
+  }
+  et.task @q tiles(%i) in (%c4) {
+    et.event.wait %a[%i] : !et.event<4>
+    et.event.signal %b[] : !et.event<>
+  }
+  et.task @r tiles(%i) in (%c4) {
+    %k = memref.load %route[%i] : memref<4xindex>
+    // expected-remark @+1 {{wait implied by the task's other waits; removed}}
+    et.event.wait %a[%k] : !et.event<4>
+    et.event.wait %b[] : !et.event<>
+  }
+}
+
+// -----
+
 // Every @merge tile waits on all 4 partials: one counter, one wait.
 // CHECK-LABEL: et.kernel @coarsen
 // CHECK: %[[E:.*]] = et.event.create() : !et.event<>
