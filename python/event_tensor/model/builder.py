@@ -621,9 +621,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
 
         # Attention tiles per row for about one wave at this launch's
-        # batch (see split_of), at least one, in kernels of several rows
-        # (`KernelLayout.runtime_splits`; one-row kernels keep the static
-        # split); i32 arithmetic, which the GPU divides faster than index.
+        # batch (see split_of), at least one, in the kernels that choose
+        # their split per launch (`KernelLayout.runtime_splits`; the others
+        # keep the static split); i32 arithmetic, which the GPU divides
+        # faster than index.
         def c32(v: int):
             return arith.ConstantOp(i32, v).result
 
