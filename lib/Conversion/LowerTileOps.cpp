@@ -1551,9 +1551,10 @@ std::optional<int64_t> constantUpperBound(Value v) {
 /// kernel's dynamic shared memory with `cp.async` before the task's first
 /// wait (prefetchPoint; the op may sit in an scf.if), 16-byte chunk c of
 /// row r at chunk c ^ (r mod 8), so that neither the row-per-lane reads of
-/// the scores nor the chunk-per-lane reads of P.V conflict on banks. The
-/// other rows come from the cache. After the wait, in shared memory:
-///   1. q of the group's heads, scaled by scale * log2(e);
+/// the scores nor the chunk-per-lane reads of P.V conflict on banks. After
+/// the wait, in shared memory:
+///   1. the split's other rows (from `stable` on) copied in the same way,
+///      and q of the group's heads, scaled by scale * log2(e);
 ///   2. the scores, one thread per (head, position), each reading the
 ///      whole K row (no shuffles);
 ///   3. per head, one warp takes the maximum, turns the scores into
@@ -1617,9 +1618,36 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
         h.idx(which * stageRows * dim));
   };
 
+  // Copies rows [from, to) of the split (K and V) into their stage slots
+  // with cp.async, one 16-byte chunk per thread and trip, and commits them.
+  Value stage, start;
+  auto copyRows = [&](OpBuilder &b, Value from, Value to) {
+    TileBuilder h{b, loc};
+    Value n = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, to, from), h.idx(0));
+    threadLoop(b, loc, arith::MulIOp::create(b, loc, n, h.idx(chunks)), [&](OpBuilder &b, Location loc, Value i) {
+      TileBuilder h{b, loc};
+      Value r = arith::AddIOp::create(b, loc, from, arith::DivUIOp::create(b, loc, i, h.idx(chunks)));
+      Value c = arith::RemUIOp::create(b, loc, i, h.idx(chunks));
+      Value t = arith::AddIOp::create(b, loc, start, r);
+      Value caches[] = {op.getK(), op.getV()};
+      for (auto [which, mem] : llvm::enumerate(caches)) {
+        auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
+        Value element = arith::AddIOp::create(
+            b, loc,
+            arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, t, meta.getStrides()[0]),
+                                  arith::MulIOp::create(b, loc, op.getKvHead(), meta.getStrides()[1])),
+            arith::MulIOp::create(b, loc, c, h.idx(kVector)));
+        Value src = elementPointer(b, loc, mem, element, 2, 1);
+        Value dst = elementPointer(b, loc, stage, stagedOffset(b, r, c, which), 2, 3);
+        copyAsync16(b, loc, dst, src);
+      }
+    });
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  };
+
   // Before the wait: the copies.
   // The split's range (computed before the wait, used after it too).
-  Value stage, stageCount, start, end;
+  Value stageCount, end;
   {
     OpBuilder b(stageAt);
     TileBuilder h{b, loc};
@@ -1632,26 +1660,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
             b, loc, arith::SubIOp::create(b, loc, arith::MinSIOp::create(b, loc, end, op.getStable()), start),
             h.idx(stageRows)),
         h.idx(0));
-    threadLoop(b, loc, arith::MulIOp::create(b, loc, stageCount, h.idx(chunks)),
-               [&](OpBuilder &b, Location loc, Value i) {
-                 TileBuilder h{b, loc};
-                 Value r = arith::DivUIOp::create(b, loc, i, h.idx(chunks));
-                 Value c = arith::RemUIOp::create(b, loc, i, h.idx(chunks));
-                 Value t = arith::AddIOp::create(b, loc, start, r);
-                 Value caches[] = {op.getK(), op.getV()};
-                 for (auto [which, mem] : llvm::enumerate(caches)) {
-                   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
-                   Value element = arith::AddIOp::create(
-                       b, loc,
-                       arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, t, meta.getStrides()[0]),
-                                             arith::MulIOp::create(b, loc, op.getKvHead(), meta.getStrides()[1])),
-                       arith::MulIOp::create(b, loc, c, h.idx(kVector)));
-                   Value src = elementPointer(b, loc, mem, element, 2, 1);
-                   Value dst = elementPointer(b, loc, stage, stagedOffset(b, r, c, which), 2, 3);
-                   copyAsync16(b, loc, dst, src);
-                 }
-               });
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    copyRows(b, h.idx(0), stageCount);
     // An op inside an scf.if may not run: no copy outlives the task.
     Operation *top = task.getBody().front().findAncestorOpInBlock(*op);
     if (top != op.getOperation()) {
@@ -1677,30 +1686,21 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
     return l;
   };
   auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
-  // Chunks `cs` of row i of K (which = 0) or V (1): staged or from the cache.
+  // Chunks `cs` of row i of K (which = 0) or V (1), from the stage.
   auto rowChunks = [&](OpBuilder &b, Value i, ArrayRef<Value> cs, int64_t which) -> SmallVector<Value> {
-    Value staged = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, stageCount);
-    auto pick = scf::IfOp::create(b, loc, SmallVector<Type>(cs.size(), vecBF16), staged, /*withElse=*/true);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(pick.thenBlock());
     SmallVector<Value> vals;
     for (Value c : cs)
       vals.push_back(load(b, stage, ValueRange{stagedOffset(b, i, c, which)}, vecBF16));
-    scf::YieldOp::create(b, loc, vals);
-    b.setInsertionPointToStart(pick.elseBlock());
-    TileBuilder h{b, loc};
-    vals.clear();
-    Value t = arith::AddIOp::create(b, loc, start, i);
-    for (Value c : cs)
-      vals.push_back(load(b, which ? op.getV() : op.getK(),
-                          ValueRange{t, op.getKvHead(), arith::MulIOp::create(b, loc, c, h.idx(kVector))},
-                          vecBF16));
-    scf::YieldOp::create(b, loc, vals);
-    return SmallVector<Value>(pick.getResults());
+    return vals;
   };
 
-  // The staged rows, and q of the group's heads (scaled, base 2).
-  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  // The rows at or past `stable` (this step's, written by the task waited
+  // for) join the stage, their copies in flight with the loads of q of the
+  // group's heads (scaled, base 2); then every phase reads shared memory
+  // only. (Read from the cache in the phases, the one row of a decode step
+  // cost the split that holds it two more L2 round trips, and that split
+  // ends last.)
+  copyRows(b, stageCount, count);
   float scale = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
   threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
     TileBuilder h{b, loc};
@@ -1710,6 +1710,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
                                                     ValueRange{arith::AddIOp::create(b, loc, headBase, g), d}));
     memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, qv, h.f32(scale)), qs, ValueRange{g, d});
   });
+  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   gpu::BarrierOp::create(b, loc);
 
   // Scores: one thread per (head, position), consecutive threads on
@@ -2116,7 +2117,15 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   return true;
 }
 
-/// out[h, d] = sum_s exp(lse[s, h] - L) * o[s, h, d].
+/// Splits per trip of the attention merge: their loads go out together.
+constexpr int64_t kMergeUnroll = 4;
+
+/// out[h, d] = sum_s exp(lse[s, h] - L) * o[s, h, d], L = log sum_s
+/// exp(lse[s, h]). One pass with a running maximum, kMergeUnroll splits per
+/// trip (indices past the last clamp to it and weigh nothing), so that a
+/// thread's loads of a trip are in flight together: the merge runs on the
+/// decode step's critical path, and a loop of one split per trip cost an
+/// L2 round trip per split.
 void lowerAttentionMerge(AttentionMergeOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -2126,29 +2135,47 @@ void lowerAttentionMerge(AttentionMergeOp op) {
   Value dim = memref::DimOp::create(b, loc, op.getO(), 2);
   Type outType = op.getOut().getType().getElementType();
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  Value last = arith::SubIOp::create(b, loc, splits, h.idx(1));
   threadLoop(b, loc, arith::MulIOp::create(b, loc, heads, dim), [&](OpBuilder &b, Location loc, Value e) {
+    TileBuilder h{b, loc};
     Value hh = arith::DivUIOp::create(b, loc, e, dim);
     Value d = arith::RemUIOp::create(b, loc, e, dim);
-    auto mx = scf::ForOp::create(b, loc, h.idx(0), splits, h.idx(1), ValueRange{negInf},
-                                 [&](OpBuilder &b, Location loc, Value s, ValueRange acc) {
-                                   Value l = memref::LoadOp::create(b, loc, op.getLse(), ValueRange{s, hh});
-                                   scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, acc[0], l)});
-                                 });
-    Value m = mx.getResult(0);
-    Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, m, negInf);
-    Value safeM = arith::SelectOp::create(b, loc, none, h.f32(0), m);
-    auto sums = scf::ForOp::create(
-        b, loc, h.idx(0), splits, h.idx(1), ValueRange{h.f32(0), h.f32(0)},
-        [&](OpBuilder &b, Location loc, Value s, ValueRange acc) {
-          Value l = memref::LoadOp::create(b, loc, op.getLse(), ValueRange{s, hh});
-          Value wgt = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, l, safeM));
-          Value o = memref::LoadOp::create(b, loc, op.getO(), ValueRange{s, hh, d});
-          scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], wgt),
-                                                  math::FmaOp::create(b, loc, wgt, o, acc[1])});
+    // (running maximum, sum of weights, weighted sum of o)
+    auto loop = scf::ForOp::create(
+        b, loc, h.idx(0), splits, h.idx(kMergeUnroll), ValueRange{negInf, h.f32(0), h.f32(0)},
+        [&](OpBuilder &b, Location loc, Value s0, ValueRange acc) {
+          TileBuilder h{b, loc};
+          SmallVector<Value> ls, os;
+          for (int64_t k = 0; k < kMergeUnroll; ++k) {
+            Value s = arith::AddIOp::create(b, loc, s0, h.idx(k));
+            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, s, splits);
+            Value at = arith::MinUIOp::create(b, loc, s, last);
+            Value l = memref::LoadOp::create(b, loc, op.getLse(), ValueRange{at, hh});
+            ls.push_back(arith::SelectOp::create(b, loc, in, l, negInf));
+            os.push_back(memref::LoadOp::create(b, loc, op.getO(), ValueRange{at, hh, d}));
+          }
+          Value m = acc[0];
+          for (Value l : ls)
+            m = arith::MaximumFOp::create(b, loc, m, l);
+          // exp(x - m) with m = -inf (nothing seen yet) taken as 0.
+          Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, m, negInf);
+          Value base = arith::SelectOp::create(b, loc, none, h.f32(0), m);
+          auto weight = [&](Value x) -> Value {
+            return math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, x, base));
+          };
+          Value keep = weight(acc[0]);
+          Value den = arith::MulFOp::create(b, loc, acc[1], keep);
+          Value num = arith::MulFOp::create(b, loc, acc[2], keep);
+          for (auto [l, o] : llvm::zip(ls, os)) {
+            Value w = weight(l);
+            den = arith::AddFOp::create(b, loc, den, w);
+            num = math::FmaOp::create(b, loc, w, o, num);
+          }
+          scf::YieldOp::create(b, loc, ValueRange{m, den, num});
         });
-    Value den = arith::SelectOp::create(b, loc, none, h.f32(1), sums.getResult(0));
-    Value out = arith::SelectOp::create(b, loc, none, h.f32(0),
-                                        arith::DivFOp::create(b, loc, sums.getResult(1), den));
+    Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, loop.getResult(1), h.f32(0));
+    Value den = arith::SelectOp::create(b, loc, none, h.f32(1), loop.getResult(1));
+    Value out = arith::SelectOp::create(b, loc, none, h.f32(0), arith::DivFOp::create(b, loc, loop.getResult(2), den));
     memref::StoreOp::create(b, loc, fromF32(b, loc, out, outType), op.getOut(), ValueRange{hh, d});
   });
   op.erase();

@@ -289,9 +289,9 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
 // into the dynamic shared memory before the task's wait (32768 bytes: the
 // 128 positions of a split, K then V, chunk c of row r at chunk
 // c ^ (r mod 8); one byte less and nothing is staged), with what the copies need moved above the wait (the split
-// length, defined inside the scf.if). After the wait: q into shared memory;
-// the scores, one thread per position, staged rows (0 <= i < staged count)
-// from shared memory and the others from the cache; a warp per head for the
+// length, defined inside the scf.if). After the wait: the split's rows from
+// `stable` on copied in the same way, beside q into shared memory; the
+// scores, one thread per position, all from shared memory; a warp per head for the
 // softmax; P.V with a lane per (chunk, head) (4 heads x 8 chunks fill a
 // warp: no shuffles), summed across warps. The op sits in an scf.if that may not run, so the copies are also
 // waited for after it. Without `stable`, or with no wait to overlap, the
@@ -312,23 +312,22 @@ et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x
 // KVS: nvvm.cp.async.commit.group
 // KVS: et.event.wait
 // KVS: scf.if
-// KVS: nvvm.cp.async.wait.group 0
+// KVS: scf.for
+// KVS: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache =  cg : !llvm.ptr<3>, !llvm.ptr<1>
+// KVS: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache =  cg : !llvm.ptr<3>, !llvm.ptr<1>
+// KVS: nvvm.cp.async.commit.group
 // KVS: memref.store %{{.*}}, %[[QS]]
-// KVS: gpu.barrier
-// KVS: %[[STAGED:.*]] = arith.cmpi ult
-// KVS-NEXT: scf.if %[[STAGED]] -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// KVS: nvvm.cp.async.wait.group 0
+// KVS-NEXT: gpu.barrier
+// KVS-NOT: vector.load %arg1
 // KVS-COUNT-8: vector.load %[[STAGE]]
-// KVS: } else {
-// KVS-COUNT-8: vector.load %arg1
 // KVS: vector.load %[[QS]]
 // KVS: memref.store %{{.*}}, %[[SCORES]]
 // KVS: gpu.barrier
 // KVS: math.exp2
 // KVS: gpu.barrier
-// KVS: scf.if %{{.*}} -> (vector<8xbf16>)
+// KVS-NOT: vector.load %arg2
 // KVS: vector.load %[[STAGE]]
-// KVS: } else {
-// KVS: vector.load %arg2
 // KVS-NOT: gpu.shuffle
 // KVS: vector.store %{{.*}}, %[[PART]]
 // KVS: gpu.barrier
@@ -582,5 +581,30 @@ et.kernel @l2_hint(%w: memref<64x256xbf16, strided<[256, 1], offset: ?>>) {
     %r0 = arith.muli %i, %c16 : index
     et.prefetch %w rows(%r0, %c16) : memref<64x256xbf16, strided<[256, 1], offset: ?>>
     et.event.signal %e[] : !et.event<>
+  }
+}
+
+// et.attention_merge: one pass over the splits with a running maximum, four
+// splits per trip whose lse and o loads go out together (indices past the
+// last split clamp to it and weigh nothing: -inf); the same loop on both
+// targets.
+// GPU-LABEL: et.kernel @merge
+// GPU: %[[C4:.*]] = arith.constant 4 : index
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C4]]
+// GPU-COUNT-4: arith.minui
+// GPU: arith.maximumf
+// GPU-COUNT-5: math.exp
+// GPU: scf.yield
+// GPU: arith.divf
+// GPU: memref.store
+// GPU-NOT: scf.for
+// GPU: }
+// CPU-LABEL: et.kernel @merge
+// CPU: scf.for %{{.*}} step %{{.*}}
+// CPU-COUNT-4: memref.load %arg1
+et.kernel @merge(%o: memref<?x4x64xf32>, %lse: memref<?x4xf32>, %out: memref<4x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.attention_merge %o, %lse, %out : memref<?x4x64xf32>, memref<?x4xf32>, memref<4x64xbf16>
   }
 }

@@ -692,21 +692,26 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                row(A["lse"], b, [lay.splits, Hq], f32),
                                g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"])
 
-        def merge_body(l, b):
-            # The splits that hold positions of row b (the attention
-            # tiles of later splits skip their body and write nothing).
+        def merge_body(l, b, g):
+            # One tile per (row, KV head): the group's query heads. The
+            # splits that hold positions of row b (the attention tiles of
+            # later splits skip their body and write nothing).
+            G = c.group_size
+            q0 = arith.MulIOp(g, const(G)).result
             if lay.runtime_splits:
                 live = arith.IndexCastOp(idx, arith.CeilDivUIOp(*split_of(b)).result).result
             else:
                 live = arith.MinUIOp(arith.CeilDivUIOp(arith.AddIOp(position(b), const(1)).result,
                                                        const(lay.split_len)).result, const(lay.splits)).result
-            o_b = memref.SubViewOp(strided([DYN, Hq, D], f32, [Hq * D, D, 1]), A["o_part"], [b], [live], [],
-                                   static_offsets=[DYN, 0, 0, 0], static_sizes=[1, DYN, Hq, D],
+            o_b = memref.SubViewOp(strided([DYN, G, D], f32, [Hq * D, D, 1]), A["o_part"], [b, q0], [live], [],
+                                   static_offsets=[DYN, 0, DYN, 0], static_sizes=[1, DYN, G, D],
                                    static_strides=[1, 1, 1, 1]).result
-            lse_b = memref.SubViewOp(strided([DYN, Hq], f32, [Hq, 1]), A["lse"], [b], [live], [],
-                                     static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, Hq],
+            lse_b = memref.SubViewOp(strided([DYN, G], f32, [Hq, 1]), A["lse"], [b, q0], [live], [],
+                                     static_offsets=[DYN, 0, DYN], static_sizes=[1, DYN, G],
                                      static_strides=[1, 1, 1]).result
-            et.attention_merge(o_b, lse_b, row(A["attn"], b, [Hq, D], bf16))
+            out = memref.subview(A["attn"], [b, q0, 0], [1, G, D], [1, 1, 1],
+                                 result_type=strided([G, D], bf16, [D, 1]))
+            et.attention_merge(o_b, lse_b, out)
 
         def norm2_body(l, t):
             et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
@@ -774,7 +779,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             ("qk", qk_body, [Hkv], True, ["qkv"], 4 * D * (c.group_size + 4), 8 * D * (c.group_size + 1)),
             ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
              4 * lay.split_len * D * c.group_size),
-            ("merge", merge_body, [], True, ["attn"], 4 * lay.splits * Hq * (D + 1), 2 * lay.splits * Hq * D),
+            ("merge", merge_body, [Hkv], True, ["attn"], 4 * lay.splits * c.group_size * (D + 1),
+             2 * lay.splits * c.group_size * D),
             ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
             ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
             ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
