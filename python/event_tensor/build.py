@@ -29,6 +29,8 @@ LLVM_VERSION = "22.1.8"
 # Hopper gives a CTA 227 KB in all).
 MIN_PREFETCH_BYTES = 16 * 1024
 MAX_PREFETCH_BYTES = 200 * 1024
+# The default of tile_prefetch_bytes.
+PREFETCH_BYTES = 128 * 1024
 
 _DTYPES = {
     "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",
@@ -105,7 +107,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
-                   tile_prefetch_bytes: int = 128 * 1024, tile_kv_prefetch: str = "none",
+                   tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
                    tile_prefetch_tasks: tuple = (),
                    opt_level: int = 2, tile_mma: str = "wgmma",
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:

@@ -1,5 +1,6 @@
 // RUN: et-opt %s --convert-et-to-nvvm=backoff-ns=100 | FileCheck %s
 // RUN: et-opt %s --convert-et-to-nvvm=threads=256 | FileCheck %s --check-prefix=THREADS
+// RUN: et-opt %s --convert-et-to-nvvm | FileCheck %s --check-prefix=SPIN
 // RUN: not et-opt %s --convert-et-to-nvvm=threads=100 2>&1 | FileCheck %s --check-prefix=BADTHREADS
 // THREADS: known_block_size = array<i32: 256, 1, 1>
 // BADTHREADS: error: 'convert-et-to-nvvm' threads must be 0 or a multiple of 32 up to 1024, got 100
@@ -21,6 +22,18 @@
 // CHECK-DAG: gpu.barrier
 // CHECK-DAG: llvm.fence syncscope("device") release
 // CHECK-DAG: llvm.atomicrmw add %{{.*}}, %{{.*}} syncscope("device") monotonic
+
+// A poll reads the abort flag (relaxed) before the counter (acquire), in one
+// block: both loads are in flight together, one L2 round trip per poll; the
+// block that tests the flag loads nothing.
+// SPIN: %[[FLAG:.*]] = llvm.load %{{.*}} atomic syncscope("device") monotonic
+// SPIN-NEXT: %[[OBSERVED:.*]] = llvm.load %{{.*}} atomic syncscope("device") acquire
+// SPIN-NEXT: arith.cmpi sge, %[[OBSERVED]]
+// SPIN: cf.cond_br
+// SPIN-NEXT: ^{{.*}}: // pred
+// SPIN-NOT: llvm.load
+// SPIN: arith.cmpi ne, %[[FLAG]]
+// SPIN: nvvm.nanosleep
 
 // In the PTX text, acquire loads at GPU scope and a fence right before the
 // atomic add.

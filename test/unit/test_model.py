@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from event_tensor import model
+from event_tensor.build import PREFETCH_BYTES
 from event_tensor.model.weights import read_safetensors, write_safetensors
 from event_tensor.model.cli import Progress
 
@@ -391,9 +392,11 @@ def test_session_names_missing_or_misshaped_weights(compiled):
 
 def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     """On CUDA, kernels for one sequence stage the KV history in shared
-    memory, sized for one split's K and V rows; kernels for larger batches,
-    and splits above the lowering's maximum, do not (no dynamic shared
-    memory, no copies). Kernels for more than 4 rows use unroll 4."""
+    memory, and copy the `o` tiles' first weight rows there before their
+    wait: the buffer is the larger of one split's K and V rows and the
+    weight prefetch's default; kernels for larger batches do neither (no
+    dynamic shared memory, no copies), and splits above the lowering's
+    maximum are not staged. Kernels for more than 4 rows use unroll 4."""
     cfg = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
                             max_position_embeddings=4096)
     small = model.compile_model(cfg, target="cuda", max_batch=1, max_context=512, workers=8,
@@ -401,8 +404,13 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     meta = json.loads((small / "metadata.json").read_text())
     split_len = json.loads((small / "model.json").read_text())["layout"]["split_len"]
     assert meta["options"]["tile_kv_prefetch"] == "shared"
-    assert meta["dynamic_shared_bytes"] == max(16384, 4 * 64 * split_len)
+    assert meta["options"]["tile_prefetch"] == "shared" and meta["options"]["tile_prefetch_tasks"] == ["o"]
+    assert meta["dynamic_shared_bytes"] == max(PREFETCH_BYTES, 4 * 64 * split_len)
     assert "cp.async.cg.shared.global" in (small / "kernel.ptx").read_text()
+    large = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=768,
+                                out_dir=tmp_path / "large", cache_dir=tmp_path / "cache")
+    meta = json.loads((large / "metadata.json").read_text())
+    assert meta["options"]["tile_kv_prefetch"] == "shared" and meta["dynamic_shared_bytes"] == 4 * 64 * 768
     batched = model.compile_model(cfg, target="cuda", max_batch=4, max_context=512, workers=8,
                                   out_dir=tmp_path / "batched", cache_dir=tmp_path / "cache")
     meta = json.loads((batched / "metadata.json").read_text())
@@ -413,8 +421,13 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     big = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=1024,
                               out_dir=tmp_path / "big", cache_dir=tmp_path / "cache")
     meta = json.loads((big / "metadata.json").read_text())
+    assert meta["options"].get("tile_kv_prefetch", "none") == "none"
+    assert meta["dynamic_shared_bytes"] == PREFETCH_BYTES  # the weight prefetch's only
+    plain = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=1024,
+                                tile_prefetch="none", out_dir=tmp_path / "plain", cache_dir=tmp_path / "cache")
+    meta = json.loads((plain / "metadata.json").read_text())
     assert meta["options"].get("tile_kv_prefetch", "none") == "none" and meta["dynamic_shared_bytes"] == 0
-    assert "cp.async" not in (big / "kernel.ptx").read_text()
+    assert "cp.async" not in (plain / "kernel.ptx").read_text()
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

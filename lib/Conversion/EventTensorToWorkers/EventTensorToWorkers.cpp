@@ -332,18 +332,11 @@ private:
     cf::CondBranchOp::create(b, loc, isThread0(), spin, ValueRange{i64(0)},
                              join, ValueRange{i1(true)});
 
+    // The abort flag is read before the counter, with no ordering: both
+    // loads are in flight together, so a poll costs one L2 round trip (read
+    // after a short counter, the flag was a second one per poll, and the
+    // wake-up of a waiter after the last signal took up to two).
     b.setInsertionPointToEnd(spin);
-    Value observed = LLVM::LoadOp::create(
-        b, loc, b.getI32Type(), ptr, /*alignment=*/4, /*isVolatile=*/false,
-        /*isNonTemporal=*/false, /*isInvariant=*/false,
-        /*isInvariantGroup=*/false, LLVM::AtomicOrdering::acquire,
-        syncscope);
-    Value ready = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
-                                        observed, expected32);
-    cf::CondBranchOp::create(b, loc, ready, join, ValueRange{i1(true)}, check,
-                             ValueRange{spin->getArgument(0)});
-
-    b.setInsertionPointToEnd(check);
     Value abortFlag = LLVM::LoadOp::create(
         b, loc, b.getI32Type(), controlPointer(kAbort), /*alignment=*/4,
         false, false, false, false, LLVM::AtomicOrdering::monotonic,
@@ -356,6 +349,17 @@ private:
           false, LLVM::AtomicOrdering::monotonic, StringRef());
       abortFlag = arith::OrIOp::create(b, loc, abortFlag, remote);
     }
+    Value observed = LLVM::LoadOp::create(
+        b, loc, b.getI32Type(), ptr, /*alignment=*/4, /*isVolatile=*/false,
+        /*isNonTemporal=*/false, /*isInvariant=*/false,
+        /*isInvariantGroup=*/false, LLVM::AtomicOrdering::acquire,
+        syncscope);
+    Value ready = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                        observed, expected32);
+    cf::CondBranchOp::create(b, loc, ready, join, ValueRange{i1(true)}, check,
+                             ValueRange{spin->getArgument(0)});
+
+    b.setInsertionPointToEnd(check);
     Value aborted = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
                                           abortFlag, i32(0));
     cf::CondBranchOp::create(b, loc, aborted, join, ValueRange{i1(false)},

@@ -13,7 +13,8 @@ from .builder import build_decode_kernel, kernel_layout
 from .config import ModelConfig, tp_config
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
-__all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL"]
+__all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH",
+           "MODEL_WEIGHT_PREFETCH_TASKS"]
 
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
 # GPU: 8 measured 4% (batch 1) to 9% (batch 4) faster than 4 on the
@@ -32,6 +33,17 @@ MODEL_TILE_UNROLL_MAX_BATCH = 4
 # both models, so kernels for larger batches keep it off (docs/benchmarks.md,
 # "KV history in shared memory").
 MODEL_KV_PREFETCH = "shared"
+
+# Kernels for one sequence at a time (max_batch 1) also copy the first
+# weight rows of each `o` tile into shared memory before its wait
+# (`tile_prefetch="shared"` for the tasks in MODEL_WEIGHT_PREFETCH_TASKS):
+# `o` waits through the attention chain, while the memory system is nearly
+# idle. On the H200, in three calls, that made the Qwen3-0.6B step 1.5-2.3%
+# faster and the Llama-3.2-1B step 0-1.4% (docs/benchmarks.md, "The
+# attention chain, shortened"); the same copies before every linear tile's
+# wait were slower, since they take bandwidth from the phase still running.
+MODEL_WEIGHT_PREFETCH = "shared"
+MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 
 # LLVM optimization level of the model kernels' NVPTX code generation. The
 # megakernel is one large function whose register budget is shared by every
@@ -54,7 +66,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
     defaults to MODEL_TILE_UNROLL (4 above MODEL_TILE_UNROLL_MAX_BATCH
     rows), `opt_level` to MODEL_OPT_LEVEL and, for max_batch 1,
-    `tile_kv_prefetch` to MODEL_KV_PREFETCH). `layered` builds one task per
+    `tile_kv_prefetch` to MODEL_KV_PREFETCH and `tile_prefetch` to
+    MODEL_WEIGHT_PREFETCH in MODEL_WEIGHT_PREFETCH_TASKS). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -138,6 +151,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         options.setdefault("opt_level", MODEL_OPT_LEVEL)
         if max_batch == 1:
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
+            if "tile_prefetch" not in options:
+                options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
+                options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context,
                            min_batch=min_batch)
@@ -217,17 +233,24 @@ def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
     for one split's K and V rows (the lowering stages a split only when all
     of it fits): more would only take L1 cache from the linear tiles (the
     batch-4 Llama step was 2.5% slower with 128 KB than without staging).
-    Splits above the lowering's maximum are not staged."""
-    from ..build import MAX_PREFETCH_BYTES, MIN_PREFETCH_BYTES
+    Splits above the lowering's maximum are not staged. With the weight
+    prefetch (tile_prefetch="shared") too, the buffer is the larger of the
+    two (the tasks use it one at a time): the weight prefetch's default,
+    or the split's."""
+    from ..build import MAX_PREFETCH_BYTES, MIN_PREFETCH_BYTES, PREFETCH_BYTES
 
-    if options.get("tile_kv_prefetch") != "shared" or "tile_prefetch_bytes" in options \
-            or options.get("tile_prefetch", "none") == "shared":
+    if options.get("tile_kv_prefetch") != "shared":
         return
     need = 4 * config.head_dim * layout.split_len
     if need > MAX_PREFETCH_BYTES:
         options["tile_kv_prefetch"] = "none"
-    else:
-        options["tile_prefetch_bytes"] = max(MIN_PREFETCH_BYTES, -(-need // 1024) * 1024)
+        return
+    if "tile_prefetch_bytes" in options:
+        return
+    need = max(MIN_PREFETCH_BYTES, -(-need // 1024) * 1024)
+    if options.get("tile_prefetch", "none") == "shared":
+        need = max(need, PREFETCH_BYTES)
+    options["tile_prefetch_bytes"] = need
 
 
 #: The smallest batch that linear_tile="auto" runs on tensor-core tiles,
