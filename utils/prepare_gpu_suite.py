@@ -364,7 +364,7 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,
            layered: bool = True, max_batch: int = 4, max_context: int = 1024, fmt: str = "isa",
-           tile_prefetch: str = "none", fuse_norms: bool = True, tile_unroll: int | None = None,
+           tile_prefetch: str | None = None, fuse_norms: bool = True, tile_unroll: int | None = None,
            tile_linear: str = "rows", tile_prefetch_bytes: int | None = None,
            tile_kv_prefetch: str | None = None, prefill_rows: int = 0) -> None:
     """Decode-step megakernels of model presets, for
@@ -383,9 +383,10 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         compile_model(config, target="cuda", max_batch=max_batch,
                       max_context=min(max_context, config.max_position_embeddings), workers=workers,
                       threads_per_worker=threads, out_dir=target, cache_dir=cache, profile=profile, layered=layered,
-                      format=fmt, tile_prefetch=tile_prefetch, fuse_norms=fuse_norms,
+                      format=fmt, fuse_norms=fuse_norms,
                       tile_linear=tile_linear, prefill_rows=prefill_rows,
                       **({} if tile_prefetch_bytes is None else {"tile_prefetch_bytes": tile_prefetch_bytes}),
+                      **({} if tile_prefetch is None else {"tile_prefetch": tile_prefetch}),
                       **({} if tile_unroll is None else {"tile_unroll": tile_unroll}),
                       **({} if tile_kv_prefetch is None else {"tile_kv_prefetch": tile_kv_prefetch}))
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
@@ -530,11 +531,11 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=4, help="max batch of the model kernels")
     parser.add_argument("--max-context", type=int, default=1024, help="max context of the model kernels")
     parser.add_argument("--format", default="isa", choices=["isa", "bin"], help="model kernels as PTX or cubin")
-    parser.add_argument("--tile-prefetch", default="none", choices=["none", "registers", "l2", "shared"],
-                        help="weight loads before the wait in the model kernels")
+    parser.add_argument("--tile-prefetch", default=None, choices=["none", "registers", "l2", "shared"],
+                        help="weight loads before the wait in the model kernels (default: the model's)")
     parser.add_argument("--tile-prefetch-bytes", type=int, default=None,
-                        help="dynamic shared memory for the shared prefetches (default: 128 KB for "
-                             "--tile-prefetch shared, else one attention split's K and V)")
+                        help="dynamic shared memory for the shared prefetches (default: the larger of 128 KB "
+                             "with --tile-prefetch shared and one attention split's K and V)")
     parser.add_argument("--tile-kv-prefetch", default=None, choices=["none", "shared"],
                         help="KV-cache history before the wait in the model kernels (default: the model's)")
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")

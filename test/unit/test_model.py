@@ -174,9 +174,10 @@ def test_kernel_layout_limits():
 
 
 def test_default_split_length_makes_one_wave_of_attention_tiles():
-    """The default split length: a power of two (at least 256, at most the
-    context) giving about one tile per worker at the geometric middle of the
-    batches the kernel serves; the bests measured on the H200."""
+    """The default split length: a power of two (at least 256, 128 for
+    one-row kernels, at most the context) giving about one tile per worker
+    at the geometric middle of the batches the kernel serves; the bests
+    measured on the H200."""
     from event_tensor.model.builder import kernel_layout
 
     llama = model.preset("llama-3.2-1b")  # 8 KV heads
@@ -184,7 +185,8 @@ def test_default_split_length_makes_one_wave_of_attention_tiles():
     def split(b, c, lo=1):
         return kernel_layout(llama, max_batch=b, max_context=c, workers=132, min_batch=lo).split_len
 
-    assert [split(1, 1024), split(1, 2048), split(1, 8192), split(1, 128)] == [256, 256, 512, 128]
+    assert [split(1, 1024), split(1, 2048), split(1, 8192), split(1, 128)] == [128, 128, 512, 128]
+    assert [split(2, 1024), split(2, 2048)] == [256, 256]
     assert [split(2, 8192, 2), split(4, 8192, 4), split(8, 1024, 8), split(8, 8192, 8)] == [1024, 2048, 512, 4096]
     assert [split(16, 1024, 16), split(16, 4096, 16), split(16, 8192, 16)] == [1024, 4096, 8192]
     # A single kernel for batches 1-16 aims at batch 4.

@@ -54,6 +54,11 @@ DYN = ShapedType.get_dynamic_size()
 #: run time: a tile has a fixed cost of a few us, so shorter splits cost
 #: more than they spread.
 MIN_SPLIT_LEN = 256
+#: The same for kernels of one row (max_batch 1): there a row's attention
+#: tiles are the only ones, and with the merge per KV head, 128 positions
+#: (8 tiles per KV head at 1k context) measured 1-3% faster than 256 on
+#: the H200 (docs/benchmarks.md, "The attention chain, shortened").
+MIN_SPLIT_LEN_ONE_ROW = 128
 
 
 @dataclass(frozen=True)
@@ -125,13 +130,15 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
         # About one wave of attention tiles (rows x KV heads x splits, one
         # tile per worker) at full context, for the geometric middle of the
         # batches the kernel serves; a power of two, and at least 256
-        # positions: a tile has a fixed cost of a few us, so short splits
-        # cost more than they spread. Measured on the H200 (docs/benchmarks.md,
-        # "The split length follows the batch"): the best split at every
-        # (batch, context) of Llama-3.2-1B and Qwen3-0.6B tried, but one
-        # within 1.3%; 256 at batch 1 and 1k context.
+        # positions (128 for one-row kernels): a tile has a fixed cost of a
+        # few us, so short splits cost more than they spread. Measured on
+        # the H200 (docs/benchmarks.md, "The split length follows the
+        # batch"): the best split at every (batch, context) of Llama-3.2-1B
+        # and Qwen3-0.6B tried, but one within 1.3%; at batch 1 and 1k
+        # context 256 then, 128 since the merge per KV head.
         rows = math.sqrt(min_batch * max_batch)
-        split_len = max(MIN_SPLIT_LEN, math.ceil(max_context * config.num_kv_heads * rows / workers))
+        least = MIN_SPLIT_LEN_ONE_ROW if max_batch == 1 else MIN_SPLIT_LEN
+        split_len = max(least, math.ceil(max_context * config.num_kv_heads * rows / workers))
         split_len = 1 << (split_len - 1).bit_length()
         split_len = min(split_len, max(16, -(-max_context // 16) * 16))
     if split_len < 1:

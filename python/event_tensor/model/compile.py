@@ -39,8 +39,9 @@ MODEL_KV_PREFETCH = "shared"
 # (`tile_prefetch="shared"` for the tasks in MODEL_WEIGHT_PREFETCH_TASKS):
 # `o` waits through the attention chain, while the memory system is nearly
 # idle. On the H200, in three calls, that made the Qwen3-0.6B step 1.5-2.3%
-# faster and the Llama-3.2-1B step 0-1.4% (docs/benchmarks.md, "The
-# attention chain, shortened"); the same copies before every linear tile's
+# faster and the Llama-3.2-1B step between 0.1% slower and 1.6% faster
+# (docs/benchmarks.md, "The attention chain, shortened"); in kernels for 4
+# rows it was 1-8% slower, and the same copies before every linear tile's
 # wait were slower, since they take bandwidth from the phase still running.
 MODEL_WEIGHT_PREFETCH = "shared"
 MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
