@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Decision time of the tuning-table lookup (`choose_linear`), the part of
-the tuner that runs per launch for dynamic batch sizes. Host only.
+the tuner that runs per launch for dynamic batch sizes, and of the GEMM
+choice from the shipped H200 models (`choose_gemm`: warm, and the first
+call of a block of M, which evaluates every configuration). Host only.
 
     .venv/bin/python benchmarks/tune_decision.py [--table TABLE.json] [--json results.json]
 """
@@ -11,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from event_tensor.tuning import TuningTable, choose_linear
+from event_tensor.tuning import TuningTable, choose_gemm, choose_linear, shipped_gemm_models
 
 
 def main():
@@ -42,6 +44,25 @@ def main():
         rows[label] = best * 1e9
         print(f"{label}: {best * 1e9:.0f} ns per decision (best of 5 x {args.calls} calls, {len(shapes)} shapes, "
               f"M up to {m_max})")
+    gemm = shipped_gemm_models("NVIDIA H200")
+    gemm_shapes = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192), (6144, 4096), (28672, 4096)]
+    gemm_queries = [(gemm_shapes[i % len(gemm_shapes)], 1 + (i * 37) % 4096) for i in range(1024)]
+    start = time.perf_counter()
+    for (n, k), m in gemm_queries:
+        choose_gemm(m, n, k, models=gemm, workers=132)
+    rows["choose_gemm, first pass"] = (time.perf_counter() - start) / len(gemm_queries) * 1e9
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for i in range(args.calls):
+            (n, k), m = gemm_queries[i & 1023]
+            choose_gemm(m, n, k, models=gemm, workers=132)
+        best = min(best, (time.perf_counter() - start) / args.calls)
+    rows["choose_gemm"] = best * 1e9
+    print(f"choose_gemm: {rows['choose_gemm, first pass']:.0f} ns per decision on the first pass over "
+          f"{len(gemm_queries)} queries (every block of M evaluated once), then {best * 1e9:.0f} ns "
+          f"(best of 5 x {args.calls} calls, {len(gemm_shapes)} shapes, M up to 4096, {len(gemm.models)} "
+          "configurations)")
     if args.json:
         Path(args.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "host": platform.processor()
                                                or platform.machine(), "ns_per_decision": rows}, indent=2))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -311,12 +311,20 @@ GEMM_FORMAT = 1
 class GemmModels:
     """One WaveModel per GEMM configuration, fitted on one GPU; the choice
     for a product is the configuration with the lowest predicted latency.
-    One tile per worker is in flight, so the capacity is the workers."""
+    One tile per worker is in flight, so the capacity is the workers.
+
+    A product's features depend on M only through ceil(M / BM) of each
+    configuration, which is the same for all M in a block of g rows
+    (g = the gcd of the configurations' BM, ((j - 1) g, j g]): `choose`
+    evaluates every configuration once per (N, K, block) and then answers
+    from a dict, in O(1) (docs/benchmarks.md, "Tuning-table decision
+    time")."""
 
     gpu: str
     workers: int
     models: dict[GemmConfig, WaveModel]
     path: str = "<memory>"
+    _choices: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def fit(cls, gpu: str, workers: int,
@@ -332,9 +340,23 @@ class GemmModels:
         return float(self.models[cfg].predict(*gemm_problem(m, n, k, cfg)))
 
     def choose(self, m: int, n: int, k: int) -> GemmConfig:
+        key = (n, k, m)
+        choice = self._choices.get(key)
+        if choice is not None and type(m) is int and type(n) is int and type(k) is int:
+            return choice  # an M seen before
+        for name, v in (("m", m), ("n", n), ("k", k)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"GEMM dimension {name} must be a positive int, got {v!r}")
         if not self.models:
             raise TableError(f"{self.path}: no GEMM configurations")
-        return min(self.models, key=lambda cfg: self.predict(m, n, k, cfg))
+        block = math.gcd(*(cfg.tile[0] for cfg in self.models))
+        first = (m - 1) // block * block + 1
+        choice = self._choices.get((n, k, first))
+        if choice is None:
+            choice = min(self.models, key=lambda cfg: self.predict(first, n, k, cfg))
+            self._choices[(n, k, first)] = choice
+        self._choices[key] = choice
+        return choice
 
     def to_json(self) -> dict:
         return {"format": GEMM_FORMAT, "gpu": self.gpu, "workers": self.workers,

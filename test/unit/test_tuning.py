@@ -298,6 +298,34 @@ def test_gemm_models_choose_the_fastest_family_and_round_trip(tmp_path):
         GemmModels.load(tmp_path / "gemm.json", gpu="H100")
 
 
+def test_gemm_choice_is_memoized_per_block_of_m(monkeypatch):
+    """The GEMM choice depends on M only through ceil(M / BM) of each
+    configuration: `choose` evaluates the configurations once per block of
+    gcd(BM) rows and (N, K), answers every M of the block the same as a
+    direct search, and evaluates nothing for an M seen before."""
+    from event_tensor.tuning import GemmConfig, GemmModels, WaveModel
+
+    coefs = {GemmConfig((128, 256, 64), 4, 256): [30.0, 0.66, 4.0, 0.66, 0.0, 0.0],
+             GemmConfig((64, 128, 64), 6, 128): [8.0, 0.30, 3.0, 0.40, 0.0, 0.0],
+             GemmConfig((192, 128, 64), 4, 384): [12.0, 0.5, 3.5, 0.5, 0.0, 0.0]}
+    models = GemmModels("H200", CAPACITY, {c: WaveModel(CAPACITY, np.asarray(v)) for c, v in coefs.items()})
+    calls = []
+    predict = GemmModels.predict
+    monkeypatch.setattr(GemmModels, "predict", lambda self, *a: calls.append(a) or predict(self, *a))
+    shapes = [(2048, 2048), (28672, 4096), (3072, 2048)]
+    for n, k in shapes:
+        for m in range(1, 1500, 7):
+            direct = min(coefs, key=lambda c: predict(models, m, n, k, c))
+            assert models.choose(m, n, k) == direct, (m, n, k)
+    blocks = len({(n, k, (m - 1) // 64) for n, k in shapes for m in range(1, 1500, 7)})
+    assert len(calls) == blocks * len(coefs)  # gcd(128, 64, 192) = 64 rows per block
+    calls.clear()
+    assert models.choose(701, 28672, 4096) == models.choose(705, 28672, 4096) and not calls
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=f"GEMM dimension m must be a positive int, got {bad!r}"):
+            models.choose(bad, 2048, 2048)
+
+
 @pytest.mark.parametrize("mutate,message", [
     (lambda d: d.update(format=7), "format 1"),
     (lambda d: d.update(workers=0), "'workers' must be a positive int"),
