@@ -31,9 +31,6 @@ def parse_variant(text: str) -> tuple[str, dict]:
         raise SystemExit(f"--variant {name}: not JSON: {e}") from None
     if not isinstance(options, dict):
         raise SystemExit(f"--variant {name}: the JSON must be an object of compile_model arguments, got {spec!r}")
-    for key in ("tile_prefetch_tasks",):
-        if key in options:
-            options[key] = tuple(options[key])
     return name, options
 
 

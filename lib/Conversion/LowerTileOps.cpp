@@ -1583,9 +1583,10 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   int64_t chunks = dim / kVector; // 16-byte chunks per row: 8 or 16
   int64_t staticBytes =
       4 * (groupSize * dim + groupSize * *splitLen + 2 * groupSize + maxWarps * groupSize * dim);
-  // The whole split must fit: the phases read rows past the budget from
-  // the cache a whole row per thread, which ran at half the speed of the
-  // pipelined loop (split length 1024 in a 128 KB budget).
+  // The whole split must fit: every row of it goes into the stage. (An
+  // earlier version read the rows past the budget from the cache, a whole
+  // row per thread, at half the speed of the pipelined loop: split length
+  // 1024 in a 128 KB budget.)
   int64_t stageRows = *splitLen;
   if (stageBytes < 4 * dim * stageRows)
     return false;
