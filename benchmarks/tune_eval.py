@@ -3,11 +3,14 @@
 
 For every linear-layer shape of the given model presets and every token
 count M in 1..16 (`et.linear` serves at most 16 tokens), each candidate
-configuration (rows per tile x unroll) is timed on the device, each launch
+configuration (rows per tile x unroll; the rows are 8, 16, 32, 64 and the
+wave-sized ones of `tuning.linear_candidates`) is timed on the device, each launch
 on another copy of the weights (256 MiB in all, so they come from HBM as in a
 model step, not from L2), in `--passes` interleaved passes whose median is
 kept (one timing per point was too noisy); the best is the exhaustive-search
-answer. The table (from `event-tensor tune`) and the
+answer. Launches are queued back to back behind a sleep kernel
+(`tuner.queued_seconds`): timed one at a time, the small shapes measured the
+host's launch work instead of the kernel. The table (from `event-tensor tune`) and the
 heuristic fallback each pick a configuration without measuring; the report
 gives their speed as a fraction of the best one (geometric mean and worst
 case), beside the time the exhaustive search took on the device.
@@ -37,20 +40,26 @@ def prepare(out: Path, models: list[str], workers: int, threads: int) -> None:
     from event_tensor import compile as et_compile
     from event_tensor.ir import Context
     from event_tensor.tuner import _kernel, model_shapes
+    from event_tensor.tuning import heuristic_linear, linear_candidates
 
     out.mkdir(parents=True, exist_ok=True)
     shapes = model_shapes(models)
     kernels = []
     for n, k in shapes:
-        for rows in ROWS:
-            for unroll in UNROLLS:
+        # Every configuration a table can choose (the tuner's candidates:
+        # fixed and wave-sized rows), which includes the heuristic's own.
+        configs = [(rows, unroll) for rows in linear_candidates(n, workers, ROWS) for unroll in UNROLLS]
+        fallback = heuristic_linear(n, k, 1, workers)
+        assert (fallback.rows, fallback.unroll) in configs
+        for rows, unroll in configs:
+            name = f"n{n}-k{k}-r{rows}-u{unroll}"
+            if not (out / name / "metadata.json").exists():  # else kept from an earlier prepare
                 with Context():
                     text = _kernel(n, k, rows).operation.get_asm(print_generic_op_form=True)
                 art = et_compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=threads,
                                  tile_unroll=unroll, format="bin")
-                name = f"n{n}-k{k}-r{rows}-u{unroll}"
                 art.copy_to(out / name)
-                kernels.append({"dir": name, "n": n, "k": k, "rows": rows, "unroll": unroll})
+            kernels.append({"dir": name, "n": n, "k": k, "rows": rows, "unroll": unroll})
         print(f"prepared {n}x{k}", flush=True)
     (out / "eval.json").write_text(json.dumps({"models": models, "workers": workers, "threads": threads,
                                                "m_max": M_MAX, "kernels": kernels}, indent=1))
@@ -60,8 +69,7 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
     import torch
 
     from event_tensor import runtime
-    from event_tensor.tuner import cold_copies
-    from gpu_timing import median_seconds
+    from event_tensor.tuner import cold_copies, queued_seconds
 
     plan = json.loads((root / "eval.json").read_text())
     result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "workers": plan["workers"],
@@ -79,6 +87,10 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
         y = torch.zeros(M_MAX, n, device="cuda")
         ref = torch.nn.functional.linear(x.float(), ws[0].float())
         launches = [runtime.load(root / kern["dir"]).launcher() for kern in kernels]
+        # Launches per timed batch: enough to hide the host's launch work
+        # behind short kernels; the long ones (>= 32 MiB of weights, 8 us
+        # and more) need few.
+        inner = 16 if n * k < (16 << 20) else 4
         # Passes interleave the configurations, so that a slow stretch of
         # the device does not land on one configuration's timings only.
         times = {}
@@ -87,7 +99,7 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
                 for m in range(1, M_MAX + 1):
                     bound = [launch.bind(x[:m], w, y[:m]) for w in ws]
                     turn = itertools.cycle(bound)
-                    times.setdefault((i, m), []).append(median_seconds(lambda: next(turn)(), reps=reps, warmup=2))
+                    times.setdefault((i, m), []).append(queued_seconds(lambda: next(turn)(), inner=inner, reps=reps))
         for i, (kern, launch) in enumerate(zip(kernels, launches)):
             for m in range(1, M_MAX + 1):
                 y.zero_()
@@ -110,18 +122,29 @@ def report(measured: Path, table_path: str | None, out_json: Path | None) -> Non
 
     data = json.loads(measured.read_text())
     table = TuningTable.load(table_path) if table_path else None
-    times = {}
+    times, per_pass = {}, {}
+    configs = {}  # shape -> every measured (rows, unroll): the grid and the heuristic's own
     for r in data["rows"]:
         times[(r["n"], r["k"], r["m"], r["rows"], r["unroll"])] = r["seconds"]
-    shapes = sorted({(r["n"], r["k"]) for r in data["rows"]})
+        per_pass[(r["n"], r["k"], r["m"], r["rows"], r["unroll"])] = r.get("passes") or [r["seconds"]]
+        configs.setdefault((r["n"], r["k"]), set()).add((r["rows"], r["unroll"]))
+    shapes = sorted(configs)
+    # How far the oracle agrees with itself: each pass's best, timed by the
+    # median of the other passes, as a fraction of their best.
+    self_ratios = []
+    passes = min(len(v) for v in per_pass.values())
     bad = [r for r in data["rows"] if not r["rel_err"] < 1e-5]
     entries, ratios = [], {"table": [], "heuristic": []}
     search_s = 0.0
     for n, k in shapes:
         for m in range(1, M_MAX + 1):
-            cands = {(rows, u): times[(n, k, m, rows, u)] for rows in ROWS for u in UNROLLS
-                     if (n, k, m, rows, u) in times}
+            cands = {c: times[(n, k, m, *c)] for c in configs[(n, k)] if (n, k, m, *c) in times}
             search_s += sum(cands.values())
+            for p in range(passes if passes > 1 else 0):
+                mine = {c: per_pass[(n, k, m, *c)][p] for c in cands}
+                rest = {c: statistics.median(v for q, v in enumerate(per_pass[(n, k, m, *c)]) if q != p)
+                        for c in cands}
+                self_ratios.append(min(rest.values()) / rest[min(mine, key=mine.get)])
             best_cfg, best = min(cands.items(), key=lambda kv: kv[1])
             row = {"n": n, "k": k, "m": m, "best": list(best_cfg), "best_us": best * 1e6}
             for name, tab in (("table", table), ("heuristic", None)):
@@ -140,6 +163,10 @@ def report(measured: Path, table_path: str | None, out_json: Path | None) -> Non
         if rs:
             summary[name] = {"geomean": math.exp(sum(math.log(r) for r in rs) / len(rs)), "worst": min(rs),
                              "points": len(rs)}
+    if self_ratios:
+        summary["one pass of exhaustive search"] = {
+            "geomean": math.exp(sum(math.log(r) for r in self_ratios) / len(self_ratios)),
+            "worst": min(self_ratios), "points": len(self_ratios)}
     out = {"device": data["device"], "date": data["date"], "summary": summary,
            "exhaustive_search_device_s": search_s, "measure_wall_s": data.get("wall_s"),
            "numerics_failures": len(bad), "entries": entries}
@@ -147,7 +174,7 @@ def report(measured: Path, table_path: str | None, out_json: Path | None) -> Non
         print(f"{name}: geometric mean {100 * s['geomean']:.1f}% of the exhaustive best, worst "
               f"{100 * s['worst']:.1f}% over {s['points']} (shape, M) points")
     print(f"exhaustive search: {search_s:.3f} s of kernel time on the device ({len(shapes)} shapes x M 1..{M_MAX} "
-          f"x {len(ROWS) * len(UNROLLS)} configurations); {len(bad)} numerics failures")
+          f"x {sum(map(len, configs.values())) / len(shapes):.1f} configurations); {len(bad)} numerics failures")
     if out_json:
         out_json.write_text(json.dumps(out, indent=1))
 
@@ -163,7 +190,7 @@ def main():
     p = sub.add_parser("measure")
     p.add_argument("root")
     p.add_argument("--json", required=True)
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=3, help="batches of queued launches per point and pass")
     p.add_argument("--passes", type=int, default=3, help="interleaved passes; the median of them is kept")
     p = sub.add_parser("report")
     p.add_argument("measured")

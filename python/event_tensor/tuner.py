@@ -1,19 +1,25 @@
 """Regenerates a tuning table on the current machine, in three steps that
 may run on different machines (the GPU machine may have no MLIR):
 
-1. `prepare` (needs MLIR): compiles one `et.linear` kernel per sample point:
-   candidate configurations x tile counts at the wave boundaries x K sizes.
-   It writes `plan.json` and the artifacts to a directory.
+1. `prepare` (needs MLIR): compiles one `et.linear` kernel per sample point.
+   By default (`sampling="shapes"`) these are the candidate configurations
+   at each shape's own N and K: fixed row counts and wave-sized ones (0.5,
+   1, 2 or 4 tiles per worker). With `sampling="waves"`, candidate
+   configurations x tile counts at the wave boundaries x K sizes, on
+   synthetic shapes. It writes `plan.json` and the artifacts to a directory.
 2. `measure` (runtime only): times every kernel for a few token counts M,
    with random inputs, and writes `samples.json`.
-3. `fit` (numpy only): fits one `WaveModel` per configuration, builds the
-   two-stage table for the requested shapes, validates it and saves it.
+3. `fit` (numpy only): builds the table (at the shapes: each
+   configuration's latency interpolated in M between the measured M; at
+   the wave boundaries: one fitted `WaveModel` per configuration, evaluated
+   at the requested shapes), validates it and saves it.
 
 `event-tensor tune` runs all three, or one of them with `--step`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import platform
@@ -23,9 +29,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .tuning import TABLE_FORMAT, LinearConfig, TuningTable, WaveModel, build_table, linear_problem
+from .tuning import (TABLE_FORMAT, LinearConfig, TuningTable, WaveModel, build_table, linear_candidates,
+                     linear_problem, table_from_samples)
 
-__all__ = ["prepare", "measure", "fit", "model_shapes", "sample_points"]
+__all__ = ["prepare", "measure", "fit", "model_shapes", "sample_points", "shape_points", "default_ms",
+           "queued_seconds"]
 
 
 def model_shapes(names: Sequence[str]) -> list[tuple[int, int]]:
@@ -87,23 +95,58 @@ def sample_points(shapes: Sequence[tuple[int, int]], *, rows: Sequence[int], unr
     return points
 
 
+def shape_points(shapes: Sequence[tuple[int, int]], *, rows: Sequence[int], unrolls: Sequence[int], capacity: int,
+                 tiles_per_worker: Sequence[float]) -> list[tuple[int, int, int, int]]:
+    """The sample kernels (rows, unroll, tiles, K) of `sampling="shapes"`:
+    every candidate configuration (linear_candidates) at each shape's own
+    N and K."""
+    return [(r, u, math.ceil(n / r), k) for n, k in shapes
+            for r in linear_candidates(n, capacity, rows, tiles_per_worker) for u in unrolls]
+
+
+def default_ms(sampling: str, m_max: int) -> list[int]:
+    """Token counts measured by default: 1, 4, 16 at the wave boundaries;
+    at the shapes, powers of two up to m_max and m_max itself (the ends the
+    interpolation in M needs)."""
+    if sampling == "waves":
+        return [1, 4, 16]
+    return sorted({1 << i for i in range(m_max.bit_length()) if 1 << i <= m_max} | {m_max})
+
+
 def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, shapes: Sequence[tuple[int, int]],
             m_max: int = 16, rows: Sequence[int] = (8, 16, 32, 64), unrolls: Sequence[int] = (4, 8),
-            ks: Sequence[int] | None = (1024, 4096), ms: Sequence[int] = (1, 4, 16), max_waves: int | None = 3,
+            ks: Sequence[int] | None = (1024, 4096), ms: Sequence[int] | None = None, max_waves: int | None = 3,
+            sampling: str = "shapes", tiles_per_worker: Sequence[float] = (0.5, 1, 2, 4),
             fmt: str = "isa", progress: Callable[[int, int], None] | None = None) -> Path:
-    """Compiles the sample kernels (sample_points) into `out` and writes
-    `out/plan.json`. `fmt` is the CUDA binary format (`bin`: cubins, so
-    measuring does not wait for the driver's JIT)."""
+    """Compiles the sample kernels into `out` and writes `out/plan.json`.
+
+    `sampling="shapes"` (the default): every candidate configuration at each
+    shape's own N and K (shape_points); `fit` interpolates in M
+    (tuning.table_from_samples). `sampling="waves"`: synthetic shapes at the
+    wave boundaries (sample_points), for the fitted wave models; `ks` and
+    `max_waves` apply to it only. `ms` defaults to default_ms. `fmt` is the
+    CUDA binary format (`bin`: cubins, so measuring does not wait for the
+    driver's JIT)."""
     from . import compile as et_compile
     from .ir import Context
 
+    if sampling not in ("shapes", "waves"):
+        raise ValueError(f"sampling must be 'shapes' or 'waves', got {sampling!r}")
+    ms = list(ms) if ms is not None else default_ms(sampling, m_max)
+    if sampling == "shapes" and (1 not in ms or max(ms) < m_max):
+        raise ValueError(f"sampling at the shapes interpolates in M: the measured M ({ms}) must include 1 and "
+                         f"reach m_max = {m_max}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     capacity = workers
-    points = sample_points(shapes, rows=rows, unrolls=unrolls, capacity=capacity, ks=ks, max_waves=max_waves)
+    if sampling == "shapes":  # (rows, unroll, tiles, K, N)
+        builds = [(*point, n) for n, k in shapes for point in shape_points(
+            [(n, k)], rows=rows, unrolls=unrolls, capacity=capacity, tiles_per_worker=tiles_per_worker)]
+    else:
+        builds = [(r, u, tiles, k, tiles * r) for r, u, tiles, k in sample_points(
+            shapes, rows=rows, unrolls=unrolls, capacity=capacity, ks=ks, max_waves=max_waves)]
     kernels = []
-    for i, (r, u, tiles, k) in enumerate(points):
-        n = tiles * r
+    for i, (r, u, tiles, k, n) in enumerate(builds):
         with Context():
             text = _kernel(n, k, r).operation.get_asm(print_generic_op_form=True)
         cuda = {"threads_per_worker": threads, "tile_unroll": u, "format": fmt} if target == "cuda" else {}
@@ -112,15 +155,15 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
         art.copy_to(out / name)
         kernels.append({"dir": name, "rows": r, "unroll": u, "n": n, "k": k, "tiles": tiles})
         if progress:
-            progress(i + 1, len(points))
+            progress(i + 1, len(builds))
     # Row groups working in parallel in a tile: the warps of a CTA, or the
     # one thread of a host worker.
     warps = max(1, threads // 32) if target == "cuda" else 1
     # Tokens per pass over the weights in the GPU lowering (et-lower-tile-ops).
     token_group = (4 if threads <= 512 else 2) if target == "cuda" else None
-    plan = {"format": TABLE_FORMAT, "target": target, "workers": workers, "threads": threads, "warps": warps,
-            "token_group": token_group,
-            "capacity": capacity, "ms": list(ms), "m_max": m_max, "shapes": [list(s) for s in shapes],
+    plan = {"format": TABLE_FORMAT, "target": target, "sampling": sampling, "workers": workers, "threads": threads,
+            "warps": warps, "token_group": token_group,
+            "capacity": capacity, "ms": ms, "m_max": m_max, "shapes": [list(s) for s in shapes],
             "macro": [[r, 1] for r in rows], "micro": list(unrolls), "kernels": kernels}
     (out / "plan.json").write_text(json.dumps(plan, indent=1))
     return out
@@ -145,9 +188,66 @@ def cold_copies(n: int, k: int) -> int:
     most 64 copies)."""
     return max(1, min(64, -(-COLD_BYTES // (2 * n * k))))
 
+_SLEEP_CYCLES_PER_S: list[float] = []
+
+
+def _sleep_cycles_per_second() -> float:
+    """The rate of torch.cuda._sleep's cycle counter, measured once."""
+    import torch
+
+    if not _SLEEP_CYCLES_PER_S:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1 << 20)  # warm-up
+        start.record()
+        torch.cuda._sleep(1 << 22)
+        end.record()
+        end.synchronize()
+        _SLEEP_CYCLES_PER_S.append((1 << 22) / (start.elapsed_time(end) * 1e-3))
+    return _SLEEP_CYCLES_PER_S[0]
+
+
+def queued_seconds(fn: Callable[[], None], *, inner: int = 16, reps: int = 5, warmup: int = 2) -> float:
+    """Median device seconds per call of `fn()` (which enqueues one kernel
+    on the current CUDA stream) when `inner` calls run back to back with
+    no host time between them.
+
+    Timed one launch at a time, a short kernel measures the host's launch
+    work (tens of us through ctypes), not itself. Here a sleep kernel holds
+    the stream while the host enqueues the `inner` launches, so that they
+    start one after another on the device, and the time between the events
+    is their device time plus the device-side gaps. The hold is twice the
+    longest enqueue seen so far; a batch whose enqueue outlasted its hold is
+    timed again with a longer one."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    rate = _sleep_cycles_per_second()
+    hold_s = 1e-3
+    times: list[float] = []
+    while len(times) < reps:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(hold_s * rate))
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        enqueue_s = time.perf_counter() - t0
+        end.record()
+        end.synchronize()
+        if enqueue_s > 0.8 * hold_s:
+            hold_s = 2 * enqueue_s  # the device may have waited for the host: again
+            continue
+        times.append(start.elapsed_time(end) * 1e-3 / inner)
+    return float(np.median(times))
+
+
 def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], None] | None = None) -> Path:
-    """Times every kernel of `root/plan.json` (random inputs, median of
-    `reps` launches after one warm-up) and writes `root/samples.json`."""
+    """Times every kernel of `root/plan.json` with random inputs and writes
+    `root/samples.json`. On the GPU: the median of `reps` batches of
+    launches queued back to back (queued_seconds); on host workers: the
+    median of `reps` launches after one warm-up."""
     from . import runtime
 
     root = Path(root)
@@ -163,7 +263,7 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
     # COLD_BYTES in all, so that the weights come from HBM as in a model
     # step and not from L2, which holds a small kernel's weights after one
     # launch (benchmarks.md, "The oracle is noisy, and it measured L2").
-    weights: dict[str, Any] = {}
+    weights: dict[Any, Any] = {}
     for i, (kern, m) in enumerate(jobs):
         launch = launchers.get(kern["dir"])
         if launch is None:
@@ -173,31 +273,33 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
         if target == "cuda":
             import torch
 
-            if kern["dir"] not in weights:
-                weights.clear()
-                gen = torch.Generator(device="cuda").manual_seed(len(samples))
-                weights[kern["dir"]] = [(torch.randn((n, k), device="cuda", generator=gen) / np.sqrt(k)).to(
-                    torch.bfloat16) for _ in range(cold_copies(n, k))]
+            if (n, k) not in weights:
+                # The copies are views into one pool of random numbers,
+                # drawn once (and again only for a larger shape): drawing
+                # 256 MiB per sample kernel took most of the measuring time.
+                copies = cold_copies(n, k)
+                pool = weights.get("pool")
+                if pool is None or pool.numel() < copies * n * k:
+                    weights.pop("pool", None)
+                    gen = torch.Generator(device="cuda").manual_seed(0)
+                    pool = weights["pool"] = (torch.randn(max(COLD_BYTES // 2, copies * n * k), device="cuda",
+                                                          generator=gen) / 32).to(torch.bfloat16)
+                weights = {"pool": pool, (n, k): [pool[c * n * k:(c + 1) * n * k].view(n, k)
+                                                  for c in range(copies)]}
             xs, y = torch.from_numpy(x).cuda().to(torch.bfloat16), torch.zeros(m, n, device="cuda")
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            launch(xs, weights[kern["dir"]][0], y)
-            # Arguments packed once: no Python work between the events.
-            bound = [launch.bind(xs, w, y) for w in weights[kern["dir"]]]
-            times = []
-            for rep in range(reps):
-                start.record()
-                bound[rep % len(bound)]()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
+            launch(xs, weights[(n, k)][0], y)
+            # Arguments packed once; launches queued back to back, each on
+            # the next weight copy (queued_seconds).
+            bound = itertools.cycle([launch.bind(xs, w, y) for w in weights[(n, k)]])
+            times = [queued_seconds(lambda: next(bound)(), reps=reps)]
             launch.check()
         else:
             import ml_dtypes
 
-            if kern["dir"] not in weights:
+            if (n, k) not in weights:
                 weights.clear()
-                weights[kern["dir"]] = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
-            args = [x.astype(ml_dtypes.bfloat16), weights[kern["dir"]], np.zeros((m, n), np.float32)]
+                weights[(n, k)] = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+            args = [x.astype(ml_dtypes.bfloat16), weights[(n, k)], np.zeros((m, n), np.float32)]
             launch(*args)
             times = []
             for _ in range(reps):
@@ -220,11 +322,19 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
 
 
 def fit(root: str | Path, out: str | Path) -> TuningTable:
-    """Fits the models to `root/samples.json`, builds the table for the
-    plan's shapes, validates it and writes it to `out`."""
+    """Builds the table from `root/samples.json` (samples at the shapes:
+    interpolated in M, tuning.table_from_samples; at the wave boundaries:
+    wave models fitted and evaluated at the plan's shapes, build_table),
+    validates it and writes it to `out`."""
     root = Path(root)
     plan = json.loads((root / "plan.json").read_text())
     measured = json.loads((root / "samples.json").read_text())
+    if plan.get("sampling", "waves") == "shapes":
+        table = table_from_samples(measured["device"], plan["workers"], plan["threads"], measured["samples"],
+                                   plan["m_max"])
+        table = TuningTable.from_json(json.loads(json.dumps(table.to_json())), str(out))
+        table.save(out)
+        return table
     models = {}
     for rows, split in plan["macro"]:
         for unroll in plan["micro"]:

@@ -33,8 +33,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["LinearConfig", "TableError", "TuningTable", "WaveModel", "choose_linear", "heuristic_linear",
-           "linear_problem", "token_passes", "build_table", "TABLE_FORMAT",
-           "GemmConfig", "GemmModels", "gemm_problem", "heuristic_gemm", "choose_gemm", "shipped_gemm_models"]
+           "linear_problem", "token_passes", "build_table", "TABLE_FORMAT", "linear_candidates",
+           "table_from_samples",
+           "GemmConfig", "GemmModels", "gemm_problem", "heuristic_gemm", "choose_gemm", "shipped_gemm_models",
+           "shipped_linear_table", "shipped_gpus", "load_linear_table"]
 
 TABLE_FORMAT = 1
 WARP_ELEMENTS = 256  # bf16 elements one warp covers per 16-byte load per lane
@@ -258,6 +260,50 @@ def build_table(gpu: str, workers: int, threads: int, shapes: Sequence[tuple[int
     return TuningTable(gpu, workers, threads, linear)
 
 
+def linear_candidates(n: int, capacity: int, rows: Sequence[int] = (8, 16, 32, 64),
+                      tiles_per_worker: Sequence[float] = (0.5, 1, 2, 4)) -> list[int]:
+    """Candidate rows per tile of an N-row layer: the fixed `rows` that fit,
+    and the wave-sized ones, whose tile count fills `c` tiles per worker
+    (rows = ceil(n / (c * capacity))) for each c in `tiles_per_worker`. The
+    heuristic's rows (c = 1) are among them."""
+    for c in tiles_per_worker:
+        if not c > 0:
+            raise ValueError(f"tiles per worker must be positive, got {c!r}")
+    sized = {max(1, math.ceil(n / max(1, round(c * capacity)))) for c in tiles_per_worker}
+    return sorted({r for r in rows if r <= n} | {r for r in sized if r <= n})
+
+
+def table_from_samples(gpu: str, workers: int, threads: int, samples: Iterable[dict], m_max: int) -> TuningTable:
+    """The table from latencies measured at each shape's own (N, K), for
+    every candidate configuration, at a few M (`samples`: dicts with n, k,
+    rows, split_k, unroll, m, seconds). A configuration's tiles, and so its
+    wave regime, do not depend on M, and its latency grows with the passes
+    over the weights (token_passes), so within the regime it is interpolated
+    linearly in M between the measured M; the measured M must include 1 and
+    `m_max` for every configuration. For each M the fastest predicted
+    configuration is stored (macro and micro together: the micro choice of
+    one macro configuration can reverse the order of two others)."""
+    curves: dict[tuple[int, int], dict[tuple[int, int, int], dict[int, float]]] = {}
+    for s in samples:
+        cfg = (int(s["rows"]), int(s["split_k"]), int(s["unroll"]))
+        curves.setdefault((int(s["n"]), int(s["k"])), {}).setdefault(cfg, {})[int(s["m"])] = float(s["seconds"])
+    if not curves:
+        raise ValueError("no samples")
+    linear = {}
+    ms = np.arange(1, m_max + 1)
+    for (n, k), configs in sorted(curves.items()):
+        predicted = []
+        for (rows, split, unroll), points in sorted(configs.items()):
+            if 1 not in points or max(points) < m_max:
+                raise ValueError(f"shape {n}x{k}, rows {rows} / unroll {unroll}: samples at M = "
+                                 f"{sorted(points)} do not span 1..{m_max}")
+            at = sorted(points)
+            predicted.append(((rows, split), unroll, np.interp(ms, at, [points[m] for m in at])))
+        best = [min(predicted, key=lambda p: p[2][m - 1]) for m in ms]
+        linear[(n, k)] = ([b[0] for b in best], [b[1] for b in best])
+    return TuningTable(gpu, workers, threads, linear)
+
+
 # -- GEMM tiles (et.matmul) ---------------------------------------------------
 
 
@@ -414,17 +460,55 @@ def choose_gemm(m: int, n: int, k: int, *, models: GemmModels | None, workers: i
     return heuristic_gemm(m, n, k, workers), "heuristic: no GEMM models for this GPU"
 
 
-# GEMM models shipped with the package, one file per GPU
-# (tables/gemm-<gpu name, lower case, dashes>.json).
+# Tables shipped with the package, one file per GPU and kind
+# (tables/<kind>-<gpu name, lower case, dashes>.json; kind: linear, gemm).
 SHIPPED_TABLES = Path(__file__).resolve().parent / "tables"
+
+
+def _slug(gpu: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in gpu.lower()).strip("-")
+
+
+def shipped_gpus(kind: str = "linear") -> list[str]:
+    """The GPUs (as the driver names them) with a shipped `kind` table."""
+    out = []
+    for path in sorted(SHIPPED_TABLES.glob(f"{kind}-*.json")):
+        try:
+            out.append(json.loads(path.read_text())["gpu"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise TableError(f"{path}: a shipped table without a 'gpu' field") from None
+    return out
 
 
 def shipped_gemm_models(gpu: str) -> GemmModels | None:
     """The GEMM models shipped for `gpu` (a device name as the driver gives
     it, such as "NVIDIA H200"), or None for a GPU without them. The H200's
-    were fitted on benchmarks/results/2026-11-22-h200-gemm-final.json
-    (`benchmarks/tune_gemm_eval.py --models`)."""
-    slug = "".join(c if c.isalnum() else "-" for c in gpu.lower()).strip("-")
-    path = SHIPPED_TABLES / f"gemm-{slug}.json"
+    were fitted on benchmarks/results/2026-11-22-h200-gemm-final.json, the
+    H100's on ...-2026-11-25-h100-gemm.json (`benchmarks/tune_gemm_eval.py
+    --models`)."""
+    path = SHIPPED_TABLES / f"gemm-{_slug(gpu)}.json"
     return GemmModels.load(path, gpu=gpu) if path.exists() else None
 
+
+def shipped_linear_table(gpu: str) -> TuningTable | None:
+    """The et.linear tuning table shipped for `gpu` (the driver's device
+    name), or None. The shipped tables cover the linear shapes of
+    Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B, M 1..16, and were built by
+    `event-tensor tune --sampling shapes` (docs/tuning.md)."""
+    path = SHIPPED_TABLES / f"linear-{_slug(gpu)}.json"
+    return TuningTable.load(path, gpu=gpu) if path.exists() else None
+
+
+def load_linear_table(spec) -> TuningTable:
+    """A tuning table from `spec`: a TuningTable, the path of a table file,
+    or the name of a GPU with a shipped table (such as "NVIDIA H200")."""
+    if isinstance(spec, TuningTable):
+        return spec
+    path = Path(spec)
+    if path.exists():
+        return TuningTable.load(path)
+    table = shipped_linear_table(str(spec))
+    if table is None:
+        raise TableError(f"no tuning table file {str(spec)!r}, and no table ships for a GPU of that name "
+                         f"(shipped: {', '.join(map(repr, shipped_gpus('linear'))) or 'none'})")
+    return table

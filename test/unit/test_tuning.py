@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from event_tensor.tuning import (LinearConfig, TableError, TuningTable, WaveModel, build_table, choose_linear,
-                                 heuristic_linear, linear_problem, token_passes)
+                                 heuristic_linear, linear_candidates, linear_problem, load_linear_table,
+                                 shipped_gpus, shipped_linear_table, table_from_samples, token_passes)
 
 CAPACITY = 132
 
@@ -165,7 +166,7 @@ def test_tune_end_to_end_on_host_workers(tmp_path, capsys):
 
     out = tmp_path / "table.json"
     assert main(["tune", "--device", "cpu", "--workers", "2", "--shapes", "64x256,128x512", "--m-max", "4",
-                 "--rows", "8,16", "--ks", "256,1024", "--ms", "1,2", "--waves", "2", "--dir",
+                 "--sampling", "waves", "--rows", "8,16", "--ks", "256,1024", "--ms", "1,2", "--waves", "2", "--dir",
                  str(tmp_path / "work"), "-o", str(out)]) == 0
     table = TuningTable.load(out)
     assert table.gpu.startswith("cpu") and set(table.linear) == {(64, 256), (128, 512)}
@@ -188,7 +189,8 @@ def test_tune_end_to_end_on_host_workers(tmp_path, capsys):
     assert "--waves must be positive ints or 'auto', got 'many'" in capsys.readouterr().err
     # Sample regimes and K from the shapes.
     assert main(["tune", "--device", "cpu", "--workers", "2", "--shapes", "64x256", "--m-max", "2", "--rows", "8",
-                 "--ks", "auto", "--ms", "1", "--waves", "auto", "--dir", str(tmp_path / "w4"), "-o",
+                 "--sampling", "waves", "--ks", "auto", "--ms", "1", "--waves", "auto", "--dir", str(tmp_path / "w4"),
+                 "-o",
                  str(tmp_path / "auto.json")]) == 0
     plan = json.loads((tmp_path / "w4" / "plan.json").read_text())
     assert {k["k"] for k in plan["kernels"]} == {256}
@@ -357,3 +359,106 @@ def test_shipped_gemm_models_load_and_choose():
     cfg = models.choose(4096, 4096, 4096)
     assert cfg in models.models and cfg.mma in ("wgmma", "sync")
     assert shipped_gemm_models("NVIDIA A100-SXM4-80GB") is None
+    h100 = shipped_gemm_models("NVIDIA H100 80GB HBM3")
+    assert h100.gpu == "NVIDIA H100 80GB HBM3" and h100.choose(4096, 4096, 4096) in h100.models
+
+
+def test_linear_candidates_are_fixed_and_wave_sized():
+    # 1024 rows on 132 workers: 0.5, 1, 2, 4 tiles per worker take 16, 8, 4, 2 rows per tile.
+    assert linear_candidates(1024, 132) == [2, 4, 8, 16, 32, 64]
+    lm_head = linear_candidates(151936, 132)
+    assert heuristic_linear(151936, 1024, 1, 132).rows in lm_head and max(lm_head) == 2303  # ceil(151936 / 66)
+    assert linear_candidates(20, 132, rows=(8, 16, 32), tiles_per_worker=(1,)) == [1, 8, 16]
+    with pytest.raises(ValueError, match="tiles per worker must be positive, got 0"):
+        linear_candidates(64, 4, tiles_per_worker=(0,))
+
+
+def _samples(curves, ms):
+    """Samples of (n, k, rows, unroll) -> latency(m) at the given M."""
+    return [{"n": n, "k": k, "rows": r, "split_k": 1, "unroll": u, "m": m, "seconds": f(m)}
+            for (n, k, r, u), f in curves.items() for m in ms]
+
+
+def test_table_from_samples_interpolates_in_m():
+    # Two configurations whose latencies cross at M = 6: a fixed cost
+    # against a steeper growth per token.
+    curves = {(256, 512, 8, 4): lambda m: 10.0 + 1.0 * m, (256, 512, 32, 8): lambda m: 4.0 + 2.0 * m,
+              (256, 512, 64, 4): lambda m: 20.0 + 2.0 * m}
+    table = table_from_samples("gpu x", 4, 512, _samples(curves, [1, 2, 4, 8, 16]), 16)
+    picks = [table.lookup(256, 512, m) for m in range(1, 17)]
+    assert picks[:5] == [LinearConfig(32, 1, 8)] * 5  # M 1..5, M 3 and 5 interpolated
+    assert picks[6:] == [LinearConfig(8, 1, 4)] * 10  # M 7..16
+    # Exhaustively, at every M, the pick is the fastest of the true curves.
+    for m, cfg in enumerate(picks, start=1):
+        assert curves[(256, 512, cfg.rows, cfg.unroll)](m) == min(f(m) for f in curves.values())
+    # The measured M must span 1..m_max for every configuration.
+    with pytest.raises(ValueError, match=r"shape 256x512, rows 8 / unroll 4: samples at M = \[2, 4\] do not "
+                                         r"span 1..4"):
+        table_from_samples("gpu x", 4, 512, _samples(curves, [2, 4]), 4)
+    with pytest.raises(ValueError, match="no samples"):
+        table_from_samples("gpu x", 4, 512, [], 4)
+
+
+def test_shipped_linear_tables_load_and_cover_the_presets():
+    """The H200 and H100 tables ship with the package, validate, hold every
+    linear shape of the three presets for M 1..16, and choose among the
+    tuner's candidates; a GPU name without a table gets a clear error."""
+    from event_tensor.tuner import model_shapes
+
+    gpus = shipped_gpus("linear")
+    assert {"NVIDIA H200", "NVIDIA H100 80GB HBM3"} <= set(gpus)
+    shapes = set(model_shapes(["llama-3.2-1b", "qwen3-0.6b", "llama-3.1-8b"]))
+    for gpu in gpus:
+        table = shipped_linear_table(gpu)
+        assert table.gpu == gpu and set(table.linear) == shapes and table.workers == 132
+        for n, k in shapes:
+            for m in (1, 7, 16):
+                cfg = table.lookup(n, k, m)
+                assert cfg.rows in linear_candidates(n, 132) and cfg.unroll in (4, 8) and cfg.split_k == 1
+    assert load_linear_table("NVIDIA H200").gpu == "NVIDIA H200"
+    assert shipped_linear_table("NVIDIA A100-SXM4-80GB") is None
+    with pytest.raises(TableError, match="no tuning table file 'NVIDIA A100', and no table ships for a GPU of "
+                                         "that name \\(shipped: .*'NVIDIA H200'"):
+        load_linear_table("NVIDIA A100")
+
+
+def test_tune_at_the_shapes_on_host_workers(tmp_path, capsys):
+    """`event-tensor tune --sampling shapes` (the default): every candidate
+    at the shapes' own N and K, measured at M 1, 2, 4, and a table whose
+    entries are the fastest measured candidates at those M."""
+    from event_tensor.cli import main
+
+    out = tmp_path / "table.json"
+    assert main(["tune", "--device", "cpu", "--workers", "2", "--shapes", "64x256,128x512", "--m-max", "4",
+                 "--rows", "8,16", "--tiles-per-worker", "1", "--dir", str(tmp_path / "w"), "-o", str(out)]) == 0
+    plan = json.loads((tmp_path / "w" / "plan.json").read_text())
+    assert plan["sampling"] == "shapes" and plan["ms"] == [1, 2, 4]
+    assert {(k["n"], k["k"], k["rows"]) for k in plan["kernels"]} == {
+        (64, 256, 8), (64, 256, 16), (64, 256, 32), (128, 512, 8), (128, 512, 16), (128, 512, 64)}
+    samples = json.loads((tmp_path / "w" / "samples.json").read_text())["samples"]
+    assert len(samples) == 6 * 2 * 3
+    table = TuningTable.load(out)
+    for m in (1, 2, 4):
+        for n, k in ((64, 256), (128, 512)):
+            at = {(s["rows"], s["unroll"]): s["seconds"] for s in samples if (s["n"], s["k"], s["m"]) == (n, k, m)}
+            cfg = table.lookup(n, k, m)
+            assert at[(cfg.rows, cfg.unroll)] == min(at.values())
+    assert main(["tune", "--device", "cpu", "--shapes", "64x256", "--ms", "2,4", "--m-max", "4", "--dir",
+                 str(tmp_path / "w2")]) == 2
+    assert "the measured M ([2, 4]) must include 1 and reach m_max = 4" in capsys.readouterr().err
+    assert main(["tune", "--device", "cpu", "--shapes", "64x256", "--tiles-per-worker", "0", "--dir",
+                 str(tmp_path / "w3")]) == 2
+    assert "--tiles-per-worker must be positive numbers, got '0'" in capsys.readouterr().err
+
+
+def test_model_compile_takes_a_shipped_table_by_gpu_name(tmp_path):
+    """compile_model(tuning_table="NVIDIA H200") uses the shipped table; a
+    tiny model's shapes are not in it, so every layer falls back to the
+    heuristic and says so."""
+    from event_tensor import model
+
+    config = model.tiny_config("llama")
+    path = model.compile_model(config, target="cpu", max_batch=1, max_context=16, workers=3,
+                               tuning_table="NVIDIA H200", cache_dir=tmp_path)
+    info = json.loads((path / "model.json").read_text())["linear_tiles"]
+    assert info and all(v["source"].startswith("heuristic: ") for v in info.values())

@@ -369,6 +369,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return values
 
         ks = ints_or_auto("--ks", args.ks)
+        ms = ints_or_auto("--ms", args.ms)
+        try:
+            per_worker = [float(v) for v in args.tiles_per_worker.split(",")]
+        except ValueError:
+            per_worker = []
+        if not per_worker or not min(per_worker) > 0:
+            raise ValueError(f"--tiles-per-worker must be positive numbers, got {args.tiles_per_worker!r}")
         waves = ints_or_auto("--waves", args.waves)
         if waves is not None and len(waves) != 1:
             raise ValueError(f"--waves must be one positive int or 'auto', got {args.waves!r}")
@@ -377,8 +384,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             tuner.prepare(work, target=target, workers=args.workers or (4 if target == "cpu" else 132),
                           threads=args.threads, shapes=shapes, m_max=args.m_max,
                           rows=[int(r) for r in args.rows.split(",")],
-                          ks=ks, ms=[int(m) for m in args.ms.split(",")],
-                          max_waves=None if waves is None else waves[0],
+                          ks=ks, ms=ms, max_waves=None if waves is None else waves[0],
+                          sampling=args.sampling, tiles_per_worker=per_worker,
                           fmt=args.format if target == "cuda" else "isa", progress=progress)
             progress.done()
         if args.step in ("all", "measure"):
@@ -432,7 +439,8 @@ def add_commands(sub) -> None:
                    help="cuda: PTX (the driver compiles it at first load, tens of seconds for a whole model) or a "
                    "cubin for sm_90a (ptxas runs here, loads in well under a second)")
     p.add_argument("--profile", action="store_true", help="record per-tile times (for `trace`)")
-    p.add_argument("--tuning-table", help="a table from `event-tensor tune`: rows per tile of each linear layer")
+    p.add_argument("--tuning-table", help="a table from `event-tensor tune`, or the name of a GPU with a shipped "
+                   "table (such as 'NVIDIA H200'): rows per tile of each linear layer")
     p.add_argument("--batch-variants", action="store_true",
                    help="with --tuning-table: one kernel per range of batch sizes with the same table choices, "
                    "picked per launch")
@@ -472,9 +480,11 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("tune", help="measure tile configurations and write a tuning table",
                        description="Regenerate the wave-aware tuning table of et.linear on this machine: compile "
-                       "sample kernels at the wave boundaries (prepare, needs MLIR), time them (measure, runtime "
-                       "only), fit the latency models and write the validated table (fit). --step runs one step, "
-                       "so prepare can run here and measure on a GPU machine without MLIR.")
+                       "sample kernels (prepare, needs MLIR; by default every candidate configuration, fixed and "
+                       "wave-sized rows per tile, at the shapes' own N and K), time them at a few M (measure, "
+                       "runtime only), build the table from the latencies interpolated in M, or from wave models "
+                       "fitted at the wave boundaries with --sampling waves, and write it validated (fit). "
+                       "--step runs one step, so prepare can run here and measure on a GPU machine without MLIR.")
     p.add_argument("-o", "--output", default="tuning-table.json", help="table to write (default tuning-table.json)")
     p.add_argument("--dir", default="tune-work", help="working directory for kernels and samples")
     p.add_argument("--step", choices=["all", "prepare", "measure", "fit"], default="all")
@@ -482,12 +492,21 @@ def add_commands(sub) -> None:
     p.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b", help="presets whose linear shapes go in the table")
     p.add_argument("--shapes", help="explicit shapes NxK[,NxK...] instead of --models")
     p.add_argument("--m-max", type=int, default=16, help="largest M in the table (default 16)")
+    p.add_argument("--sampling", choices=["shapes", "waves"], default="shapes",
+                   help="where to measure: every candidate at the shapes' own N and K, interpolated in M "
+                   "(default), or synthetic shapes at the wave boundaries, for fitted wave models")
     p.add_argument("--rows", default="8,16,32,64", help="candidate rows per tile")
+    p.add_argument("--tiles-per-worker", default="0.5,1,2,4",
+                   help="with --sampling shapes, also the rows that give these tiles per worker")
     p.add_argument("--ks", default="1024,4096",
-                   help="K sizes of the sample kernels, or 'auto': the shapes' own (up to three)")
-    p.add_argument("--ms", default="1,4,16", help="token counts measured")
+                   help="with --sampling waves: K sizes of the sample kernels, or 'auto': the shapes' own "
+                   "(up to three)")
+    p.add_argument("--ms", default="auto",
+                   help="token counts measured (default: powers of two up to --m-max and --m-max itself at the "
+                   "shapes, 1,4,16 at the wave boundaries)")
     p.add_argument("--waves", default="3",
-                   help="wave regimes sampled, or 'auto': as many as the shapes need at each row count")
+                   help="with --sampling waves: wave regimes sampled, or 'auto': as many as the shapes need at "
+                   "each row count")
     p.add_argument("--format", choices=["isa", "bin"], default="isa",
                    help="cuda sample kernels as PTX or cubins (no driver JIT when measuring)")
     p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")

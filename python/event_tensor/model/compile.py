@@ -74,7 +74,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     default (None) unless `mode="dynamic"`. `fuse_norms`
     (default) has each linear tile normalize its own input instead of a
     one-tile RMSNorm task per norm. `tuning_table` (a
-    path or `event_tensor.tuning.TuningTable`) picks the rows per tile of
+    path, `event_tensor.tuning.TuningTable`, or the name of a GPU with a
+    shipped table, such as "NVIDIA H200") picks the rows per tile of
     every linear layer for M = max_batch; shapes it lacks use the heuristic,
     and model.json records where each choice came from.
 
@@ -163,9 +164,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     choices = {}
     linear_rows = None
     if tuning_table is not None:
-        from ..tuning import TuningTable, choose_linear
+        from ..tuning import choose_linear, load_linear_table
 
-        table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
+        table = load_linear_table(tuning_table)
 
         at_batch = table_batch or max_batch
 
@@ -372,11 +373,11 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
         cuts.add(mma_from - 1)
     table = None
     if batch_variants:
-        from ..tuning import TuningTable, choose_linear
+        from ..tuning import choose_linear, load_linear_table
 
         if tuning_table is None:
             raise ValueError("batch_variants needs a tuning_table")
-        table = tuning_table if isinstance(tuning_table, TuningTable) else TuningTable.load(tuning_table)
+        table = load_linear_table(tuning_table)
         shapes = config.linear_shapes()
 
         picks = [tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
