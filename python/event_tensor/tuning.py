@@ -149,17 +149,22 @@ class TuningTable:
     threads: int
     linear: dict[tuple[int, int], tuple[list[tuple[int, int]], list[int]]]  # shape -> (macro per M, micro per M)
     path: str = "<memory>"
+    # The configurations per shape and M, made once: constructing a frozen
+    # LinearConfig per lookup was half of the decision time.
+    _configs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._configs = {shape: [LinearConfig(rows, split, unroll) for (rows, split), unroll in zip(macro, micro)]
+                         for shape, (macro, micro) in self.linear.items()}
 
     def lookup(self, n: int, k: int, m: int) -> LinearConfig:
         """O(1): the shape's entry, then index M - 1."""
-        entry = self.linear.get((n, k))
-        if entry is None:
+        configs = self._configs.get((n, k))
+        if configs is None:
             raise KeyError(f"{self.path}: no entry for shape {n}x{k}")
-        macro, micro = entry
-        if not 1 <= m <= len(macro):
-            raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(macro)}] for {n}x{k}")
-        rows, split = macro[m - 1]
-        return LinearConfig(rows, split, micro[m - 1])
+        if not 1 <= m <= len(configs):
+            raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(configs)}] for {n}x{k}")
+        return configs[m - 1]
 
     def to_json(self) -> dict:
         return {"format": TABLE_FORMAT, "gpu": self.gpu, "workers": self.workers, "threads": self.threads,
