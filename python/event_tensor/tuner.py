@@ -188,6 +188,7 @@ def cold_copies(n: int, k: int) -> int:
     most 64 copies)."""
     return max(1, min(64, -(-COLD_BYTES // (2 * n * k))))
 
+
 _SLEEP_CYCLES_PER_S: list[float] = []
 
 
