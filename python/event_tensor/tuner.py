@@ -19,6 +19,7 @@ may run on different machines (the GPU machine may have no MLIR):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -189,22 +190,18 @@ def cold_copies(n: int, k: int) -> int:
     return max(1, min(64, -(-COLD_BYTES // (2 * n * k))))
 
 
-_SLEEP_CYCLES_PER_S: list[float] = []
-
-
+@functools.cache
 def _sleep_cycles_per_second() -> float:
     """The rate of torch.cuda._sleep's cycle counter, measured once."""
     import torch
 
-    if not _SLEEP_CYCLES_PER_S:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1 << 20)  # warm-up
-        start.record()
-        torch.cuda._sleep(1 << 22)
-        end.record()
-        end.synchronize()
-        _SLEEP_CYCLES_PER_S.append((1 << 22) / (start.elapsed_time(end) * 1e-3))
-    return _SLEEP_CYCLES_PER_S[0]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1 << 20)  # warm-up
+    start.record()
+    torch.cuda._sleep(1 << 22)
+    end.record()
+    end.synchronize()
+    return (1 << 22) / (start.elapsed_time(end) * 1e-3)
 
 
 def queued_seconds(fn: Callable[[], None], *, inner: int = 16, reps: int = 5, warmup: int = 2) -> float:

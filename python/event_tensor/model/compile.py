@@ -371,20 +371,21 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     mma_from = mma_from_batch(config)
     if linear_tile == "auto" and max_batch >= mma_from:
         cuts.add(mma_from - 1)
+    # Loaded once here (a path or a GPU name would otherwise be read again
+    # by every variant's compile).
     table = None
-    if batch_variants:
+    if tuning_table is not None:
         from ..tuning import choose_linear, load_linear_table
 
-        if tuning_table is None:
-            raise ValueError("batch_variants needs a tuning_table")
         table = load_linear_table(tuning_table)
+    if batch_variants:
+        if table is None:
+            raise ValueError("batch_variants needs a tuning_table")
         shapes = config.linear_shapes()
 
         picks = [tuple(choose_linear(n, k, m, table=table, workers=workers)[0].rows for n, k in shapes)
                  for m in range(1, max_batch + 1)]
         cuts.update(m for m in range(1, max_batch) if picks[m - 1] != picks[m])
-    elif tuning_table is not None:
-        table = tuning_table
     ranges, lo = [], 1
     for hi in sorted(c for c in cuts if c <= max_batch):
         ranges.append((lo, hi))
