@@ -182,7 +182,7 @@ bool isReadOnly(Value buffer) {
   for (OpOperand &use : buffer.getUses()) {
     Operation *user = use.getOwner();
     if (isa<memref::LoadOp, vector::LoadOp, memref::DimOp,
-            memref::ExtractAlignedPointerAsIndexOp>(user))
+            memref::ExtractAlignedPointerAsIndexOp, StagedRowsOp>(user))
       continue;
     if (auto linear = dyn_cast<LinearOp>(user))
       if (use.get() == linear.getW() && linear.getY() != buffer &&
@@ -388,6 +388,46 @@ void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store
 /// first wait (GPU).
 enum class WeightPrefetch { None, Registers, Shared };
 
+/// The rows of an et.linear that the worker may have staged in shared
+/// memory (et.staged_rows), and how many of them are there.
+struct StagedRows {
+  Value view, count;
+};
+
+/// With `stageBytes` > 0: an et.staged_rows for the first rows of `op`,
+/// when `op` is at its task's top level, reads weights no task writes with
+/// rows contiguous and a static K, has a constant row count, its weights
+/// and rows are known before the task's first wait (moved above it), and
+/// the task has room left for at least one row (`stageUsed`: bytes taken
+/// by the task's earlier linear ops). Otherwise null values.
+StagedRows stageRows(LinearOp op, int64_t stageBytes,
+                     llvm::DenseMap<Operation *, int64_t> &stageUsed) {
+  auto task = op->getParentOfType<TaskOp>();
+  if (stageBytes <= 0 || !task || op->getParentOp() != task)
+    return {};
+  MemRefType w = op.getW().getType();
+  int64_t k = w.getDimSize(1);
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (ShapedType::isDynamic(k) || (k * 2) % 16 != 0 ||
+      failed(w.getStridesAndOffset(strides, offset)) || strides[0] != k || strides[1] != 1)
+    return {};
+  std::optional<int64_t> rows = getConstantIntValue(op.getRows());
+  int64_t used = stageUsed.lookup(task);
+  if (!rows || *rows < 1)
+    return {};
+  int64_t fit = std::min(*rows, (stageBytes - used) / (k * 2));
+  if (fit < 1 || !weightPrefetchPoint(op))
+    return {};
+  OpBuilder b(op);
+  auto workgroup = gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  auto viewType = MemRefType::get({fit, k}, b.getBF16Type(), MemRefLayoutAttrInterface(), workgroup);
+  auto staged = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), op.getW(),
+                                     op.getRow0(), op.getRows(), b.getI64IntegerAttr(used));
+  stageUsed[task] = used + fit * k * 2;
+  return {staged.getView(), staged.getCount()};
+}
+
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
 /// with a shuffle butterfly and lane 0 stores.
@@ -403,8 +443,14 @@ enum class WeightPrefetch { None, Registers, Shared };
 ///   thread only reads what it copied itself, so `cp.async.wait_group`
 ///   is the only synchronization. Only one linear op of a task uses the
 ///   buffer (`sharedTaken`).
+///
+/// With `staged` (from stageRows), a row below the staged count reads its
+/// weights from the staged view instead, and no other prefetch applies.
 void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sharedBytes = 0,
-                    int64_t threads = 0, llvm::DenseSet<Operation *> *sharedTaken = nullptr) {
+                    int64_t threads = 0, llvm::DenseSet<Operation *> *sharedTaken = nullptr,
+                    StagedRows staged = {}) {
+  if (staged.view)
+    mode = WeightPrefetch::None;
   int64_t slotThreads = threads > 0 ? threads : 1024;
   int64_t pMax = sharedBytes / (slotThreads * 16);
   pMax -= pMax % unroll;
@@ -507,7 +553,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     b.setInsertionPoint(op);
   }
 
-  auto rowBody = [&](OpBuilder &b, Value row, Value tokBase) {
+  // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged view).
+  auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow) {
     Value zero = arith::ConstantOp::create(
         b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
     SmallVector<Value> init(mCount, zero);
@@ -590,7 +637,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
             for (int64_t j = 0; j < u; ++j) {
               Value col = arith::AddIOp::create(b, loc, k0, h.idx(j * step));
               cols.push_back(col);
-              ws.push_back(loadVec(b, op.getW(), row, col));
+              ws.push_back(loadVec(b, wMem, wRow, col));
             }
             SmallVector<Value> next(accs.begin(), accs.end());
             for (int64_t j = 0; j < u; ++j)
@@ -619,7 +666,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     auto restLoop = scf::ForOp::create(
         b, loc, restStart, k, h.idx(step), accs,
         [&](OpBuilder &b, Location loc, Value col, ValueRange accs) {
-          Value wv = loadVec(b, op.getW(), row, col);
+          Value wv = loadVec(b, wMem, wRow, col);
           SmallVector<Value> next(accs.begin(), accs.end());
           for (int64_t i = 0; i < mCount; ++i) {
             Value xv = loadVec(b, op.getX(), tok(i), col);
@@ -636,16 +683,32 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   scf::ForOp::create(
       b, loc, first, end, warps, ValueRange{},
       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
-        if (staticM) {
-          rowBody(b, row, Value());
+        auto rowFrom = [&](OpBuilder &b, Value wMem, Value wRow) {
+          if (staticM) {
+            rowBody(b, row, Value(), wMem, wRow);
+          } else {
+            Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+            scf::ForOp::create(
+                b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                  rowBody(b, row, t, wMem, wRow);
+                  scf::YieldOp::create(b, loc);
+                });
+          }
+        };
+        if (staged.view) {
+          // Rows below the staged count from shared memory (one branch per
+          // warp: a warp's lanes share the row).
+          Value local = arith::SubIOp::create(b, loc, row, op.getRow0());
+          Value inStage = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, local, staged.count);
+          auto ifOp = scf::IfOp::create(b, loc, inStage, /*withElse=*/true);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          rowFrom(b, staged.view, local);
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          rowFrom(b, op.getW(), row);
         } else {
-          Value m = memref::DimOp::create(b, loc, op.getX(), 0);
-          scf::ForOp::create(
-              b, loc, h.idx(0), m, h.idx(1), ValueRange{},
-              [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                rowBody(b, row, t);
-                scf::YieldOp::create(b, loc);
-              });
+          rowFrom(b, op.getW(), row);
         }
         scf::YieldOp::create(b, loc);
       });
@@ -2220,6 +2283,11 @@ struct LowerTileOpsPass
       getOperation().emitOpError("'et-lower-tile-ops' mma must be wgmma or sync, got '") << mma << "'";
       return signalPassFailure();
     }
+    if (stageBytes < 0 || stageBytes > kMaxDynamicShared) {
+      getOperation().emitOpError("'et-lower-tile-ops' stage-bytes must be in [0, ")
+          << kMaxDynamicShared << "], got " << static_cast<int64_t>(stageBytes);
+      return signalPassFailure();
+    }
     if (unroll < 1) {
       getOperation().emitOpError("'et-lower-tile-ops' needs unroll >= 1, got ")
           << static_cast<int64_t>(unroll);
@@ -2323,6 +2391,8 @@ struct LowerTileOpsPass
     WeightPrefetch weights = prefetch == "registers" ? WeightPrefetch::Registers
                              : prefetch == "shared"  ? WeightPrefetch::Shared
                                                      : WeightPrefetch::None;
+    // Staged bytes taken per task (stage-bytes), in the order of its ops.
+    llvm::DenseMap<Operation *, int64_t> stageUsed;
     for (LinearOp op : linears) {
       if (target == "gpu") {
         // Four accumulators per token group fit 128 registers per thread
@@ -2331,9 +2401,14 @@ struct LowerTileOpsPass
         bool on = prefetched(op);
         if (linear != "stream" ||
             !lowerLinearGPUStream(op, unroll, on && prefetch == "registers", tokenGroup,
-                                  warpShift.lookup(op)))
+                                  warpShift.lookup(op))) {
+          auto task = op->getParentOfType<TaskOp>();
+          bool stageOn = stageTasks.empty() ||
+                         (task && llvm::is_contained(stageTasks, task.getSymName().str()));
+          StagedRows staged = stageOn ? stageRows(op, stageBytes, stageUsed) : StagedRows{};
           lowerLinearGPU(op, unroll, on ? weights : WeightPrefetch::None, prefetchBytes, threads,
-                         &sharedTaken);
+                         &sharedTaken, staged);
+        }
       }
       else
         lowerLinearCPU(op);

@@ -108,6 +108,14 @@ struct NVVMPipelineOptions
       llvm::cl::desc("Dynamic shared memory for tile-prefetch=shared and "
                      "tile-kv-prefetch=shared (bytes)"),
       llvm::cl::init(131072)};
+  PassOptions::Option<int64_t> tileStageBytes{
+      *this, "tile-stage-bytes",
+      llvm::cl::desc("Bytes per task of et.linear weight rows a worker may "
+                     "stage in shared memory during the tile before (0: off)"),
+      llvm::cl::init(0)};
+  PassOptions::ListOption<std::string> tileStageTasks{
+      *this, "tile-stage-tasks",
+      llvm::cl::desc("Tasks whose weights tile-stage-bytes stages (all when empty)")};
   PassOptions::Option<int> optLevel{
       *this, "opt-level",
       llvm::cl::desc("LLVM optimization level of the NVPTX code generation"),
@@ -168,6 +176,8 @@ void mlir::et::registerEventTensorPipelines() {
         tile.prefetchTasks.assign(options.tilePrefetchTasks.begin(), options.tilePrefetchTasks.end());
         tile.kvPrefetch = options.tileKvPrefetch;
         tile.prefetchBytes = options.tilePrefetchBytes;
+        tile.stageBytes = options.tileStageBytes;
+        tile.stageTasks.assign(options.tileStageTasks.begin(), options.tileStageTasks.end());
         tile.threads = options.threads;
         tile.linear = options.tileLinear;
         tile.mma = options.tileMma;

@@ -108,7 +108,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
-                   tile_prefetch_tasks: tuple = (),
+                   tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0, tile_stage_tasks: tuple = (),
                    opt_level: int = 2, tile_mma: str = "wgmma",
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -128,7 +128,11 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     `tile_prefetch_tasks` when it is given (else in all); `tile_kv_prefetch`
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
     `stable` into shared memory before the wait; both shared forms use
-    `tile_prefetch_bytes` of dynamic shared memory. `tile_mma` picks the
+    `tile_prefetch_bytes` of dynamic shared memory. `tile_stage_bytes` > 0
+    lets each worker stage up to that many bytes of a tile's et.linear
+    weight rows in shared memory during the tile before it (two regions of
+    dynamic shared memory after the other buffers; docs/lowering.md,
+    "Weights staged across tiles"). `tile_mma` picks the
     tensor-core instructions of et.matmul: "wgmma" (Hopper warpgroup MMA
     where the tile allows it, else mma.sync) or "sync" (mma.sync only)."""
     from . import analysis
@@ -149,6 +153,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             or not MIN_PREFETCH_BYTES <= tile_prefetch_bytes <= MAX_PREFETCH_BYTES):
         raise ValueError(f"tile_prefetch_bytes must be an int in [{MIN_PREFETCH_BYTES}, {MAX_PREFETCH_BYTES}], "
                          f"got {tile_prefetch_bytes!r}")
+    if (isinstance(tile_stage_bytes, bool) or not isinstance(tile_stage_bytes, int)
+            or not 0 <= tile_stage_bytes <= MAX_PREFETCH_BYTES // 2):
+        raise ValueError(f"tile_stage_bytes must be an int in [0, {MAX_PREFETCH_BYTES // 2}], "
+                         f"got {tile_stage_bytes!r}")
     if tile_linear not in ("rows", "stream"):
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
@@ -175,6 +183,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             options["tile_prefetch_tasks"] = list(tile_prefetch_tasks)
         if "shared" in (tile_prefetch, tile_kv_prefetch):
             options["tile_prefetch_bytes"] = tile_prefetch_bytes
+        if tile_stage_bytes:
+            options["tile_stage_bytes"] = tile_stage_bytes
+            if tile_stage_tasks:
+                options["tile_stage_tasks"] = list(tile_stage_tasks)
         options["tile_linear"] = tile_linear
         options["tile_mma"] = tile_mma
     key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text],
@@ -218,7 +230,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
                         f"tile-prefetch={tile_prefetch} tile-kv-prefetch={tile_kv_prefetch} "
                         + (f"tile-prefetch-tasks={','.join(tile_prefetch_tasks)} " if tile_prefetch_tasks else "") +
-                        f"tile-prefetch-bytes={tile_prefetch_bytes} "
+                        f"tile-prefetch-bytes={tile_prefetch_bytes} tile-stage-bytes={tile_stage_bytes} "
+                        + (f"tile-stage-tasks={','.join(tile_stage_tasks)} " if tile_stage_tasks else "") +
                         f"tile-linear={tile_linear} tile-mma={tile_mma} threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)

@@ -5,7 +5,7 @@
 // signal (release fence, then a relaxed atomic add).
 
 // CHECK-DAG: memref.global "private" constant @__et_chain_starts : memref<3xi32> = dense<[0, 2, 4]>
-// CHECK-DAG: memref.global "private" constant @__et_chain_program : memref<4x2xi32> = dense<{{\[\[}}0, 0], [1, 0], [0, 1], [1, 1]]>
+// CHECK-DAG: memref.global "private" constant @__et_chain_program : memref<4x3xi32> = dense<{{\[\[}}0, 0, -1], [1, 0, -1], [0, 1, -1], [1, 1, -1]]>
 // CHECK-DAG: func.func private @sched_yield() -> i32
 // CHECK-LABEL: func.func @chain_worker(
 // CHECK-SAME: %[[W:.*]]: index, %[[EPOCH:.*]]: i64, %[[SPIN:.*]]: i64, %[[COUNTERS:.*]]: memref<?xi32>, %[[CONTROL:.*]]: memref<?xi32>, %[[ERROR:.*]]: memref<?xi64>, %{{.*}}: memref<2xi64>)

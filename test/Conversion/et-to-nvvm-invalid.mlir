@@ -16,3 +16,21 @@ et.kernel @nested_shared(%c: i1) {
     }
   }
 }
+
+// -----
+
+// Two staging regions that do not fit the dynamic shared memory beside the
+// tiles' own buffers.
+// expected-error @+1 {{stages weights in two regions of 131072 bytes after 0 bytes of tile buffers: 262144 bytes of dynamic shared memory, more than 204800 (lower stage-bytes)}}
+et.kernel @staged_too_big(%w: memref<256x1024xbf16>) {
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  et.task @a tiles(%i) in (%c1) {
+    %v, %n = et.staged_rows %w rows(%i, %c64) offset 0 : memref<256x1024xbf16> -> memref<64x1024xbf16, #gpu.address_space<workgroup>>
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @a tiles [0]
+    }
+  }
+}

@@ -69,3 +69,20 @@ et.kernel @host_shared() {
     }
   }
 }
+
+// -----
+
+// Staged weight rows live in shared memory, which host workers do not have.
+et.kernel @staged_on_cpu(%w: memref<64x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  et.task @a tiles(%i) in (%c1) {
+    // expected-error @+1 {{stages weights in shared memory, which the host worker lowering does not have (lower et.linear with stage-bytes=0 for the CPU)}}
+    %v, %n = et.staged_rows %w rows(%i, %c8) offset 0 : memref<64x64xbf16> -> memref<8x64xbf16, #gpu.address_space<workgroup>>
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @a tiles [0]
+    }
+  }
+}

@@ -6,7 +6,9 @@
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{kv-prefetch=shared prefetch-bytes=300000}))" 2>&1 | FileCheck %s --check-prefix=KVBYTES
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{kv-prefetch=registers}))" 2>&1 | FileCheck %s --check-prefix=KV
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{mma=wmma}))" 2>&1 | FileCheck %s --check-prefix=MMA
+// RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{stage-bytes=300000}))" 2>&1 | FileCheck %s --check-prefix=STAGE
 
+// STAGE: :[[@LINE+9]]:1: error: 'et.kernel' op 'et-lower-tile-ops' stage-bytes must be in [0, 204800], got 300000
 // MMA: :[[@LINE+8]]:1: error: 'et.kernel' op 'et-lower-tile-ops' mma must be wgmma or sync, got 'wmma'
 // KV: :[[@LINE+7]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-prefetch must be none or shared, got 'registers'
 // KVBYTES: :[[@LINE+6]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 300000

@@ -107,6 +107,31 @@ def test_shared_prefetch_ptx(tmp_path):
     _assemble(art, tmp_path)
 
 
+def test_staged_rows_ptx(tmp_path):
+    """tile_stage_bytes: the second layer's tiles read their first rows
+    (16 of 128: 32 KiB) through et.staged_rows. The kernel states two
+    staging regions of dynamic shared memory, initializes their mbarriers,
+    and issues bulk copies that complete on them before the tile reads the
+    rows (the first layer, which has no wait, stages nothing)."""
+    art = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256,
+                     tile_stage_bytes=32 * 1024, cache_dir=tmp_path)
+    assert art.metadata["options"]["tile_stage_bytes"] == 32 * 1024
+    ptx = art.binary_path.read_text()
+    assert ".visible .global .align 4 .u32 __et_dynamic_shared_bytes = 65536;" in ptx
+    lines = [l.strip() for l in ptx.splitlines()]
+    inits = [i for i, l in enumerate(lines) if l.startswith("mbarrier.init.shared.b64")]
+    copies = [i for i, l in enumerate(lines)
+              if l.startswith("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")]
+    waits = [i for i, l in enumerate(lines) if l.startswith("mbarrier.try_wait.parity.shared.b64")]
+    assert len(inits) == 2 and copies and waits and max(inits) < min(copies)
+    plain = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256, cache_dir=tmp_path)
+    assert "mbarrier" not in plain.binary_path.read_text()
+    for bad in (-1, 1 << 20, True, 4096.0):
+        with pytest.raises(ValueError, match="tile_stage_bytes must be an int in \\[0, 102400\\]"):
+            et.compile(CHAINED_LINEAR, target="cuda", tile_stage_bytes=bad, cache_dir=tmp_path)
+    _assemble(art, tmp_path)
+
+
 def test_kv_prefetch_ptx(tmp_path):
     """tile_kv_prefetch="shared": the split tiles copy their cache rows below
     `stable` into the dynamic shared memory with cp.async before their wait;

@@ -28,6 +28,16 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
     bounded by `spin_limit`; on timeout the worker records (kind, worker,
     task, tile, event, element, expected, observed) in `error`, raises the
     abort flag that stops every other worker, and exits.
+
+    Weights staged across tiles (`et.staged_rows`, static schedules): the
+    program table's third column marks each single-tile entry whose task
+    stages rows with its region (two regions after the tiles' dynamic
+    shared buffers, used by a worker's entries in turn) and the parity of
+    that region's mbarrier phase. Before an entry's waits, the worker's
+    last thread issues the next entry's copies (one expect-tx arrive, one
+    `cp.async.bulk` per op); the staged view waits on the mbarrier phase.
+    The mbarrier wait is not bounded by `spin_limit`: a copy always
+    completes unless it faults, which ends the launch with an error.
   }];
   let options = [
     Option<"backoffNs", "backoff-ns", "int64_t", /*default=*/"64",
@@ -103,6 +113,14 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     phases through shared memory. One op per task (an et.linear of the same
     task then keeps to global memory).
 
+    With `stage-bytes` > 0, each `et.linear` on the GPU at a task's top level
+    whose weights no task writes, with a static K, a constant row count and
+    rows known from the tile coordinates, reads its first rows through an
+    `et.staged_rows` op: up to `stage-bytes` per task, given to the task's
+    linear ops in order. Rows the worker staged (during the tile before this
+    one, see `convert-et-to-nvvm`) come from shared memory, the others from
+    global memory; a staged op takes no other weight prefetch.
+
     `et.matmul` (GPU, `threads` fixed) keeps a ring of operand slices in the
     dynamic shared memory, filled with `cp.async`; with `mma=wgmma` and a
     tile of BK = 64, BM a multiple of 64 and at least 3 stages, warpgroups
@@ -128,6 +146,12 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "(bytes, gpu)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Threads per worker when fixed at compile time, else 0 (gpu)">,
+    Option<"stageBytes", "stage-bytes", "int64_t", /*default=*/"0",
+           "Bytes per task of et.linear weight rows that the worker may stage "
+           "in shared memory during the tile before (et.staged_rows); 0 = off "
+           "(gpu)">,
+    ListOption<"stageTasks", "stage-tasks", "std::string",
+               "Tasks whose et.linear weights stage-bytes stages (all when empty)">,
     Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",
            "et.linear on the GPU: rows (one row at a time, the faster one "
            "measured) or stream (software-pipelined across rows when K is a "

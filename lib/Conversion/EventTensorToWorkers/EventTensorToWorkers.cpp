@@ -13,7 +13,10 @@
 //            parity of `epoch`); check the counter buffer is large enough;
 //            clear the bank of the next launch.
 //   static:  walk this worker's entries of the program table: one tile, or
-//            all tiles t = (w - k) mod W, t + W, ... of a runtime-count task.
+//            all tiles t = (w - k) mod W, t + W, ... of a runtime-count task;
+//            on the GPU, thread 0 first issues the copies of the next
+//            entry's staged weight rows (et.staged_rows) into one of two
+//            shared-memory regions, completing on that region's mbarrier.
 //   dynamic: take tickets from one atomic counter and map each to the
 //            (task, tile) of the queue.
 //
@@ -29,9 +32,15 @@
 #include "EventTensor/Conversion/Passes.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
 
+#include "../TileLowering.h"
+
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <functional>
 #include "mlir/IR/Matchers.h"
@@ -770,6 +779,11 @@ private:
         map.map(op.getResult(0), shared);
         continue;
       }
+      if (auto staged = dyn_cast<StagedRowsOp>(op)) {
+        if (failed(emitStagedRows(staged, map, scope)))
+          return failure();
+        continue;
+      }
       if (auto wait = dyn_cast<EventWaitOp>(op)) {
         FailureOr<SmallVector<Value>> idxs =
             materializeAll(wait.getIndices(), scope, &map);
@@ -815,11 +829,216 @@ private:
         return failure();
       b.clone(op, map);
     }
+    // A staged entry's copies are complete before its region is reused
+    // (the body may not have waited: its rows may have had no work).
+    if (currentStage && stageTaskBytes.count(task))
+      waitStaged(currentStage);
     // The tile is done on every thread before the next one starts.
     barrier();
     if (target.profile)
       recordTile(taskValue, tile, start, ready);
     return success();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Weights staged across tiles (et.staged_rows)
+  //===--------------------------------------------------------------------===//
+
+  /// An LLVM shared-memory pointer to the mbarrier of region `slot` (index).
+  Value stageBarrier(Value slot) {
+    return tile::elementPointer(b, loc, stageBarriers, slot, 8, 3);
+  }
+
+  /// i32 stage word (see emitStatic) -> (staged, slot (index), parity (i32)).
+  std::tuple<Value, Value, Value> decodeStage(Value word) {
+    Type i32 = b.getI32Type();
+    auto c32 = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, i32, v); };
+    Value staged = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, word, c32(0));
+    Value slot = arith::IndexCastOp::create(b, loc, b.getIndexType(), arith::AndIOp::create(b, loc, word, c32(1)));
+    Value parity = arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, word, c32(1)), c32(1));
+    return {staged, slot, parity};
+  }
+
+  /// Every thread waits until the copies of a staged entry (`word` >= 0)
+  /// are in shared memory.
+  void waitStaged(Value word) {
+    auto [staged, slot, parity] = decodeStage(word);
+    auto ifOp = scf::IfOp::create(b, loc, staged, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, stageBarrier(slot), parity,
+                                          arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0));
+  }
+
+  /// How many rows of an et.staged_rows are staged: min(R, rows, N - row0),
+  /// at least 0 (index).
+  Value stagedCount(StagedRowsOp op, Value w, Value row0, Value rows) {
+    int64_t r = op.getView().getType().getDimSize(0);
+    Value n = memref::DimOp::create(b, loc, w, 0);
+    Value count = arith::MinSIOp::create(b, loc, arith::MinSIOp::create(b, loc, idx(r), rows),
+                                         arith::SubIOp::create(b, loc, n, row0));
+    return arith::MaxSIOp::create(b, loc, count, idx(0));
+  }
+
+  /// et.staged_rows in a tile: its view at the entry's region and its
+  /// count, after the entry's copies are complete; a count of 0 when the
+  /// entry was not staged (or the schedule stages nothing).
+  LogicalResult emitStagedRows(StagedRowsOp op, IRMapping &map, Scope &scope) {
+    FailureOr<SmallVector<Value>> operands =
+        materializeAll({op.getW(), op.getRow0(), op.getRows()}, scope, &map);
+    if (failed(operands))
+      return failure();
+    Value count = idx(0), shift = idx(stageStart + op.getOffset());
+    if (currentStage) {
+      auto [staged, slot, parity] = decodeStage(currentStage);
+      waitStaged(currentStage);
+      count = arith::SelectOp::create(b, loc, staged,
+                                      stagedCount(op, (*operands)[0], (*operands)[1], (*operands)[2]), idx(0));
+      shift = arith::AddIOp::create(b, loc, shift, arith::MulIOp::create(b, loc, slot, idx(stageRegionBytes)));
+    }
+    Value view = memref::ViewOp::create(b, loc, op.getView().getType(), stageShared, shift, ValueRange{});
+    map.map(op.getView(), view);
+    map.map(op.getCount(), count);
+    return success();
+  }
+
+  /// What thread 0 needs to stage a tile of a task: its et.staged_rows ops
+  /// and the task-body ops their operands come from (in order).
+  struct StagePlan {
+    SmallVector<StagedRowsOp> ops;
+    SmallVector<Operation *> slice;
+  };
+
+  /// The plan of `task`, when its staged rows follow from the tile
+  /// coordinates and values known at the worker's entry alone (side-effect
+  /// free ops of the task's top level, eager kernel-level values, eager
+  /// extents); else none, and its tiles are never staged.
+  std::optional<StagePlan> stagePlan(TaskOp task) {
+    StagePlan plan;
+    Block &body = task.getBody().front();
+    for (Operation &op : body)
+      if (auto staged = dyn_cast<StagedRowsOp>(op))
+        plan.ops.push_back(staged);
+    if (plan.ops.empty() ||
+        !llvm::all_of(task.getExtents(), [&](Value e) { return eager.contains(e); }))
+      return std::nullopt;
+    llvm::SetVector<Operation *> slice;
+    bool ok = true;
+    std::function<void(Value)> visit = [&](Value v) {
+      if (!ok)
+        return;
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        ok = arg.getOwner() == &body || eager.contains(v);
+        return;
+      }
+      Operation *def = v.getDefiningOp();
+      if (!task->isAncestor(def)) {
+        ok = eager.contains(v);
+        return;
+      }
+      if (slice.contains(def))
+        return;
+      if (def->getBlock() != &body || !isMemoryEffectFree(def) || def->getNumRegions() != 0) {
+        ok = false;
+        return;
+      }
+      for (Value operand : def->getOperands())
+        visit(operand);
+      slice.insert(def); // after what it uses
+    };
+    for (StagedRowsOp op : plan.ops)
+      for (Value v : {Value(op.getW()), Value(op.getRow0()), Value(op.getRows())})
+        visit(v);
+    if (!ok)
+      return std::nullopt;
+    plan.slice.assign(slice.begin(), slice.end());
+    return plan;
+  }
+
+  /// Thread 0: the copies of tile `tile` (index) of a task with `plan` into
+  /// region `slot` (index): one expect-tx arrive with their bytes on the
+  /// region's mbarrier, then one bulk copy per staged op.
+  void emitStageCopies(TaskOp task, const StagePlan &plan, Value tile, Value slot) {
+    SmallVector<Value> extents;
+    for (Value e : task.getExtents())
+      extents.push_back(eager.lookup(e));
+    IRMapping map;
+    Block &body = task.getBody().front();
+    Value rest = tile;
+    for (int64_t d = extents.size() - 1; d >= 0; --d) {
+      map.map(body.getArgument(d), arith::RemUIOp::create(b, loc, rest, extents[d]));
+      rest = arith::DivUIOp::create(b, loc, rest, extents[d]);
+    }
+    auto get = [&](Value v) {
+      Value m = map.lookupOrNull(v);
+      return m ? m : eager.lookup(v);
+    };
+    for (Operation *op : plan.slice) {
+      for (Value operand : op->getOperands())
+        if (!map.contains(operand))
+          map.map(operand, get(operand));
+      b.clone(*op, map);
+    }
+    Type i32 = b.getI32Type();
+    Value total = arith::ConstantIntOp::create(b, loc, i32, 0);
+    SmallVector<std::tuple<Value, Value, Value>> copies; // dst, src, bytes
+    Value region = arith::AddIOp::create(b, loc, idx(stageStart),
+                                         arith::MulIOp::create(b, loc, slot, idx(stageRegionBytes)));
+    for (StagedRowsOp op : plan.ops) {
+      Value w = get(op.getW()), row0 = get(op.getRow0());
+      int64_t k = op.getView().getType().getDimSize(1);
+      Value count = stagedCount(op, w, row0, get(op.getRows()));
+      Value bytes = arith::IndexCastOp::create(b, loc, i32, arith::MulIOp::create(b, loc, count, idx(k * 2)));
+      total = arith::AddIOp::create(b, loc, total, bytes);
+      Value dst = tile::elementPointer(b, loc, stageShared,
+                                       arith::AddIOp::create(b, loc, region, idx(op.getOffset())), 1, 3);
+      // Row r of w starts at element r * K (rows contiguous).
+      Value row0c = arith::MinSIOp::create(b, loc, row0, memref::DimOp::create(b, loc, w, 0));
+      Value src = tile::elementPointer(b, loc, w, arith::MulIOp::create(b, loc, row0c, idx(k)), 2, 1);
+      copies.push_back({dst, src, bytes});
+    }
+    Value barrierPtr = stageBarrier(slot);
+    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), barrierPtr, total, NVVM::MemScopeKind::CTA,
+                                           /*relaxed=*/false, Value());
+    for (auto [dst, src, bytes] : copies) {
+      Value any = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes,
+                                        arith::ConstantIntOp::create(b, loc, i32, 0));
+      auto ifOp = scf::IfOp::create(b, loc, any, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      // A shared::cluster destination (the CTA's own shared memory): the
+      // shared::cta form needs PTX 8.6.
+      Value dstCluster = LLVM::AddrSpaceCastOp::create(
+          b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), dst);
+      NVVM::CpAsyncBulkGlobalToSharedClusterOp::create(b, loc, dstCluster, src, barrierPtr, bytes, Value(),
+                                                       Value());
+    }
+  }
+
+  /// Thread 0: the copies of the entry (`word`, `task`, `tile`: i32 stage
+  /// word, i32 task id, index tile) when its stage word says staged.
+  void emitStageEntry(Value word, Value task, Value tile) {
+    auto [staged, slot, parity] = decodeStage(word);
+    (void)parity;
+    // The last thread issues the copies: thread 0 polls the events.
+    Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId,
+                                       arith::SubIOp::create(b, loc, numThreads, idx(1)));
+    Value go = arith::AndIOp::create(b, loc, last, staged);
+    auto ifOp = scf::IfOp::create(b, loc, go, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    SmallVector<int64_t> cases;
+    for (auto [k, plan] : llvm::enumerate(stagePlans))
+      if (plan)
+        cases.push_back(k);
+    auto sw = scf::IndexSwitchOp::create(b, loc, TypeRange{}, toIndex(task), cases, cases.size());
+    b.createBlock(&sw.getDefaultRegion());
+    scf::YieldOp::create(b, loc);
+    for (auto [c, k] : llvm::enumerate(cases)) {
+      b.createBlock(&sw.getCaseRegions()[c]);
+      emitStageCopies(tasks[k], *stagePlans[k], tile, slot);
+      scf::YieldOp::create(b, loc);
+    }
   }
 
   //===--------------------------------------------------------------------===//
@@ -870,6 +1089,17 @@ private:
   /// Workgroup-memory allocas at the top level of task bodies (from the
   /// tile lowering) and the workgroup attribution each one uses.
   llvm::DenseMap<Operation *, Value> tileShared;
+  /// Staging across tiles (GPU): the bytes each task's et.staged_rows take
+  /// in a region; the size of a region (two of them, used by a worker's
+  /// entries in turn) and where region 0 starts in the dynamic shared
+  /// memory; that memory as bytes; the regions' two mbarriers (i64
+  /// workgroup buffer); the stage word of the entry being emitted (null
+  /// when nothing is staged).
+  llvm::DenseMap<Operation *, int64_t> stageTaskBytes;
+  int64_t stageRegionBytes = 0, stageStart = 0;
+  Value stageShared, stageBarriers, currentStage;
+  /// Tasks' staging plans (by task id).
+  SmallVector<std::optional<StagePlan>> stagePlans;
   int64_t numWorkers = 1;
 };
 
@@ -1004,28 +1234,49 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
-  // The program table: (task, tile) pairs; tile -1 - k is "cyclic k".
+  // The program table: (task, tile, stage) triples; tile -1 - k is "cyclic
+  // k". Stage is -1, or, for a single tile whose weight rows the worker
+  // stages (et.staged_rows), slot | parity << 1: the entry's region (its
+  // index in the worker's program mod 2, so that consecutive entries,
+  // whose copies overlap, use different regions) and the parity of the
+  // region's mbarrier phase that its copies complete.
   SmallVector<int32_t> entries, offsets{0};
   llvm::DenseMap<Operation *, unsigned> taskIds;
   for (auto [i, t] : llvm::enumerate(tasks))
     taskIds[t] = i;
+  SmallVector<std::optional<StagePlan>> &plans = stagePlans;
+  plans.clear();
+  for (TaskOp task : tasks)
+    plans.push_back(target.gpu && stageTaskBytes.count(task) ? stagePlan(task) : std::nullopt);
+  bool anyStaged = false;
   for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
+    int64_t position = 0, phases[2] = {0, 0};
     for (RunOp run : worker.getBody().front().getOps<RunOp>()) {
       int32_t task = taskIds.lookup(run.getTaskOp());
+      auto add = [&](int32_t tile) {
+        int32_t stage = -1;
+        if (tile >= 0 && plans[task]) {
+          int64_t slot = position % 2;
+          stage = static_cast<int32_t>(slot | ((phases[slot]++ % 2) << 1));
+          anyStaged = true;
+        }
+        entries.append({task, tile, stage});
+        ++position;
+      };
       if (std::optional<ArrayRef<int64_t>> tiles = run.getTiles()) {
         for (int64_t tile : *tiles) {
           if (tile > INT32_MAX)
             return run.emitOpError("tile id does not fit in 32 bits");
-          entries.append({task, static_cast<int32_t>(tile)});
+          add(static_cast<int32_t>(tile));
         }
       } else {
-        entries.append({task, static_cast<int32_t>(-1 - *run.getCyclic())});
+        add(static_cast<int32_t>(-1 - *run.getCyclic()));
       }
     }
-    offsets.push_back(entries.size() / 2);
+    offsets.push_back(entries.size() / 3);
   }
   if (entries.empty())
-    entries.append({0, 0}); // keep the table non-empty
+    entries.append({0, 0, -1}); // keep the table non-empty
   auto makeTable = [&](StringRef suffix, ArrayRef<int32_t> data,
                        ArrayRef<int64_t> shape) {
     OpBuilder::InsertionGuard guard(b);
@@ -1039,7 +1290,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
         IntegerAttr());
   };
   memref::GlobalOp program =
-      makeTable("_program", entries, {static_cast<int64_t>(entries.size() / 2), 2});
+      makeTable("_program", entries, {static_cast<int64_t>(entries.size() / 3), 3});
   memref::GlobalOp starts =
       makeTable("_starts", offsets, {static_cast<int64_t>(offsets.size())});
   Value programMem = memref::GetGlobalOp::create(b, loc, program.getType(),
@@ -1053,6 +1304,19 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
       ValueRange{arith::AddIOp::create(b, loc, workerId, idx(1))}));
 
   Type indexType = b.getIndexType(), i1Type = b.getI1Type();
+  if (anyStaged) {
+    // The staging regions' mbarriers: one arrival (thread 0's) per phase.
+    auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      for (int64_t slot = 0; slot < 2; ++slot)
+        NVVM::MBarrierInitOp::create(b, loc, stageBarrier(idx(slot)),
+                                     arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1), Value());
+      NVVM::FenceMbarrierInitOp::create(b, loc);
+    }
+    barrier();
+  }
   auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i1Type},
                                    ValueRange{begin, i1(true)});
   {
@@ -1071,6 +1335,22 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   Value tile32 =
       memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(1)});
   Value tileI64 = arith::ExtSIOp::create(b, loc, b.getI64Type(), tile32);
+  if (anyStaged) {
+    currentStage = memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(2)});
+    // Before this entry's waits: the next entry's copies (at the
+    // worker's first entry, this entry's too).
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, i, begin);
+    Value none = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
+    emitStageEntry(arith::SelectOp::create(b, loc, first, currentStage, none),
+                   memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(0)}), toIndex(tile32));
+    Value nextI = arith::AddIOp::create(b, loc, i, idx(1));
+    Value hasNext = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, nextI, end);
+    Value j = arith::SelectOp::create(b, loc, hasNext, nextI, i);
+    emitStageEntry(arith::SelectOp::create(b, loc, hasNext,
+                                           memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(2)}), none),
+                   memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(0)}),
+                   toIndex(memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(1)})));
+  }
 
   auto [region, top] = openRegion(TypeRange{i1Type}, [&] { return SmallVector<Value>{i1(false)}; });
   Block *entry = b.getInsertionBlock();
@@ -1149,6 +1429,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   scf::YieldOp::create(b, loc, ValueRange{nextI, region.getResult(0)});
   b.setInsertionPointAfter(loop);
   finishedOk = loop.getResult(1);
+  currentStage = Value();
   return success();
 }
 
@@ -1332,6 +1613,20 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     if (walk.wasInterrupted())
       return failure();
   }
+  // Weight rows staged across tiles: the bytes each task's ops take in a
+  // region (the tile lowering places them side by side).
+  for (TaskOp task : tasks)
+    for (Operation &op : task.getBody().front())
+      if (auto staged = dyn_cast<StagedRowsOp>(op)) {
+        if (!target.gpu)
+          return staged.emitOpError("stages weights in shared memory, which the host worker lowering does "
+                                    "not have (lower et.linear with stage-bytes=0 for the CPU)");
+        MemRefType view = staged.getView().getType();
+        int64_t end = staged.getOffset() + view.getNumElements() * 2;
+        int64_t &bytes = stageTaskBytes[task];
+        bytes = std::max(bytes, end);
+        stageRegionBytes = std::max<int64_t>(stageRegionBytes, llvm::alignTo(end, 128));
+      }
 
   // The signature: [worker], epoch, spin_limit, counters, control, error,
   // [trace], then on several devices: this device (i64), every device's
@@ -1390,10 +1685,17 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
         allocas.push_back({&op, buffers[j]});
       }
     }
+    // The mbarriers of the two staging regions.
+    unsigned barriersAt = workgroup.size();
+    if (stageRegionBytes)
+      workgroup.push_back(MemRefType::get({2}, i64Type, MemRefLayoutAttrInterface(),
+                                          gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
     auto fn = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(), fnType,
                                      workgroup, TypeRange{});
     for (auto [op, i] : allocas)
       tileShared[op] = fn.getWorkgroupAttributions()[i];
+    if (stageRegionBytes)
+      stageBarriers = fn.getWorkgroupAttributions()[barriersAt];
     // 16-byte alignment for vector accesses to the tile buffers.
     for (unsigned i = 1; i < workgroup.size(); ++i)
       fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
@@ -1411,6 +1713,21 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     // zero-sized workgroup global (PTX `.extern .shared ... []`).
     auto workgroupSpace = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
     Value dynamicShared;
+    auto dynamicSharedGlobal = [&]() {
+      if (dynamicShared)
+        return dynamicShared;
+      auto globalType = MemRefType::get({0}, b.getI8Type(), MemRefLayoutAttrInterface(),
+                                        workgroupSpace);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(fn);
+        memref::GlobalOp::create(b, loc, "__et_dynamic_shared", b.getStringAttr("public"),
+                                 globalType, Attribute(), /*constant=*/false,
+                                 b.getI64IntegerAttr(16));
+      }
+      dynamicShared = memref::GetGlobalOp::create(b, loc, globalType, "__et_dynamic_shared");
+      return dynamicShared;
+    };
     for (TaskOp task : tasks)
       for (Operation &op : task.getBody().front()) {
         if (!isWorkgroupAlloca(&op) || !op.hasAttr(kDynamicShared))
@@ -1419,21 +1736,9 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
         int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
         auto bytesType = MemRefType::get({bytes}, b.getI8Type(), MemRefLayoutAttrInterface(),
                                          workgroupSpace);
-        if (!dynamicShared) {
-          auto globalType = MemRefType::get({0}, b.getI8Type(), MemRefLayoutAttrInterface(),
-                                            workgroupSpace);
-          {
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPoint(fn);
-            memref::GlobalOp::create(b, loc, "__et_dynamic_shared", b.getStringAttr("public"),
-                                     globalType, Attribute(), /*constant=*/false,
-                                     b.getI64IntegerAttr(16));
-          }
-          dynamicShared = memref::GetGlobalOp::create(b, loc, globalType, "__et_dynamic_shared");
-        }
         // Only this buffer's bytes from the start (reinterpret_cast),
         // viewed with its element type.
-        Value raw = memref::ReinterpretCastOp::create(b, loc, bytesType, dynamicShared, 0,
+        Value raw = memref::ReinterpretCastOp::create(b, loc, bytesType, dynamicSharedGlobal(), 0,
                                                       ArrayRef<int64_t>{bytes},
                                                       ArrayRef<int64_t>{1});
         tileShared[&op] = memref::ViewOp::create(b, loc, type, raw,
@@ -1441,15 +1746,28 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
                                                  ValueRange{});
       }
     // The kernel states the dynamic shared memory its tiles need (the
-    // largest buffer, since all start at 0) in a global the runtime reads
-    // before the launch: __et_dynamic_shared_bytes.
+    // largest buffer, since all start at 0; then the two staging regions)
+    // in a global the runtime reads before the launch:
+    // __et_dynamic_shared_bytes.
+    int64_t need = 0;
+    for (auto &[op, view] : tileShared)
+      if (op->hasAttr(kDynamicShared)) {
+        auto type = cast<MemRefType>(op->getResult(0).getType());
+        need = std::max<int64_t>(need, type.getNumElements() * type.getElementTypeBitWidth() / 8);
+      }
+    if (stageRegionBytes) {
+      stageStart = static_cast<int64_t>(llvm::alignTo(need, 128));
+      need = stageStart + 2 * stageRegionBytes;
+      if (need > tile::kMaxDynamicShared)
+        return kernel.emitOpError("stages weights in two regions of ")
+               << stageRegionBytes << " bytes after " << stageStart
+               << " bytes of tile buffers: " << need << " bytes of dynamic shared memory, more than "
+               << tile::kMaxDynamicShared << " (lower stage-bytes)";
+      auto bytesType = MemRefType::get({need}, b.getI8Type(), MemRefLayoutAttrInterface(), workgroupSpace);
+      stageShared = memref::ReinterpretCastOp::create(b, loc, bytesType, dynamicSharedGlobal(), 0,
+                                                      ArrayRef<int64_t>{need}, ArrayRef<int64_t>{1});
+    }
     if (dynamicShared) {
-      int64_t need = 0;
-      for (auto &[op, view] : tileShared)
-        if (op->hasAttr(kDynamicShared)) {
-          auto type = cast<MemRefType>(op->getResult(0).getType());
-          need = std::max<int64_t>(need, type.getNumElements() * type.getElementTypeBitWidth() / 8);
-        }
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(fn);
       LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/true, LLVM::Linkage::External,

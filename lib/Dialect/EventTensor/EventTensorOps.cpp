@@ -7,6 +7,7 @@
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -657,6 +658,32 @@ LogicalResult PrefetchOp::verify() {
   if (!ShapedType::isDynamic(w.getDimSize(1)) &&
       (w.getDimSize(1) * w.getElementTypeBitWidth() / 8) % 16 != 0)
     return emitOpError("a row of w must be a multiple of 16 bytes (bulk prefetch granule), got ") << w;
+  return success();
+}
+
+LogicalResult StagedRowsOp::verify() {
+  if (!isa_and_nonnull<TaskOp>(getOperation()->getParentOp()))
+    return emitOpError("must be at the top level of an et.task body");
+  MemRefType w = getW().getType(), view = getView().getType();
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (failed(w.getStridesAndOffset(strides, offset)) || strides[1] != 1 ||
+      (!ShapedType::isDynamic(w.getDimSize(1)) && !ShapedType::isDynamic(strides[0]) &&
+       strides[0] != w.getDimSize(1)))
+    return emitOpError("w must hold its rows contiguously (strides [K, 1]), got ") << w;
+  int64_t k = w.getDimSize(1);
+  if (ShapedType::isDynamic(k) || (k * 2) % 16 != 0)
+    return emitOpError("needs a static K whose rows are a multiple of 16 bytes (bulk copy granule), got ")
+           << w;
+  auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(view.getMemorySpace());
+  if (!view.getLayout().isIdentity() || !view.hasStaticShape() || !space ||
+      space.getValue() != gpu::AddressSpace::Workgroup)
+    return emitOpError("view must be a statically shaped, identity-layout memref in workgroup memory, got ")
+           << view;
+  if (view.getDimSize(0) < 1 || view.getDimSize(1) != k)
+    return emitOpError("view must be R x K with R >= 1 and the K of w (") << k << "), got " << view;
+  if (getOffset() < 0 || getOffset() % 16 != 0)
+    return emitOpError("offset must be a non-negative multiple of 16 bytes, got ") << getOffset();
   return success();
 }
 

@@ -1057,3 +1057,67 @@ et.kernel @allreduce_shapes(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?
   // expected-error @+1 {{'et.allreduce' op failed to verify that all of {after, done} have same type}}
   "et.allreduce"(%part, %h, %rows, %o, %s) <{block = 16 : i64}> : (memref<4x64xf32>, memref<?x64xf32>, index, !et.event<2>, !et.event<3>) -> ()
 }
+
+// -----
+
+// Test: et.staged_rows outside a task's top level.
+et.kernel @staged_outside_task(%w: memref<8x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'et.staged_rows' op must be at the top level of an et.task body}}
+  %v, %n = et.staged_rows %w rows(%c1, %c1) offset 0 : memref<8x64xbf16> -> memref<1x64xbf16, #gpu.address_space<workgroup>>
+}
+
+// -----
+
+// Test: et.staged_rows of a matrix whose rows are not contiguous.
+et.kernel @staged_strided(%w: memref<8x64xbf16, strided<[128, 1]>>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.staged_rows' op w must hold its rows contiguously (strides [K, 1]), got 'memref<8x64xbf16, strided<[128, 1]>>'}}
+    %v, %n = et.staged_rows %w rows(%i, %c1) offset 0 : memref<8x64xbf16, strided<[128, 1]>> -> memref<1x64xbf16, #gpu.address_space<workgroup>>
+  }
+}
+
+// -----
+
+// Test: et.staged_rows with a dynamic K.
+et.kernel @staged_dynamic_k(%w: memref<8x?xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.staged_rows' op needs a static K whose rows are a multiple of 16 bytes (bulk copy granule), got 'memref<8x?xbf16>'}}
+    %v, %n = et.staged_rows %w rows(%i, %c1) offset 0 : memref<8x?xbf16> -> memref<1x64xbf16, #gpu.address_space<workgroup>>
+  }
+}
+
+// -----
+
+// Test: et.staged_rows whose view is not in workgroup memory.
+et.kernel @staged_global_view(%w: memref<8x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.staged_rows' op view must be a statically shaped, identity-layout memref in workgroup memory, got 'memref<1x64xbf16>'}}
+    %v, %n = et.staged_rows %w rows(%i, %c1) offset 0 : memref<8x64xbf16> -> memref<1x64xbf16>
+  }
+}
+
+// -----
+
+// Test: et.staged_rows whose view has another K.
+et.kernel @staged_view_k(%w: memref<8x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.staged_rows' op view must be R x K with R >= 1 and the K of w (64), got 'memref<1x32xbf16, #gpu.address_space<workgroup>>'}}
+    %v, %n = et.staged_rows %w rows(%i, %c1) offset 0 : memref<8x64xbf16> -> memref<1x32xbf16, #gpu.address_space<workgroup>>
+  }
+}
+
+// -----
+
+// Test: et.staged_rows at an offset that is not a multiple of 16 bytes.
+et.kernel @staged_offset(%w: memref<8x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.staged_rows' op offset must be a non-negative multiple of 16 bytes, got 8}}
+    %v, %n = et.staged_rows %w rows(%i, %c1) offset 8 : memref<8x64xbf16> -> memref<1x64xbf16, #gpu.address_space<workgroup>>
+  }
+}

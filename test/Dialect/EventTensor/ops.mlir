@@ -292,3 +292,17 @@ et.kernel @allreduce_op(%part: memref<4x64xf32> {et.symmetric}, %h: memref<?x64x
   %sum = et.event.create() : !et.event<2>
   et.allreduce %part into %h rows(%rows) after %o signal %sum block(16) {task = "sum"} : memref<4x64xf32>, memref<?x64xf32>, !et.event<2>
 }
+
+// -----
+
+// Weight rows a worker may have staged in shared memory (et.staged_rows).
+// CHECK-LABEL: et.kernel @staged
+// CHECK: %{{.*}}, %{{.*}} = et.staged_rows %{{.*}} rows(%{{.*}}, %{{.*}}) offset 32768 : memref<128x1024xbf16> -> memref<16x1024xbf16, #gpu.address_space<workgroup>>
+et.kernel @staged(%w: memref<128x1024xbf16>) {
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  et.task @lin tiles(%t) in (%c8) {
+    %r0 = arith.muli %t, %c16 : index
+    %view, %count = et.staged_rows %w rows(%r0, %c16) offset 32768 : memref<128x1024xbf16> -> memref<16x1024xbf16, #gpu.address_space<workgroup>>
+  }
+}

@@ -610,6 +610,52 @@ def ET_PrefetchOp : ET_Op<"prefetch", [
   let hasVerifier = 1;
 }
 
+def ET_StagedRowsOp : ET_Op<"staged_rows", [
+    MemoryEffects<[MemRead<DefaultResource>]>]> {
+  let summary = "the first rows of a weight tile, if the worker staged them in shared memory";
+  let description = [{
+    A tile's weights never depend on earlier tasks, so a worker may copy
+    them into its shared memory while it is still busy with the tile before
+    (staging across tiles). This op says which of them are there: rows
+    `[row0, row0 + count)` of the row-major matrix `w` (`N x K`, rows
+    contiguous) are rows `[0, count)` of `view`, complete when the op
+    returns. `count` is `min(R, rows, N - row0)` (at least 0), where `R` is
+    the leading size of `view`, when the worker's schedule staged this tile;
+    otherwise it is 0 and `view` must not be read. The op holds no data of
+    its own: the tile reads rows below `count` from `view` and the others
+    from `w`.
+
+    `offset` is where the view starts in the worker's staging region
+    (bytes, a multiple of 16): the staged ops of one task lie side by side.
+    The tile lowering (`et-lower-tile-ops` with `stage-bytes`) creates it
+    for `et.linear` on the GPU, at the task's top level, with `w`, `row0`
+    and `rows` computed from the tile coordinates alone. The GPU worker
+    lowering (`convert-et-to-nvvm`, static schedules) decides which tiles
+    are staged: in each worker's program, the entry before a single tile
+    issues the tile's copy at its own start, before its own waits, with one
+    bulk copy (`cp.async.bulk`) per op completing on an mbarrier, which this
+    op waits on. The host worker lowering rejects it (shared memory exists
+    on the GPU only). In the decode step, staging measured slower than
+    loading after the wait (docs/benchmarks.md, "Weights staged across
+    tiles"), so the model kernels leave it off.
+
+    Example:
+
+    ```mlir
+    %view, %count = et.staged_rows %w rows(%row0, %c48) offset 0
+        : memref<3072x1024xbf16, strided<[1024, 1], offset: ?>>
+          -> memref<48x1024xbf16, #gpu.address_space<workgroup>>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
+                       Index:$row0, Index:$rows, I64Attr:$offset);
+  let results = (outs MemRefRankOf<[BF16], [2]>:$view, Index:$count);
+  let assemblyFormat = [{
+    $w `rows` `(` $row0 `,` $rows `)` `offset` $offset attr-dict `:` type($w) `->` type($view)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_SiluMulOp : ET_Op<"silu_mul", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "the gated MLP activation: y = silu(gate) * up";

@@ -1,0 +1,58 @@
+// RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu stage-bytes=40960}))" | FileCheck %s
+// RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu stage-bytes=40960 stage-tasks=late}))" | FileCheck %s --check-prefix=TASKS
+// RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=OFF
+
+// With stage-bytes, each et.linear at a task's top level reads its first
+// rows through et.staged_rows, after the wait: the task's ops take the
+// bytes in order (16 rows of 1 KiB at offset 0, then 24 of the other op's
+// 32 rows in the 40 KiB left). A row below the staged count reads the
+// view, the others w. A linear whose row count is not a constant stages
+// nothing. stage-tasks limits staging to the tasks it names; without
+// stage-bytes, no op stages.
+// CHECK-LABEL: et.task @early
+// CHECK: et.event.wait
+// CHECK: %[[V1:.*]], %[[N1:.*]] = et.staged_rows %arg1 rows(%{{.*}}, %{{.*}}) offset 0 : memref<64x512xbf16> -> memref<16x512xbf16, #gpu.address_space<workgroup>>
+// CHECK: arith.cmpi ult, %{{.*}}, %[[N1]] : index
+// CHECK: vector.load %[[V1]]
+// CHECK: vector.load %arg1
+// CHECK: et.staged_rows %arg2 rows(%{{.*}}, %{{.*}}) offset 16384 : memref<128x512xbf16> -> memref<24x512xbf16, #gpu.address_space<workgroup>>
+// CHECK-LABEL: et.task @late
+// CHECK: et.staged_rows %arg1 rows(%{{.*}}, %{{.*}}) offset 0 : memref<64x512xbf16> -> memref<16x512xbf16, #gpu.address_space<workgroup>>
+// CHECK-LABEL: et.task @dynamic_rows
+// CHECK-NOT: et.staged_rows
+// CHECK: et.event.signal
+
+// TASKS-LABEL: et.task @early
+// TASKS-NOT: et.staged_rows
+// TASKS-LABEL: et.task @late
+// TASKS: et.staged_rows
+
+// OFF-NOT: et.staged_rows
+et.kernel @two(%x: memref<1x512xbf16>, %w1: memref<64x512xbf16>, %w2: memref<128x512xbf16>, %y1: memref<1x64xf32>,
+               %y2: memref<1x128xf32>, %n: index) {
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %e = et.event.create() : !et.event<>
+  et.task @first tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @early tiles(%t) in (%c4) {
+    et.event.wait %e[] : !et.event<>
+    %r1 = arith.muli %t, %c16 : index
+    et.linear %x, %w1, %y1 rows(%r1, %c16) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xf32>
+    %r2 = arith.muli %t, %c32 : index
+    et.linear %x, %w2, %y2 rows(%r2, %c32) : memref<1x512xbf16>, memref<128x512xbf16>, memref<1x128xf32>
+  }
+  et.task @late tiles(%t) in (%c4) {
+    et.event.wait %e[] : !et.event<>
+    %r1 = arith.muli %t, %c16 : index
+    et.linear %x, %w1, %y1 rows(%r1, %c16) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xf32>
+  }
+  et.task @dynamic_rows tiles(%t) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    et.linear %x, %w1, %y1 rows(%t, %n) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xf32>
+    et.event.signal %e[] : !et.event<>
+  }
+}
