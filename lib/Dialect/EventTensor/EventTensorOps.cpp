@@ -645,15 +645,21 @@ static bool sameDim(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }
 
+/// A 2-D memref whose rows are contiguous: strides [K, 1] (a dynamic row
+/// stride or K passes).
+static bool hasContiguousRows(MemRefType w) {
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  return succeeded(w.getStridesAndOffset(strides, offset)) && strides[1] == 1 &&
+         (ShapedType::isDynamic(w.getDimSize(1)) || ShapedType::isDynamic(strides[0]) ||
+          strides[0] == w.getDimSize(1));
+}
+
 LogicalResult PrefetchOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();
   MemRefType w = getW().getType();
-  SmallVector<int64_t> strides;
-  int64_t offset;
-  if (failed(w.getStridesAndOffset(strides, offset)) || strides[1] != 1 ||
-      (!ShapedType::isDynamic(w.getDimSize(1)) && !ShapedType::isDynamic(strides[0]) &&
-       strides[0] != w.getDimSize(1)))
+  if (!hasContiguousRows(w))
     return emitOpError("w must hold its rows contiguously (strides [K, 1]), got ") << w;
   if (!ShapedType::isDynamic(w.getDimSize(1)) &&
       (w.getDimSize(1) * w.getElementTypeBitWidth() / 8) % 16 != 0)
@@ -665,11 +671,7 @@ LogicalResult StagedRowsOp::verify() {
   if (!isa_and_nonnull<TaskOp>(getOperation()->getParentOp()))
     return emitOpError("must be at the top level of an et.task body");
   MemRefType w = getW().getType(), view = getView().getType();
-  SmallVector<int64_t> strides;
-  int64_t offset;
-  if (failed(w.getStridesAndOffset(strides, offset)) || strides[1] != 1 ||
-      (!ShapedType::isDynamic(w.getDimSize(1)) && !ShapedType::isDynamic(strides[0]) &&
-       strides[0] != w.getDimSize(1)))
+  if (!hasContiguousRows(w))
     return emitOpError("w must hold its rows contiguously (strides [K, 1]), got ") << w;
   int64_t k = w.getDimSize(1);
   if (ShapedType::isDynamic(k) || (k * 2) % 16 != 0)
