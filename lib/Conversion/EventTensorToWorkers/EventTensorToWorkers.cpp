@@ -14,7 +14,7 @@
 //            clear the bank of the next launch.
 //   static:  walk this worker's entries of the program table: one tile, or
 //            all tiles t = (w - k) mod W, t + W, ... of a runtime-count task;
-//            on the GPU, thread 0 first issues the copies of the next
+//            on the GPU, the last thread first issues the copies of the next
 //            entry's staged weight rows (et.staged_rows) into one of two
 //            shared-memory regions, completing on that region's mbarrier.
 //   dynamic: take tickets from one atomic counter and map each to the
@@ -902,7 +902,7 @@ private:
     return success();
   }
 
-  /// What thread 0 needs to stage a tile of a task: its et.staged_rows ops
+  /// What the worker needs to stage a tile of a task: its et.staged_rows ops
   /// and the task-body ops their operands come from (in order).
   struct StagePlan {
     SmallVector<StagedRowsOp> ops;
@@ -955,7 +955,7 @@ private:
     return plan;
   }
 
-  /// Thread 0: the copies of tile `tile` (index) of a task with `plan` into
+  /// One thread: the copies of tile `tile` (index) of a task with `plan` into
   /// region `slot` (index): one expect-tx arrive with their bytes on the
   /// region's mbarrier, then one bulk copy per staged op.
   void emitStageCopies(TaskOp task, const StagePlan &plan, Value tile, Value slot) {
@@ -1015,7 +1015,7 @@ private:
     }
   }
 
-  /// Thread 0: the copies of the entry (`word`, `task`, `tile`: i32 stage
+  /// The last thread: the copies of the entry (`word`, `task`, `tile`: i32 stage
   /// word, i32 task id, index tile) when its stage word says staged.
   void emitStageEntry(Value word, Value task, Value tile) {
     auto [staged, slot, parity] = decodeStage(word);
@@ -1305,7 +1305,8 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
 
   Type indexType = b.getIndexType(), i1Type = b.getI1Type();
   if (anyStaged) {
-    // The staging regions' mbarriers: one arrival (thread 0's) per phase.
+    // The staging regions' mbarriers: one arrival (the issuing thread's
+    // expect-tx arrive) per phase.
     auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
     {
       OpBuilder::InsertionGuard guard(b);
