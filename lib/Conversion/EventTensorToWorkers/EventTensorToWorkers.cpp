@@ -753,6 +753,17 @@ private:
   // Tiles
   //===--------------------------------------------------------------------===//
 
+  /// The coordinates of linear tile `tile` (index) in `extents`, row-major.
+  SmallVector<Value> delinearize(Value tile, ArrayRef<Value> extents) {
+    SmallVector<Value> coords(extents.size());
+    Value rest = tile;
+    for (int64_t d = extents.size() - 1; d >= 0; --d) {
+      coords[d] = arith::RemUIOp::create(b, loc, rest, extents[d]);
+      rest = arith::DivUIOp::create(b, loc, rest, extents[d]);
+    }
+    return coords;
+  }
+
   /// Emits the body of `task` for linear tile `tile` (index) at the end of
   /// the current block of `scope`; continues in a new current block.
   LogicalResult emitTile(Scope &scope, TaskOp task, unsigned taskId,
@@ -761,13 +772,7 @@ private:
     SmallVector<Value> extents;
     if (failed(tileCount(task, scope, &extents)))
       return failure();
-    // Row-major delinearization.
-    SmallVector<Value> coords(extents.size());
-    Value rest = tile;
-    for (int64_t d = extents.size() - 1; d >= 0; --d) {
-      coords[d] = arith::RemUIOp::create(b, loc, rest, extents[d]);
-      rest = arith::DivUIOp::create(b, loc, rest, extents[d]);
-    }
+    SmallVector<Value> coords = delinearize(tile, extents);
     IRMapping map;
     Block &body = task.getBody().front();
     for (auto [arg, c] : llvm::zip(body.getArguments(), coords))
@@ -831,8 +836,8 @@ private:
     }
     // A staged entry's copies are complete before its region is reused
     // (the body may not have waited: its rows may have had no work).
-    if (currentStage && stageTaskBytes.count(task))
-      waitStaged(currentStage);
+    if (currentStage && stagedTasks.contains(task))
+      waitStaged(decodeStage(currentStage));
     // The tile is done on every thread before the next one starts.
     barrier();
     if (target.profile)
@@ -859,10 +864,10 @@ private:
     return {staged, slot, parity};
   }
 
-  /// Every thread waits until the copies of a staged entry (`word` >= 0)
-  /// are in shared memory.
-  void waitStaged(Value word) {
-    auto [staged, slot, parity] = decodeStage(word);
+  /// Every thread waits until the copies of a staged entry (a decoded stage
+  /// word, see decodeStage) are in shared memory.
+  void waitStaged(std::tuple<Value, Value, Value> decoded) {
+    auto [staged, slot, parity] = decoded;
     auto ifOp = scf::IfOp::create(b, loc, staged, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
@@ -890,8 +895,9 @@ private:
       return failure();
     Value count = idx(0), shift = idx(stageStart + op.getOffset());
     if (currentStage) {
-      auto [staged, slot, parity] = decodeStage(currentStage);
-      waitStaged(currentStage);
+      auto decoded = decodeStage(currentStage);
+      auto [staged, slot, parity] = decoded;
+      waitStaged(decoded);
       count = arith::SelectOp::create(b, loc, staged,
                                       stagedCount(op, (*operands)[0], (*operands)[1], (*operands)[2]), idx(0));
       shift = arith::AddIOp::create(b, loc, shift, arith::MulIOp::create(b, loc, slot, idx(stageRegionBytes)));
@@ -963,12 +969,7 @@ private:
     for (Value e : task.getExtents())
       extents.push_back(eager.lookup(e));
     IRMapping map;
-    Block &body = task.getBody().front();
-    Value rest = tile;
-    for (int64_t d = extents.size() - 1; d >= 0; --d) {
-      map.map(body.getArgument(d), arith::RemUIOp::create(b, loc, rest, extents[d]));
-      rest = arith::DivUIOp::create(b, loc, rest, extents[d]);
-    }
+    map.map(task.getBody().front().getArguments(), delinearize(tile, extents));
     auto get = [&](Value v) {
       Value m = map.lookupOrNull(v);
       return m ? m : eager.lookup(v);
@@ -1089,13 +1090,13 @@ private:
   /// Workgroup-memory allocas at the top level of task bodies (from the
   /// tile lowering) and the workgroup attribution each one uses.
   llvm::DenseMap<Operation *, Value> tileShared;
-  /// Staging across tiles (GPU): the bytes each task's et.staged_rows take
-  /// in a region; the size of a region (two of them, used by a worker's
+  /// Staging across tiles (GPU): the tasks with et.staged_rows; the size of
+  /// a region (two of them, used by a worker's
   /// entries in turn) and where region 0 starts in the dynamic shared
   /// memory; that memory as bytes; the regions' two mbarriers (i64
   /// workgroup buffer); the stage word of the entry being emitted (null
   /// when nothing is staged).
-  llvm::DenseMap<Operation *, int64_t> stageTaskBytes;
+  llvm::DenseSet<Operation *> stagedTasks;
   int64_t stageRegionBytes = 0, stageStart = 0;
   Value stageShared, stageBarriers, currentStage;
   /// Tasks' staging plans (by task id).
@@ -1244,10 +1245,9 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   llvm::DenseMap<Operation *, unsigned> taskIds;
   for (auto [i, t] : llvm::enumerate(tasks))
     taskIds[t] = i;
-  SmallVector<std::optional<StagePlan>> &plans = stagePlans;
-  plans.clear();
+  stagePlans.clear();
   for (TaskOp task : tasks)
-    plans.push_back(target.gpu && stageTaskBytes.count(task) ? stagePlan(task) : std::nullopt);
+    stagePlans.push_back(stagedTasks.contains(task) ? stagePlan(task) : std::nullopt);
   bool anyStaged = false;
   for (WorkerOp worker : schedule.getBody().front().getOps<WorkerOp>()) {
     int64_t position = 0, phases[2] = {0, 0};
@@ -1255,7 +1255,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
       int32_t task = taskIds.lookup(run.getTaskOp());
       auto add = [&](int32_t tile) {
         int32_t stage = -1;
-        if (tile >= 0 && plans[task]) {
+        if (tile >= 0 && stagePlans[task]) {
           int64_t slot = position % 2;
           stage = static_cast<int32_t>(slot | ((phases[slot]++ % 2) << 1));
           anyStaged = true;
@@ -1338,17 +1338,17 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   Value tileI64 = arith::ExtSIOp::create(b, loc, b.getI64Type(), tile32);
   if (anyStaged) {
     currentStage = memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(2)});
-    // Before this entry's waits: the next entry's copies (at the
-    // worker's first entry, this entry's too).
+    // Before this entry's waits: the copies of entries [from, i + 2) of
+    // the worker's program, from = i + 1 (at its first entry, i).
     Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, i, begin);
-    Value none = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
-    emitStageEntry(arith::SelectOp::create(b, loc, first, currentStage, none),
-                   memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(0)}), toIndex(tile32));
     Value nextI = arith::AddIOp::create(b, loc, i, idx(1));
-    Value hasNext = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, nextI, end);
-    Value j = arith::SelectOp::create(b, loc, hasNext, nextI, i);
-    emitStageEntry(arith::SelectOp::create(b, loc, hasNext,
-                                           memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(2)}), none),
+    Value from = arith::SelectOp::create(b, loc, first, i, nextI);
+    Value to = arith::MinUIOp::create(b, loc, arith::AddIOp::create(b, loc, i, idx(2)), end);
+    auto forOp = scf::ForOp::create(b, loc, from, to, idx(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(forOp.getBody());
+    Value j = forOp.getInductionVar();
+    emitStageEntry(memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(2)}),
                    memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(0)}),
                    toIndex(memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(1)})));
   }
@@ -1614,8 +1614,8 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     if (walk.wasInterrupted())
       return failure();
   }
-  // Weight rows staged across tiles: the bytes each task's ops take in a
-  // region (the tile lowering places them side by side).
+  // Weight rows staged across tiles: a region holds the largest task's ops
+  // (the tile lowering places a task's ops side by side).
   for (TaskOp task : tasks)
     for (Operation &op : task.getBody().front())
       if (auto staged = dyn_cast<StagedRowsOp>(op)) {
@@ -1624,8 +1624,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
                                     "not have (lower et.linear with stage-bytes=0 for the CPU)");
         MemRefType view = staged.getView().getType();
         int64_t end = staged.getOffset() + view.getNumElements() * 2;
-        int64_t &bytes = stageTaskBytes[task];
-        bytes = std::max(bytes, end);
+        stagedTasks.insert(task);
         stageRegionBytes = std::max<int64_t>(stageRegionBytes, llvm::alignTo(end, 128));
       }
 
