@@ -1,7 +1,8 @@
 """Regenerates a tuning table on the current machine, in three steps that
 may run on different machines (the GPU machine may have no MLIR):
 
-1. `prepare` (needs MLIR): compiles one `et.linear` kernel per sample point.
+1. `prepare` (needs MLIR): compiles one `et.linear` kernel per sample point,
+   and with `gemm=True` one `et.matmul` kernel per shape and GEMM candidate.
    By default (`sampling="shapes"`) these are the candidate configurations
    at each shape's own N and K: fixed row counts and wave-sized ones (0.5,
    1, 2 or 4 tiles per worker). With `sampling="waves"`, candidate
@@ -30,8 +31,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .tuning import (TABLE_FORMAT, LinearConfig, TuningTable, WaveModel, build_table, linear_candidates,
-                     linear_problem, table_from_samples)
+from .tuning import (LINEAR_M_MAX, TABLE_FORMAT, GemmConfig, LinearConfig, TuningTable, WaveModel, build_table,
+                     gemm_candidates, gemm_sample_ms, linear_candidates, linear_problem, table_from_samples)
 
 __all__ = ["prepare", "measure", "fit", "model_shapes", "sample_points", "shape_points", "default_ms",
            "queued_seconds"]
@@ -118,7 +119,7 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
             m_max: int = 16, rows: Sequence[int] = (8, 16, 32, 64), unrolls: Sequence[int] = (4, 8),
             ks: Sequence[int] | None = (1024, 4096), ms: Sequence[int] | None = None, max_waves: int | None = 3,
             sampling: str = "shapes", tiles_per_worker: Sequence[float] = (0.5, 1, 2, 4),
-            fmt: str = "isa", progress: Callable[[int, int], None] | None = None) -> Path:
+            fmt: str = "isa", gemm: bool = False, progress: Callable[[int, int], None] | None = None) -> Path:
     """Compiles the sample kernels into `out` and writes `out/plan.json`.
 
     `sampling="shapes"` (the default): every candidate configuration at each
@@ -127,16 +128,32 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
     wave boundaries (sample_points), for the fitted wave models; `ks` and
     `max_waves` apply to it only. `ms` defaults to default_ms. `fmt` is the
     CUDA binary format (`bin`: cubins, so measuring does not wait for the
-    driver's JIT)."""
+    driver's JIT).
+
+    `gemm=True` (at the shapes only) also compiles one et.matmul kernel per
+    shape and GEMM candidate (tuning.gemm_candidates; M is a runtime
+    argument), measured at the ends of its blocks of BM rows
+    (tuning.gemm_sample_ms); the table then covers M 1..m_max with both
+    kinds of tile. et.linear serves at most LINEAR_M_MAX tokens, so
+    m_max above that needs `gemm`, and its samples stop there."""
     from . import compile as et_compile
     from .ir import Context
 
     if sampling not in ("shapes", "waves"):
         raise ValueError(f"sampling must be 'shapes' or 'waves', got {sampling!r}")
-    ms = list(ms) if ms is not None else default_ms(sampling, m_max)
-    if sampling == "shapes" and (1 not in ms or max(ms) < m_max):
+    if isinstance(m_max, bool) or not isinstance(m_max, int) or m_max < 1:
+        raise ValueError(f"m_max must be a positive int, got {m_max!r}")
+    if gemm and sampling != "shapes":
+        raise ValueError("GEMM samples are taken at the shapes only (sampling='shapes')")
+    if m_max > LINEAR_M_MAX and not gemm:
+        raise ValueError(f"et.linear serves at most {LINEAR_M_MAX} tokens: m_max = {m_max} needs the GEMM "
+                         "candidates too (gemm=True, --gemm)")
+    linear_max = min(m_max, LINEAR_M_MAX)
+    ms = list(ms) if ms is not None else default_ms(sampling, linear_max)
+    if sampling == "shapes" and (1 not in ms or max(ms) < linear_max):
         raise ValueError(f"sampling at the shapes interpolates in M: the measured M ({ms}) must include 1 and "
-                         f"reach m_max = {m_max}")
+                         f"reach m_max = {linear_max}")
+    ms = [m for m in ms if m <= linear_max] if sampling == "shapes" else ms
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     capacity = workers
@@ -146,6 +163,9 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
     else:
         builds = [(r, u, tiles, k, tiles * r) for r, u, tiles, k in sample_points(
             shapes, rows=rows, unrolls=unrolls, capacity=capacity, ks=ks, max_waves=max_waves)]
+    gemm_builds = [(n, k, cfg) for n, k in shapes for cfg in gemm_candidates(n, k)] if gemm else []
+    if gemm_builds:
+        from .kernels import gemm_kernel
     kernels = []
     for i, (r, u, tiles, k, n) in enumerate(builds):
         with Context():
@@ -154,9 +174,20 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
         art = et_compile(text, target=target, workers=workers, mode="static", **cuda)
         name = f"k{i}"
         art.copy_to(out / name)
-        kernels.append({"dir": name, "rows": r, "unroll": u, "n": n, "k": k, "tiles": tiles})
+        kernels.append({"dir": name, "kind": "linear", "rows": r, "unroll": u, "n": n, "k": k, "tiles": tiles})
         if progress:
-            progress(i + 1, len(builds))
+            progress(i + 1, len(builds) + len(gemm_builds))
+    for j, (n, k, cfg) in enumerate(gemm_builds):
+        art = et_compile(gemm_kernel(k, n, tile=cfg.tile, stages=cfg.stages, out="f32", order=cfg.order,
+                                     split_k=cfg.split_k), target=target, workers=workers, mode="static",
+                         **({"threads_per_worker": cfg.threads, "tile_mma": cfg.mma, "format": fmt}
+                            if target == "cuda" else {}))
+        name = f"g{j}"
+        art.copy_to(out / name)
+        kernels.append({"dir": name, "kind": "gemm", "config": cfg.key(), "n": n, "k": k,
+                        "ms": gemm_sample_ms(cfg, m_max)})
+        if progress:
+            progress(len(builds) + j + 1, len(builds) + len(gemm_builds))
     # Row groups working in parallel in a tile: the warps of a CTA, or the
     # one thread of a host worker.
     warps = max(1, threads // 32) if target == "cuda" else 1
@@ -253,7 +284,7 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
     target = plan["target"]
     rng = np.random.default_rng(0)
     samples = []
-    jobs = [(kern, m) for kern in plan["kernels"] for m in plan["ms"]]
+    jobs = [(kern, m) for kern in plan["kernels"] for m in kern.get("ms", plan["ms"])]
     launchers = {}
     # Weights made where they run (on the GPU, random numbers for the large
     # sample kernels would otherwise take longer on the host than the
@@ -268,6 +299,10 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
             launch = launchers[kern["dir"]] = runtime.load(root / kern["dir"]).launcher()
         n, k = kern["n"], kern["k"]
         x = rng.standard_normal((m, k)).astype(np.float32)
+        is_gemm = kern.get("kind") == "gemm"
+        # The GEMM kernels take the rows of x and, split in K, the partial
+        # products (gemm_kernel).
+        split = GemmConfig.from_key(kern["config"], str(root / "plan.json")).split_k if is_gemm else 1
         if target == "cuda":
             import torch
 
@@ -285,10 +320,11 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
                 weights = {"pool": pool, (n, k): [pool[c * n * k:(c + 1) * n * k].view(n, k)
                                                   for c in range(copies)]}
             xs, y = torch.from_numpy(x).cuda().to(torch.bfloat16), torch.zeros(m, n, device="cuda")
-            launch(xs, weights[(n, k)][0], y)
+            extra = ([m] + ([torch.zeros(split, m, n, device="cuda")] if split > 1 else [])) if is_gemm else []
+            launch(xs, weights[(n, k)][0], y, *extra)
             # Arguments packed once; launches queued back to back, each on
             # the next weight copy (queued_seconds).
-            bound = itertools.cycle([launch.bind(xs, w, y) for w in weights[(n, k)]])
+            bound = itertools.cycle([launch.bind(xs, w, y, *extra) for w in weights[(n, k)]])
             times = [queued_seconds(lambda: next(bound)(), reps=reps)]
             launch.check()
         else:
@@ -298,16 +334,22 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
                 weights.clear()
                 weights[(n, k)] = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
             args = [x.astype(ml_dtypes.bfloat16), weights[(n, k)], np.zeros((m, n), np.float32)]
+            if is_gemm:
+                args += [m] + ([np.zeros((split, m, n), np.float32)] if split > 1 else [])
             launch(*args)
             times = []
             for _ in range(reps):
                 t0 = time.perf_counter()
                 launch(*args)
                 times.append(time.perf_counter() - t0)
-        cfg = LinearConfig(kern["rows"], 1, kern["unroll"])
-        tiles, trips = linear_problem(m, n, k, cfg, plan["warps"], plan.get("token_group"))
-        samples.append({"rows": kern["rows"], "split_k": 1, "unroll": kern["unroll"], "n": n, "k": k, "m": m,
-                        "tiles": tiles, "trips": trips, "seconds": float(np.median(times))})
+        if is_gemm:
+            samples.append({"kind": "gemm", "config": kern["config"], "n": n, "k": k, "m": m,
+                            "seconds": float(np.median(times))})
+        else:
+            cfg = LinearConfig(kern["rows"], 1, kern["unroll"])
+            tiles, trips = linear_problem(m, n, k, cfg, plan["warps"], plan.get("token_group"))
+            samples.append({"kind": "linear", "rows": kern["rows"], "split_k": 1, "unroll": kern["unroll"], "n": n,
+                            "k": k, "m": m, "tiles": tiles, "trips": trips, "seconds": float(np.median(times))})
         if progress:
             progress(i + 1, len(jobs))
     for launch in launchers.values():

@@ -36,9 +36,11 @@ __all__ = ["LinearConfig", "TableError", "TuningTable", "WaveModel", "choose_lin
            "linear_problem", "token_passes", "build_table", "TABLE_FORMAT", "linear_candidates",
            "table_from_samples",
            "GemmConfig", "GemmModels", "gemm_problem", "heuristic_gemm", "choose_gemm", "shipped_gemm_models",
-           "shipped_linear_table", "shipped_gpus", "load_linear_table"]
+           "shipped_linear_table", "shipped_gpus", "load_linear_table", "choose_tile", "gemm_candidates",
+           "gemm_sample_ms", "gemm_curve", "gemm_m_max", "LINEAR_M_MAX"]
 
 TABLE_FORMAT = 1
+LINEAR_M_MAX = 16  # et.linear serves at most this many tokens
 WARP_ELEMENTS = 256  # bf16 elements one warp covers per 16-byte load per lane
 
 
@@ -149,13 +151,34 @@ class TuningTable:
     threads: int
     linear: dict[tuple[int, int], tuple[list[tuple[int, int]], list[int]]]  # shape -> (macro per M, micro per M)
     path: str = "<memory>"
+    # Optional: the chosen linear configuration's predicted seconds per M
+    # (what the choice between et.linear and et.matmul compares).
+    linear_seconds: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    # Optional: shape -> (candidate GEMM configurations, index of the chosen
+    # one per M from 1, its predicted seconds per M).
+    gemm: dict[tuple[int, int], tuple[list["GemmConfig"], list[int], list[float]]] = field(default_factory=dict)
     # The configurations per shape and M, made once: constructing a frozen
     # LinearConfig per lookup was half of the decision time.
     _configs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _gemm: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tiles: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._configs = {shape: [LinearConfig(rows, split, unroll) for (rows, split), unroll in zip(macro, micro)]
                          for shape, (macro, micro) in self.linear.items()}
+        self._gemm = {shape: [configs[i] for i in choice] for shape, (configs, choice, _) in self.gemm.items()}
+        # Per shape and M: ("linear", config) or ("gemm", config), whichever
+        # is predicted faster (et.linear only where it serves M and has
+        # seconds to compare; without them, et.linear wherever it serves M).
+        self._tiles = {}
+        for shape in set(self.linear) | set(self.gemm):
+            lin, lin_s = self._configs.get(shape, []), self.linear_seconds.get(shape)
+            gem, gem_s = self._gemm.get(shape, []), (self.gemm[shape][2] if shape in self.gemm else [])
+            tiles = []
+            for i in range(max(len(lin), len(gem))):
+                use_linear = i < len(lin) and (i >= len(gem) or lin_s is None or lin_s[i] <= gem_s[i])
+                tiles.append(("linear", lin[i]) if use_linear else ("gemm", gem[i]))
+            self._tiles[shape] = tiles
 
     def lookup(self, n: int, k: int, m: int) -> LinearConfig:
         """O(1): the shape's entry, then index M - 1."""
@@ -166,10 +189,36 @@ class TuningTable:
             raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(configs)}] for {n}x{k}")
         return configs[m - 1]
 
+    def lookup_gemm(self, n: int, k: int, m: int) -> "GemmConfig":
+        """O(1): the fastest et.matmul configuration of the shape at M."""
+        configs = self._gemm.get((n, k))
+        if configs is None:
+            raise KeyError(f"{self.path}: no GEMM entry for shape {n}x{k}")
+        if not 1 <= m <= len(configs):
+            raise KeyError(f"{self.path}: M = {m} is outside the table's GEMM range [1, {len(configs)}] for {n}x{k}")
+        return configs[m - 1]
+
+    def lookup_tile(self, n: int, k: int, m: int) -> tuple[str, "LinearConfig | GemmConfig"]:
+        """O(1): ("linear", LinearConfig) or ("gemm", GemmConfig), the tile
+        predicted fastest for the shape at M."""
+        tiles = self._tiles.get((n, k))
+        if tiles is None:
+            raise KeyError(f"{self.path}: no entry for shape {n}x{k}")
+        if not 1 <= m <= len(tiles):
+            raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(tiles)}] for {n}x{k}")
+        return tiles[m - 1]
+
     def to_json(self) -> dict:
-        return {"format": TABLE_FORMAT, "gpu": self.gpu, "workers": self.workers, "threads": self.threads,
-                "linear": {f"{n}x{k}": {"macro": [list(x) for x in macro], "micro": list(micro)}
-                           for (n, k), (macro, micro) in sorted(self.linear.items())}}
+        out = {"format": TABLE_FORMAT, "gpu": self.gpu, "workers": self.workers, "threads": self.threads,
+               "linear": {f"{n}x{k}": {"macro": [list(x) for x in macro], "micro": list(micro)}
+                          for (n, k), (macro, micro) in sorted(self.linear.items())}}
+        for (n, k), seconds in self.linear_seconds.items():
+            out["linear"][f"{n}x{k}"]["seconds"] = [float(v) for v in seconds]
+        if self.gemm:
+            out["gemm"] = {f"{n}x{k}": {"configs": [c.key() for c in configs], "choice": list(choice),
+                                        "seconds": [float(v) for v in seconds]}
+                           for (n, k), (configs, choice, seconds) in sorted(self.gemm.items())}
+        return out
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1))
@@ -192,7 +241,7 @@ class TuningTable:
             v = data.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TableError(f"{where}: '{key}' must be a positive int, got {v!r}")
-        linear = {}
+        linear, linear_seconds = {}, {}
         for shape, entry in (data.get("linear") or {}).items():
             try:
                 n, k = (int(x) for x in shape.split("x"))
@@ -216,7 +265,43 @@ class TuningTable:
                                      f"{cfg.split_k} do not fit the shape")
                 pairs.append((cfg.rows, cfg.split_k))
             linear[(n, k)] = (pairs, [int(u) for u in micro])
-        return cls(gpu, data["workers"], data["threads"], linear, where)
+            if "seconds" in entry:
+                linear_seconds[(n, k)] = _seconds(entry["seconds"], len(macro), f"{where}: linear {shape}")
+        gemm = {}
+        gemm_data = data.get("gemm") or {}
+        if not isinstance(gemm_data, dict):
+            raise TableError(f"{where}: 'gemm' must map NxK shapes to entries")
+        for shape, entry in gemm_data.items():
+            try:
+                n, k = (int(x) for x in shape.split("x"))
+            except ValueError:
+                raise TableError(f"{where}: GEMM shape {shape!r} is not NxK") from None
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(f), list)
+                                                      for f in ("configs", "choice", "seconds")):
+                raise TableError(f"{where}: GEMM {shape} needs 'configs', 'choice' and 'seconds' lists")
+            configs = [GemmConfig.from_key(c, f"{where}: GEMM {shape}") if isinstance(c, str) else None
+                       for c in entry["configs"]]
+            if not configs or None in configs:
+                raise TableError(f"{where}: GEMM {shape}: 'configs' must be a non-empty list of configuration keys")
+            choice = entry["choice"]
+            if not choice or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(configs)
+                                 for i in choice):
+                raise TableError(f"{where}: GEMM {shape}: 'choice' must index 'configs' (0..{len(configs) - 1}), "
+                                 "one per M from 1")
+            seconds = _seconds(entry["seconds"], len(choice), f"{where}: GEMM {shape}")
+            gemm[(n, k)] = (configs, list(choice), seconds)
+        for shape, seconds in linear_seconds.items():
+            if shape in gemm and len(seconds) > len(gemm[shape][1]):
+                raise TableError(f"{where}: linear {shape[0]}x{shape[1]} covers more M than its GEMM entry")
+        return cls(gpu, data["workers"], data["threads"], linear, where, linear_seconds, gemm)
+
+
+def _seconds(values, count: int, where: str) -> list[float]:
+    if not isinstance(values, list) or len(values) != count or \
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                    for v in values):
+        raise TableError(f"{where}: 'seconds' must be {count} positive numbers, one per M from 1")
+    return [float(v) for v in values]
 
 
 def heuristic_linear(n: int, k: int, m: int, workers: int) -> LinearConfig:
@@ -281,32 +366,68 @@ def linear_candidates(n: int, capacity: int, rows: Sequence[int] = (8, 16, 32, 6
 def table_from_samples(gpu: str, workers: int, threads: int, samples: Iterable[dict], m_max: int) -> TuningTable:
     """The table from latencies measured at each shape's own (N, K), for
     every candidate configuration, at a few M (`samples`: dicts with n, k,
-    rows, split_k, unroll, m, seconds). A configuration's tiles, and so its
-    wave regime, do not depend on M, and its latency grows with the passes
-    over the weights (token_passes), so within the regime it is interpolated
-    linearly in M between the measured M; the measured M must include 1 and
-    `m_max` for every configuration. For each M the fastest predicted
-    configuration is stored (macro and micro together: the micro choice of
-    one macro configuration can reverse the order of two others)."""
+    m, seconds and either rows, split_k, unroll (et.linear; `kind`
+    "linear" or absent) or `kind` "gemm" and `config`, a GemmConfig key).
+
+    et.linear: a configuration's tiles, and so its wave regime, do not
+    depend on M, and its latency grows with the passes over the weights
+    (token_passes), so within the regime it is interpolated linearly in M
+    between the measured M; the measured M must include 1 and
+    min(m_max, LINEAR_M_MAX) for every configuration. For each M the
+    fastest predicted configuration is stored (macro and micro together:
+    the micro choice of one macro configuration can reverse the order of
+    two others), with its predicted seconds.
+
+    et.matmul: a configuration's tiles change with M only at multiples of
+    its BM, so its latency is predicted per block of BM rows
+    (gemm_curve) from samples at the block ends (gemm_sample_ms); the
+    table then holds, per M up to m_max, the fastest configuration and its
+    seconds. Shapes with M past LINEAR_M_MAX need GEMM samples."""
     curves: dict[tuple[int, int], dict[tuple[int, int, int], dict[int, float]]] = {}
+    gemm_curves: dict[tuple[int, int], dict[GemmConfig, dict[int, float]]] = {}
     for s in samples:
-        cfg = (int(s["rows"]), int(s["split_k"]), int(s["unroll"]))
-        curves.setdefault((int(s["n"]), int(s["k"])), {}).setdefault(cfg, {})[int(s["m"])] = float(s["seconds"])
-    if not curves:
+        shape = (int(s["n"]), int(s["k"]))
+        if s.get("kind", "linear") == "gemm":
+            cfg = GemmConfig.from_key(s["config"], "sample")
+            gemm_curves.setdefault(shape, {}).setdefault(cfg, {})[int(s["m"])] = float(s["seconds"])
+        else:
+            cfg = (int(s["rows"]), int(s["split_k"]), int(s["unroll"]))
+            curves.setdefault(shape, {}).setdefault(cfg, {})[int(s["m"])] = float(s["seconds"])
+    if not curves and not gemm_curves:
         raise ValueError("no samples")
-    linear = {}
-    ms = np.arange(1, m_max + 1)
+    linear, linear_seconds = {}, {}
+    linear_max = min(m_max, LINEAR_M_MAX)
+    ms = np.arange(1, linear_max + 1)
     for (n, k), configs in sorted(curves.items()):
         predicted = []
         for (rows, split, unroll), points in sorted(configs.items()):
-            if 1 not in points or max(points) < m_max:
+            if 1 not in points or max(points) < linear_max:
                 raise ValueError(f"shape {n}x{k}, rows {rows} / unroll {unroll}: samples at M = "
-                                 f"{sorted(points)} do not span 1..{m_max}")
+                                 f"{sorted(points)} do not span 1..{linear_max}")
             at = sorted(points)
             predicted.append(((rows, split), unroll, np.interp(ms, at, [points[m] for m in at])))
         best = [min(predicted, key=lambda p: p[2][m - 1]) for m in ms]
         linear[(n, k)] = ([b[0] for b in best], [b[1] for b in best])
-    return TuningTable(gpu, workers, threads, linear)
+        linear_seconds[(n, k)] = [float(b[2][m - 1]) for b, m in zip(best, ms)]
+    gemm = {}
+    for (n, k), configs in sorted(gemm_curves.items()):
+        order = sorted(configs, key=GemmConfig.key)
+        predicted = [gemm_curve(cfg, configs[cfg], m_max, f"shape {n}x{k}, {cfg.key()}") for cfg in order]
+        choice, seconds = [], []
+        for m in range(1, m_max + 1):
+            live = [(p[m - 1], i) for i, p in enumerate(predicted) if m <= len(p)]
+            if not live:
+                raise ValueError(f"shape {n}x{k}: no GEMM configuration serves M = {m}")
+            t, i = min(live)
+            choice.append(i)
+            seconds.append(float(t))
+        gemm[(n, k)] = (order, choice, seconds)
+    if m_max > LINEAR_M_MAX:
+        missing = sorted(set(curves) - set(gemm))
+        if missing:
+            raise ValueError(f"M up to {m_max} needs GEMM samples (et.linear serves at most {LINEAR_M_MAX} "
+                             f"tokens); none for {', '.join(f'{n}x{k}' for n, k in missing)}")
+    return TuningTable(gpu, workers, threads, linear, linear_seconds=linear_seconds, gemm=gemm)
 
 
 # -- GEMM tiles (et.matmul) ---------------------------------------------------
@@ -457,12 +578,90 @@ def heuristic_gemm(m: int, n: int, k: int, workers: int) -> GemmConfig:
     return GemmConfig((128, 128, 64), 6, 256)
 
 
+#: Largest M of the 16-row GEMM candidates: past it they read w once per
+#: 16 rows, four times as often as 64-row tiles.
+GEMM_SMALL_TILE_M_MAX = 64
+
+
+def gemm_candidates(n: int, k: int) -> list[GemmConfig]:
+    """The et.matmul configurations a table chooses among for an N x K
+    layer: the decode tiles of `linear_tile="mma"` (16 rows, mma.sync, BN
+    32 and 64, BK 128 where it divides K), 64 x 128 wgmma tiles whole and
+    split in 2 and 4 (small M: more tiles than blocks), and the prefill
+    tiles (128 x 128 with 3, 4 and 6 stages, mma.sync or wgmma, split in 4;
+    128 x 256 in both block orders; 256 x 128). Split-K configurations need
+    N to be a multiple of 4 and at least one BK slice per part."""
+    bk = 128 if k % 128 == 0 else 64
+    cands = [GemmConfig((16, 32, bk), 4, 256, "sync"), GemmConfig((16, 64, bk), 4, 256, "sync"),
+             GemmConfig((64, 128, 64), 6, 128), GemmConfig((64, 128, 64), 6, 128, split_k=2),
+             GemmConfig((64, 128, 64), 6, 128, split_k=4),
+             GemmConfig((128, 128, 64), 3, 256, "sync"), GemmConfig((128, 128, 64), 4, 256),
+             GemmConfig((128, 128, 64), 6, 256), GemmConfig((128, 128, 64), 6, 256, split_k=4),
+             GemmConfig((128, 256, 64), 4, 256), GemmConfig((128, 256, 64), 4, 256, order="rows"),
+             GemmConfig((256, 128, 64), 4, 512)]
+    return [c for c in cands if c.split_k == 1 or (n % 4 == 0 and k >= c.split_k * c.tile[2])]
+
+
+def gemm_m_max(cfg: GemmConfig, m_max: int) -> int:
+    """The largest M a table considers `cfg` for."""
+    return min(m_max, GEMM_SMALL_TILE_M_MAX) if cfg.tile[0] < 64 else m_max
+
+
+def gemm_sample_ms(cfg: GemmConfig, m_max: int) -> list[int]:
+    """The M at which a GEMM configuration is measured: 1 and the end of
+    each block of BM rows up to gemm_m_max (its tile count changes only
+    there)."""
+    top = gemm_m_max(cfg, m_max)
+    bm = cfg.tile[0]
+    return sorted({1} | {min(j * bm, top) for j in range(1, -(-top // bm) + 1)})
+
+
+def gemm_curve(cfg: GemmConfig, points: dict[int, float], m_max: int, where: str) -> list[float]:
+    """Predicted seconds of `cfg` for M = 1..gemm_m_max(cfg, m_max), from
+    measurements at M (`points`): within a block of BM rows (same tiles),
+    linear between the measured M of the block, constant past the last one
+    (the block's measured end). Every block needs its end measured."""
+    top = gemm_m_max(cfg, m_max)
+    bm = cfg.tile[0]
+    out = []
+    for j in range(1, -(-top // bm) + 1):
+        lo, hi = (j - 1) * bm + 1, min(j * bm, top)
+        at = sorted(m for m in points if lo <= m <= hi)
+        if not at or at[-1] != hi:
+            raise ValueError(f"{where}: no sample at M = {hi}, the end of rows {lo}..{hi} (measured at "
+                             f"{sorted(points)})")
+        out += [float(v) for v in np.interp(np.arange(lo, hi + 1), at, [points[m] for m in at])]
+    return out
+
+
 def choose_gemm(m: int, n: int, k: int, *, models: GemmModels | None, workers: int) -> tuple[GemmConfig, str]:
     """The GEMM configuration for an M x N x K product and where it came
     from ("models <gpu>", or "heuristic: ..." without models)."""
     if models is not None:
         return models.choose(m, n, k), f"models {models.gpu}"
     return heuristic_gemm(m, n, k, workers), "heuristic: no GEMM models for this GPU"
+
+
+def choose_tile(n: int, k: int, m: int, *, table: TuningTable | None,
+                workers: int) -> tuple[str, "LinearConfig | GemmConfig", str]:
+    """The tile for an M x N x K linear layer: ("linear", LinearConfig, source)
+    or ("gemm", GemmConfig, source), the one the table predicts fastest
+    (source "table <gpu>"). Without a table or an entry: the et.linear
+    heuristic up to LINEAR_M_MAX tokens, the GEMM heuristic above, with
+    the reason in the source."""
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"linear layer dimension {name} must be a positive int, got {v!r}")
+    reason = "no tuning table for this GPU"
+    if table is not None:
+        try:
+            kind, cfg = table.lookup_tile(n, k, m)
+            return kind, cfg, f"table {table.gpu}"
+        except KeyError as err:
+            reason = err.args[0]
+    if m <= LINEAR_M_MAX:
+        return "linear", heuristic_linear(n, k, m, workers), f"heuristic: {reason}"
+    return "gemm", heuristic_gemm(m, n, k, workers), f"heuristic: {reason}"
 
 
 # Tables shipped with the package, one file per GPU and kind

@@ -462,3 +462,151 @@ def test_model_compile_takes_a_shipped_table_by_gpu_name(tmp_path):
                                tuning_table="NVIDIA H200", cache_dir=tmp_path)
     info = json.loads((path / "model.json").read_text())["linear_tiles"]
     assert info and all(v["source"].startswith("heuristic: ") for v in info.values())
+
+
+# -- tables over M 1..512: et.linear and et.matmul tiles ----------------------
+
+def _gemm_samples(n, k, truths, m_max):
+    """GEMM samples at each configuration's block ends (gemm_sample_ms)."""
+    from event_tensor.tuning import gemm_sample_ms
+
+    return [{"kind": "gemm", "config": cfg.key(), "n": n, "k": k, "m": m, "seconds": f(m)}
+            for cfg, f in truths.items() for m in gemm_sample_ms(cfg, m_max)]
+
+
+def test_gemm_sample_points_and_curves_follow_the_blocks_of_bm():
+    """A GEMM configuration's tiles change only at multiples of BM: it is
+    measured at 1 and at each block's end, and predicted per block (linear
+    between the measured M inside a block, flat past them); 16-row tiles
+    stop at GEMM_SMALL_TILE_M_MAX."""
+    from event_tensor.tuning import GEMM_SMALL_TILE_M_MAX, GemmConfig, gemm_curve, gemm_sample_ms
+
+    big, small = GemmConfig((128, 128, 64), 4, 256), GemmConfig((16, 64, 128), 4, 256, "sync")
+    assert gemm_sample_ms(big, 512) == [1, 128, 256, 384, 512]
+    assert gemm_sample_ms(big, 300) == [1, 128, 256, 300]
+    assert gemm_sample_ms(small, 512) == [1, 16, 32, 48, GEMM_SMALL_TILE_M_MAX]
+    curve = gemm_curve(big, {1: 2.0, 128: 4.0, 256: 10.0, 300: 12.0}, 300, "here")
+    assert len(curve) == 300
+    assert curve[0] == 2.0 and curve[127] == 4.0 and curve[63] == pytest.approx(2.0 + 2.0 * 63 / 127)
+    assert curve[128:256] == [10.0] * 128 and curve[256:] == [12.0] * 44  # one tile count per block
+    with pytest.raises(ValueError, match=r"here: no sample at M = 256, the end of rows 129..256 \(measured at "
+                                         r"\[1, 128, 300\]\)"):
+        gemm_curve(big, {1: 2.0, 128: 4.0, 300: 12.0}, 300, "here")
+
+
+def test_table_chooses_between_linear_and_gemm_tiles(tmp_path):
+    """With GEMM samples the table covers M 1..m_max: at each M the tile
+    predicted fastest, et.linear only up to LINEAR_M_MAX; the choice
+    round-trips through JSON and is the argmin of the true curves at every
+    M (the truths are flat within a GEMM block, as the hardware is)."""
+    from event_tensor.tuning import LINEAR_M_MAX, GemmConfig, choose_tile
+
+    n, k, m_max = 2048, 2048, 200
+    lin = {(n, k, 32, 4): lambda m: 5.0 + 1.0 * m, (n, k, 16, 8): lambda m: 3.0 + 0.5 * m}
+    g64 = GemmConfig((64, 128, 64), 6, 128)
+    g128 = GemmConfig((128, 128, 64), 4, 256)
+    g16 = GemmConfig((16, 64, 128), 4, 256, "sync")
+    truths = {g64: lambda m: 9.0 + 6.0 * ((m + 63) // 64), g128: lambda m: 20.0 + 2.0 * ((m + 127) // 128),
+              g16: lambda m: 4.0 + 2.0 * ((m + 15) // 16)}
+    samples = _samples(lin, [1, 2, 4, 8, 16]) + _gemm_samples(n, k, truths, m_max)
+    table = table_from_samples("gpu x", CAPACITY, 512, samples, m_max)
+    path = tmp_path / "t.json"
+    table.save(path)
+    loaded = TuningTable.load(path)
+    for m in range(1, m_max + 1):
+        kind, cfg = loaded.lookup_tile(n, k, m)
+        assert (kind, cfg) == table.lookup_tile(n, k, m)
+        options = {("gemm", c): f(m) for c, f in truths.items() if m <= (64 if c.tile[0] == 16 else m_max)}
+        if m <= LINEAR_M_MAX:
+            options.update({("linear", LinearConfig(r, 1, u)): f(m) for (_, _, r, u), f in lin.items()})
+        assert options[(kind, cfg)] == min(options.values()), m
+    # Where each kind wins: et.linear up to 6 tokens (a tie at 6), 16-row
+    # GEMM tiles to their limit of 64, 64-row tiles to 128, then 128-row.
+    assert [loaded.lookup_tile(n, k, m)[0] for m in (1, 6, 7)] == ["linear", "linear", "gemm"]
+    assert loaded.lookup_tile(n, k, 3) == ("linear", LinearConfig(16, 1, 8))
+    assert loaded.lookup_tile(n, k, 10) == loaded.lookup_tile(n, k, 64) == ("gemm", g16)
+    assert loaded.lookup_tile(n, k, 65) == loaded.lookup_tile(n, k, 128) == ("gemm", g64)
+    assert loaded.lookup_tile(n, k, 129) == ("gemm", g128)
+    assert loaded.lookup_gemm(n, k, 3) == g16 and loaded.lookup(n, k, 12) == LinearConfig(16, 1, 8)
+    assert choose_tile(n, k, 150, table=loaded, workers=CAPACITY) == ("gemm", g128, "table gpu x")
+    kind, cfg, source = choose_tile(n, k, 201, table=loaded, workers=CAPACITY)
+    assert kind == "gemm" and "M = 201 is outside the table's range [1, 200] for 2048x2048" in source
+    kind, cfg, source = choose_tile(n, k, 4, table=None, workers=CAPACITY)
+    assert (kind, cfg) == ("linear", heuristic_linear(n, k, 4, CAPACITY)) and source.startswith("heuristic")
+    with pytest.raises(KeyError, match="GEMM range"):
+        loaded.lookup_gemm(n, k, 300)
+    with pytest.raises(ValueError, match="dimension m must be a positive int, got 0"):
+        choose_tile(n, k, 0, table=loaded, workers=CAPACITY)
+    # A table past LINEAR_M_MAX needs GEMM samples for every shape.
+    with pytest.raises(ValueError, match=r"M up to 40 needs GEMM samples .* none for 2048x2048"):
+        table_from_samples("gpu x", CAPACITY, 512, _samples(lin, [1, 2, 4, 8, 16]), 40)
+
+
+def _good_gemm_table():
+    return {"format": 1, "gpu": "G", "workers": 132, "threads": 512,
+            "linear": {"2048x8192": {"macro": [[16, 1], [16, 1]], "micro": [4, 8], "seconds": [1e-5, 2e-5]}},
+            "gemm": {"2048x8192": {"configs": ["64x128x64-s6-t128-wgmma-auto-k1", "16x64x128-s4-t256-sync-auto-k1"],
+                                   "choice": [1, 1, 0], "seconds": [1e-5, 1e-5, 3e-5]}}}
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.update(gemm=[1]), "'gemm' must map NxK shapes"),
+    (lambda d: d["gemm"].update({"2048by8192": d["gemm"]["2048x8192"]}), "GEMM shape '2048by8192' is not NxK"),
+    (lambda d: d["gemm"]["2048x8192"].pop("seconds"), "needs 'configs', 'choice' and 'seconds' lists"),
+    (lambda d: d["gemm"]["2048x8192"]["configs"].__setitem__(0, "64x128"), "is not a GEMM configuration"),
+    (lambda d: d["gemm"]["2048x8192"]["configs"].clear(), "'configs' must be a non-empty list"),
+    (lambda d: d["gemm"]["2048x8192"]["choice"].__setitem__(2, 2), r"'choice' must index 'configs' \(0..1\)"),
+    (lambda d: d["gemm"]["2048x8192"]["seconds"].pop(), "GEMM 2048x8192: 'seconds' must be 3 positive numbers"),
+    (lambda d: d["linear"]["2048x8192"]["seconds"].__setitem__(0, -1.0), "linear 2048x8192: 'seconds' must be 2"),
+    (lambda d: d["gemm"]["2048x8192"].update(choice=[0], seconds=[1e-5]), "covers more M than its GEMM entry"),
+])
+def test_corrupt_gemm_tables_get_clear_errors(tmp_path, mutate, message):
+    TuningTable.from_json(_good_gemm_table())
+    data = _good_gemm_table()
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=message):
+        TuningTable.load(path)
+
+
+def test_gemm_candidates_fit_the_shape():
+    from event_tensor.tuning import gemm_candidates
+
+    cands = gemm_candidates(2048, 8192)
+    assert len(cands) == len(set(cands)) == 12
+    assert {c.tile[2] for c in cands if c.tile[0] == 16} == {128}
+    assert {c.tile[2] for c in gemm_candidates(2048, 1000) if c.tile[0] == 16} == {64}
+    # Split K needs N % 4 == 0 and a BK slice per part.
+    assert all(c.split_k == 1 for c in gemm_candidates(2050, 8192))
+    assert {c.split_k for c in gemm_candidates(2048, 128)} == {1, 2}
+
+
+def test_tune_with_gemm_on_host_workers(tmp_path, capsys):
+    """`event-tensor tune --gemm --m-max 40`: et.linear candidates at M 1..16
+    and every GEMM candidate at its block ends, on host workers; the
+    table's tile at each measured M is the fastest measured there."""
+    from event_tensor.cli import main
+    from event_tensor.tuning import GemmConfig, gemm_candidates
+
+    out = tmp_path / "table.json"
+    assert main(["tune", "--device", "cpu", "--workers", "2", "--shapes", "64x256", "--m-max", "40", "--gemm",
+                 "--rows", "8", "--tiles-per-worker", "1", "--dir", str(tmp_path / "w"), "-o", str(out)]) == 0
+    assert "1 shapes x M 1..40 (16 et.linear entries, 40 et.matmul entries)" in capsys.readouterr().out
+    plan = json.loads((tmp_path / "w" / "plan.json").read_text())
+    gemm = [k for k in plan["kernels"] if k["kind"] == "gemm"]
+    assert {k["config"] for k in gemm} == {c.key() for c in gemm_candidates(64, 256)}
+    assert plan["ms"] == [1, 2, 4, 8, 16]
+    samples = json.loads((tmp_path / "w" / "samples.json").read_text())["samples"]
+    table = TuningTable.load(out)
+    for m in (1, 40):  # measured for every candidate alive there
+        at = {}
+        for s in samples:
+            if s["m"] == m:
+                key = ("gemm", GemmConfig.from_key(s["config"])) if s["kind"] == "gemm" else \
+                    ("linear", LinearConfig(s["rows"], 1, s["unroll"]))
+                at[key] = s["seconds"]
+        assert at[table.lookup_tile(64, 256, m)] == min(at.values())
+    assert main(["tune", "--device", "cpu", "--shapes", "64x256", "--m-max", "40", "--dir",
+                 str(tmp_path / "w2")]) == 2
+    assert "et.linear serves at most 16 tokens: m_max = 40 needs the GEMM candidates too" in capsys.readouterr().err

@@ -386,7 +386,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                           rows=[int(r) for r in args.rows.split(",")],
                           ks=ks, ms=ms, max_waves=None if waves is None else waves[0],
                           sampling=args.sampling, tiles_per_worker=per_worker,
-                          fmt=args.format if target == "cuda" else "isa", progress=progress)
+                          fmt=args.format if target == "cuda" else "isa", gemm=args.gemm, progress=progress)
             progress.done()
         if args.step in ("all", "measure"):
             progress = _LazyProgress("measuring")
@@ -395,8 +395,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.step in ("all", "fit"):
             table = tuner.fit(work, args.output)
             n = sum(len(macro) for macro, _ in table.linear.values())
-            print(f"tuning table for {table.gpu}: {len(table.linear)} shapes x M 1..{args.m_max} ({n} entries), "
-                  f"validated -> {args.output}")
+            g = sum(len(choice) for _, choice, _ in table.gemm.values())
+            shapes = len(set(table.linear) | set(table.gemm))
+            print(f"tuning table for {table.gpu}: {shapes} shapes x M 1..{args.m_max} ({n} et.linear entries"
+                  + (f", {g} et.matmul entries" if g else "") + f"), validated -> {args.output}")
     except (ValueError, TableError, OSError) as err:
         return _err(str(err))
     return 0
@@ -483,7 +485,8 @@ def add_commands(sub) -> None:
                        "sample kernels (prepare, needs MLIR; by default every candidate configuration, fixed and "
                        "wave-sized rows per tile, at the shapes' own N and K), time them at a few M (measure, "
                        "runtime only), build the table from the latencies interpolated in M, or from wave models "
-                       "fitted at the wave boundaries with --sampling waves, and write it validated (fit). "
+                       "fitted at the wave boundaries with --sampling waves, and write it validated (fit); "
+                       "with --gemm, et.matmul candidates too, for M up to --m-max. "
                        "--step runs one step, so prepare can run here and measure on a GPU machine without MLIR.")
     p.add_argument("-o", "--output", default="tuning-table.json", help="table to write (default tuning-table.json)")
     p.add_argument("--dir", default="tune-work", help="working directory for kernels and samples")
@@ -491,7 +494,11 @@ def add_commands(sub) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="target of the kernels")
     p.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b", help="presets whose linear shapes go in the table")
     p.add_argument("--shapes", help="explicit shapes NxK[,NxK...] instead of --models")
-    p.add_argument("--m-max", type=int, default=16, help="largest M in the table (default 16)")
+    p.add_argument("--m-max", type=int, default=16,
+                   help="largest M in the table (default 16; above 16, et.linear's limit, it needs --gemm)")
+    p.add_argument("--gemm", action="store_true",
+                   help="also measure et.matmul (tensor-core) candidates at the shapes, at the ends of their "
+                   "blocks of BM rows, so that the table chooses between both kinds of tile up to --m-max")
     p.add_argument("--sampling", choices=["shapes", "waves"], default="shapes",
                    help="where to measure: every candidate at the shapes' own N and K, interpolated in M "
                    "(default), or synthetic shapes at the wave boundaries, for fitted wave models")
