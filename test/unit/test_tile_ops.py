@@ -306,6 +306,29 @@ def test_split_k_matches_float64(m, k, n, tile, split, out, accumulate, tmp_path
     assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
 
 
+def test_one_launcher_across_event_counts(tmp_path):
+    """A split-K kernel's event has one element per block, ceil(M / BM) x
+    blocks of N, so its counters change with M. One launcher runs M = 200,
+    20, 90, 150, 5: each launch's bank must be clean although the launches
+    before it used other counts (the banks are halves of the buffer, and
+    each launch clears all of the other half; they once moved with the
+    launch's counts, and M = 150 after 90 woke the sum task early)."""
+    from event_tensor.kernels import gemm_kernel
+
+    k, n, split = 256, 64, 2
+    art = et.compile(gemm_kernel(k, n, tile=(16, 16, 64), out="f32", split_k=split), target="cpu", workers=3,
+                     mode="static", cache_dir=tmp_path)
+    launch = art.launcher()
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((n, k)) / 16).astype(BF16)
+    for m in (200, 20, 90, 150, 5):
+        x = rng.standard_normal((m, k)).astype(BF16)
+        y = np.full((m, n), np.nan, np.float32)
+        launch(x, w, y, m, np.full((split, m, n), np.nan, np.float32))
+        ref = x.astype(np.float64) @ w.astype(np.float64).T
+        assert not np.isnan(y).any() and _rel_err(y, ref) < 1e-5, m
+
+
 def test_gemm_kernel_rejects_bad_arguments():
     from event_tensor.kernels import gemm_kernel
 

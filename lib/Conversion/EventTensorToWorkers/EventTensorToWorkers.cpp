@@ -1071,6 +1071,10 @@ private:
   Value countersMem, controlMem, errorMem, traceMem, clockBuffer;
   Value countersBase, controlBase;
   Value bank, bankBase;
+  /// Words per bank: half of the counter buffer (less the abort word on
+  /// several devices), whatever this launch's event tensors need, so that
+  /// the banks stay in place when the counts change between launches.
+  Value bankWords;
   /// Several devices: the counter (after both banks) that another device's
   /// error raises.
   Value abortWord;
@@ -1203,14 +1207,15 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
   cf::BranchOp::create(b, loc, exit, ValueRange{});
   b.setInsertionPointToStart(ok);
 
-  // Clear the other bank: worker w, thread t clears words w*T + t, + W*T...
+  // Clear the whole other bank (the next launch may use more counters than
+  // this one): worker w, thread t clears words w*T + t, + W*T...
   Value other = arith::SubIOp::create(b, loc, idx(1), bank);
-  Value otherBase = arith::MulIOp::create(b, loc, other, totalCounters);
+  Value otherBase = arith::MulIOp::create(b, loc, other, bankWords);
   Value first = arith::AddIOp::create(
       b, loc, arith::MulIOp::create(b, loc, workerId, numThreads), threadId);
   Value stride =
       arith::MulIOp::create(b, loc, idx(numWorkers), numThreads);
-  auto loop = scf::ForOp::create(b, loc, first, totalCounters, stride);
+  auto loop = scf::ForOp::create(b, loc, first, bankWords, stride);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
@@ -1827,9 +1832,19 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
 
   if (failed(cloneEagerValues()) || failed(layoutEvents()))
     return failure();
-  bankBase = arith::MulIOp::create(b, loc, bank, totalCounters);
+  // The banks are halves of the buffer, not of this launch's counters: a
+  // launch with more counters than the one before (a larger runtime size)
+  // would otherwise find words of that launch's bank in its own, never
+  // cleared. The capacity check below keeps the counters within a half.
+  {
+    Value have = memref::DimOp::create(b, loc, countersMem, 0);
+    if (numDevices > 1)
+      have = arith::SubIOp::create(b, loc, have, idx(1));
+    bankWords = arith::DivUIOp::create(b, loc, have, idx(2));
+  }
+  bankBase = arith::MulIOp::create(b, loc, bank, bankWords);
   if (numDevices > 1)
-    abortWord = arith::MulIOp::create(b, loc, totalCounters, idx(2));
+    abortWord = arith::MulIOp::create(b, loc, bankWords, idx(2));
 
   // The exit block: return.
   Block *exit = new Block();
