@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Decision time of the tuning-table lookup (`choose_linear`), the part of
-the tuner that runs per launch for dynamic batch sizes, and of the GEMM
+"""Decision time of the tuning-table lookup (`choose_linear`; with a table
+that has et.matmul entries, also `choose_tile` over M 1..512, which picks
+the kind of tile), the part of the tuner that runs per launch for dynamic
+batch sizes, and of the GEMM
 choice from the shipped H200 models (`choose_gemm`: warm, and the first
 call of a block of M, which evaluates every configuration). Host only.
 
@@ -13,7 +15,7 @@ import platform
 import time
 from pathlib import Path
 
-from event_tensor.tuning import TuningTable, choose_gemm, choose_linear, shipped_gemm_models
+from event_tensor.tuning import TuningTable, choose_gemm, choose_linear, choose_tile, shipped_gemm_models
 
 
 def main():
@@ -32,18 +34,25 @@ def main():
     m_max = min(len(v[0]) for v in table.linear.values())
     queries = [(shapes[i % len(shapes)], 1 + (i * 7) % m_max) for i in range(1024)]
     rows = {}
-    for label, fn in [("TuningTable.lookup", lambda n, k, m: table.lookup(n, k, m)),
-                      ("choose_linear", lambda n, k, m: choose_linear(n, k, m, table=table, workers=132))]:
+    cases = [("TuningTable.lookup", lambda n, k, m: table.lookup(n, k, m), queries, m_max),
+             ("choose_linear", lambda n, k, m: choose_linear(n, k, m, table=table, workers=132), queries, m_max)]
+    if table.gemm:
+        tile_max = min(len(v[1]) for v in table.gemm.values())
+        tile_queries = [(shapes[i % len(shapes)], 1 + (i * 37) % tile_max) for i in range(1024)]
+        cases += [("TuningTable.lookup_tile", lambda n, k, m: table.lookup_tile(n, k, m), tile_queries, tile_max),
+                  ("choose_tile", lambda n, k, m: choose_tile(n, k, m, table=table, workers=132), tile_queries,
+                   tile_max)]
+    for label, fn, qs, top in cases:
         best = float("inf")
         for _ in range(5):
             start = time.perf_counter()
             for i in range(args.calls):
-                (n, k), m = queries[i & 1023]
+                (n, k), m = qs[i & 1023]
                 fn(n, k, m)
             best = min(best, (time.perf_counter() - start) / args.calls)
         rows[label] = best * 1e9
         print(f"{label}: {best * 1e9:.0f} ns per decision (best of 5 x {args.calls} calls, {len(shapes)} shapes, "
-              f"M up to {m_max})")
+              f"M up to {top})")
     gemm = shipped_gemm_models("NVIDIA H200")
     gemm_shapes = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192), (6144, 4096), (28672, 4096)]
     gemm_queries = [(gemm_shapes[i % len(gemm_shapes)], 1 + (i * 37) % 4096) for i in range(1024)]

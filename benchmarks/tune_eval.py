@@ -194,7 +194,8 @@ def report(measured: Path, table_path: str | None, out_json: Path | None) -> Non
         configs.setdefault(at, set()).add(key)
     points = sorted(configs)
     passes = min(len(v) for v in per_pass.values())
-    bad = [r for r in data["rows"] if not r["rel_err"] < 1e-5]
+    # f32 accumulation over K terms: the error grows about as sqrt(K).
+    bad = [r for r in data["rows"] if not r["rel_err"] < 1e-5 * max(1.0, math.sqrt(r["k"] / 4096))]
     entries, self_ratios = [], []
     ratios = {"table": [], "heuristic": [], "GEMM wave models": []}
     by_range = {}  # (chooser, "M <= 16" | "M > 16") -> ratios

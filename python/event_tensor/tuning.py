@@ -162,6 +162,7 @@ class TuningTable:
     _configs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _gemm: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _tiles: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _source: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._configs = {shape: [LinearConfig(rows, split, unroll) for (rows, split), unroll in zip(macro, micro)]
@@ -170,6 +171,7 @@ class TuningTable:
         # Per shape and M: ("linear", config) or ("gemm", config), whichever
         # is predicted faster (et.linear only where it serves M and has
         # seconds to compare; without them, et.linear wherever it serves M).
+        self._source = f"table {self.gpu}"
         self._tiles = {}
         for shape in set(self.linear) | set(self.gemm):
             lin, lin_s = self._configs.get(shape, []), self.linear_seconds.get(shape)
@@ -649,6 +651,12 @@ def choose_tile(n: int, k: int, m: int, *, table: TuningTable | None,
     (source "table <gpu>"). Without a table or an entry: the et.linear
     heuristic up to LINEAR_M_MAX tokens, the GEMM heuristic above, with
     the reason in the source."""
+    if table is not None and type(n) is int and type(k) is int and type(m) is int:
+        # The fast path (per launch, for dynamic batch sizes): two indexings.
+        tiles = table._tiles.get((n, k))
+        if tiles is not None and 0 < m <= len(tiles):
+            kind, cfg = tiles[m - 1]
+            return kind, cfg, table._source
     for name, v in (("m", m), ("n", n), ("k", k)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"linear layer dimension {name} must be a positive int, got {v!r}")
@@ -697,8 +705,11 @@ def shipped_gemm_models(gpu: str) -> GemmModels | None:
 def shipped_linear_table(gpu: str) -> TuningTable | None:
     """The et.linear tuning table shipped for `gpu` (the driver's device
     name), or None. The shipped tables cover the linear shapes of
-    Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B, M 1..16, and were built by
-    `event-tensor tune --sampling shapes` (docs/tuning.md)."""
+    Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B: et.linear tiles for M 1..16
+    and et.matmul tiles for M 1..512, with the predicted seconds of each
+    (`lookup_tile` chooses between them). They were built by `event-tensor
+    tune --gemm --m-max 512` (docs/tuning.md; measured 2026-11-25,
+    benchmarks/results/2026-11-25-{h200,h100}-tune-gemm-samples.json)."""
     path = SHIPPED_TABLES / f"linear-{_slug(gpu)}.json"
     return TuningTable.load(path, gpu=gpu) if path.exists() else None
 

@@ -401,8 +401,9 @@ def test_table_from_samples_interpolates_in_m():
 
 def test_shipped_linear_tables_load_and_cover_the_presets():
     """The H200 and H100 tables ship with the package, validate, hold every
-    linear shape of the three presets for M 1..16, and choose among the
-    tuner's candidates; a GPU name without a table gets a clear error."""
+    linear shape of the three presets for M 1..16 (et.linear) and 1..512
+    (et.matmul), and choose among the tuner's candidates; a GPU name
+    without a table gets a clear error."""
     from event_tensor.tuner import model_shapes
 
     gpus = shipped_gpus("linear")
@@ -415,6 +416,15 @@ def test_shipped_linear_tables_load_and_cover_the_presets():
             for m in (1, 7, 16):
                 cfg = table.lookup(n, k, m)
                 assert cfg.rows in linear_candidates(n, 132) and cfg.unroll in (4, 8) and cfg.split_k == 1
+            # et.matmul entries for M 1..512, among the GEMM candidates;
+            # the tile of each M is one of the two kinds.
+            from event_tensor.tuning import gemm_candidates
+
+            assert len(table.gemm[(n, k)][1]) == 512
+            for m in (1, 16, 17, 100, 512):
+                assert table.lookup_gemm(n, k, m) in gemm_candidates(n, k)
+                kind, cfg = table.lookup_tile(n, k, m)
+                assert kind == "gemm" or (m <= 16 and cfg == table.lookup(n, k, m))
     assert load_linear_table("NVIDIA H200").gpu == "NVIDIA H200"
     assert shipped_linear_table("NVIDIA A100-SXM4-80GB") is None
     with pytest.raises(TableError, match="no tuning table file 'NVIDIA A100', and no table ships for a GPU of "
