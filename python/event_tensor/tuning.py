@@ -182,33 +182,26 @@ class TuningTable:
                 tiles.append(("linear", lin[i]) if use_linear else ("gemm", gem[i]))
             self._tiles[shape] = tiles
 
+    def _at(self, entries: dict, n: int, k: int, m: int, what: str = ""):
+        items = entries.get((n, k))
+        if items is None:
+            raise KeyError(f"{self.path}: no {what}entry for shape {n}x{k}")
+        if not 1 <= m <= len(items):
+            raise KeyError(f"{self.path}: M = {m} is outside the table's {what}range [1, {len(items)}] for {n}x{k}")
+        return items[m - 1]
+
     def lookup(self, n: int, k: int, m: int) -> LinearConfig:
         """O(1): the shape's entry, then index M - 1."""
-        configs = self._configs.get((n, k))
-        if configs is None:
-            raise KeyError(f"{self.path}: no entry for shape {n}x{k}")
-        if not 1 <= m <= len(configs):
-            raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(configs)}] for {n}x{k}")
-        return configs[m - 1]
+        return self._at(self._configs, n, k, m)
 
     def lookup_gemm(self, n: int, k: int, m: int) -> "GemmConfig":
         """O(1): the fastest et.matmul configuration of the shape at M."""
-        configs = self._gemm.get((n, k))
-        if configs is None:
-            raise KeyError(f"{self.path}: no GEMM entry for shape {n}x{k}")
-        if not 1 <= m <= len(configs):
-            raise KeyError(f"{self.path}: M = {m} is outside the table's GEMM range [1, {len(configs)}] for {n}x{k}")
-        return configs[m - 1]
+        return self._at(self._gemm, n, k, m, "GEMM ")
 
     def lookup_tile(self, n: int, k: int, m: int) -> tuple[str, "LinearConfig | GemmConfig"]:
         """O(1): ("linear", LinearConfig) or ("gemm", GemmConfig), the tile
         predicted fastest for the shape at M."""
-        tiles = self._tiles.get((n, k))
-        if tiles is None:
-            raise KeyError(f"{self.path}: no entry for shape {n}x{k}")
-        if not 1 <= m <= len(tiles):
-            raise KeyError(f"{self.path}: M = {m} is outside the table's range [1, {len(tiles)}] for {n}x{k}")
-        return tiles[m - 1]
+        return self._at(self._tiles, n, k, m)
 
     def to_json(self) -> dict:
         out = {"format": TABLE_FORMAT, "gpu": self.gpu, "workers": self.workers, "threads": self.threads,

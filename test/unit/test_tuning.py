@@ -22,6 +22,14 @@ def _truth(tiles, trips, coef):
     return (waves - 1) * (a + b * trips) + c + d * trips + e * u + f * u * trips
 
 
+def _assert_load_fails(tmp_path, cls, data, message):
+    """`cls.load` of `data` written to a file raises a TableError matching `message`."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=message):
+        cls.load(path)
+
+
 def test_fit_recovers_wave_structured_latency():
     rng = np.random.default_rng(0)
     coef = (4.0, 0.9, 2.5, 0.8, 0.004, 0.0006)
@@ -343,10 +351,7 @@ def test_corrupt_gemm_models_get_clear_errors(tmp_path, mutate, message):
             "models": {GemmConfig((64, 128, 64), 6, 128).key(): [1.0, 0.5, 2.0, 0.4, 0.0, 0.0]}}
     assert GemmModels.from_json(json.loads(json.dumps(data))).choose(128, 2048, 2048).tile == (64, 128, 64)
     mutate(data)
-    path = tmp_path / "gemm.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(TableError, match=message):
-        GemmModels.load(path)
+    _assert_load_fails(tmp_path, GemmModels, data, message)
 
 
 def test_shipped_gemm_models_load_and_choose():
@@ -574,10 +579,7 @@ def test_corrupt_gemm_tables_get_clear_errors(tmp_path, mutate, message):
     TuningTable.from_json(_good_gemm_table())
     data = _good_gemm_table()
     mutate(data)
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(TableError, match=message):
-        TuningTable.load(path)
+    _assert_load_fails(tmp_path, TuningTable, data, message)
 
 
 def test_gemm_candidates_fit_the_shape():
