@@ -53,6 +53,12 @@ def eval_ms(m_max: int) -> list[int]:
     return list(range(1, min(m_max, LINEAR_M) + 1)) + [m for m in GEMM_MS if m <= m_max]
 
 
+def kernel_ms(kern: dict) -> list[int]:
+    """The M a kernel of the plan is timed at (plans from before the GEMM
+    candidates list none: M 1..16)."""
+    return kern.get("ms") or list(range(1, LINEAR_M + 1))
+
+
 def linear_key(rows: int, unroll: int) -> str:
     return f"linear-r{rows}-u{unroll}"
 
@@ -60,8 +66,7 @@ def linear_key(rows: int, unroll: int) -> str:
 def prepare(out: Path, models: list[str], workers: int, threads: int, m_max: int) -> None:
     from event_tensor import compile as et_compile
     from event_tensor.ir import Context
-    from event_tensor.kernels import gemm_kernel
-    from event_tensor.tuner import _kernel, model_shapes
+    from event_tensor.tuner import _kernel, gemm_artifact, model_shapes
     from event_tensor.tuning import gemm_candidates, gemm_m_max, heuristic_gemm, heuristic_linear, linear_candidates
 
     out.mkdir(parents=True, exist_ok=True)
@@ -90,10 +95,7 @@ def prepare(out: Path, models: list[str], workers: int, threads: int, m_max: int
             for cfg in cands:
                 name = f"n{n}-k{k}-{cfg.key()}"
                 if not (out / name / "metadata.json").exists():
-                    art = et_compile(gemm_kernel(k, n, tile=cfg.tile, stages=cfg.stages, out="f32", order=cfg.order,
-                                                 split_k=cfg.split_k), target="cuda", workers=workers,
-                                     mode="static", threads_per_worker=cfg.threads, tile_mma=cfg.mma, format="bin")
-                    art.copy_to(out / name)
+                    gemm_artifact(n, k, cfg, target="cuda", workers=workers, fmt="bin").copy_to(out / name)
                 kernels.append({"dir": name, "kind": "gemm", "config": cfg.key(), "n": n, "k": k,
                                 "ms": [m for m in ms if m <= gemm_m_max(cfg, m_max)]})
         print(f"prepared {n}x{k}", flush=True)
@@ -140,7 +142,7 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
         # One launch at the largest M first: a plain call sizes the
         # counter buffer for the most blocks (bound launches do not).
         for i, launch in enumerate(launches):
-            launch(*args(i, max(kernels[i].get("ms", [LINEAR_M])), ws[0]))
+            launch(*args(i, max(kernel_ms(kernels[i])), ws[0]))
         # Launches per timed batch: enough to hide the host's launch work
         # behind short kernels; the long ones (>= 32 MiB of weights, 8 us
         # and more) need few.
@@ -150,11 +152,11 @@ def measure(root: Path, out_json: Path, reps: int, passes: int) -> None:
         times = {}
         for _ in range(passes):
             for i, launch in enumerate(launches):
-                for m in kernels[i].get("ms", range(1, LINEAR_M + 1)):
+                for m in kernel_ms(kernels[i]):
                     turn = itertools.cycle([launch.bind(*args(i, m, w)) for w in ws])
                     times.setdefault((i, m), []).append(queued_seconds(lambda: next(turn)(), inner=inner, reps=reps))
         for i, (kern, launch) in enumerate(zip(kernels, launches)):
-            for m in kern.get("ms", range(1, LINEAR_M + 1)):
+            for m in kernel_ms(kern):
                 y.zero_()
                 launch.bind(*args(i, m, ws[0]))()
                 launch.check()

@@ -35,7 +35,7 @@ from .tuning import (LINEAR_M_MAX, TABLE_FORMAT, GemmConfig, LinearConfig, Tunin
                      gemm_candidates, gemm_sample_ms, linear_candidates, linear_problem, table_from_samples)
 
 __all__ = ["prepare", "measure", "fit", "model_shapes", "sample_points", "shape_points", "default_ms",
-           "queued_seconds"]
+           "queued_seconds", "gemm_artifact"]
 
 
 def model_shapes(names: Sequence[str]) -> list[tuple[int, int]]:
@@ -63,6 +63,17 @@ def _kernel(n: int, k: int, rows: int):
                     r0 = arith.MulIOp(t, et.index(rows)).result
                     et.linear(x, w, y, r0, et.index(rows))
     return module
+
+
+def gemm_artifact(n: int, k: int, cfg: GemmConfig, *, target: str, workers: int, fmt: str = "isa"):
+    """The et.matmul kernel of `cfg` for an N x K layer (f32 output, M a
+    runtime argument; kernels.gemm_kernel), compiled for `target`."""
+    from . import compile as et_compile
+    from .kernels import gemm_kernel
+
+    text = gemm_kernel(k, n, tile=cfg.tile, stages=cfg.stages, out="f32", order=cfg.order, split_k=cfg.split_k)
+    cuda = {"threads_per_worker": cfg.threads, "tile_mma": cfg.mma, "format": fmt} if target == "cuda" else {}
+    return et_compile(text, target=target, workers=workers, mode="static", **cuda)
 
 
 def sample_points(shapes: Sequence[tuple[int, int]], *, rows: Sequence[int], unrolls: Sequence[int], capacity: int,
@@ -164,8 +175,6 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
         builds = [(r, u, tiles, k, tiles * r) for r, u, tiles, k in sample_points(
             shapes, rows=rows, unrolls=unrolls, capacity=capacity, ks=ks, max_waves=max_waves)]
     gemm_builds = [(n, k, cfg) for n, k in shapes for cfg in gemm_candidates(n, k)] if gemm else []
-    if gemm_builds:
-        from .kernels import gemm_kernel
     kernels = []
     for i, (r, u, tiles, k, n) in enumerate(builds):
         with Context():
@@ -178,10 +187,7 @@ def prepare(out: str | Path, *, target: str, workers: int, threads: int = 512, s
         if progress:
             progress(i + 1, len(builds) + len(gemm_builds))
     for j, (n, k, cfg) in enumerate(gemm_builds):
-        art = et_compile(gemm_kernel(k, n, tile=cfg.tile, stages=cfg.stages, out="f32", order=cfg.order,
-                                     split_k=cfg.split_k), target=target, workers=workers, mode="static",
-                         **({"threads_per_worker": cfg.threads, "tile_mma": cfg.mma, "format": fmt}
-                            if target == "cuda" else {}))
+        art = gemm_artifact(n, k, cfg, target=target, workers=workers, fmt=fmt)
         name = f"g{j}"
         art.copy_to(out / name)
         kernels.append({"dir": name, "kind": "gemm", "config": cfg.key(), "n": n, "k": k,

@@ -655,9 +655,10 @@ def choose_tile(n: int, k: int, m: int, *, table: TuningTable | None,
             raise ValueError(f"linear layer dimension {name} must be a positive int, got {v!r}")
     reason = "no tuning table for this GPU"
     if table is not None:
+        # Valid dimensions the fast path did not answer: the table has no
+        # entry for them, and lookup_tile says why.
         try:
-            kind, cfg = table.lookup_tile(n, k, m)
-            return kind, cfg, f"table {table.gpu}"
+            table.lookup_tile(n, k, m)
         except KeyError as err:
             reason = err.args[0]
     if m <= LINEAR_M_MAX:
