@@ -573,6 +573,51 @@ def test_specialized_kernels_share_the_caches(tmp_path):
     session.close()
 
 
+def test_specialize_keeps_the_context_buckets_that_change_the_tiles(tmp_path):
+    """specialize=True compiles a context bucket only where its kernel's live
+    attention tiles differ from the next larger kept bucket's: a one-row
+    kernel keeps the buckets whose split length differs (512: splits of 128;
+    1024: 256) and drops 256 (splits of 128, as 512's); the two-row kernel
+    for 1024 positions chooses its split per launch and serves every
+    context. The kept kernels compute the step at contexts below their own."""
+    import json
+
+    from event_tensor.model.compile import context_buckets
+
+    config = model.tiny_config("llama", max_position_embeddings=1024, num_kv_heads=1, num_heads=4)
+    assert context_buckets(config, 1, 1, [256, 512, 1024], workers=4) == [512, 1024]
+    assert context_buckets(config, 2, 2, [256, 512, 1024], workers=4) == [1024]
+    # One split per row at every bucket: the largest serves them all.
+    wide = model.tiny_config("llama", max_position_embeddings=1024, num_kv_heads=2, num_heads=4)
+    assert context_buckets(wide, 1, 1, [256, 512, 1024], workers=2) == [1024]
+    out = model.compile_model(config, target="cpu", max_batch=2, max_context=1024, workers=4, specialize=True,
+                              out_dir=tmp_path / "art", cache_dir=tmp_path / "cache")
+    info = json.loads((out / "model.json").read_text())
+    assert [(v["min_batch"], v["max_batch"], v["max_context"]) for v in info["variants"]] == \
+        [(1, 1, 512), (1, 1, 1024), (2, 2, 1024)]
+    weights = model.random_weights(config, seed=5)
+    session = model.DecodeSession(out, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=1024)
+    used = set()
+    for tokens, positions, slots in (([3], [0], [0]), ([4, 5], [1, 0], [0, 1]), ([6], [2], [0])):
+        session.step(tokens, positions, slots)
+        used.add(session.variant_for(len(tokens), max(positions) + 1).rsplit("/", 1)[-1])
+        want = ref.step(tokens, positions, slots)
+        assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3
+    assert used == {"batch1-1-context512-rows", "batch2-2-context1024-rows"}
+    session.close()
+
+
+def test_kernel_variant_errors_reach_the_caller(tmp_path):
+    """The variants compile in two processes; an error in one of them is
+    raised in the caller as itself."""
+    config = model.tiny_config("llama")
+    with pytest.raises(ValueError, match="opt_level must be 0, 1, 2 or 3, got 7"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, workers=2,
+                            specialize={"batches": [1]}, jobs=2, opt_level=7, out_dir=tmp_path / "art",
+                            cache_dir=tmp_path / "cache")
+
+
 def test_specialize_errors(tmp_path):
     from event_tensor.model.compile import shape_buckets
 

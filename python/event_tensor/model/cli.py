@@ -451,7 +451,8 @@ def add_commands(sub) -> None:
                    "small batches, tensor cores from batch 4, or 8 for hidden sizes below 2048, as kernel variants; "
                    "needs --output)")
     p.add_argument("--specialize", action="store_true",
-                   help="one kernel per batch bucket (1, 2, 4, 8, max) and context bucket (256, 512, ..., doubling, max), "
+                   help="one kernel per batch bucket (1, 2, 4, 8, max) and context bucket (256, 512, ..., doubling, max; "
+                   "a batch range keeps the context buckets that change its attention tiles), "
                    "each compiled for its own shape, sharing weights and KV caches; picked per launch (needs --output)")
     p.add_argument("--per-layer", action="store_true",
                    help="one task per kind and layer instead of one per kind over (layer, tile) (the default): "

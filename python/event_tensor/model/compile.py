@@ -80,8 +80,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     and model.json records where each choice came from.
 
     Kernel variants: with `specialize` (True for the buckets of
-    `shape_buckets`, or a dict of `batches` and `contexts` upper bounds),
-    one kernel is compiled per (batch range, context bucket), each for its
+    `shape_buckets`, of which each batch range keeps those of
+    `context_buckets`; or a dict of `batches` and `contexts` upper bounds,
+    all kept), one kernel is compiled per (batch range, context bucket), each for its
     own largest batch and context, into subdirectories of `out_dir` listed
     in `variants.json` (and model.json's `variants`); they share the
     weights and KV caches (stored for `max_batch` x `max_context`), and
@@ -309,48 +310,139 @@ def shape_buckets(max_batch: int, max_context: int, specialize) -> tuple[list[in
     return out[0], out[1]
 
 
+def context_buckets(config: ModelConfig, lo: int, hi: int, contexts: list[int], *, workers: int,
+                    split_len: int | None = None) -> list[int]:
+    """The context buckets (ascending, the last kept) that the batch range
+    lo..hi needs a kernel of its own for, under `specialize=True`. A bucket
+    is left to the next larger kept one when that kernel runs its contexts
+    on the same live attention tiles, its extra tiles only waiting and
+    signalling: when it chooses its split length per launch
+    (`KernelLayout.runtime_splits`, by the rule the bucket's own kernel
+    was compiled with), when its split length is the bucket's, or when
+    both have one split per row. Measured on the H200 (docs/benchmarks.md,
+    "Fewer kernels in the one artifact")."""
+    kept = [contexts[-1]]
+    above = kernel_layout(config, max_batch=hi, min_batch=lo, max_context=contexts[-1], workers=workers,
+                          split_len=split_len)
+    for c in reversed(contexts[:-1]):
+        own = kernel_layout(config, max_batch=hi, min_batch=lo, max_context=c, workers=workers, split_len=split_len)
+        if above.runtime_splits or own.split_len == above.split_len or own.splits == above.splits == 1:
+            continue
+        kept.append(c)
+        above = own
+    return kept[::-1]
+
+
 def _compile_one(config: ModelConfig, kwargs: dict) -> None:
     compile_model(config, **kwargs)
 
 
+# A compile process: reads (config, kwargs) jobs from stdin (a pickle
+# stream) and writes each job's outcome (None or the exception) to the
+# result pipe whose descriptor is argv[1]; it ends at end of input.
 _CHILD = """
-import pickle, sys
+import os, pickle, sys
 from event_tensor.model.compile import _compile_one
-config, kwargs = pickle.load(sys.stdin.buffer)
-try:
-    _compile_one(config, kwargs)
-    outcome = None
-except Exception as err:
-    outcome = err
-with open(sys.argv[1], "wb") as f:
-    pickle.dump(outcome, f)
+results = os.fdopen(int(sys.argv[1]), "wb")
+while True:
+    try:
+        config, kwargs = pickle.load(sys.stdin.buffer)
+    except EOFError:
+        break
+    try:
+        _compile_one(config, kwargs)
+        outcome = None
+    except Exception as err:
+        outcome = err
+    pickle.dump(outcome, results)
+    results.flush()
 """
 
 
-def _compile_in_process(config: ModelConfig, kwargs: dict) -> None:
-    """`_compile_one` in a new Python process; its exception, if any, is
-    raised here."""
-    import pickle
-    import subprocess
-    import sys
-    import tempfile
+class _CompileProcess:
+    """A Python process of its own that compiles kernels one after another
+    (started fresh: no fork of the caller's state, no re-import of its main
+    module; the compiler's imports are paid once per process, not once per
+    kernel). `run` returns when the kernel is written and raises its
+    exception here."""
 
-    import event_tensor
+    def __init__(self):
+        import subprocess
+        import sys
+        import tempfile
 
-    env = dict(os.environ)
-    package_root = str(Path(event_tensor.__file__).absolute().parent.parent)  # not resolved: a linked tree
-    env["PYTHONPATH"] = os.pathsep.join([package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "outcome.pickle"
-        run = subprocess.run([sys.executable, "-c", _CHILD, str(result)], input=pickle.dumps((config, kwargs)),
-                             capture_output=True, env=env)
-        if not result.exists():
-            tail = run.stderr.decode(errors="replace").strip().splitlines()[-20:]
-            raise RuntimeError(f"compiling the kernel variant {kwargs.get('out_dir')} failed (exit {run.returncode}):\n"
-                               + "\n".join(tail))
-        outcome = pickle.loads(result.read_bytes())
-    if outcome is not None:
-        raise outcome
+        import event_tensor
+
+        env = dict(os.environ)
+        package_root = str(Path(event_tensor.__file__).absolute().parent.parent)  # not resolved: a linked tree
+        env["PYTHONPATH"] = os.pathsep.join([package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        read, write = os.pipe()
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(write)], stdin=subprocess.PIPE,
+                                      stdout=self._log, stderr=subprocess.STDOUT, env=env, pass_fds=(write,))
+        os.close(write)
+        self._results = os.fdopen(read, "rb")
+
+    def run(self, config: ModelConfig, kwargs: dict) -> None:
+        import pickle
+
+        try:
+            pickle.dump((config, kwargs), self._proc.stdin)
+            self._proc.stdin.flush()
+            outcome = pickle.load(self._results)
+        except (BrokenPipeError, EOFError):
+            code = self._proc.wait()
+            self._log.seek(0)
+            tail = self._log.read().decode(errors="replace").strip().splitlines()[-20:]
+            raise RuntimeError(f"compiling the kernel variant {kwargs.get('out_dir')} failed (exit {code}):\n"
+                               + "\n".join(tail)) from None
+        if outcome is not None:
+            raise outcome
+
+    def close(self) -> None:
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        self._proc.wait()
+        self._results.close()
+        self._log.close()
+
+
+def _compile_in_processes(config: ModelConfig, jobs_args: list[dict], jobs: int) -> None:
+    """Compiles the kernels of `jobs_args` in `jobs` processes, the largest
+    first (so that no process is left with a long one at the end). The
+    first failure is raised once all processes have stopped."""
+    import threading
+
+    order = sorted(jobs_args, key=lambda a: -(a["max_batch"] * a["max_context"]))
+    lock = threading.Lock()
+    errors = []
+
+    def work():
+        proc = _CompileProcess()
+        try:
+            while True:
+                with lock:
+                    if errors or not order:
+                        return
+                    job = order.pop(0)
+                try:
+                    proc.run(config, job)
+                except BaseException as err:  # noqa: BLE001 -- raised in the caller
+                    with lock:
+                        errors.append(err)
+                    return
+        finally:
+            proc.close()
+
+    threads = [threading.Thread(target=work) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context: int, out_dir, workers: int,
@@ -395,7 +487,11 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     variants, jobs_args = [], []
     for lo, hi in ranges:
         tile = linear_tile if linear_tile != "auto" else ("rows" if hi < mma_from else "mma")
-        for context in contexts:
+        buckets = contexts
+        if specialize is True:
+            buckets = context_buckets(config, lo, hi, contexts, workers=workers,
+                                      split_len=kwargs.get("split_len"))
+        for context in buckets:
             name = f"batch{lo}-{hi}-context{context}-{tile}"
             jobs_args.append(dict(max_batch=hi, min_batch=lo, max_context=context, cache_batch=max_batch,
                                   cache_context=max_context, out_dir=out / name, workers=workers, tp=tp,
@@ -405,14 +501,9 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     start = time.perf_counter()
     jobs = min(jobs or os.cpu_count() or 1, len(jobs_args))
     if jobs > 1:
-        # Each kernel compiles in a Python process of its own (MLIR and ptxas
-        # are single-threaded per kernel), started fresh: no fork of this
-        # process's state, and no re-import of the caller's main module.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(jobs) as pool:
-            for done in [pool.submit(_compile_in_process, config, a) for a in jobs_args]:
-                done.result()
+        # MLIR and ptxas are single-threaded per kernel: the kernels compile
+        # in `jobs` processes side by side.
+        _compile_in_processes(config, jobs_args, jobs)
     else:
         for a in jobs_args:
             _compile_one(config, a)
