@@ -68,6 +68,13 @@ def suite(out: Path, seeds: int, cache: Path) -> None:
             art = et.compile(text, target="cuda", workers=32, mode="dynamic", profile=True, cache_dir=cache)
             _copy_artifact(art, out / "profiled")
             shutil.copy(out / name / "case.npz", out / "profiled" / "case.npz")
+    # A split-K GEMM, whose event elements grow with M: a bound launch at a
+    # large M finds the launcher's first counter buffer too small.
+    from event_tensor.kernels import gemm_kernel
+
+    art = et.compile(gemm_kernel(512, 256, tile=(64, 128, 64), stages=4, out="f32", split_k=2), target="cuda",
+                     workers=132, mode="static", threads_per_worker=128, cache_dir=cache)
+    _copy_artifact(art, out / "bound-capacity")
     deadlock = planted_deadlock(4)
     art = et.compile(deadlock, target="cuda", workers=4, mode="keep", verify=False, cache_dir=cache)
     _copy_artifact(art, out / "planted-deadlock")

@@ -204,6 +204,11 @@ class CUDALauncher:
         if not control[ERROR_CLAIMED]:
             return
         record = self._read("error", 8, ctypes.c_int64)
+        if record[0] == CAPACITY:
+            # No tile ran. A bound launch cannot be retried here (it was
+            # enqueued with others); the buffer grows so that the next one runs.
+            self._reset(record[6])
+            raise _capacity_error(self.metadata, record)
         self._reset(self._buffers["counters"][1])
         raise decode_error(self.metadata, record)
 
@@ -240,6 +245,15 @@ class CUDALauncher:
         if getattr(self, "module", None) is not None:
             self.driver.cuModuleUnload(self.module)
             self.module = None
+
+
+def _capacity_error(metadata: dict, record: list[int], device: int | None = None) -> Exception:
+    """The error of a launch that found the counter buffer too small, after
+    `check()` grew the buffer: the launch did nothing and the next one runs."""
+    err = decode_error(metadata, record, device=device)
+    err.args = (f"{err.args[0]}; the launch did nothing, and the buffer now holds {record[6]} words: "
+                "launch again",) + err.args[1:]
+    return err
 
 
 class MultiDeviceCUDALauncher:
@@ -340,8 +354,11 @@ class MultiDeviceCUDALauncher:
         self.synchronize(stream)
         records = self._errors()
         if records:
-            self._reset_all()
             d = first_cause(records, self.metadata)
+            if all(r[0] == CAPACITY for r in records.values()):
+                self._reset_all(max(r[6] for r in records.values()))
+                raise _capacity_error(self.metadata, records[d], device=d)
+            self._reset_all()
             raise decode_error(self.metadata, records[d], device=d)
 
     def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:

@@ -116,6 +116,39 @@ def run_decode_ops(root: Path) -> bool:
     return ok
 
 
+def run_bound_capacity(root: Path) -> bool:
+    """A bound launch (`bind`) that needs more counters than the launcher
+    holds: `check()` raises, grows the buffer, and the next bound launch
+    (packed again with the new buffer) computes the product."""
+    art = runtime.load(root / "bound-capacity")
+    launch = art.launcher(timeout_s=5)
+    m, n, k = 2048, 256, 512
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda", generator=gen) / k ** 0.5).to(torch.bfloat16)
+    y = torch.full((m, n), float("nan"), device="cuda")
+    part = torch.full((2, m, n), float("nan"), device="cuda")
+    bound = launch.bind(x, w, y, m, part)
+    bound()
+    try:
+        launch.check()
+        print("bound launch past the counter buffer: FAIL (no error)")
+        return False
+    except runtime.KernelError as err:
+        if "launch again" not in str(err):
+            print(f"bound launch past the counter buffer: FAIL (unexpected error: {err})")
+            return False
+        print(f"bound launch past the counter buffer: {err}")
+    bound()
+    launch.check()
+    ref = x.double() @ w.double().T
+    rel = float((y.double() - ref).norm() / ref.norm())
+    ok = not bool(torch.isnan(y).any()) and rel < 1e-5
+    print(f"the next bound launch: relative error {rel:.2e} ({'ok' if ok else 'FAIL'})")
+    launch.close()
+    return ok
+
+
 def main(root: Path, out: Path | None = None) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -161,6 +194,8 @@ def main(root: Path, out: Path | None = None) -> int:
     x = torch.ones(4, device="cuda")
     torch.cuda.synchronize()
     print("GPU usable after the watchdog:", float(x.sum()) == 4.0)
+    if not run_bound_capacity(root):
+        failures.append("bound capacity")
     if not run_profiled(root, out):
         failures.append("profiled")
     if not run_tile_numerics(root):
