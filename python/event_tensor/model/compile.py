@@ -317,8 +317,9 @@ def context_buckets(config: ModelConfig, lo: int, hi: int, contexts: list[int], 
     is left to the next larger kept one when that kernel runs its contexts
     on the same live attention tiles, its extra tiles only waiting and
     signalling: when it chooses its split length per launch
-    (`KernelLayout.runtime_splits`, by the rule the bucket's own kernel
-    was compiled with), when its split length is the bucket's, or when
+    (`KernelLayout.runtime_splits`: the default split's rule with the
+    launch's batch and each row's length, about the live tiles of the
+    bucket's own kernel), when its split length is the bucket's, or when
     both have one split per row. Measured on the H200 (docs/benchmarks.md,
     "Fewer kernels in the one artifact")."""
     kept = [contexts[-1]]
@@ -420,7 +421,12 @@ def _compile_in_processes(config: ModelConfig, jobs_args: list[dict], jobs: int)
     errors = []
 
     def work():
-        proc = _CompileProcess()
+        try:
+            proc = _CompileProcess()
+        except BaseException as err:  # noqa: BLE001 -- raised in the caller
+            with lock:
+                errors.append(err)
+            return
         try:
             while True:
                 with lock:
