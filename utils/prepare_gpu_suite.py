@@ -287,6 +287,44 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
              u=u.view(np.uint16), res=res, ref_y=ref_y, ref_o=ref_o, ref_res=h64)
     print(f"tile numerics: rmsnorm + silu_mul case in {out}")
 
+    # The prompt tiles' row-wise ops with several rows in flight
+    # (tile_rows_in_flight=8): a wide RMSNorm with the residual over 21 rows
+    # (two whole groups of 8 in the first chunk of 16, then single rows), a
+    # per-head RMSNorm over 136 rows of 128 (two rounds of 8 rows on 8
+    # warps, then 8 single rows), and a KV append of 21 x 8 x 64 elements at
+    # position 50 of a 64-row cache (whole trips, a rest, rows past the end).
+    mw, mh, hd, cache_rows, at = 21, 136, 128, 64, 50
+    text = f"""
+et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h}xf32>, %res: memref<{mw}x{h}xf32>,
+             %hx: memref<{mh}x{hd}xf32>, %hw: memref<{hd}xbf16>, %hy: memref<{mh}x{hd}xf32>,
+             %new: memref<{mw}x8x64xf32>, %cache: memref<{cache_rows}x8x64xbf16>) {{
+  %c1 = arith.constant 1 : index
+  %at = arith.constant {at} : index
+  et.task @rows tiles(%t) in (%c1) {{
+    et.rmsnorm %x, %w, %y eps(1.0e-05) residual(%res) : memref<{mw}x{h}xbf16>, memref<{h}xbf16>, memref<{mw}x{h}xf32>, memref<{mw}x{h}xf32>
+    et.rmsnorm %hx, %hw, %hy eps(1.0e-06) : memref<{mh}x{hd}xf32>, memref<{hd}xbf16>, memref<{mh}x{hd}xf32>
+    et.kv_append %new, %cache, %at : memref<{mw}x8x64xf32>, memref<{cache_rows}x8x64xbf16>
+  }}
+}}
+"""
+    x = rng.standard_normal((mw, h)).astype(bf)
+    res = rng.standard_normal((mw, h)).astype(np.float32)
+    hx = rng.standard_normal((mh, hd)).astype(np.float32)
+    hw = (1 + 0.1 * rng.standard_normal(hd)).astype(bf)
+    new = rng.standard_normal((mw, 8, 64)).astype(np.float32)
+    h64 = x.astype(np.float64) + res
+    ref_y = h64 / np.sqrt((h64 * h64).mean(axis=1, keepdims=True) + 1e-5) * w.astype(np.float64)
+    hx64 = hx.astype(np.float64)
+    ref_hy = hx64 / np.sqrt((hx64 * hx64).mean(axis=1, keepdims=True) + 1e-6) * hw.astype(np.float64)
+    ref_cache = np.zeros((cache_rows, 8, 64))
+    ref_cache[at:] = new[:cache_rows - at].astype(bf).astype(np.float64)
+    art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=256,
+                     tile_rows_in_flight=8, cache_dir=cache)
+    _copy_artifact(art, out / "rows-in-flight")
+    np.savez(out / "rows-in-flight" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), res=res, hx=hx,
+             hw=hw.view(np.uint16), new=new, ref_y=ref_y, ref_res=h64, ref_hy=ref_hy, ref_cache=ref_cache)
+    print(f"tile numerics: rows-in-flight case in {out}")
+
     # Embedding, RoPE (both variants), KV append, argmax: the CPU test's kernel.
     import importlib.util
 

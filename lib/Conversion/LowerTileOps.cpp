@@ -1003,66 +1003,82 @@ void unrolledColumns(OpBuilder &b, Location loc, Value j0, Value step, Value hid
   }
 }
 
-/// RMSNorm's first pass over columns first, first + step, ... of token
-/// `tok`: the sum of squares of x (plus the residual, stored back as the new
-/// residual stream when there is one). kThreadUnroll columns per iteration,
-/// loads first; columns past hidden clamp and count zero.
-Value rmsnormSquares(OpBuilder &b, Location loc, RMSNormOp op, Value tok, Value first, Value step,
-                     Value hidden) {
+/// RMSNorm's first pass over columns first, first + step, ... of the tokens
+/// `toks`: the sum of squares of x (plus the residual, stored back as the new
+/// residual stream when there is one), one per token. kThreadUnroll columns
+/// per iteration, every token's loads first; columns past hidden clamp and
+/// count zero.
+SmallVector<Value> rmsnormSquares(OpBuilder &b, Location loc, RMSNormOp op, ArrayRef<Value> toks, Value first,
+                                  Value step, Value hidden) {
   Value residual = op.getResidual();
   Value zero = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   Value stride = arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
+  SmallVector<Value> inits(toks.size(), zero);
   auto sum = scf::ForOp::create(
-      b, loc, first, hidden, stride, ValueRange{zero},
+      b, loc, first, hidden, stride, inits,
       [&](OpBuilder &b, Location loc, Value j0, ValueRange acc) {
         SmallVector<Value> cols, ins, vals;
         unrolledColumns(b, loc, j0, step, hidden, cols, ins);
-        for (Value c : cols) {
-          Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c}));
-          if (residual)
-            v = arith::AddFOp::create(b, loc, v, memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}));
-          vals.push_back(v);
-        }
-        Value total = acc[0];
-        for (int64_t u = 0; u < kThreadUnroll; ++u) {
-          if (residual) {
-            auto store = scf::IfOp::create(b, loc, ins[u], /*withElse=*/false);
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(store.thenBlock());
-            memref::StoreOp::create(b, loc, vals[u], residual, ValueRange{tok, cols[u]});
+        for (Value tok : toks)
+          for (Value c : cols) {
+            Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c}));
+            if (residual)
+              v = arith::AddFOp::create(b, loc, v, memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}));
+            vals.push_back(v);
           }
-          Value v = arith::SelectOp::create(b, loc, ins[u], vals[u], zero);
-          total = math::FmaOp::create(b, loc, v, v, total);
+        SmallVector<Value> totals;
+        for (auto [t, tok] : llvm::enumerate(toks)) {
+          Value total = acc[t];
+          for (int64_t u = 0; u < kThreadUnroll; ++u) {
+            Value val = vals[t * kThreadUnroll + u];
+            if (residual) {
+              auto store = scf::IfOp::create(b, loc, ins[u], /*withElse=*/false);
+              OpBuilder::InsertionGuard guard(b);
+              b.setInsertionPointToStart(store.thenBlock());
+              memref::StoreOp::create(b, loc, val, residual, ValueRange{tok, cols[u]});
+            }
+            Value v = arith::SelectOp::create(b, loc, ins[u], val, zero);
+            total = math::FmaOp::create(b, loc, v, v, total);
+          }
+          totals.push_back(total);
         }
-        scf::YieldOp::create(b, loc, ValueRange{total});
+        scf::YieldOp::create(b, loc, totals);
       });
-  return sum.getResult(0);
+  return SmallVector<Value>(sum.getResults());
 }
 
-/// RMSNorm's second pass over the same columns: y = h * inv * w, with h the
-/// residual stream written by the first pass (by the same thread) or x;
-/// loads first, then the guarded stores.
-void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, Value tok, Value first, Value step, Value hidden,
-                  Value inv) {
+/// RMSNorm's second pass over the same columns: y = h * inv * w for each of
+/// the tokens `toks` with its `invs`, h the residual stream written by the
+/// first pass (by the same thread) or x; every load first (w once for all
+/// tokens), then the guarded stores.
+void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, ArrayRef<Value> toks, Value first, Value step,
+                  Value hidden, ArrayRef<Value> invs) {
   Value residual = op.getResidual();
   Type outType = op.getY().getType().getElementType();
   Value stride = arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
   scf::ForOp::create(
       b, loc, first, hidden, stride, ValueRange{},
       [&](OpBuilder &b, Location loc, Value j0, ValueRange) {
-        SmallVector<Value> cols, ins, ys;
+        SmallVector<Value> cols, ins;
         unrolledColumns(b, loc, j0, step, hidden, cols, ins);
+        // ys[u * tokens + t]: column u of token t.
+        SmallVector<Value> ys;
         for (Value c : cols) {
-          Value v = residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}).getResult()
-                             : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c}));
+          SmallVector<Value> vs;
+          for (Value tok : toks)
+            vs.push_back(residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}).getResult()
+                                  : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c})));
           Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{c}));
-          ys.push_back(arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w));
+          for (auto [v, inv] : llvm::zip(vs, invs))
+            ys.push_back(arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w));
         }
         for (int64_t u = 0; u < kThreadUnroll; ++u) {
           auto store = scf::IfOp::create(b, loc, ins[u], /*withElse=*/false);
           OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(store.thenBlock());
-          memref::StoreOp::create(b, loc, fromF32(b, loc, ys[u], outType), op.getY(), ValueRange{tok, cols[u]});
+          for (auto [t, tok] : llvm::enumerate(toks))
+            memref::StoreOp::create(b, loc, fromF32(b, loc, ys[u * toks.size() + t], outType), op.getY(),
+                                    ValueRange{tok, cols[u]});
         }
         scf::YieldOp::create(b, loc);
       });
@@ -1083,9 +1099,13 @@ Value rmsnormInverse(OpBuilder &b, Location loc, RMSNormOp op, Value sum, Value 
 /// is a few loads per thread. Tokens go in chunks of up to kNormChunk: the
 /// sums of a whole chunk are taken before one barrier, then each warp adds
 /// up a token's warp sums with one shuffle butterfly and scales the row.
+/// With `width` (rows-in-flight, a divisor of kNormChunk) above 1, tokens
+/// of a chunk go `width` at a time with all their loads in flight together
+/// (a prompt's 8-row tiles walked their tokens one after another: two L2
+/// round trips per token and pass), then the rest one at a time.
 constexpr int64_t kNormChunk = 16;
 
-bool lowerRMSNormBlock(RMSNormOp op) {
+bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
   MemRefType xType = op.getX().getType();
   auto task = op->getParentOfType<TaskOp>();
   if (!task || xType.isDynamicDim(1) || xType.getDimSize(1) < 512)
@@ -1097,41 +1117,76 @@ bool lowerRMSNormBlock(RMSNormOp op) {
   Groups g = h.groups(kWarp);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = h.idx(xType.getDimSize(1));
+  // Tokens [lo, hi) of the chunk at c0 in groups of `width`: body(i0) gets
+  // the group's first index within the chunk.
+  auto groupsOf = [&](OpBuilder &b, Location loc, Value lo, Value hi, int64_t width,
+                      function_ref<void(OpBuilder &, Location, Value)> body) {
+    scf::ForOp::create(b, loc, lo, hi, arith::ConstantIndexOp::create(b, loc, width), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value i0, ValueRange) {
+                         body(b, loc, i0);
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(kNormChunk), ValueRange{},
       [&](OpBuilder &b, Location loc, Value c0, ValueRange) {
+        TileBuilder h{b, loc};
         Value n = arith::MinUIOp::create(b, loc, h.idx(kNormChunk),
                                          arith::SubIOp::create(b, loc, m, c0));
+        // [0, whole) in groups of `width`, [whole, n) one by one.
+        Value whole = width == 1 ? h.idx(0)
+                                 : arith::SubIOp::create(b, loc, n, arith::RemUIOp::create(b, loc, n, h.idx(width)))
+                                       .getResult();
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
-        scf::ForOp::create(
-            b, loc, h.idx(0), n, h.idx(1), ValueRange{},
-            [&](OpBuilder &b, Location loc, Value i, ValueRange) {
-              Value tok = arith::AddIOp::create(b, loc, c0, i);
-              Value partial = rmsnormSquares(b, loc, op, tok, g.tid, g.threads, hidden);
-              Value warpSum = butterflySum(b, loc, partial, kWarp);
-              auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-              {
-                OpBuilder::InsertionGuard guard(b);
-                b.setInsertionPointToStart(store.thenBlock());
-                memref::StoreOp::create(b, loc, warpSum, partials, ValueRange{i, g.group});
-              }
-              scf::YieldOp::create(b, loc);
-            });
+        auto squares = [&](OpBuilder &b, Location loc, Value i0, int64_t width) {
+          SmallVector<Value> is, toks;
+          for (int64_t t = 0; t < width; ++t) {
+            is.push_back(t ? arith::AddIOp::create(b, loc, i0, arith::ConstantIndexOp::create(b, loc, t))
+                                 .getResult()
+                           : i0);
+            toks.push_back(arith::AddIOp::create(b, loc, c0, is.back()));
+          }
+          SmallVector<Value> partial = rmsnormSquares(b, loc, op, toks, g.tid, g.threads, hidden);
+          SmallVector<Value> warpSums;
+          for (Value p : partial)
+            warpSums.push_back(butterflySum(b, loc, p, kWarp));
+          auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          for (auto [i, s] : llvm::zip(is, warpSums))
+            memref::StoreOp::create(b, loc, s, partials, ValueRange{i, g.group});
+        };
+        if (width > 1)
+          groupsOf(b, loc, h.idx(0), whole, width,
+                   [&](OpBuilder &b, Location loc, Value i0) { squares(b, loc, i0, width); });
+        groupsOf(b, loc, whole, n, 1, [&](OpBuilder &b, Location loc, Value i0) { squares(b, loc, i0, 1); });
         gpu::BarrierOp::create(b, loc);
-        scf::ForOp::create(
-            b, loc, h.idx(0), n, h.idx(1), ValueRange{},
-            [&](OpBuilder &b, Location loc, Value i, ValueRange) {
-              // Lane l holds warp l's sum (warps <= 32), then a butterfly.
-              Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, g.groups);
-              Value safe = arith::SelectOp::create(b, loc, has, g.lane, h.idx(0));
-              Value v = memref::LoadOp::create(b, loc, partials, ValueRange{i, safe});
-              v = arith::SelectOp::create(b, loc, has, v, h.f32(0));
-              Value total = butterflySum(b, loc, v, kWarp);
-              // Each thread re-reads only the columns it summed above.
-              rmsnormScale(b, loc, op, arith::AddIOp::create(b, loc, c0, i), g.tid, g.threads, hidden,
-                           rmsnormInverse(b, loc, op, total, hidden));
-              scf::YieldOp::create(b, loc);
-            });
+        auto scale = [&](OpBuilder &b, Location loc, Value i0, int64_t width) {
+          TileBuilder h{b, loc};
+          // Lane l holds warp l's sum (warps <= 32), then a butterfly.
+          Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, g.groups);
+          Value safe = arith::SelectOp::create(b, loc, has, g.lane, h.idx(0));
+          SmallVector<Value> is, toks, invs;
+          for (int64_t t = 0; t < width; ++t)
+            is.push_back(t ? arith::AddIOp::create(b, loc, i0, h.idx(t)).getResult() : i0);
+          SmallVector<Value> vs;
+          for (Value i : is)
+            vs.push_back(arith::SelectOp::create(
+                b, loc, has, memref::LoadOp::create(b, loc, partials, ValueRange{i, safe}), h.f32(0)));
+          SmallVector<Value> totals;
+          for (Value v : vs)
+            totals.push_back(butterflySum(b, loc, v, kWarp));
+          for (auto [i, total] : llvm::zip(is, totals)) {
+            invs.push_back(rmsnormInverse(b, loc, op, total, hidden));
+            toks.push_back(arith::AddIOp::create(b, loc, c0, i));
+          }
+          // Each thread re-reads only the columns it summed above.
+          rmsnormScale(b, loc, op, toks, g.tid, g.threads, hidden, invs);
+        };
+        if (width > 1)
+          groupsOf(b, loc, h.idx(0), whole, width,
+                   [&](OpBuilder &b, Location loc, Value i0) { scale(b, loc, i0, width); });
+        groupsOf(b, loc, whole, n, 1, [&](OpBuilder &b, Location loc, Value i0) { scale(b, loc, i0, 1); });
         // The next chunk reuses the partial sums.
         gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
@@ -1140,8 +1195,13 @@ bool lowerRMSNormBlock(RMSNormOp op) {
   return true;
 }
 
-void lowerRMSNorm(RMSNormOp op, bool gpu) {
-  if (gpu && lowerRMSNormBlock(op))
+/// Narrow rows (a warp per row on the GPU, a thread on the CPU). On the GPU
+/// with `width` (rows-in-flight) above 1, a warp takes `width` rows at a
+/// time, all their loads in flight, while every warp has that many left (a
+/// prompt tile's per-head norms: 128 rows of 128 on 8 warps), then one at a
+/// time.
+void lowerRMSNorm(RMSNormOp op, bool gpu, int64_t width) {
+  if (gpu && lowerRMSNormBlock(op, width))
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -1150,13 +1210,33 @@ void lowerRMSNorm(RMSNormOp op, bool gpu) {
   Groups g = h.groups(lanes);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = memref::DimOp::create(b, loc, op.getX(), 1);
-  scf::ForOp::create(
-      b, loc, g.group, m, g.groups, ValueRange{},
-      [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        Value sum = butterflySum(b, loc, rmsnormSquares(b, loc, op, tok, g.lane, h.idx(lanes), hidden), lanes);
-        rmsnormScale(b, loc, op, tok, g.lane, h.idx(lanes), hidden, rmsnormInverse(b, loc, op, sum, hidden));
-        scf::YieldOp::create(b, loc);
-      });
+  // Rows tok, tok + groups, ... (`width` of them) of one warp.
+  auto rows = [&](OpBuilder &b, Location loc, Value tok, int64_t width) {
+    SmallVector<Value> toks{tok};
+    for (int64_t t = 1; t < width; ++t)
+      toks.push_back(arith::AddIOp::create(b, loc, toks.back(), g.groups));
+    SmallVector<Value> invs;
+    for (Value sum : rmsnormSquares(b, loc, op, toks, g.lane, h.idx(lanes), hidden))
+      invs.push_back(rmsnormInverse(b, loc, op, butterflySum(b, loc, sum, lanes), hidden));
+    rmsnormScale(b, loc, op, toks, g.lane, h.idx(lanes), hidden, invs);
+  };
+  Value rest = g.group;
+  if (gpu && width > 1) {
+    // [0, whole): whole rounds of `width` rows for every warp.
+    Value round = arith::MulIOp::create(b, loc, g.groups, h.idx(width));
+    Value whole = arith::SubIOp::create(b, loc, m, arith::RemUIOp::create(b, loc, m, round));
+    scf::ForOp::create(b, loc, g.group, whole, round, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                         rows(b, loc, tok, width);
+                         scf::YieldOp::create(b, loc);
+                       });
+    rest = arith::AddIOp::create(b, loc, whole, g.group);
+  }
+  scf::ForOp::create(b, loc, rest, m, g.groups, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                       rows(b, loc, tok, 1);
+                       scf::YieldOp::create(b, loc);
+                     });
   op.erase();
 }
 
@@ -1212,9 +1292,15 @@ void lowerEmbedding(EmbeddingOp op) {
   op.erase();
 }
 
-void lowerKVAppend(KVAppendOp op) {
+/// KV append: thread-strided elements. With `width` (rows-in-flight) above
+/// 1, whole trips of `width` x threads elements load all of theirs before
+/// any store (a prompt's 8-row tile appends 8 x 8 x 64 elements per cache on
+/// 256 threads: one at a time, 16 dependent round trips), and the rest go
+/// one per thread and trip.
+void lowerKVAppend(KVAppendOp op, int64_t width) {
   OpBuilder b(op);
   Location loc = op.getLoc();
+  TileBuilder h{b, loc};
   Value src = op.getNewValues(), cache = op.getCache();
   Value m = memref::DimOp::create(b, loc, src, 0);
   Value heads = memref::DimOp::create(b, loc, src, 1);
@@ -1223,19 +1309,59 @@ void lowerKVAppend(KVAppendOp op) {
   Value perTok = arith::MulIOp::create(b, loc, heads, d);
   Value total = arith::MulIOp::create(b, loc, m, perTok);
   Type outType = op.getCache().getType().getElementType();
-  threadLoop(b, loc, total, [&](OpBuilder &b, Location loc, Value e) {
-    Value tok = arith::DivUIOp::create(b, loc, e, perTok);
+  // Element e: its (token, head, dim) in src, its cache row, whether that
+  // row is inside the cache.
+  struct Element {
+    Value tok, hh, dd, row, inside;
+  };
+  auto element = [&](OpBuilder &b, Location loc, Value e) {
+    Element el;
+    el.tok = arith::DivUIOp::create(b, loc, e, perTok);
     Value rest = arith::RemUIOp::create(b, loc, e, perTok);
-    Value hh = arith::DivUIOp::create(b, loc, rest, d);
-    Value dd = arith::RemUIOp::create(b, loc, rest, d);
-    Value row = arith::AddIOp::create(b, loc, op.getPosition(), tok);
-    Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, s);
-    auto guard = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
+    el.hh = arith::DivUIOp::create(b, loc, rest, d);
+    el.dd = arith::RemUIOp::create(b, loc, rest, d);
+    el.row = arith::AddIOp::create(b, loc, op.getPosition(), el.tok);
+    el.inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, el.row, s);
+    return el;
+  };
+  auto store = [&](OpBuilder &b, Location loc, const Element &el, Value v) {
+    auto guard = scf::IfOp::create(b, loc, el.inside, /*withElse=*/false);
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(guard.thenBlock());
-    Value v = toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{tok, hh, dd}));
-    memref::StoreOp::create(b, loc, fromF32(b, loc, v, outType), cache, ValueRange{row, hh, dd});
-  });
+    memref::StoreOp::create(b, loc, fromF32(b, loc, v, outType), cache, ValueRange{el.row, el.hh, el.dd});
+  };
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  Value first = tid;
+  if (width > 1) {
+    Value trip = arith::MulIOp::create(b, loc, nt, h.idx(width));
+    Value bulk = arith::SubIOp::create(b, loc, total, arith::RemUIOp::create(b, loc, total, trip));
+    first = arith::AddIOp::create(b, loc, bulk, tid);
+    scf::ForOp::create(b, loc, tid, bulk, trip, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value e0, ValueRange) {
+                       SmallVector<Element> els;
+                       SmallVector<Value> vs;
+                       Value e = e0;
+                       for (int64_t u = 0; u < width; ++u) {
+                         if (u)
+                           e = arith::AddIOp::create(b, loc, e, nt);
+                         els.push_back(element(b, loc, e));
+                         vs.push_back(toF32(b, loc, memref::LoadOp::create(
+                                                        b, loc, src, ValueRange{els.back().tok, els.back().hh,
+                                                                                els.back().dd})));
+                       }
+                       for (auto [el, v] : llvm::zip(els, vs))
+                         store(b, loc, el, v);
+                       scf::YieldOp::create(b, loc);
+                     });
+  }
+  scf::ForOp::create(b, loc, first, total, nt, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value e, ValueRange) {
+                       Element el = element(b, loc, e);
+                       store(b, loc, el,
+                             toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{el.tok, el.hh, el.dd})));
+                       scf::YieldOp::create(b, loc);
+                     });
   op.erase();
 }
 
@@ -2293,6 +2419,11 @@ struct LowerTileOpsPass
           << static_cast<int64_t>(unroll);
       return signalPassFailure();
     }
+    if (rowsInFlight < 1 || kNormChunk % rowsInFlight) {
+      getOperation().emitOpError("'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got ")
+          << static_cast<int64_t>(rowsInFlight);
+      return signalPassFailure();
+    }
     SmallVector<Operation *> ops;
     SmallVector<MatmulOp> matmuls;
     getOperation().walk([&](Operation *op) {
@@ -2328,11 +2459,11 @@ struct LowerTileOpsPass
       else if (auto prefetch = dyn_cast<PrefetchOp>(op))
         lowerPrefetch(prefetch, gpu);
       else if (auto norm = dyn_cast<RMSNormOp>(op))
-        lowerRMSNorm(norm, gpu);
+        lowerRMSNorm(norm, gpu, gpu ? rowsInFlight : 1);
       else if (auto emb = dyn_cast<EmbeddingOp>(op))
         lowerEmbedding(emb);
       else if (auto kv = dyn_cast<KVAppendOp>(op))
-        lowerKVAppend(kv);
+        lowerKVAppend(kv, gpu ? rowsInFlight : 1);
       else if (auto rope = dyn_cast<RoPEOp>(op))
         lowerRoPE(rope);
       else if (auto attn = dyn_cast<AttentionSplitOp>(op)) {

@@ -139,6 +139,11 @@ struct NVVMPipelineOptions
       *this, "tile-unroll",
       llvm::cl::desc("16-byte weight loads per lane in flight in tile ops"),
       llvm::cl::init(4)};
+  PassOptions::Option<int64_t> tileRowsInFlight{
+      *this, "tile-rows-in-flight",
+      llvm::cl::desc("Rows of et.rmsnorm (elements per thread of "
+                     "et.kv_append) whose loads go out together"),
+      llvm::cl::init(1)};
   PassOptions::Option<int64_t> backoffNs{
       *this, "backoff-ns", llvm::cl::desc("nanosleep between polls"),
       llvm::cl::init(64)};
@@ -172,6 +177,7 @@ void mlir::et::registerEventTensorPipelines() {
         LowerTileOpsPassOptions tile;
         tile.target = "gpu";
         tile.unroll = options.tileUnroll;
+        tile.rowsInFlight = options.tileRowsInFlight;
         tile.prefetch = options.tilePrefetch;
         tile.prefetchTasks.assign(options.tilePrefetchTasks.begin(), options.tilePrefetchTasks.end());
         tile.kvPrefetch = options.tileKvPrefetch;

@@ -109,7 +109,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
                    tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0, tile_stage_tasks: tuple = (),
-                   opt_level: int = 2, tile_mma: str = "wgmma",
+                   opt_level: int = 2, tile_mma: str = "wgmma", tile_rows_in_flight: int = 1,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
     `target` ("cpu" or "cuda") and returns the artifact.
@@ -134,7 +134,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     dynamic shared memory after the other buffers; docs/lowering.md,
     "Weights staged across tiles"). `tile_mma` picks the
     tensor-core instructions of et.matmul: "wgmma" (Hopper warpgroup MMA
-    where the tile allows it, else mma.sync) or "sync" (mma.sync only)."""
+    where the tile allows it, else mma.sync) or "sync" (mma.sync only).
+    `tile_rows_in_flight` (1, 2, 4, 8 or 16) rows of et.rmsnorm, and
+    elements per thread of et.kv_append, have their loads in flight
+    together (the prompt tiles' row-wise ops; 1 keeps one at a time)."""
     from . import analysis
     from .compiler import parse, run_pipeline
     from .ir import Context
@@ -161,6 +164,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
         raise ValueError(f"tile_mma must be 'wgmma' or 'sync', got {tile_mma!r}")
+    if isinstance(tile_rows_in_flight, bool) or tile_rows_in_flight not in (1, 2, 4, 8, 16):
+        raise ValueError(f"tile_rows_in_flight must be 1, 2, 4, 8 or 16, got {tile_rows_in_flight!r}")
     if format not in ("isa", "bin", "fatbin"):
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")
     if workers is None:
@@ -189,6 +194,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                 options["tile_stage_tasks"] = list(tile_stage_tasks)
         options["tile_linear"] = tile_linear
         options["tile_mma"] = tile_mma
+        if tile_rows_in_flight != 1:
+            options["tile_rows_in_flight"] = tile_rows_in_flight
     key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text],
                                     sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -232,7 +239,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         + (f"tile-prefetch-tasks={','.join(tile_prefetch_tasks)} " if tile_prefetch_tasks else "") +
                         f"tile-prefetch-bytes={tile_prefetch_bytes} tile-stage-bytes={tile_stage_bytes} "
                         + (f"tile-stage-tasks={','.join(tile_stage_tasks)} " if tile_stage_tasks else "") +
-                        f"tile-linear={tile_linear} tile-mma={tile_mma} threads={threads_per_worker} "
+                        f"tile-linear={tile_linear} tile-mma={tile_mma} tile-rows-in-flight={tile_rows_in_flight} "
+                        f"threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))

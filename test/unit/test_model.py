@@ -495,10 +495,17 @@ def test_prefill_tiles_choices_and_bad_values():
     assert "gate_up" not in split.gemm and split.gemm["down"] == (128, 64, 6) and split.sources["down"] == "given"
     cpu = PrefillTiles(c, max_rows=64, target="cpu")
     assert cpu.row_block == 16 and cpu.gemm["gate_up"] == (32, 16, 1)
+    # Rows in flight in the row-wise ops and the LM head's unroll: 4 and 8
+    # on cuda (one row at a time on the CPU), recorded in model.json.
+    assert (t.rows_in_flight, t.lm_unroll, cpu.rows_in_flight) == (4, 8, 1)
+    assert t.to_dict()["rows_in_flight"] == 4 and t.to_dict()["lm_unroll"] == 8
     for kwargs, match in (({"max_rows": 0}, "max_rows"), ({"max_rows": 64, "row_tile": 3}, "row_tile"),
                           ({"max_rows": 64, "row_block": 40}, "row_block"), ({"max_rows": 64, "act_cols": 0}, "act_cols"),
                           ({"max_rows": 64, "gate_up": "f16"}, "gate_up"), ({"max_rows": 64, "attn_block": 48}, "attn_block"),
-                          ({"max_rows": 64, "gemm": {"gate_up": (48, 64, 4)}}, "gated tile's BN")):
+                          ({"max_rows": 64, "gemm": {"gate_up": (48, 64, 4)}}, "gated tile's BN"),
+                          ({"max_rows": 64, "rows_in_flight": 3}, "rows_in_flight must be 1, 2, 4, 8 or 16, got 3"),
+                          ({"max_rows": 64, "rows_in_flight": True}, "rows_in_flight"),
+                          ({"max_rows": 64, "lm_unroll": 0}, "lm_unroll must be a positive int, got 0")):
         with pytest.raises(ValueError, match=match):
             PrefillTiles(c, **kwargs)
 
@@ -686,3 +693,21 @@ def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
                for v in info["variants"]}
     assert options[1]["tile_unroll"] == MODEL_TILE_UNROLL and options[8]["tile_unroll"] == 4
     assert options[1].get("tile_kv_prefetch") == MODEL_KV_PREFETCH and "tile_kv_prefetch" not in options[8]
+
+
+def test_cuda_prefill_kernel_options(tmp_path):
+    """On CUDA the prefill kernel's row-wise ops take 4 rows in flight and
+    its LM head unrolls 8 loads per lane (model.json records both); the
+    decode kernel beside it keeps the lowering's defaults (one row at a
+    time)."""
+    cfg = model.tiny_config("qwen3", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256)
+    out = model.compile_model(cfg, target="cuda", max_batch=1, max_context=256, workers=8, prefill_rows=128,
+                              out_dir=tmp_path / "a", cache_dir=tmp_path / "cache")
+    prefill = json.loads((out / "prefill" / "metadata.json").read_text())["options"]
+    assert prefill["tile_rows_in_flight"] == 4 and prefill["tile_unroll"] == 8
+    tiles = json.loads((out / "model.json").read_text())["prefill"]["tiles"]
+    assert (tiles["rows_in_flight"], tiles["lm_unroll"]) == (4, 8)
+    assert "tile_rows_in_flight" not in json.loads((out / "metadata.json").read_text())["options"]
+    one = model.compile_model(cfg, target="cuda", max_batch=1, max_context=256, workers=8, prefill_rows=128,
+                              prefill_tiles={"rows_in_flight": 1}, out_dir=tmp_path / "b", cache_dir=tmp_path / "cache")
+    assert "tile_rows_in_flight" not in json.loads((one / "prefill" / "metadata.json").read_text())["options"]

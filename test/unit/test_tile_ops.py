@@ -344,6 +344,8 @@ def test_gemm_kernel_rejects_bad_arguments():
         gemm_kernel(64, 64, order="columns")
     with pytest.raises(ValueError, match="tile_mma must be 'wgmma' or 'sync', got 'wmma'"):
         et.compile(gemm_kernel(64, 64), target="cuda", tile_mma="wmma")
+    with pytest.raises(ValueError, match="tile_rows_in_flight must be 1, 2, 4, 8 or 16, got 6"):
+        et.compile(gemm_kernel(64, 64), target="cuda", tile_rows_in_flight=6)
 
 
 def test_matmul_verifier_errors(tmp_path):

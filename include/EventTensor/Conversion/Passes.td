@@ -125,7 +125,16 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     dynamic shared memory, filled with `cp.async`; with `mma=wgmma` and a
     tile of BK = 64, BM a multiple of 64 and at least 3 stages, warpgroups
     multiply from 128-byte-swizzled slices with `wgmma.mma_async`;
-    otherwise warps use `ldmatrix` and `mma.sync`. Runs
+    otherwise warps use `ldmatrix` and `mma.sync`.
+
+    With `rows-in-flight` R > 1 on the GPU, `et.rmsnorm` takes R rows at a
+    time (every thread of a wide row's worker, or every lane of a warp per
+    narrow row) with all their loads in flight before the sums, and
+    `et.kv_append` gives each thread R elements per trip, loads first; rows
+    and elements past the last whole group go one at a time. The prompt
+    tiles' 8-row norms and appends are latency-bound one row at a time; a
+    decode step keeps 1 (its megakernel's registers are shared by every
+    task, and the wider code raised them). Runs
     before `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
   }];
   let options = [
@@ -133,6 +142,9 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "gpu or cpu">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
+    Option<"rowsInFlight", "rows-in-flight", "int64_t", /*default=*/"1",
+           "Rows of et.rmsnorm (and elements per thread of et.kv_append) "
+           "whose loads go out together: 1, 2, 4, 8 or 16 (gpu)">,
     Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
            "Weight loads of et.linear moved above the task's first wait: "
            "none, registers, l2 or shared (gpu)">,

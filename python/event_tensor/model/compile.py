@@ -223,6 +223,8 @@ def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, wo
     keep = {k: v for k, v in options.items() if k in ("profile", "format", "opt_level")}
     if target == "cuda":
         keep["threads_per_worker"] = tiles.threads
+        keep["tile_rows_in_flight"] = tiles.rows_in_flight
+        keep["tile_unroll"] = tiles.lm_unroll
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **keep)
     if dest.exists():
         shutil.rmtree(dest)

@@ -74,6 +74,15 @@ class PrefillTiles:
       accumulators, so the projections never leave the tile; else the
       gate and up GEMMs store their outputs ("bf16", as a bf16 model rounds
       them, or "f32") for a separate SiLU task;
+    - `rows_in_flight`: rows of the norms (and elements per thread of the
+      KV append) whose loads a thread has in flight together (1, 2, 4, 8
+      or 16; default 4 on cuda: an 8-row tile one row at a time waited
+      out two L2 round trips per row and pass; the lowering's
+      `rows-in-flight`);
+    - `lm_unroll`: 16-byte weight loads per lane in flight in the LM
+      head's et.linear, the kernel's only one (the lowering's `unroll`;
+      default 8: 256 threads at the lowering's default of 4 kept half the
+      decode kernel's bytes in flight);
     - `attn_block`: tokens per attention tile (a divisor of `row_block`;
       default: the tile's 16 rows per warp shared by the query group);
     - `gemm`: (BN, BK, stages) per linear layer (keys of
@@ -86,7 +95,8 @@ class PrefillTiles:
 
     def __init__(self, config: ModelConfig, *, max_rows: int, target: str = "cuda", threads: int | None = None,
                  row_block: int | None = None, row_tile: int = 8, act_cols: int = 256, gate_up: str = "fused",
-                 attn_block: int | None = None, gemm=None, gpu: str = "NVIDIA H200", workers: int = 132):
+                 attn_block: int | None = None, gemm=None, gpu: str = "NVIDIA H200", workers: int = 132,
+                 rows_in_flight: int | None = None, lm_unroll: int = 8):
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
         gpu_target = target == "cuda"
@@ -101,6 +111,14 @@ class PrefillTiles:
         if gate_up not in ("fused", "bf16", "f32"):
             raise ValueError(f"gate_up must be 'fused', 'bf16' or 'f32', got {gate_up!r}")
         self.row_tile, self.act_cols, self.gate_up = row_tile, act_cols, gate_up
+        if rows_in_flight is None:
+            rows_in_flight = 4 if gpu_target else 1
+        if isinstance(rows_in_flight, bool) or rows_in_flight not in (1, 2, 4, 8, 16):
+            raise ValueError(f"rows_in_flight must be 1, 2, 4, 8 or 16, got {rows_in_flight!r}")
+        self.rows_in_flight = rows_in_flight
+        if isinstance(lm_unroll, bool) or not isinstance(lm_unroll, int) or lm_unroll < 1:
+            raise ValueError(f"lm_unroll must be a positive int, got {lm_unroll!r}")
+        self.lm_unroll = lm_unroll
         group = config.num_heads // config.num_kv_heads
         if attn_block is None:
             rows = self.threads // 32 * 16
@@ -165,6 +183,7 @@ class PrefillTiles:
     def to_dict(self) -> dict:
         return {"max_rows": self.max_rows, "threads": self.threads, "row_block": self.row_block,
                 "row_tile": self.row_tile, "act_cols": self.act_cols, "gate_up": self.gate_up,
+                "rows_in_flight": self.rows_in_flight, "lm_unroll": self.lm_unroll,
                 "attn_block": self.attn_block,
                 "gemm": {name: {"tile": [self.row_block, bn, bk], "stages": s, "source": self.sources[name]}
                          for name, (bn, bk, s) in self.gemm.items()}}

@@ -63,6 +63,30 @@ def run_tile_numerics(root: Path) -> bool:
     return ok
 
 
+def run_rows_in_flight(root: Path) -> bool:
+    """Wide and per-head RMSNorm and the KV append compiled with several
+    rows in flight (tile_rows_in_flight=8), against float64."""
+    case_dir = root.parent / "tiles" / "rows-in-flight"
+    if not case_dir.exists():
+        return True
+    c = np.load(case_dir / "case.npz")
+    bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()
+    f32 = lambda a: torch.from_numpy(a.copy()).cuda()
+    x, w, hw = bf(c["x"]), bf(c["w"]), bf(c["hw"])
+    res, hx, new = f32(c["res"]), f32(c["hx"]), f32(c["new"])
+    y = torch.full(x.shape, float("nan"), device="cuda")
+    hy = torch.full(hx.shape, float("nan"), device="cuda")
+    cache = torch.zeros(c["ref_cache"].shape, device="cuda", dtype=torch.bfloat16)
+    runtime.load(case_dir).launcher()(x, w, y, res, hx, hw, hy, new, cache)
+    err = lambda t, r: float(np.linalg.norm(t.cpu().double().numpy() - r) / np.linalg.norm(r))
+    errs = {"rmsnorm": err(y, c["ref_y"]), "residual": err(res, c["ref_res"]), "head norm": err(hy, c["ref_hy"])}
+    ok = all(e < 1e-3 for e in errs.values())
+    cache_ok = bool(np.array_equal(cache.float().cpu().double().numpy(), c["ref_cache"]))
+    print("rows in flight vs float64: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+          + f", kv append {'exact' if cache_ok else 'WRONG'}" + ("" if ok and cache_ok else "  FAIL"))
+    return ok and cache_ok
+
+
 def run_decode_ops(root: Path) -> bool:
     """Embedding, RoPE, KV append, argmax and split-KV attention on the GPU."""
     tiles = root.parent / "tiles"
@@ -202,6 +226,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("tile numerics")
     if not run_decode_ops(root):
         failures.append("decode ops")
+    if not run_rows_in_flight(root):
+        failures.append("rows in flight")
     return 1 if failures else 0
 
 
