@@ -1117,15 +1117,23 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
   Groups g = h.groups(kWarp);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value hidden = h.idx(xType.getDimSize(1));
-  // Tokens [lo, hi) of the chunk at c0 in groups of `width`: body(i0) gets
-  // the group's first index within the chunk.
-  auto groupsOf = [&](OpBuilder &b, Location loc, Value lo, Value hi, int64_t width,
-                      function_ref<void(OpBuilder &, Location, Value)> body) {
-    scf::ForOp::create(b, loc, lo, hi, arith::ConstantIndexOp::create(b, loc, width), ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value i0, ValueRange) {
-                         body(b, loc, i0);
-                         scf::YieldOp::create(b, loc);
-                       });
+  // Tokens [0, n) of a chunk: groups of `width` up to `whole`, then one by
+  // one; body(is) gets a group's indices within the chunk.
+  auto eachGroup = [&](OpBuilder &b, Location loc, Value whole, Value n,
+                       function_ref<void(OpBuilder &, Location, ArrayRef<Value>)> body) {
+    auto loop = [&](Value lo, Value hi, int64_t size) {
+      scf::ForOp::create(b, loc, lo, hi, arith::ConstantIndexOp::create(b, loc, size), ValueRange{},
+                         [&](OpBuilder &b, Location loc, Value i0, ValueRange) {
+                           SmallVector<Value> is{i0};
+                           for (int64_t t = 1; t < size; ++t)
+                             is.push_back(arith::AddIOp::create(b, loc, i0, arith::ConstantIndexOp::create(b, loc, t)));
+                           body(b, loc, is);
+                           scf::YieldOp::create(b, loc);
+                         });
+    };
+    if (width > 1)
+      loop(arith::ConstantIndexOp::create(b, loc, 0), whole, width);
+    loop(whole, n, 1);
   };
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(kNormChunk), ValueRange{},
@@ -1138,14 +1146,10 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
                                  : arith::SubIOp::create(b, loc, n, arith::RemUIOp::create(b, loc, n, h.idx(width)))
                                        .getResult();
         Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
-        auto squares = [&](OpBuilder &b, Location loc, Value i0, int64_t width) {
-          SmallVector<Value> is, toks;
-          for (int64_t t = 0; t < width; ++t) {
-            is.push_back(t ? arith::AddIOp::create(b, loc, i0, arith::ConstantIndexOp::create(b, loc, t))
-                                 .getResult()
-                           : i0);
-            toks.push_back(arith::AddIOp::create(b, loc, c0, is.back()));
-          }
+        eachGroup(b, loc, whole, n, [&](OpBuilder &b, Location loc, ArrayRef<Value> is) {
+          SmallVector<Value> toks;
+          for (Value i : is)
+            toks.push_back(arith::AddIOp::create(b, loc, c0, i));
           SmallVector<Value> partial = rmsnormSquares(b, loc, op, toks, g.tid, g.threads, hidden);
           SmallVector<Value> warpSums;
           for (Value p : partial)
@@ -1155,21 +1159,14 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
           b.setInsertionPointToStart(store.thenBlock());
           for (auto [i, s] : llvm::zip(is, warpSums))
             memref::StoreOp::create(b, loc, s, partials, ValueRange{i, g.group});
-        };
-        if (width > 1)
-          groupsOf(b, loc, h.idx(0), whole, width,
-                   [&](OpBuilder &b, Location loc, Value i0) { squares(b, loc, i0, width); });
-        groupsOf(b, loc, whole, n, 1, [&](OpBuilder &b, Location loc, Value i0) { squares(b, loc, i0, 1); });
+        });
         gpu::BarrierOp::create(b, loc);
-        auto scale = [&](OpBuilder &b, Location loc, Value i0, int64_t width) {
+        eachGroup(b, loc, whole, n, [&](OpBuilder &b, Location loc, ArrayRef<Value> is) {
           TileBuilder h{b, loc};
           // Lane l holds warp l's sum (warps <= 32), then a butterfly.
           Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, g.groups);
           Value safe = arith::SelectOp::create(b, loc, has, g.lane, h.idx(0));
-          SmallVector<Value> is, toks, invs;
-          for (int64_t t = 0; t < width; ++t)
-            is.push_back(t ? arith::AddIOp::create(b, loc, i0, h.idx(t)).getResult() : i0);
-          SmallVector<Value> vs;
+          SmallVector<Value> toks, invs, vs;
           for (Value i : is)
             vs.push_back(arith::SelectOp::create(
                 b, loc, has, memref::LoadOp::create(b, loc, partials, ValueRange{i, safe}), h.f32(0)));
@@ -1182,11 +1179,7 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
           }
           // Each thread re-reads only the columns it summed above.
           rmsnormScale(b, loc, op, toks, g.tid, g.threads, hidden, invs);
-        };
-        if (width > 1)
-          groupsOf(b, loc, h.idx(0), whole, width,
-                   [&](OpBuilder &b, Location loc, Value i0) { scale(b, loc, i0, width); });
-        groupsOf(b, loc, whole, n, 1, [&](OpBuilder &b, Location loc, Value i0) { scale(b, loc, i0, 1); });
+        });
         // The next chunk reuses the partial sums.
         gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
@@ -1324,6 +1317,9 @@ void lowerKVAppend(KVAppendOp op, int64_t width) {
     el.inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, el.row, s);
     return el;
   };
+  auto load = [&](OpBuilder &b, Location loc, const Element &el) {
+    return toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{el.tok, el.hh, el.dd}));
+  };
   auto store = [&](OpBuilder &b, Location loc, const Element &el, Value v) {
     auto guard = scf::IfOp::create(b, loc, el.inside, /*withElse=*/false);
     OpBuilder::InsertionGuard g(b);
@@ -1346,9 +1342,7 @@ void lowerKVAppend(KVAppendOp op, int64_t width) {
                          if (u)
                            e = arith::AddIOp::create(b, loc, e, nt);
                          els.push_back(element(b, loc, e));
-                         vs.push_back(toF32(b, loc, memref::LoadOp::create(
-                                                        b, loc, src, ValueRange{els.back().tok, els.back().hh,
-                                                                                els.back().dd})));
+                         vs.push_back(load(b, loc, els.back()));
                        }
                        for (auto [el, v] : llvm::zip(els, vs))
                          store(b, loc, el, v);
@@ -1358,8 +1352,7 @@ void lowerKVAppend(KVAppendOp op, int64_t width) {
   scf::ForOp::create(b, loc, first, total, nt, ValueRange{},
                      [&](OpBuilder &b, Location loc, Value e, ValueRange) {
                        Element el = element(b, loc, e);
-                       store(b, loc, el,
-                             toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{el.tok, el.hh, el.dd})));
+                       store(b, loc, el, load(b, loc, el));
                        scf::YieldOp::create(b, loc);
                      });
   op.erase();

@@ -31,6 +31,9 @@ MIN_PREFETCH_BYTES = 16 * 1024
 MAX_PREFETCH_BYTES = 200 * 1024
 # The default of tile_prefetch_bytes.
 PREFETCH_BYTES = 128 * 1024
+# Rows of et.rmsnorm (elements per thread of et.kv_append) in flight together
+# that the tile lowering takes: divisors of its 16-row chunk.
+ROWS_IN_FLIGHT = (1, 2, 4, 8, 16)
 
 _DTYPES = {
     "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",
@@ -164,7 +167,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
         raise ValueError(f"tile_mma must be 'wgmma' or 'sync', got {tile_mma!r}")
-    if isinstance(tile_rows_in_flight, bool) or tile_rows_in_flight not in (1, 2, 4, 8, 16):
+    if isinstance(tile_rows_in_flight, bool) or tile_rows_in_flight not in ROWS_IN_FLIGHT:
         raise ValueError(f"tile_rows_in_flight must be 1, 2, 4, 8 or 16, got {tile_rows_in_flight!r}")
     if format not in ("isa", "bin", "fatbin"):
         raise ValueError(f"format must be 'isa', 'bin' or 'fatbin', got {format!r}")

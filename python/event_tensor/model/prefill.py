@@ -43,6 +43,7 @@ from ..ir import (
     Module,
     ShapedType,
 )
+from ..build import ROWS_IN_FLIGHT
 from .builder import KernelLayout, layer_view, model_arguments, mr, new_kernel, strided, vec_view
 from .config import ModelConfig
 
@@ -113,7 +114,7 @@ class PrefillTiles:
         self.row_tile, self.act_cols, self.gate_up = row_tile, act_cols, gate_up
         if rows_in_flight is None:
             rows_in_flight = 4 if gpu_target else 1
-        if isinstance(rows_in_flight, bool) or rows_in_flight not in (1, 2, 4, 8, 16):
+        if isinstance(rows_in_flight, bool) or rows_in_flight not in ROWS_IN_FLIGHT:
             raise ValueError(f"rows_in_flight must be 1, 2, 4, 8 or 16, got {rows_in_flight!r}")
         self.rows_in_flight = rows_in_flight
         if isinstance(lm_unroll, bool) or not isinstance(lm_unroll, int) or lm_unroll < 1:
