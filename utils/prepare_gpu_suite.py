@@ -465,24 +465,29 @@ GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False, "sync"),
                  (520, 384, 136, (256, 128, 64), 4, 512, "f32", False, "wgmma"),
                  (37, 200, 75, (32, 64, 32), 3, 256, "bf16", False, "sync"),
                  (150, 256, 75, (128, 128, 64), 4, 256, "f32", True, "wgmma"),
-                 (300, 200, 200, (128, 128, 128), 3, 256, "bf16", False, "wgmma")]
+                 (300, 200, 200, (128, 128, 128), 3, 256, "bf16", False, "wgmma"),
+                 # the prefill's split-K `down` half that adds into h: 128 x 256
+                 # blocks, the epilogue's grouped reads of y (partial rows)
+                 (257, 512, 512, (128, 256, 64), 4, 256, "f32", True, "wgmma")]
 
 
-def gemm(out: Path, workers: int, cache: Path) -> None:
+def gemm(out: Path, workers: int, cache: Path, kernels: bool = True) -> None:
     """et.matmul kernels (one per shape and configuration; M is a runtime
-    argument) and numerics cases with their float64 references."""
+    argument) and numerics cases with their float64 references; without
+    `kernels`, the numerics cases alone (part gemm-numerics)."""
     import ml_dtypes
     from event_tensor.kernels import gemm_kernel
 
     out.mkdir(parents=True, exist_ok=True)
-    for n, k in GEMM_SHAPES:
+    shapes, profiled = (GEMM_SHAPES, GEMM_PROFILED) if kernels else ([], [])
+    for n, k in shapes:
         for tile, stages, threads, mma, order, split in GEMM_CONFIGS:
             art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out="bf16", order=order, split_k=split),
                              target="cuda", workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
                              cache_dir=cache)
             _copy_artifact(art, out / _gemm_name(n, k, tile, stages, threads, mma, order, split))
     # Profiled (per-tile times): a short-K and a long-K shape.
-    for n, k in GEMM_PROFILED:
+    for n, k in profiled:
         art = et.compile(gemm_kernel(k, n, tile=(128, 256, 64), stages=4, out="bf16"), target="cuda",
                          workers=workers, mode="static", threads_per_worker=256, profile=True, cache_dir=cache)
         _copy_artifact(art, out / f"profiled-{n}x{k}")
@@ -511,10 +516,10 @@ def gemm(out: Path, workers: int, cache: Path) -> None:
         ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
         np.savez(case / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref, out=dtype,
                  accumulate=acc, mma=mma, split_k=split)
-    (out / "gemm.json").write_text(json.dumps({"shapes": GEMM_SHAPES, "configs": GEMM_CONFIGS,
+    (out / "gemm.json").write_text(json.dumps({"shapes": shapes, "configs": GEMM_CONFIGS,
                                                "numerics": len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT),
-                                               "profiled": GEMM_PROFILED}))
-    print(f"gemm: {len(GEMM_SHAPES) * len(GEMM_CONFIGS)} kernels and "
+                                               "profiled": profiled}))
+    print(f"gemm: {len(shapes) * len(GEMM_CONFIGS)} kernels and "
           f"{len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT)} numerics cases in {out}")
 
 
@@ -590,10 +595,11 @@ def main() -> None:
     parser.add_argument("--prefill-rows", type=int, default=0,
                         help="also compile a prefill kernel for this many prompt tokens per launch into each model")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
-                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm, prefill)")
+                        help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm, "
+                             "gemm-numerics, prefill)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm", "prefill"}
+    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm", "gemm-numerics", "prefill"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     out = Path(args.out)
@@ -606,8 +612,8 @@ def main() -> None:
         linear(out / "linear", args.workers, cache)
     if "tiles" in parts:
         tile_numerics(out / "tiles", args.workers, cache)
-    if "gemm" in parts:
-        gemm(out / "gemm", args.workers, cache)
+    if "gemm" in parts or "gemm-numerics" in parts:
+        gemm(out / "gemm", args.workers, cache, kernels="gemm" in parts)
     if "prefill" in parts:
         prefill(out / "prefill", args.workers, cache)
     if "models" in parts:

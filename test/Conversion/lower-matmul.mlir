@@ -199,3 +199,24 @@ et.kernel @two_tiles(%x: memref<?x64xbf16>, %w: memref<64x64xbf16>, %y: memref<?
     et.matmul %x, %w, %z at(%c0, %c0) tile [16, 64, 64] : memref<?x64xbf16>, memref<64x64xbf16>, memref<?x64xf32>
   }
 }
+
+// With accumulate, the epilogue reads y's 16-byte chunks in groups of 8
+// per thread before it adds and stores any of them (a 128 x 128 f32 block
+// on 256 threads: 16 chunks per thread, two groups), so the reads'
+// round trips overlap.
+// GPU-LABEL: et.kernel @acc_groups
+// GPU: gpu.barrier
+// GPU-COUNT-8: vector.load %{{.*}} : memref<?x128xf32>, vector<4xf32>
+// GPU-NOT: vector.store
+// GPU-COUNT-8: vector.store %{{.*}} : memref<?x128xf32>, vector<4xf32>
+// GPU-COUNT-8: vector.load %{{.*}} : memref<?x128xf32>, vector<4xf32>
+// GPU-NOT: vector.store
+// GPU-COUNT-8: vector.store %{{.*}} : memref<?x128xf32>, vector<4xf32>
+// GPU-NOT: vector.load %{{.*}} : memref<?x128xf32>
+et.kernel @acc_groups(%x: memref<?x256xbf16>, %w: memref<128x256xbf16>, %y: memref<?x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @gemm tiles(%i) in (%c1) {
+    et.matmul %x, %w, %y at(%c0, %c0) tile [128, 128, 64] stages 3 accumulate : memref<?x256xbf16>, memref<128x256xbf16>, memref<?x128xf32>
+  }
+}

@@ -73,3 +73,30 @@ et.kernel @append(%new: memref<?x8x64xf32>, %cache: memref<64x8x64xbf16>, %at: i
     et.kv_append %new, %cache, %at : memref<?x8x64xf32>, memref<64x8x64xbf16>
   }
 }
+
+// Embedding gather: 16-byte chunks (8 bf16 of a table row, widened to f32)
+// per thread and trip; with 4 in flight, a trip loads 4 ids, then 4 rows,
+// then stores the 4 chunks; the rest go one chunk per trip. The ids may be
+// a strided view (a prompt tile's rows of the token buffer).
+// CHECK-LABEL: et.kernel @embed
+// CHECK: scf.for
+// CHECK-COUNT-4: memref.load %arg0
+// CHECK-COUNT-4: vector.load %arg1{{.*}} : memref<1000x2048xbf16>, vector<8xbf16>
+// CHECK-NOT: vector.store
+// CHECK-COUNT-4: vector.store %{{.*}}, %arg2{{.*}} : memref<?x2048xf32>, vector<8xf32>
+// CHECK: scf.for
+// CHECK: memref.load %arg0
+// CHECK: vector.load %arg1
+// CHECK: vector.store
+// ONE-LABEL: et.kernel @embed
+// ONE: scf.for
+// ONE: memref.load %arg0
+// ONE: vector.load %arg1{{.*}} vector<8xbf16>
+// ONE: vector.store %{{.*}}, %arg2{{.*}} vector<8xf32>
+// ONE-NOT: vector.load
+et.kernel @embed(%ids: memref<?xi32, strided<[1], offset: ?>>, %table: memref<1000x2048xbf16>, %y: memref<?x2048xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.embedding %table, %ids, %y : memref<1000x2048xbf16>, memref<?xi32, strided<[1], offset: ?>>, memref<?x2048xf32>
+  }
+}

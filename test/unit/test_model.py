@@ -474,6 +474,49 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
         split.prefill([prompt])
         err = np.linalg.norm(split.last_logits()[0] - ref) / np.linalg.norm(ref)
         assert lo <= err < hi, (gate_up, err)
+    # o and down with K split in two (the second half through p_part and the
+    # next norm's residual form), and the last layer on every row: the same
+    # caches and logits up to f32 summation order (h + lower + upper half
+    # rounds differently from h + the whole sum, and bf16 activations
+    # carry it on: 3.8e-4 in Qwen3's logits with o split).
+    for i, opts in enumerate(({"split_k": 2}, {"split_k": {"down": 2}, "last_layer": "full"},
+                              {"last_layer": "full"})):
+        other = model.DecodeSession(model.compile_model(
+            c, target="cpu", max_batch=2, max_context=64, prefill_rows=24, prefill_tiles=opts,
+            cache_dir=tmp_path, out_dir=tmp_path / f"opts{i}"), w)
+        assert ("p_part" in other.buffers) == (opts.get("split_k", 1) != 1), opts
+        assert other.prefill([prompt]).tolist() == plain.prefill([prompt]).tolist()
+        err = np.linalg.norm(other.last_logits()[0] - ref) / np.linalg.norm(ref)
+        assert err < 2e-3, (opts, err)
+        for name in ("k_cache", "v_cache"):
+            np.testing.assert_allclose(np.asarray(other.buffers[name], np.float32)[:, 0, :40],
+                                       np.asarray(plain.buffers[name], np.float32)[:, 0, :40], rtol=1e-2, atol=1e-2)
+
+
+def test_prefill_last_layer_runs_the_last_row_alone(tmp_path):
+    """last_layer="row" (the default): the last layer's o, MLP and down
+    are one-row tasks over the output rows, its every-row tasks stop a
+    layer early, and only the last row's attention block runs there: the
+    other rows of the last layer's residual stream are left as the layer
+    before wrote them (with "full" they are the last layer's)."""
+    from event_tensor import model
+
+    c = model.tiny_config("llama")
+    w = model.random_weights(c, seed=3)
+    prompt = np.random.default_rng(2).integers(0, c.vocab_size, 20).tolist()
+    runs = {}
+    for tail in ("row", "full"):
+        out = model.compile_model(c, target="cpu", max_batch=1, max_context=32, prefill_rows=24,
+                                  prefill_tiles={"last_layer": tail}, cache_dir=tmp_path, out_dir=tmp_path / tail)
+        tasks = set(json.loads((out / "prefill" / "metadata.json").read_text())["tasks"])
+        assert ({"o_last", "norm2_last", "mlp_last", "down_last"} <= tasks) == (tail == "row"), tasks
+        s = model.DecodeSession(out, w)
+        token = s.prefill([prompt])[0]
+        runs[tail] = (token, np.asarray(s.buffers["p_h"], np.float32)[:20].copy(), s.last_logits()[0])
+    assert runs["row"][0] == runs["full"][0]
+    np.testing.assert_allclose(runs["row"][2], runs["full"][2], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(runs["row"][1][-1], runs["full"][1][-1], rtol=1e-4, atol=1e-4)
+    assert not np.allclose(runs["row"][1][:-1], runs["full"][1][:-1], rtol=1e-3, atol=1e-3)
 
 
 def test_prefill_tiles_choices_and_bad_values():
@@ -488,7 +531,19 @@ def test_prefill_tiles_choices_and_bad_values():
     assert (t.row_block, t.row_tile, t.attn_block, t.threads) == (128, 8, 32, 256)
     assert t.gemm["gate_up"] == (256, 64, 4) and t.sources["gate_up"] == "gated rule"
     assert t.gemm["q"] == (256, 64, 4) and t.sources["k"] == "one-wave rule"
-    assert t.sources["down"].startswith("models") and "gate" not in t.gemm
+    assert "gate" not in t.gemm
+    # o and down: K in two halves of 128 x 256 tiles (8 x 8 x 2 = 128 of
+    # 132 workers); Qwen3-0.6B's N = 1024 fills the workers with 128 x 128.
+    assert t.split_k == {"o": 2, "down": 2} and t.gemm["down"] == (256, 64, 4) and t.sources["o"] == "split rule"
+    q3 = PrefillTiles(preset("qwen3-0.6b"), max_rows=1024)
+    assert q3.split_k == {"o": 2, "down": 2} and q3.gemm["o"] == (128, 64, 4)
+    # 128 rows: 16 split tiles are too few, so the models choose unsplit tiles.
+    short = PrefillTiles(c, max_rows=128)
+    assert short.split_k == {"o": 1, "down": 1} and short.sources["down"].startswith("models")
+    given = PrefillTiles(c, max_rows=1024, split_k={"down": 1}, gemm={"o": (128, 64, 6)})
+    assert given.split_k == {"o": 1, "down": 1} and given.sources["o"] == "given"
+    assert PrefillTiles(c, max_rows=1024, split_k=2, gemm={"o": (128, 64, 6)}).split_k["o"] == 2
+    assert t.last_layer == "row" and t.to_dict()["split_k"] == {"o": 2, "down": 2}
     # 128 rows: 64 gated tiles do not fill 132 workers, so the models choose.
     assert PrefillTiles(c, max_rows=128).sources["gate_up"].startswith("models")
     split = PrefillTiles(c, max_rows=1024, gate_up="bf16", gemm={"down": (128, 64, 6)})
@@ -505,7 +560,11 @@ def test_prefill_tiles_choices_and_bad_values():
                           ({"max_rows": 64, "gemm": {"gate_up": (48, 64, 4)}}, "gated tile's BN"),
                           ({"max_rows": 64, "rows_in_flight": 3}, "rows_in_flight must be 1, 2, 4, 8 or 16, got 3"),
                           ({"max_rows": 64, "rows_in_flight": True}, "rows_in_flight"),
-                          ({"max_rows": 64, "lm_unroll": 0}, "lm_unroll must be a positive int, got 0")):
+                          ({"max_rows": 64, "lm_unroll": 0}, "lm_unroll must be a positive int, got 0"),
+                          ({"max_rows": 64, "split_k": 4}, "split_k of o must be 1 or 2, got 4"),
+                          ({"max_rows": 64, "split_k": {"down": True}}, "split_k of down"),
+                          ({"max_rows": 64, "split_k": {"q": 2}}, r"split_k applies to o, down, got \['q'\]"),
+                          ({"max_rows": 64, "last_layer": "rows"}, "last_layer must be 'row' or 'full'")):
         with pytest.raises(ValueError, match=match):
             PrefillTiles(c, **kwargs)
 

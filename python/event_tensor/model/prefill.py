@@ -20,9 +20,17 @@ soon as its own producers are done:
     gated GEMM tile) -> down[l, i, *]
     (added into h) -> norm1[l + 1, i]
 
-Layer 0's norm1 also gathers the embeddings. Then the final norm of the last
-row, the LM head (et.linear, one row) and the two-stage argmax. Must run
-inside an MLIR Context."""
+Layer 0's norm1 also gathers the embeddings. `o` and `down` may split K in
+two (`PrefillTiles.split_k`): the first half's tiles add into h, the second
+half's store into `p_part`, and the next norm adds `p_part` into h (its
+residual form) before normalizing, so the sum is deterministic.
+
+Only the KV caches and the last row's hidden state leave the last layer, so
+by default (`PrefillTiles.last_layer="row"`) its attention runs only the
+token block of the last row, and its `o`, norm2, MLP and `down` run on that
+row alone as decode-style tiles (et.linear over a worker's share of the
+output rows). Then the final norm of the last row, the LM head (et.linear,
+one row) and the two-stage argmax. Must run inside an MLIR Context."""
 
 from __future__ import annotations
 
@@ -50,6 +58,7 @@ from .config import ModelConfig
 __all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
 
 DYN = ShapedType.get_dynamic_size()
+SPLIT_LAYERS = ("o", "down")  # the linear layers that add into the residual stream
 
 
 def prefill_gemm_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -86,6 +95,15 @@ class PrefillTiles:
       decode kernel's bytes in flight);
     - `attn_block`: tokens per attention tile (a divisor of `row_block`;
       default: the tile's 16 rows per warp shared by the query group);
+    - `split_k`: 1 or 2 per accumulating linear layer ("o", "down"), or
+      one value for both. With 2, the layer's K is split in two halves,
+      each a tile of its own (twice the tiles of a block: larger tiles fill
+      the workers). Default on cuda: 2 with the widest BN (256 or 128)
+      whose split tiles fill half a wave to one wave of the workers (the
+      "split rule"), else 1; on cpu: 1;
+    - `last_layer`: "row" (the default) runs the last layer past its KV
+      append for the last row only (see the module's docs), "full" for
+      every row;
     - `gemm`: (BN, BK, stages) per linear layer (keys of
       `prefill_gemm_shapes`), or one triple for all. Default on cuda: the
       lowest predicted latency of the shipped GEMM models of `gpu` among
@@ -97,7 +115,7 @@ class PrefillTiles:
     def __init__(self, config: ModelConfig, *, max_rows: int, target: str = "cuda", threads: int | None = None,
                  row_block: int | None = None, row_tile: int = 8, act_cols: int = 256, gate_up: str = "fused",
                  attn_block: int | None = None, gemm=None, gpu: str = "NVIDIA H200", workers: int = 132,
-                 rows_in_flight: int | None = None, lm_unroll: int = 8):
+                 rows_in_flight: int | None = None, lm_unroll: int = 8, split_k=None, last_layer: str = "row"):
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
         gpu_target = target == "cuda"
@@ -120,6 +138,9 @@ class PrefillTiles:
         if isinstance(lm_unroll, bool) or not isinstance(lm_unroll, int) or lm_unroll < 1:
             raise ValueError(f"lm_unroll must be a positive int, got {lm_unroll!r}")
         self.lm_unroll = lm_unroll
+        if last_layer not in ("row", "full"):
+            raise ValueError(f"last_layer must be 'row' or 'full', got {last_layer!r}")
+        self.last_layer = last_layer
         group = config.num_heads // config.num_kv_heads
         if attn_block is None:
             rows = self.threads // 32 * 16
@@ -134,12 +155,32 @@ class PrefillTiles:
         shapes = prefill_gemm_shapes(config)
         for name in (("gate", "up") if gate_up == "fused" else ("gate_up",)):
             del shapes[name]
+        if isinstance(split_k, dict):
+            bad = set(split_k) - set(SPLIT_LAYERS)
+            if bad:
+                raise ValueError(f"split_k applies to {', '.join(SPLIT_LAYERS)}, got {sorted(bad)}")
+        self.split_k = {}
+        for name in SPLIT_LAYERS:
+            value = split_k.get(name) if isinstance(split_k, dict) else split_k
+            if value is not None and (isinstance(value, bool) or value not in (1, 2)):
+                raise ValueError(f"split_k of {name} must be 1 or 2, got {value!r}")
+            self.split_k[name] = value
         self.gemm, self.sources = {}, {}
         for name, (n, k) in shapes.items():
             choice = gemm.get(name) if isinstance(gemm, dict) else gemm
+            split_bn = None
+            if name in SPLIT_LAYERS and self.split_k[name] is None:
+                split_bn = self._split_rule(n, workers) if gpu_target and choice is None else None
+                self.split_k[name] = 2 if split_bn else 1
             if choice is not None:
                 bn, bk, stages = choice
                 source = "given"
+            elif split_bn:
+                # Two K halves in tiles of 128 x split_bn: Llama-3.2-1B's
+                # `down` in 128 x 128 tiles ran at about 530 TFLOP/s-equivalent
+                # against 720 for 128 x 256 tiles, and 128 x 256 tiles over
+                # all of K were only 64 per layer (docs/benchmarks.md).
+                bn, bk, stages, source = split_bn, 64, 4, "split rule"
             elif gpu_target and name == "gate_up" and self.row_block == 128 and self.threads == 256 and \
                     -(-max_rows // 128) * -(-n // 256) >= workers:
                 # 128 output columns of each weight per tile (a 128 x 256
@@ -161,6 +202,17 @@ class PrefillTiles:
                 raise ValueError(f"a gated tile's BN holds both weights' rows: a multiple of 32, got {bn}")
             self.gemm[name] = (int(bn), int(bk), int(stages))
             self.sources[name] = source
+
+    def _split_rule(self, n: int, workers: int) -> int | None:
+        """BN of two-way split-K tiles that fill half a wave to one wave of
+        the workers (the widest of 256 and 128), or None."""
+        if self.row_block != 128 or self.threads != 256:
+            return None
+        for bn in (256, 128):
+            tiles = self.row_blocks * -(-n // bn) * 2
+            if 2 * tiles >= workers and tiles <= workers:
+                return bn
+        return None
 
     def _choose(self, m: int, n: int, k: int, gpu: str, workers: int):
         from ..tuning import TableError, shipped_gemm_models
@@ -185,7 +237,7 @@ class PrefillTiles:
         return {"max_rows": self.max_rows, "threads": self.threads, "row_block": self.row_block,
                 "row_tile": self.row_tile, "act_cols": self.act_cols, "gate_up": self.gate_up,
                 "rows_in_flight": self.rows_in_flight, "lm_unroll": self.lm_unroll,
-                "attn_block": self.attn_block,
+                "attn_block": self.attn_block, "split_k": dict(self.split_k), "last_layer": self.last_layer,
                 "gemm": {name: {"tile": [self.row_block, bn, bk], "stages": s, "source": self.sources[name]}
                          for name, (bn, bk, s) in self.gemm.items()}}
 
@@ -202,6 +254,9 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
     bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
     fused = tiles.gate_up == "fused"
     gu = bf16 if tiles.gate_up == "bf16" else f32
+    split = tiles.split_k
+    row_tail = tiles.last_layer == "row"
+    LB = L - 1 if row_tail else L  # layers whose o, norm2, MLP and down run on every row
 
     args = [("rows", idx), ("slot", idx), ("pos0", idx), ("p_tokens", mr([DYN], i32)),
             ("p_positions", mr([DYN], i32))]
@@ -211,7 +266,16 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
              ("p_attn", mr([DYN, Hq, D], bf16)),
              *([] if fused else [("p_g", mr([DYN, I], gu)), ("p_u", mr([DYN, I], gu))]),
              ("p_act", mr([DYN, I], bf16)),
-             ("xn", mr([DYN, H], bf16)), ("logits", mr([DYN, V], f32)),
+             # The upper K halves of split o and down. One buffer serves both:
+             # o[l] writes a row block's rows after attn[l] and down[l] after
+             # norm2[l] read them, and norm1[l + 1], which reads down's, comes
+             # before that block's q, k, v, so before attn[l + 1] and o[l + 1].
+             *([("p_part", mr([DYN, H], f32))] if max(split.values()) > 1 else []),
+             ("xn", mr([DYN, H], bf16)),
+             # The last row's MLP in the last layer (the decode kernel's buffers).
+             *([("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16))]
+               if row_tail else []),
+             ("logits", mr([DYN, V], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
 
@@ -302,19 +366,24 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
         scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
 
         for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
-                          ("rope_kv", [L]), ("attn", [L, RB]), ("o", [L, RB]), ("norm2", [L, RB]),
-                          ("gate", [L, RB]), ("up", [L, RB]), ("act", [L, RB]), ("down", [L, RB])):
-            if not (fused and ev in ("gate", "up")):
+                          ("rope_kv", [L]), ("attn", [L, RB]), ("o", [LB, RB]), ("norm2", [LB, RB]),
+                          ("gate", [LB, RB]), ("up", [LB, RB]), ("act", [LB, RB]), ("down", [LB, RB])):
+            if not (fused and ev in ("gate", "up")) and shape[0] > 0:
                 events[ev] = et.event(shape)
 
-        def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None):
-            """y (+)= x w^T over (layer, column block, row block) tiles;
-            tile (l, j, i) waits on `wait`[l, i] and signals
-            `signal`[l, i] (default: tname). Consecutive tiles share a
-            weight block (column-major, as the standalone GEMM orders
-            blocks when N > M): the tiles that run at once read each
-            weight block once, and x (a few MB) stays in L2. With `up`
-            (a second weight), gated tiles of BN / 2 output columns."""
+        def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None, layers=L):
+            """y (+)= x w^T over (layer, column block, row block) tiles of
+            the first `layers` layers; tile (l, j, i) waits on `wait`[l, i]
+            and signals `signal`[l, i] (default: tname). Consecutive tiles
+            share a weight block (column-major, as the standalone GEMM
+            orders blocks when N > M): the tiles that run at once read each
+            weight block once, and x (a few MB) stays in L2. With `up` (a
+            second weight), gated tiles of BN / 2 output columns. With
+            split_k 2 (accumulating layers), a second task `<tname>_part`
+            takes the upper half of K into p_part and signals the same
+            element."""
+            if layers == 0:
+                return
             n, k = prefill_gemm_shapes(c)[tname]
             bn, bk, stages = tiles.gemm[tname]
             if up is not None:
@@ -322,15 +391,37 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
             out_bn = bn // 2 if up is not None else bn
             blocks_n = -(-n // out_bn)
             tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
+            halves = split.get(tname, 1) if accumulate else 1
+            # The split point: half of K rounded up to whole BK slices.
+            half = -(-k // 2)
+            k_mid = -(-half // bk) * bk
 
-            def body(l, j, i):
-                et.matmul(x_of(l), layer_view(A[weight], l, n, k), y_of(l), start(i, R), start(j, out_bn), [],
-                          tile_attr, stages=stages,
-                          accumulate=True if accumulate else None,
-                          up=None if up is None else layer_view(A[up], l, n, k))
-            task(tname, [L, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
-                 signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: block_live(i),
-                 nbytes=2 * k * (R + bn), flops=2 * R * bn * k)
+            def body_of(y, k_range, acc):
+                def body(l, j, i):
+                    et.matmul(x_of(l), layer_view(A[weight], l, n, k), y(l), start(i, R), start(j, out_bn),
+                              k_range, tile_attr, stages=stages,
+                              accumulate=True if acc else None,
+                              up=None if up is None else layer_view(A[up], l, n, k))
+                return body
+            parts = [(tname, body_of(y_of, [], accumulate), k)]
+            if halves == 2:
+                parts = [(tname, body_of(y_of, [const(0), const(k_mid)], True), k_mid),
+                         (tname + "_part", body_of(lambda l: A["p_part"], [const(k_mid), const(k)], False),
+                          k - k_mid)]
+            for pname, body, kk in parts:
+                task(pname, [layers, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
+                     signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: block_live(i),
+                     nbytes=2 * kk * (R + bn), flops=2 * R * bn * kk)
+
+        def add_part(name, rows_of):
+            """The residual form of a norm after a split layer: rmsnorm's
+            x is p_part's rows and h its residual (h += p_part, stored)."""
+            if split.get(name, 1) == 2:
+                return dict(x=rows_of(A["p_part"]), residual=rows_of(A["p_h"]))
+            return dict(x=rows_of(A["p_h"]))
+
+        def rmsnorm(parts, w, y):
+            et.rmsnorm(parts["x"], w, y, eps, residual=parts.get("residual"))
 
         def norm1(l, t):
             et.rmsnorm(tile_rows(A["p_h"], t, [H], f32), vec_view(A["ln1"], l, H),
@@ -341,8 +432,11 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
             norm1(0, t)
         task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [const(0), block_of(t)]),
              live=tile_live, nbytes=8 * rt * H)
+        def norm1_next(p, t):
+            rmsnorm(add_part("down", lambda buf: tile_rows(buf, t, [H], f32)), vec_view(A["ln1"], plus_one(p), H),
+                    tile_rows(A["p_xn"], t, [H], bf16))
         if L > 1:
-            task("norm1", [L - 1, RT], lambda p, t: norm1(plus_one(p), t),
+            task("norm1", [L - 1, RT], norm1_next,
                  waits=lambda p, t: [("down", [p, block_of(t)])],
                  signal=lambda p, t: ("norm1", [plus_one(p), block_of(t)]), live=lambda p, t: tile_live(t),
                  nbytes=6 * rt * H)
@@ -374,42 +468,102 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
         def attn(l, tb, g):
             et.attention_prefill(A["p_q"], cache_view(A["k_cache"], l), cache_view(A["v_cache"], l),
                                  A["p_attn"], g, start(tb, ab), A["pos0"], ab, scale)
+        def last():
+            return arith.SubIOp(rows, const(1)).result
+
+        def attn_live(l, tb):
+            live = live_from(start(tb, ab))
+            if not row_tail:
+                return live
+            # In the last layer, only the token block of the last row.
+            last_block = arith.CmpIOp(arith.CmpIPredicate.eq, tb, arith.DivUIOp(last(), const(ab)).result).result
+            in_body = arith.CmpIOp(arith.CmpIPredicate.ult, l, const(L - 1)).result
+            return arith.AndIOp(live, arith.OrIOp(in_body, last_block).result).result
         task("attn", [L, TB, Hkv], attn, waits=lambda l, tb, g: [("rope_kv", [l])],
              signal=lambda l, tb, g: ("attn", [l, arith.DivUIOp(tb, const(per_block)).result]),
-             live=lambda l, tb, g: live_from(start(tb, ab)),
+             live=lambda l, tb, g: attn_live(l, tb),
              nbytes=4 * S * D, flops=4 * S * D * ab * (Hq // Hkv))
-        gemm_task("o", lambda l: collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn", accumulate=True)
-        task("norm2", [L, RT], lambda l, t: et.rmsnorm(tile_rows(A["p_h"], t, [H], f32),
-                                                       vec_view(A["ln2"], l, H),
-                                                       tile_rows(A["p_xn"], t, [H], bf16), eps),
-             waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
-             live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
+        gemm_task("o", lambda l: collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn", accumulate=True,
+                  layers=LB)
+        if LB:
+            task("norm2", [LB, RT],
+                 lambda l, t: rmsnorm(add_part("o", lambda buf: tile_rows(buf, t, [H], f32)),
+                                      vec_view(A["ln2"], l, H), tile_rows(A["p_xn"], t, [H], bf16)),
+                 waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
+                 live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
         if fused:
-            gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act")
-        else:
-            gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2")
-            gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2")
+            gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act", layers=LB)
+        elif LB:
+            gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2", layers=LB)
+            gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2", layers=LB)
             ac = tiles.act_cols
-            task("act", [L, RB, -(-I // ac)],
+            task("act", [LB, RB, -(-I // ac)],
                  lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
                                              row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
                  waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
                  live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
-        gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True)
+        gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True, layers=LB)
+
+        def last_row(buf, n: int, elt):
+            """The last row of a [rows, n] buffer."""
+            return memref.SubViewOp(strided([1, n], elt, [n, 1]), buf, [last()], [], [],
+                                    static_offsets=[DYN, 0], static_sizes=[1, n], static_strides=[1, 1]).result
+
+        def first_row(buf, n: int, elt):
+            return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
+
+        def xn0():
+            return first_row(A["xn"], H, bf16)
+
+        # The end of the residual stream of the last row: down[L - 1]'s
+        # element of its row block, or the last layer's row tail.
+        done = lambda: ("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])  # noqa: E731
+        if row_tail:
+            # The last layer past its attention, for the last row: decode-style
+            # tiles of about one share of the output rows per worker.
+            def linear_task(tname, n, k, body, wait):
+                per = max(1, -(-n // lay.workers))
+                events[tname] = et.event([])
+                task(tname, [-(-n // per)], lambda t: body(start(t, per), const(per)), waits=lambda t: [wait()],
+                     signal=lambda t: (tname, []), nbytes=2 * per * k, flops=2 * per * k)
+            h_last = lambda: last_row(A["p_h"], H, f32)  # noqa: E731
+            lw = lambda: const(L - 1)  # noqa: E731
+            def attn_last():
+                """The last row of p_attn as [1, Hq * D]."""
+                row = memref.SubViewOp(strided([1, Hq, D], bf16, [Hq * D, D, 1]), A["p_attn"], [last()], [], [],
+                                       static_offsets=[DYN, 0, 0], static_sizes=[1, Hq, D],
+                                       static_strides=[1, 1, 1]).result
+                return memref.collapse_shape(strided([1, Hq * D], bf16, [Hq * D, 1]), row, [[0], [1, 2]])
+            linear_task("o_last", H, Hq * D,
+                        lambda r0, n: et.linear(attn_last(),
+                                                layer_view(A["wo"], lw(), H, Hq * D), h_last(), r0, n,
+                                                accumulate=True),
+                        lambda: ("attn", [lw(), arith.DivUIOp(last(), const(R)).result]))
+            events["norm2_last"] = et.event([])
+            task("norm2_last", [1], lambda t: et.rmsnorm(h_last(), vec_view(A["ln2"], lw(), H), xn0(), eps),
+                 waits=[("o_last", [])], signal=lambda t: ("norm2_last", []), nbytes=6 * H)
+
+            def mlp_last(r0, n):
+                g, u = first_row(A["g"], I, f32), first_row(A["u"], I, f32)
+                et.linear(xn0(), layer_view(A["wg"], lw(), I, H), g, r0, n)
+                et.linear(xn0(), layer_view(A["wu"], lw(), I, H), u, r0, n)
+                et.silu_mul(g, u, first_row(A["act"], I, bf16), r0, n)
+            linear_task("mlp_last", I, 2 * H, mlp_last, lambda: ("norm2_last", []))
+            linear_task("down_last", H, I,
+                        lambda r0, n: et.linear(first_row(A["act"], I, bf16), layer_view(A["wd"], lw(), H, I),
+                                                h_last(), r0, n, accumulate=True),
+                        lambda: ("mlp_last", []))
+            done = lambda: ("down_last", [])  # noqa: E731
 
         # The last row: final norm into xn[0], LM head, argmax.
-        def last():
-            return arith.SubIOp(rows, const(1)).result
-
         def final_norm(t):
-            h_last = memref.SubViewOp(strided([1, H], f32, [H, 1]), A["p_h"], [last()], [], [],
-                                      static_offsets=[DYN, 0], static_sizes=[1, H], static_strides=[1, 1]).result
-            xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
-            et.rmsnorm(h_last, A["final_norm"], xn0, eps)
+            parts = dict(x=last_row(A["p_h"], H, f32))
+            if not row_tail and split.get("down", 1) == 2:
+                parts = dict(x=last_row(A["p_part"], H, f32), residual=last_row(A["p_h"], H, f32))
+            rmsnorm(parts, A["final_norm"], xn0())
         events["final_norm"] = et.event([])
-        task("final_norm", [1], final_norm,
-             waits=lambda t: [("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])],
-             signal=lambda t: ("final_norm", []), nbytes=6 * H)
+        task("final_norm", [1], final_norm, waits=lambda t: [done()], signal=lambda t: ("final_norm", []),
+             nbytes=6 * H)
         lm_rows = max(1, -(-V // lay.workers))
 
         def lm_head(t):
