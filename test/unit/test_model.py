@@ -537,6 +537,9 @@ def test_prefill_tiles_choices_and_bad_values():
     assert t.split_k == {"o": 2, "down": 2} and t.gemm["down"] == (256, 64, 4) and t.sources["o"] == "split rule"
     q3 = PrefillTiles(preset("qwen3-0.6b"), max_rows=1024)
     assert q3.split_k == {"o": 2, "down": 2} and q3.gemm["o"] == (128, 64, 4)
+    # Gated tiles by waves: Qwen3-0.6B's 2 x 3072 rows in 256 tiles of 192
+    # (two waves) rather than 192 tiles of 256 (1.5 waves).
+    assert q3.gemm["gate_up"] == (192, 64, 4) and q3.sources["gate_up"] == "gated rule"
     # 128 rows: 16 split tiles are too few, so the models choose unsplit tiles.
     short = PrefillTiles(c, max_rows=128)
     assert short.split_k == {"o": 1, "down": 1} and short.sources["down"].startswith("models")

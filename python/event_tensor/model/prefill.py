@@ -59,6 +59,13 @@ __all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
 
 DYN = ShapedType.get_dynamic_size()
 SPLIT_LAYERS = ("o", "down")  # the linear layers that add into the residual stream
+# Throughput of a 128-row gated tile of BN columns relative to BN = 256 on the
+# H200: 128 x 128 tiles ran at about 530 TFLOP/s-equivalent against 720; 192
+# was not timed per tile and is taken between the two. With them the wave
+# rule picks what measured fastest: 256 for Llama-3.2-1B (512 tiles, 3.9
+# waves), 192 for Qwen3-0.6B (256 tiles in 2 waves against 192 tiles, 1.5
+# waves, of 256; 2.5% faster on the H100, docs/benchmarks.md).
+GATED_RATE = {256: 1.0, 192: 0.9, 128: 0.74}
 
 
 def prefill_gemm_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -183,11 +190,11 @@ class PrefillTiles:
                 bn, bk, stages, source = split_bn, 64, 4, "split rule"
             elif gpu_target and name == "gate_up" and self.row_block == 128 and self.threads == 256 and \
                     -(-max_rows // 128) * -(-n // 256) >= workers:
-                # 128 output columns of each weight per tile (a 128 x 256
-                # product) while those fill the workers: on the H200 5.3 ms
-                # against 5.7 ms for the models' 128 x 128 choice (Llama-3.2-1B,
-                # 1024 tokens; docs/benchmarks.md).
-                bn, bk, stages, source = 256, 64, 4, "gated rule"
+                # Wide gated tiles while 128 x 256 ones fill the workers: on
+                # the H200 5.3 ms against 5.7 ms for the models' 128 x 128
+                # choice (Llama-3.2-1B, 1024 tokens); BN by waves
+                # (docs/benchmarks.md).
+                bn, bk, stages, source = self._gated_bn(n, workers), 64, 4, "gated rule"
             elif gpu_target and name in ("q", "k", "v") and self.row_block == 128 and self.threads == 256 and \
                     -(-max_rows // 128) * sum(-(-shapes[p][0] // 256) for p in ("q", "k", "v")) <= workers:
                 # q, k and v run at once: one wave of 128 x 256 tiles beat
@@ -202,6 +209,14 @@ class PrefillTiles:
                 raise ValueError(f"a gated tile's BN holds both weights' rows: a multiple of 32, got {bn}")
             self.gemm[name] = (int(bn), int(bk), int(stages))
             self.sources[name] = source
+
+    def _gated_bn(self, n: int, workers: int) -> int:
+        """BN of the gated tiles (both weights' rows; `n` is 2 x I): the
+        fewest waves of the workers, each as long as a tile of BN at its
+        measured rate (GATED_RATE)."""
+        def waves(bn):
+            return -(-(self.row_blocks * -(-n // bn)) // workers) * bn / GATED_RATE[bn]
+        return min(GATED_RATE, key=waves)
 
     def _split_rule(self, n: int, workers: int) -> int | None:
         """BN of two-way split-K tiles that fill half a wave to one wave of
