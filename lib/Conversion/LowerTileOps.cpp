@@ -1254,6 +1254,36 @@ void threadLoop(OpBuilder &b, Location loc, Value n, Fn body) {
                      });
 }
 
+/// Elements [0, total) strided by the worker's threads: while whole trips
+/// of `width` per thread remain, `body` gets a trip's `width` indices (so it
+/// can issue all their loads before any store), then one index per thread
+/// and trip for the rest.
+template <typename Fn>
+void groupedThreadLoop(OpBuilder &b, Location loc, Value total, int64_t width, Fn body) {
+  TileBuilder h{b, loc};
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
+  Value first = tid;
+  if (width > 1) {
+    Value trip = arith::MulIOp::create(b, loc, nt, h.idx(width));
+    Value bulk = arith::SubIOp::create(b, loc, total, arith::RemUIOp::create(b, loc, total, trip));
+    first = arith::AddIOp::create(b, loc, bulk, tid);
+    scf::ForOp::create(b, loc, tid, bulk, trip, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value e0, ValueRange) {
+                         SmallVector<Value> es{e0};
+                         for (int64_t u = 1; u < width; ++u)
+                           es.push_back(arith::AddIOp::create(b, loc, es.back(), nt));
+                         body(b, loc, ArrayRef<Value>(es));
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+  scf::ForOp::create(b, loc, first, total, nt, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value e, ValueRange) {
+                       body(b, loc, ArrayRef<Value>{e});
+                       scf::YieldOp::create(b, loc);
+                     });
+}
+
 /// Whether rows of `t` are contiguous with a static row stride of `cols`
 /// elements (row views of a [rows, cols] buffer), so 16-byte chunks of a
 /// row stay 16-byte aligned.
@@ -1320,38 +1350,17 @@ bool lowerEmbeddingVector(EmbeddingOp op, int64_t width) {
     auto st = vector::StoreOp::create(b, loc, v, op.getY(), ValueRange{k.tok, k.col});
     st.setAlignment(16);
   };
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  Value first = tid;
-  if (width > 1) {
-    // Whole trips of `width` chunks per thread: every id, then every row,
-    // then the stores.
-    Value trip = arith::MulIOp::create(b, loc, nt, h.idx(width));
-    Value bulk = arith::SubIOp::create(b, loc, total, arith::RemUIOp::create(b, loc, total, trip));
-    first = arith::AddIOp::create(b, loc, bulk, tid);
-    scf::ForOp::create(b, loc, tid, bulk, trip, ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value c0, ValueRange) {
-                         SmallVector<Chunk> ks;
-                         SmallVector<Value> vs;
-                         Value c = c0;
-                         for (int64_t u = 0; u < width; ++u) {
-                           if (u)
-                             c = arith::AddIOp::create(b, loc, c, nt);
-                           ks.push_back(chunkAt(b, loc, c));
-                         }
-                         for (const Chunk &k : ks)
-                           vs.push_back(load(b, loc, k));
-                         for (auto [k, v] : llvm::zip(ks, vs))
-                           store(b, loc, k, v);
-                         scf::YieldOp::create(b, loc);
-                       });
-  }
-  scf::ForOp::create(b, loc, first, total, nt, ValueRange{},
-                     [&](OpBuilder &b, Location loc, Value c, ValueRange) {
-                       Chunk k = chunkAt(b, loc, c);
-                       store(b, loc, k, load(b, loc, k));
-                       scf::YieldOp::create(b, loc);
-                     });
+  // A trip's ids, then its rows, then its stores.
+  groupedThreadLoop(b, loc, total, width, [&](OpBuilder &b, Location loc, ArrayRef<Value> cs) {
+    SmallVector<Chunk> ks;
+    SmallVector<Value> vs;
+    for (Value c : cs)
+      ks.push_back(chunkAt(b, loc, c));
+    for (const Chunk &k : ks)
+      vs.push_back(load(b, loc, k));
+    for (auto [k, v] : llvm::zip(ks, vs))
+      store(b, loc, k, v);
+  });
   op.erase();
   return true;
 }
@@ -1430,35 +1439,16 @@ void lowerKVAppend(KVAppendOp op, int64_t width) {
     b.setInsertionPointToStart(guard.thenBlock());
     memref::StoreOp::create(b, loc, fromF32(b, loc, v, outType), cache, ValueRange{el.row, el.hh, el.dd});
   };
-  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
-  Value nt = NumThreadsOp::create(b, loc, b.getIndexType());
-  Value first = tid;
-  if (width > 1) {
-    Value trip = arith::MulIOp::create(b, loc, nt, h.idx(width));
-    Value bulk = arith::SubIOp::create(b, loc, total, arith::RemUIOp::create(b, loc, total, trip));
-    first = arith::AddIOp::create(b, loc, bulk, tid);
-    scf::ForOp::create(b, loc, tid, bulk, trip, ValueRange{},
-                     [&](OpBuilder &b, Location loc, Value e0, ValueRange) {
-                       SmallVector<Element> els;
-                       SmallVector<Value> vs;
-                       Value e = e0;
-                       for (int64_t u = 0; u < width; ++u) {
-                         if (u)
-                           e = arith::AddIOp::create(b, loc, e, nt);
-                         els.push_back(element(b, loc, e));
-                         vs.push_back(load(b, loc, els.back()));
-                       }
-                       for (auto [el, v] : llvm::zip(els, vs))
-                         store(b, loc, el, v);
-                       scf::YieldOp::create(b, loc);
-                     });
-  }
-  scf::ForOp::create(b, loc, first, total, nt, ValueRange{},
-                     [&](OpBuilder &b, Location loc, Value e, ValueRange) {
-                       Element el = element(b, loc, e);
-                       store(b, loc, el, load(b, loc, el));
-                       scf::YieldOp::create(b, loc);
-                     });
+  groupedThreadLoop(b, loc, total, width, [&](OpBuilder &b, Location loc, ArrayRef<Value> es) {
+    SmallVector<Element> els;
+    SmallVector<Value> vs;
+    for (Value e : es) {
+      els.push_back(element(b, loc, e));
+      vs.push_back(load(b, loc, els.back()));
+    }
+    for (auto [el, v] : llvm::zip(els, vs))
+      store(b, loc, el, v);
+  });
   op.erase();
 }
 
