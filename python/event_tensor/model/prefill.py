@@ -532,25 +532,23 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
 
         # The end of the residual stream of the last row: down[L - 1]'s
         # element of its row block, or the last layer's row tail.
+        def linear_task(tname, n, k, body, wait):
+            """A one-row task over N = n output rows, about one share per
+            worker: body(row0, rows) per tile; it waits on `wait()` and
+            signals the scalar event `tname`."""
+            per = max(1, -(-n // lay.workers))
+            events[tname] = et.event([])
+            task(tname, [-(-n // per)], lambda t: body(start(t, per), const(per)), waits=lambda t: [wait()],
+                 signal=lambda t: (tname, []), nbytes=2 * per * k, flops=2 * per * k)
+
         done = lambda: ("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])  # noqa: E731
         if row_tail:
             # The last layer past its attention, for the last row: decode-style
             # tiles of about one share of the output rows per worker.
-            def linear_task(tname, n, k, body, wait):
-                per = max(1, -(-n // lay.workers))
-                events[tname] = et.event([])
-                task(tname, [-(-n // per)], lambda t: body(start(t, per), const(per)), waits=lambda t: [wait()],
-                     signal=lambda t: (tname, []), nbytes=2 * per * k, flops=2 * per * k)
             h_last = lambda: last_row(A["p_h"], H, f32)  # noqa: E731
             lw = lambda: const(L - 1)  # noqa: E731
-            def attn_last():
-                """The last row of p_attn as [1, Hq * D]."""
-                row = memref.SubViewOp(strided([1, Hq, D], bf16, [Hq * D, D, 1]), A["p_attn"], [last()], [], [],
-                                       static_offsets=[DYN, 0, 0], static_sizes=[1, Hq, D],
-                                       static_strides=[1, 1, 1]).result
-                return memref.collapse_shape(strided([1, Hq * D], bf16, [Hq * D, 1]), row, [[0], [1, 2]])
             linear_task("o_last", H, Hq * D,
-                        lambda r0, n: et.linear(attn_last(),
+                        lambda r0, n: et.linear(last_row(collapse(A["p_attn"], Hq * D), Hq * D, bf16),
                                                 layer_view(A["wo"], lw(), H, Hq * D), h_last(), r0, n,
                                                 accumulate=True),
                         lambda: ("attn", [lw(), arith.DivUIOp(last(), const(R)).result]))
@@ -579,30 +577,20 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
         events["final_norm"] = et.event([])
         task("final_norm", [1], final_norm, waits=lambda t: [done()], signal=lambda t: ("final_norm", []),
              nbytes=6 * H)
-        lm_rows = max(1, -(-V // lay.workers))
-
-        def lm_head(t):
-            xn0 = memref.subview(A["xn"], [0, 0], [1, H], [1, 1], result_type=strided([1, H], bf16, [H, 1], 0))
-            out = memref.subview(A["logits"], [0, 0], [1, V], [1, 1],
-                                 result_type=strided([1, V], f32, [V, 1], 0))
-            et.linear(xn0, A["lm_head"], out, start(t, lm_rows), const(lm_rows))
-        events["lm_head"] = et.event([])
-        task("lm_head", [-(-V // lm_rows)], lm_head, waits=[("final_norm", [])], signal=lambda t: ("lm_head", []),
-             nbytes=2 * lm_rows * H, flops=2 * lm_rows * H)
+        linear_task("lm_head", V, H,
+                    lambda r0, n: et.linear(xn0(), A["lm_head"], first_row(A["logits"], V, f32), r0, n),
+                    lambda: ("final_norm", []))
         chunk = -(-V // lay.argmax_chunks)
-
-        def one(buf, n, elt):
-            return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
         events["argmax_part"] = et.event([])
         task("argmax_part", [lay.argmax_chunks],
-             lambda t: et.argmax(one(A["logits"], V, f32), one(A["part_val"], lay.argmax_chunks, f32),
-                                 one(A["part_idx"], lay.argmax_chunks, i32),
+             lambda t: et.argmax(first_row(A["logits"], V, f32), first_row(A["part_val"], lay.argmax_chunks, f32),
+                                 first_row(A["part_idx"], lay.argmax_chunks, i32),
                                  start(t, chunk), const(chunk), t),
              waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
         task("argmax", [1],
-             lambda t: et.argmax(one(A["part_val"], lay.argmax_chunks, f32), one(A["next_val"], 1, f32),
-                                 one(A["next_token"], 1, i32), const(0), const(lay.argmax_chunks), const(0),
-                                 from_=one(A["part_idx"], lay.argmax_chunks, i32)),
+             lambda t: et.argmax(first_row(A["part_val"], lay.argmax_chunks, f32), first_row(A["next_val"], 1, f32),
+                                 first_row(A["next_token"], 1, i32), const(0), const(lay.argmax_chunks), const(0),
+                                 from_=first_row(A["part_idx"], lay.argmax_chunks, i32)),
              waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
     return module
 
