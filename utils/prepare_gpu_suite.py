@@ -346,8 +346,19 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
                        (32, 8, 64, 300, 4, 64, 200, 1, 1024, None), (32, 8, 64, 1024, 8, 128, 1000, 1, 512, 700),
                        (16, 8, 128, 1024, 8, 128, 1000, 1, 384, 999), (32, 8, 64, 1024, 8, 128, 600, 1, 512, 300),
                        (8, 8, 64, 512, 4, 128, 500, 1, 256, 400), (32, 8, 128, 1024, 8, 128, 1000, 1, 512, 1000)]
-    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads, stable) in enumerate(attention_cases):
-        staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024) if stable is not None else {}
+    # On tensor cores (tile_kv_mma_bytes): groups of 4, 2, 16 and 8 heads
+    # (16: both halves of the 16-row tile), D = 64 and 128, two entries per
+    # split, a short last split, rings of 2 to 4 slots, idle warps.
+    attention_cases += [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, "mma", 64 * 1024),
+                        (16, 8, 128, 1024, 4, 256, 777, 2, 512, "mma", 128 * 1024),
+                        (32, 8, 64, 300, 4, 64, 200, 1, 512, "mma", 96 * 1024),
+                        (32, 2, 64, 1024, 4, 256, 1000, 1, 256, "mma", 64 * 1024),
+                        (16, 2, 128, 1024, 4, 256, 999, 1, 512, "mma", 160 * 1024)]
+    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads, stable, *ring) in enumerate(attention_cases):
+        if stable == "mma":
+            stable, staged = None, dict(tile_kv_mma_bytes=ring[0])
+        else:
+            staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024) if stable is not None else {}
         art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=sub,
                                                  stable=stable is not None), target="cuda",
                          workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache, **staged)
@@ -370,10 +381,10 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     for ctx in (1024, 8192):
         for split_len in (256, 1024):
             for threads in (256, 512):
-                for variant in ("plain", "wait", "staged"):
-                    if variant != "plain" and threads != 512:
+                for variant in ("plain", "wait", "staged", "mma64", "mma96", "mma128", "mma160"):
+                    if variant in ("wait", "staged") and threads != 512:
                         continue
-                    waits = variant != "plain"
+                    waits = variant in ("wait", "staged")
                     entries = ctx // split_len
                     args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
                                      for i in range(layers))
@@ -396,8 +407,10 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
                                   f"memref<{entries}x{hq}xf32>", "  }"]
                     lines.append("}")
                     staged = dict(tile_kv_prefetch="shared") if variant == "staged" else {}
+                    if variant.startswith("mma"):
+                        staged = dict(tile_kv_mma_bytes=int(variant[3:]) * 1024)
                     art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
-                                     threads_per_worker=threads, cache_dir=cache, **staged)
+                                     threads_per_worker=threads, cache_dir=cache, format="bin", **staged)
                     name = f"attention-bw-{ctx}-l{split_len}-t{threads}" + ("" if variant == "plain" else f"-{variant}")
                     _copy_artifact(art, out / name)
                     configs.append({"name": name, "context": ctx, "split_len": split_len, "threads": threads,

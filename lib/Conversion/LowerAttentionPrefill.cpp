@@ -58,6 +58,38 @@ Value negInf(OpBuilder &b, Location loc) {
 
 } // namespace
 
+SmallVector<Value, 4> tile::ldmatrixX4(OpBuilder &b, Location loc, Value at, bool trans) {
+  MLIRContext *ctx = b.getContext();
+  Type i32Type = b.getI32Type();
+  Type quadType = LLVM::LLVMStructType::getLiteral(ctx, {i32Type, i32Type, i32Type, i32Type});
+  Value v = NVVM::LdMatrixOp::create(b, loc, quadType, at, 4, trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+                                     NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value, 4> regs;
+  for (int64_t i = 0; i < 4; ++i)
+    regs.push_back(LLVM::ExtractValueOp::create(b, loc, v, i));
+  return regs;
+}
+
+SmallVector<Value, 4> tile::mmaBf16(OpBuilder &b, Location loc, ArrayRef<Value> a, ArrayRef<Value> bFrag,
+                                    ArrayRef<Value> c) {
+  Type f32 = b.getF32Type();
+  Type mmaType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  Value d = NVVM::MmaOp::create(b, loc, mmaType, a, bFrag, c, {16, 8, 16}, std::nullopt, std::nullopt,
+                                std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
+                                std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+  SmallVector<Value, 4> out;
+  for (int64_t e = 0; e < 4; ++e)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, d, e));
+  return out;
+}
+
+Value tile::packBf16(OpBuilder &b, Location loc, Value lo, Value hi) {
+  Type f32 = b.getF32Type();
+  Value v = vector::FromElementsOp::create(b, loc, VectorType::get({2}, f32), ValueRange{lo, hi});
+  v = arith::TruncFOp::create(b, loc, VectorType::get({2}, b.getBF16Type()), v);
+  return LLVM::BitcastOp::create(b, loc, b.getI32Type(), v).getResult();
+}
+
 void tile::lowerAttentionPrefillLoops(AttentionPrefillOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -293,30 +325,11 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
                            arith::MulIOp::create(b, loc, l8m2, h.idx(8)));
   Value vLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l8m2, h.idx(8))),
                            arith::MulIOp::create(b, loc, l16, h.idx(8)));
-  Type quadType = LLVM::LLVMStructType::getLiteral(ctx, {i32Type, i32Type, i32Type, i32Type});
-  auto ldmatrix = [&](OpBuilder &b, Value at, bool trans) {
-    Value v = NVVM::LdMatrixOp::create(b, loc, quadType, at, 4, trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
-                                       NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
-    SmallVector<Value, 4> regs;
-    for (int64_t i = 0; i < 4; ++i)
-      regs.push_back(LLVM::ExtractValueOp::create(b, loc, v, i));
-    return regs;
-  };
-  Type mmaType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+  auto ldmatrix = [&](OpBuilder &b, Value at, bool trans) { return ldmatrixX4(b, loc, at, trans); };
   auto mma = [&](OpBuilder &b, ArrayRef<Value> a, ArrayRef<Value> bFrag, ArrayRef<Value> c) {
-    Value d = NVVM::MmaOp::create(b, loc, mmaType, a, bFrag, c, {16, 8, 16}, std::nullopt, std::nullopt,
-                                  std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
-                                  std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
-    SmallVector<Value, 4> out;
-    for (int64_t e = 0; e < 4; ++e)
-      out.push_back(LLVM::ExtractValueOp::create(b, loc, d, e));
-    return out;
+    return mmaBf16(b, loc, a, bFrag, c);
   };
-  auto pack = [&](OpBuilder &b, Value lo, Value hi) {
-    Value v = vector::FromElementsOp::create(b, loc, VectorType::get({2}, f32), ValueRange{lo, hi});
-    v = arith::TruncFOp::create(b, loc, VectorType::get({2}, b.getBF16Type()), v);
-    return LLVM::BitcastOp::create(b, loc, i32Type, v).getResult();
-  };
+  auto pack = [&](OpBuilder &b, Value lo, Value hi) { return packBf16(b, loc, lo, hi); };
 
   // State carried over the KV blocks: O (dTiles x 4 f32), then the running
   // max and (this thread's partial) sum of each of the two rows.

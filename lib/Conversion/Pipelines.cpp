@@ -108,6 +108,12 @@ struct NVVMPipelineOptions
       llvm::cl::desc("Dynamic shared memory for tile-prefetch=shared and "
                      "tile-kv-prefetch=shared (bytes)"),
       llvm::cl::init(131072)};
+  PassOptions::Option<int64_t> tileKvMmaBytes{
+      *this, "tile-kv-mma-bytes",
+      llvm::cl::desc("Dynamic shared memory for the cp.async ring of K and V "
+                     "rows of a streamed et.attention_split (bytes; 0: "
+                     "loads into registers)"),
+      llvm::cl::init(0)};
   PassOptions::Option<int64_t> tileStageBytes{
       *this, "tile-stage-bytes",
       llvm::cl::desc("Bytes per task of et.linear weight rows a worker may "
@@ -182,6 +188,7 @@ void mlir::et::registerEventTensorPipelines() {
         tile.prefetchTasks.assign(options.tilePrefetchTasks.begin(), options.tilePrefetchTasks.end());
         tile.kvPrefetch = options.tileKvPrefetch;
         tile.prefetchBytes = options.tilePrefetchBytes;
+        tile.kvMmaBytes = options.tileKvMmaBytes;
         tile.stageBytes = options.tileStageBytes;
         tile.stageTasks.assign(options.tileStageTasks.begin(), options.tileStageTasks.end());
         tile.threads = options.threads;

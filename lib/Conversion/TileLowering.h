@@ -107,6 +107,18 @@ LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
 /// et.matmul on the CPU: scalar loops over the block, rows strided by thread.
 void lowerMatmulCPU(MatmulOp op);
 
+/// ldmatrix .x4 of 8x8 bf16 matrices (`trans` for .trans) at the shared
+/// address `at` (this lane's row): the four 32-bit registers.
+SmallVector<Value, 4> ldmatrixX4(OpBuilder &b, Location loc, Value at, bool trans);
+
+/// mma.sync m16n8k16, bf16 inputs (A row-major, B column-major), f32
+/// accumulators: d = a * b + c (4, 2 and 4 registers in, 4 out).
+SmallVector<Value, 4> mmaBf16(OpBuilder &b, Location loc, ArrayRef<Value> a, ArrayRef<Value> bFrag,
+                              ArrayRef<Value> c);
+
+/// Two f32 rounded to bf16 and packed in an i32 (`lo` in the low half).
+Value packBf16(OpBuilder &b, Location loc, Value lo, Value hi);
+
 /// et.attention_prefill on the GPU with tensor cores, when the op and the
 /// worker allow it (D of 64 or 128, block x G rows a multiple of 16 that
 /// the warps cover, `threads` fixed); the op's task takes the dynamic

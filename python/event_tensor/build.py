@@ -111,7 +111,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
-                   tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0, tile_stage_tasks: tuple = (),
+                   tile_kv_mma_bytes: int = 0, tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0, tile_stage_tasks: tuple = (),
                    opt_level: int = 2, tile_mma: str = "wgmma", tile_rows_in_flight: int = 1,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -131,7 +131,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     `tile_prefetch_tasks` when it is given (else in all); `tile_kv_prefetch`
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
     `stable` into shared memory before the wait; both shared forms use
-    `tile_prefetch_bytes` of dynamic shared memory. `tile_stage_bytes` > 0
+    `tile_prefetch_bytes` of dynamic shared memory. `tile_kv_mma_bytes` > 0
+    streams the K and V rows of the other et.attention_split tiles through
+    a ring of that many bytes of dynamic shared memory (`cp.async`, several
+    blocks ahead per thread) instead of registers. `tile_stage_bytes` > 0
     lets each worker stage up to that many bytes of a tile's et.linear
     weight rows in shared memory during the tile before it (two regions of
     dynamic shared memory after the other buffers; docs/lowering.md,
@@ -163,6 +166,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             or not 0 <= tile_stage_bytes <= MAX_PREFETCH_BYTES // 2):
         raise ValueError(f"tile_stage_bytes must be an int in [0, {MAX_PREFETCH_BYTES // 2}], "
                          f"got {tile_stage_bytes!r}")
+    if (isinstance(tile_kv_mma_bytes, bool) or not isinstance(tile_kv_mma_bytes, int)
+            or not 0 <= tile_kv_mma_bytes <= MAX_PREFETCH_BYTES):
+        raise ValueError(f"tile_kv_mma_bytes must be an int in [0, {MAX_PREFETCH_BYTES}], "
+                         f"got {tile_kv_mma_bytes!r}")
     if tile_linear not in ("rows", "stream"):
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
@@ -191,6 +198,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             options["tile_prefetch_tasks"] = list(tile_prefetch_tasks)
         if "shared" in (tile_prefetch, tile_kv_prefetch):
             options["tile_prefetch_bytes"] = tile_prefetch_bytes
+        if tile_kv_mma_bytes:
+            options["tile_kv_mma_bytes"] = tile_kv_mma_bytes
         if tile_stage_bytes:
             options["tile_stage_bytes"] = tile_stage_bytes
             if tile_stage_tasks:
@@ -240,7 +249,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
                         f"tile-prefetch={tile_prefetch} tile-kv-prefetch={tile_kv_prefetch} "
                         + (f"tile-prefetch-tasks={','.join(tile_prefetch_tasks)} " if tile_prefetch_tasks else "") +
-                        f"tile-prefetch-bytes={tile_prefetch_bytes} tile-stage-bytes={tile_stage_bytes} "
+                        f"tile-prefetch-bytes={tile_prefetch_bytes} tile-kv-mma-bytes={tile_kv_mma_bytes} "
+                        f"tile-stage-bytes={tile_stage_bytes} "
                         + (f"tile-stage-tasks={','.join(tile_stage_tasks)} " if tile_stage_tasks else "") +
                         f"tile-linear={tile_linear} tile-mma={tile_mma} tile-rows-in-flight={tile_rows_in_flight} "
                         f"threads={threads_per_worker} "

@@ -9,7 +9,9 @@
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{stage-bytes=300000}))" 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{rows-in-flight=3}))" 2>&1 | FileCheck %s --check-prefix=ROWS
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{rows-in-flight=0}))" 2>&1 | FileCheck %s --check-prefix=ROWS0
+// RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{kv-mma-bytes=300000}))" 2>&1 | FileCheck %s --check-prefix=KVMMA
 
+// KVMMA: :[[@LINE+12]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-mma-bytes must be in [0, 204800], got 300000
 // ROWS0: :[[@LINE+11]]:1: error: 'et.kernel' op 'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got 0
 // ROWS: :[[@LINE+10]]:1: error: 'et.kernel' op 'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got 3
 // STAGE: :[[@LINE+9]]:1: error: 'et.kernel' op 'et-lower-tile-ops' stage-bytes must be in [0, 204800], got 300000

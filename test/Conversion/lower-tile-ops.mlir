@@ -7,6 +7,8 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=SHARED
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=KVS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=32767}))" | FileCheck %s --check-prefix=KVSMALL
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 kv-mma-bytes=65536}))" | FileCheck %s --check-prefix=MMA
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 kv-mma-bytes=9215}))" | FileCheck %s --check-prefix=MMASMALL
 
 // On the GPU target: a warp per row (rows strided by the number of warps).
 // K = 1024 is a multiple of 256, so each warp streams its rows as one
@@ -271,6 +273,49 @@ et.kernel @batched(%x: memref<?x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
 // T256: scf.for {{.*}} -> ({{.*}}, vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // CPU-LABEL: et.kernel @attn
 // CPU-NOT: gpu.shuffle
+// kv-mma-bytes=65536 at 256 threads: tensor cores. A ring of 16-position
+// blocks per warp (K then V rows of 64 + 8 bf16, 4608 bytes a slot): 7 warps
+// with two slots each (the 8th idles), 7 x 2 x 4608 bytes; partials of 7
+// warps. The thread id goes through an opaque move. The first block's
+// copies and a commit group before the loop; per trip the next block's
+// copies, then wait_group 1 and a warp barrier (no CTA barrier), K
+// fragments through ldmatrix, q K^T as hi and lo mma.sync pairs, the
+// softmax's row maxima over the quad (xor 1, 2), P V through
+// ldmatrix.trans; then the warps combine. A dynamic q (@fallback) keeps
+// the loops. 9215 bytes (less than two slots for one warp): the CUDA-core
+// loop.
+// MMA-LABEL: et.kernel @attn
+// MMA: et.task @grouped
+// MMA: memref.alloca() {et.dynamic_shared} : memref<32256xbf16, #gpu.address_space<workgroup>>
+// MMA: memref.alloca() : memref<7x4x64xf32, #gpu.address_space<workgroup>>
+// MMA: memref.alloca() : memref<7x4x2xf32, #gpu.address_space<workgroup>>
+// MMA: llvm.inline_asm has_side_effects "mov.b64 $0, $1;"
+// MMA: nvvm.cp.async.shared.global
+// MMA: nvvm.cp.async.commit.group
+// MMA: scf.for
+// MMA: nvvm.bar.warp.sync
+// MMA: nvvm.cp.async.shared.global
+// MMA: nvvm.cp.async.commit.group
+// MMA-NEXT: nvvm.cp.async.wait.group 1
+// MMA-NOT: gpu.barrier
+// MMA: nvvm.bar.warp.sync
+// MMA: nvvm.ldmatrix {{.*}}layout = #nvvm.mma_layout<row>
+// MMA: nvvm.mma.sync
+// MMA: nvvm.mma.sync
+// MMA: gpu.shuffle  xor {{.*}}, %c1_i32
+// MMA: gpu.shuffle  xor {{.*}}, %c2_i32
+// MMA: math.exp2
+// MMA: nvvm.ldmatrix {{.*}}layout = #nvvm.mma_layout<col>
+// MMA: nvvm.mma.sync
+// MMA: nvvm.cp.async.wait.group 0
+// MMA: gpu.barrier
+// MMA: math.log2
+// MMA: et.task @fallback
+// MMA-NOT: nvvm.mma.sync
+// MMA: math.fma
+// MMASMALL-LABEL: et.kernel @attn
+// MMASMALL-NOT: nvvm.mma.sync
+// MMASMALL: scf.for {{.*}} -> ({{.*}}, vector<8xf32>, vector<8xbf16>, vector<8xbf16>
 et.kernel @attn(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>,
                 %qd: memref<?x64xf32>, %od: memref<2x?x64xf32>, %lsed: memref<2x?xf32>, %n: index) {
   %c2 = arith.constant 2 : index

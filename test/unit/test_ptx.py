@@ -155,6 +155,32 @@ def test_kv_prefetch_ptx(tmp_path):
     _assemble(art, tmp_path)
 
 
+def test_kv_mma_ptx(tmp_path):
+    """tile_kv_mma_bytes: split-KV attention on tensor cores. Qwen3 heads
+    (D = 128): slots of 16 positions of K and V rows of 136 bf16 (8704
+    bytes); 7 of the 16 warps get two slots in 128 KiB, so the kernel
+    states 7 x 2 x 8704 bytes of dynamic shared memory. The loop waits for
+    its block with cp.async.wait_group and a warp barrier, reads K and V
+    through ldmatrix (V transposed) and multiplies with mma.sync."""
+    from test_tile_ops import _attention_kernel
+
+    kernel = _attention_kernel(16, 8, 128, 1024, 4, 256)
+    art = et.compile(kernel, target="cuda", workers=8, threads_per_worker=512, tile_kv_mma_bytes=128 * 1024,
+                     cache_dir=tmp_path)
+    assert art.metadata["options"]["tile_kv_mma_bytes"] == 128 * 1024
+    ptx = re.sub(r"\s+", " ", art.binary_path.read_text())
+    assert f".visible .global .align 4 .u32 __et_dynamic_shared_bytes = {7 * 2 * 8704};" in ptx
+    for needle in ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                   "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "bar.warp.sync", "cp.async.wait_group 1;"):
+        assert needle in ptx, needle
+    plain = et.compile(kernel, target="cuda", workers=8, threads_per_worker=512, cache_dir=tmp_path)
+    assert "mma.sync" not in plain.binary_path.read_text()
+    for bad in (-1, 1 << 20, True, 4096.0):
+        with pytest.raises(ValueError, match="tile_kv_mma_bytes must be an int in \\[0, 204800\\]"):
+            et.compile(kernel, target="cuda", tile_kv_mma_bytes=bad, cache_dir=tmp_path)
+    _assemble(art, tmp_path)
+
+
 def test_matmul_ptx(tmp_path):
     """et.matmul: cp.async copies with a source size (zero fill), ldmatrix
     and bf16 mma.sync in the PTX; the kernel states its dynamic shared
