@@ -349,16 +349,15 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     # On tensor cores (tile_kv_mma_bytes): groups of 4, 2, 16 and 8 heads
     # (16: both halves of the 16-row tile), D = 64 and 128, two entries per
     # split, a short last split, rings of 2 to 4 slots, idle warps.
-    attention_cases += [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, "mma", 64 * 1024),
-                        (16, 8, 128, 1024, 4, 256, 777, 2, 512, "mma", 128 * 1024),
-                        (32, 8, 64, 300, 4, 64, 200, 1, 512, "mma", 96 * 1024),
-                        (32, 2, 64, 1024, 4, 256, 1000, 1, 256, "mma", 64 * 1024),
-                        (16, 2, 128, 1024, 4, 256, 999, 1, 512, "mma", 160 * 1024)]
-    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads, stable, *ring) in enumerate(attention_cases):
-        if stable == "mma":
-            stable, staged = None, dict(tile_kv_mma_bytes=ring[0])
-        else:
-            staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024) if stable is not None else {}
+    attention_cases += [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, None, 64 * 1024),
+                        (16, 8, 128, 1024, 4, 256, 777, 2, 512, None, 128 * 1024),
+                        (32, 8, 64, 300, 4, 64, 200, 1, 512, None, 96 * 1024),
+                        (32, 2, 64, 1024, 4, 256, 1000, 1, 256, None, 64 * 1024),
+                        (16, 2, 128, 1024, 4, 256, 999, 1, 512, None, 160 * 1024)]
+    for i, (hq, hkv, d, s_max, splits, split_len, length, sub, threads, stable, *mma) in enumerate(attention_cases):
+        staged = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024) if stable is not None else {}
+        if mma:
+            staged["tile_kv_mma_bytes"] = mma[0]
         art = et.compile(tests._attention_kernel(hq, hkv, d, s_max, splits, split_len, subsplits=sub,
                                                  stable=stable is not None), target="cuda",
                          workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache, **staged)

@@ -1820,6 +1820,277 @@ std::optional<int64_t> constantUpperBound(Value v) {
   return lhs ? lhs : rhs;
 }
 
+/// Combines the partial results of the warps of one output entry of
+/// et.attention_split: warp w left the running maximum and sum of head g
+/// (base 2) in ml[w, g, 0 / 1] and its unnormalized output in acc[w, g, :]
+/// (a warp with no positions: a maximum of -1e30 and zeros). One thread
+/// per (head, d) writes o[entry, headBase + g, d] and lse[entry, headBase + g].
+void combineWarps(OpBuilder &b, Location loc, AttentionSplitOp op, Value smemAcc, Value smemML, Value warps,
+                  int64_t groupSize, int64_t dim, Value entry, Value headBase) {
+  TileBuilder h{b, loc};
+  Value floor = h.f32(-1e30);
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  auto exp2Diff = [&](OpBuilder &b, Value a, Value m) -> Value {
+    return math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, a, m));
+  };
+  threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
+    Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
+    Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
+    auto mx = scf::ForOp::create(
+        b, loc, h.idx(0), warps, h.idx(1), ValueRange{floor},
+        [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
+          Value mw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(0)});
+          scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, a[0], mw)});
+        });
+    Value big = mx.getResult(0);
+    auto sums = scf::ForOp::create(
+        b, loc, h.idx(0), warps, h.idx(1), ValueRange{h.f32(0), h.f32(0)},
+        [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
+          Value mw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(0)});
+          Value lw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(1)});
+          Value ow = memref::LoadOp::create(b, loc, smemAcc, ValueRange{w, g, d});
+          Value f = exp2Diff(b, mw, big);
+          scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, f, lw, a[0]),
+                                                  math::FmaOp::create(b, loc, f, ow, a[1])});
+        });
+    Value total = sums.getResult(0);
+    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, total, h.f32(0));
+    Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), total);
+    Value out = arith::SelectOp::create(b, loc, empty, h.f32(0),
+                                        arith::DivFOp::create(b, loc, sums.getResult(1), safeL));
+    Value head = arith::AddIOp::create(b, loc, headBase, g);
+    memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{entry, head, d});
+    Value isD0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, d, h.idx(0));
+    auto storeLse = scf::IfOp::create(b, loc, isD0, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(storeLse.thenBlock());
+    Value lse = arith::MulFOp::create(
+        b, loc, arith::AddFOp::create(b, loc, big, math::Log2Op::create(b, loc, safeL)),
+        h.f32(M_LN2));
+    lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
+    memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{entry, head});
+  });
+}
+
+/// Positions per block of the tensor-core split-KV attention.
+constexpr int64_t kMmaBlock = 16;
+
+/// The tensor-core pieces of split-KV attention (mma.sync m16n8k16, bf16
+/// in, f32 accumulators), shared by the tiles that stream K and V through
+/// per-warp rings and those that staged them in shared memory: the group's
+/// query heads are the rows of a 16-row tile (rows past the group hold zero
+/// q and are never stored; with 8 heads or fewer the upper half is not
+/// carried), and a warp folds blocks of 16 positions into its running
+/// state (O, then m and l per half of the rows) with an online softmax in
+/// base 2. q and P go to the tensor cores as bf16 pairs hi + lo (lo = the
+/// rounding error of hi), so the products keep about 16 bits of their f32
+/// values: bf16 alone (8 bits) would lose more than the CUDA-core path's
+/// error.
+struct MmaSplitTile {
+  AttentionSplitOp op;
+  Location loc;
+  int64_t groupSize, dim, halves, kSteps, dTiles;
+  Value lane, warp, quad, quarter, headBase;
+  Value zero, floor, negInf, zeroPair;
+  SmallVector<SmallVector<Value, 4>> qHi, qLo;
+
+  /// The fragments of a k16 step of K (`ks`) or a d16 step of V (`dp`) of
+  /// the block being folded in (ldmatrix .x4: two n8 tiles).
+  using Fragments = llvm::function_ref<SmallVector<Value, 4>(OpBuilder &, int64_t)>;
+
+  static bool fits(AttentionSplitOp op) {
+    MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
+    if (qType.isDynamicDim(0) || kType.isDynamicDim(1))
+      return false;
+    int64_t dim = qType.getDimSize(1), group = qType.getDimSize(0) / kType.getDimSize(1);
+    Type qElem = qType.getElementType();
+    return (dim == 64 || dim == 128) && group >= 1 && group <= 16 && kType.getElementType().isBF16() &&
+           op.getV().getType().getElementType().isBF16() && (qElem.isF32() || qElem.isBF16());
+  }
+
+  /// Thread values (from `tid`) and the q fragments of this thread.
+  MmaSplitTile(OpBuilder &b, AttentionSplitOp op, Value tid) : op(op), loc(op.getLoc()) {
+    TileBuilder h{b, loc};
+    MemRefType qType = op.getQ().getType();
+    dim = qType.getDimSize(1);
+    groupSize = qType.getDimSize(0) / op.getK().getType().getDimSize(1);
+    halves = groupSize > 8 ? 2 : 1;
+    kSteps = dim / 16;
+    dTiles = dim / 8;
+    lane = arith::RemUIOp::create(b, loc, tid, h.idx(kWarp));
+    warp = arith::DivUIOp::create(b, loc, tid, h.idx(kWarp));
+    quad = arith::DivUIOp::create(b, loc, lane, h.idx(4));
+    quarter = arith::RemUIOp::create(b, loc, lane, h.idx(4));
+    headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
+    zero = h.f32(0);
+    floor = h.f32(-1e30);
+    negInf = h.f32(-std::numeric_limits<float>::infinity());
+    zeroPair = i32(b, loc, 0);
+    // For k16 step ks: a0 / a1 = rows quad / quad + 8 at columns
+    // 16 ks + 2 quarter (+1), a2 / a3 the same rows 8 columns on; row r is
+    // head headBase + r, scaled by scale * log2(e).
+    const float scaleLog2 = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
+    Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+    auto qPair = [&](int64_t half, Value col) -> std::pair<Value, Value> {
+      if (half >= halves)
+        return {zeroPair, zeroPair};
+      Value row = arith::AddIOp::create(b, loc, quad, h.idx(half * 8));
+      Value live = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, h.idx(groupSize));
+      Value head = arith::AddIOp::create(b, loc, headBase, arith::MinUIOp::create(b, loc, row, h.idx(groupSize - 1)));
+      Value v[2], lo[2];
+      for (int64_t e = 0; e < 2; ++e) {
+        Value x = toF32(b, loc, memref::LoadOp::create(b, loc, op.getQ(),
+                                                       ValueRange{head, arith::AddIOp::create(b, loc, col, h.idx(e))}));
+        v[e] = arith::SelectOp::create(b, loc, live, arith::MulFOp::create(b, loc, x, h.f32(scaleLog2)), zero);
+        Value hi = arith::ExtFOp::create(b, loc, f32, arith::TruncFOp::create(b, loc, bf16, v[e]).getResult());
+        lo[e] = arith::SubFOp::create(b, loc, v[e], hi);
+      }
+      return {packBf16(b, loc, v[0], v[1]), packBf16(b, loc, lo[0], lo[1])};
+    };
+    for (int64_t ks = 0; ks < kSteps; ++ks) {
+      Value col = arith::AddIOp::create(b, loc, h.idx(ks * 16), arith::MulIOp::create(b, loc, quarter, h.idx(2)));
+      Value col8 = arith::AddIOp::create(b, loc, col, h.idx(8));
+      auto [a0, b0] = qPair(0, col);
+      auto [a1, b1] = qPair(1, col);
+      auto [a2, b2] = qPair(0, col8);
+      auto [a3, b3] = qPair(1, col8);
+      qHi.push_back({a0, a1, a2, a3});
+      qLo.push_back({b0, b1, b2, b3});
+    }
+  }
+
+  /// The state's size: O (dTiles x halves x 2 f32), then m and l per half.
+  int64_t stateO() const { return dTiles * 2 * halves; }
+  SmallVector<Value> initState() const {
+    SmallVector<Value> init(stateO(), zero);
+    for (int64_t half = 0; half < halves; ++half)
+      init.append({floor, zero});
+    return init;
+  }
+
+  /// The state after the block of positions p0 .. p0 + 15 (those from
+  /// `end` on masked): S = q K^T, the online softmax (row maxima over a
+  /// row's four lanes), O = alpha O + P V.
+  SmallVector<Value> update(OpBuilder &b, ValueRange st, Value p0, Value end, Fragments kFrag,
+                            Fragments vFrag) const {
+    TileBuilder h{b, loc};
+    Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+    const int64_t nO = stateO();
+    SmallVector<SmallVector<Value, 4>> s(2, SmallVector<Value, 4>(4, zero));
+    for (int64_t ks = 0; ks < kSteps; ++ks) {
+      SmallVector<Value, 4> r = kFrag(b, ks);
+      for (int64_t nt = 0; nt < 2; ++nt) {
+        s[nt] = mmaBf16(b, loc, qHi[ks], {r[2 * nt], r[2 * nt + 1]}, s[nt]);
+        s[nt] = mmaBf16(b, loc, qLo[ks], {r[2 * nt], r[2 * nt + 1]}, s[nt]);
+      }
+    }
+    Value pq = arith::AddIOp::create(b, loc, p0, arith::MulIOp::create(b, loc, quarter, h.idx(2)));
+    for (int64_t nt = 0; nt < 2; ++nt)
+      for (int64_t e = 0; e < 2 * halves; ++e) {
+        Value pos = arith::AddIOp::create(b, loc, pq, h.idx(nt * 8 + e % 2));
+        Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, pos, end);
+        s[nt][e] = arith::SelectOp::create(b, loc, ok, s[nt][e], negInf);
+      }
+    SmallVector<Value> out(st.begin(), st.end());
+    Value alpha[2];
+    for (int64_t half = 0; half < halves; ++half) {
+      Value mx = floor;
+      for (int64_t nt = 0; nt < 2; ++nt)
+        for (int64_t e = 2 * half; e < 2 * half + 2; ++e)
+          mx = arith::MaximumFOp::create(b, loc, mx, s[nt][e]);
+      for (int64_t off : {1, 2})
+        mx = arith::MaximumFOp::create(b, loc, mx, shuffleXor(b, loc, mx, off));
+      Value mOld = st[nO + 2 * half];
+      Value mNew = arith::MaximumFOp::create(b, loc, mOld, mx);
+      alpha[half] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, mOld, mNew));
+      Value sum = zero;
+      for (int64_t nt = 0; nt < 2; ++nt)
+        for (int64_t e = 2 * half; e < 2 * half + 2; ++e) {
+          s[nt][e] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, s[nt][e], mNew));
+          sum = arith::AddFOp::create(b, loc, sum, s[nt][e]);
+        }
+      out[nO + 2 * half] = mNew;
+      out[nO + 2 * half + 1] =
+          arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[nO + 2 * half + 1], alpha[half]), sum);
+    }
+    // P as the A operand (rows x 16 positions), hi and lo.
+    auto packAt = [&](int64_t nt, int64_t half, bool low) -> Value {
+      if (half >= halves)
+        return zeroPair;
+      Value x = s[nt][2 * half], y = s[nt][2 * half + 1];
+      if (!low)
+        return packBf16(b, loc, x, y);
+      auto lo = [&](Value p) -> Value {
+        Value hi = arith::ExtFOp::create(b, loc, f32, arith::TruncFOp::create(b, loc, bf16, p).getResult());
+        return arith::SubFOp::create(b, loc, p, hi);
+      };
+      return packBf16(b, loc, lo(x), lo(y));
+    };
+    SmallVector<Value, 4> aHi = {packAt(0, 0, false), packAt(0, 1, false), packAt(1, 0, false), packAt(1, 1, false)};
+    SmallVector<Value, 4> aLo = {packAt(0, 0, true), packAt(0, 1, true), packAt(1, 0, true), packAt(1, 1, true)};
+    for (int64_t dp = 0; dp < dim / 16; ++dp) {
+      SmallVector<Value, 4> r = vFrag(b, dp);
+      for (int64_t t = 0; t < 2; ++t) {
+        int64_t nt = 2 * dp + t;
+        SmallVector<Value, 4> c;
+        for (int64_t e = 0; e < 4; ++e)
+          c.push_back(e / 2 < halves
+                          ? arith::MulFOp::create(b, loc, st[(nt * halves + e / 2) * 2 + e % 2], alpha[e / 2]).getResult()
+                          : zero);
+        c = mmaBf16(b, loc, aHi, {r[2 * t], r[2 * t + 1]}, c);
+        c = mmaBf16(b, loc, aLo, {r[2 * t], r[2 * t + 1]}, c);
+        for (int64_t e = 0; e < 2 * halves; ++e)
+          out[(nt * halves + e / 2) * 2 + e % 2] = c[e];
+      }
+    }
+    return out;
+  }
+
+  /// This warp's partials (the final state `res`) into acc[warp] and
+  /// ml[warp] for the live rows, when `active`: l summed over a row's four
+  /// lanes; m and l from the lane of quarter 0.
+  void storePartials(OpBuilder &b, ValueRange res, Value active, Value smemAcc, Value smemML) const {
+    TileBuilder h{b, loc};
+    const int64_t nO = stateO();
+    Value isQ0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, quarter, h.idx(0));
+    for (int64_t half = 0; half < halves; ++half) {
+      Value l = res[nO + 2 * half + 1];
+      for (int64_t off : {1, 2})
+        l = arith::AddFOp::create(b, loc, l, shuffleXor(b, loc, l, off));
+      Value row = arith::AddIOp::create(b, loc, quad, h.idx(half * 8));
+      Value live = arith::AndIOp::create(
+          b, loc, active, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, h.idx(groupSize)));
+      auto store = scf::IfOp::create(b, loc, live, false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(store.thenBlock());
+      TileBuilder hh{b, loc};
+      for (int64_t nt = 0; nt < dTiles; ++nt)
+        for (int64_t e = 0; e < 2; ++e) {
+          Value d = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, quarter, hh.idx(2)), hh.idx(nt * 8 + e));
+          memref::StoreOp::create(b, loc, res[(nt * halves + half) * 2 + e], smemAcc, ValueRange{warp, row, d});
+        }
+      auto first = scf::IfOp::create(b, loc, isQ0, false);
+      b.setInsertionPointToStart(first.thenBlock());
+      memref::StoreOp::create(b, loc, res[nO + 2 * half], smemML, ValueRange{warp, row, hh.idx(0)});
+      memref::StoreOp::create(b, loc, l, smemML, ValueRange{warp, row, hh.idx(1)});
+    }
+  }
+};
+
+/// The thread id through an opaque move (inline PTX with side effects), so
+/// that no per-thread value derived from it is hoisted out of the worker's
+/// loop over tiles, where it would hold registers through every task.
+Value opaqueThreadId(OpBuilder &b, Location loc) {
+  Type i64 = b.getI64Type();
+  Value tid = ThreadIdOp::create(b, loc, b.getIndexType());
+  Value moved = LLVM::InlineAsmOp::create(b, loc, i64, ValueRange{arith::IndexCastOp::create(b, loc, i64, tid)},
+                                          "mov.b64 $0, $1;", "=l,l", /*has_side_effects=*/true,
+                                          /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+                                          LLVM::AsmDialectAttr(), ArrayAttr())
+                    .getResult(0);
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), moved);
+}
+
 /// GPU split-KV attention with the split's K and V rows staged in shared
 /// memory (kv-prefetch=shared): for an op with a `stable` operand, a static
 /// split length whose K and V rows fit in stageBytes, and D in {64, 128},
@@ -2141,58 +2412,6 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   return true;
 }
 
-/// Combines the partial results of the warps of one output entry of
-/// et.attention_split: warp w left the running maximum and sum of head g
-/// (base 2) in ml[w, g, 0 / 1] and its unnormalized output in acc[w, g, :]
-/// (a warp with no positions: a maximum of -1e30 and zeros). One thread
-/// per (head, d) writes o[entry, headBase + g, d] and lse[entry, headBase + g].
-void combineWarps(OpBuilder &b, Location loc, AttentionSplitOp op, Value smemAcc, Value smemML, Value warps,
-                  int64_t groupSize, int64_t dim, Value entry, Value headBase) {
-  TileBuilder h{b, loc};
-  Value floor = h.f32(-1e30);
-  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
-  auto exp2Diff = [&](OpBuilder &b, Value a, Value m) -> Value {
-    return math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, a, m));
-  };
-  threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
-    Value g = arith::DivUIOp::create(b, loc, e, h.idx(dim));
-    Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
-    auto mx = scf::ForOp::create(
-        b, loc, h.idx(0), warps, h.idx(1), ValueRange{floor},
-        [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
-          Value mw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(0)});
-          scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, a[0], mw)});
-        });
-    Value big = mx.getResult(0);
-    auto sums = scf::ForOp::create(
-        b, loc, h.idx(0), warps, h.idx(1), ValueRange{h.f32(0), h.f32(0)},
-        [&](OpBuilder &b, Location loc, Value w, ValueRange a) {
-          Value mw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(0)});
-          Value lw = memref::LoadOp::create(b, loc, smemML, ValueRange{w, g, h.idx(1)});
-          Value ow = memref::LoadOp::create(b, loc, smemAcc, ValueRange{w, g, d});
-          Value f = exp2Diff(b, mw, big);
-          scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, f, lw, a[0]),
-                                                  math::FmaOp::create(b, loc, f, ow, a[1])});
-        });
-    Value total = sums.getResult(0);
-    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, total, h.f32(0));
-    Value safeL = arith::SelectOp::create(b, loc, empty, h.f32(1), total);
-    Value out = arith::SelectOp::create(b, loc, empty, h.f32(0),
-                                        arith::DivFOp::create(b, loc, sums.getResult(1), safeL));
-    Value head = arith::AddIOp::create(b, loc, headBase, g);
-    memref::StoreOp::create(b, loc, out, op.getO(), ValueRange{entry, head, d});
-    Value isD0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, d, h.idx(0));
-    auto storeLse = scf::IfOp::create(b, loc, isD0, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(storeLse.thenBlock());
-    Value lse = arith::MulFOp::create(
-        b, loc, arith::AddFOp::create(b, loc, big, math::Log2Op::create(b, loc, safeL)),
-        h.f32(M_LN2));
-    lse = arith::SelectOp::create(b, loc, empty, negInf, lse);
-    memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{entry, head});
-  });
-}
-
 /// GPU split-KV attention for a static group size and D in {64, 128, 256}.
 /// Every warp of the worker takes part in each chunk (one output entry):
 /// the chunk's positions are cut into blocks of `steps` x (32 / P) positions,
@@ -2410,41 +2629,22 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   return true;
 }
 
-/// Positions per block of the tensor-core split-KV attention.
-constexpr int64_t kMmaBlock = 16;
-
-/// GPU split-KV attention on tensor cores (mma.sync m16n8k16, bf16 in, f32
-/// accumulators), for D of 64 or 128 and up to 16 query heads per KV head,
-/// with `threads` fixed and `mmaBytes` of dynamic shared memory. The group's
-/// heads are the rows of a 16-row tile (rows past the group are zeros and
-/// never stored). Each warp takes blocks of 16 positions in turn and keeps
-/// its own ring of them in shared memory (`depth` slots of K then V rows,
-/// each padded by 16 bytes so that ldmatrix does not conflict on banks):
-/// its lanes copy a block with cp.async, depth - 1 blocks ahead of the one
-/// it computes, and wait for it with cp.async.wait_group and a warp barrier
-/// (no CTA barrier in the loop). Per block: S = q K^T (K fragments through
-/// ldmatrix), the online softmax in base 2 (row maxima across the four
-/// lanes of a row), O += P V (V fragments through ldmatrix.trans). q and P
-/// go to the tensor cores as a bf16 pair, hi + lo (lo = the rounding
-/// error of hi), so the products keep about 16 bits of their f32 values
-/// (bf16 alone, 8 bits, would lose more than the CUDA-core path's error).
-/// The warps' partial results combine through shared memory as on the CUDA
-/// cores. Returns false (op untouched) when the op or the worker does not fit.
+/// GPU split-KV attention on tensor cores (MmaSplitTile), for `threads`
+/// fixed and `mmaBytes` of dynamic shared memory: each warp takes blocks of
+/// 16 positions in turn and keeps its own ring of them (`depth` slots of K
+/// then V rows, each padded by 16 bytes so that ldmatrix does not conflict
+/// on banks). Its lanes copy a block with cp.async, depth - 1 blocks ahead
+/// of the one it computes, and wait for it with cp.async.wait_group and a
+/// warp barrier (no CTA barrier in the loop). The warps' partial results
+/// combine through shared memory as on the CUDA cores. Returns false (op
+/// untouched) when the op or the worker does not fit.
 bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
                             llvm::DenseSet<Operation *> &sharedTaken) {
-  MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   auto task = op->getParentOfType<TaskOp>();
-  if (mmaBytes <= 0 || threads < kWarp || !task || sharedTaken.contains(task) || qType.isDynamicDim(0) ||
-      kType.isDynamicDim(1))
+  if (mmaBytes <= 0 || threads < kWarp || !task || sharedTaken.contains(task) || !MmaSplitTile::fits(op))
     return false;
-  int64_t dim = qType.getDimSize(1);
-  Type qElem = qType.getElementType();
-  if ((dim != 64 && dim != 128) || !kType.getElementType().isBF16() ||
-      !op.getV().getType().getElementType().isBF16() || (!qElem.isF32() && !qElem.isBF16()))
-    return false;
-  int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
-  if (groupSize < 1 || groupSize > 16)
-    return false;
+  int64_t dim = op.getQ().getType().getDimSize(1);
+  int64_t groupSize = op.getQ().getType().getDimSize(0) / op.getK().getType().getDimSize(1);
   const int64_t pitch = dim + 8; // bf16 elements per shared row
   const int64_t rowsBytes = kMmaBlock * pitch * 2, slotBytes = 2 * rowsBytes;
   const int64_t warps = threads / kWarp;
@@ -2454,10 +2654,7 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
     return false;
   const int64_t depth = std::min<int64_t>(4, mmaBytes / (used * slotBytes));
   sharedTaken.insert(task);
-  // Rows 8-15 of the tile hold heads only for groups above 8.
-  const int64_t halves = groupSize > 8 ? 2 : 1;
-  const int64_t kSteps = dim / 16, dTiles = dim / 8, chunks = dim / kVector;
-  const float scaleLog2 = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
+  const int64_t chunks = dim / kVector;
 
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -2467,23 +2664,10 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
   ring.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
   Value smemAcc = workgroupBuffer(task, loc, {used, groupSize, dim}, f32);
   Value smemML = workgroupBuffer(task, loc, {used, groupSize, 2}, f32);
-
-  // The thread id through an opaque move (inline PTX with side effects), so
-  // that no per-thread address is hoisted out of the worker's loop over
-  // tiles, where it would hold registers through every task.
-  Groups g = h.groups(kWarp);
-  Value tid = arith::IndexCastOp::create(
-      b, loc, b.getIndexType(),
-      LLVM::InlineAsmOp::create(b, loc, i64, ValueRange{arith::IndexCastOp::create(b, loc, i64, g.tid)},
-                                "mov.b64 $0, $1;", "=l,l", /*has_side_effects=*/true, /*is_align_stack=*/false,
-                                LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr())
-          .getResult(0));
-  Value lane = arith::RemUIOp::create(b, loc, tid, h.idx(kWarp));
-  Value warp = arith::DivUIOp::create(b, loc, tid, h.idx(kWarp));
+  MmaSplitTile t(b, op, opaqueThreadId(b, loc));
+  Value lane = t.lane, warp = t.warp;
   Value active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp, h.idx(used));
   Value ringWarp = arith::MinUIOp::create(b, loc, warp, h.idx(used - 1));
-  Value quad = arith::DivUIOp::create(b, loc, lane, h.idx(4));
-  Value quarter = arith::RemUIOp::create(b, loc, lane, h.idx(4));
   Value ringAt = elementPointer(b, loc, ring, arith::MulIOp::create(b, loc, ringWarp, h.idx(depth * slotBytes / 2)),
                                 2, 3);
   // ldmatrix lane offsets in a slot (bytes): K rows (lane % 8) + 8 (lane /
@@ -2505,14 +2689,6 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
                            arith::MulIOp::create(b, loc, l8m2, h.idx(8)), 0);
   Value vLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l8m2, h.idx(8))),
                            arith::MulIOp::create(b, loc, l16, h.idx(8)), rowsBytes);
-
-  Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
-  Value lastRow = arith::SubIOp::create(b, loc, cacheLen, h.idx(1));
-  Value start, end;
-  std::tie(start, end) = splitRange(b, loc, op);
-  int64_t subsplits = op.getSubsplits();
-  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
-  Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
   // The copies: lane l takes 16-byte chunk l % chunks of rows l / chunks,
   // l / chunks + 32 / chunks, ... of a block: its column of row 0 of the KV
   // head in K and V (element pointers, cacheAt), the row strides, and its
@@ -2529,42 +2705,11 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, op.getKvHead(), meta.getStrides()[1]), copyCol), 2,
         1));
   }
-
-  // q fragments, hi and lo: for k16 step ks, a0 / a1 = rows quad / quad + 8
-  // at columns 16 ks + 2 quarter (+1), a2 / a3 the same rows 8 columns on;
-  // row r is head headBase + r, zeros past the group.
-  Value zeroPair = i32(b, loc, 0);
-  auto qPair = [&](int64_t half, Value col) -> std::pair<Value, Value> {
-    if (half == 1 && halves == 1)
-      return {zeroPair, zeroPair};
-    Value row = arith::AddIOp::create(b, loc, quad, h.idx(half * 8));
-    Value live = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, h.idx(groupSize));
-    Value head = arith::AddIOp::create(b, loc, headBase, arith::MinUIOp::create(b, loc, row, h.idx(groupSize - 1)));
-    SmallVector<Value, 2> v;
-    for (int64_t e = 0; e < 2; ++e) {
-      Value x = toF32(b, loc, memref::LoadOp::create(b, loc, op.getQ(),
-                                                     ValueRange{head, arith::AddIOp::create(b, loc, col, h.idx(e))}));
-      x = arith::MulFOp::create(b, loc, x, h.f32(scaleLog2));
-      v.push_back(arith::SelectOp::create(b, loc, live, x, h.f32(0)));
-    }
-    Value hi0 = arith::ExtFOp::create(b, loc, f32, arith::TruncFOp::create(b, loc, bf16, v[0]).getResult());
-    Value hi1 = arith::ExtFOp::create(b, loc, f32, arith::TruncFOp::create(b, loc, bf16, v[1]).getResult());
-    return {packBf16(b, loc, v[0], v[1]),
-            packBf16(b, loc, arith::SubFOp::create(b, loc, v[0], hi0), arith::SubFOp::create(b, loc, v[1], hi1))};
-  };
-  SmallVector<SmallVector<Value, 4>> qHi, qLo;
-  for (int64_t ks = 0; ks < kSteps; ++ks) {
-    Value col = arith::AddIOp::create(b, loc, h.idx(ks * 16), arith::MulIOp::create(b, loc, quarter, h.idx(2)));
-    Value col8 = arith::AddIOp::create(b, loc, col, h.idx(8));
-    auto [a0, b0] = qPair(0, col);
-    auto [a1, b1] = qPair(1, col);
-    auto [a2, b2] = qPair(0, col8);
-    auto [a3, b3] = qPair(1, col8);
-    qHi.push_back({a0, a1, a2, a3});
-    qLo.push_back({b0, b1, b2, b3});
-  }
-  Value floor = h.f32(-1e30), negInf = h.f32(-std::numeric_limits<float>::infinity());
-  Value zero = h.f32(0);
+  Value lastRow = arith::SubIOp::create(b, loc, memref::DimOp::create(b, loc, op.getK(), 0), h.idx(1));
+  Value start, end;
+  std::tie(start, end) = splitRange(b, loc, op);
+  int64_t subsplits = op.getSubsplits();
+  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
 
   scf::ForOp::create(
       b, loc, h.idx(0), h.idx(subsplits), h.idx(1), ValueRange{},
@@ -2589,6 +2734,12 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
           Value blk = arith::AddIOp::create(b, loc, warp, arith::MulIOp::create(b, loc, trip, h.idx(used)));
           return arith::AddIOp::create(b, loc, cstart, arith::MulIOp::create(b, loc, blk, h.idx(kMmaBlock)));
         };
+        auto slotOf = [&](OpBuilder &b, Value trip) {
+          TileBuilder h{b, loc};
+          return toI32(b, loc,
+                       arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, trip, h.idx(depth)),
+                                             h.idx(slotBytes)));
+        };
         // The copies of trip `trip`'s block into its slot (rows past the
         // cache clamped to its last; their scores are masked), then a
         // commit group, empty past the last trip.
@@ -2600,18 +2751,17 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
             OpBuilder::InsertionGuard guard(b);
             b.setInsertionPointToStart(inRange.thenBlock());
             Value p0 = blockStart(b, trip);
-            Value slotAt = toI32(b, loc, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, trip, h.idx(depth)),
-                                                             h.idx(slotBytes)));
-            // Lane l copies chunk l % chunks of rows l / chunks + i * 32 / chunks.
-            Value laneDst = sharedAt(b, loc, ringAt, arith::AddIOp::create(b, loc, slotAt, copyLane));
+            Value laneDst = sharedAt(b, loc, ringAt, arith::AddIOp::create(b, loc, slotOf(b, trip), copyLane));
             for (int64_t i = 0; i < kMmaBlock * chunks / kWarp; ++i) {
               Value pos = arith::MinSIOp::create(
-                  b, loc, arith::AddIOp::create(b, loc, p0, arith::AddIOp::create(b, loc, copyRow, h.idx(i * kWarp / chunks))),
+                  b, loc,
+                  arith::AddIOp::create(b, loc, p0, arith::AddIOp::create(b, loc, copyRow, h.idx(i * kWarp / chunks))),
                   lastRow);
               for (int64_t which = 0; which < 2; ++which) {
-                Value srcElem = arith::MulIOp::create(b, loc, pos, cacheStride[which]);
-                Value src = LLVM::GEPOp::create(b, loc, cacheAt[which].getType(), bf16, cacheAt[which],
-                                                ValueRange{arith::IndexCastOp::create(b, loc, i64, srcElem)});
+                Value src = LLVM::GEPOp::create(
+                    b, loc, cacheAt[which].getType(), bf16, cacheAt[which],
+                    ValueRange{arith::IndexCastOp::create(b, loc, i64,
+                                                          arith::MulIOp::create(b, loc, pos, cacheStride[which]))});
                 Value dst = sharedAt(b, loc, laneDst, i32(b, loc, i * kWarp / chunks * pitch * 2 + which * rowsBytes));
                 copyAsync16(b, loc, dst, src);
               }
@@ -2622,123 +2772,28 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
         // The first depth - 1 blocks.
         for (int64_t p = 0; p + 1 < depth; ++p)
           issue(b, h.idx(p));
-        // State: O (dTiles x 2 halves x 2 f32), then m and l per half.
-        SmallVector<Value> init(dTiles * 2 * halves, zero);
-        for (int64_t half = 0; half < halves; ++half)
-          init.append({floor, zero});
-        const int64_t nO = dTiles * 2 * halves;
         auto loop = scf::ForOp::create(
-            b, loc, h.idx(0), trips, h.idx(1), init, [&](OpBuilder &b, Location loc, Value trip, ValueRange st) {
+            b, loc, h.idx(0), trips, h.idx(1), t.initState(),
+            [&](OpBuilder &b, Location loc, Value trip, ValueRange st) {
               TileBuilder h{b, loc};
               NVVM::SyncWarpOp::create(b, loc, i32(b, loc, -1));
               issue(b, arith::AddIOp::create(b, loc, trip, h.idx(depth - 1)));
               NVVM::CpAsyncWaitGroupOp::create(b, loc, depth - 1);
               NVVM::SyncWarpOp::create(b, loc, i32(b, loc, -1));
-              Value slotAt = toI32(b, loc, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, trip, h.idx(depth)),
-                                                               h.idx(slotBytes)));
+              Value slotAt = slotOf(b, trip);
               Value kAt = sharedAt(b, loc, ringAt, arith::AddIOp::create(b, loc, slotAt, kLane));
               Value vAt = sharedAt(b, loc, ringAt, arith::AddIOp::create(b, loc, slotAt, vLane));
-              // S = q K^T: two n8 tiles (positions 0-7, 8-15).
-              SmallVector<SmallVector<Value, 4>> s(2, SmallVector<Value, 4>(4, zero));
-              for (int64_t ks = 0; ks < kSteps; ++ks) {
-                SmallVector<Value, 4> r = ldmatrixX4(b, loc, sharedAt(b, loc, kAt, i32(b, loc, ks * 32)), false);
-                for (int64_t nt = 0; nt < 2; ++nt) {
-                  s[nt] = mmaBf16(b, loc, qHi[ks], {r[2 * nt], r[2 * nt + 1]}, s[nt]);
-                  s[nt] = mmaBf16(b, loc, qLo[ks], {r[2 * nt], r[2 * nt + 1]}, s[nt]);
-                }
-              }
-              // Mask positions past the chunk; the online softmax per half.
-              Value p0 = arith::AddIOp::create(b, loc, blockStart(b, trip), arith::MulIOp::create(b, loc, quarter, h.idx(2)));
-              for (int64_t nt = 0; nt < 2; ++nt)
-                for (int64_t e = 0; e < 2 * halves; ++e) {
-                  Value pos = arith::AddIOp::create(b, loc, p0, h.idx(nt * 8 + e % 2));
-                  Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, pos, cend);
-                  s[nt][e] = arith::SelectOp::create(b, loc, ok, s[nt][e], negInf);
-                }
-              SmallVector<Value> out(st.begin(), st.end());
-              Value alpha[2];
-              for (int64_t half = 0; half < halves; ++half) {
-                Value mx = floor;
-                for (int64_t nt = 0; nt < 2; ++nt)
-                  for (int64_t e = 2 * half; e < 2 * half + 2; ++e)
-                    mx = arith::MaximumFOp::create(b, loc, mx, s[nt][e]);
-                for (int64_t off : {1, 2})
-                  mx = arith::MaximumFOp::create(b, loc, mx, shuffleXor(b, loc, mx, off));
-                Value mOld = st[nO + 2 * half];
-                Value mNew = arith::MaximumFOp::create(b, loc, mOld, mx);
-                alpha[half] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, mOld, mNew));
-                Value sum = zero;
-                for (int64_t nt = 0; nt < 2; ++nt)
-                  for (int64_t e = 2 * half; e < 2 * half + 2; ++e) {
-                    s[nt][e] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, s[nt][e], mNew));
-                    sum = arith::AddFOp::create(b, loc, sum, s[nt][e]);
-                  }
-                out[nO + 2 * half] = mNew;
-                out[nO + 2 * half + 1] =
-                    arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[nO + 2 * half + 1], alpha[half]), sum);
-              }
-              // P as the A operand (rows x 16 positions), hi and lo.
-              auto lo = [&](Value p) -> Value {
-                Value hi = arith::ExtFOp::create(b, loc, f32, arith::TruncFOp::create(b, loc, bf16, p).getResult());
-                return arith::SubFOp::create(b, loc, p, hi);
+              auto frag = [&](Value at, bool trans) {
+                return [&, at, trans](OpBuilder &b, int64_t step) {
+                  return ldmatrixX4(b, loc, sharedAt(b, loc, at, i32(b, loc, step * 32)), trans);
+                };
               };
-              auto packAt = [&](int64_t nt, int64_t half, bool low) -> Value {
-                if (half >= halves)
-                  return zeroPair;
-                Value x = s[nt][2 * half], y = s[nt][2 * half + 1];
-                return low ? packBf16(b, loc, lo(x), lo(y)) : packBf16(b, loc, x, y);
-              };
-              SmallVector<Value, 4> aHi = {packAt(0, 0, false), packAt(0, 1, false), packAt(1, 0, false),
-                                           packAt(1, 1, false)};
-              SmallVector<Value, 4> aLo = {packAt(0, 0, true), packAt(0, 1, true), packAt(1, 0, true),
-                                           packAt(1, 1, true)};
-              // O = alpha O + P V, a d16 pair of n8 tiles per ldmatrix.
-              for (int64_t dp = 0; dp < dim / 16; ++dp) {
-                SmallVector<Value, 4> r = ldmatrixX4(b, loc, sharedAt(b, loc, vAt, i32(b, loc, dp * 32)), true);
-                for (int64_t t = 0; t < 2; ++t) {
-                  int64_t nt = 2 * dp + t;
-                  SmallVector<Value, 4> c;
-                  for (int64_t e = 0; e < 4; ++e)
-                    c.push_back(e / 2 < halves ? arith::MulFOp::create(b, loc, st[(nt * halves + e / 2) * 2 + e % 2],
-                                                                       alpha[e / 2]).getResult()
-                                               : zero);
-                  c = mmaBf16(b, loc, aHi, {r[2 * t], r[2 * t + 1]}, c);
-                  c = mmaBf16(b, loc, aLo, {r[2 * t], r[2 * t + 1]}, c);
-                  for (int64_t e = 0; e < 2 * halves; ++e)
-                    out[(nt * halves + e / 2) * 2 + e % 2] = c[e];
-                }
-              }
-              scf::YieldOp::create(b, loc, out);
+              scf::YieldOp::create(b, loc, t.update(b, st, blockStart(b, trip), cend, frag(kAt, false), frag(vAt, true)));
             });
         NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-        // Each live row's partials into shared memory: l summed over the
-        // row's four lanes; m and l from the lane of quarter 0.
-        ValueRange res = loop.getResults();
-        Value isQ0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, quarter, h.idx(0));
-        for (int64_t half = 0; half < halves; ++half) {
-          Value l = res[nO + 2 * half + 1];
-          for (int64_t off : {1, 2})
-            l = arith::AddFOp::create(b, loc, l, shuffleXor(b, loc, l, off));
-          Value row = arith::AddIOp::create(b, loc, quad, h.idx(half * 8));
-          Value live = arith::AndIOp::create(
-              b, loc, active, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, h.idx(groupSize)));
-          auto store = scf::IfOp::create(b, loc, live, false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(store.thenBlock());
-          TileBuilder hh{b, loc};
-          for (int64_t nt = 0; nt < dTiles; ++nt)
-            for (int64_t e = 0; e < 2; ++e) {
-              Value d = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, quarter, hh.idx(2)),
-                                              hh.idx(nt * 8 + e));
-              memref::StoreOp::create(b, loc, res[(nt * halves + half) * 2 + e], smemAcc, ValueRange{warp, row, d});
-            }
-          auto first = scf::IfOp::create(b, loc, isQ0, false);
-          b.setInsertionPointToStart(first.thenBlock());
-          memref::StoreOp::create(b, loc, res[nO + 2 * half], smemML, ValueRange{warp, row, hh.idx(0)});
-          memref::StoreOp::create(b, loc, l, smemML, ValueRange{warp, row, hh.idx(1)});
-        }
+        t.storePartials(b, loop.getResults(), active, smemAcc, smemML);
         gpu::BarrierOp::create(b, loc);
-        combineWarps(b, loc, op, smemAcc, smemML, h.idx(used), groupSize, dim, entry, headBase);
+        combineWarps(b, loc, op, smemAcc, smemML, h.idx(used), groupSize, dim, entry, t.headBase);
         // The next chunk reuses the shared buffers.
         gpu::BarrierOp::create(b, loc);
         scf::YieldOp::create(b, loc);
