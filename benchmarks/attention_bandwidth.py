@@ -4,12 +4,15 @@
 (kernels from utils/prepare_gpu_suite.py): 16 independent layers per launch,
 each reading its own K and V cache; bandwidth = KV bytes / time, against the
 copy bandwidth measured in the same run. Each kernel is timed one launch at a
-time (launch latency included) and 20 launches back to back (per launch).
+time (launch latency included) and 20 launches back to back (per launch);
+consecutive launches read different sets of caches, 256 MiB in all, so that
+none of a launch's rows is still in L2.
 
     PYTHONPATH=python python3 benchmarks/attention_bandwidth.py .device/tiles --json results.json
 """
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -17,7 +20,13 @@ from pathlib import Path
 import torch
 
 from event_tensor import runtime
-from gpu_timing import batched_seconds, copy_bandwidth, launch_seconds
+from gpu_timing import batched_seconds, copy_bandwidth, median_seconds
+
+
+# Cache bytes that the launches of one timing cycle through (several sets
+# of caches where one set is smaller), so that L2 (50 MB on the H100 and the
+# H200) holds none of a launch's rows when it starts.
+ROTATE_BYTES = 256 << 20
 
 
 def main():
@@ -36,17 +45,23 @@ def main():
         ctx, split_len = cfg["context"], cfg["split_len"]
         entries = ctx // split_len
         q = torch.randn(hq, d, device="cuda")
-        caches = [torch.randn(ctx, hkv, d, device="cuda").to(torch.bfloat16) for _ in range(2 * layers)]
+        nbytes = 2 * layers * ctx * hkv * d * 2
+        # Enough sets of caches that consecutive launches never find their
+        # cache rows in L2 (50 MB): each launch reads the next set.
+        sets = max(1, -(-ROTATE_BYTES // nbytes))
+        caches = [[torch.randn(ctx, hkv, d, device="cuda").to(torch.bfloat16) for _ in range(2 * layers)]
+                  for _ in range(sets)]
         o = torch.zeros(entries, hq, d, device="cuda")
         lse = torch.zeros(entries, hq, device="cuda")
         launch = runtime.load(root / cfg["name"]).launcher(timeout_s=5)
-        t = launch_seconds(launch, q, *caches, o, lse)
+        bound = itertools.cycle([launch.bind(q, *c, o, lse) for c in caches])
+        step = lambda: next(bound)()
+        t = median_seconds(step, reps=20 * sets, warmup=3 * sets)
         # Launches back to back: the next launch's start overlaps this one's end.
-        tb = batched_seconds(launch.bind(q, *caches, o, lse), inner=20)
+        tb = batched_seconds(step, inner=20 * sets)
         launch.check()
-        nbytes = sum(c.numel() * 2 for c in caches)
         bw, bwb = nbytes / t, nbytes / tb
-        results["rows"].append({**cfg, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw,
+        results["rows"].append({**cfg, "cache_sets": sets, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw,
                                 "time_us_back_to_back": tb * 1e6, "fraction_of_copy_back_to_back": bwb / copy_bw})
         print(f"context {ctx}, split_len {split_len}, {cfg['threads']} threads, {cfg.get('variant', 'plain')}: "
               f"{layers} layers in "
