@@ -1711,6 +1711,25 @@ std::pair<Value, Value> splitRange(OpBuilder &b, Location loc, AttentionSplitOp 
   return {start, end};
 }
 
+/// Chunk `chunk` of a split of `subsplits` output entries: its positions
+/// [start, end) (empty when end <= start) and its entry, split x
+/// subsplits + chunk. `splitStart` and `splitEnd` are the split's range
+/// (splitRange).
+struct SplitChunk {
+  Value start, end, entry;
+};
+SplitChunk splitChunk(OpBuilder &b, Location loc, AttentionSplitOp op, Value splitStart, Value splitEnd,
+                      Value chunk) {
+  TileBuilder h{b, loc};
+  int64_t subsplits = op.getSubsplits();
+  Value len = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
+  Value start = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, splitStart, arith::MulIOp::create(b, loc, chunk, len)), splitEnd);
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, start, len), splitEnd);
+  Value entry = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
+  return {start, end, entry};
+}
+
 /// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU) per query head; lanes split the head dimension;
 /// online softmax over the split's positions.
@@ -1729,7 +1748,6 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   Value start, end;
   std::tie(start, end) = splitRange(b, loc, op);
   int64_t subsplits = op.getSubsplits();
-  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
   float scale = op.getScale().convertToFloat();
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
   auto col = [&](OpBuilder &b, int64_t r) {
@@ -1742,12 +1760,9 @@ void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
       [&](OpBuilder &b, Location loc, Value item, ValueRange) {
         Value w = arith::RemUIOp::create(b, loc, item, gsize);
         Value chunk = arith::DivUIOp::create(b, loc, item, gsize);
-        Value cstart = arith::MinSIOp::create(
-            b, loc, arith::AddIOp::create(b, loc, start, arith::MulIOp::create(b, loc, chunk, chunkLen)), end);
-        Value cend = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, cstart, chunkLen), end);
+        SplitChunk range = splitChunk(b, loc, op, start, end, chunk);
+        Value cstart = range.start, cend = range.end, entry = range.entry;
         Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, cend, cstart);
-        Value entry = arith::AddIOp::create(
-            b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
         Value qh = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, op.getKvHead(), gsize), w);
         SmallVector<Value> qv;
         for (int64_t r = 0; r < per; ++r)
@@ -2519,11 +2534,8 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   scf::ForOp::create(
       b, loc, h.idx(0), h.idx(subsplits), h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value chunk, ValueRange) {
-        Value cstart = arith::MinSIOp::create(
-            b, loc, arith::AddIOp::create(b, loc, start, arith::MulIOp::create(b, loc, chunk, chunkLen)), end);
-        Value cend = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, cstart, chunkLen), end);
-        Value entry = arith::AddIOp::create(
-            b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
+        SplitChunk range = splitChunk(b, loc, op, start, end, chunk);
+        Value cstart = range.start, cend = range.end, entry = range.entry;
         Value last = arith::MinSIOp::create(
             b, loc, arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, cend, h.idx(1)), cstart), lastRow);
         Value blocks = arith::CeilDivUIOp::create(
@@ -2709,17 +2721,13 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
   Value start, end;
   std::tie(start, end) = splitRange(b, loc, op);
   int64_t subsplits = op.getSubsplits();
-  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
 
   scf::ForOp::create(
       b, loc, h.idx(0), h.idx(subsplits), h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value chunk, ValueRange) {
         TileBuilder h{b, loc};
-        Value cstart = arith::MinSIOp::create(
-            b, loc, arith::AddIOp::create(b, loc, start, arith::MulIOp::create(b, loc, chunk, chunkLen)), end);
-        Value cend = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, cstart, chunkLen), end);
-        Value entry = arith::AddIOp::create(
-            b, loc, arith::MulIOp::create(b, loc, op.getSplit(), h.idx(subsplits)), chunk);
+        SplitChunk range = splitChunk(b, loc, op, start, end, chunk);
+        Value cstart = range.start, cend = range.end, entry = range.entry;
         Value blocks = arith::CeilDivUIOp::create(
             b, loc, arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, cend, cstart), h.idx(0)),
             h.idx(kMmaBlock));
