@@ -110,9 +110,9 @@ struct NVVMPipelineOptions
       llvm::cl::init(131072)};
   PassOptions::Option<int64_t> tileKvMmaBytes{
       *this, "tile-kv-mma-bytes",
-      llvm::cl::desc("Dynamic shared memory for the cp.async ring of K and V "
-                     "rows of a streamed et.attention_split (bytes; 0: "
-                     "loads into registers)"),
+      llvm::cl::desc("Dynamic shared memory for the per-warp K and V rings "
+                     "of et.attention_split on tensor cores (bytes; 0: CUDA "
+                     "cores)"),
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> tileStageBytes{
       *this, "tile-stage-bytes",

@@ -132,9 +132,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
     `stable` into shared memory before the wait; both shared forms use
     `tile_prefetch_bytes` of dynamic shared memory. `tile_kv_mma_bytes` > 0
-    streams the K and V rows of the other et.attention_split tiles through
-    a ring of that many bytes of dynamic shared memory (`cp.async`, several
-    blocks ahead per thread) instead of registers. `tile_stage_bytes` > 0
+    runs the other et.attention_split tiles on tensor cores, each warp
+    streaming K and V through its own ring in that many bytes of dynamic
+    shared memory (docs/lowering.md). `tile_stage_bytes` > 0
     lets each worker stage up to that many bytes of a tile's et.linear
     weight rows in shared memory during the tile before it (two regions of
     dynamic shared memory after the other buffers; docs/lowering.md,

@@ -105,12 +105,14 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     loop per warp and a combine through shared memory: a workgroup
     `memref.alloca` at the top level of the task, sized for `threads`
     threads (1024 when 0), which the worker lowering turns into a workgroup
-    buffer. With `kv-mma-bytes` > 0 and `threads` fixed, each thread copies
-    the K and V chunks it will read into its own slots of a ring in the
-    dynamic shared memory (`cp.async`), several blocks ahead of the one it
-    computes, instead of one block ahead in registers (the ring is as deep
-    as the bytes allow, at least 2 blocks, at most 8; a task whose dynamic
-    shared memory another op took keeps the registers). With `kv-prefetch=shared`, an `et.attention_split` with a
+    buffer. With `kv-mma-bytes` > 0, `threads` fixed, D of 64 or 128 and
+    up to 16 query heads per KV head, the tile runs on tensor cores instead
+    (`mma.sync` m16n8k16, q and P as bf16 hi + lo pairs): each warp streams
+    blocks of 16 positions through its own ring in the dynamic shared
+    memory (`cp.async`, 2 to 4 slots, as many warps as the bytes give two
+    slots), reads them with `ldmatrix`, and the warps combine through shared
+    memory (a task whose dynamic shared memory another op took keeps the
+    CUDA cores). With `kv-prefetch=shared`, an `et.attention_split` with a
     `stable` operand, a constant split length whose K and V rows fit in
     `prefetch-bytes` and D in {64, 128} copies its split's rows below
     `stable` into the dynamic shared memory (`cp.async`) before the task's
@@ -159,9 +161,8 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "K and V cache rows of et.attention_split below its `stable` "
            "operand loaded before the task's first wait: none or shared (gpu)">,
     Option<"kvMmaBytes", "kv-mma-bytes", "int64_t", /*default=*/"0",
-           "Dynamic shared memory for the ring of K and V rows that each "
-           "thread of a streamed et.attention_split keeps in flight with "
-           "cp.async (bytes, gpu; 0 = loads into registers)">,
+           "Dynamic shared memory for the per-warp K and V rings of "
+           "et.attention_split on tensor cores (bytes, gpu; 0 = CUDA cores)">,
     Option<"prefetchBytes", "prefetch-bytes", "int64_t", /*default=*/"131072",
            "Dynamic shared memory for prefetch=shared and kv-prefetch=shared "
            "(bytes, gpu)">,
