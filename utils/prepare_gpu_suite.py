@@ -348,7 +348,7 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
                        (8, 8, 64, 512, 4, 128, 500, 1, 256, 400), (32, 8, 128, 1024, 8, 128, 1000, 1, 512, 1000)]
     # On tensor cores (tile_kv_mma_bytes): groups of 4, 2, 16 and 8 heads
     # (16: both halves of the 16-row tile), D = 64 and 128, two entries per
-    # split, a short last split, rings of 2 to 4 slots, idle warps.
+    # split, a short last split, 7 to 10 warps with rings (the others idle).
     attention_cases += [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, None, 64 * 1024),
                         (16, 8, 128, 1024, 4, 256, 777, 2, 512, None, 128 * 1024),
                         (32, 8, 64, 300, 4, 64, 200, 1, 512, None, 96 * 1024),

@@ -1887,8 +1887,12 @@ void combineWarps(OpBuilder &b, Location loc, AttentionSplitOp op, Value smemAcc
   });
 }
 
-/// Positions per block of the tensor-core split-KV attention.
+/// Positions per block of the tensor-core split-KV attention, and slots of
+/// a warp's ring: one block in flight while the warp computes the other.
+/// (Three and four slots, and blocks of 32 positions, were 8-14 points of
+/// copy bandwidth slower at 4k-8k context; docs/benchmarks.md.)
 constexpr int64_t kMmaBlock = 16;
+constexpr int64_t kMmaSlots = 2;
 
 /// The tensor-core pieces of split-KV attention (mma.sync m16n8k16, bf16
 /// in, f32 accumulators), shared by the tiles that stream K and V through
@@ -2643,9 +2647,10 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
 
 /// GPU split-KV attention on tensor cores (MmaSplitTile), for `threads`
 /// fixed and `mmaBytes` of dynamic shared memory: each warp takes blocks of
-/// 16 positions in turn and keeps its own ring of them (`depth` slots of K
-/// then V rows, each padded by 16 bytes so that ldmatrix does not conflict
-/// on banks). Its lanes copy a block with cp.async, depth - 1 blocks ahead
+/// 16 positions in turn and keeps its own ring of them (kMmaSlots slots of
+/// K then V rows, each padded by 16 bytes so that ldmatrix does not
+/// conflict on banks; as many warps as the bytes give a ring, the others
+/// idle). Its lanes copy a block with cp.async, one block ahead
 /// of the one it computes, and wait for it with cp.async.wait_group and a
 /// warp barrier (no CTA barrier in the loop). The warps' partial results
 /// combine through shared memory as on the CUDA cores. Returns false (op
@@ -2660,11 +2665,11 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
   const int64_t pitch = dim + 8; // bf16 elements per shared row
   const int64_t rowsBytes = kMmaBlock * pitch * 2, slotBytes = 2 * rowsBytes;
   const int64_t warps = threads / kWarp;
-  // Warps with a ring of at least two slots; as deep as the bytes allow, to 4.
-  const int64_t used = std::min(warps, mmaBytes / (2 * slotBytes));
+  // As many warps as have a ring of kMmaSlots slots in the bytes.
+  const int64_t depth = kMmaSlots;
+  const int64_t used = std::min(warps, mmaBytes / (depth * slotBytes));
   if (used < 1 || used * groupSize * (dim + 2) * 4 > 40 * 1024)
     return false;
-  const int64_t depth = std::min<int64_t>(4, mmaBytes / (used * slotBytes));
   sharedTaken.insert(task);
   const int64_t chunks = dim / kVector;
 

@@ -109,8 +109,8 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     up to 16 query heads per KV head, the tile runs on tensor cores instead
     (`mma.sync` m16n8k16, q and P as bf16 hi + lo pairs): each warp streams
     blocks of 16 positions through its own ring in the dynamic shared
-    memory (`cp.async`, 2 to 4 slots, as many warps as the bytes give two
-    slots), reads them with `ldmatrix`, and the warps combine through shared
+    memory (`cp.async`, two slots: as many warps as the bytes give a ring;
+    deeper rings measured slower), reads them with `ldmatrix`, and the warps combine through shared
     memory (a task whose dynamic shared memory another op took keeps the
     CUDA cores). With `kv-prefetch=shared`, an `et.attention_split` with a
     `stable` operand, a constant split length whose K and V rows fit in
