@@ -202,7 +202,6 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
   OpBuilder b(op);
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
-  MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type(), i32Type = b.getI32Type(), i64Type = b.getI64Type();
 
   // kSlots slots, each a K block then a V block.
@@ -325,11 +324,6 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
                            arith::MulIOp::create(b, loc, l8m2, h.idx(8)));
   Value vLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l8m2, h.idx(8))),
                            arith::MulIOp::create(b, loc, l16, h.idx(8)));
-  auto ldmatrix = [&](OpBuilder &b, Value at, bool trans) { return ldmatrixX4(b, loc, at, trans); };
-  auto mma = [&](OpBuilder &b, ArrayRef<Value> a, ArrayRef<Value> bFrag, ArrayRef<Value> c) {
-    return mmaBf16(b, loc, a, bFrag, c);
-  };
-  auto pack = [&](OpBuilder &b, Value lo, Value hi) { return packBf16(b, loc, lo, hi); };
 
   // State carried over the KV blocks: O (dTiles x 4 f32), then the running
   // max and (this thread's partial) sum of each of the two rows.
@@ -379,9 +373,10 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
           SmallVector<SmallVector<Value, 4>> s(8, SmallVector<Value, 4>(4, h.f32(0)));
           for (int64_t ks = 0; ks < kSteps; ++ks)
             for (int64_t p = 0; p < 4; ++p) {
-              SmallVector<Value, 4> r = ldmatrix(b, sharedAt(b, loc, kAt, i32(b, loc, (p * 16 * pitch + ks * 16) * 2)), false);
-              s[2 * p] = mma(b, qFrag[ks], {r[0], r[1]}, s[2 * p]);
-              s[2 * p + 1] = mma(b, qFrag[ks], {r[2], r[3]}, s[2 * p + 1]);
+              SmallVector<Value, 4> r =
+                  ldmatrixX4(b, loc, sharedAt(b, loc, kAt, i32(b, loc, (p * 16 * pitch + ks * 16) * 2)), false);
+              s[2 * p] = mmaBf16(b, loc, qFrag[ks], {r[0], r[1]}, s[2 * p]);
+              s[2 * p + 1] = mmaBf16(b, loc, qFrag[ks], {r[2], r[3]}, s[2 * p + 1]);
             }
           // Scale (log2 units) and mask. A block whose last position the
           // tile's first token already sees needs no mask (every block
@@ -447,14 +442,15 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
               o[nt].push_back(arith::MulFOp::create(b, loc, state[nt * 4 + e], alpha[e / 2]));
           // O += P V, P from the score registers (bf16), 16 positions per step.
           for (int64_t kk = 0; kk < 4; ++kk) {
-            SmallVector<Value, 4> a = {pack(b, s[2 * kk][0], s[2 * kk][1]), pack(b, s[2 * kk][2], s[2 * kk][3]),
-                                       pack(b, s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                       pack(b, s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            SmallVector<Value, 4> a = {packBf16(b, loc, s[2 * kk][0], s[2 * kk][1]),
+                                       packBf16(b, loc, s[2 * kk][2], s[2 * kk][3]),
+                                       packBf16(b, loc, s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                       packBf16(b, loc, s[2 * kk + 1][2], s[2 * kk + 1][3])};
             for (int64_t dp = 0; dp < dim / 16; ++dp) {
               SmallVector<Value, 4> r =
-                  ldmatrix(b, sharedAt(b, loc, vAt, i32(b, loc, (kk * 16 * pitch + dp * 16) * 2)), true);
-              o[2 * dp] = mma(b, a, {r[0], r[1]}, o[2 * dp]);
-              o[2 * dp + 1] = mma(b, a, {r[2], r[3]}, o[2 * dp + 1]);
+                  ldmatrixX4(b, loc, sharedAt(b, loc, vAt, i32(b, loc, (kk * 16 * pitch + dp * 16) * 2)), true);
+              o[2 * dp] = mmaBf16(b, loc, a, {r[0], r[1]}, o[2 * dp]);
+              o[2 * dp + 1] = mmaBf16(b, loc, a, {r[2], r[3]}, o[2 * dp + 1]);
             }
           }
           for (int64_t nt = 0; nt < dTiles; ++nt)

@@ -704,8 +704,6 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   OpBuilder b(op);
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
-  MLIRContext *ctx = b.getContext();
-  Type i32Type = b.getI32Type(), f32 = b.getF32Type();
   const WarpTiling t = *tiling;
   const int64_t mTiles = t.wm / 16, nTiles = t.wn / 8, kSteps = bk / 16;
   const int64_t numAcc = mTiles * nTiles * 4;
@@ -779,16 +777,6 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
                      : Value();
 
   // The multiply-adds of ring slot `slot` into `acc` (mTiles x nTiles x 4).
-  auto ldmatrix = [&](OpBuilder &b, Value at) {
-    Type res = LLVM::LLVMStructType::getLiteral(ctx, {i32Type, i32Type, i32Type, i32Type});
-    Value v = NVVM::LdMatrixOp::create(b, loc, res, at, 4, NVVM::MMALayout::row,
-                                       NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8),
-                                       NVVM::LdStMatrixEltType::B16);
-    SmallVector<Value, 4> regs;
-    for (int64_t i = 0; i < 4; ++i)
-      regs.push_back(LLVM::ExtractValueOp::create(b, loc, v, i));
-    return regs;
-  };
   auto compute = [&](OpBuilder &b, Value slot, ValueRange acc) {
     SmallVector<Value> out(acc.begin(), acc.end());
     Value slotI32 = toI32(b, loc, slot);
@@ -798,27 +786,21 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     Value baseB = sharedAt(b, loc, shared,
                            arith::AddIOp::create(b, loc, offB,
                                                  arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceB * 2))));
-    Type resType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
     for (int64_t ks = 0; ks < kSteps; ++ks) {
       SmallVector<SmallVector<Value, 4>> a, bFrag;
       for (int64_t mi = 0; mi < mTiles; ++mi)
-        a.push_back(ldmatrix(b, sharedAt(b, loc, baseA, i32(b, loc, (mi * 16 * stride + ks * 16) * 2))));
+        a.push_back(ldmatrixX4(b, loc, sharedAt(b, loc, baseA, i32(b, loc, (mi * 16 * stride + ks * 16) * 2)), false));
       for (int64_t p = 0; p < nTiles / 2; ++p) {
         SmallVector<Value, 4> r =
-            ldmatrix(b, sharedAt(b, loc, baseB, i32(b, loc, (p * 16 * stride + ks * 16) * 2)));
+            ldmatrixX4(b, loc, sharedAt(b, loc, baseB, i32(b, loc, (p * 16 * stride + ks * 16) * 2)), false);
         bFrag.push_back({r[0], r[1]});
         bFrag.push_back({r[2], r[3]});
       }
       for (int64_t mi = 0; mi < mTiles; ++mi)
         for (int64_t nj = 0; nj < nTiles; ++nj) {
           int64_t at = (mi * nTiles + nj) * 4;
-          Value d = NVVM::MmaOp::create(
-              b, loc, resType, a[mi], bFrag[nj], ArrayRef<Value>(out).slice(at, 4), {16, 8, 16},
-              std::nullopt, std::nullopt,
-              std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
-              std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
-          for (int64_t e = 0; e < 4; ++e)
-            out[at + e] = LLVM::ExtractValueOp::create(b, loc, d, e);
+          SmallVector<Value, 4> d = mmaBf16(b, loc, a[mi], bFrag[nj], ArrayRef<Value>(out).slice(at, 4));
+          llvm::copy(d, out.begin() + at);
         }
     }
     return out;
