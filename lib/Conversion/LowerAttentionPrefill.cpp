@@ -83,6 +83,23 @@ SmallVector<Value, 4> tile::mmaBf16(OpBuilder &b, Location loc, ArrayRef<Value> 
   return out;
 }
 
+std::pair<Value, Value> tile::ldmatrixLaneOffsets(OpBuilder &b, Location loc, Value lane, int64_t pitch) {
+  TileBuilder h{b, loc};
+  Value l8 = arith::RemUIOp::create(b, loc, lane, h.idx(8));
+  Value l16 = arith::DivUIOp::create(b, loc, lane, h.idx(16));
+  Value l8m2 = arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2));
+  auto offset = [&](Value row, Value col) {
+    return toI32(b, loc, arith::MulIOp::create(
+                             b, loc, arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(pitch)), col),
+                             h.idx(2)));
+  };
+  Value k = offset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l16, h.idx(8))),
+                   arith::MulIOp::create(b, loc, l8m2, h.idx(8)));
+  Value v = offset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l8m2, h.idx(8))),
+                   arith::MulIOp::create(b, loc, l16, h.idx(8)));
+  return {k, v};
+}
+
 Value tile::packBf16(OpBuilder &b, Location loc, Value lo, Value hi) {
   Type f32 = b.getF32Type();
   Value v = vector::FromElementsOp::create(b, loc, VectorType::get({2}, f32), ValueRange{lo, hi});
@@ -309,21 +326,9 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
     qFrag.push_back({loadPair(0, col), loadPair(1, col), loadPair(0, col8), loadPair(1, col8)});
   }
 
-  // ldmatrix lane offsets (bytes): K (non-transposed, as w in et.matmul):
-  // rows (lane % 8) + 8 (lane / 16), column 8 ((lane / 8) % 2); V
-  // (transposed): rows (lane % 8) + 8 ((lane / 8) % 2), column 8 (lane / 16).
-  Value l8 = arith::RemUIOp::create(b, loc, lane, h.idx(8));
-  Value l16 = arith::DivUIOp::create(b, loc, lane, h.idx(16));
-  Value l8m2 = arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2));
-  auto laneOffset = [&](Value row, Value col) {
-    return toI32(b, loc, arith::MulIOp::create(
-                             b, loc, arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(pitch)), col),
-                             h.idx(2)));
-  };
-  Value kLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l16, h.idx(8))),
-                           arith::MulIOp::create(b, loc, l8m2, h.idx(8)));
-  Value vLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l8m2, h.idx(8))),
-                           arith::MulIOp::create(b, loc, l16, h.idx(8)));
+  // ldmatrix lane offsets (bytes): K as w in et.matmul, V transposed.
+  Value kLane, vLane;
+  std::tie(kLane, vLane) = ldmatrixLaneOffsets(b, loc, lane, pitch);
 
   // State carried over the KV blocks: O (dTiles x 4 f32), then the running
   // max and (this thread's partial) sum of each of the two rows.

@@ -2687,32 +2687,21 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
   Value ringWarp = arith::MinUIOp::create(b, loc, warp, h.idx(used - 1));
   Value ringAt = elementPointer(b, loc, ring, arith::MulIOp::create(b, loc, ringWarp, h.idx(depth * slotBytes / 2)),
                                 2, 3);
-  // ldmatrix lane offsets in a slot (bytes): K rows (lane % 8) + 8 (lane /
-  // 16) at column 8 ((lane / 8) % 2); V (transposed) rows (lane % 8) + 8
-  // ((lane / 8) % 2) at column 8 (lane / 16), after the K rows.
-  Value l8 = arith::RemUIOp::create(b, loc, lane, h.idx(8));
-  Value l16 = arith::DivUIOp::create(b, loc, lane, h.idx(16));
-  Value l8m2 = arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2));
-  auto laneOffset = [&](Value row, Value col, int64_t extra) {
-    return toI32(b, loc,
-                 arith::AddIOp::create(
-                     b, loc,
-                     arith::MulIOp::create(
-                         b, loc, arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(pitch)), col),
-                         h.idx(2)),
-                     h.idx(extra)));
-  };
-  Value kLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l16, h.idx(8))),
-                           arith::MulIOp::create(b, loc, l8m2, h.idx(8)), 0);
-  Value vLane = laneOffset(arith::AddIOp::create(b, loc, l8, arith::MulIOp::create(b, loc, l8m2, h.idx(8))),
-                           arith::MulIOp::create(b, loc, l16, h.idx(8)), rowsBytes);
+  // ldmatrix lane offsets in a slot (bytes): K, then V after the K rows.
+  Value kLane, vLane;
+  std::tie(kLane, vLane) = ldmatrixLaneOffsets(b, loc, lane, pitch);
+  vLane = arith::AddIOp::create(b, loc, vLane, i32(b, loc, rowsBytes));
   // The copies: lane l takes 16-byte chunk l % chunks of rows l / chunks,
   // l / chunks + 32 / chunks, ... of a block: its column of row 0 of the KV
   // head in K and V (element pointers, cacheAt), the row strides, and its
   // first chunk's byte offset in a slot (copyLane).
   Value copyRow = arith::DivUIOp::create(b, loc, lane, h.idx(chunks));
   Value copyCol = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(chunks)), h.idx(kVector));
-  Value copyLane = laneOffset(copyRow, copyCol, 0);
+  Value copyLane = toI32(
+      b, loc,
+      arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, copyRow, h.idx(pitch)),
+                                                           copyCol),
+                            h.idx(2)));
   SmallVector<Value> cacheAt, cacheStride;
   for (Value cache : {op.getK(), op.getV()}) {
     auto meta = memref::ExtractStridedMetadataOp::create(b, loc, cache);

@@ -111,6 +111,13 @@ void lowerMatmulCPU(MatmulOp op);
 /// address `at` (this lane's row): the four 32-bit registers.
 SmallVector<Value, 4> ldmatrixX4(OpBuilder &b, Location loc, Value at, bool trans);
 
+/// Byte offsets, in a tile of bf16 rows `pitch` elements apart, of the row
+/// this lane gives ldmatrix .x4 for a 16 x 16 block: first as the B operand
+/// of two n8 tiles (rows lane % 8 + 8 (lane / 16), column 8 ((lane / 8) %
+/// 2): K in attention), then transposed (rows lane % 8 + 8 ((lane / 8) %
+/// 2), column 8 (lane / 16): V).
+std::pair<Value, Value> ldmatrixLaneOffsets(OpBuilder &b, Location loc, Value lane, int64_t pitch);
+
 /// mma.sync m16n8k16, bf16 inputs (A row-major, B column-major), f32
 /// accumulators: d = a * b + c (4, 2 and 4 registers in, 4 out).
 SmallVector<Value, 4> mmaBf16(OpBuilder &b, Location loc, ArrayRef<Value> a, ArrayRef<Value> bFrag,
