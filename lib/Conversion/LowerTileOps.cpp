@@ -1895,9 +1895,8 @@ constexpr int64_t kMmaBlock = 16;
 constexpr int64_t kMmaSlots = 2;
 
 /// The tensor-core pieces of split-KV attention (mma.sync m16n8k16, bf16
-/// in, f32 accumulators), shared by the tiles that stream K and V through
-/// per-warp rings and those that staged them in shared memory: the group's
-/// query heads are the rows of a 16-row tile (rows past the group hold zero
+/// in, f32 accumulators) that do not depend on where a block's K and V
+/// rows come from: the group's query heads are the rows of a 16-row tile (rows past the group hold zero
 /// q and are never stored; with 8 heads or fewer the upper half is not
 /// carried), and a warp folds blocks of 16 positions into its running
 /// state (O, then m and l per half of the rows) with an online softmax in
@@ -1912,10 +1911,6 @@ struct MmaSplitTile {
   Value lane, warp, quad, quarter, headBase;
   Value zero, floor, negInf, zeroPair;
   SmallVector<SmallVector<Value, 4>> qHi, qLo;
-
-  /// The fragments of a k16 step of K (`ks`) or a d16 step of V (`dp`) of
-  /// the block being folded in (ldmatrix .x4: two n8 tiles).
-  using Fragments = llvm::function_ref<SmallVector<Value, 4>(OpBuilder &, int64_t)>;
 
   static bool fits(AttentionSplitOp op) {
     MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
@@ -1988,16 +1983,17 @@ struct MmaSplitTile {
   }
 
   /// The state after the block of positions p0 .. p0 + 15 (those from
-  /// `end` on masked): S = q K^T, the online softmax (row maxima over a
-  /// row's four lanes), O = alpha O + P V.
-  SmallVector<Value> update(OpBuilder &b, ValueRange st, Value p0, Value end, Fragments kFrag,
-                            Fragments vFrag) const {
+  /// `end` on masked), whose K and V rows this lane gives ldmatrix at the
+  /// shared addresses kAt and vAt (16 bf16 of a row further for each k16
+  /// step of K and d16 step of V): S = q K^T, the online softmax (row
+  /// maxima over a row's four lanes), O = alpha O + P V.
+  SmallVector<Value> update(OpBuilder &b, ValueRange st, Value p0, Value end, Value kAt, Value vAt) const {
     TileBuilder h{b, loc};
     Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
     const int64_t nO = stateO();
     SmallVector<SmallVector<Value, 4>> s(2, SmallVector<Value, 4>(4, zero));
     for (int64_t ks = 0; ks < kSteps; ++ks) {
-      SmallVector<Value, 4> r = kFrag(b, ks);
+      SmallVector<Value, 4> r = ldmatrixX4(b, loc, sharedAt(b, loc, kAt, i32(b, loc, ks * 32)), false);
       for (int64_t nt = 0; nt < 2; ++nt) {
         s[nt] = mmaBf16(b, loc, qHi[ks], {r[2 * nt], r[2 * nt + 1]}, s[nt]);
         s[nt] = mmaBf16(b, loc, qLo[ks], {r[2 * nt], r[2 * nt + 1]}, s[nt]);
@@ -2048,7 +2044,7 @@ struct MmaSplitTile {
     SmallVector<Value, 4> aHi = {packAt(0, 0, false), packAt(0, 1, false), packAt(1, 0, false), packAt(1, 1, false)};
     SmallVector<Value, 4> aLo = {packAt(0, 0, true), packAt(0, 1, true), packAt(1, 0, true), packAt(1, 1, true)};
     for (int64_t dp = 0; dp < dim / 16; ++dp) {
-      SmallVector<Value, 4> r = vFrag(b, dp);
+      SmallVector<Value, 4> r = ldmatrixX4(b, loc, sharedAt(b, loc, vAt, i32(b, loc, dp * 32)), true);
       for (int64_t t = 0; t < 2; ++t) {
         int64_t nt = 2 * dp + t;
         SmallVector<Value, 4> c;
@@ -2785,12 +2781,7 @@ bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaByt
               Value slotAt = slotOf(b, trip);
               Value kAt = sharedAt(b, loc, ringAt, arith::AddIOp::create(b, loc, slotAt, kLane));
               Value vAt = sharedAt(b, loc, ringAt, arith::AddIOp::create(b, loc, slotAt, vLane));
-              auto frag = [&](Value at, bool trans) {
-                return [&, at, trans](OpBuilder &b, int64_t step) {
-                  return ldmatrixX4(b, loc, sharedAt(b, loc, at, i32(b, loc, step * 32)), trans);
-                };
-              };
-              scf::YieldOp::create(b, loc, t.update(b, st, blockStart(b, trip), cend, frag(kAt, false), frag(vAt, true)));
+              scf::YieldOp::create(b, loc, t.update(b, st, blockStart(b, trip), cend, kAt, vAt));
             });
         NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
         t.storePartials(b, loop.getResults(), active, smemAcc, smemML);
