@@ -111,7 +111,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
-                   tile_kv_mma_bytes: int = 0, tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0, tile_stage_tasks: tuple = (),
+                   tile_kv_mma_bytes: int = 0, tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0,
+                   tile_stage_tasks: tuple = (),
                    opt_level: int = 2, tile_mma: str = "wgmma", tile_rows_in_flight: int = 1,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -158,18 +159,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         raise ValueError(f"tile_prefetch must be 'none', 'registers', 'l2' or 'shared', got {tile_prefetch!r}")
     if tile_kv_prefetch not in ("none", "shared"):
         raise ValueError(f"tile_kv_prefetch must be 'none' or 'shared', got {tile_kv_prefetch!r}")
-    if (isinstance(tile_prefetch_bytes, bool) or not isinstance(tile_prefetch_bytes, int)
-            or not MIN_PREFETCH_BYTES <= tile_prefetch_bytes <= MAX_PREFETCH_BYTES):
-        raise ValueError(f"tile_prefetch_bytes must be an int in [{MIN_PREFETCH_BYTES}, {MAX_PREFETCH_BYTES}], "
-                         f"got {tile_prefetch_bytes!r}")
-    if (isinstance(tile_stage_bytes, bool) or not isinstance(tile_stage_bytes, int)
-            or not 0 <= tile_stage_bytes <= MAX_PREFETCH_BYTES // 2):
-        raise ValueError(f"tile_stage_bytes must be an int in [0, {MAX_PREFETCH_BYTES // 2}], "
-                         f"got {tile_stage_bytes!r}")
-    if (isinstance(tile_kv_mma_bytes, bool) or not isinstance(tile_kv_mma_bytes, int)
-            or not 0 <= tile_kv_mma_bytes <= MAX_PREFETCH_BYTES):
-        raise ValueError(f"tile_kv_mma_bytes must be an int in [0, {MAX_PREFETCH_BYTES}], "
-                         f"got {tile_kv_mma_bytes!r}")
+    _check_int_in("tile_prefetch_bytes", tile_prefetch_bytes, MIN_PREFETCH_BYTES, MAX_PREFETCH_BYTES)
+    _check_int_in("tile_stage_bytes", tile_stage_bytes, 0, MAX_PREFETCH_BYTES // 2)
+    _check_int_in("tile_kv_mma_bytes", tile_kv_mma_bytes, 0, MAX_PREFETCH_BYTES)
     if tile_linear not in ("rows", "stream"):
         raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
@@ -280,6 +272,13 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return load(out_dir)
+
+
+def _check_int_in(name: str, value, lo: int, hi: int) -> None:
+    """Raises a ValueError naming option `name` unless `value` is an int (not
+    a bool) in [lo, hi]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {value!r}")
 
 
 @functools.lru_cache(maxsize=1)

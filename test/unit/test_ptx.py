@@ -46,6 +46,14 @@ def _assemble(art, tmp_path) -> str:
     return out.stderr
 
 
+def _assert_rejects(kernel, tmp_path, option, bads, bounds, **extra):
+    """et.compile raises a ValueError naming `option` and its bounds for
+    each of the values `bads`."""
+    for bad in bads:
+        with pytest.raises(ValueError, match=f"{option} must be an int in \\[{bounds[0]}, {bounds[1]}\\]"):
+            et.compile(kernel, target="cuda", cache_dir=tmp_path, **extra, **{option: bad})
+
+
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_random_graph_ptx(seed, tmp_path):
     rng = random.Random(seed)
@@ -100,10 +108,8 @@ def test_shared_prefetch_ptx(tmp_path):
     plain = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256, cache_dir=tmp_path)
     assert plain.metadata["dynamic_shared_bytes"] == 0
     assert "cp.async" not in plain.binary_path.read_text()
-    for bad in (1024, 1 << 20, True, 65536.0):
-        with pytest.raises(ValueError, match="tile_prefetch_bytes must be an int in \\[16384, 204800\\]"):
-            et.compile(CHAINED_LINEAR, target="cuda", tile_prefetch="shared", tile_prefetch_bytes=bad,
-                       cache_dir=tmp_path)
+    _assert_rejects(CHAINED_LINEAR, tmp_path, "tile_prefetch_bytes", (1024, 1 << 20, True, 65536.0), (16384, 204800),
+                    tile_prefetch="shared")
     _assemble(art, tmp_path)
 
 
@@ -126,9 +132,7 @@ def test_staged_rows_ptx(tmp_path):
     assert len(inits) == 2 and copies and waits and max(inits) < min(copies)
     plain = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256, cache_dir=tmp_path)
     assert "mbarrier" not in plain.binary_path.read_text()
-    for bad in (-1, 1 << 20, True, 4096.0):
-        with pytest.raises(ValueError, match="tile_stage_bytes must be an int in \\[0, 102400\\]"):
-            et.compile(CHAINED_LINEAR, target="cuda", tile_stage_bytes=bad, cache_dir=tmp_path)
+    _assert_rejects(CHAINED_LINEAR, tmp_path, "tile_stage_bytes", (-1, 1 << 20, True, 4096.0), (0, 102400))
     _assemble(art, tmp_path)
 
 
@@ -175,9 +179,7 @@ def test_kv_mma_ptx(tmp_path):
         assert needle in ptx, needle
     plain = et.compile(kernel, target="cuda", workers=8, threads_per_worker=512, cache_dir=tmp_path)
     assert "mma.sync" not in plain.binary_path.read_text()
-    for bad in (-1, 1 << 20, True, 4096.0):
-        with pytest.raises(ValueError, match="tile_kv_mma_bytes must be an int in \\[0, 204800\\]"):
-            et.compile(kernel, target="cuda", tile_kv_mma_bytes=bad, cache_dir=tmp_path)
+    _assert_rejects(kernel, tmp_path, "tile_kv_mma_bytes", (-1, 1 << 20, True, 4096.0), (0, 204800))
     _assemble(art, tmp_path)
 
 
