@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Split-KV decode attention bandwidth (Llama-3.2-1B heads: 32 query heads,
-8 KV heads, D = 64) over 1k and 8k contexts and several split lengths and thread counts, on a CUDA machine without MLIR
+8 KV heads, D = 64) over 1k, 4k and 8k contexts and several split lengths and thread counts, on a CUDA machine without MLIR
 (kernels from utils/prepare_gpu_suite.py): 16 independent layers per launch,
 each reading its own K and V cache; bandwidth = KV bytes / time, against the
 copy bandwidth measured in the same run. Each kernel is timed one launch at a
@@ -61,8 +61,9 @@ def main():
         tb = batched_seconds(step, inner=20 * sets)
         launch.check()
         bw, bwb = nbytes / t, nbytes / tb
-        results["rows"].append({**cfg, "cache_sets": sets, "time_us": t * 1e6, "tb_s": bw / 1e12, "fraction_of_copy": bw / copy_bw,
-                                "time_us_back_to_back": tb * 1e6, "fraction_of_copy_back_to_back": bwb / copy_bw})
+        results["rows"].append({**cfg, "cache_sets": sets, "time_us": t * 1e6, "tb_s": bw / 1e12,
+                                "fraction_of_copy": bw / copy_bw, "time_us_back_to_back": tb * 1e6,
+                                "fraction_of_copy_back_to_back": bwb / copy_bw})
         print(f"context {ctx}, split_len {split_len}, {cfg['threads']} threads, {cfg.get('variant', 'plain')}: "
               f"{layers} layers in "
               f"{t * 1e6:.1f} us, {bw / 1e12:.2f} TB/s, {100 * bw / copy_bw:.1f}% of copy; back to back "
