@@ -570,10 +570,10 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
 
         # The last row: final norm into xn[0], LM head, argmax.
         def final_norm(t):
-            parts = dict(x=last_row(A["p_h"], H, f32))
-            if not row_tail and split.get("down", 1) == 2:
-                parts = dict(x=last_row(A["p_part"], H, f32), residual=last_row(A["p_h"], H, f32))
-            rmsnorm(parts, A["final_norm"], xn0())
+            # The row tail's down adds into h itself; a split down[L - 1]
+            # left its upper half in p_part.
+            rows_of = lambda buf: last_row(buf, H, f32)  # noqa: E731
+            rmsnorm(dict(x=rows_of(A["p_h"])) if row_tail else add_part("down", rows_of), A["final_norm"], xn0())
         events["final_norm"] = et.event([])
         task("final_norm", [1], final_norm, waits=lambda t: [done()], signal=lambda t: ("final_norm", []),
              nbytes=6 * H)
