@@ -334,6 +334,14 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     art = et.compile(tests.DECODE_OPS, target="cuda", workers=workers, mode="dynamic", threads_per_worker=256,
                      cache_dir=cache)
     _copy_artifact(art, out / "decode-ops")
+    # et.rope_into: per-head norms, rotation, stores at a row (in registers
+    # for static D, loops for the dynamic one).
+    art = et.compile(tests.ROPE_INTO, target="cuda", workers=workers, mode="dynamic", threads_per_worker=256,
+                     cache_dir=cache)
+    _copy_artifact(art, out / "rope-into")
+    inputs, refs = tests.rope_into_case(rng)
+    arrays = {n: (a.view(np.uint16) if a.dtype == bf else a) for n, a in inputs.items() if n != "at"}
+    np.savez(out / "rope-into" / "case.npz", at=inputs["at"], **arrays, **{f"ref_{n}": r for n, r in refs.items()})
     # Split-KV attention and merge: Llama-3.2-1B heads (GQA 32/8, D = 64),
     # Qwen3 heads (16/8, D = 128) with two entries per split, and an empty
     # last split; at 256, 512 and 1024 threads per worker.

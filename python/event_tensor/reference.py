@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "prefill_attention", "rope"]
+__all__ = ["attention", "head_rmsnorm", "prefill_attention", "rope"]
 
 
 def rope(x, positions, theta, llama3_scaling=None):
@@ -22,6 +22,12 @@ def rope(x, positions, theta, llama3_scaling=None):
     x1 = x[..., : d // 2].astype(np.float64)
     x2 = x[..., d // 2:].astype(np.float64)
     return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], axis=-1)
+
+
+def head_rmsnorm(x, w, eps):
+    """RMSNorm of each head (the last axis) of `x` with weights `w`."""
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * np.asarray(w, np.float64)
 
 
 def attention(q, k, v, length):

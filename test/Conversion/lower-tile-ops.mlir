@@ -513,6 +513,77 @@ et.kernel @two_ops_nested(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<
   }
 }
 
+// et.rope_into with a norm: on the GPU (static D) a warp per (token, head),
+// the lane's two pairs of D = 128 loaded together, their squares summed by a
+// butterfly, then rotated and stored once each, guarded by the cache row's
+// bound. With a dynamic D, two loops over the lane's pairs (the squares,
+// then the rotation). On the CPU, loops and no shuffles.
+// GPU-LABEL: et.kernel @rope_into_norm
+// GPU: scf.for
+// GPU-COUNT-4: memref.load %arg0
+// GPU-NOT: scf.for
+// GPU: gpu.shuffle xor
+// GPU: math.rsqrt
+// GPU: math.cos
+// GPU: memref.store %{{.*}}, %arg2[
+// GPU-LABEL: et.kernel @rope_into_dynamic
+// GPU: scf.for
+// GPU: scf.for
+// GPU: gpu.shuffle xor
+// GPU: math.rsqrt
+// GPU: scf.for
+// GPU: math.cos
+// CPU-LABEL: et.kernel @rope_into_norm
+// CPU-NOT: gpu.shuffle
+// CPU: scf.for
+// CPU: math.rsqrt
+// CPU: scf.for
+// CPU: math.cos
+// CPU: memref.store
+et.kernel @rope_into_norm(%x: memref<1x2x128xf32>, %p: memref<1xi32>, %c: memref<8x2x128xbf16>,
+                          %w: memref<128xbf16>, %at: index) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.rope_into %x, %p, %c[%at] theta(1.0e+06) norm(%w) eps(1.0e-06)
+        : memref<1x2x128xf32>, memref<1xi32>, memref<8x2x128xbf16>, memref<128xbf16>
+  }
+}
+et.kernel @rope_into_dynamic(%x: memref<1x2x?xf32>, %p: memref<1xi32>, %w: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  et.task @t tiles(%i) in (%c1) {
+    et.rope_into %x, %p, %x[%c0] theta(1.0e+06) norm(%w) eps(1.0e-06)
+        : memref<1x2x?xf32>, memref<1xi32>, memref<1x2x?xf32>, memref<?xf32>
+  }
+}
+
+// One token whose position and norm weights no task writes: the lanes'
+// angles and weights come before the task's wait (inside the tile's scf.if
+// too); after it, only the head's loads, the norm and the stores.
+// GPU-LABEL: et.kernel @rope_into_early
+// GPU: memref.load %arg1
+// GPU: math.powf
+// GPU: math.cos
+// GPU: memref.load %arg3
+// GPU: et.event.wait
+// GPU: scf.if
+// GPU-NOT: math.cos
+// GPU: gpu.shuffle xor
+// GPU-NOT: math.cos
+// GPU: memref.store
+et.kernel @rope_into_early(%x: memref<1x2x128xf32>, %p: memref<1xi32>, %c: memref<8x2x128xbf16>,
+                           %w: memref<128xbf16>, %at: index, %live: i1) {
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<>
+  et.task @t tiles(%i) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    scf.if %live {
+      et.rope_into %x, %p, %c[%at] theta(1.0e+06) norm(%w) eps(1.0e-06)
+          : memref<1x2x128xf32>, memref<1xi32>, memref<8x2x128xbf16>, memref<128xbf16>
+    }
+  }
+}
+
 // Only dependent tile ops get a barrier: the two linear layers write
 // different buffers and read only x and weights (none between them); the
 // activation reads both outputs (one barrier before it). The second linear

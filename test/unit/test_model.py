@@ -773,3 +773,46 @@ def test_cuda_prefill_kernel_options(tmp_path):
     one = model.compile_model(cfg, target="cuda", max_batch=1, max_context=256, workers=8, prefill_rows=128,
                               prefill_tiles={"rows_in_flight": 1}, out_dir=tmp_path / "b", cache_dir=tmp_path / "cache")
     assert "tile_rows_in_flight" not in json.loads((one / "prefill" / "metadata.json").read_text())["options"]
+
+
+@pytest.mark.parametrize("family,layered,mode", [("llama", True, "static"), ("qwen3", True, "static"),
+                                                 ("qwen3", False, "dynamic")])
+def test_rope_in_attention_matches_reference(family, layered, mode, tmp_path):
+    """One-row kernels drop the `qk` task with rope_in_attention: the attention tiles
+    rotate their group's query heads into `q_rot`, and the split holding the
+    row's position writes this step's key and value. Positions cross the
+    splits of 8 (the writer moves from split to split); the logits are
+    those of `rope_in_attention=False` (which keeps the `qk` task) bit for
+    bit, and the reference's within the bf16 rounding. Off by default."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=9)
+    ref = model.ReferenceModel(config, weights, max_batch=1, max_context=32)
+    kernels = {}
+    for fused in (True, False):
+        path = model.compile_model(config, target="cpu", max_batch=1, max_context=32, workers=3, split_len=8,
+                                   layered=layered, mode=mode, rope_in_attention=fused, cache_dir=tmp_path)
+        meta = json.loads((path / "metadata.json").read_text())
+        names = [a["name"] for a in meta["arguments"]]
+        has_qk = any(t == "qk" or t.startswith("qk_") for t in meta["tasks"])
+        assert has_qk is not fused and ("q_rot" in names) is fused
+        assert json.loads((path / "model.json").read_text())["rope_in_attention"] is fused
+        kernels[fused] = model.DecodeSession(path, weights)
+    for t, token in enumerate([5, 17, 33, 7, 1, 2, 9, 11, 40, 3, 8, 6]):
+        want = ref.step([token], [t])
+        for session in kernels.values():
+            session.step([token], [t])
+        # The same ops on the same values: the same bits.
+        assert np.array_equal(kernels[True].last_logits(), kernels[False].last_logits()), t
+        assert _rel(kernels[True].last_logits(), want) < 3e-3, t
+    for session in kernels.values():
+        session.close()
+
+
+def test_rope_in_attention_errors(tmp_path):
+    config = model.tiny_config("llama")
+    with pytest.raises(ValueError, match="rope_in_attention needs a max_batch 1 kernel, got max_batch 2"):
+        model.compile_model(config, target="cpu", max_batch=2, max_context=16, rope_in_attention=True,
+                            cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="rope_in_attention must be a bool, got 'yes'"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, rope_in_attention="yes",
+                            cache_dir=tmp_path)

@@ -194,6 +194,124 @@ def test_decode_ops_match_float64(tmp_path):
     assert v[:, 0].tolist() == [float(logits[0].max()), 10.0]
 
 
+ROPE_INTO = """
+et.kernel @k(%k: memref<2x3x128xf32>, %pos: memref<2xi32>, %kn: memref<128xbf16>, %cache: memref<10x3x128xbf16>,
+             %at: index, %q: memref<2x4x64xf32>, %s: memref<2x2x48xf32>, %sn: memref<48xf32>,
+             %so: memref<4x2x48xf32>, %d: memref<2x2x?xf32>, %dn: memref<?xf32>,
+             %o: memref<1x2x64xf32>, %opos: memref<1xi32>, %on: memref<64xbf16>, %oc: memref<6x2x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  %z = arith.constant 0 : index
+  %two = arith.constant 2 : index
+  %three = arith.constant 3 : index
+  %ready = et.event.create() : !et.event<>
+  et.task @key tiles(%t) in (%c1) {
+    et.rope_into %k, %pos, %cache[%at] theta(1.0e+06) norm(%kn) eps(1.0e-06)
+        : memref<2x3x128xf32>, memref<2xi32>, memref<10x3x128xbf16>, memref<128xbf16>
+  }
+  et.task @query tiles(%t) in (%c1) {
+    et.rope_into %q, %pos, %q[%z] theta(5.0e+05) llama3_scaling([32.0, 1.0, 4.0, 8192.0])
+        : memref<2x4x64xf32>, memref<2xi32>, memref<2x4x64xf32>
+  }
+  et.task @narrow tiles(%t) in (%c1) {
+    et.rope_into %s, %pos, %so[%two] theta(1.0e+04) norm(%sn) eps(1.0e-05)
+        : memref<2x2x48xf32>, memref<2xi32>, memref<4x2x48xf32>, memref<48xf32>
+  }
+  et.task @dynamic tiles(%t) in (%c1) {
+    et.rope_into %d, %pos, %d[%z] theta(1.0e+06) norm(%dn) eps(1.0e-06)
+        : memref<2x2x?xf32>, memref<2xi32>, memref<2x2x?xf32>, memref<?xf32>
+    et.event.signal %ready[] : !et.event<>
+  }
+  et.task @after_wait tiles(%t) in (%c1) {
+    et.event.wait %ready[] : !et.event<>
+    et.rope_into %o, %opos, %oc[%three] theta(5.0e+05) norm(%on) eps(1.0e-05) llama3_scaling([32.0, 1.0, 4.0, 8192.0])
+        : memref<1x2x64xf32>, memref<1xi32>, memref<6x2x64xbf16>, memref<64xbf16>
+  }
+}
+"""
+
+
+def rope_into_case(rng):
+    """Inputs of ROPE_INTO (numpy; bf16 as ml_dtypes) and the float64
+    results expected in its outputs: the key heads normalized, rotated and
+    written at rows 9 and 10 of a 10-row cache (the second past its end),
+    the query heads rotated in place, heads of 48 written at rows 2 and 3,
+    and heads of a dynamic size normalized and rotated in place; then, after
+    a wait, one token's heads (on the GPU its angles and weights come before
+    the wait) written at row 3."""
+    pos = np.array([5, 3000], np.int32)
+    k = rng.standard_normal((2, 3, 128)).astype(np.float32)
+    kn = (1 + 0.1 * rng.standard_normal(128)).astype(BF16)
+    q = rng.standard_normal((2, 4, 64)).astype(np.float32)
+    s = rng.standard_normal((2, 2, 48)).astype(np.float32)
+    sn = (1 + 0.1 * rng.standard_normal(48)).astype(np.float32)
+    d = rng.standard_normal((2, 2, 128)).astype(np.float32)
+    dn = (1 + 0.1 * rng.standard_normal(128)).astype(np.float32)
+    ref_cache = np.zeros((10, 3, 128))
+    ref_cache[9] = reference.rope(reference.head_rmsnorm(k, kn.astype(np.float32), 1e-6), pos, 1e6)[0]
+    ref_so = np.zeros((4, 2, 48))
+    ref_so[2:] = reference.rope(reference.head_rmsnorm(s, sn, 1e-5), pos, 1e4)
+    o = rng.standard_normal((1, 2, 64)).astype(np.float32)
+    opos = np.array([777], np.int32)
+    on = (1 + 0.1 * rng.standard_normal(64)).astype(BF16)
+    ref_oc = np.zeros((6, 2, 64))
+    ref_oc[3:4] = reference.rope(reference.head_rmsnorm(o, on.astype(np.float32), 1e-5), opos, 5e5,
+                                 (32.0, 1.0, 4.0, 8192.0))
+    inputs = dict(k=k, pos=pos, kn=kn, cache=np.zeros((10, 3, 128), BF16), at=9, q=q, s=s, sn=sn,
+                  so=np.zeros((4, 2, 48), np.float32), d=d, dn=dn, o=o, opos=opos, on=on,
+                  oc=np.zeros((6, 2, 64), BF16))
+    refs = dict(cache=ref_cache, q=reference.rope(q, pos, 5e5, (32.0, 1.0, 4.0, 8192.0)), so=ref_so,
+                d=reference.rope(reference.head_rmsnorm(d, dn, 1e-6), pos, 1e6), oc=ref_oc)
+    return inputs, refs
+
+
+def test_rope_into_matches_float64(tmp_path):
+    inputs, refs = rope_into_case(np.random.default_rng(12))
+    art = et.compile(ROPE_INTO, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    art.launcher()(*inputs.values())
+    cache = inputs["cache"].astype(np.float64)
+    assert not cache[:9].any(), "only row 9 is written (row 10 is past the cache)"
+    assert _rel_err(cache, refs["cache"]) < 1e-2
+    assert not inputs["so"][:2].any()
+    oc = inputs["oc"].astype(np.float64)
+    assert not oc[:3].any() and not oc[4:].any() and _rel_err(oc, refs["oc"]) < 1e-2
+    for name in ("q", "so", "d"):
+        assert _rel_err(inputs[name], refs[name]) < 1e-4, name  # f32 angles at position 3000
+
+
+def test_rope_into_has_the_bits_of_rmsnorm_then_rope(tmp_path):
+    """Qwen3's per-head norm and RoPE as one et.rope_into, and as et.rmsnorm
+    over the heads then et.rope: the same f32 bits (the same order of the
+    sum of squares), so the fused op changes no model output."""
+    text = """
+et.kernel @k(%x: memref<1x4x128xf32>, %y: memref<1x4x128xf32>, %z: memref<1x4x128xf32>, %w: memref<128xbf16>,
+             %pos: memref<1xi32>) {
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0 : index
+  %e = et.event.create() : !et.event<>
+  et.task @fused tiles(%t) in (%c1) {
+    et.rope_into %x, %pos, %y[%zero] theta(1.0e+06) norm(%w) eps(1.0e-06)
+        : memref<1x4x128xf32>, memref<1xi32>, memref<1x4x128xf32>, memref<128xbf16>
+  }
+  et.task @norm tiles(%t) in (%c1) {
+    %rows = memref.collapse_shape %z [[0, 1], [2]] : memref<1x4x128xf32> into memref<4x128xf32>
+    et.rmsnorm %rows, %w, %rows eps(1.0e-06) : memref<4x128xf32>, memref<128xbf16>, memref<4x128xf32>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @rotate tiles(%t) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    et.rope %z, %pos theta(1.0e+06) : memref<1x4x128xf32>, memref<1xi32>
+  }
+}
+"""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((1, 4, 128)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(128)).astype(BF16)
+    y, z = np.zeros_like(x), x.copy()
+    art = et.compile(text, target="cpu", workers=2, mode="static", cache_dir=tmp_path)
+    art.launcher()(x, y, z, w, np.array([77], np.int32))
+    assert y.any() and np.array_equal(y, z)
+
+
 def _attention_kernel(hq, hkv, d, s_max, splits, split_len, q_t="f32", out_t="f32", subsplits=1, stable=False):
     """Split tiles, then one merge tile. With `stable`, the kernel takes a
     last argument %stable (positions below it may be read before a wait),

@@ -751,27 +751,58 @@ LogicalResult KVAppendOp::verify() {
   return success();
 }
 
+/// The checks et.rope and et.rope_into share: an even head dimension, a
+/// position per token, theta and the Llama-3 scaling.
+static LogicalResult verifyRotation(Operation *op, MemRefType x, MemRefType p, float theta,
+                                    std::optional<ArrayRef<float>> scaling) {
+  if (!x.isDynamicDim(2) && x.getDimSize(2) % 2 != 0)
+    return op->emitOpError("head dimension must be even, got ") << x.getDimSize(2);
+  if (!sameDim(x.getDimSize(0), p.getDimSize(0)))
+    return op->emitOpError("has ") << p.getDimSize(0) << " positions for "
+                                   << x.getDimSize(0) << " tokens";
+  if (theta <= 1.0f)
+    return op->emitOpError("theta must be greater than 1, got ") << theta;
+  if (scaling) {
+    if (scaling->size() != 4)
+      return op->emitOpError("llama3_scaling needs [factor, low_freq_factor, "
+                             "high_freq_factor, original_max_position], got ")
+             << scaling->size() << " values";
+    if ((*scaling)[0] <= 0 || (*scaling)[1] <= 0 || (*scaling)[2] <= (*scaling)[1] || (*scaling)[3] <= 0)
+      return op->emitOpError("llama3_scaling needs factor > 0, 0 < "
+                             "low_freq_factor < high_freq_factor and "
+                             "original_max_position > 0");
+  }
+  return success();
+}
+
 LogicalResult RoPEOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();
-  auto x = getX().getType(), p = getPositions().getType();
-  if (!x.isDynamicDim(2) && x.getDimSize(2) % 2 != 0)
-    return emitOpError("head dimension must be even, got ") << x.getDimSize(2);
-  if (!sameDim(x.getDimSize(0), p.getDimSize(0)))
-    return emitOpError("has ") << p.getDimSize(0) << " positions for "
-                               << x.getDimSize(0) << " tokens";
-  if (getTheta().convertToFloat() <= 1.0f)
-    return emitOpError("theta must be greater than 1, got ")
-           << getTheta().convertToFloat();
-  if (std::optional<ArrayRef<float>> s = getLlama3Scaling()) {
-    if (s->size() != 4)
-      return emitOpError("llama3_scaling needs [factor, low_freq_factor, "
-                         "high_freq_factor, original_max_position], got ")
-             << s->size() << " values";
-    if ((*s)[0] <= 0 || (*s)[1] <= 0 || (*s)[2] <= (*s)[1] || (*s)[3] <= 0)
-      return emitOpError("llama3_scaling needs factor > 0, 0 < "
-                         "low_freq_factor < high_freq_factor and "
-                         "original_max_position > 0");
+  return verifyRotation(*this, getX().getType(), getPositions().getType(),
+                        getTheta().convertToFloat(), getLlama3Scaling());
+}
+
+LogicalResult RoPEIntoOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), out = getOut().getType();
+  if (failed(verifyRotation(*this, x, getPositions().getType(), getTheta().convertToFloat(),
+                            getLlama3Scaling())))
+    return failure();
+  for (int d = 1; d < 3; ++d)
+    if (!sameDim(x.getDimSize(d), out.getDimSize(d)))
+      return emitOpError("x ") << x << " and out " << out << " differ in dimension " << d;
+  if (Value w = getNorm()) {
+    auto wt = cast<MemRefType>(w.getType());
+    if (!sameDim(wt.getDimSize(0), x.getDimSize(2)))
+      return emitOpError("norm has ") << wt.getDimSize(0) << " weights but heads have "
+                                      << x.getDimSize(2) << " elements";
+    if (!getEps())
+      return emitOpError("norm needs eps");
+    if (getEps()->convertToFloat() < 0)
+      return emitOpError("eps must be non-negative, got ") << getEps()->convertToFloat();
+  } else if (getEps()) {
+    return emitOpError("eps without norm");
   }
   return success();
 }

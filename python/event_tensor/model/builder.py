@@ -296,7 +296,7 @@ def vec_view(w, layer, n: int):
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
-                        l2_prefetch: float = 0.0) -> Module:
+                        l2_prefetch: float = 0.0, rope_in_attention: bool = False) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -348,7 +348,19 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     rows of `o` tile t and of `mlp` tile t (gate and up) into L2
     (`et.prefetch`): workers that would idle through the latency-bound
     attention chain start the next phases' weight traffic, and every tile
-    of those phases finds the same share of its rows in L2."""
+    of those phases finds the same share of its rows in L2.
+
+    `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
+    each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
+    its group's query heads into its own rows of the scratch `q_rot`
+    [batch, splits, Hq, D], and the split that holds the row's position
+    writes this step's key and value into the cache before its attention
+    reads them. One dependent phase (and its wait) fewer per layer, but the
+    split that writes the row ends later by about as much (docs/
+    benchmarks.md, "RoPE in one op"), so it is off by default. Kernels of
+    several rows cannot take it: rows of one slot at consecutive positions
+    (a prompt chunk) read each other's keys, which a row's own attention
+    tiles do not write."""
     if tp != 1 and not (layered and fuse_norms):
         raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
     if linear_tile not in ("rows", "mma"):
@@ -357,6 +369,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"l2_prefetch must be a fraction in [0, 1], got {l2_prefetch!r}")
     if l2_prefetch and not layered:
         raise ValueError("l2_prefetch needs the layered kernel")
+    if not isinstance(rope_in_attention, bool):
+        raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
+    if rope_in_attention and layout.max_batch != 1:
+        raise ValueError(f"rope_in_attention needs a max_batch 1 kernel, got max_batch {layout.max_batch}")
+    rope_in_attn = rope_in_attention
     mma = linear_tile == "mma"
     if mma and not fuse_norms:
         raise ValueError("linear_tile='mma' needs fused norms")
@@ -394,6 +411,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
              ("logits", mr([DYN, V_lm], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
+    if rope_in_attn:
+        args += [("q_rot", mr([DYN, lay.splits, Hq, D], f32))]
     symmetric = ()
     if tp > 1:
         # Partial sums of the row-parallel layers, read by every device;
@@ -606,26 +625,41 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             return memref.subview(buf, [b, h0, 0], [1, n, D], [1, 1, 1],
                                   result_type=strided(shape, f32, strides))
 
+        def pos_of(b):
+            """Row b's position as a [1] view; row 0's for a tile past the
+            runtime batch (et.rope_into may read it before the wait, outside
+            the tile's guard)."""
+            inside = arith.CmpIOp(arith.CmpIPredicate.ult, b, batch).result
+            b = arith.SelectOp(inside, b, const(0)).result
+            return memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
+
+        def rotate_kv(l, b, g, slot, row):
+            """The KV head g of row b: its key normalized (Qwen3), rotated
+            and written at cache row `row` (et.rope_into), its value
+            appended there; nothing is written for a row at or past the
+            cache's length."""
+            k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=eps) if c.qk_norm else {}
+            et.rope_into(heads(A["k"], b, g, 1, Hkv), pos_of(b), cache_view(A["k_cache"], l, slot, g, 1), row,
+                         theta, llama3_scaling=scaling, **k_norm)
+            et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), row)
+
+        def rotate_q(l, b, g, out):
+            """The group of KV head g's query heads of row b, normalized
+            (Qwen3) and rotated into `out` ([1, group, D])."""
+            q_norm = dict(norm=vec_view(A["q_norm"], l, D), eps=eps) if c.qk_norm else {}
+            q0 = arith.MulIOp(g, const(c.group_size)).result
+            et.rope_into(heads(A["q"], b, q0, c.group_size, Hq), pos_of(b), out, const(0), theta,
+                         llama3_scaling=scaling, **q_norm)
+
         def qk_body(l, b, g):
-            # One tile per (row, KV head): the group's query heads and
-            # the KV head's key are normalized (Qwen3) and rotated, and
-            # its key and value appended. Ops on different buffers run
-            # without a barrier between them (et-lower-tile-ops): the V
-            # append beside the RoPEs.
-            G = c.group_size
-            p = position(b)
-            q0 = arith.MulIOp(g, const(G)).result
-            q_g, k_g = heads(A["q"], b, q0, G, Hq), heads(A["k"], b, g, 1, Hkv)
-            if c.qk_norm:
-                q2, k2 = heads(A["q"], b, q0, G, Hq, rank3=False), heads(A["k"], b, g, 1, Hkv, rank3=False)
-                et.rmsnorm(q2, vec_view(A["q_norm"], l, D), q2, eps)
-                et.rmsnorm(k2, vec_view(A["k_norm"], l, D), k2, eps)
-            pos1 = memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
-            et.rope(q_g, pos1, theta, llama3_scaling=scaling)
-            et.rope(k_g, pos1, theta, llama3_scaling=scaling)
-            slot = slot_of(b)
-            et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), p)
-            et.kv_append(k_g, cache_view(A["k_cache"], l, slot, g, 1), p)
+            # One tile per (row, KV head): the group's query heads
+            # normalized (Qwen3) and rotated in place, the KV head's key
+            # normalized, rotated and appended, its value appended; the
+            # three ops touch different buffers and run without a barrier
+            # between them (et-lower-tile-ops).
+            q0 = arith.MulIOp(g, const(c.group_size)).result
+            rotate_q(l, b, g, heads(A["q"], b, q0, c.group_size, Hq))
+            rotate_kv(l, b, g, slot_of(b), position(b))
 
         # Attention tiles per row for about one wave at this launch's
         # batch (see split_of), at least one, in the kernels that choose
@@ -691,10 +725,27 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             if live is not None:
                 has_work = arith.AndIOp(live, has_work).result
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=length, stable=stable, split_len=split_len, live=has_work)
+                        length=length, stable=stable, split_len=split_len, live=has_work, slot=slot_i)
 
         def attn_body(l, b, g, s, pre):
-            et.attention_split(row(A["q"], b, [Hq, D], f32), pre["k"], pre["v"],
+            q = row(A["q"], b, [Hq, D], f32)
+            if rope_in_attn:
+                # The `qk` work in the tile (one-row kernels): the group's
+                # query heads rotated into this tile's own rows of `q_rot`
+                # (every split of the head reads them), and the key and
+                # value of this step written by the split that holds the
+                # row's position (the others aim past the cache: S).
+                G = c.group_size
+                q0 = arith.MulIOp(g, const(G)).result
+                mine = memref.subview(A["q_rot"], [b, s, q0, 0], [1, 1, G, D], [1, 1, 1, 1],
+                                      result_type=strided([1, G, D], f32, [lay.splits * Hq * D, D, 1]))
+                rotate_q(l, b, g, mine)
+                p = position(b)
+                holds = arith.CmpIOp(arith.CmpIPredicate.eq, arith.DivUIOp(p, pre["split_len"]).result, s).result
+                rotate_kv(l, b, g, pre["slot"], arith.SelectOp(holds, p, const(S)).result)
+                q = memref.subview(A["q_rot"], [b, s, 0, 0], [1, 1, Hq, D], [1, 1, 1, 1],
+                                   result_type=strided([Hq, D], f32, [D, 1]))
+            et.attention_split(q, pre["k"], pre["v"],
                                row(A["o_part"], b, [lay.splits, Hq, D], f32),
                                row(A["lse"], b, [lay.splits, Hq], f32),
                                g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"])
@@ -784,7 +835,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         layer_tasks = [
             qkv_spec,
             ("qk", qk_body, [Hkv], True, ["qkv"], 4 * D * (c.group_size + 4), 8 * D * (c.group_size + 1)),
-            ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
+            ("attn", attn_body, [Hkv, lay.splits], True, ["qkv" if rope_in_attn else "qk"], 4 * lay.split_len * D,
              4 * lay.split_len * D * c.group_size),
             ("merge", merge_body, [Hkv], True, ["attn"], 4 * lay.splits * c.group_size * (D + 1),
              2 * lay.splits * c.group_size * D),
@@ -793,6 +844,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
             ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
         ]
+        if rope_in_attn:
+            layer_tasks = [spec for spec in layer_tasks if spec[0] != "qk"]
         if fuse_norms:
             # qkv starts each layer; mlp waits on o directly.
             layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]

@@ -502,6 +502,66 @@ et.kernel @rope_scaling_values(%x: memref<1x2x8xf32>, %p: memref<1xi32>) {
 }
 // -----
 
+et.kernel @rope_into_odd(%x: memref<1x2x7xf32>, %p: memref<1xi32>, %r: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{head dimension must be even, got 7}}
+    et.rope_into %x, %p, %x[%r] theta(1.0e+04) : memref<1x2x7xf32>, memref<1xi32>, memref<1x2x7xf32>
+  }
+}
+// -----
+
+et.kernel @rope_into_out(%x: memref<1x2x8xf32>, %p: memref<1xi32>, %o: memref<16x1x8xbf16>, %r: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{x 'memref<1x2x8xf32>' and out 'memref<16x1x8xbf16>' differ in dimension 1}}
+    et.rope_into %x, %p, %o[%r] theta(1.0e+04) : memref<1x2x8xf32>, memref<1xi32>, memref<16x1x8xbf16>
+  }
+}
+// -----
+
+et.kernel @rope_into_norm_size(%x: memref<1x2x8xf32>, %p: memref<1xi32>, %w: memref<4xf32>, %r: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{norm has 4 weights but heads have 8 elements}}
+    et.rope_into %x, %p, %x[%r] theta(1.0e+04) norm(%w) eps(1.0e-06) : memref<1x2x8xf32>, memref<1xi32>, memref<1x2x8xf32>, memref<4xf32>
+  }
+}
+// -----
+
+et.kernel @rope_into_norm_eps(%x: memref<1x2x8xf32>, %p: memref<1xi32>, %w: memref<8xf32>, %r: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{norm needs eps}}
+    et.rope_into %x, %p, %x[%r] theta(1.0e+04) norm(%w) : memref<1x2x8xf32>, memref<1xi32>, memref<1x2x8xf32>, memref<8xf32>
+  }
+}
+// -----
+
+et.kernel @rope_into_negative_eps(%x: memref<1x2x8xf32>, %p: memref<1xi32>, %w: memref<8xf32>, %r: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{eps must be non-negative, got -1.000000e+00}}
+    et.rope_into %x, %p, %x[%r] theta(1.0e+04) norm(%w) eps(-1.0) : memref<1x2x8xf32>, memref<1xi32>, memref<1x2x8xf32>, memref<8xf32>
+  }
+}
+// -----
+
+et.kernel @rope_into_eps_alone(%x: memref<1x2x8xf32>, %p: memref<1xi32>, %r: index) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{eps without norm}}
+    et.rope_into %x, %p, %x[%r] theta(1.0e+04) eps(1.0e-06) : memref<1x2x8xf32>, memref<1xi32>, memref<1x2x8xf32>
+  }
+}
+// -----
+
+et.kernel @rope_into_outside_task(%x: memref<1x2x8xf32>, %p: memref<1xi32>, %r: index) {
+  // expected-error @+1 {{must be nested in an 'et.task' body}}
+  et.rope_into %x, %p, %x[%r] theta(1.0e+04) : memref<1x2x8xf32>, memref<1xi32>, memref<1x2x8xf32>
+}
+// -----
+
 et.kernel @argmax_shapes(%x: memref<2x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>) {
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {

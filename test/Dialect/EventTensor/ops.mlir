@@ -224,7 +224,7 @@ et.kernel @norm_and_act(%x: memref<1x2048xbf16>, %w: memref<2048xbf16>, %y: memr
 et.kernel @decode_ops(%table: memref<128256x2048xbf16>, %ids: memref<1xi32>, %h: memref<1x2048xf32>,
                       %q: memref<1x32x64xf32>, %pos: memref<1xi32>, %k: memref<1x8x64xf32>,
                       %cache: memref<8192x8x64xbf16>, %at: index, %logits: memref<1x128256xf32>,
-                      %pv: memref<1x32xf32>, %pi: memref<1x32xi32>) {
+                      %pv: memref<1x32xf32>, %pi: memref<1x32xi32>, %kn: memref<64xbf16>) {
   %c1 = arith.constant 1 : index
   %c0 = arith.constant 0 : index
   %c4096 = arith.constant 4096 : index
@@ -235,6 +235,10 @@ et.kernel @decode_ops(%table: memref<128256x2048xbf16>, %ids: memref<1xi32>, %h:
     et.rope %q, %pos theta(5.0e+05) llama3_scaling([32.0, 1.0, 4.0, 8192.0]) : memref<1x32x64xf32>, memref<1xi32>
     // CHECK: et.kv_append
     et.kv_append %k, %cache, %at : memref<1x8x64xf32>, memref<8192x8x64xbf16>
+    // CHECK: et.rope_into %{{.*}}, %{{.*}}, %{{.*}}[%{{.*}}] theta(1.000000e+06) norm(%{{.*}}) eps(9.99999997E-7)
+    et.rope_into %k, %pos, %cache[%at] theta(1.0e+06) norm(%kn) eps(1.0e-06) : memref<1x8x64xf32>, memref<1xi32>, memref<8192x8x64xbf16>, memref<64xbf16>
+    // CHECK: et.rope_into %{{.*}}, %{{.*}}, %{{.*}}[%{{.*}}] theta(5.000000e+05) llama3_scaling(
+    et.rope_into %q, %pos, %q[%c0] theta(5.0e+05) llama3_scaling([32.0, 1.0, 4.0, 8192.0]) : memref<1x32x64xf32>, memref<1xi32>, memref<1x32x64xf32>
     // CHECK: et.argmax %{{.*}} cols(%{{.*}}, %{{.*}}) slot(%{{.*}})
     et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%i) : memref<1x128256xf32>, memref<1x32xf32>, memref<1x32xi32>
   }

@@ -121,6 +121,24 @@ def run_decode_ops(root: Path) -> bool:
         print("decode ops on the GPU: " + ", ".join(f"{k} {'ok' if v else 'FAIL'}" for k, v in checks.items())
               + f" (rope errors {rel(q, ref_q):.1e}, {rel(kq, ref_kq):.1e})")
         ok &= all(checks.values())
+    if (tiles / "rope-into").exists():
+        c = np.load(tiles / "rope-into" / "case.npz")
+        def arg(n):
+            t = torch.from_numpy(c[n].copy())
+            return (t.view(torch.bfloat16) if n in ("kn", "cache", "on", "oc") else t).cuda()
+        args = [arg(n) for n in ("k", "pos", "kn", "cache")]
+        rest = {n: arg(n) for n in ("q", "s", "sn", "so", "d", "dn", "o", "opos", "on", "oc")}
+        runtime.load(tiles / "rope-into").launcher()(*args, int(c["at"]), *rest.values())
+        got = {"cache": args[3], "q": rest["q"], "so": rest["so"], "d": rest["d"], "oc": rest["oc"]}
+        errs = {n: float(np.linalg.norm(g.cpu().double().numpy() - c[f"ref_{n}"]) / np.linalg.norm(c[f"ref_{n}"]))
+                for n, g in got.items()}
+        unwritten = (not args[3][:9].any().item() and not rest["so"][:2].any().item()
+                     and not rest["oc"][:3].any().item() and not rest["oc"][4:].any().item())
+        good = (errs["cache"] < 1e-2 and errs["oc"] < 1e-2 and all(errs[n] < 1e-4 for n in ("q", "so", "d"))
+                and unwritten)
+        print("rope_into on the GPU vs float64: " + ", ".join(f"{n} {e:.1e}" for n, e in errs.items())
+              + ("" if unwritten else ", rows outside the output WRITTEN") + ("" if good else "  FAIL"))
+        ok &= good
     for case_dir in sorted(tiles.glob("attention-[0-9]*")):
         c = np.load(case_dir / "case.npz")
         bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()

@@ -807,6 +807,54 @@ def ET_RoPEOp : ET_Op<"rope", [
   let hasVerifier = 1;
 }
 
+def ET_RoPEIntoOp : ET_Op<"rope_into", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "per-head RMSNorm (optional) and RoPE of x, stored into a row of out";
+  let description = [{
+    For every token `m` and head `h` of `x` (`M x heads x D`, D even):
+
+    ```
+    v = x[m, h, :]
+    v = v / sqrt(mean(v * v) + eps) * w        (with `norm(%w)`)
+    out[row + m, h, :] = rope(v, positions[m])  (rows at or past out's first
+                                                 dimension are not written)
+    ```
+
+    in f32, rounded to `out`'s element type. `rope` is `et.rope`'s rotation
+    (same `theta` and `llama3_scaling`). `out` (`S x heads x D`) may be `x`
+    itself with `row` 0 (in place), or a KV cache with `row` the token's
+    position: the decode step's query heads are normalized and rotated in
+    place, and its key head normalized, rotated and appended, each with one
+    read of `x` and one write (`et.rmsnorm`, `et.rope` and `et.kv_append`
+    one after another take a round trip to memory each). On the GPU one
+    warp handles a (token, head), lane l the pairs (i, i + D/2) with
+    i = l mod 32; on the CPU, loops.
+
+    Example:
+
+    ```mlir
+    // Qwen3's key head of the decode step, appended at position %p
+    et.rope_into %k, %pos, %kcache[%p] theta(1.0e+06) norm(%kn) eps(1.0e-06)
+        : memref<1x1x128xf32>, memref<1xi32>, memref<4096x1x128xbf16>, memref<128xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$x,
+                       Arg<MemRefRankOf<[I32, I64, Index], [1]>, "", [MemRead]>:$positions,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemWrite]>:$out,
+                       Index:$row,
+                       Optional<MemRefRankOf<[BF16, F32], [1]>>:$norm,
+                       F32Attr:$theta,
+                       OptionalAttr<F32Attr>:$eps,
+                       OptionalAttr<DenseF32ArrayAttr>:$llama3_scaling);
+  let assemblyFormat = [{
+    $x `,` $positions `,` $out `[` $row `]` `theta` `(` $theta `)`
+    (`norm` `(` $norm^ `)`)? (`eps` `(` $eps^ `)`)?
+    (`llama3_scaling` `(` $llama3_scaling^ `)`)? attr-dict
+    `:` type($x) `,` type($positions) `,` type($out) (`,` type($norm)^)?
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_ArgmaxOp : ET_Op<"argmax", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "argmax of a column range of each token row (greedy decoding)";
