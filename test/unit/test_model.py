@@ -816,3 +816,55 @@ def test_rope_in_attention_errors(tmp_path):
     with pytest.raises(ValueError, match="rope_in_attention must be a bool, got 'yes'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, rope_in_attention="yes",
                             cache_dir=tmp_path)
+
+
+def _qk_extents(config, max_batch, **kw):
+    """The extents of the layered kernel's qk task: (layers, rows, tiles)."""
+    import re
+
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+
+    layout = kernel_layout(config, max_batch=max_batch, max_context=min(1024, config.max_position_embeddings),
+                           workers=132)
+    with Context():
+        text = str(build_decode_kernel(config, layout, layered=True, **kw))
+    line = next(line for line in text.splitlines() if "et.task @qk " in line)
+    return tuple(int(n) for n in re.findall(r"%c(\d+)", line.split(" in (")[1].split(")")[0]))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_qk_tiles_over_several_kv_heads(family, tmp_path):
+    """qk_heads=2: each qk tile rotates and appends two KV heads (and their
+    query heads), with the bits of one head per tile, at batch 2 (its
+    per-row tiles) and batch 1."""
+    config = model.tiny_config(family, num_heads=4, num_kv_heads=2)
+    weights = model.random_weights(config, seed=10)
+    runs = {}
+    for heads in (1, 2):
+        path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                                   qk_heads=heads, cache_dir=tmp_path)
+        runs[heads] = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2]), ([7, 8], [3, 2])]:
+        for session in runs.values():
+            session.step(tokens, positions)
+        assert np.array_equal(runs[1].last_logits(), runs[2].last_logits())
+        assert _rel(runs[2].last_logits(), ref.step(tokens, positions)) < 2e-3
+    for session in runs.values():
+        session.close()
+    assert _qk_extents(config, 2, qk_heads=2)[1:] == (2, 1)
+    for bad in (3, 0, True, "2"):
+        with pytest.raises(ValueError, match=r"qk_heads must be a positive divisor of the 2 KV heads"):
+            model.compile_model(config, target="cpu", max_batch=1, max_context=16, qk_heads=bad, cache_dir=tmp_path)
+
+
+def test_default_qk_tiles_fill_the_workers_qkv_leaves_idle():
+    """On 132 workers the qkv task of both presets has 128 tiles: a one-row
+    kernel's qk task gets 4 tiles of two KV heads; a kernel of four rows,
+    for which no block of heads within QK_TILE_WARPS makes 4 tiles, one
+    tile per row and KV head."""
+    for name in ("llama-3.2-1b", "qwen3-0.6b"):
+        config = model.preset(name)
+        assert _qk_extents(config, 1) == (config.num_layers, 1, 4)
+        assert _qk_extents(config, 4) == (config.num_layers, 4, 8)

@@ -50,6 +50,9 @@ from .config import ModelConfig, tp_config
 __all__ = ["KernelLayout", "build_decode_kernel", "kernel_layout"]
 
 DYN = ShapedType.get_dynamic_size()
+#: The most warps' worth of heads (a warp per query or key head) that the
+#: default `qk_heads` puts in one `qk` tile: the 16 warps of 512 threads.
+QK_TILE_WARPS = 16
 #: The shortest attention split the defaults choose, at compile time and at
 #: run time: a tile has a fixed cost of a few us, so shorter splits cost
 #: more than they spread.
@@ -296,7 +299,8 @@ def vec_view(w, layer, n: int):
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
-                        l2_prefetch: float = 0.0, rope_in_attention: bool = False) -> Module:
+                        l2_prefetch: float = 0.0, rope_in_attention: bool = False,
+                        qk_heads: int | None = None) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -350,6 +354,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     attention chain start the next phases' weight traffic, and every tile
     of those phases finds the same share of its rows in L2.
 
+    `qk_heads` KV heads go to one `qk` tile (by default the fewest that
+    leave every `qk` tile a worker without a `qkv` tile, at most
+    QK_TILE_WARPS heads' warps; else 1).
+
     `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
     each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
     its group's query heads into its own rows of the scratch `q_rot`
@@ -369,6 +377,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"l2_prefetch must be a fraction in [0, 1], got {l2_prefetch!r}")
     if l2_prefetch and not layered:
         raise ValueError("l2_prefetch needs the layered kernel")
+    if qk_heads is not None and (isinstance(qk_heads, bool) or not isinstance(qk_heads, int) or qk_heads < 1
+                                 or config.num_kv_heads // tp % qk_heads):
+        raise ValueError(f"qk_heads must be a positive divisor of the {config.num_kv_heads // tp} KV heads, "
+                         f"got {qk_heads!r}")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
     if rope_in_attention and layout.max_batch != 1:
@@ -633,33 +645,34 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             b = arith.SelectOp(inside, b, const(0)).result
             return memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
 
-        def rotate_kv(l, b, g, slot, row):
-            """The KV head g of row b: its key normalized (Qwen3), rotated
-            and written at cache row `row` (et.rope_into), its value
-            appended there; nothing is written for a row at or past the
-            cache's length."""
+        def rotate_kv(l, b, g, slot, row, n: int = 1):
+            """KV heads [g, g + n) of row b: their keys normalized (Qwen3),
+            rotated and written at cache row `row` (et.rope_into), their
+            values appended there; nothing is written for a row at or past
+            the cache's length."""
             k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=eps) if c.qk_norm else {}
-            et.rope_into(heads(A["k"], b, g, 1, Hkv), pos_of(b), cache_view(A["k_cache"], l, slot, g, 1), row,
+            et.rope_into(heads(A["k"], b, g, n, Hkv), pos_of(b), cache_view(A["k_cache"], l, slot, g, n), row,
                          theta, llama3_scaling=scaling, **k_norm)
-            et.kv_append(heads(A["v"], b, g, 1, Hkv), cache_view(A["v_cache"], l, slot, g, 1), row)
+            et.kv_append(heads(A["v"], b, g, n, Hkv), cache_view(A["v_cache"], l, slot, g, n), row)
 
-        def rotate_q(l, b, g, out):
-            """The group of KV head g's query heads of row b, normalized
-            (Qwen3) and rotated into `out` ([1, group, D])."""
+        def rotate_q(l, b, g, out, n: int = 1):
+            """The query heads of KV heads [g, g + n) of row b, normalized
+            (Qwen3) and rotated into `out` ([1, n x group, D])."""
             q_norm = dict(norm=vec_view(A["q_norm"], l, D), eps=eps) if c.qk_norm else {}
             q0 = arith.MulIOp(g, const(c.group_size)).result
-            et.rope_into(heads(A["q"], b, q0, c.group_size, Hq), pos_of(b), out, const(0), theta,
+            et.rope_into(heads(A["q"], b, q0, n * c.group_size, Hq), pos_of(b), out, const(0), theta,
                          llama3_scaling=scaling, **q_norm)
 
-        def qk_body(l, b, g):
-            # One tile per (row, KV head): the group's query heads
-            # normalized (Qwen3) and rotated in place, the KV head's key
-            # normalized, rotated and appended, its value appended; the
+        def qk_body(l, b, t):
+            # One tile per (row, block of qk_heads KV heads): their query
+            # heads normalized (Qwen3) and rotated in place, their keys
+            # normalized, rotated and appended, their values appended; the
             # three ops touch different buffers and run without a barrier
-            # between them (et-lower-tile-ops).
+            # between them (et-lower-tile-ops), a warp per head.
+            g = arith.MulIOp(t, const(qk_heads)).result
             q0 = arith.MulIOp(g, const(c.group_size)).result
-            rotate_q(l, b, g, heads(A["q"], b, q0, c.group_size, Hq))
-            rotate_kv(l, b, g, slot_of(b), position(b))
+            rotate_q(l, b, g, heads(A["q"], b, q0, qk_heads * c.group_size, Hq), qk_heads)
+            rotate_kv(l, b, g, slot_of(b), position(b), qk_heads)
 
         # Attention tiles per row for about one wave at this launch's
         # batch (see split_of), at least one, in the kernels that choose
@@ -827,6 +840,16 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             gate_lin[0](l, t, x)
             up_lin[0](l, t, x)
             et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
+        # KV heads per qk tile: by default the fewest that still leave no
+        # qk tile on a worker that runs a qkv tile (on the H100, a qk tile
+        # behind a qkv tile on its worker started 0.5-1.1 us after those on
+        # idle workers, and the phase waits for its last tile), with at most
+        # QK_TILE_WARPS warps' worth of heads (a warp per head).
+        if qk_heads is None:
+            idle = lay.workers - qkv_tiles
+            fits = [n for n in range(1, Hkv + 1) if Hkv % n == 0 and n * (c.group_size + 1) <= QK_TILE_WARPS
+                    and B * (Hkv // n) <= idle]
+            qk_heads = fits[0] if fits else 1
         # Computed before a task's waits, passed to its body as `pre=`.
         pre_wait = {"attn": attn_pre}
         # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
@@ -834,7 +857,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     q_lin[3] + k_lin[3] + v_lin[3])
         layer_tasks = [
             qkv_spec,
-            ("qk", qk_body, [Hkv], True, ["qkv"], 4 * D * (c.group_size + 4), 8 * D * (c.group_size + 1)),
+            ("qk", qk_body, [Hkv // qk_heads], True, ["qkv"], 4 * D * (c.group_size + 4) * qk_heads,
+             8 * D * (c.group_size + 1) * qk_heads),
             ("attn", attn_body, [Hkv, lay.splits], True, ["qkv" if rope_in_attn else "qk"], 4 * lay.split_len * D,
              4 * lay.split_len * D * c.group_size),
             ("merge", merge_body, [Hkv], True, ["attn"], 4 * lay.splits * c.group_size * (D + 1),

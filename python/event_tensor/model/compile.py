@@ -62,7 +62,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
-                  rope_in_attention: bool = False, **options) -> Path:
+                  rope_in_attention: bool = False, qk_heads: int | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -113,6 +113,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `rope_in_attention` (`max_batch` 1 only) has the attention tiles
     rotate their own query heads and this step's key and value instead of
     a `qk` task before them (`build_decode_kernel`; off by default).
+    `qk_heads` sets the KV heads per `qk` tile (default: chosen by
+    `build_decode_kernel`).
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
@@ -150,7 +152,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        batch_variants=batch_variants, specialize=specialize,
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
-                                       l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, **options)
+                                       l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
+                                       **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if target == "cuda":
@@ -184,7 +187,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
-                                     rope_in_attention=rope_in_attention)
+                                     rope_in_attention=rope_in_attention, qk_heads=qk_heads)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
