@@ -128,6 +128,12 @@ namespace {
 
 /// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
 /// strided by thread.
+/// silu(g) * u in f32, et.silu_mul's form (approximate quotient and
+/// exponential): the gated et.linear and et.silu_mul give the same bits.
+Value gatedActivation(OpBuilder &b, Location loc, Value g, Value u) {
+  return arith::MulFOp::create(b, loc, silu(b, loc, g, arith::FastMathFlags::afn), u);
+}
+
 void lowerLinearCPU(LinearOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -147,20 +153,22 @@ void lowerLinearCPU(LinearOp op) {
         scf::ForOp::create(
             b, loc, h.idx(0), m, h.idx(1), ValueRange{},
             [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-              auto sum = scf::ForOp::create(
-                  b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
-                  [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
-                    Value xv = memref::LoadOp::create(b, loc, op.getX(),
-                                                      ValueRange{tok, kk});
-                    Value wv = memref::LoadOp::create(b, loc, op.getW(),
-                                                      ValueRange{row, kk});
-                    Value xf = arith::ExtFOp::create(b, loc, b.getF32Type(), xv);
-                    Value wf = arith::ExtFOp::create(b, loc, b.getF32Type(), wv);
-                    Value p = arith::MulFOp::create(b, loc, xf, wf);
-                    scf::YieldOp::create(
-                        b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
-                  });
-              Value out = sum.getResult(0);
+              auto dot = [&](Value w) {
+                return scf::ForOp::create(
+                           b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+                           [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
+                             Value xv = memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk});
+                             Value wv = memref::LoadOp::create(b, loc, w, ValueRange{row, kk});
+                             Value xf = arith::ExtFOp::create(b, loc, b.getF32Type(), xv);
+                             Value wf = arith::ExtFOp::create(b, loc, b.getF32Type(), wv);
+                             Value p = arith::MulFOp::create(b, loc, xf, wf);
+                             scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
+                           })
+                    .getResult(0);
+              };
+              Value out = dot(op.getW());
+              if (Value wu = op.getGated())
+                out = gatedActivation(b, loc, out, dot(wu));
               if (op.getAccumulate())
                 out = arith::AddFOp::create(
                     b, loc,
@@ -185,7 +193,7 @@ bool isReadOnly(Value buffer) {
             memref::ExtractAlignedPointerAsIndexOp, StagedRowsOp>(user))
       continue;
     if (auto linear = dyn_cast<LinearOp>(user))
-      if (use.get() == linear.getW() && linear.getY() != buffer &&
+      if ((use.get() == linear.getW() || use.get() == linear.getGated()) && linear.getY() != buffer &&
           linear.getX() != buffer)
         continue;
     if (auto matmul = dyn_cast<MatmulOp>(user))
@@ -368,23 +376,33 @@ LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
           memref::DimOp::create(b, loc, op.getW(), 0), warpsOf.tid};
 }
 
-/// y[tok, row] from a warp's lane partial sums `acc` (vector<8xf32> per
-/// lane): the warp sums them with a shuffle butterfly, and the thread where
-/// `store` holds writes the result (added to y with `accumulate`, in y's
-/// element type). Both GPU lowerings of et.linear end each row with it.
-void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row) {
-  Value sum = butterflySum(
-      b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc), kWarp);
+/// The sum of a warp's lane partial sums `acc` (vector<8xf32> per lane):
+/// a reduction, then a shuffle butterfly (every lane gets it).
+Value rowTotal(OpBuilder &b, Location loc, Value acc) {
+  return butterflySum(b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc), kWarp);
+}
+
+/// y[tok, row] = `sum` (added to y with `accumulate`; silu(sum) * `up` for
+/// a gated op), written by the thread where `store` holds, in y's element
+/// type.
+void storeRow(OpBuilder &b, Location loc, LinearOp op, Value sum, Value store, Value tok, Value row,
+              Value up = {}) {
   auto ifOp = scf::IfOp::create(b, loc, store, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  Value out = sum;
+  Value out = up ? gatedActivation(b, loc, sum, up) : sum;
   if (op.getAccumulate())
     out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}), out);
   Type outType = op.getY().getType().getElementType();
   if (!outType.isF32())
     out = arith::TruncFOp::create(b, loc, outType, out);
   memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok, row});
+}
+
+/// y[tok, row] from a warp's lane partial sums `acc`: both GPU lowerings of
+/// et.linear end each row with it.
+void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row) {
+  storeRow(b, loc, op, rowTotal(b, loc, acc), store, tok, row);
 }
 
 /// Where the weight loads of an et.linear may start before its task's
@@ -406,7 +424,7 @@ struct StagedRows {
 StagedRows stageRows(LinearOp op, int64_t stageBytes,
                      llvm::DenseMap<Operation *, int64_t> &stageUsed) {
   auto task = op->getParentOfType<TaskOp>();
-  if (stageBytes <= 0 || !task || op->getParentOp() != task)
+  if (stageBytes <= 0 || !task || op->getParentOp() != task || op.getGated())
     return {};
   MemRefType w = op.getW().getType();
   int64_t k = w.getDimSize(1);
@@ -452,7 +470,9 @@ StagedRows stageRows(LinearOp op, int64_t stageBytes,
 void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sharedBytes = 0,
                     int64_t threads = 0, llvm::DenseSet<Operation *> *sharedTaken = nullptr,
                     StagedRows staged = {}) {
-  if (staged.view)
+  // A gated op streams both rows from memory (no weights before the wait,
+  // no staged rows).
+  if (staged.view || op.getGated())
     mode = WeightPrefetch::None;
   int64_t slotThreads = threads > 0 ? threads : 1024;
   int64_t pMax = sharedBytes / (slotThreads * 16);
@@ -556,11 +576,20 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     b.setInsertionPoint(op);
   }
 
-  // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged view).
+  // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
+  // view; a gated op's up row from the same row of its `gated` weights).
   auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow) {
+   // The lanes' partial sums of the row of `wMem`, one per token.
+   // The lanes' partial sums of the rows of `mems` (one matrix, or a gated
+   // op's two, streamed together: each x chunk loaded once for both, and
+   // `top` chunks per lane and trip over all of them), mem-major, one per
+   // token each.
+   auto rowSums = [&](ArrayRef<Value> mems, int64_t top) -> SmallVector<Value> {
+    const int64_t nm = mems.size();
+    Value wMem = mems.front();
     Value zero = arith::ConstantOp::create(
         b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-    SmallVector<Value> init(mCount, zero);
+    SmallVector<Value> init(mCount * nm, zero);
     auto tok = [&](int64_t i) {
       return staticM ? h.idx(i) : tokBase;
     };
@@ -640,21 +669,28 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
             for (int64_t j = 0; j < u; ++j) {
               Value col = arith::AddIOp::create(b, loc, k0, h.idx(j * step));
               cols.push_back(col);
-              ws.push_back(loadVec(b, wMem, wRow, col));
+              for (Value mem : mems)
+                ws.push_back(loadVec(b, mem, wRow, col));
             }
             SmallVector<Value> next(accs.begin(), accs.end());
             for (int64_t j = 0; j < u; ++j)
               for (int64_t i = 0; i < mCount; ++i) {
                 Value xv = loadVec(b, op.getX(), tok(i), cols[j]);
-                next[i] = vector::FMAOp::create(b, loc, ws[j], xv, next[i]);
+                for (int64_t m = 0; m < nm; ++m)
+                  next[m * mCount + i] = vector::FMAOp::create(b, loc, ws[j * nm + m], xv, next[m * mCount + i]);
               }
             scf::YieldOp::create(b, loc, next);
           });
     };
-    auto mainLoop = unrolledLoop(unroll, mainStart, kMain, big, init);
+    // The main loop's chunks per trip; the tail loops halve from there.
+    Value bigTop = top == unroll ? big : h.idx(step * top);
+    Value kTop = top == unroll ? kMain
+                               : arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, k, bigTop), bigTop)
+                                     .getResult();
+    auto mainLoop = unrolledLoop(top, mainStart, kTop, bigTop, init);
     SmallVector<Value> accs(mainLoop.getResults());
-    Value done = kMain; // columns covered so far (a multiple of step)
-    for (int64_t u = unroll / 2; u >= 2; u /= 2) {
+    Value done = kTop; // columns covered so far (a multiple of step)
+    for (int64_t u = top / 2; u >= 2; u /= 2) {
       Value bigU = h.idx(step * u);
       Value upTo = arith::AddIOp::create(
           b, loc, done,
@@ -669,18 +705,37 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     auto restLoop = scf::ForOp::create(
         b, loc, restStart, k, h.idx(step), accs,
         [&](OpBuilder &b, Location loc, Value col, ValueRange accs) {
-          Value wv = loadVec(b, wMem, wRow, col);
+          SmallVector<Value> wvs;
+          for (Value mem : mems)
+            wvs.push_back(loadVec(b, mem, wRow, col));
           SmallVector<Value> next(accs.begin(), accs.end());
           for (int64_t i = 0; i < mCount; ++i) {
             Value xv = loadVec(b, op.getX(), tok(i), col);
-            next[i] = vector::FMAOp::create(b, loc, wv, xv, next[i]);
+            for (int64_t m = 0; m < nm; ++m)
+              next[m * mCount + i] = vector::FMAOp::create(b, loc, wvs[m], xv, next[m * mCount + i]);
           }
           scf::YieldOp::create(b, loc, next);
         });
+    return SmallVector<Value>(restLoop.getResults());
+   };
+    // A gated op streams its gate and up rows together, half the chunks of
+    // each per trip (the same weight loads in flight), each x chunk loaded
+    // once for both.
+    SmallVector<Value> sums, ups(mCount);
+    if (Value wu = op.getGated()) {
+      SmallVector<Value> both = rowSums({wMem, wu}, std::max<int64_t>(1, unroll / 2));
+      for (int64_t i = 0; i < mCount; ++i) {
+        sums.push_back(rowTotal(b, loc, both[i]));
+        ups[i] = rowTotal(b, loc, both[mCount + i]);
+      }
+    } else {
+      for (Value acc : rowSums({wMem}, unroll))
+        sums.push_back(rowTotal(b, loc, acc));
+    }
     Value isLane0 =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
     for (int64_t i = 0; i < mCount; ++i)
-      storeRowSum(b, loc, op, restLoop.getResult(i), isLane0, tok(i), row);
+      storeRow(b, loc, op, sums[i], isLane0, staticM ? h.idx(i) : tokBase, row, ups[i]);
   };
 
   scf::ForOp::create(
@@ -735,13 +790,13 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
 /// `registerPrefetch`, the first group's loads sit before the task's first
 /// wait (weightPrefetchPoint). The rows start at warp `warpShift` (mod the
 /// warps), so independent linear ops of one tile spread over the warps.
-/// Returns false (nothing changed) when K does not fit.
+/// Returns false (nothing changed) when K does not fit, or for a gated op.
 bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
                           int64_t tokenGroup, int64_t warpShift) {
   MemRefType wType = op.getW().getType();
   int64_t kStatic = wType.getDimSize(1);
   constexpr int64_t step = kWarp * kVector; // elements one warp covers per load
-  if (ShapedType::isDynamic(kStatic) || kStatic % step != 0)
+  if (ShapedType::isDynamic(kStatic) || kStatic % step != 0 || op.getGated())
     return false;
   int64_t u = std::max<int64_t>(1, unroll);
   while (kStatic % (step * u) != 0)
@@ -948,9 +1003,8 @@ void lowerSiluMul(SiluMulOp op) {
   Value step = arith::MulIOp::create(b, loc, nt, h.idx(kSiluUnroll));
   Type outType = op.getY().getType().getElementType();
   // An approximate quotient and exponential (div.approx, ex2.approx on the
-  // GPU): the result is rounded to bf16 for the next GEMM anyway, and the
-  // IEEE division was most of the loop's instructions.
-  auto fast = arith::FastMathFlags::afn;
+  // GPU; gatedActivation): the result is rounded to bf16 for the next GEMM
+  // anyway, and the IEEE division was most of the loop's instructions.
   scf::ForOp::create(
       b, loc, tid, total, step, ValueRange{},
       [&](OpBuilder &b, Location loc, Value base, ValueRange) {
@@ -969,7 +1023,7 @@ void lowerSiluMul(SiluMulOp op) {
         }
         for (int64_t u = 0; u < kSiluUnroll; ++u) {
           Value g = toF32(b, loc, gates[u]), up = toF32(b, loc, ups[u]);
-          Value y = fromF32(b, loc, arith::MulFOp::create(b, loc, silu(b, loc, g, fast), up), outType);
+          Value y = fromF32(b, loc, gatedActivation(b, loc, g, up), outType);
           // The trip's first element is always inside.
           if (u == 0) {
             memref::StoreOp::create(b, loc, y, op.getY(), ValueRange{rows[u], colsAt[u]});

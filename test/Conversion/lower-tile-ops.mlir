@@ -584,6 +584,35 @@ et.kernel @rope_into_early(%x: memref<1x2x128xf32>, %p: memref<1xi32>, %c: memre
   }
 }
 
+// A gated et.linear: per row, the gate row's loop and the up row's loop,
+// both lanes' sums reduced, and one store of silu(gate) * up (the SiLU's
+// approximate exponential and quotient), with no barrier and no load of an
+// intermediate; the CPU form the same with loops.
+// ROWS-LABEL: et.kernel @linear_gated
+// ROWS: scf.for
+// ROWS: vector.load %arg1
+// ROWS: vector.load %arg3
+// ROWS-NOT: gpu.barrier
+// ROWS: gpu.shuffle xor
+// ROWS: math.exp {{.*}}fastmath<afn>
+// ROWS: arith.divf {{.*}}fastmath<afn>
+// ROWS: memref.store {{.*}}, %arg2
+// ROWS-NOT: memref.load %arg2
+// CPU-LABEL: et.kernel @linear_gated
+// CPU: memref.load %arg1
+// CPU: memref.load %arg3
+// CPU: math.exp
+// CPU: memref.store {{.*}}, %arg2
+et.kernel @linear_gated(%x: memref<1x2048xbf16>, %w: memref<64x2048xbf16>, %y: memref<1x64xbf16>,
+                        %u: memref<64x2048xbf16>) {
+  %c4 = arith.constant 4 : index
+  %c16 = arith.constant 16 : index
+  et.task @t tiles(%i) in (%c4) {
+    %r0 = arith.muli %i, %c16 : index
+    et.linear %x, %w, %y rows(%r0, %c16) gated(%u) : memref<1x2048xbf16>, memref<64x2048xbf16>, memref<1x64xbf16>, memref<64x2048xbf16>
+  }
+}
+
 // Only dependent tile ops get a barrier: the two linear layers write
 // different buffers and read only x and weights (none between them); the
 // activation reads both outputs (one barrier before it). The second linear

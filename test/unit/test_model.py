@@ -868,3 +868,26 @@ def test_default_qk_tiles_fill_the_workers_qkv_leaves_idle():
         config = model.preset(name)
         assert _qk_extents(config, 1) == (config.num_layers, 1, 4)
         assert _qk_extents(config, 4) == (config.num_layers, 4, 8)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_gated_mlp_keeps_the_bits(family, tmp_path):
+    """The default mlp tile (one et.linear ... gated) and gated_mlp=False
+    (gate and up into g and u, then et.silu_mul): the same logits, bit for
+    bit, at batch 2 and 1."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=12)
+    runs = []
+    for gated in (True, False):
+        path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                                   gated_mlp=gated, cache_dir=tmp_path)
+        assert json.loads((path / "model.json").read_text())["gated_mlp"] is gated
+        runs.append(model.DecodeSession(path, weights))
+    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]:
+        for session in runs:
+            session.step(tokens, positions)
+        assert np.array_equal(runs[0].last_logits(), runs[1].last_logits())
+    for session in runs:
+        session.close()
+    with pytest.raises(ValueError, match="gated_mlp must be a bool, got 1"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, gated_mlp=1, cache_dir=tmp_path)

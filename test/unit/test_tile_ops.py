@@ -52,6 +52,47 @@ def test_linear_matches_float64(m, k, n, rows, out, dynamic_m, tmp_path):
     assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
 
 
+@pytest.mark.parametrize("m,out", [(1, "bf16"), (3, "f32")])
+def test_gated_linear_has_the_bits_of_two_linears_and_silu_mul(m, out, tmp_path):
+    """et.linear ... gated(%wu): silu(x wg^T) * (x wu^T) in one pass, the
+    bits of two et.linear into f32 and et.silu_mul after them (rows past N
+    untouched), and within f32 rounding of float64."""
+    k, n, rows = 512, 40, 16
+    tiles = -(-n // rows)
+    text = f"""
+et.kernel @k(%x: memref<{m}x{k}xbf16>, %wg: memref<{n}x{k}xbf16>, %wu: memref<{n}x{k}xbf16>,
+             %act: memref<{m}x{n}x{out}>, %g: memref<{m}x{n}xf32>, %u: memref<{m}x{n}xf32>,
+             %act2: memref<{m}x{n}x{out}>) {{
+  %ct = arith.constant {tiles} : index
+  %cr = arith.constant {rows} : index
+  et.task @gated tiles(%t) in (%ct) {{
+    %r0 = arith.muli %t, %cr : index
+    et.linear %x, %wg, %act rows(%r0, %cr) gated(%wu)
+        : memref<{m}x{k}xbf16>, memref<{n}x{k}xbf16>, memref<{m}x{n}x{out}>, memref<{n}x{k}xbf16>
+  }}
+  et.task @apart tiles(%t) in (%ct) {{
+    %r0 = arith.muli %t, %cr : index
+    et.linear %x, %wg, %g rows(%r0, %cr) : memref<{m}x{k}xbf16>, memref<{n}x{k}xbf16>, memref<{m}x{n}xf32>
+    et.linear %x, %wu, %u rows(%r0, %cr) : memref<{m}x{k}xbf16>, memref<{n}x{k}xbf16>, memref<{m}x{n}xf32>
+    et.silu_mul %g, %u, %act2 cols(%r0, %cr) : memref<{m}x{n}xf32>, memref<{m}x{n}xf32>, memref<{m}x{n}x{out}>
+  }}
+}}
+"""
+    rng = np.random.default_rng(m + n)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    wg = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(BF16)
+    wu = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(BF16)
+    dtype = np.float32 if out == "f32" else BF16
+    act, act2 = np.zeros((m, n), dtype), np.zeros((m, n), dtype)
+    g, u = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
+    art = et.compile(text, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    art.launcher()(x, wg, wu, act, g, u, act2)
+    assert act.astype(np.float32).any() and np.array_equal(act.astype(np.float32), act2.astype(np.float32))
+    g64 = x.astype(np.float64) @ wg.astype(np.float64).T
+    ref = g64 / (1 + np.exp(-g64)) * (x.astype(np.float64) @ wu.astype(np.float64).T)
+    assert _rel_err(act, ref) < (1e-5 if out == "f32" else 1e-2)
+
+
 def test_linear_accumulate_adds_to_y(tmp_path):
     m, k, n = 3, 512, 40
     rng = np.random.default_rng(5)

@@ -576,6 +576,8 @@ static LogicalResult verifyProductShapes(Operation *op, MemRefType x, MemRefType
   return success();
 }
 
+static bool sameDim(int64_t a, int64_t b);
+
 LogicalResult LinearOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();
@@ -590,6 +592,13 @@ LogicalResult LinearOp::verify() {
            << x.getDimSize(1);
   if (getAccumulate() && !y.getElementType().isF32())
     return emitOpError("with accumulate needs an f32 y, got ") << y;
+  if (Value wu = getGated()) {
+    auto u = cast<MemRefType>(wu.getType());
+    if (!sameDim(u.getDimSize(0), w.getDimSize(0)) || !sameDim(u.getDimSize(1), w.getDimSize(1)))
+      return emitOpError("gated weights must have w's shape ") << w << ", got " << u;
+    if (getAccumulate())
+      return emitOpError("cannot both accumulate and be gated");
+  }
   return success();
 }
 

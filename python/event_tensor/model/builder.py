@@ -300,7 +300,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
                         l2_prefetch: float = 0.0, rope_in_attention: bool = False,
-                        qk_heads: int | None = None) -> Module:
+                        qk_heads: int | None = None, gated_mlp: bool = True) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -354,6 +354,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     attention chain start the next phases' weight traffic, and every tile
     of those phases finds the same share of its rows in L2.
 
+    With `gated_mlp` (the default), an `mlp` tile of `et.linear` rows
+    computes its activation in one `et.linear ... gated(%wu)` (each warp's
+    gate row, up row and act element in turn); without, two `et.linear`
+    into the scratch `g` and `u`, then `et.silu_mul` (a round trip through
+    memory and a barrier). The same bits either way.
+
     `qk_heads` KV heads go to one `qk` tile (by default the fewest that
     leave every `qk` tile a worker without a `qkv` tile, at most
     QK_TILE_WARPS heads' warps; else 1).
@@ -381,6 +387,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                  or config.num_kv_heads // tp % qk_heads):
         raise ValueError(f"qk_heads must be a positive divisor of the {config.num_kv_heads // tp} KV heads, "
                          f"got {qk_heads!r}")
+    if not isinstance(gated_mlp, bool):
+        raise ValueError(f"gated_mlp must be a bool, got {gated_mlp!r}")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
     if rope_in_attention and layout.max_batch != 1:
@@ -837,6 +845,13 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
         def mlp_body(l, t):
             x = normalized(vec_view(A["ln2"], l, H), t) if fuse_norms else None
+            if gated_mlp and not mma:
+                # One pass: a warp's gate row, its up row, then its act
+                # element (no g and u round trip, no barrier).
+                et.linear(x if x is not None else A["xn"], layer_view(A["wg"], l, I, H), A["act"],
+                          arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows),
+                          gated=layer_view(A["wu"], l, I, H))
+                return
             gate_lin[0](l, t, x)
             up_lin[0](l, t, x)
             et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))

@@ -62,7 +62,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
-                  rope_in_attention: bool = False, qk_heads: int | None = None, **options) -> Path:
+                  rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -114,7 +115,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     rotate their own query heads and this step's key and value instead of
     a `qk` task before them (`build_decode_kernel`; off by default).
     `qk_heads` sets the KV heads per `qk` tile (default: chosen by
-    `build_decode_kernel`).
+    `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up
+    rows apart and their activation after them (`build_decode_kernel`).
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
@@ -153,7 +155,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
                                        l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                       **options)
+                                       gated_mlp=gated_mlp, **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if target == "cuda":
@@ -187,14 +189,15 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
-                                     rope_in_attention=rope_in_attention, qk_heads=qk_heads)
+                                     rope_in_attention=rope_in_attention, qk_heads=qk_heads,
+                                     gated_mlp=gated_mlp)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
-            "rope_in_attention": rope_in_attention,
+            "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}

@@ -317,6 +317,26 @@ et.kernel @linear_accumulate_bf16(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y
 
 // -----
 
+et.kernel @linear_gated_shape(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>, %u: memref<5x8xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{gated weights must have w's shape 'memref<4x8xbf16>', got 'memref<5x8xbf16>'}}
+    et.linear %x, %w, %y rows(%i, %c1) gated(%u) : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>, memref<5x8xbf16>
+  }
+}
+
+// -----
+
+et.kernel @linear_gated_accumulate(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>, %u: memref<4x8xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{cannot both accumulate and be gated}}
+    et.linear %x, %w, %y rows(%i, %c1) accumulate gated(%u) : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>, memref<4x8xbf16>
+  }
+}
+
+// -----
+
 et.kernel @linear_f32_weights(%x: memref<1x8xbf16>, %w: memref<4x8xf32>, %y: memref<1x4xf32>) {
   %c1 = arith.constant 1 : index
   et.task @t tiles(%i) in (%c1) {

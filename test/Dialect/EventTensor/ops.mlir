@@ -158,6 +158,8 @@ et.kernel @linear(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
     %r0 = arith.muli %t, %c16 : index
     // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
     et.linear %x, %w, %y rows(%r0, %c16) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) gated(%{{.*}}) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>, memref<8192x2048xbf16>
+    et.linear %x, %w, %y rows(%r0, %c16) gated(%w) : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>, memref<8192x2048xbf16>
   }
 }
 

@@ -466,7 +466,16 @@ def ET_LinearOp : ET_Op<"linear", [
     (the f32 sum rounded to nearest even). Accumulation is in f32. With
     `accumulate`, the sum is added to what `y` holds (`y[m, n] += ...`, f32
     `y` only): a residual connection in the same pass, with no other tile
-    writing those rows. The op runs on all threads of the worker, which
+    writing those rows. With `gated(%wu)` (`wu` shaped as `w`), a gated MLP's
+    activation in the same pass:
+
+    ```
+    y[m, n] = silu(sum_k x[m, k] * w[n, k]) * (sum_k x[m, k] * wu[n, k])
+    ```
+
+    with `et.silu_mul`'s SiLU, so the result has the bits of two linear
+    layers into f32 and `et.silu_mul` after them, without their round trip
+    through memory. The op runs on all threads of the worker, which
     split the rows and the reduction between them; it sits in an `et.task`
     body, typically with one task tile per block of rows.
 
@@ -488,15 +497,20 @@ def ET_LinearOp : ET_Op<"linear", [
     // the residual stream h += attn * wo^T
     et.linear %attn, %wo, %h rows(%row0, %c16) accumulate
         : memref<1x2048xbf16>, memref<2048x2048xbf16>, memref<1x2048xf32>
+    // the gated MLP's activation: silu(x wg^T) * (x wu^T)
+    et.linear %x, %wg, %act rows(%row0, %c16) gated(%wu)
+        : memref<1x2048xbf16>, memref<8192x2048xbf16>, memref<1x8192xbf16>, memref<8192x2048xbf16>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
                        Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
-                       Index:$row0, Index:$rows, UnitAttr:$accumulate);
+                       Index:$row0, Index:$rows, UnitAttr:$accumulate,
+                       Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$gated);
   let assemblyFormat = [{
-    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)? attr-dict `:`
-    type($x) `,` type($w) `,` type($y)
+    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)?
+    (`gated` `(` $gated^ `)`)? attr-dict `:`
+    type($x) `,` type($w) `,` type($y) (`,` type($gated)^)?
   }];
   let hasVerifier = 1;
 }
