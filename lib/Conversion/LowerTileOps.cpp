@@ -723,7 +723,15 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     // once for both.
     SmallVector<Value> sums, ups(mCount);
     if (Value wu = op.getGated()) {
-      SmallVector<Value> both = rowSums({wMem, wu}, std::max<int64_t>(1, unroll / 2));
+      // As many chunks per trip over both rows as the plain op's longest
+      // trip over one row (a K under unroll x 256 has shorter ones), so the
+      // gated loop holds no more loads in registers than a plain one.
+      int64_t top = unroll;
+      int64_t kStatic = op.getW().getType().getDimSize(1);
+      if (!ShapedType::isDynamic(kStatic))
+        while (top > 1 && top * step > kStatic)
+          top /= 2;
+      SmallVector<Value> both = rowSums({wMem, wu}, std::max<int64_t>(1, top / 2));
       for (int64_t i = 0; i < mCount; ++i) {
         sums.push_back(rowTotal(b, loc, both[i]));
         ups[i] = rowTotal(b, loc, both[mCount + i]);
