@@ -126,14 +126,14 @@ Value tile::workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, 
 namespace {
 
 
-/// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
-/// strided by thread.
 /// silu(g) * u in f32, et.silu_mul's form (approximate quotient and
 /// exponential): the gated et.linear and et.silu_mul give the same bits.
 Value gatedActivation(OpBuilder &b, Location loc, Value g, Value u) {
   return arith::MulFOp::create(b, loc, silu(b, loc, g, arith::FastMathFlags::afn), u);
 }
 
+/// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
+/// strided by thread.
 void lowerLinearCPU(LinearOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -579,14 +579,12 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
   // view; a gated op's up row from the same row of its `gated` weights).
   auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow) {
-   // The lanes' partial sums of the row of `wMem`, one per token.
-   // The lanes' partial sums of the rows of `mems` (one matrix, or a gated
+   // The lanes' partial sums of the rows of `mems` (`wMem`, or a gated
    // op's two, streamed together: each x chunk loaded once for both, and
-   // `top` chunks per lane and trip over all of them), mem-major, one per
-   // token each.
+   // `top` chunks per lane and trip of each), mem-major, one per token
+   // each. Only a lone `wMem` starts from chunks loaded before the wait.
    auto rowSums = [&](ArrayRef<Value> mems, int64_t top) -> SmallVector<Value> {
     const int64_t nm = mems.size();
-    Value wMem = mems.front();
     Value zero = arith::ConstantOp::create(
         b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
     SmallVector<Value> init(mCount * nm, zero);
@@ -1731,15 +1729,19 @@ void lowerRoPEInto(RoPEIntoOp op, bool gpu) {
         auto load = [&](OpBuilder &b, Value mem, ValueRange idx) {
           return toF32(b, loc, memref::LoadOp::create(b, loc, mem, idx));
         };
-        // Scales, rotates and stores the pair i (when `store`).
-        auto finish = [&](OpBuilder &b, Value i, Value x1, Value x2, Value inv, Value store) {
+        // Scales, rotates and stores the pair i (when `store`), with its
+        // angle and weights from before the wait when `e` is given.
+        auto finish = [&](OpBuilder &b, Value i, Value x1, Value x2, Value inv, Value store,
+                          const EarlyPair *e = nullptr) {
           Value j = arith::AddIOp::create(b, loc, i, half);
           if (w) {
-            x1 = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, x1, inv), load(b, w, ValueRange{i}));
-            x2 = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, x2, inv), load(b, w, ValueRange{j}));
+            Value w1 = e ? e->w1 : load(b, w, ValueRange{i}), w2 = e ? e->w2 : load(b, w, ValueRange{j});
+            x1 = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, x1, inv), w1);
+            x2 = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, x2, inv), w2);
           }
-          auto [c, sn] = ropeAngle(b, loc, op.getTheta().convertToFloat(), op.getLlama3Scaling(), pos, toFloat(b, i),
-                                   toFloat(b, d));
+          auto [c, sn] = e ? std::pair<Value, Value>{e->cos, e->sin}
+                           : ropeAngle(b, loc, op.getTheta().convertToFloat(), op.getLlama3Scaling(), pos,
+                                       toFloat(b, i), toFloat(b, d));
           auto [y1, y2] = ropeRotate(b, loc, x1, x2, c, sn);
           auto guard = scf::IfOp::create(b, loc, store, /*withElse=*/false);
           OpBuilder::InsertionGuard gd(b);
@@ -1759,31 +1761,10 @@ void lowerRoPEInto(RoPEIntoOp op, bool gpu) {
             x1s.push_back(load(b, x, ValueRange{tok, hh, is.back()}));
             x2s.push_back(load(b, x, ValueRange{tok, hh, arith::AddIOp::create(b, loc, is.back(), half)}));
           }
-          if (!early.empty()) {
-            // The pairs' angles and weights, from before the wait.
-            Value inv = w ? inverse(b, squares(b, x1s, x2s, valid)) : Value();
-            for (int64_t k = 0; k < pairs; ++k) {
-              const EarlyPair &e = early[k];
-              Value x1 = x1s[k], x2 = x2s[k];
-              if (w) {
-                x1 = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, x1, inv), e.w1);
-                x2 = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, x2, inv), e.w2);
-              }
-              auto [y1, y2] = ropeRotate(b, loc, x1, x2, e.cos, e.sin);
-              auto guard =
-                  scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, valid[k], inside), /*withElse=*/false);
-              OpBuilder::InsertionGuard gd(b);
-              b.setInsertionPointToStart(guard.thenBlock());
-              Value j = arith::AddIOp::create(b, loc, is[k], half);
-              memref::StoreOp::create(b, loc, fromF32(b, loc, y1, outType), out, ValueRange{row, hh, is[k]});
-              memref::StoreOp::create(b, loc, fromF32(b, loc, y2, outType), out, ValueRange{row, hh, j});
-            }
-            scf::YieldOp::create(b, loc);
-            return;
-          }
           Value inv = w ? inverse(b, squares(b, x1s, x2s, valid)) : Value();
           for (int64_t k = 0; k < pairs; ++k)
-            finish(b, is[k], x1s[k], x2s[k], inv, arith::AndIOp::create(b, loc, valid[k], inside));
+            finish(b, is[k], x1s[k], x2s[k], inv, arith::AndIOp::create(b, loc, valid[k], inside),
+                   early.empty() ? nullptr : &early[k]);
           scf::YieldOp::create(b, loc);
           return;
         }

@@ -576,7 +576,10 @@ static LogicalResult verifyProductShapes(Operation *op, MemRefType x, MemRefType
   return success();
 }
 
-static bool sameDim(int64_t a, int64_t b);
+/// Two dimensions that agree: equal, or either dynamic.
+static bool sameDim(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
 
 LogicalResult LinearOp::verify() {
   if (failed(verifyInTask(*this)))
@@ -648,10 +651,6 @@ LogicalResult MatmulOp::verify() {
         return emitOpError("k range bounds must be non-negative multiples of 8, got ") << *c;
   }
   return success();
-}
-
-static bool sameDim(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }
 
 /// A 2-D memref whose rows are contiguous: strides [K, 1] (a dynamic row

@@ -663,13 +663,13 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                          theta, llama3_scaling=scaling, **k_norm)
             et.kv_append(heads(A["v"], b, g, n, Hkv), cache_view(A["v_cache"], l, slot, g, n), row)
 
-        def rotate_q(l, b, g, out, n: int = 1):
+        def rotate_q(l, b, g, out=None, n: int = 1):
             """The query heads of KV heads [g, g + n) of row b, normalized
-            (Qwen3) and rotated into `out` ([1, n x group, D])."""
+            (Qwen3) and rotated into `out` ([1, n x group, D]), or in place."""
             q_norm = dict(norm=vec_view(A["q_norm"], l, D), eps=eps) if c.qk_norm else {}
             q0 = arith.MulIOp(g, const(c.group_size)).result
-            et.rope_into(heads(A["q"], b, q0, n * c.group_size, Hq), pos_of(b), out, const(0), theta,
-                         llama3_scaling=scaling, **q_norm)
+            q = heads(A["q"], b, q0, n * c.group_size, Hq)
+            et.rope_into(q, pos_of(b), q if out is None else out, const(0), theta, llama3_scaling=scaling, **q_norm)
 
         def qk_body(l, b, t):
             # One tile per (row, block of qk_heads KV heads): their query
@@ -678,8 +678,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # three ops touch different buffers and run without a barrier
             # between them (et-lower-tile-ops), a warp per head.
             g = arith.MulIOp(t, const(qk_heads)).result
-            q0 = arith.MulIOp(g, const(c.group_size)).result
-            rotate_q(l, b, g, heads(A["q"], b, q0, qk_heads * c.group_size, Hq), qk_heads)
+            rotate_q(l, b, g, n=qk_heads)
             rotate_kv(l, b, g, slot_of(b), position(b), qk_heads)
 
         # Attention tiles per row for about one wave at this launch's
