@@ -393,7 +393,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
     if rope_in_attention and layout.max_batch != 1:
         raise ValueError(f"rope_in_attention needs a max_batch 1 kernel, got max_batch {layout.max_batch}")
-    rope_in_attn = rope_in_attention
     mma = linear_tile == "mma"
     if mma and not fuse_norms:
         raise ValueError("linear_tile='mma' needs fused norms")
@@ -431,7 +430,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
              ("logits", mr([DYN, V_lm], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
-    if rope_in_attn:
+    if rope_in_attention:
         args += [("q_rot", mr([DYN, lay.splits, Hq, D], f32))]
     symmetric = ()
     if tp > 1:
@@ -749,7 +748,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
         def attn_body(l, b, g, s, pre):
             q = row(A["q"], b, [Hq, D], f32)
-            if rope_in_attn:
+            if rope_in_attention:
                 # The `qk` work in the tile (one-row kernels): the group's
                 # query heads rotated into this tile's own rows of `q_rot`
                 # (every split of the head reads them), and the key and
@@ -873,7 +872,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             qkv_spec,
             ("qk", qk_body, [Hkv // qk_heads], True, ["qkv"], 4 * D * (c.group_size + 4) * qk_heads,
              8 * D * (c.group_size + 1) * qk_heads),
-            ("attn", attn_body, [Hkv, lay.splits], True, ["qkv" if rope_in_attn else "qk"], 4 * lay.split_len * D,
+            ("attn", attn_body, [Hkv, lay.splits], True, ["qkv" if rope_in_attention else "qk"], 4 * lay.split_len * D,
              4 * lay.split_len * D * c.group_size),
             ("merge", merge_body, [Hkv], True, ["attn"], 4 * lay.splits * c.group_size * (D + 1),
              2 * lay.splits * c.group_size * D),
@@ -882,7 +881,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
             ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
         ]
-        if rope_in_attn:
+        if rope_in_attention:
             layer_tasks = [spec for spec in layer_tasks if spec[0] != "qk"]
         if fuse_norms:
             # qkv starts each layer; mlp waits on o directly.
