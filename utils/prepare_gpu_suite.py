@@ -249,6 +249,96 @@ et.kernel @lin(%x: memref<?x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<?x{n
     print(f"linear: {len(LINEAR_SHAPES) * 2} bandwidth kernels and a numerics case in {out}")
 
 
+# et.linear tiles that tile_linear="spread" lays out over every warp (see
+# tile_numerics).
+LINEAR_SPREAD = """
+et.kernel @lin(%x: memref<?x3072xbf16>, %wd: memref<1004x3072xbf16>, %y1: memref<?x1004xf32>,
+               %x2: memref<?x2048xbf16>, %w4: memref<64x2048xbf16>, %y4: memref<?x64xf32>,
+               %x3: memref<?x1024xbf16>, %wm: memref<1000x1024xbf16>, %y2: memref<?x1000xf32>,
+               %wg: memref<600x1024xbf16>, %wu: memref<600x1024xbf16>, %y3: memref<?x600xbf16>,
+               %xs: memref<3x1024xbf16>, %y5: memref<3x1000xf32>,
+               %h: memref<?x1024xf32>, %ln: memref<1024xbf16>, %xn: memref<16x3x1024xbf16>,
+               %y6: memref<?x1000xf32>) {
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  %c24 = arith.constant 24 : index
+  %c64 = arith.constant 64 : index
+  %c25 = arith.constant 25 : index
+  %c32 = arith.constant 32 : index
+  %c125 = arith.constant 125 : index
+  %c126 = arith.constant 126 : index
+  et.task @split2 tiles(%t) in (%c126) {
+    %r0 = arith.muli %t, %c8 : index
+    et.linear %x, %wd, %y1 rows(%r0, %c8) accumulate : memref<?x3072xbf16>, memref<1004x3072xbf16>, memref<?x1004xf32>
+  }
+  et.task @split4 tiles(%t) in (%c16) {
+    %r0 = arith.muli %t, %c4 : index
+    et.linear %x2, %w4, %y4 rows(%r0, %c4) : memref<?x2048xbf16>, memref<64x2048xbf16>, memref<?x64xf32>
+  }
+  et.task @multi tiles(%t) in (%c32) {
+    %r0 = arith.muli %t, %c32 : index
+    et.linear %x3, %wm, %y2 rows(%r0, %c32) : memref<?x1024xbf16>, memref<1000x1024xbf16>, memref<?x1000xf32>
+  }
+  et.task @gated tiles(%t) in (%c25) {
+    %r0 = arith.muli %t, %c24 : index
+    et.linear %x3, %wg, %y3 rows(%r0, %c24) gated(%wu) : memref<?x1024xbf16>, memref<600x1024xbf16>, memref<?x600xbf16>, memref<600x1024xbf16>
+  }
+  et.task @static tiles(%t) in (%c125) {
+    %r0 = arith.muli %t, %c8 : index
+    et.linear %xs, %wm, %y5 rows(%r0, %c8) : memref<3x1024xbf16>, memref<1000x1024xbf16>, memref<3x1000xf32>
+  }
+  %norm = et.event.create() : !et.event<>
+  et.task @norm tiles(%t) in (%c1) {
+    et.event.signal %norm[] : !et.event<>
+  }
+  et.task @normed tiles(%t) in (%c16) {
+    et.event.wait %norm[] : !et.event<>
+    %c0 = arith.constant 0 : index
+    %m = memref.dim %h, %c0 : memref<?x1024xf32>
+    %xt = memref.subview %xn[%t, 0, 0] [1, %m, 1024] [1, 1, 1] : memref<16x3x1024xbf16> to memref<?x1024xbf16, strided<[1024, 1], offset: ?>>
+    et.rmsnorm %h, %ln, %xt eps(1.0e-06) : memref<?x1024xf32>, memref<1024xbf16>, memref<?x1024xbf16, strided<[1024, 1], offset: ?>>
+    %r0 = arith.muli %t, %c64 : index
+    et.linear %xt, %wm, %y6 rows(%r0, %c64) : memref<?x1024xbf16, strided<[1024, 1], offset: ?>>, memref<1000x1024xbf16>, memref<?x1000xf32>
+  }
+}
+"""
+
+
+def linear_spread(out: Path, workers: int, cache: Path, rng) -> None:
+    """et.linear in the spread layout (tile_linear="spread", 16 warps): K
+    split 2 and 4 ways (runtime M, accumulate, a last tile of 4 rows), two
+    rows per trip (a last tile of 8 of 32 rows), a gated tile whole in one
+    trip, a split K with a static M of 3, and two groups of two rows per
+    warp whose first loads go out before the tile's norm."""
+    import ml_dtypes
+
+    bf = ml_dtypes.bfloat16
+    out.mkdir(parents=True, exist_ok=True)
+    spread_dir = out / "linear-spread"
+    art = et.compile(LINEAR_SPREAD, target="cuda", workers=workers, mode="dynamic", threads_per_worker=512,
+                     tile_unroll=8, tile_linear="spread", cache_dir=cache)
+    _copy_artifact(art, spread_dir)
+    shapes = {"x": (3, 3072), "wd": (1004, 3072), "x2": (3, 2048), "w4": (64, 2048), "x3": (3, 1024),
+              "wm": (1000, 1024), "wg": (600, 1024), "wu": (600, 1024), "xs": (3, 1024)}
+    arrays = {n: (rng.standard_normal(shape) / (np.sqrt(shape[1]) if n.startswith("w") else 1)).astype(bf)
+              for n, shape in shapes.items()}
+    arrays["ln"] = (1 + 0.1 * rng.standard_normal(1024)).astype(bf)
+    y0 = rng.standard_normal((3, 1004)).astype(np.float32)
+    h = rng.standard_normal((3, 1024)).astype(np.float32)
+    f = {n: a.astype(np.float64) for n, a in arrays.items()}
+    g = f["x3"] @ f["wg"].T
+    # The norm's output is rounded to bf16 before the linear reads it.
+    h64 = h.astype(np.float64)
+    xn = (h64 / np.sqrt((h64 * h64).mean(axis=1, keepdims=True) + 1e-6) * f["ln"]).astype(bf).astype(np.float64)
+    refs = {"y1": y0.astype(np.float64) + f["x"] @ f["wd"].T, "y4": f["x2"] @ f["w4"].T, "y2": f["x3"] @ f["wm"].T,
+            "y3": g / (1 + np.exp(-g)) * (f["x3"] @ f["wu"].T), "y5": f["xs"] @ f["wm"].T, "y6": xn @ f["wm"].T}
+    np.savez(spread_dir / "case.npz", y0=y0, h=h, **{n: a.view(np.uint16) for n, a in arrays.items()},
+             **{f"ref_{n}": r for n, r in refs.items()})
+    print(f"tile numerics: linear-spread case in {out}")
+
+
 def tile_numerics(out: Path, workers: int, cache: Path) -> None:
     """RMSNorm (fused residual) and SiLU-mul on the GPU against float64."""
     import ml_dtypes
@@ -324,6 +414,8 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     np.savez(out / "rows-in-flight" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), res=res, hx=hx,
              hw=hw.view(np.uint16), new=new, ref_y=ref_y, ref_res=h64, ref_hy=ref_hy, ref_cache=ref_cache)
     print(f"tile numerics: rows-in-flight case in {out}")
+
+    linear_spread(out, workers, cache, rng)
 
     # Embedding, RoPE (both variants), KV append, argmax: the CPU test's kernel.
     import importlib.util
@@ -613,7 +705,7 @@ def main() -> None:
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
     parser.add_argument("--tile-unroll", type=int, default=None,
                         help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
-    parser.add_argument("--tile-linear", default="rows", choices=["rows", "stream"], help="et.linear lowering")
+    parser.add_argument("--tile-linear", default="rows", choices=["rows", "spread", "stream"], help="et.linear lowering")
     parser.add_argument("--prefill-rows", type=int, default=0,
                         help="also compile a prefill kernel for this many prompt tokens per launch into each model")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",

@@ -207,6 +207,40 @@ bool isReadOnly(Value buffer) {
   return true;
 }
 
+/// Moves the side-effect-free ops of `task` that compute `needed` (and
+/// what they use) above `at`, an op of the task's top-level block, when
+/// every value can be known there; false (nothing moved) otherwise. Tile
+/// ids and kernel-level values are known everywhere; an op inside a region
+/// (a constant in an scf.if) runs there only conditionally, so it moves up
+/// only if it cannot trap.
+bool moveAbove(TaskOp task, Operation *at, ValueRange needed) {
+  llvm::SetVector<Operation *> moves;
+  Block *topBlock = at->getBlock();
+  std::function<bool(Value)> available = [&](Value v) -> bool {
+    Operation *def = v.getDefiningOp();
+    if (!def) // tile ids and kernel arguments, not a nested region's
+      return !task->isProperAncestor(cast<BlockArgument>(v).getOwner()->getParentOp());
+    if (!task->isAncestor(def))
+      return true; // kernel level
+    if (moves.contains(def) || (def->getBlock() == topBlock && def->isBeforeInBlock(at)))
+      return true;
+    if (!isMemoryEffectFree(def) || def->getNumRegions() != 0)
+      return false;
+    if (def->getBlock() != topBlock && !isSpeculatable(def))
+      return false;
+    if (!llvm::all_of(def->getOperands(), available))
+      return false;
+    moves.insert(def);
+    return true;
+  };
+  if (!llvm::all_of(needed, available))
+    return false;
+  // `moves` lists every op after what it uses (post-order).
+  for (Operation *move : moves)
+    move->moveBefore(at);
+  return true;
+}
+
 /// The first et.event.wait of `op`'s task when `op` comes after it (at the
 /// task's top level, or with `inIf` also inside scf.if ops there) and the
 /// values `needed` can be known before that wait; else null. Values
@@ -227,34 +261,31 @@ Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf) {
   Operation *top = firstWait->getBlock()->findAncestorOpInBlock(*op);
   if (!top || !firstWait->isBeforeInBlock(top))
     return nullptr;
-  // The ops to move above the wait, in block order.
-  llvm::SetVector<Operation *> moves;
-  Block *topBlock = firstWait->getBlock();
-  std::function<bool(Value)> available = [&](Value v) -> bool {
-    Operation *def = v.getDefiningOp();
-    if (!def) // tile ids and kernel arguments, not a nested region's
-      return !task->isProperAncestor(cast<BlockArgument>(v).getOwner()->getParentOp());
-    if (!task->isAncestor(def))
-      return true; // kernel level
-    if (moves.contains(def) || (def->getBlock() == topBlock && def->isBeforeInBlock(firstWait)))
-      return true;
-    if (!isMemoryEffectFree(def) || def->getNumRegions() != 0)
-      return false;
-    // An op inside a region (a constant in an scf.if) runs there only
-    // conditionally: it moves up only if it cannot trap.
-    if (def->getBlock() != topBlock && !isSpeculatable(def))
-      return false;
-    if (!llvm::all_of(def->getOperands(), available))
-      return false;
-    moves.insert(def);
-    return true;
-  };
-  if (!llvm::all_of(needed, available))
+  return moveAbove(task, firstWait, needed) ? firstWait : nullptr;
+}
+
+/// For `op` at its task's top level: the first op with side effects or
+/// regions after the last et.event.wait before `op` (`op` itself at the
+/// latest), with the side-effect-free ops that compute `needed` moved
+/// above it; null when `op` is deeper or a value cannot be known there.
+/// Loads of data that no task writes may start there, ahead of the tile's
+/// other work before `op` (a fused norm, say), without leaving the wait.
+Operation *afterWaitPoint(Operation *op, ValueRange needed) {
+  auto task = op->getParentOfType<TaskOp>();
+  if (!task || op->getParentOp() != task)
     return nullptr;
-  // `moves` lists every op after what it uses (post-order).
-  for (Operation *move : moves)
-    move->moveBefore(firstWait);
-  return firstWait;
+  Operation *at = nullptr;
+  for (Operation &o : *op->getBlock()) {
+    if (&o == op)
+      break;
+    if (isa<EventWaitOp>(o))
+      at = nullptr;
+    else if (!at && (!isMemoryEffectFree(&o) || o.getNumRegions() != 0))
+      at = &o;
+  }
+  if (!at)
+    at = op;
+  return moveAbove(task, at, needed) ? at : nullptr;
 }
 
 /// The prefetch point of an et.linear at its task's top level that reads
@@ -3093,6 +3124,331 @@ void lowerAttentionMerge(AttentionMergeOp op) {
   op.erase();
 }
 
+/// GPU, `linear=spread`: an et.linear with a constant row count R and a
+/// static K of c chunks (256 elements, one 16-byte load per lane), laid out
+/// so that every warp has a share of the tile and few dependent trips to
+/// memory, where one warp per row would leave warps idle or wait out one
+/// short row at a time:
+/// - R below the W warps: each row's K splits into G parts (the largest
+///   power of two with R x G <= W that divides c), one warp each; the
+///   warps' row sums meet in shared memory (a barrier), and the threads add
+///   the G parts in order and store.
+/// - Otherwise each warp takes P rows per trip (rows warp, warp + W, ...;
+///   P x c chunks per lane <= `unroll`, R a multiple of P x W), each x chunk
+///   loaded once for all of them.
+/// A gated op's row is two streams (gate and up), and one trip holds both
+/// rows whole when 2 x c <= `unroll`. A stream accumulates its chunks in
+/// order, as the one-row-per-warp lowering does, so without a split K
+/// (G = 1) the results keep their bits; with one they are rounded in
+/// another order.
+///
+/// With `afterLinear` (another et.linear of the tile comes before this one
+/// since the task's last wait), when no task writes the weights and the
+/// op sits at its task's top level, each warp's first trip of weight loads
+/// goes out into registers right after that wait (afterWaitPoint): in
+/// flight during the linear ops before it (and a fused norm), so the tile
+/// has more loads in flight. Without another linear before it, holding
+/// those registers through a norm alone measured slower: the megakernel's
+/// one register budget spilled elsewhere (docs/benchmarks.md).
+///
+/// Returns false (nothing changed) when none of this applies, or when the
+/// accumulators (streams x tokens) would pass four.
+bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool afterLinear) {
+  constexpr int64_t step = kWarp * kVector; // elements of one chunk
+  constexpr int64_t kMaxAccumulators = 4;
+  auto task = op->getParentOfType<TaskOp>();
+  int64_t k = op.getW().getType().getDimSize(1);
+  std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
+  if (!task || threads <= 0 || threads % kWarp || !rowsConst || *rowsConst < 1 || ShapedType::isDynamic(k) ||
+      k % step)
+    return false;
+  MemRefType xType = op.getX().getType();
+  bool staticM = !xType.isDynamicDim(0);
+  const int64_t W = threads / kWarp, R = *rowsConst, c = k / step, nm = op.getGated() ? 2 : 1;
+  const int64_t mCount = staticM ? xType.getDimSize(0) : 1;
+  int64_t G = 1;
+  while (R * G * 2 <= W && c % (G * 2) == 0)
+    G *= 2;
+  const int64_t q = c / G; // chunks per (row, part)
+  int64_t P = 1;
+  if (G == 1)
+    while (2 * P * q * nm <= unroll && R % (2 * P * W) == 0 && 2 * P * nm * mCount <= kMaxAccumulators)
+      P *= 2;
+  bool gatedWhole = nm == 2 && q > 1 && q * nm <= unroll;
+  if ((G == 1 && P == 1 && !gatedWhole) || P * nm * mCount > kMaxAccumulators)
+    return false;
+  const int64_t streams = P * nm;
+  // Chunks per stream and trip.
+  const int64_t u = std::min<int64_t>(q, std::max<int64_t>(1, unroll / streams));
+
+  SmallVector<Value> mems{op.getW()};
+  if (Value wu = op.getGated())
+    mems.push_back(wu);
+  Location loc = op.getLoc();
+  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value col) -> Value {
+    auto load = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), mem, ValueRange{r, col});
+    load.setAlignment(16);
+    return load.getResult();
+  };
+
+  // Where the warp's rows and first column are known, and its first
+  // trip's loads (the op itself when they cannot go earlier).
+  bool early = afterLinear && llvm::all_of(mems, isReadOnly);
+  Operation *at = early ? afterWaitPoint(op, {op.getW(), op.getRow0(), op.getRows()}) : nullptr;
+  if (at && op.getGated() && !moveAbove(task, at, op.getGated()))
+    at = nullptr;
+  // Where a warp works: built at the early point for its loads and again
+  // at the op for the rest, so that the op's code does not depend on
+  // where the early loads went.
+  struct Place {
+    LinearCommon lc;
+    Value laneK, end;
+    // G = 1: the warp's first rows (base, then base + p x W, a row past
+    // `end` reading `base`); G > 1: its row and part.
+    Value base, local, part, row, mine, col0;
+    SmallVector<Value> firstRows, firstOuts, firstValid;
+  };
+  auto place = [&](OpBuilder &b) {
+    TileBuilder h{b, loc};
+    Place pl;
+    pl.lc = linearCommon(b, loc, op);
+    pl.laneK = arith::MulIOp::create(b, loc, pl.lc.lane, h.idx(kVector));
+    pl.end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), pl.lc.n);
+    if (G == 1) {
+      pl.base = arith::AddIOp::create(b, loc, op.getRow0(), pl.lc.warp);
+      pl.mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, pl.base, pl.end);
+      pl.col0 = pl.laneK;
+      for (int64_t p = 0; p < P; ++p) {
+        Value r = arith::AddIOp::create(b, loc, pl.base, h.idx(p * W));
+        Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, pl.end);
+        pl.firstValid.push_back(valid);
+        pl.firstOuts.push_back(r);
+        pl.firstRows.push_back(p == 0 ? r : arith::SelectOp::create(b, loc, valid, r, pl.base).getResult());
+      }
+    } else {
+      pl.local = arith::RemUIOp::create(b, loc, pl.lc.warp, h.idx(R));
+      pl.part = arith::DivUIOp::create(b, loc, pl.lc.warp, h.idx(R));
+      pl.row = arith::AddIOp::create(b, loc, op.getRow0(), pl.local);
+      pl.mine = arith::AndIOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, pl.part, h.idx(G)),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, pl.row, pl.end));
+      pl.col0 = arith::AddIOp::create(b, loc, pl.laneK, arith::MulIOp::create(b, loc, pl.part, h.idx(q * step)));
+      pl.firstRows.push_back(pl.row);
+    }
+    return pl;
+  };
+  OpBuilder b(at ? at : op.getOperation());
+  TileBuilder h{b, loc};
+  VectorType vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  // The first trip's weights, (chunk, row, mem)-major, loaded early into
+  // registers (zeros for a warp without rows).
+  SmallVector<Value> pre;
+  if (at) {
+    Place ep = place(b);
+    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(u * streams, vecBF16), ep.mine,
+                                  /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    SmallVector<Value> ws;
+    for (int64_t j = 0; j < u; ++j) {
+      Value col = arith::AddIOp::create(b, loc, ep.col0, h.idx(j * step));
+      for (Value r : ep.firstRows)
+        for (Value mem : mems)
+          ws.push_back(loadRaw(b, mem, r, col));
+    }
+    scf::YieldOp::create(b, loc, ws);
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    Value zero = arith::ConstantOp::create(
+        b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
+    scf::YieldOp::create(b, loc, SmallVector<Value>(u * streams, zero));
+    pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  }
+  bool hasEarly = at != nullptr;
+  b.setInsertionPoint(op);
+  Place mp = place(b);
+  LinearCommon &lc = mp.lc;
+  Value laneK = mp.laneK, end = mp.end, base = mp.base, local = mp.local, part = mp.part, row = mp.row,
+        mine = mp.mine, col0 = mp.col0;
+  SmallVector<Value> firstRows = mp.firstRows, firstOuts = mp.firstOuts, firstValid = mp.firstValid;
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
+
+  auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
+  // Lane sums of `rows` (each over every mem) from column `from` on, q
+  // chunks, for the tokens `toks`: stream-major (row, mem), then token.
+  // With `first`, the first trip's weights are those loaded early.
+  auto streamSums = [&](OpBuilder &b, ArrayRef<Value> rows, Value from, ArrayRef<Value> toks,
+                        bool first) -> SmallVector<Value> {
+    TileBuilder h{b, loc};
+    int64_t nt = toks.size();
+    Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+    SmallVector<Value> accs(streams * nt, zero);
+    // One trip: `n` chunks of every stream from column `col`.
+    auto trip = [&](OpBuilder &b, Value col, int64_t n, ValueRange in, ArrayRef<Value> loaded) {
+      TileBuilder h{b, loc};
+      SmallVector<Value> ws, cols;
+      for (int64_t j = 0; j < n; ++j) {
+        Value cj = arith::AddIOp::create(b, loc, col, h.idx(j * step));
+        cols.push_back(cj);
+        for (Value r : rows)
+          for (Value mem : mems)
+            ws.push_back(ws.size() < loaded.size() ? loaded[ws.size()] : loadRaw(b, mem, r, cj));
+      }
+      SmallVector<Value> next(in.begin(), in.end());
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t t = 0; t < nt; ++t) {
+          Value xv = ext(b, loadRaw(b, op.getX(), toks[t], cols[j]));
+          for (int64_t s = 0; s < streams; ++s)
+            next[s * nt + t] = vector::FMAOp::create(b, loc, ext(b, ws[j * streams + s]), xv, next[s * nt + t]);
+        }
+      return next;
+    };
+    int64_t trips = q / u, rest = q % u, done = 0;
+    if (first) {
+      accs = trip(b, from, u, accs, pre);
+      done = 1;
+    }
+    if (trips - done == 1) {
+      accs = trip(b, arith::AddIOp::create(b, loc, from, h.idx(done * u * step)), u, accs, {});
+    } else if (trips - done > 1) {
+      auto loop = scf::ForOp::create(
+          b, loc, h.idx(done), h.idx(trips), h.idx(1), accs,
+          [&](OpBuilder &b, Location loc, Value i, ValueRange in) {
+            TileBuilder h{b, loc};
+            Value col = arith::AddIOp::create(b, loc, from, arith::MulIOp::create(b, loc, i, h.idx(u * step)));
+            scf::YieldOp::create(b, loc, trip(b, col, u, in, {}));
+          });
+      accs.assign(loop.getResults().begin(), loop.getResults().end());
+    }
+    if (rest)
+      accs = trip(b, arith::AddIOp::create(b, loc, from, h.idx(trips * u * step)), rest, accs, {});
+    return accs;
+  };
+  // The tokens of one pass: all of a static M, else token `t` of a loop
+  // (with its parity).
+  auto forTokens = [&](OpBuilder &b, function_ref<void(OpBuilder &, ArrayRef<Value>, Value)> body) {
+    TileBuilder h{b, loc};
+    if (staticM) {
+      SmallVector<Value> toks;
+      for (int64_t i = 0; i < mCount; ++i)
+        toks.push_back(h.idx(i));
+      body(b, toks, h.idx(0));
+      return;
+    }
+    Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+    scf::ForOp::create(b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                         TileBuilder h{b, loc};
+                         body(b, Value(t), arith::RemUIOp::create(b, loc, t, h.idx(2)));
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+
+  if (G == 1) {
+    // A group of P rows: `rows` to read (in range), `outs` to store where
+    // `valid`.
+    auto group = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> outs, ArrayRef<Value> valid,
+                     bool first) {
+      forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value) {
+        SmallVector<Value> accs = streamSums(b, rows, col0, toks, first);
+        int64_t nt = toks.size();
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t t = 0; t < nt; ++t) {
+            Value sum = rowTotal(b, loc, accs[(p * nm) * nt + t]);
+            Value up = nm == 2 ? rowTotal(b, loc, accs[(p * nm + 1) * nt + t]) : Value();
+            Value store = p == 0 ? isLane0 : arith::AndIOp::create(b, loc, isLane0, valid[p]).getResult();
+            storeRow(b, loc, op, sum, store, toks[t], outs[p], up);
+          }
+      });
+    };
+    // The first group (with the early loads), then the others.
+    {
+      auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      group(b, firstRows, firstOuts, firstValid, hasEarly);
+    }
+    if (R > W * P)
+      scf::ForOp::create(
+          b, loc, arith::AddIOp::create(b, loc, base, h.idx(W * P)), end, h.idx(W * P), ValueRange{},
+          [&](OpBuilder &b, Location loc, Value first, ValueRange) {
+            TileBuilder h{b, loc};
+            SmallVector<Value> rows{first}, outs{first};
+            SmallVector<Value> valid{arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end)};
+            for (int64_t p = 1; p < P; ++p) {
+              Value r = arith::AddIOp::create(b, loc, first, h.idx(p * W));
+              valid.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, end));
+              outs.push_back(r);
+              rows.push_back(arith::SelectOp::create(b, loc, valid.back(), r, first));
+            }
+            group(b, rows, outs, valid, false);
+            scf::YieldOp::create(b, loc);
+          });
+    op.erase();
+    return true;
+  }
+
+  // G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
+  // go to shared memory [parity][part][mem][row][token] (the parity of a
+  // runtime token alternates, so one barrier per token suffices).
+  Value partials = workgroupBuffer(task, loc, {2 * G * nm * R * mCount}, b.getF32Type());
+  auto slot = [&](OpBuilder &b, Value parity, Value p, int64_t m, Value r, int64_t t) -> Value {
+    TileBuilder h{b, loc};
+    Value i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, parity, h.idx(G)), p);
+    i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(nm)), h.idx(m));
+    i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(R)), r);
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(mCount)), h.idx(t));
+  };
+  forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value parity) {
+    int64_t nt = toks.size();
+    {
+      auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      SmallVector<Value> accs = streamSums(b, {row}, col0, toks, hasEarly);
+      for (int64_t m = 0; m < nm; ++m)
+        for (int64_t t = 0; t < nt; ++t) {
+          Value sum = rowTotal(b, loc, accs[m * nt + t]);
+          auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, sum, partials, ValueRange{slot(b, parity, part, m, local, t)});
+        }
+    }
+    gpu::BarrierOp::create(b, loc);
+    TileBuilder h{b, loc};
+    threadLoop(b, loc, h.idx(R * nt), [&](OpBuilder &b, Location loc, Value e) {
+      TileBuilder h{b, loc};
+      Value r = arith::RemUIOp::create(b, loc, e, h.idx(R));
+      Value t = arith::DivUIOp::create(b, loc, e, h.idx(R));
+      Value out = arith::AddIOp::create(b, loc, op.getRow0(), r);
+      auto inRange = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, out, end),
+                                       /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(inRange.thenBlock());
+      // Token t of this pass: static tokens are 0..M-1; a runtime token is
+      // the loop's own (nt = 1).
+      Value tok = staticM ? t : toks[0];
+      SmallVector<Value> totals;
+      for (int64_t m = 0; m < nm; ++m) {
+        Value at0 = slot(b, parity, h.idx(0), m, r, 0);
+        if (staticM)
+          at0 = arith::AddIOp::create(b, loc, at0, t);
+        Value sum = memref::LoadOp::create(b, loc, partials, ValueRange{at0});
+        for (int64_t p = 1; p < G; ++p) {
+          Value atP = arith::AddIOp::create(b, loc, at0, h.idx(p * nm * R * mCount));
+          sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, partials, ValueRange{atP}));
+        }
+        totals.push_back(sum);
+      }
+      storeRow(b, loc, op, totals[0], arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1), tok, out,
+               nm == 2 ? totals[1] : Value());
+    });
+  });
+  op.erase();
+  return true;
+}
+
 struct LowerTileOpsPass
     : public mlir::et::impl::LowerTileOpsPassBase<LowerTileOpsPass> {
   using Base::Base;
@@ -3122,8 +3478,8 @@ struct LowerTileOpsPass
           << static_cast<int64_t>(prefetchBytes);
       return signalPassFailure();
     }
-    if (linear != "stream" && linear != "rows") {
-      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows or stream, got '")
+    if (linear != "stream" && linear != "rows" && linear != "spread") {
+      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows, spread or stream, got '")
           << linear << "'";
       return signalPassFailure();
     }
@@ -3237,6 +3593,23 @@ struct LowerTileOpsPass
           next = rows ? next + *rows : 0;
         }
       });
+    // Linear ops after another one in the same block since its last wait
+    // (the spread layout starts their loads early, during the ones
+    // before).
+    llvm::DenseSet<Operation *> afterLinear;
+    if (gpu && linear == "spread")
+      getOperation().walk([&](Block *block) {
+        bool seen = false;
+        for (Operation &op : *block) {
+          if (isa<EventWaitOp>(op))
+            seen = false;
+          else if (isa<LinearOp>(op)) {
+            if (seen)
+              afterLinear.insert(&op);
+            seen = true;
+          }
+        }
+      });
     // The weight prefetch applies to the tasks named in prefetch-tasks, or
     // to all when none are named.
     auto prefetched = [&](LinearOp op) {
@@ -3267,6 +3640,10 @@ struct LowerTileOpsPass
           bool stageOn = stageTasks.empty() ||
                          (task && llvm::is_contained(stageTasks, task.getSymName().str()));
           StagedRows staged = stageOn ? stageRows(op, stageBytes, stageUsed) : StagedRows{};
+          // The spread layout takes no weights before the wait.
+          if (linear == "spread" && !staged.view && (!on || weights == WeightPrefetch::None) &&
+              lowerLinearGPUSpread(op, unroll, threads, afterLinear.contains(op)))
+            continue;
           lowerLinearGPU(op, unroll, on ? weights : WeightPrefetch::None, prefetchBytes, threads,
                          &sharedTaken, staged);
         }

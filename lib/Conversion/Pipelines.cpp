@@ -134,7 +134,7 @@ struct NVVMPipelineOptions
       llvm::cl::init(3)};
   PassOptions::Option<std::string> tileLinear{
       *this, "tile-linear",
-      llvm::cl::desc("et.linear on the GPU: rows or stream"),
+      llvm::cl::desc("et.linear on the GPU: rows, spread or stream"),
       llvm::cl::init("rows")};
   PassOptions::Option<std::string> tileMma{
       *this, "tile-mma",

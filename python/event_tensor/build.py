@@ -127,7 +127,11 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     line.
 
     CUDA tile lowering: `tile_unroll` 16-byte weight loads per lane in
-    flight; `tile_prefetch` ("none", "registers", "l2", "shared") moves
+    flight; `tile_linear` lays out et.linear ("rows": a warp per row;
+    "spread": the same, except that a tile of fewer rows than warps splits
+    K between warps, short rows go several per trip, and a tile's later
+    linear ops start their loads during the earlier ones; "stream": rows
+    software-pipelined; docs/lowering.md); `tile_prefetch` ("none", "registers", "l2", "shared") moves
     et.linear weight loads above a task's first wait, in the tasks named in
     `tile_prefetch_tasks` when it is given (else in all); `tile_kv_prefetch`
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
@@ -162,8 +166,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     _check_int_in("tile_prefetch_bytes", tile_prefetch_bytes, MIN_PREFETCH_BYTES, MAX_PREFETCH_BYTES)
     _check_int_in("tile_stage_bytes", tile_stage_bytes, 0, MAX_PREFETCH_BYTES // 2)
     _check_int_in("tile_kv_mma_bytes", tile_kv_mma_bytes, 0, MAX_PREFETCH_BYTES)
-    if tile_linear not in ("rows", "stream"):
-        raise ValueError(f"tile_linear must be 'rows' or 'stream', got {tile_linear!r}")
+    if tile_linear not in ("rows", "spread", "stream"):
+        raise ValueError(f"tile_linear must be 'rows', 'spread' or 'stream', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
         raise ValueError(f"tile_mma must be 'wgmma' or 'sync', got {tile_mma!r}")
     if isinstance(tile_rows_in_flight, bool) or tile_rows_in_flight not in ROWS_IN_FLIGHT:

@@ -743,8 +743,9 @@ def test_l2_prefetch_hints_change_no_value(tmp_path):
 def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
     """Each kernel variant takes the defaults of its own max_batch (they
     were once taken from the artifact's max_batch for all of them): weight
-    loads in flight (tile_unroll) and the KV staging of max_batch 1."""
-    from event_tensor.model.compile import MODEL_KV_PREFETCH, MODEL_TILE_UNROLL
+    loads in flight (tile_unroll), the KV staging and the spread linear
+    tiles of max_batch 1."""
+    from event_tensor.model.compile import MODEL_KV_PREFETCH, MODEL_TILE_LINEAR, MODEL_TILE_UNROLL
 
     config = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
                                intermediate_size=512)
@@ -755,6 +756,7 @@ def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
                for v in info["variants"]}
     assert options[1]["tile_unroll"] == MODEL_TILE_UNROLL and options[8]["tile_unroll"] == 4
     assert options[1].get("tile_kv_prefetch") == MODEL_KV_PREFETCH and "tile_kv_prefetch" not in options[8]
+    assert options[1]["tile_linear"] == MODEL_TILE_LINEAR and options[8]["tile_linear"] == "rows"
 
 
 def test_cuda_prefill_kernel_options(tmp_path):
@@ -891,3 +893,54 @@ def test_gated_mlp_keeps_the_bits(family, tmp_path):
         session.close()
     with pytest.raises(ValueError, match="gated_mlp must be a bool, got 1"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, gated_mlp=1, cache_dir=tmp_path)
+
+
+def _qkv_linears(config, max_batch, workers, **kw):
+    """The et.linear ops in the first layer's qkv task of the decode kernel."""
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+
+    layout = kernel_layout(config, max_batch=max_batch, max_context=32, workers=workers)
+    with Context():
+        text = str(build_decode_kernel(config, layout, **kw))
+    body = text.split("et.task @qkv_1 ")[1].split("et.task @")[0]
+    return body.count("et.linear ")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_qkv_by_matrix_keeps_the_bits(family, tmp_path):
+    """qkv tiles that take rows of one of q, k and v (one et.linear whose
+    weights, output and first row the tile picks) and tiles with q, k and v
+    rows together: the same logits, bit for bit, at batch 2 and 1."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=14)
+    runs = []
+    for by_matrix in (True, False):
+        path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=4, split_len=8,
+                                   qkv_by_matrix=by_matrix, cache_dir=tmp_path)
+        runs.append(model.DecodeSession(path, weights))
+    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]:
+        for session in runs:
+            session.step(tokens, positions)
+        assert np.array_equal(runs[0].last_logits(), runs[1].last_logits())
+    for session in runs:
+        session.close()
+    assert _qkv_linears(config, 2, 4, qkv_by_matrix=True) == 1
+    assert _qkv_linears(config, 2, 4, qkv_by_matrix=False) == 3
+
+
+def test_qkv_by_matrix_default_and_errors(tmp_path):
+    """By default a one-row kernel takes qkv tiles by matrix where the rows
+    per tile divide q, k and v (Qwen3-0.6B on 132 workers: 32 rows) and a
+    kernel of more rows does not; Llama-3.2-1B's 24 rows per tile do not
+    divide its 512 k rows, and asking for it names them."""
+    qwen, llama = model.preset("qwen3-0.6b"), model.preset("llama-3.2-1b")
+    assert _qkv_linears(qwen, 1, 132) == 1
+    assert _qkv_linears(qwen, 2, 132) == 3
+    assert _qkv_linears(llama, 1, 132) == 3
+    with pytest.raises(ValueError, match=r"qkv_by_matrix needs rows per tile \(24\) that divide the 2048 q and "
+                                         r"512 k and v rows"):
+        _qkv_linears(llama, 1, 132, qkv_by_matrix=True)
+    with pytest.raises(ValueError, match="qkv_by_matrix must be a bool or None, got 1"):
+        model.compile_model(model.tiny_config(), target="cpu", max_batch=1, max_context=16, qkv_by_matrix=1,
+                            cache_dir=tmp_path)

@@ -175,9 +175,10 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     ListOption<"stageTasks", "stage-tasks", "std::string",
                "Tasks whose et.linear weights stage-bytes stages (all when empty)">,
     Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",
-           "et.linear on the GPU: rows (one row at a time, the faster one "
-           "measured) or stream (software-pipelined across rows when K is a "
-           "multiple of 256)">,
+           "et.linear on the GPU: rows (one row per warp at a time), spread "
+           "(rows, except that a tile of few or short rows spreads over every "
+           "warp: K split between warps, or several rows per trip) or stream "
+           "(software-pipelined across rows when K is a multiple of 256)">,
     Option<"mma", "mma", "std::string", /*default=*/"\"wgmma\"",
            "Tensor-core instructions of et.matmul on the GPU: wgmma (Hopper "
            "warpgroup MMA, where the tile allows it; else sync) or sync "

@@ -300,7 +300,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
                         l2_prefetch: float = 0.0, rope_in_attention: bool = False,
-                        qk_heads: int | None = None, gated_mlp: bool = True) -> Module:
+                        qk_heads: int | None = None, gated_mlp: bool = True,
+                        qkv_by_matrix: bool | None = None) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -360,6 +361,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     into the scratch `g` and `u`, then `et.silu_mul` (a round trip through
     memory and a barrier). The same bits either way.
 
+    With `qkv_by_matrix`, the `qkv` tiles of `et.linear` rows take rows
+    of one of q, k and v each, as the tensor-core tiles do (the rows per
+    tile, from `linear_rows` of the three together, must divide each): one
+    `et.linear` per tile, whose weights, output and first row the tile
+    picks with `arith.select`, instead of three. Otherwise the k and v rows
+    ride in the q tiles. None (the default) chooses it for `max_batch` 1
+    kernels where the rows divide and the tiles are no more than the q
+    tiles alone (Qwen3-0.6B; not Llama-3.2-1B, whose 3072 rows give 24 per
+    tile): measured faster there with `tile_linear="spread"`
+    (docs/benchmarks.md, "Every warp on a short tile").
+
     `qk_heads` KV heads go to one `qk` tile (by default the fewest that
     leave every `qk` tile a worker without a `qkv` tile, at most
     QK_TILE_WARPS heads' warps; else 1).
@@ -387,6 +399,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                  or config.num_kv_heads // tp % qk_heads):
         raise ValueError(f"qk_heads must be a positive divisor of the {config.num_kv_heads // tp} KV heads, "
                          f"got {qk_heads!r}")
+    if qkv_by_matrix is not None and not isinstance(qkv_by_matrix, bool):
+        raise ValueError(f"qkv_by_matrix must be a bool or None, got {qkv_by_matrix!r}")
     if not isinstance(gated_mlp, bool):
         raise ValueError(f"gated_mlp must be a bool, got {gated_mlp!r}")
     if not isinstance(rope_in_attention, bool):
@@ -412,6 +426,19 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
     xs_rows = norm_scratch_rows(config, lay.workers, tp=tp, linear_tile=linear_tile,
                                 rows_for=rows_for) if fuse_norms else 1
+    # qkv tiles by matrix: the rows per tile of q, k and v together.
+    qkv_total = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+    qkv_rows = rows_for(qkv_total, c.hidden_size)
+    divides = (c.num_heads * c.head_dim) % qkv_rows == 0 and (c.num_kv_heads * c.head_dim) % qkv_rows == 0
+    if qkv_by_matrix is None:
+        q_tiles = -(-(c.num_heads * c.head_dim) // rows_for(c.num_heads * c.head_dim, c.hidden_size))
+        qkv_by_matrix = (not mma and lay.max_batch == 1 and divides and qkv_total // qkv_rows <= q_tiles)
+    if qkv_by_matrix and not mma:
+        if not divides:
+            raise ValueError(f"qkv_by_matrix needs rows per tile ({qkv_rows}) that divide the "
+                             f"{c.num_heads * c.head_dim} q and {c.num_kv_heads * c.head_dim} k and v rows")
+        if fuse_norms:
+            xs_rows = max(xs_rows, qkv_total // qkv_rows)
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
             raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")
@@ -793,16 +820,42 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         def norm2_body(l, t):
             et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
 
-        q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"])
-        if mma:
+        by_matrix = qkv_by_matrix and not mma
+        q_lin = linear_body("wq", Hq * D, H, A["xn"], None, A["q"], rows=qkv_rows if by_matrix else None)
+        if mma or by_matrix:
             # q, k and v blocks are tiles of their own: tile t < tq is a q
             # block, then the k blocks, then the v blocks.
-            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"])
-            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"])
+            k_lin = linear_body("wk", Hkv * D, H, A["xn"], None, A["k"], rows=qkv_rows if by_matrix else None)
+            v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=qkv_rows if by_matrix else None)
             qkv_tiles = q_lin[1] + k_lin[1] + v_lin[1]
 
+            def qkv_pick(l, t):
+                # One et.linear whose weights, output and first row the
+                # tile picks (arith.select), so that it stays at the task's
+                # top level: its first weight loads can go out ahead of the
+                # tile's norm.
+                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
+                first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
+                is_q = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result
+                is_k = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_v)).result
+
+                def pick(a, b, c):
+                    return arith.SelectOp(is_q, a, arith.SelectOp(is_k, b, c).result).result
+
+                w_type = strided([DYN, H], bf16, [H, 1])
+                y_type = MemRefType.get([DYN, DYN], f32, loc=Location.unknown())
+                w = pick(*(memref.cast(w_type, layer_view(A[name], l, n, H))
+                           for name, n in (("wq", Hq * D), ("wk", Hkv * D), ("wv", Hkv * D))))
+                y = pick(*(memref.cast(y_type, collapse(A[name], n))
+                           for name, n in (("q", Hq * D), ("k", Hkv * D), ("v", Hkv * D))))
+                tile = pick(t, arith.SubIOp(t, const(first_k)).result, arith.SubIOp(t, const(first_v)).result)
+                et.linear(x if x is not None else A["xn"], w, y, arith.MulIOp(tile, const(qkv_rows)).result,
+                          const(qkv_rows))
+
             def qkv_body(l, t):
-                x = normalized(vec_view(A["ln1"], l, H), t)
+                if not mma:
+                    return qkv_pick(l, t)
+                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
                 first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
                 is_q = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result, has_else=True)
                 with InsertionPoint(is_q.then_block):

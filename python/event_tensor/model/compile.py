@@ -46,6 +46,17 @@ MODEL_KV_PREFETCH = "shared"
 MODEL_WEIGHT_PREFETCH = "shared"
 MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 
+# Kernels for one sequence at a time (max_batch 1) lay their et.linear
+# tiles out over every warp (`tile_linear="spread"`: K split between warps
+# for tiles of fewer rows than warps, two rows per trip for short rows, a
+# gated row whole in one trip, and the first loads of a tile's later linear
+# ops issued during the earlier ones). On the H100, with `qkv_by_matrix`
+# chosen by the builder, that made the Qwen3-0.6B step 2.1-4.2% and the
+# Llama-3.2-1B step 1.9-3.4% faster (medians of four calls; docs/
+# benchmarks.md, "Every warp on a short tile"); kernels for more rows keep
+# "rows" (not measured there).
+MODEL_TILE_LINEAR = "spread"
+
 # LLVM optimization level of the model kernels' NVPTX code generation. The
 # megakernel is one large function whose register budget is shared by every
 # task; at -O1 ptxas spilled less (Qwen3-0.6B: 120-132 bytes against
@@ -63,7 +74,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
                   rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
-                  **options) -> Path:
+                  qkv_by_matrix: bool | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
@@ -116,7 +127,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     a `qk` task before them (`build_decode_kernel`; off by default).
     `qk_heads` sets the KV heads per `qk` tile (default: chosen by
     `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up
-    rows apart and their activation after them (`build_decode_kernel`).
+    rows apart and their activation after them (`build_decode_kernel`);
+    `qkv_by_matrix` gives each `qkv` tile rows of one of q, k and v
+    (`build_decode_kernel`; None lets it choose).
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
@@ -155,13 +168,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
                                        l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                       gated_mlp=gated_mlp, **options)
+                                       gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if target == "cuda":
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
         options.setdefault("opt_level", MODEL_OPT_LEVEL)
         if max_batch == 1:
+            options.setdefault("tile_linear", MODEL_TILE_LINEAR)
             options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
             if "tile_prefetch" not in options:
                 options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
@@ -190,14 +204,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
                                      rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                     gated_mlp=gated_mlp)
+                                     gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
-            "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp,
+            "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}

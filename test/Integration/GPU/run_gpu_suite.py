@@ -87,6 +87,43 @@ def run_rows_in_flight(root: Path) -> bool:
     return ok and cache_ok
 
 
+def run_linear_spread(root: Path) -> bool:
+    """et.linear in the spread layout (split K, rows per trip, a gated tile
+    whole, a static M, first loads before a norm) at runtime M = 1, 2 and
+    3, against float64."""
+    case_dir = root.parent / "tiles" / "linear-spread"
+    if not case_dir.exists():
+        return True
+    c = np.load(case_dir / "case.npz")
+    bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()
+    launch = runtime.load(case_dir).launcher()
+    err = lambda t, r: float(np.linalg.norm(t.cpu().double().numpy() - r) / np.linalg.norm(r))
+    ok, errs = True, {}
+    for m in (1, 2, 3):
+        x, x2, x3 = bf(c["x"][:m]), bf(c["x2"][:m]), bf(c["x3"][:m])
+        y1 = torch.from_numpy(c["y0"][:m].copy()).cuda()
+        y4 = torch.full((m, 64), float("nan"), device="cuda")
+        y2 = torch.full((m, 1000), float("nan"), device="cuda")
+        y3 = torch.full((m, 600), float("nan"), device="cuda", dtype=torch.bfloat16)
+        y5 = torch.full((3, 1000), float("nan"), device="cuda")
+        y6 = torch.full((m, 1000), float("nan"), device="cuda")
+        xn = torch.zeros((16, 3, 1024), device="cuda", dtype=torch.bfloat16)
+        h = torch.from_numpy(c["h"][:m].copy()).cuda()
+        launch(x, bf(c["wd"]), y1, x2, bf(c["w4"]), y4, x3, bf(c["wm"]), y2, bf(c["wg"]), bf(c["wu"]), y3,
+               bf(c["xs"]), y5, h, bf(c["ln"]), xn, y6)
+        for name, got, ref, tol in (("split 2", y1, c["ref_y1"][:m], 1e-5), ("split 4", y4, c["ref_y4"][:m], 1e-5),
+                                    ("2 rows per trip", y2, c["ref_y2"][:m], 1e-5),
+                                    ("gated", y3.float(), c["ref_y3"][:m], 8e-3),
+                                    ("static M", y5, c["ref_y5"], 1e-5),
+                                    ("after a norm", y6, c["ref_y6"][:m], 1e-3)):
+            e = err(got, ref)
+            errs[f"{name} M={m}"] = e
+            ok = ok and e < tol and not torch.isnan(got).any().item()
+    print("linear spread vs float64: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+          + ("" if ok else "  FAIL"))
+    return ok
+
+
 def run_decode_ops(root: Path) -> bool:
     """Embedding, RoPE, KV append, argmax and split-KV attention on the GPU."""
     tiles = root.parent / "tiles"
@@ -246,6 +283,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("decode ops")
     if not run_rows_in_flight(root):
         failures.append("rows in flight")
+    if not run_linear_spread(root):
+        failures.append("linear spread")
     return 1 if failures else 0
 
 
