@@ -872,25 +872,33 @@ def test_default_qk_tiles_fill_the_workers_qkv_leaves_idle():
         assert _qk_extents(config, 4) == (config.num_layers, 4, 8)
 
 
+def _same_logits(config, seed, tmp_path, builds, workers):
+    """Compiles a CPU decode kernel (max_batch 2) per dict of compile_model
+    arguments in `builds`, steps them all at batch 2 and 1, and asserts
+    their logits equal bit for bit; returns the artifact paths."""
+    weights = model.random_weights(config, seed=seed)
+    paths = [model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=workers, split_len=8,
+                                 cache_dir=tmp_path, **build) for build in builds]
+    runs = [model.DecodeSession(path, weights) for path in paths]
+    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]:
+        for session in runs:
+            session.step(tokens, positions)
+        for session in runs[1:]:
+            assert np.array_equal(runs[0].last_logits(), session.last_logits())
+    for session in runs:
+        session.close()
+    return paths
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_gated_mlp_keeps_the_bits(family, tmp_path):
     """The default mlp tile (one et.linear ... gated) and gated_mlp=False
     (gate and up into g and u, then et.silu_mul): the same logits, bit for
     bit, at batch 2 and 1."""
     config = model.tiny_config(family)
-    weights = model.random_weights(config, seed=12)
-    runs = []
-    for gated in (True, False):
-        path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
-                                   gated_mlp=gated, cache_dir=tmp_path)
+    paths = _same_logits(config, 12, tmp_path, [{"gated_mlp": True}, {"gated_mlp": False}], workers=3)
+    for path, gated in zip(paths, (True, False)):
         assert json.loads((path / "model.json").read_text())["gated_mlp"] is gated
-        runs.append(model.DecodeSession(path, weights))
-    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]:
-        for session in runs:
-            session.step(tokens, positions)
-        assert np.array_equal(runs[0].last_logits(), runs[1].last_logits())
-    for session in runs:
-        session.close()
     with pytest.raises(ValueError, match="gated_mlp must be a bool, got 1"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, gated_mlp=1, cache_dir=tmp_path)
 
@@ -913,18 +921,7 @@ def test_qkv_by_matrix_keeps_the_bits(family, tmp_path):
     weights, output and first row the tile picks) and tiles with q, k and v
     rows together: the same logits, bit for bit, at batch 2 and 1."""
     config = model.tiny_config(family)
-    weights = model.random_weights(config, seed=14)
-    runs = []
-    for by_matrix in (True, False):
-        path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=4, split_len=8,
-                                   qkv_by_matrix=by_matrix, cache_dir=tmp_path)
-        runs.append(model.DecodeSession(path, weights))
-    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]:
-        for session in runs:
-            session.step(tokens, positions)
-        assert np.array_equal(runs[0].last_logits(), runs[1].last_logits())
-    for session in runs:
-        session.close()
+    _same_logits(config, 14, tmp_path, [{"qkv_by_matrix": True}, {"qkv_by_matrix": False}], workers=4)
     assert _qkv_linears(config, 2, 4, qkv_by_matrix=True) == 1
     assert _qkv_linears(config, 2, 4, qkv_by_matrix=False) == 3
 
