@@ -266,11 +266,8 @@ Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf) {
 
 /// For `op` at its task's top level: the first op with side effects or
 /// regions after the last et.event.wait before `op` (`op` itself at the
-/// latest), with the side-effect-free ops that compute `needed` moved
-/// above it; null when `op` is deeper or a value cannot be known there.
-/// Loads of data that no task writes may start there, ahead of the tile's
-/// other work before `op` (a fused norm, say), without leaving the wait.
-Operation *afterWaitPoint(Operation *op, ValueRange needed) {
+/// latest); null when `op` is deeper.
+Operation *firstWorkAfterWait(Operation *op) {
   auto task = op->getParentOfType<TaskOp>();
   if (!task || op->getParentOp() != task)
     return nullptr;
@@ -283,9 +280,16 @@ Operation *afterWaitPoint(Operation *op, ValueRange needed) {
     else if (!at && (!isMemoryEffectFree(&o) || o.getNumRegions() != 0))
       at = &o;
   }
-  if (!at)
-    at = op;
-  return moveAbove(task, at, needed) ? at : nullptr;
+  return at ? at : op;
+}
+
+/// firstWorkAfterWait(op), with the side-effect-free ops that compute
+/// `needed` moved above it; null when `op` is deeper or a value cannot be known there.
+/// Loads of data that no task writes may start there, ahead of the tile's
+/// other work before `op` (a fused norm, say), without leaving the wait.
+Operation *afterWaitPoint(Operation *op, ValueRange needed) {
+  Operation *at = firstWorkAfterWait(op);
+  return at && moveAbove(op->getParentOfType<TaskOp>(), at, needed) ? at : nullptr;
 }
 
 /// The prefetch point of an et.linear at its task's top level that reads
