@@ -85,7 +85,14 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     (`et.thread_id`, `et.num_threads`). With `target=gpu` it uses warps: one
     warp per output row of `et.linear`, 16-byte loads with `unroll`
     independent loads per lane in flight, and a `gpu.shuffle xor` butterfly
-    for the lane sums; with `target=cpu` it emits scalar loops.
+    for the lane sums; with `target=cpu` it emits scalar loops. With
+    `linear=spread` and `threads` fixed, an `et.linear` with a constant row
+    count and a static K that would leave warps idle or wait out short rows
+    one at a time spreads over every warp instead: K split between warps
+    (their sums meet in shared memory) for fewer rows than warps, several
+    short rows per trip, a gated row whole in one trip; a linear op after
+    another one in the same tile loads its first trip into registers right
+    after the task's last wait.
 
     On the GPU, weights never depend on the previous task, so their first
     loads may move above the task's first wait: `prefetch=registers` has
