@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=1024)
     parser.add_argument("--format", choices=("isa", "bin"), default="bin")
     parser.add_argument("--workers", type=int, default=132)
-    parser.add_argument("--threads", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=None, help="threads per worker (default: compile_model's)")
     parser.add_argument("--variant", action="append", required=True, help="NAME=JSON (repeatable)")
     parser.add_argument("--profiled", action="store_true", help="also a profiling build of each variant")
     args = parser.parse_args()
@@ -65,8 +65,9 @@ def main() -> None:
                         shutil.rmtree(target)
                     start = time.perf_counter()
                     compile_model(config, target="cuda", max_batch=args.max_batch, max_context=args.max_context,
-                                  workers=args.workers, threads_per_worker=args.threads, out_dir=target,
-                                  cache_dir=cache, format=args.format, profile=profile, **options)
+                                  workers=args.workers, out_dir=target, cache_dir=cache, format=args.format,
+                                  profile=profile,
+                                  **({"threads_per_worker": args.threads} if args.threads else {}), **options)
                     print(f"{target.name}: {time.perf_counter() - start:.1f} s", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -941,3 +941,22 @@ def test_qkv_by_matrix_default_and_errors(tmp_path):
     with pytest.raises(ValueError, match="qkv_by_matrix must be a bool or None, got 1"):
         model.compile_model(model.tiny_config(), target="cpu", max_batch=1, max_context=16, qkv_by_matrix=1,
                             cache_dir=tmp_path)
+
+
+def test_cuda_threads_per_worker_default(tmp_path):
+    """Without threads_per_worker, a cuda decode kernel takes model_threads:
+    384 for one row of a model with a hidden size up to 1024, else 512; an
+    explicit value wins."""
+    from event_tensor.model.compile import model_threads
+
+    assert model_threads(model.preset("qwen3-0.6b"), 1) == 384
+    assert model_threads(model.preset("qwen3-0.6b"), 4) == 512
+    assert model_threads(model.preset("llama-3.2-1b"), 1) == 512
+    cfg = model.tiny_config("qwen3")
+    threads = {}
+    for max_batch, given in ((1, None), (2, None), (1, 256)):
+        extra = {"threads_per_worker": given} if given else {}
+        path = model.compile_model(cfg, target="cuda", max_batch=max_batch, max_context=32, workers=8,
+                                   out_dir=tmp_path / f"b{max_batch}-{given}", cache_dir=tmp_path / "cache", **extra)
+        threads[(max_batch, given)] = json.loads((path / "metadata.json").read_text())["threads_per_worker"]
+    assert threads == {(1, None): 384, (2, None): 512, (1, 256): 256}

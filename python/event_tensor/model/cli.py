@@ -233,7 +233,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     workers = args.workers or (4 if device == "cpu" else 132)
     start = time.perf_counter()
     try:
-        cuda = {"threads_per_worker": args.threads, "format": args.format} if device == "cuda" else {}
+        cuda = {"format": args.format} if device == "cuda" else {}
+        if device == "cuda" and args.threads is not None:
+            cuda["threads_per_worker"] = args.threads
         out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
                             workers=workers, out_dir=args.output, profile=args.profile,
                             layered=False if args.per_layer else None,
@@ -436,7 +438,9 @@ def add_commands(sub) -> None:
     p.add_argument("--max-batch", type=int, default=1, help="largest batch (1-16, default 1)")
     p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
     p.add_argument("--workers", type=int, help="persistent workers (default 4 on cpu, 132 on cuda)")
-    p.add_argument("--threads", type=int, default=512, help="threads per worker on cuda (default 512)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads per worker on cuda (default: 512, or 384 for max batch 1 of models with a hidden "
+                   "size up to 1024; model_threads)")
     p.add_argument("--format", choices=["isa", "bin"], default="isa",
                    help="cuda: PTX (the driver compiles it at first load, tens of seconds for a whole model) or a "
                    "cubin for sm_90a (ptxas runs here, loads in well under a second)")

@@ -57,6 +57,25 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 # "rows" (not measured there).
 MODEL_TILE_LINEAR = "spread"
 
+# Threads per worker of the model kernels (when the caller gives none): 512,
+# except one-row kernels of models with a hidden size up to 1024
+# (Qwen3-0.6B), which take 384. On the H100 that made the Qwen3-0.6B step
+# 3% faster in two calls (0.941-0.955 against 0.972-0.995 ms; its kernel then
+# keeps 128 registers with no spills, against 68 bytes of spill stores at
+# 512) and the Llama-3.2-1B step 6-7% slower (docs/benchmarks.md, "Threads
+# per worker, again"). 256 was slower for both.
+MODEL_THREADS = 512
+MODEL_THREADS_NARROW = 384
+MODEL_NARROW_HIDDEN = 1024
+
+
+def model_threads(config: ModelConfig, max_batch: int) -> int:
+    """Threads per worker of a cuda decode kernel when the caller gives
+    none (MODEL_THREADS / MODEL_THREADS_NARROW)."""
+    narrow = max_batch == 1 and config.hidden_size <= MODEL_NARROW_HIDDEN
+    return MODEL_THREADS_NARROW if narrow else MODEL_THREADS
+
+
 # LLVM optimization level of the model kernels' NVPTX code generation. The
 # megakernel is one large function whose register budget is shared by every
 # task; at -O1 ptxas spilled less (Qwen3-0.6B: 120-132 bytes against
@@ -77,7 +96,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   qkv_by_matrix: bool | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
-    `threads_per_worker`, `profile`, `mode`; on cuda `tile_unroll`
+    `threads_per_worker` (on cuda by default `model_threads`), `profile`,
+    `mode`; on cuda `tile_unroll`
     defaults to MODEL_TILE_UNROLL (4 above MODEL_TILE_UNROLL_MAX_BATCH
     rows), `opt_level` to MODEL_OPT_LEVEL and, for max_batch 1,
     `tile_kv_prefetch` to MODEL_KV_PREFETCH and `tile_prefetch` to
@@ -172,6 +192,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if target == "cuda":
+        options.setdefault("threads_per_worker", model_threads(config, max_batch))
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
         options.setdefault("opt_level", MODEL_OPT_LEVEL)
         if max_batch == 1:
