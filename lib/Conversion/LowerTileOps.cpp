@@ -1504,7 +1504,6 @@ void lowerEmbedding(EmbeddingOp op, bool gpu, int64_t width) {
 void lowerKVAppend(KVAppendOp op, int64_t width) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  TileBuilder h{b, loc};
   Value src = op.getNewValues(), cache = op.getCache();
   Value m = memref::DimOp::create(b, loc, src, 0);
   Value heads = memref::DimOp::create(b, loc, src, 1);
@@ -1902,7 +1901,6 @@ void lowerArgmax(ArgmaxOp op, bool gpu) {
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), width);
   Value first = arith::AddIOp::create(b, loc, op.getCol0(), lane);
-  Type i32 = b.getI32Type();
   auto guard = scf::IfOp::create(b, loc, inGroup, /*withElse=*/false);
   b.setInsertionPointToStart(guard.thenBlock());
   scf::ForOp::create(
@@ -2761,7 +2759,6 @@ bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
   Value start, end;
   std::tie(start, end) = splitRange(b, loc, op);
-  Value chunkLen = arith::CeilDivUIOp::create(b, loc, op.getSplitLen(), h.idx(subsplits));
   Value headBase = arith::MulIOp::create(b, loc, op.getKvHead(), h.idx(groupSize));
   Value lastRow = arith::SubIOp::create(b, loc, cacheLen, h.idx(1));
 
@@ -3272,8 +3269,8 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   b.setInsertionPoint(op);
   Place mp = place(b);
   LinearCommon &lc = mp.lc;
-  Value laneK = mp.laneK, end = mp.end, base = mp.base, local = mp.local, part = mp.part, row = mp.row,
-        mine = mp.mine, col0 = mp.col0;
+  Value end = mp.end, base = mp.base, local = mp.local, part = mp.part, row = mp.row, mine = mp.mine,
+        col0 = mp.col0;
   SmallVector<Value> firstRows = mp.firstRows, firstOuts = mp.firstOuts, firstValid = mp.firstValid;
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
 
