@@ -3198,63 +3198,49 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   Operation *at = early ? afterWaitPoint(op, {op.getW(), op.getRow0(), op.getRows()}) : nullptr;
   if (at && op.getGated() && !moveAbove(task, at, op.getGated()))
     at = nullptr;
-  // Where a warp works: built at the early point for its loads and again
-  // at the op for the rest, so that the op's code does not depend on
-  // where the early loads went.
-  struct Place {
-    LinearCommon lc;
-    Value laneK, end;
-    // G = 1: the warp's first rows (base, then base + p x W, a row past
-    // `end` reading `base`); G > 1: its row and part.
-    Value base, local, part, row, mine, col0;
-    SmallVector<Value> firstRows, firstOuts, firstValid;
-  };
-  auto place = [&](OpBuilder &b) {
-    TileBuilder h{b, loc};
-    Place pl;
-    pl.lc = linearCommon(b, loc, op);
-    pl.laneK = arith::MulIOp::create(b, loc, pl.lc.lane, h.idx(kVector));
-    pl.end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), pl.lc.n);
-    if (G == 1) {
-      pl.base = arith::AddIOp::create(b, loc, op.getRow0(), pl.lc.warp);
-      pl.mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, pl.base, pl.end);
-      pl.col0 = pl.laneK;
-      for (int64_t p = 0; p < P; ++p) {
-        Value r = arith::AddIOp::create(b, loc, pl.base, h.idx(p * W));
-        Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, pl.end);
-        pl.firstValid.push_back(valid);
-        pl.firstOuts.push_back(r);
-        pl.firstRows.push_back(p == 0 ? r : arith::SelectOp::create(b, loc, valid, r, pl.base).getResult());
-      }
-    } else {
-      pl.local = arith::RemUIOp::create(b, loc, pl.lc.warp, h.idx(R));
-      pl.part = arith::DivUIOp::create(b, loc, pl.lc.warp, h.idx(R));
-      pl.row = arith::AddIOp::create(b, loc, op.getRow0(), pl.local);
-      pl.mine = arith::AndIOp::create(
-          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, pl.part, h.idx(G)),
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, pl.row, pl.end));
-      pl.col0 = arith::AddIOp::create(b, loc, pl.laneK, arith::MulIOp::create(b, loc, pl.part, h.idx(q * step)));
-      pl.firstRows.push_back(pl.row);
-    }
-    return pl;
-  };
   OpBuilder b(at ? at : op.getOperation());
   TileBuilder h{b, loc};
   VectorType vecBF16 = VectorType::get({kVector}, b.getBF16Type());
   VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  // Where the warp works. G = 1: its first rows (base, then base + p x W,
+  // a row past `end` reading `base`); G > 1: its row and part.
+  LinearCommon lc = linearCommon(b, loc, op);
+  Value laneK = arith::MulIOp::create(b, loc, lc.lane, h.idx(kVector));
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), lc.n);
+  Value base, local, part, row, mine, col0;
+  SmallVector<Value> firstRows, firstOuts, firstValid;
+  if (G == 1) {
+    base = arith::AddIOp::create(b, loc, op.getRow0(), lc.warp);
+    mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, base, end);
+    col0 = laneK;
+    for (int64_t p = 0; p < P; ++p) {
+      Value r = arith::AddIOp::create(b, loc, base, h.idx(p * W));
+      Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, end);
+      firstValid.push_back(valid);
+      firstOuts.push_back(r);
+      firstRows.push_back(p == 0 ? r : arith::SelectOp::create(b, loc, valid, r, base).getResult());
+    }
+  } else {
+    local = arith::RemUIOp::create(b, loc, lc.warp, h.idx(R));
+    part = arith::DivUIOp::create(b, loc, lc.warp, h.idx(R));
+    row = arith::AddIOp::create(b, loc, op.getRow0(), local);
+    mine = arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, part, h.idx(G)),
+                                 arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, row, end));
+    col0 = arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, part, h.idx(q * step)));
+    firstRows.push_back(row);
+  }
   // The first trip's weights, (chunk, row, mem)-major, loaded early into
   // registers (zeros for a warp without rows).
   SmallVector<Value> pre;
   if (at) {
-    Place ep = place(b);
-    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(u * streams, vecBF16), ep.mine,
+    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(u * streams, vecBF16), mine,
                                   /*withElseRegion=*/true);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
     SmallVector<Value> ws;
     for (int64_t j = 0; j < u; ++j) {
-      Value col = arith::AddIOp::create(b, loc, ep.col0, h.idx(j * step));
-      for (Value r : ep.firstRows)
+      Value col = arith::AddIOp::create(b, loc, col0, h.idx(j * step));
+      for (Value r : firstRows)
         for (Value mem : mems)
           ws.push_back(loadRaw(b, mem, r, col));
     }
@@ -3267,11 +3253,6 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   }
   bool hasEarly = at != nullptr;
   b.setInsertionPoint(op);
-  Place mp = place(b);
-  LinearCommon &lc = mp.lc;
-  Value end = mp.end, base = mp.base, local = mp.local, part = mp.part, row = mp.row, mine = mp.mine,
-        col0 = mp.col0;
-  SmallVector<Value> firstRows = mp.firstRows, firstOuts = mp.firstOuts, firstValid = mp.firstValid;
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
 
   auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
