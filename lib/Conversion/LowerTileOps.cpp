@@ -417,6 +417,15 @@ Value rowTotal(OpBuilder &b, Location loc, Value acc) {
   return butterflySum(b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc), kWarp);
 }
 
+/// One 16-byte chunk (8 bf16) of the matrix `mem` at (`row`, `col`): the
+/// load every GPU lowering of et.linear streams its operands with.
+Value loadChunk(OpBuilder &b, Location loc, Value mem, Value row, Value col) {
+  auto load = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), mem,
+                                     ValueRange{row, col});
+  load.setAlignment(16);
+  return load.getResult();
+}
+
 /// y[tok, row] = `sum` (added to y with `accumulate`; silu(sum) * `up` for
 /// a gated op), written by the thread where `store` holds, in y's element
 /// type.
@@ -542,11 +551,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   bool staticM = !xType.isDynamicDim(0);
   int64_t mCount = staticM ? xType.getDimSize(0) : 1;
 
-  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value c) -> Value {
-    auto load = vector::LoadOp::create(b, loc, vecBF16, mem, ValueRange{r, c});
-    load.setAlignment(16);
-    return load;
-  };
+  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value c) { return loadChunk(b, loc, mem, r, c); };
   auto loadVec = [&](OpBuilder &b, Value mem, Value r, Value c) {
     return arith::ExtFOp::create(b, loc, vecF32, loadRaw(b, mem, r, c));
   };
@@ -869,13 +874,8 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
     Value col0 = arith::AddIOp::create(
         b, loc, laneK, arith::MulIOp::create(b, loc, group, h.idx(step * u)));
     SmallVector<Value> ws;
-    for (int64_t j = 0; j < u; ++j) {
-      auto load = vector::LoadOp::create(
-          b, loc, vecBF16, op.getW(),
-          ValueRange{row, arith::AddIOp::create(b, loc, col0, h.idx(j * step))});
-      load.setAlignment(16);
-      ws.push_back(load);
-    }
+    for (int64_t j = 0; j < u; ++j)
+      ws.push_back(loadChunk(b, loc, op.getW(), row, arith::AddIOp::create(b, loc, col0, h.idx(j * step))));
     return ws;
   };
 
@@ -929,10 +929,7 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
                   Value wv = arith::ExtFOp::create(b, loc, vecF32, it[mCount + j]);
                   Value col = arith::AddIOp::create(b, loc, col0, h.idx(j * step));
                   for (int64_t i = 0; i < mCount; ++i) {
-                    auto xl = vector::LoadOp::create(b, loc, vecBF16, op.getX(),
-                                                     ValueRange{tok(b, i), col});
-                    xl.setAlignment(16);
-                    Value xv = arith::ExtFOp::create(b, loc, vecF32, xl.getResult());
+                    Value xv = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok(b, i), col));
                     accs[i] = vector::FMAOp::create(b, loc, wv, xv, accs[i]);
                   }
                 }
@@ -3186,11 +3183,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   if (Value wu = op.getGated())
     mems.push_back(wu);
   Location loc = op.getLoc();
-  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value col) -> Value {
-    auto load = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), mem, ValueRange{r, col});
-    load.setAlignment(16);
-    return load.getResult();
-  };
+  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value col) { return loadChunk(b, loc, mem, r, col); };
 
   // Where the warp's rows and first column are known, and its first
   // trip's loads (the op itself when they cannot go earlier).
