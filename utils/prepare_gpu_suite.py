@@ -469,6 +469,24 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
         extra = {"stable": stable} if stable is not None else {}
         np.savez(case_dir / "case.npz", q=q, k=kc.view(np.uint16), v=vc.view(np.uint16),
                  ref=numpy_refs.attention(q, kc, vc, length), length=length, entries=splits * sub, **extra)
+    # Split-KV attention that appends this step's rows (`append`, from
+    # per-tile shared memory): staged (the rows join the stage; one row, as
+    # in a decode step, then four rows over a split boundary of which two
+    # are past the length) and not staged (written to the caches first).
+    append_cases = [(16, 8, 128, 1024, 8, 128, 1000, 999, 1, 384, True),
+                    (32, 8, 64, 1024, 8, 128, 129, 127, 4, 512, True),
+                    (32, 8, 64, 1024, 8, 128, 1000, 998, 2, 256, False)]
+    for i, (hq, hkv, d, s_max, splits, split_len, length, stable, n_new, threads, staged) in enumerate(append_cases):
+        opts = dict(tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024) if staged else {}
+        art = et.compile(tests._append_kernel(hq, hkv, d, s_max, splits, split_len, n_new), target="cuda",
+                         workers=workers, mode="dynamic", threads_per_worker=threads, cache_dir=cache, **opts)
+        case_dir = out / f"attention-append-{i}"
+        _copy_artifact(art, case_dir)
+        inputs, k_after, v_after = tests.append_case(rng, hq, hkv, d, s_max, length, stable, n_new)
+        arrays = {n: (a.view(np.uint16) if a.dtype == bf else a) for n, a in inputs.items()}
+        np.savez(case_dir / "case.npz", **arrays, length=length, stable=stable, entries=splits,
+                 staged=staged, ref=numpy_refs.attention(inputs["q"], k_after, v_after, length),
+                 k_after=k_after.view(np.uint16), v_after=v_after.view(np.uint16))
     # Attention bandwidth: 16 independent layers (Llama-3.2-1B heads) per
     # launch, over split lengths and threads per worker.
     # Variants: "plain" (no wait); "wait" (every tile first waits on a

@@ -1997,6 +1997,47 @@ SplitChunk splitChunk(OpBuilder &b, Location loc, AttentionSplitOp op, Value spl
 /// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
 /// one thread on the CPU) per query head; lanes split the head dimension;
 /// online softmax over the split's positions.
+/// The positions [lo, hi) of an op's `append` rows that fall in its split's
+/// range [start, end) (splitRange); empty when hi <= lo.
+std::pair<Value, Value> appendRange(OpBuilder &b, Location loc, AttentionSplitOp op, Value start, Value end) {
+  Value stable = op.getStable();
+  Value rows = memref::DimOp::create(b, loc, op.getNewK(), 0);
+  Value lo = arith::MaxSIOp::create(b, loc, stable, start);
+  Value hi = arith::MinSIOp::create(b, loc, end, arith::AddIOp::create(b, loc, stable, rows));
+  return {lo, hi};
+}
+
+/// An op's `append` rows, for the lowerings that read this step's rows
+/// from the caches: the split writes the rows of its range into the caches
+/// (one element per thread and trip, rounded to the caches' type), a
+/// barrier on the GPU, and the op loses its `append` operands.
+void appendToCaches(AttentionSplitOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Value start, end;
+  std::tie(start, end) = splitRange(b, loc, op);
+  auto [lo, hi] = appendRange(b, loc, op, start, end);
+  Value rows = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, hi, lo), h.idx(0));
+  int64_t dim = op.getQ().getType().getDimSize(1);
+  threadLoop(b, loc, arith::MulIOp::create(b, loc, rows, h.idx(dim)), [&](OpBuilder &b, Location loc, Value e) {
+    TileBuilder h{b, loc};
+    Value t = arith::AddIOp::create(b, loc, lo, arith::DivUIOp::create(b, loc, e, h.idx(dim)));
+    Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
+    Value r = arith::SubIOp::create(b, loc, t, op.getStable());
+    std::pair<Value, Value> pairs[] = {{op.getNewK(), op.getK()}, {op.getNewV(), op.getV()}};
+    for (auto [src, cache] : pairs) {
+      Value x = toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{r, d}));
+      memref::StoreOp::create(b, loc, fromF32(b, loc, x, cast<MemRefType>(cache.getType()).getElementType()), cache,
+                              ValueRange{t, op.getKvHead(), d});
+    }
+  });
+  if (gpu)
+    gpu::BarrierOp::create(b, loc);
+  op.getNewKMutable().clear();
+  op.getNewVMutable().clear();
+}
+
 void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -2447,8 +2488,11 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
 
   // Copies rows [from, to) of the split (K and V) into their stage slots
   // with cp.async, one 16-byte chunk per thread and trip, and commits them.
+  // With `appendEnd`, a row below it is one of the op's `append` rows
+  // (this step's): its chunk comes from the op's new_k / new_v instead,
+  // rounded to bf16, into the stage and into the cache's row.
   Value stage, start;
-  auto copyRows = [&](OpBuilder &b, Value from, Value to) {
+  auto copyRows = [&](OpBuilder &b, Value from, Value to, Value appendEnd) {
     TileBuilder h{b, loc};
     Value n = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, to, from), h.idx(0));
     threadLoop(b, loc, arith::MulIOp::create(b, loc, n, h.idx(chunks)), [&](OpBuilder &b, Location loc, Value i) {
@@ -2457,16 +2501,48 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
       Value c = arith::RemUIOp::create(b, loc, i, h.idx(chunks));
       Value t = arith::AddIOp::create(b, loc, start, r);
       Value caches[] = {op.getK(), op.getV()};
-      for (auto [which, mem] : llvm::enumerate(caches)) {
-        auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
-        Value element = arith::AddIOp::create(
-            b, loc,
-            arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, t, meta.getStrides()[0]),
-                                  arith::MulIOp::create(b, loc, op.getKvHead(), meta.getStrides()[1])),
-            arith::MulIOp::create(b, loc, c, h.idx(kVector)));
-        Value src = elementPointer(b, loc, mem, element, 2, 1);
-        Value dst = elementPointer(b, loc, stage, stagedOffset(b, r, c, which), 2, 3);
-        copyAsync16(b, loc, dst, src);
+      auto fromCaches = [&](OpBuilder &b) {
+        for (auto [which, mem] : llvm::enumerate(caches)) {
+          auto meta = memref::ExtractStridedMetadataOp::create(b, loc, mem);
+          Value element = arith::AddIOp::create(
+              b, loc,
+              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, t, meta.getStrides()[0]),
+                                    arith::MulIOp::create(b, loc, op.getKvHead(), meta.getStrides()[1])),
+              arith::MulIOp::create(b, loc, c, h.idx(kVector)));
+          Value src = elementPointer(b, loc, mem, element, 2, 1);
+          Value dst = elementPointer(b, loc, stage, stagedOffset(b, r, c, which), 2, 3);
+          copyAsync16(b, loc, dst, src);
+        }
+      };
+      if (!appendEnd) {
+        fromCaches(b);
+        return;
+      }
+      Value appended = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, t, appendEnd);
+      auto pick = scf::IfOp::create(b, loc, appended, /*withElse=*/true);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(pick.thenBlock());
+        Value fresh[] = {op.getNewK(), op.getNewV()};
+        Value row = arith::SubIOp::create(b, loc, t, op.getStable());
+        Value d0 = arith::MulIOp::create(b, loc, c, h.idx(kVector));
+        for (int64_t which = 0; which < 2; ++which) {
+          Value chunk = arith::ConstantOp::create(b, loc, vecBF16, cast<TypedAttr>(b.getZeroAttr(vecBF16)));
+          for (int64_t e = 0; e < kVector; ++e) {
+            Value d = arith::AddIOp::create(b, loc, d0, h.idx(e));
+            Value x = toF32(b, loc, memref::LoadOp::create(b, loc, fresh[which], ValueRange{row, d}));
+            Value y = arith::TruncFOp::create(b, loc, bf16, x);
+            memref::StoreOp::create(b, loc, y, caches[which], ValueRange{t, op.getKvHead(), d});
+            chunk = vector::InsertOp::create(b, loc, y, chunk, ArrayRef<int64_t>{e});
+          }
+          auto st = vector::StoreOp::create(b, loc, chunk, stage, ValueRange{stagedOffset(b, r, c, which)});
+          st.setAlignment(16);
+        }
+      }
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(pick.elseBlock());
+        fromCaches(b);
       }
     });
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -2487,7 +2563,7 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
             b, loc, arith::SubIOp::create(b, loc, arith::MinSIOp::create(b, loc, end, op.getStable()), start),
             h.idx(stageRows)),
         h.idx(0));
-    copyRows(b, h.idx(0), stageCount);
+    copyRows(b, h.idx(0), stageCount, Value());
     // An op inside an scf.if may not run: no copy outlives the task.
     Operation *top = task.getBody().front().findAncestorOpInBlock(*op);
     if (top != op.getOperation()) {
@@ -2527,7 +2603,10 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
   // only. (Read from the cache in the phases, the one row of a decode step
   // cost the split that holds it two more L2 round trips, and that split
   // ends last.)
-  copyRows(b, stageCount, count);
+  Value appendEnd;
+  if (op.getNewK())
+    appendEnd = appendRange(b, loc, op, start, end).second;
+  copyRows(b, stageCount, count, appendEnd);
   float scale = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
   threadLoop(b, loc, h.idx(groupSize * dim), [&](OpBuilder &b, Location loc, Value e) {
     TileBuilder h{b, loc};
@@ -3491,6 +3570,19 @@ struct LowerTileOpsPass
         ops.push_back(op);
     });
     bool gpu = target == "gpu";
+    // On the host a tile runs on one thread, so a task's workgroup buffers
+    // (per-tile shared memory on the GPU) are ordinary per-tile memory:
+    // the memory space goes from every value that views them.
+    if (!gpu)
+      getOperation().walk([](TaskOp task) {
+        task.getBody().walk([](Operation *op) {
+          for (Value v : op->getResults()) {
+            auto type = dyn_cast<MemRefType>(v.getType());
+            if (type && isa_and_nonnull<gpu::AddressSpaceAttr>(type.getMemorySpace()))
+              v.setType(MemRefType::get(type.getShape(), type.getElementType(), type.getLayout()));
+          }
+        });
+      });
     // Each tile op splits its work between the worker's threads in its own
     // way, so one op's results may be read by other threads in the next:
     // on the GPU, a CTA barrier goes before a tile op that touches a buffer
@@ -3527,9 +3619,13 @@ struct LowerTileOpsPass
       else if (auto rope = dyn_cast<RoPEIntoOp>(op))
         lowerRoPEInto(rope, gpu);
       else if (auto attn = dyn_cast<AttentionSplitOp>(op)) {
-        if (!gpu || (!lowerAttentionSplitStaged(attn, threads, kvPrefetch == "shared" ? prefetchBytes : 0,
-                                                sharedTaken) &&
-                     !lowerAttentionSplitMMA(attn, threads, kvMmaBytes, sharedTaken) &&
+        // The staged lowering takes `append` rows into its stage; the
+        // others read them from the caches, written first.
+        if (gpu && lowerAttentionSplitStaged(attn, threads, kvPrefetch == "shared" ? prefetchBytes : 0, sharedTaken))
+          continue;
+        if (attn.getNewK())
+          appendToCaches(attn, gpu);
+        if (!gpu || (!lowerAttentionSplitMMA(attn, threads, kvMmaBytes, sharedTaken) &&
                      !lowerAttentionSplitGPU(attn, threads)))
           lowerAttentionSplit(attn, gpu);
       }

@@ -753,3 +753,74 @@ et.kernel @merge(%o: memref<?x4x64xf32>, %lse: memref<?x4xf32>, %out: memref<4x6
     et.attention_merge %o, %lse, %out : memref<?x4x64xf32>, memref<?x4xf32>, memref<4x64xbf16>
   }
 }
+
+// et.attention_split with `append`: this step's key and value, rotated into
+// workgroup buffers by the ops before it. The staged lowering (KVS) takes
+// them into its stage after the wait (an scf.if per chunk: the appended
+// rows' chunks into the stage and the caches' row, the others by cp.async);
+// the others (GPU) write them into the caches first, then a barrier, then
+// read them from the caches. On the host (CPU) the workgroup buffers are
+// ordinary per-tile memory.
+// KVS-LABEL: et.kernel @append
+// KVS: nvvm.cp.async.commit.group
+// KVS: et.event.wait
+// KVS: memref.collapse_shape
+// KVS: gpu.barrier
+// KVS: scf.if
+// KVS-COUNT-8: memref.store %{{.*}}, %arg1[
+// KVS: vector.store %{{.*}} : memref<16384xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// KVS-COUNT-8: memref.store %{{.*}}, %arg2[
+// KVS: vector.store
+// KVS: } else {
+// KVS: nvvm.cp.async.shared.global
+// KVS: nvvm.cp.async.shared.global
+// KVS: nvvm.cp.async.commit.group
+// GPU-LABEL: et.kernel @append
+// GPU: et.event.wait
+// GPU: gpu.barrier
+// GPU: scf.for
+// GPU: memref.load %collapse_shape
+// GPU: memref.store %{{.*}}, %arg1[
+// GPU: memref.load %collapse_shape
+// GPU: memref.store %{{.*}}, %arg2[
+// GPU: gpu.barrier
+// CPU-LABEL: et.kernel @append
+// CPU: memref.alloca() : memref<1x1x64xf32>
+// CPU: memref.alloca() : memref<1x1x64xf32>
+// CPU-NOT: workgroup
+// CPU: memref.store %{{.*}}, %arg1[
+// CPU-NOT: workgroup
+// CPU: }
+et.kernel @append(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
+                  %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %kraw: memref<1x2x64xf32>, %vraw: memref<1x2x64xf32>,
+                  %pos: memref<1xi32>, %n: index, %p: index) {
+  %c2 = arith.constant 2 : index
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %e = et.event.create() : !et.event<>
+  et.task @ready tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @fresh tiles(%g, %s) in (%c2, %c2) {
+    %ks = memref.alloca() : memref<1x1x64xf32, #gpu.address_space<workgroup>>
+    %vs = memref.alloca() : memref<1x1x64xf32, #gpu.address_space<workgroup>>
+    %c128 = arith.constant 128 : index
+    et.event.wait %e[] : !et.event<>
+    %kh = memref.subview %kraw[0, %g, 0] [1, 1, 64] [1, 1, 1]
+        : memref<1x2x64xf32> to memref<1x1x64xf32, strided<[128, 64, 1], offset: ?>>
+    %vh = memref.subview %vraw[0, %g, 0] [1, 1, 64] [1, 1, 1]
+        : memref<1x2x64xf32> to memref<1x1x64xf32, strided<[128, 64, 1], offset: ?>>
+    et.rope_into %kh, %pos, %ks[%c0] theta(1.0e+04)
+        : memref<1x1x64xf32, strided<[128, 64, 1], offset: ?>>, memref<1xi32>, memref<1x1x64xf32, #gpu.address_space<workgroup>>
+    et.kv_append %vh, %vs, %c0
+        : memref<1x1x64xf32, strided<[128, 64, 1], offset: ?>>, memref<1x1x64xf32, #gpu.address_space<workgroup>>
+    %kn = memref.collapse_shape %ks [[0, 1], [2]]
+        : memref<1x1x64xf32, #gpu.address_space<workgroup>> into memref<1x64xf32, #gpu.address_space<workgroup>>
+    %vn = memref.collapse_shape %vs [[0, 1], [2]]
+        : memref<1x1x64xf32, #gpu.address_space<workgroup>> into memref<1x64xf32, #gpu.address_space<workgroup>>
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) stable(%p)
+        append(%kn, %vn) scale(0.125)
+        : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>,
+          memref<1x64xf32, #gpu.address_space<workgroup>>, memref<1x64xf32, #gpu.address_space<workgroup>>
+  }
+}

@@ -419,6 +419,93 @@ def test_split_kv_attention_matches_float64(hq, hkv, d, s_max, splits, split_len
         assert np.isneginf(lse[-1]).all()
 
 
+def _append_kernel(hq, hkv, d, s_max, splits, split_len, n_new):
+    """Split tiles whose attention appends this step's `n_new` rows per KV
+    head: each tile copies its head's rows of %kn and %vn (f32) into
+    workgroup buffers (et.kv_append), which `append` hands to the attention
+    (on the host, ordinary per-tile memory). The split tiles wait on a
+    task before them, so that the GPU's staged lowering
+    (`tile_kv_prefetch="shared"`) has a wait to stage the history before."""
+    wg = "#gpu.address_space<workgroup>"
+    view = f"memref<{n_new}x1x{d}xf32, strided<[{hkv * d}, {d}, 1], offset: ?>>"
+    return f"""
+et.kernel @attn(%q: memref<{hq}x{d}xf32>, %k: memref<{s_max}x{hkv}x{d}xbf16>, %v: memref<{s_max}x{hkv}x{d}xbf16>,
+                %o: memref<{splits}x{hq}x{d}xf32>, %lse: memref<{splits}x{hq}xf32>, %out: memref<{hq}x{d}xf32>,
+                %kn: memref<{n_new}x{hkv}x{d}xf32>, %vn: memref<{n_new}x{hkv}x{d}xf32>, %len: index, %stable: index) {{
+  %ckv = arith.constant {hkv} : index
+  %cs = arith.constant {splits} : index
+  %cl = arith.constant {split_len} : index
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %parts = et.event.create() : !et.event<>
+  %go = et.event.create() : !et.event<>
+  et.task @ready tiles(%r) in (%c1) {{
+    et.event.signal %go[] : !et.event<>
+  }}
+  et.task @split tiles(%g, %s) in (%ckv, %cs) {{
+    %ks = memref.alloca() : memref<{n_new}x1x{d}xf32, {wg}>
+    %vs = memref.alloca() : memref<{n_new}x1x{d}xf32, {wg}>
+    et.event.wait %go[] : !et.event<>
+    %kh = memref.subview %kn[0, %g, 0] [{n_new}, 1, {d}] [1, 1, 1] : memref<{n_new}x{hkv}x{d}xf32> to {view}
+    %vh = memref.subview %vn[0, %g, 0] [{n_new}, 1, {d}] [1, 1, 1] : memref<{n_new}x{hkv}x{d}xf32> to {view}
+    et.kv_append %kh, %ks, %c0 : {view}, memref<{n_new}x1x{d}xf32, {wg}>
+    et.kv_append %vh, %vs, %c0 : {view}, memref<{n_new}x1x{d}xf32, {wg}>
+    %kc = memref.collapse_shape %ks [[0, 1], [2]] : memref<{n_new}x1x{d}xf32, {wg}> into memref<{n_new}x{d}xf32, {wg}>
+    %vc = memref.collapse_shape %vs [[0, 1], [2]] : memref<{n_new}x1x{d}xf32, {wg}> into memref<{n_new}x{d}xf32, {wg}>
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%cl) len(%len) stable(%stable)
+        append(%kc, %vc) scale({1.0 / np.sqrt(d):.9e})
+        : memref<{hq}x{d}xf32>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{s_max}x{hkv}x{d}xbf16>, memref<{splits}x{hq}x{d}xf32>, memref<{splits}x{hq}xf32>,
+          memref<{n_new}x{d}xf32, {wg}>, memref<{n_new}x{d}xf32, {wg}>
+    et.event.signal %parts[] : !et.event<>
+  }}
+  et.task @merge tiles(%t) in (%c1) {{
+    et.event.wait %parts[] : !et.event<>
+    et.attention_merge %o, %lse, %out : memref<{splits}x{hq}x{d}xf32>, memref<{splits}x{hq}xf32>, memref<{hq}x{d}xf32>
+  }}
+}}
+"""
+
+
+def append_case(rng, hq, hkv, d, s_max, length, stable, n_new):
+    """Inputs of _append_kernel (the cache rows from `stable` on are NaN:
+    the attention must not read them before the append writes them), and
+    the caches after it."""
+    q = rng.standard_normal((hq, d)).astype(np.float32)
+    k = rng.standard_normal((s_max, hkv, d)).astype(BF16)
+    v = rng.standard_normal((s_max, hkv, d)).astype(BF16)
+    k[stable:], v[stable:] = np.nan, np.nan
+    kn = rng.standard_normal((n_new, hkv, d)).astype(np.float32)
+    vn = rng.standard_normal((n_new, hkv, d)).astype(np.float32)
+    k_after, v_after = k.copy(), v.copy()
+    new = min(length, stable + n_new) - stable
+    k_after[stable:stable + new], v_after[stable:stable + new] = kn[:new].astype(BF16), vn[:new].astype(BF16)
+    return dict(q=q, k=k, v=v, kn=kn, vn=vn), k_after, v_after
+
+
+@pytest.mark.parametrize("length,stable,n_new", [
+    (200, 199, 1),   # one decode step: the row in the last split
+    (129, 127, 4),   # two rows across a split boundary; rows past len not written
+    (64, 64, 2),     # nothing to append (len == stable)
+])
+def test_split_kv_attention_append(length, stable, n_new, tmp_path):
+    """`append`: positions [stable, min(len, stable + N)) take kn / vn
+    (rounded to bf16), the split that covers each writes it into the
+    caches, and the attention is that over the updated caches."""
+    hq, hkv, d, s_max, splits, split_len = 8, 2, 64, 256, 2, 128
+    inputs, k_after, v_after = append_case(np.random.default_rng(length + n_new), hq, hkv, d, s_max, length,
+                                           stable, n_new)
+    q, k, v, kn, vn = (inputs[n] for n in ("q", "k", "v", "kn", "vn"))
+    o = np.full((splits, hq, d), np.nan, np.float32)
+    lse = np.full((splits, hq), np.nan, np.float32)
+    out = np.full((hq, d), np.nan, np.float32)
+    art = et.compile(_append_kernel(hq, hkv, d, s_max, splits, split_len, n_new), target="cpu", workers=3,
+                     cache_dir=tmp_path)
+    art.launcher()(q, k, v, o, lse, out, kn, vn, length, stable)
+    np.testing.assert_array_equal(k.view(np.uint16), k_after.view(np.uint16))
+    np.testing.assert_array_equal(v.view(np.uint16), v_after.view(np.uint16))
+    assert _rel_err(out, _attention_ref(q, k_after, v_after, length)) < 1e-5
+
+
 @pytest.mark.parametrize("m,k,n,tile,stages,out,accumulate", [
     (37, 200, 72, (32, 64, 32), 3, "f32", False),   # partial tiles in M, N and K
     (130, 64, 40, (64, 32, 16), 1, "bf16", False),  # one stage, bf16 output

@@ -859,6 +859,15 @@ LogicalResult AttentionSplitOp::verify() {
   if (getScale().convertToFloat() <= 0)
     return emitOpError("scale must be positive, got ")
            << getScale().convertToFloat();
+  if (getNewK()) {
+    if (!getStable())
+      return emitOpError("append needs stable: the appended rows start at it");
+    auto kn = getNewK().getType(), vn = getNewV().getType();
+    if (kn.getShape() != vn.getShape())
+      return emitOpError("appended keys and values must have the same shape, got ") << kn << " and " << vn;
+    if (!sameDim(d, kn.getDimSize(1)))
+      return emitOpError("appended rows must be N x D with q's head dimension, got ") << kn << " and " << q;
+  }
   return success();
 }
 

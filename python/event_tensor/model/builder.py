@@ -239,6 +239,15 @@ def strided(shape, elt, strides, offset=DYN):
     return MemRefType.get(list(shape), elt, StridedLayoutAttr.get(offset, list(strides)), loc=Location.unknown())
 
 
+def shared(shape, elt, strides=None, offset=0):
+    """A memref type in workgroup memory (a tile's shared memory on the GPU,
+    per-tile memory on the host): the identity layout, or the given
+    strides and offset."""
+    layout = StridedLayoutAttr.get(offset, list(strides)) if strides is not None else None
+    return MemRefType.get(list(shape), elt, layout, Attribute.parse("#gpu.address_space<workgroup>"),
+                          loc=Location.unknown())
+
+
 def new_kernel(name: str, args: list, *, devices: int | None = None, symmetric: tuple = ()):
     """A module with one et.kernel `name` taking the (name, type) `args`,
     their names recorded in `arg_names` (the runtime's argument metadata).
@@ -378,15 +387,16 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
     each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
-    its group's query heads into its own rows of the scratch `q_rot`
-    [batch, splits, Hq, D], and the split that holds the row's position
-    writes this step's key and value into the cache before its attention
-    reads them. One dependent phase (and its wait) fewer per layer, but the
-    split that writes the row ends later by about as much (docs/
-    benchmarks.md, "RoPE in one op"), so it is off by default. Kernels of
-    several rows cannot take it: rows of one slot at consecutive positions
-    (a prompt chunk) read each other's keys, which a row's own attention
-    tiles do not write."""
+    its group's query heads, and this step's key, into its shared memory,
+    and hands the key and value to `et.attention_split ... append(...)`:
+    the split that holds the row's position writes them into the cache and
+    attends over them without reading them back. One dependent phase (and
+    its wait) fewer per layer, but the tiles' copies of the KV history into
+    shared memory, which the `qk` phase hides, are then exposed: 2-3%
+    slower on the H100 (docs/benchmarks.md), so it is off by default.
+    Kernels of several rows cannot take it: rows
+    of one slot at consecutive positions (a prompt chunk) read each other's
+    keys, which a row's own attention tiles do not write."""
     if tp != 1 and not (layered and fuse_norms):
         raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
     if linear_tile not in ("rows", "mma"):
@@ -457,8 +467,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
              ("logits", mr([DYN, V_lm], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
-    if rope_in_attention:
-        args += [("q_rot", mr([DYN, lay.splits, Hq, D], f32))]
     symmetric = ()
     if tp > 1:
         # Partial sums of the row-parallel layers, read by every device;
@@ -751,6 +759,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             nothing."""
             if live is not None:
                 b = arith.SelectOp(live, b, const(0)).result
+            # With rope_in_attention: the tile's shared memory for its
+            # group's rotated query heads and this step's key and value.
+            smem = dict(qs=memref.AllocaOp(shared([1, Hq, D], f32), [], []).result,
+                        ks=memref.AllocaOp(shared([1, 1, D], f32), [], []).result,
+                        vs=memref.AllocaOp(shared([1, 1, D], f32), [], []).result) if rope_in_attention else {}
             slot = memref.LoadOp(A["slots"], [b]).result
             p = position(b)
             loop = scf.ForOp(const(0), batch, const(1), [p])
@@ -771,30 +784,37 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             if live is not None:
                 has_work = arith.AndIOp(live, has_work).result
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=length, stable=stable, split_len=split_len, live=has_work, slot=slot_i)
+                        length=length, stable=stable, split_len=split_len, live=has_work, slot=slot_i, **smem)
 
         def attn_body(l, b, g, s, pre):
             q = row(A["q"], b, [Hq, D], f32)
+            fresh = {}
             if rope_in_attention:
-                # The `qk` work in the tile (one-row kernels): the group's
-                # query heads rotated into this tile's own rows of `q_rot`
-                # (every split of the head reads them), and the key and
-                # value of this step written by the split that holds the
-                # row's position (the others aim past the cache: S).
+                # The `qk` work in the tile (one-row kernels), into its
+                # shared memory: the group's query heads normalized (Qwen3)
+                # and rotated, this step's key normalized and rotated, its
+                # value copied; the attention appends that key and value
+                # (the split that holds the row's position writes them into
+                # the cache and attends over them from there, with no
+                # round trip through the cache).
                 G = c.group_size
                 q0 = arith.MulIOp(g, const(G)).result
-                mine = memref.subview(A["q_rot"], [b, s, q0, 0], [1, 1, G, D], [1, 1, 1, 1],
-                                      result_type=strided([1, G, D], f32, [lay.splits * Hq * D, D, 1]))
+                mine = memref.subview(pre["qs"], [0, q0, 0], [1, G, D], [1, 1, 1],
+                                      result_type=shared([1, G, D], f32, [Hq * D, D, 1], DYN))
                 rotate_q(l, b, g, mine)
-                p = position(b)
-                holds = arith.CmpIOp(arith.CmpIPredicate.eq, arith.DivUIOp(p, pre["split_len"]).result, s).result
-                rotate_kv(l, b, g, pre["slot"], arith.SelectOp(holds, p, const(S)).result)
-                q = memref.subview(A["q_rot"], [b, s, 0, 0], [1, 1, Hq, D], [1, 1, 1, 1],
-                                   result_type=strided([Hq, D], f32, [D, 1]))
+                k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=eps) if c.qk_norm else {}
+                et.rope_into(heads(A["k"], b, g, 1, Hkv), pos_of(b), pre["ks"], const(0), theta,
+                             llama3_scaling=scaling, **k_norm)
+                et.kv_append(heads(A["v"], b, g, 1, Hkv), pre["vs"], const(0))
+
+                def flat(buf, rows):
+                    return memref.collapse_shape(shared([rows, D], f32), buf, [[0, 1], [2]])
+                q = flat(pre["qs"], Hq)
+                fresh = dict(new_k=flat(pre["ks"], 1), new_v=flat(pre["vs"], 1))
             et.attention_split(q, pre["k"], pre["v"],
                                row(A["o_part"], b, [lay.splits, Hq, D], f32),
                                row(A["lse"], b, [lay.splits, Hq], f32),
-                               g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"])
+                               g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"], **fresh)
 
         def merge_body(l, b, g):
             # One tile per (row, KV head): the group's query heads. The

@@ -672,6 +672,36 @@ et.kernel @attn_outputs(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: mem
     et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<3x8xf32>
   }
 }
+
+// -----
+
+et.kernel @attn_append_no_stable(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %kn: memref<1x64xf32>, %vn: memref<1x64xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{append needs stable: the appended rows start at it}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) append(%kn, %vn) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>, memref<1x64xf32>, memref<1x64xf32>
+  }
+}
+
+// -----
+
+et.kernel @attn_append_shapes(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %kn: memref<1x64xf32>, %vn: memref<2x64xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{appended keys and values must have the same shape, got 'memref<1x64xf32>' and 'memref<2x64xf32>'}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) stable(%c) append(%kn, %vn) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>, memref<1x64xf32>, memref<2x64xf32>
+  }
+}
+
+// -----
+
+et.kernel @attn_append_dim(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %kn: memref<1x32xbf16>, %vn: memref<1x32xbf16>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{appended rows must be N x D with q's head dimension, got 'memref<1x32xbf16>' and 'memref<8x64xf32>'}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%c) split(%c) split_len(%c) len(%c) stable(%c) append(%kn, %vn) scale(0.125) : memref<8x64xf32>, memref<100x2x64xbf16>, memref<100x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>, memref<1x32xbf16>, memref<1x32xbf16>
+  }
+}
 // -----
 
 et.kernel @attn_scale(%q: memref<8x64xf32>, %k: memref<100x2x64xbf16>, %v: memref<100x2x64xbf16>, %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>) {

@@ -250,7 +250,8 @@ et.kernel @decode_ops(%table: memref<128256x2048xbf16>, %ids: memref<1xi32>, %h:
 
 // CHECK-LABEL: et.kernel @attention_ops
 et.kernel @attention_ops(%q: memref<32x64xf32>, %k: memref<8192x8x64xbf16>, %v: memref<8192x8x64xbf16>,
-                         %o: memref<?x32x64xf32>, %lse: memref<?x32xf32>, %out: memref<32x64xbf16>, %n: index) {
+                         %o: memref<?x32x64xf32>, %lse: memref<?x32xf32>, %out: memref<32x64xbf16>, %n: index,
+                         %vn: memref<1x64xbf16>) {
   %c8 = arith.constant 8 : index
   %c256 = arith.constant 256 : index
   et.task @split tiles(%g, %s) in (%c8, %n) {
@@ -260,6 +261,13 @@ et.kernel @attention_ops(%q: memref<32x64xf32>, %k: memref<8192x8x64xbf16>, %v: 
     // CHECK: et.attention_split %{{.*}} len(%{{.*}}) stable(%{{.*}}) scale(1.250000e-01)
     et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) stable(%c256) scale(0.125)
         : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
+    // CHECK: et.attention_split %{{.*}} stable(%{{.*}}) append(%{{.*}}, %{{.*}}) scale(1.250000e-01)
+    // CHECK-SAME: memref<1x64xf32, #gpu.address_space<workgroup>>, memref<1x64xbf16>
+    %kn = memref.alloca() : memref<1x64xf32, #gpu.address_space<workgroup>>
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) stable(%c256)
+        append(%kn, %vn) scale(0.125)
+        : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>,
+          memref<1x64xf32, #gpu.address_space<workgroup>>, memref<1x64xbf16>
   }
   et.task @merge tiles(%t) in (%c8) {
     // CHECK: et.attention_merge

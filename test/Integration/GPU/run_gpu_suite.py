@@ -192,6 +192,23 @@ def run_decode_ops(root: Path) -> bool:
         print(f"split-KV attention + merge on the GPU ({case_dir.name}: {hq} heads, D = {d}{staged}): "
               f"relative error {err:.1e}")
         ok &= err < 1e-5
+    for case_dir in sorted(tiles.glob("attention-append-*")):
+        c = np.load(case_dir / "case.npz")
+        bf = lambda a: torch.from_numpy(a.copy()).view(torch.bfloat16).cuda()
+        q, kn, vn = (torch.from_numpy(c[n]).cuda() for n in ("q", "kn", "vn"))
+        k, v = bf(c["k"]), bf(c["v"])
+        entries, hq, d = int(c["entries"]), q.shape[0], q.shape[1]
+        o = torch.full((entries, hq, d), float("nan"), device="cuda")
+        lse = torch.full((entries, hq), float("nan"), device="cuda")
+        out = torch.full((hq, d), float("nan"), device="cuda")
+        runtime.load(case_dir).launcher()(q, k, v, o, lse, out, kn, vn, int(c["length"]), int(c["stable"]))
+        err = float(np.linalg.norm(out.cpu().double().numpy() - c["ref"]) / np.linalg.norm(c["ref"]))
+        caches = bool((k.view(torch.int16).cpu().numpy().view(np.uint16) == c["k_after"]).all()
+                      and (v.view(torch.int16).cpu().numpy().view(np.uint16) == c["v_after"]).all())
+        how = "staged" if bool(c["staged"]) else "not staged"
+        print(f"split-KV attention appending rows {int(c['stable'])}.. on the GPU ({case_dir.name}, {how}: "
+              f"{hq} heads, D = {d}): relative error {err:.1e}, caches {'as expected' if caches else 'WRONG'}")
+        ok &= err < 1e-5 and caches
     return ok
 
 

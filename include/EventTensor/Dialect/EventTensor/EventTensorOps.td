@@ -901,7 +901,7 @@ def ET_ArgmaxOp : ET_Op<"argmax", [
   let hasVerifier = 1;
 }
 
-def ET_AttentionSplitOp : ET_Op<"attention_split", [
+def ET_AttentionSplitOp : ET_Op<"attention_split", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "decode attention of one KV head's query group over one split of the KV cache";
   let description = [{
@@ -934,6 +934,19 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
     GPU lowering copies the split's K and V rows below `n` into shared
     memory before the task's first wait, so those loads overlap the wait.
 
+    `append(%kn, %vn)` (with `stable`; `kn` and `vn` are `N x D`) gives
+    the keys and values of the positions this step adds: position `t` in
+    `[stable, min(len, stable + N))` has key `kn[t - stable]` and value
+    `vn[t - stable]`, rounded to the caches' element type. The split that
+    covers `t` writes them into the caches' row `t` (KV head `kv_head`)
+    and attends over them; the other splits do not touch them. A tile can
+    then rotate the step's key into shared memory (`et.rope_into` into a
+    workgroup `memref.alloca`) and hand it straight to the attention: with
+    the staged lowering below, the split that holds the row puts it into
+    its stage from there instead of reading back from the cache what it
+    has just written. The other lowerings write the rows into the caches
+    first (a barrier) and read them from there.
+
     Example:
 
     ```mlir
@@ -942,21 +955,30 @@ def ET_AttentionSplitOp : ET_Op<"attention_split", [
     // positions below %p were written before this launch
     et.attention_split %q, %kc, %vc, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) stable(%p) scale(0.125)
         : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>
+    // and position %p itself is this step's key and value, appended here
+    et.attention_split %q, %kc, %vc, %o, %lse kv_head(%g) split(%s) split_len(%c256) len(%n) stable(%p)
+        append(%kn, %vn) scale(0.125)
+        : memref<32x64xf32>, memref<8192x8x64xbf16>, memref<8192x8x64xbf16>, memref<?x32x64xf32>, memref<?x32xf32>,
+          memref<1x64xf32, #gpu.address_space<workgroup>>, memref<1x64xf32, #gpu.address_space<workgroup>>
     ```
   }];
+  // k and v are written only with `append`.
   let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$q,
-                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$k,
-                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead]>:$v,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead, MemWrite]>:$k,
+                       Arg<MemRefRankOf<[BF16, F32], [3]>, "", [MemRead, MemWrite]>:$v,
                        Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$o,
                        Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$lse,
                        Index:$kv_head, Index:$split, Index:$split_len, Index:$len,
                        Optional<Index>:$stable,
+                       Arg<Optional<MemRefRankOf<[BF16, F32], [2]>>, "", [MemRead]>:$new_k,
+                       Arg<Optional<MemRefRankOf<[BF16, F32], [2]>>, "", [MemRead]>:$new_v,
                        F32Attr:$scale,
                        DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$subsplits);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $o `,` $lse `kv_head` `(` $kv_head `)` `split` `(` $split `)`
-    `split_len` `(` $split_len `)` `len` `(` $len `)` (`stable` `(` $stable^ `)`)? `scale` `(` $scale `)` attr-dict `:`
-    type($q) `,` type($k) `,` type($v) `,` type($o) `,` type($lse)
+    `split_len` `(` $split_len `)` `len` `(` $len `)` (`stable` `(` $stable^ `)`)?
+    (`append` `(` $new_k^ `,` $new_v `)`)? `scale` `(` $scale `)` attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($o) `,` type($lse) (`,` type($new_k)^ `,` type($new_v))?
   }];
   let hasVerifier = 1;
 }
