@@ -871,6 +871,13 @@ def test_default_qk_tiles_fill_the_workers_qkv_leaves_idle():
         config = model.preset(name)
         assert _qk_extents(config, 1) == (config.num_layers, 1, 4)
         assert _qk_extents(config, 4) == (config.num_layers, 4, 8)
+    # The bound follows the worker's warps: Qwen3-0.6B's 384-thread kernel
+    # (12 warps) still fits two KV heads (2 x 3 warps) per tile; with 5
+    # warps, Llama-3.2-1B's block of two heads (2 x 5 warps) no longer fits.
+    assert _qk_extents(model.preset("qwen3-0.6b"), 1, warps=12) == (28, 1, 4)
+    assert _qk_extents(model.preset("llama-3.2-1b"), 1, warps=5) == (16, 1, 8)
+    with pytest.raises(ValueError, match="warps must be a positive int, got 0"):
+        _qk_extents(model.preset("llama-3.2-1b"), 1, warps=0)
 
 
 def _same_logits(config, seed, tmp_path, builds, workers):

@@ -51,7 +51,9 @@ __all__ = ["KernelLayout", "build_decode_kernel", "kernel_layout"]
 
 DYN = ShapedType.get_dynamic_size()
 #: The most warps' worth of heads (a warp per query or key head) that the
-#: default `qk_heads` puts in one `qk` tile: the 16 warps of 512 threads.
+#: default `qk_heads` puts in one `qk` tile when the kernel's warps per
+#: worker are not given (`build_decode_kernel(warps=)`): the 16 warps of
+#: 512 threads.
 QK_TILE_WARPS = 16
 #: The shortest attention split the defaults choose, at compile time and at
 #: run time: a tile has a fixed cost of a few us, so shorter splits cost
@@ -309,7 +311,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
                         l2_prefetch: float = 0.0, rope_in_attention: bool = False,
-                        qk_heads: int | None = None, gated_mlp: bool = True,
+                        qk_heads: int | None = None, gated_mlp: bool = True, warps: int | None = None,
                         qkv_by_matrix: bool | None = None) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
@@ -382,8 +384,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     (docs/benchmarks.md, "Every warp on a short tile").
 
     `qk_heads` KV heads go to one `qk` tile (by default the fewest that
-    leave every `qk` tile a worker without a `qkv` tile, at most
-    QK_TILE_WARPS heads' warps; else 1).
+    leave every `qk` tile a worker without a `qkv` tile, with at most a
+    worker's `warps` heads (QK_TILE_WARPS when not given), a warp per head;
+    else 1).
 
     `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
     each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
@@ -413,6 +416,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"qkv_by_matrix must be a bool or None, got {qkv_by_matrix!r}")
     if not isinstance(gated_mlp, bool):
         raise ValueError(f"gated_mlp must be a bool, got {gated_mlp!r}")
+    if warps is not None and (isinstance(warps, bool) or not isinstance(warps, int) or warps < 1):
+        raise ValueError(f"warps must be a positive int, got {warps!r}")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
     if rope_in_attention and layout.max_batch != 1:
@@ -930,10 +935,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         # qk tile on a worker that runs a qkv tile (on the H100, a qk tile
         # behind a qkv tile on its worker started 0.5-1.1 us after those on
         # idle workers, and the phase waits for its last tile), with at most
-        # QK_TILE_WARPS warps' worth of heads (a warp per head).
+        # a worker's warps' worth of heads (a warp per head).
         if qk_heads is None:
             idle = lay.workers - qkv_tiles
-            fits = [n for n in range(1, Hkv + 1) if Hkv % n == 0 and n * (c.group_size + 1) <= QK_TILE_WARPS
+            fits = [n for n in range(1, Hkv + 1) if Hkv % n == 0 and n * (c.group_size + 1) <= (warps or QK_TILE_WARPS)
                     and B * (Hkv // n) <= idle]
             qk_heads = fits[0] if fits else 1
         # Computed before a task's waits, passed to its body as `pre=`.

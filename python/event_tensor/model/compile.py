@@ -225,7 +225,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
                                      rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                     gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix)
+                                     gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix,
+                                     warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
