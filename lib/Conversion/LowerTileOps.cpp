@@ -202,6 +202,9 @@ bool isReadOnly(Value buffer) {
     if (auto rope = dyn_cast<RoPEIntoOp>(user))
       if (rope.getOut() != buffer)
         continue;
+    if (auto norm = dyn_cast<RMSNormOp>(user))
+      if (norm.getY() != buffer && norm.getResidual() != buffer && norm.getX() != buffer)
+        continue;
     return false;
   }
   return true;
@@ -1147,7 +1150,7 @@ SmallVector<Value> rmsnormSquares(OpBuilder &b, Location loc, RMSNormOp op, Arra
 /// first pass (by the same thread) or x; every load first (w once for all
 /// tokens), then the guarded stores.
 void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, ArrayRef<Value> toks, Value first, Value step,
-                  Value hidden, ArrayRef<Value> invs) {
+                  Value hidden, ArrayRef<Value> invs, ArrayRef<Value> wEarly = {}) {
   Value residual = op.getResidual();
   Type outType = op.getY().getType().getElementType();
   Value stride = arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, kThreadUnroll));
@@ -1163,7 +1166,8 @@ void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, ArrayRef<Value> toks
           for (Value tok : toks)
             vs.push_back(residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}).getResult()
                                   : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c})));
-          Value w = toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{c}));
+          Value w = !wEarly.empty() ? wEarly[ys.size() / toks.size()]
+                                    : toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{c}));
           for (auto [v, inv] : llvm::zip(vs, invs))
             ys.push_back(arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w));
         }
@@ -1200,13 +1204,31 @@ Value rmsnormInverse(OpBuilder &b, Location loc, RMSNormOp op, Value sum, Value 
 /// round trips per token and pass), then the rest one at a time.
 constexpr int64_t kNormChunk = 16;
 
-bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
+bool lowerRMSNormBlock(RMSNormOp op, int64_t width, int64_t threads) {
   MemRefType xType = op.getX().getType();
   auto task = op->getParentOfType<TaskOp>();
   if (!task || xType.isDynamicDim(1) || xType.getDimSize(1) < 512)
     return false;
-  OpBuilder b(op);
   Location loc = op.getLoc();
+  // Weights that no task writes, of a row that each thread covers in one
+  // trip of the scale pass (hidden <= threads x kThreadUnroll): thread t's
+  // weights (columns t, t + threads, ...) are loaded before the task's
+  // first wait, so the scale pass after the barrier does not wait on
+  // another L2 round trip for them.
+  SmallVector<Value> wEarly;
+  if (threads > 0 && xType.getDimSize(1) <= threads * kThreadUnroll && op->getParentOp() == task &&
+      isReadOnly(op.getW()))
+    if (Operation *at = prefetchPoint(op, {op.getW()}, /*inIf=*/false)) {
+      OpBuilder e(at);
+      TileBuilder eh{e, loc};
+      Value tid = ThreadIdOp::create(e, loc, e.getIndexType());
+      for (int64_t u = 0; u < kThreadUnroll; ++u) {
+        Value c = arith::MinUIOp::create(e, loc, arith::AddIOp::create(e, loc, tid, eh.idx(u * threads)),
+                                         eh.idx(xType.getDimSize(1) - 1));
+        wEarly.push_back(toF32(e, loc, memref::LoadOp::create(e, loc, op.getW(), ValueRange{c})));
+      }
+    }
+  OpBuilder b(op);
   TileBuilder h{b, loc};
   Value partials = workgroupBuffer(task, loc, {kNormChunk, kWarp}, b.getF32Type());
   Groups g = h.groups(kWarp);
@@ -1273,7 +1295,7 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
             toks.push_back(arith::AddIOp::create(b, loc, c0, i));
           }
           // Each thread re-reads only the columns it summed above.
-          rmsnormScale(b, loc, op, toks, g.tid, g.threads, hidden, invs);
+          rmsnormScale(b, loc, op, toks, g.tid, g.threads, hidden, invs, wEarly);
         });
         // The next chunk reuses the partial sums.
         gpu::BarrierOp::create(b, loc);
@@ -1288,8 +1310,8 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width) {
 /// time, all their loads in flight, while every warp has that many left (a
 /// prompt tile's per-head norms: 128 rows of 128 on 8 warps), then one at a
 /// time.
-void lowerRMSNorm(RMSNormOp op, bool gpu, int64_t width) {
-  if (gpu && lowerRMSNormBlock(op, width))
+void lowerRMSNorm(RMSNormOp op, bool gpu, int64_t width, int64_t threads) {
+  if (gpu && lowerRMSNormBlock(op, width, threads))
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -3609,7 +3631,7 @@ struct LowerTileOpsPass
       else if (auto prefetch = dyn_cast<PrefetchOp>(op))
         lowerPrefetch(prefetch, gpu);
       else if (auto norm = dyn_cast<RMSNormOp>(op))
-        lowerRMSNorm(norm, gpu, gpu ? rowsInFlight : 1);
+        lowerRMSNorm(norm, gpu, gpu ? rowsInFlight : 1, threads);
       else if (auto emb = dyn_cast<EmbeddingOp>(op))
         lowerEmbedding(emb, gpu, gpu ? rowsInFlight : 1);
       else if (auto kv = dyn_cast<KVAppendOp>(op))

@@ -824,3 +824,51 @@ et.kernel @append(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<25
           memref<1x64xf32, #gpu.address_space<workgroup>>, memref<1x64xf32, #gpu.address_space<workgroup>>
   }
 }
+
+// A wide et.rmsnorm after a wait, with the worker's thread count fixed and
+// its weights read-only: each thread's four weights (columns t, t + 256,
+// ...) are loaded before the wait, and the scale pass after the barrier
+// loads none. Not when the row needs more than one trip per thread (2048
+// columns on 256 threads), nor when a tile op writes the weights.
+// T256-LABEL: et.kernel @norm_weights_early
+// T256: et.task @early
+// T256-COUNT-4: memref.load %arg1[
+// T256: et.event.wait
+// T256: gpu.barrier
+// T256-NOT: memref.load %arg1[
+// T256: et.task @wide
+// T256-NOT: memref.load %arg4[
+// T256: et.event.wait
+// T256: memref.load %arg4[
+// T256: et.task @written
+// T256-NOT: memref.load %arg6[
+// T256: et.event.wait
+// T256: memref.load %arg6[
+// GPU-LABEL: et.kernel @norm_weights_early
+// GPU: et.task @early
+// GPU: et.event.wait
+// GPU: memref.load %arg1[
+et.kernel @norm_weights_early(%x: memref<1x1024xf32>, %w: memref<1024xbf16>, %y: memref<1x1024xbf16>,
+                              %xw: memref<1x2048xf32>, %ww: memref<2048xbf16>, %yw: memref<1x2048xbf16>,
+                              %w2: memref<1024xbf16>) {
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<>
+  et.task @ready tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @early tiles(%t) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    et.rmsnorm %x, %w, %y eps(1.0e-05) : memref<1x1024xf32>, memref<1024xbf16>, memref<1x1024xbf16>
+  }
+  et.task @wide tiles(%t) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    et.rmsnorm %xw, %ww, %yw eps(1.0e-05) : memref<1x2048xf32>, memref<2048xbf16>, memref<1x2048xbf16>
+  }
+  et.task @written tiles(%t) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    et.rmsnorm %x, %w2, %y eps(1.0e-05) : memref<1x1024xf32>, memref<1024xbf16>, memref<1x1024xbf16>
+    %c0 = arith.constant 0 : index
+    %one = arith.constant 1.0 : bf16
+    memref.store %one, %w2[%c0] : memref<1024xbf16>
+  }
+}
