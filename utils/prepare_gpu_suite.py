@@ -377,6 +377,30 @@ et.kernel @k(%x: memref<{m}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{m}x{h}x
              u=u.view(np.uint16), res=res, ref_y=ref_y, ref_o=ref_o, ref_res=h64)
     print(f"tile numerics: rmsnorm + silu_mul case in {out}")
 
+    # A wide RMSNorm after a wait with a fixed thread count: each thread's
+    # norm weights are loaded before the wait (1024 columns on 256 threads).
+    hn = 1024
+    text = f"""
+et.kernel @k(%x: memref<1x{hn}xf32>, %w: memref<{hn}xbf16>, %y: memref<1x{hn}xf32>) {{
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<>
+  et.task @ready tiles(%t) in (%c1) {{
+    et.event.signal %e[] : !et.event<>
+  }}
+  et.task @norm tiles(%t) in (%c1) {{
+    et.event.wait %e[] : !et.event<>
+    et.rmsnorm %x, %w, %y eps(1.0e-06) : memref<1x{hn}xf32>, memref<{hn}xbf16>, memref<1x{hn}xf32>
+  }}
+}}
+"""
+    xe = rng.standard_normal((1, hn)).astype(np.float32)
+    we = (1 + 0.1 * rng.standard_normal(hn)).astype(bf)
+    xe64 = xe.astype(np.float64)
+    ref_e = xe64 / np.sqrt((xe64 * xe64).mean(axis=1, keepdims=True) + 1e-6) * we.astype(np.float64)
+    art = et.compile(text, target="cuda", workers=2, mode="static", threads_per_worker=256, cache_dir=cache)
+    _copy_artifact(art, out / "norm-early")
+    np.savez(out / "norm-early" / "case.npz", x=xe, w=we.view(np.uint16), ref_y=ref_e)
+
     # The prompt tiles' row-wise ops with several rows in flight
     # (tile_rows_in_flight=8): a wide RMSNorm with the residual over 21 rows
     # (two whole groups of 8 in the first chunk of 16, then single rows), a
