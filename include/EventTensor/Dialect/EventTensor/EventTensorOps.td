@@ -132,8 +132,11 @@ def ET_TaskOp : ET_Op<"task", [
     The body is an allocation scope: a `memref.alloca` in it lives for one
     tile. On the GPU, a statically shaped alloca in workgroup memory at the
     body's top level (as the tile-op lowering emits for shared-memory
-    combines) becomes a workgroup buffer of the persistent kernel, reused by
-    every tile of the task (tiles of a worker run one after another).
+    combines, or a frontend for a tile's shared scratch) becomes a
+    workgroup buffer of the persistent kernel, reused by every tile of the
+    task (tiles of a worker run one after another). On the host, where a
+    tile runs on one thread, `et-lower-tile-ops` makes it ordinary per-tile
+    memory.
 
     An optional `max_extents` attribute declares an upper bound of each
     extent. A static schedule needs it for an extent that is only known on
