@@ -1161,12 +1161,12 @@ void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, ArrayRef<Value> toks
         unrolledColumns(b, loc, j0, step, hidden, cols, ins);
         // ys[u * tokens + t]: column u of token t.
         SmallVector<Value> ys;
-        for (Value c : cols) {
+        for (auto [u, c] : llvm::enumerate(cols)) {
           SmallVector<Value> vs;
           for (Value tok : toks)
             vs.push_back(residual ? memref::LoadOp::create(b, loc, residual, ValueRange{tok, c}).getResult()
                                   : toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, c})));
-          Value w = !wEarly.empty() ? wEarly[ys.size() / toks.size()]
+          Value w = !wEarly.empty() ? wEarly[u]
                                     : toF32(b, loc, memref::LoadOp::create(b, loc, op.getW(), ValueRange{c}));
           for (auto [v, inv] : llvm::zip(vs, invs))
             ys.push_back(arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, v, inv), w));
@@ -2016,9 +2016,6 @@ SplitChunk splitChunk(OpBuilder &b, Location loc, AttentionSplitOp op, Value spl
   return {start, end, entry};
 }
 
-/// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
-/// one thread on the CPU) per query head; lanes split the head dimension;
-/// online softmax over the split's positions.
 /// The positions [lo, hi) of an op's `append` rows that fall in its split's
 /// range [start, end) (splitRange); empty when hi <= lo.
 std::pair<Value, Value> appendRange(OpBuilder &b, Location loc, AttentionSplitOp op, Value start, Value end) {
@@ -2027,6 +2024,18 @@ std::pair<Value, Value> appendRange(OpBuilder &b, Location loc, AttentionSplitOp
   Value lo = arith::MaxSIOp::create(b, loc, stable, start);
   Value hi = arith::MinSIOp::create(b, loc, end, arith::AddIOp::create(b, loc, stable, rows));
   return {lo, hi};
+}
+
+/// Element `d` of position `t`'s appended key (`which` = 0) or value (1):
+/// read from the op's new_k / new_v, rounded to the cache's element type,
+/// stored into the cache's row `t`; returns the stored value.
+Value appendElement(OpBuilder &b, Location loc, AttentionSplitOp op, int64_t which, Value t, Value d) {
+  Value src = which ? op.getNewV() : op.getNewK(), cache = which ? op.getV() : op.getK();
+  Value r = arith::SubIOp::create(b, loc, t, op.getStable());
+  Value x = toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{r, d}));
+  Value y = fromF32(b, loc, x, cast<MemRefType>(cache.getType()).getElementType());
+  memref::StoreOp::create(b, loc, y, cache, ValueRange{t, op.getKvHead(), d});
+  return y;
 }
 
 /// An op's `append` rows, for the lowerings that read this step's rows
@@ -2046,13 +2055,8 @@ void appendToCaches(AttentionSplitOp op, bool gpu) {
     TileBuilder h{b, loc};
     Value t = arith::AddIOp::create(b, loc, lo, arith::DivUIOp::create(b, loc, e, h.idx(dim)));
     Value d = arith::RemUIOp::create(b, loc, e, h.idx(dim));
-    Value r = arith::SubIOp::create(b, loc, t, op.getStable());
-    std::pair<Value, Value> pairs[] = {{op.getNewK(), op.getK()}, {op.getNewV(), op.getV()}};
-    for (auto [src, cache] : pairs) {
-      Value x = toF32(b, loc, memref::LoadOp::create(b, loc, src, ValueRange{r, d}));
-      memref::StoreOp::create(b, loc, fromF32(b, loc, x, cast<MemRefType>(cache.getType()).getElementType()), cache,
-                              ValueRange{t, op.getKvHead(), d});
-    }
+    for (int64_t which = 0; which < 2; ++which)
+      appendElement(b, loc, op, which, t, d);
   });
   if (gpu)
     gpu::BarrierOp::create(b, loc);
@@ -2060,6 +2064,9 @@ void appendToCaches(AttentionSplitOp op, bool gpu) {
   op.getNewVMutable().clear();
 }
 
+/// Split-KV decode attention: a group of `lanes` threads (a warp on the GPU,
+/// one thread on the CPU) per query head; lanes split the head dimension;
+/// online softmax over the split's positions.
 void lowerAttentionSplit(AttentionSplitOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -2545,16 +2552,11 @@ bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t sta
       {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(pick.thenBlock());
-        Value fresh[] = {op.getNewK(), op.getNewV()};
-        Value row = arith::SubIOp::create(b, loc, t, op.getStable());
         Value d0 = arith::MulIOp::create(b, loc, c, h.idx(kVector));
         for (int64_t which = 0; which < 2; ++which) {
           Value chunk = arith::ConstantOp::create(b, loc, vecBF16, cast<TypedAttr>(b.getZeroAttr(vecBF16)));
           for (int64_t e = 0; e < kVector; ++e) {
-            Value d = arith::AddIOp::create(b, loc, d0, h.idx(e));
-            Value x = toF32(b, loc, memref::LoadOp::create(b, loc, fresh[which], ValueRange{row, d}));
-            Value y = arith::TruncFOp::create(b, loc, bf16, x);
-            memref::StoreOp::create(b, loc, y, caches[which], ValueRange{t, op.getKvHead(), d});
+            Value y = appendElement(b, loc, op, which, t, arith::AddIOp::create(b, loc, d0, h.idx(e)));
             chunk = vector::InsertOp::create(b, loc, y, chunk, ArrayRef<int64_t>{e});
           }
           auto st = vector::StoreOp::create(b, loc, chunk, stage, ValueRange{stagedOffset(b, r, c, which)});

@@ -692,15 +692,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             b = arith.SelectOp(inside, b, const(0)).result
             return memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
 
-        def rotate_kv(l, b, g, slot, row, n: int = 1):
+        def rotate_kv(l, b, g, k_out, v_out, row, n: int = 1):
             """KV heads [g, g + n) of row b: their keys normalized (Qwen3),
-            rotated and written at cache row `row` (et.rope_into), their
-            values appended there; nothing is written for a row at or past
-            the cache's length."""
+            rotated and written at row `row` of `k_out()` (et.rope_into),
+            their values at that row of `v_out()` ([S, n, D] views: the
+            caches, or a tile's shared memory; each built where its op
+            needs it); nothing is written for a row at or past the output's
+            length."""
             k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=eps) if c.qk_norm else {}
-            et.rope_into(heads(A["k"], b, g, n, Hkv), pos_of(b), cache_view(A["k_cache"], l, slot, g, n), row,
-                         theta, llama3_scaling=scaling, **k_norm)
-            et.kv_append(heads(A["v"], b, g, n, Hkv), cache_view(A["v_cache"], l, slot, g, n), row)
+            et.rope_into(heads(A["k"], b, g, n, Hkv), pos_of(b), k_out(), row, theta, llama3_scaling=scaling,
+                         **k_norm)
+            et.kv_append(heads(A["v"], b, g, n, Hkv), v_out(), row)
 
         def rotate_q(l, b, g, out=None, n: int = 1):
             """The query heads of KV heads [g, g + n) of row b, normalized
@@ -718,7 +720,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # between them (et-lower-tile-ops), a warp per head.
             g = arith.MulIOp(t, const(qk_heads)).result
             rotate_q(l, b, g, n=qk_heads)
-            rotate_kv(l, b, g, slot_of(b), position(b), qk_heads)
+            slot = slot_of(b)
+            rotate_kv(l, b, g, lambda: cache_view(A["k_cache"], l, slot, g, qk_heads),
+                      lambda: cache_view(A["v_cache"], l, slot, g, qk_heads), position(b), qk_heads)
 
         # Attention tiles per row for about one wave at this launch's
         # batch (see split_of), at least one, in the kernels that choose
@@ -789,7 +793,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             if live is not None:
                 has_work = arith.AndIOp(live, has_work).result
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=length, stable=stable, split_len=split_len, live=has_work, slot=slot_i, **smem)
+                        length=length, stable=stable, split_len=split_len, live=has_work, **smem)
 
         def attn_body(l, b, g, s, pre):
             q = row(A["q"], b, [Hq, D], f32)
@@ -807,10 +811,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 mine = memref.subview(pre["qs"], [0, q0, 0], [1, G, D], [1, 1, 1],
                                       result_type=shared([1, G, D], f32, [Hq * D, D, 1], DYN))
                 rotate_q(l, b, g, mine)
-                k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=eps) if c.qk_norm else {}
-                et.rope_into(heads(A["k"], b, g, 1, Hkv), pos_of(b), pre["ks"], const(0), theta,
-                             llama3_scaling=scaling, **k_norm)
-                et.kv_append(heads(A["v"], b, g, 1, Hkv), pre["vs"], const(0))
+                rotate_kv(l, b, g, lambda: pre["ks"], lambda: pre["vs"], const(0))
 
                 def flat(buf, rows):
                     return memref.collapse_shape(shared([rows, D], f32), buf, [[0, 1], [2]])
