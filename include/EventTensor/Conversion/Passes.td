@@ -38,6 +38,13 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
     `cp.async.bulk` per op); the staged view waits on the mbarrier phase.
     The mbarrier wait is not bounded by `spin_limit`: a copy always
     completes unless it faults, which ends the launch with an error.
+
+    With `stage-issue=warp` (or `warp-ready`) and a fixed thread count, the
+    CTA has one more warp, the loader, whose lane 0 issues the copies
+    instead: those of entry j once thread 0 has published that entry j - 1
+    has started (`warp-ready`: passed its waits) in a shared progress word.
+    The workers' barriers are then barrier 1 of `threads` threads, and the
+    kernel states its CTA size in the global `__et_launch_threads`.
   }];
   let options = [
     Option<"backoffNs", "backoff-ns", "int64_t", /*default=*/"64",
@@ -50,6 +57,12 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
            "Threads per worker, fixed at compile time (the kernel's "
            "known_block_size, so ptxas can budget registers for it); 0 "
            "leaves it to the launch">,
+    Option<"stageIssue", "stage-issue", "std::string", /*default=*/"\"thread\"",
+           "Who issues the copies of staged weight rows: thread (the "
+           "worker's last thread, before each entry's waits), warp (a loader "
+           "warp after the worker's threads, once the entry before has "
+           "started) or warp-ready (the loader warp, once the entry before "
+           "has passed its waits)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",

@@ -87,6 +87,10 @@ class CUDALauncher:
                 self.dynamic_shared), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         if threads is not None and threads != self.threads:
             raise ValueError(f"{artifact.path}: compiled for {self.threads} threads per worker, got {threads}")
+        # The CTA may hold more threads than the tiles use (a loader warp that
+        # issues staged copies): the kernel states its size in
+        # __et_launch_threads.
+        self.cta_threads = self._module_word("__et_launch_threads") or self.threads
         self._buffers: dict[str, tuple[int, int]] = {}
         self._generation = 0
         self.profile = bool(self.metadata.get("profile"))
@@ -176,7 +180,7 @@ class CUDALauncher:
             # The trace cursor restarts at 0 for every launch.
             cursor = self._buffers["control"][0] + 4 * TRACE_CURSOR
             _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
-        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, self.dynamic_shared, stream,
+        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.cta_threads, 1, 1, self.dynamic_shared, stream,
                                           ctypes.addressof(pointers), 0), "cuLaunchKernel")
 
     def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
