@@ -460,6 +460,8 @@ enum class WeightPrefetch { None, Registers, Shared };
 /// memory (et.staged_rows), and how many of them are there.
 struct StagedRows {
   Value view, count;
+  /// A gated op's up rows (the same rows of its `gated` weights).
+  Value upView;
 };
 
 /// With `stageBytes` > 0: an et.staged_rows for the first rows of `op`,
@@ -467,13 +469,18 @@ struct StagedRows {
 /// rows contiguous and a static K, has a constant row count, its weights
 /// and rows are known before the task's first wait (moved above it), and
 /// the task has room left for at least one row (`stageUsed`: bytes taken
-/// by the task's earlier linear ops). Otherwise null values.
+/// by the task's earlier linear ops). Otherwise null values. A gated op
+/// stages the same rows of its gate and up weights (two et.staged_rows,
+/// side by side), when both are laid out alike.
 StagedRows stageRows(LinearOp op, int64_t stageBytes,
                      llvm::DenseMap<Operation *, int64_t> &stageUsed) {
   auto task = op->getParentOfType<TaskOp>();
-  if (stageBytes <= 0 || !task || op->getParentOp() != task || op.getGated())
+  if (stageBytes <= 0 || !task || op->getParentOp() != task)
     return {};
   MemRefType w = op.getW().getType();
+  if (Value up = op.getGated())
+    if (up.getType() != w)
+      return {};
   int64_t k = w.getDimSize(1);
   SmallVector<int64_t> strides;
   int64_t offset;
@@ -484,7 +491,8 @@ StagedRows stageRows(LinearOp op, int64_t stageBytes,
   int64_t used = stageUsed.lookup(task);
   if (!rows || *rows < 1)
     return {};
-  int64_t fit = std::min(*rows, (stageBytes - used) / (k * 2));
+  int64_t mats = op.getGated() ? 2 : 1;
+  int64_t fit = std::min(*rows, (stageBytes - used) / (mats * k * 2));
   if (fit < 1 || !weightPrefetchPoint(op))
     return {};
   OpBuilder b(op);
@@ -492,8 +500,13 @@ StagedRows stageRows(LinearOp op, int64_t stageBytes,
   auto viewType = MemRefType::get({fit, k}, b.getBF16Type(), MemRefLayoutAttrInterface(), workgroup);
   auto staged = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), op.getW(),
                                      op.getRow0(), op.getRows(), b.getI64IntegerAttr(used));
-  stageUsed[task] = used + fit * k * 2;
-  return {staged.getView(), staged.getCount()};
+  StagedRows out{staged.getView(), staged.getCount(), Value()};
+  if (Value up = op.getGated())
+    out.upView = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), up, op.getRow0(), op.getRows(),
+                                      b.getI64IntegerAttr(used + fit * k * 2))
+                     .getView();
+  stageUsed[task] = used + mats * fit * k * 2;
+  return out;
 }
 
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
@@ -620,8 +633,9 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   }
 
   // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
-  // view; a gated op's up row from the same row of its `gated` weights).
-  auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow) {
+  // view; a gated op's up row from the same row of `upMem`: its `gated`
+  // weights, or their staged view).
+  auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow, Value upMem) {
    // The lanes' partial sums of the rows of `mems` (`wMem`, or a gated
    // op's two, streamed together: each x chunk loaded once for both, and
    // `top` chunks per lane and trip of each), mem-major, one per token
@@ -763,7 +777,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     // each per trip (the same weight loads in flight), each x chunk loaded
     // once for both.
     SmallVector<Value> sums, ups(mCount);
-    if (Value wu = op.getGated()) {
+    if (Value wu = upMem) {
       // As many chunks per trip over both rows as the plain op's longest
       // trip over one row (a K under unroll x 256 has shorter ones), so the
       // gated loop holds no more loads in registers than a plain one.
@@ -790,15 +804,15 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   scf::ForOp::create(
       b, loc, first, end, warps, ValueRange{},
       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
-        auto rowFrom = [&](OpBuilder &b, Value wMem, Value wRow) {
+        auto rowFrom = [&](OpBuilder &b, Value wMem, Value wRow, Value upMem) {
           if (staticM) {
-            rowBody(b, row, Value(), wMem, wRow);
+            rowBody(b, row, Value(), wMem, wRow, upMem);
           } else {
             Value m = memref::DimOp::create(b, loc, op.getX(), 0);
             scf::ForOp::create(
                 b, loc, h.idx(0), m, h.idx(1), ValueRange{},
                 [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                  rowBody(b, row, t, wMem, wRow);
+                  rowBody(b, row, t, wMem, wRow, upMem);
                   scf::YieldOp::create(b, loc);
                 });
           }
@@ -811,11 +825,11 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
           auto ifOp = scf::IfOp::create(b, loc, inStage, /*withElse=*/true);
           OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(ifOp.thenBlock());
-          rowFrom(b, staged.view, local);
+          rowFrom(b, staged.view, local, staged.upView);
           b.setInsertionPointToStart(ifOp.elseBlock());
-          rowFrom(b, op.getW(), row);
+          rowFrom(b, op.getW(), row, op.getGated());
         } else {
-          rowFrom(b, op.getW(), row);
+          rowFrom(b, op.getW(), row, op.getGated());
         }
         scf::YieldOp::create(b, loc);
       });

@@ -56,3 +56,33 @@ et.kernel @two(%x: memref<1x512xbf16>, %w1: memref<64x512xbf16>, %w2: memref<128
     et.event.signal %e[] : !et.event<>
   }
 }
+
+// -----
+
+// A gated et.linear stages the same rows of its gate and up weights, side
+// by side: 40 KiB hold 20 rows of 1 KiB of each (gate at offset 0, up at
+// 20480); a staged row reads both views, the other rows both weights.
+// CHECK-LABEL: et.task @gated
+// CHECK: et.event.wait
+// CHECK: %[[G:.*]], %[[GN:.*]] = et.staged_rows %arg1 rows(%{{.*}}, %{{.*}}) offset 0 : memref<64x512xbf16> -> memref<20x512xbf16, #gpu.address_space<workgroup>>
+// CHECK: %[[U:.*]], %{{.*}} = et.staged_rows %arg2 rows(%{{.*}}, %{{.*}}) offset 20480 : memref<64x512xbf16> -> memref<20x512xbf16, #gpu.address_space<workgroup>>
+// CHECK: arith.cmpi ult, %{{.*}}, %[[GN]] : index
+// CHECK: vector.load %[[G]]
+// CHECK: vector.load %[[U]]
+// CHECK: vector.load %arg1
+// CHECK: vector.load %arg2
+et.kernel @gated_two(%x: memref<1x512xbf16>, %wg: memref<64x512xbf16>, %wu: memref<64x512xbf16>,
+                     %y: memref<1x64xbf16>) {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  %e = et.event.create() : !et.event<>
+  et.task @first tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @gated tiles(%t) in (%c2) {
+    et.event.wait %e[] : !et.event<>
+    %r = arith.muli %t, %c32 : index
+    et.linear %x, %wg, %y rows(%r, %c32) gated(%wu) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xbf16>, memref<64x512xbf16>
+  }
+}
