@@ -3,6 +3,8 @@
 // RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | FileCheck %s --check-prefixes=WARP,WARP-START --implicit-check-not=gpu.barrier
 // RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp-ready" | FileCheck %s --check-prefixes=WARP,WARP-READY --implicit-check-not=gpu.barrier
 // RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep threads=128 tile-stage-issue=warp})" | FileCheck %s --check-prefix=WARP-PTX
+// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | grep -c 'syncscope("block") release' | FileCheck %s --check-prefix=STORES-START
+// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp-ready" | grep -c 'syncscope("block") release' | FileCheck %s --check-prefix=STORES-READY
 // RUN: not et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=lane" 2>&1 | FileCheck %s --check-prefix=BADISSUE
 
 // Weight rows staged across tiles. Each single-tile entry of a staged task
@@ -63,6 +65,11 @@
 // WARP: nvvm.mbarrier.try_wait.parity
 // WARP: llvm.store {{.*}} atomic syncscope("block") release
 // WARP: nvvm.barrier id = %{{.*}} number_of_threads = %c128_i32
+// The workers' release stores of their progress: an entry's start and the
+// end (warp); warp-ready also publishes each of the tile's two passed waits
+// (@b and @c wait once each).
+// STORES-START: {{^}}2{{$}}
+// STORES-READY: {{^}}4{{$}}
 // WARP-PTX: .visible .global .align 4 .u32 __et_launch_threads = 160;
 // WARP-PTX: .maxntid 160, 1, 1
 // WARP-PTX: ld.acquire.cta.shared

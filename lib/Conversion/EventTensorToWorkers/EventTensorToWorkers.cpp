@@ -416,8 +416,9 @@ private:
     cf::CondBranchOp::create(b, loc, ok, cont, ValueRange{}, scope.fail,
                              ValueRange{});
     b.setInsertionPointToEnd(cont);
-    // The loader warp learns that the entry's waits have passed.
-    if (loaderWarp && currentEntry)
+    // The loader warp learns that the entry's waits have passed (only
+    // warp-ready gates on it).
+    if (loaderReady && currentEntry)
       storeProgress(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, currentEntry, idx(2)), idx(1)));
   }
 
@@ -1143,8 +1144,8 @@ private:
   /// stage-issue=warp/warp-ready: the CTA has a loader warp after the
   /// worker's target.threads threads; `computeOnly` once the loader has
   /// left the workers' code; the progress word (i32 workgroup buffer: 2i
-  /// when the worker starts entry i of its program, 2i + 1 once the entry's
-  /// waits have passed, kProgressDone after its last); the entry being
+  /// when the worker starts entry i of its program, with warp-ready 2i + 1
+  /// once the entry's waits have passed, kProgressDone after its last); the entry being
   /// emitted (index, or null); the block that returns.
   bool loaderWarp = false, loaderReady = false, computeOnly = false;
   Value progressMem, currentEntry, computeThreads;
@@ -1559,12 +1560,11 @@ void WorkerEmitter::emitLoader(Value programMem, Value begin, Value end) {
     b.setInsertionPointToStart(ifStaged.thenBlock());
     auto spin = scf::WhileOp::create(b, loc, TypeRange{i32Type}, ValueRange{i32(-2)});
     {
-      Block *sb = b.createBlock(&spin.getBefore(), {}, {i32Type}, {loc});
+      b.createBlock(&spin.getBefore(), {}, {i32Type}, {loc});
       Value seen = LLVM::LoadOp::create(b, loc, i32Type, progressPointer(), /*alignment=*/4, false, false, false,
                                         false, LLVM::AtomicOrdering::acquire, "block");
       Value waiting = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, seen, gate32);
       scf::ConditionOp::create(b, loc, waiting, ValueRange{seen});
-      (void)sb;
       Block *sa = b.createBlock(&spin.getAfter(), {}, {i32Type}, {loc});
       NVVM::NanosleepOp::create(b, loc, i32(target.backoffNs));
       scf::YieldOp::create(b, loc, sa->getArguments());
