@@ -169,6 +169,12 @@ void lowerLinearCPU(LinearOp op) {
               Value out = dot(op.getW());
               if (Value wu = op.getGated())
                 out = gatedActivation(b, loc, out, dot(wu));
+              if (op.getAtomic()) {
+                memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(),
+                                            ValueRange{tok, row});
+                scf::YieldOp::create(b, loc);
+                return;
+              }
               if (op.getAccumulate())
                 out = arith::AddFOp::create(
                     b, loc,
@@ -438,6 +444,12 @@ void storeRow(OpBuilder &b, Location loc, LinearOp op, Value sum, Value store, V
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   Value out = up ? gatedActivation(b, loc, sum, up) : sum;
+  if (op.getAtomic()) {
+    // Tiles that share rows add into them at once (split K): relaxed
+    // atomic adds, ordered before the task's signal by its release fence.
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(), ValueRange{tok, row});
+    return;
+  }
   if (op.getAccumulate())
     out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}), out);
   Type outType = op.getY().getType().getElementType();
@@ -838,6 +850,73 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   if (sharedPrefetch)
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   op.erase();
+}
+
+/// GPU: an et.linear with short rows (a static K of at most 256, K / 8 a
+/// power of two) and a constant row count R. One warp per row would leave
+/// lanes idle and take the rows one round trip at a time; here a row's
+/// 16-byte chunks go to Lr = K / 8 consecutive lanes, a thread's rows are
+/// row0 + tid / Lr + i x (threads / Lr), and all of its n = ceil(R x Lr /
+/// threads) loads of the tile (at most kShortChunks) go out together:
+/// before the task's first wait with `prefetch`, where the weights and rows
+/// are known there (weightPrefetchPoint). Then, per token, each thread
+/// loads its one x chunk and multiplies, the Lr lanes of a row sum with a
+/// butterfly, and the first of them stores. Threads past the last row load
+/// the last row again and store nothing. Returns false (nothing changed)
+/// when this does not apply.
+bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
+  constexpr int64_t kShortChunks = 16;
+  int64_t k = op.getW().getType().getDimSize(1);
+  std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
+  if (op.getGated() || threads <= 0 || threads % kWarp || ShapedType::isDynamic(k) || k > kWarp * kVector ||
+      k % kVector || !llvm::isPowerOf2_64(k / kVector) || !rowsConst || *rowsConst < 1)
+    return false;
+  const int64_t lr = k / kVector, R = *rowsConst;
+  const int64_t n = llvm::divideCeil(R * lr, threads);
+  if (n > kShortChunks)
+    return false;
+  Operation *at = prefetch ? weightPrefetchPoint(op) : nullptr;
+  OpBuilder b(at ? at : op.getOperation());
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Groups g = h.groups(lr);
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  Value rowsN = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), rowsN);
+  Value lastRow = arith::SubIOp::create(b, loc, rowsN, h.idx(1));
+  Value col = arith::MulIOp::create(b, loc, g.lane, h.idx(kVector));
+  SmallVector<Value> rows, ws;
+  for (int64_t i = 0; i < n; ++i) {
+    Value row = arith::AddIOp::create(
+        b, loc, op.getRow0(), arith::AddIOp::create(b, loc, g.group, h.idx(i * (threads / lr))));
+    rows.push_back(row);
+    ws.push_back(loadChunk(b, loc, op.getW(), arith::MinUIOp::create(b, loc, row, lastRow), col));
+  }
+  b.setInsertionPoint(op);
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  auto token = [&](OpBuilder &b, Value tok) {
+    Value xv = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
+    for (int64_t i = 0; i < n; ++i) {
+      Value prod = arith::MulFOp::create(b, loc, arith::ExtFOp::create(b, loc, vecF32, ws[i]), xv);
+      Value sum = butterflySum(b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod), lr);
+      Value store = arith::AndIOp::create(
+          b, loc, first, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rows[i], end));
+      storeRow(b, loc, op, sum, store, tok, rows[i]);
+    }
+  };
+  MemRefType xType = op.getX().getType();
+  if (!xType.isDynamicDim(0)) {
+    for (int64_t m = 0; m < xType.getDimSize(0); ++m)
+      token(b, h.idx(m));
+  } else {
+    scf::ForOp::create(b, loc, h.idx(0), memref::DimOp::create(b, loc, op.getX(), 0), h.idx(1), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                         token(b, tok);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+  op.erase();
+  return true;
 }
 
 /// GPU, K static and a multiple of one warp's load (256 elements): each warp
@@ -3748,6 +3827,10 @@ struct LowerTileOpsPass
           auto task = op->getParentOfType<TaskOp>();
           bool stageOn = stageTasks.empty() ||
                          (task && llvm::is_contained(stageTasks, task.getSymName().str()));
+          // Short rows (K of at most 256) take their own layout, their
+          // weights before the wait unless the prefetch is off.
+          if (lowerLinearGPUShort(op, threads, on && weights != WeightPrefetch::None))
+            continue;
           StagedRows staged = stageOn ? stageRows(op, stageBytes, stageUsed) : StagedRows{};
           // The spread layout takes no weights before the wait.
           if (linear == "spread" && !staged.view && (!on || weights == WeightPrefetch::None) &&

@@ -3,6 +3,7 @@ generated safetensors files, compiled into one decode-step kernel, against
 the numpy reference; config, weight and runtime errors; the CLI."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -819,6 +820,71 @@ def test_rope_in_attention_errors(tmp_path):
     with pytest.raises(ValueError, match="rope_in_attention must be a bool, got 'yes'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, rope_in_attention="yes",
                             cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("family,layered,mode,workers", [("llama", True, "static", 3), ("qwen3", True, "static", 8),
+                                                         ("qwen3", False, "dynamic", 8)])
+def test_o_per_head_matches_reference(family, layered, mode, workers, tmp_path):
+    """o_per_head drops the `merge` task: an `o` tile per (query head, block of
+    rows of h) merges its head's splits, for every row of the batch, and adds
+    its head's part of the projection into h with atomic adds (tiles on other
+    host threads add into the same rows). Batch 2 with positions over splits
+    of 8, then rows at other positions: the logits are the reference's and
+    those of the `merge` task's kernel within the bf16 rounding (the f32
+    summation order differs, which flips the odd bf16 rounding). Off by
+    default."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=11)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    kernels = {}
+    for per_head in (True, False):
+        path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=workers,
+                                   split_len=8, layered=layered, mode=mode, o_per_head=per_head,
+                                   cache_dir=tmp_path)
+        tasks = json.loads((path / "metadata.json").read_text())["tasks"]
+        has_merge = any(t == "merge" or t.startswith("merge_") for t in tasks)
+        assert has_merge is not per_head
+        assert json.loads((path / "model.json").read_text())["o_per_head"] is per_head
+        kernels[per_head] = model.DecodeSession(path, weights)
+    steps = [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]
+    steps += [([t % 50 + 1, t % 7 + 3], [t, t - 3]) for t in range(3, 21)]
+    for tokens, positions in steps:
+        want = ref.step(tokens, positions)
+        for session in kernels.values():
+            session.step(tokens, positions)
+        got = kernels[True].last_logits()
+        assert _rel(got, kernels[False].last_logits()) < 3e-3, positions
+        assert _rel(got, want) < 3e-3, positions
+    for session in kernels.values():
+        session.close()
+
+
+def test_o_per_head_default(tmp_path):
+    """By default one-row kernels on cuda split `o` over the query heads (no
+    `merge` task; the PTX adds into h with f32 atomics); kernels of more rows
+    and the host's keep the `merge` task, and False turns it off."""
+    config = model.tiny_config("qwen3", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256)
+
+    def build(**kw):
+        path = model.compile_model(config, max_context=64, workers=8, cache_dir=tmp_path, **kw)
+        tasks = json.loads((path / "metadata.json").read_text())["tasks"]
+        return json.loads((path / "model.json").read_text())["o_per_head"], "merge" in tasks, path
+
+    on, merge, path = build(target="cuda", max_batch=1)
+    assert on and not merge
+    assert re.search(r"(atom|red)\.global(\.\w+)*\.add\.f32", (path / "kernel.ptx").read_text())
+    assert build(target="cuda", max_batch=1, o_per_head=False)[:2] == (False, True)
+    assert build(target="cuda", max_batch=2)[:2] == (False, True)
+    assert build(target="cpu", max_batch=1)[:2] == (False, True)
+
+
+def test_o_per_head_errors(tmp_path):
+    config = model.tiny_config("llama")
+    with pytest.raises(ValueError, match="o_per_head must be a bool, got 1"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=1, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="o_per_head needs tp 1 and linear_tile 'rows'"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True,
+                            linear_tile="mma", cache_dir=tmp_path)
 
 
 def _qk_extents(config, max_batch, **kw):

@@ -170,6 +170,42 @@ def test_staged_rows_loader_warp_ptx(issue, tmp_path):
                    tile_stage_issue=issue, cache_dir=tmp_path)
 
 
+HEAD_O = """
+et.kernel @head_o(%x: memref<1x2048xbf16>, %w: memref<2048x2048xbf16>, %h: memref<1x2048xf32>) {
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %e = et.event.create() : !et.event<>
+  et.task @o tiles(%head, %blk) in (%c32, %c16) {
+    %k0 = arith.muli %head, %c64 : index
+    %r0 = arith.muli %blk, %c128 : index
+    %xh = memref.subview %x[0, %k0] [1, 64] [1, 1] : memref<1x2048xbf16> to memref<1x64xbf16, strided<[2048, 1], offset: ?>>
+    %wh = memref.subview %w[0, %k0] [2048, 64] [1, 1] : memref<2048x2048xbf16> to memref<2048x64xbf16, strided<[2048, 1], offset: ?>>
+    et.linear %xh, %wh, %h rows(%r0, %c128) accumulate atomic : memref<1x64xbf16, strided<[2048, 1], offset: ?>>, memref<2048x64xbf16, strided<[2048, 1], offset: ?>>, memref<1x2048xf32>
+    et.event.signal %e[] : !et.event<>
+  }
+}
+"""
+
+
+def test_linear_short_rows_atomic_ptx(tmp_path):
+    """A split-K et.linear (one head's 64 columns, `accumulate atomic`) on
+    fixed 256 threads: short rows, 8 lanes each, so 4 loads of 16 bytes
+    per thread for the tile's 128 rows (and one of x), 3 shuffles per row, and the adds
+    into h are f32 atomics (no load of h, no plain store to it); ptxas
+    accepts it without spills."""
+    art = et.compile(HEAD_O, target="cuda", workers=8, threads_per_worker=256, cache_dir=tmp_path)
+    lines = [l.strip() for l in art.binary_path.read_text().splitlines()]
+    assert sum(l.startswith("ld.global.v4") or l.startswith("ld.global.nc.v4") for l in lines) == 4 + 1
+    assert sum(l.startswith("shfl.sync.bfly") for l in lines) == 4 * 3
+    adds = [l for l in lines if re.match(r"(atom|red)\.global(\.\w+)*\.add\.f32", l)]
+    assert len(adds) == 4, adds
+    assert not any(l.startswith("st.global.f32") for l in lines)
+    report = _assemble(art, tmp_path)
+    assert "0 bytes spill stores" in report
+
+
 def test_kv_prefetch_ptx(tmp_path):
     """tile_kv_prefetch="shared": the split tiles copy their cache rows below
     `stable` into the dynamic shared memory with cp.async before their wait;

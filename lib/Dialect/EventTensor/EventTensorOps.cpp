@@ -595,6 +595,8 @@ LogicalResult LinearOp::verify() {
            << x.getDimSize(1);
   if (getAccumulate() && !y.getElementType().isF32())
     return emitOpError("with accumulate needs an f32 y, got ") << y;
+  if (getAtomic() && !getAccumulate())
+    return emitOpError("atomic needs accumulate (it makes the adds into y atomic)");
   if (Value wu = getGated()) {
     auto u = cast<MemRefType>(wu.getType());
     if (!sameDim(u.getDimSize(0), w.getDimSize(0)) || !sameDim(u.getDimSize(1), w.getDimSize(1)))

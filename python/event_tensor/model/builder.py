@@ -312,7 +312,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
                         l2_prefetch: float = 0.0, rope_in_attention: bool = False,
                         qk_heads: int | None = None, gated_mlp: bool = True, warps: int | None = None,
-                        qkv_by_matrix: bool | None = None) -> Module:
+                        qkv_by_matrix: bool | None = None, o_per_head: bool = False) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -333,9 +333,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     hidden], instead of waiting for a one-tile RMSNorm task: two fewer
     dependent phases per layer. A tile's scratch rows are free again by the
     time the next task uses them, since each such task waits on all tiles
-    of the one before. (Merging the attention splits inside the `o` tiles
-    the same way measured no faster at batch 1 and slower at batch 4, so
-    `merge` stays a task: docs/benchmarks.md.) `scratch_rows` sizes `xs`
+    of the one before. (Merging every head's attention splits inside each
+    `o` tile the same way measured no faster at batch 1 and slower at batch
+    4; `o_per_head` below merges only the tile's own head.) `scratch_rows` sizes `xs`
     (at least what this kernel's tiles need; kernels that share buffers
     pass their maximum).
 
@@ -388,6 +388,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     worker's `warps` heads (QK_TILE_WARPS when not given), a warp per head;
     else 1).
 
+    `o_per_head` drops the `merge` task: the `o` projection is split over
+    its K (the query heads), an `o` tile per (query head, block of rows of
+    h). Waiting on `attn`, a tile merges its head's splits (for every row
+    of the batch) into its shared memory and adds that head's part of
+    `attn wo^T` into its rows of h with `et.linear ... accumulate atomic`
+    (relaxed f32 atomic adds, so the low bits of h, and through it the
+    logits, may differ from run to run); its weights (K = head_dim: short
+    rows) are loaded before its wait where the weight prefetch applies.
+    One dependent phase (and its wait) fewer per layer. Not with tensor
+    parallelism or `linear_tile="mma"`.
+
     `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
     each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
     its group's query heads, and this step's key, into its shared memory,
@@ -418,6 +429,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"gated_mlp must be a bool, got {gated_mlp!r}")
     if warps is not None and (isinstance(warps, bool) or not isinstance(warps, int) or warps < 1):
         raise ValueError(f"warps must be a positive int, got {warps!r}")
+    if not isinstance(o_per_head, bool):
+        raise ValueError(f"o_per_head must be a bool, got {o_per_head!r}")
+    if o_per_head and (tp != 1 or linear_tile != "rows"):
+        raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
     if rope_in_attention and layout.max_batch != 1:
@@ -828,11 +843,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # later splits skip their body and write nothing).
             G = c.group_size
             q0 = arith.MulIOp(g, const(G)).result
-            if lay.runtime_splits:
-                live = arith.IndexCastOp(idx, arith.CeilDivUIOp(*split_of(b)).result).result
-            else:
-                live = arith.MinUIOp(arith.CeilDivUIOp(arith.AddIOp(position(b), const(1)).result,
-                                                       const(lay.split_len)).result, const(lay.splits)).result
+            live = live_splits(b)
             o_b = memref.SubViewOp(strided([DYN, G, D], f32, [Hq * D, D, 1]), A["o_part"], [b, q0], [live], [],
                                    static_offsets=[DYN, 0, DYN, 0], static_sizes=[1, DYN, G, D],
                                    static_strides=[1, 1, 1, 1]).result
@@ -842,6 +853,49 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             out = memref.subview(A["attn"], [b, q0, 0], [1, G, D], [1, 1, 1],
                                  result_type=strided([G, D], bf16, [D, 1]))
             et.attention_merge(o_b, lse_b, out)
+
+        def live_splits(b):
+            """The splits of row b that hold positions (index): the
+            attention tiles of later splits skip their body and write
+            nothing."""
+            if lay.runtime_splits:
+                return arith.IndexCastOp(idx, arith.CeilDivUIOp(*split_of(b)).result).result
+            return arith.MinUIOp(arith.CeilDivUIOp(arith.AddIOp(position(b), const(1)).result,
+                                                   const(lay.split_len)).result, const(lay.splits)).result
+
+        # o_per_head: tiles per query head (blocks of rows of h), about one
+        # tile per worker in all.
+        o_blocks = max(1, lay.workers // Hq)
+        o_head_rows = -(-H // o_blocks)
+        o_blocks = -(-H // o_head_rows)
+
+        def o_head_pre(l, t, live=None):
+            # The tile's merged head, one row per token (shared memory).
+            return dict(xs=memref.AllocaOp(shared([B, D], bf16), [], []).result)
+
+        def o_head_body(l, t, pre):
+            head = arith.DivUIOp(t, const(o_blocks)).result
+            blk = arith.RemUIOp(t, const(o_blocks)).result
+            loop = scf.ForOp(const(0), batch, const(1), [])
+            with InsertionPoint(loop.body):
+                b = loop.induction_variable
+                o_b = memref.SubViewOp(strided([DYN, 1, D], f32, [Hq * D, D, 1]), A["o_part"], [b, head],
+                                       [live_splits(b)], [], static_offsets=[DYN, 0, DYN, 0],
+                                       static_sizes=[1, DYN, 1, D], static_strides=[1, 1, 1, 1]).result
+                lse_b = memref.SubViewOp(strided([DYN, 1], f32, [Hq, 1]), A["lse"], [b, head], [live_splits(b)],
+                                         [], static_offsets=[DYN, 0, DYN], static_sizes=[1, DYN, 1],
+                                         static_strides=[1, 1, 1]).result
+                out = memref.SubViewOp(shared([1, D], bf16, [D, 1], DYN), pre["xs"], [b], [], [],
+                                       static_offsets=[DYN, 0], static_sizes=[1, D], static_strides=[1, 1]).result
+                et.attention_merge(o_b, lse_b, out)
+                scf.YieldOp([])
+            x = memref.SubViewOp(shared([DYN, D], bf16, [D, 1], 0), pre["xs"], [], [batch], [],
+                                 static_offsets=[0, 0], static_sizes=[DYN, D], static_strides=[1, 1]).result
+            k0 = arith.MulIOp(head, const(D)).result
+            w = memref.SubViewOp(strided([H, D], bf16, [Hq * D, 1]), layer_view(A["wo"], l, H, Hq * D), [k0], [],
+                                 [], static_offsets=[0, DYN], static_sizes=[H, D], static_strides=[1, 1]).result
+            et.linear(x, w, A["h"], arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
+                      accumulate=True, atomic=True)
 
         def norm2_body(l, t):
             et.rmsnorm(A["h"], vec_view(A["ln2"], l, H), A["xn"], eps)
@@ -944,6 +998,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             qk_heads = fits[0] if fits else 1
         # Computed before a task's waits, passed to its body as `pre=`.
         pre_wait = {"attn": attn_pre}
+        if o_per_head:
+            pre_wait["o"] = o_head_pre
         # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
         qkv_spec = ("qkv", qkv_body, [qkv_tiles], False, ["norm1"], q_lin[2] + k_lin[2] + v_lin[2],
                     q_lin[3] + k_lin[3] + v_lin[3])
@@ -962,6 +1018,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         ]
         if rope_in_attention:
             layer_tasks = [spec for spec in layer_tasks if spec[0] != "qk"]
+        if o_per_head:
+            o_spec = ("o", o_head_body, [Hq * o_blocks], False, ["attn"],
+                      o_head_rows * D * 2 + B * 4 * lay.splits * (D + 1), 2 * B * o_head_rows * D)
+            layer_tasks = [o_spec if spec[0] == "o" else spec for spec in layer_tasks if spec[0] != "merge"]
         if fuse_norms:
             # qkv starts each layer; mlp waits on o directly.
             layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]

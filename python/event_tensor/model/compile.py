@@ -82,6 +82,13 @@ def model_threads(config: ModelConfig, max_batch: int) -> int:
 # 196-316 at -O2), and on the H200 the steps were 1-5% faster at batch 1
 # and 4 for both models (docs/benchmarks.md, "Code generation at -O1").
 MODEL_OPT_LEVEL = 1
+# Kernels up to this max_batch split the `o` projection over the query heads
+# by default (`o_per_head`): on the H100, Llama-3.2-1B 1.104-1.119 ms
+# against 1.155-1.179 and Qwen3-0.6B 0.874-0.882 against 0.917-0.930 at
+# batch 1 (docs/benchmarks.md, "The o projection per query head"). Above it
+# a tile merges its head for every row in turn, one round trip each
+# (not measured).
+MODEL_O_PER_HEAD_MAX_BATCH = 1
 
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
@@ -93,7 +100,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
                   rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
-                  qkv_by_matrix: bool | None = None, **options) -> Path:
+                  qkv_by_matrix: bool | None = None, o_per_head: bool | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -149,7 +156,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up
     rows apart and their activation after them (`build_decode_kernel`);
     `qkv_by_matrix` gives each `qkv` tile rows of one of q, k and v
-    (`build_decode_kernel`; None lets it choose).
+    (`build_decode_kernel`; None lets it choose). `o_per_head` splits the
+    `o` projection over the query heads, each tile merging its head's
+    attention splits itself (no `merge` task; atomic adds into the residual
+    stream, so the low bits may vary from run to run: `build_decode_kernel`);
+    None (the default) turns it on for `max_batch` 1 kernels on cuda
+    (MODEL_O_PER_HEAD_MAX_BATCH), where it measured 4-6% faster, and off
+    elsewhere (the host's results keep their bits from run to run). Pass
+    False for a GPU kernel whose logits repeat bit for bit.
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
@@ -188,9 +202,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
                                        l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                       gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, **options)
+                                       gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
+                                       **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
+    if o_per_head is None:
+        o_per_head = target == "cuda" and max_batch <= MODEL_O_PER_HEAD_MAX_BATCH and tp == 1 \
+            and linear_tile == "rows"
     if target == "cuda":
         options.setdefault("threads_per_worker", model_threads(config, max_batch))
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
@@ -225,7 +243,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
                                      rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                     gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix,
+                                     gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
                                      warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
@@ -234,6 +252,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
             "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
+            "o_per_head": o_per_head,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}

@@ -337,6 +337,16 @@ et.kernel @linear_gated_accumulate(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %
 
 // -----
 
+et.kernel @linear_atomic_alone(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{atomic needs accumulate (it makes the adds into y atomic)}}
+    et.linear %x, %w, %y rows(%i, %c1) atomic : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
 et.kernel @linear_f32_weights(%x: memref<1x8xbf16>, %w: memref<4x8xf32>, %y: memref<1x4xf32>) {
   %c1 = arith.constant 1 : index
   et.task @t tiles(%i) in (%c1) {

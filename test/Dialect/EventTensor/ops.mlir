@@ -204,6 +204,22 @@ et.kernel @linear_accumulate(%x: memref<?x2048xbf16>, %w: memref<2048x2048xbf16>
   }
 }
 
+// CHECK-LABEL: et.kernel @linear_split_k
+et.kernel @linear_split_k(%x: memref<?x2048xbf16>, %w: memref<2048x2048xbf16>, %h: memref<?x2048xf32>) {
+  %c0 = arith.constant 0 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c2048 = arith.constant 2048 : index
+  %m = memref.dim %x, %c0 : memref<?x2048xbf16>
+  et.task @heads tiles(%g) in (%c32) {
+    %k0 = arith.muli %g, %c64 : index
+    %xg = memref.subview %x[0, %k0] [%m, 64] [1, 1] : memref<?x2048xbf16> to memref<?x64xbf16, strided<[2048, 1], offset: ?>>
+    %wg = memref.subview %w[0, %k0] [2048, 64] [1, 1] : memref<2048x2048xbf16> to memref<2048x64xbf16, strided<[2048, 1], offset: ?>>
+    // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) accumulate atomic : memref<?x64xbf16
+    et.linear %xg, %wg, %h rows(%c0, %c2048) accumulate atomic : memref<?x64xbf16, strided<[2048, 1], offset: ?>>, memref<2048x64xbf16, strided<[2048, 1], offset: ?>>, memref<?x2048xf32>
+  }
+}
+
 // -----
 
 // CHECK-LABEL: et.kernel @norm_and_act

@@ -469,7 +469,12 @@ def ET_LinearOp : ET_Op<"linear", [
     (the f32 sum rounded to nearest even). Accumulation is in f32. With
     `accumulate`, the sum is added to what `y` holds (`y[m, n] += ...`, f32
     `y` only): a residual connection in the same pass, with no other tile
-    writing those rows. With `gated(%wu)` (`wu` shaped as `w`), a gated MLP's
+    writing those rows. With `accumulate atomic`, each add into `y` is an
+    atomic f32 add, so tiles that share rows may add into them at once: a
+    split over K, each tile taking a block of x's columns and of w's (a
+    view), the partial sums meeting in `y`. The adds then land in the
+    order the hardware takes them, so the low bits of `y` may differ from
+    run to run. With `gated(%wu)` (`wu` shaped as `w`), a gated MLP's
     activation in the same pass:
 
     ```
@@ -484,7 +489,11 @@ def ET_LinearOp : ET_Op<"linear", [
 
     Lowering (`et-lower-tile-ops`): on the GPU, one warp per row, each lane
     reading 16 bytes of the row per load with `unroll` loads in flight, and
-    a warp butterfly (`gpu.shuffle xor`) to sum the lanes. With the pass's
+    a warp butterfly (`gpu.shuffle xor`) to sum the lanes; a short row (K
+    of at most 256, K / 8 lanes a power of two) instead takes K / 8 lanes,
+    so that a warp covers several rows per load and every thread's loads
+    of the tile go out at once (before the task's first wait where they
+    can). With the pass's
     `linear=stream` and K a multiple of 256, each warp instead streams the
     weights of all its rows as one software-pipelined sequence (the next
     group's loads before the current group's multiply-adds, across row
@@ -500,6 +509,9 @@ def ET_LinearOp : ET_Op<"linear", [
     // the residual stream h += attn * wo^T
     et.linear %attn, %wo, %h rows(%row0, %c16) accumulate
         : memref<1x2048xbf16>, memref<2048x2048xbf16>, memref<1x2048xf32>
+    // one query head's part of it (split K: every head's tiles add into h)
+    et.linear %head, %wo_head, %h rows(%row0, %c128) accumulate atomic
+        : memref<1x64xbf16>, memref<2048x64xbf16, strided<[2048, 1], offset: ?>>, memref<1x2048xf32>
     // the gated MLP's activation: silu(x wg^T) * (x wu^T)
     et.linear %x, %wg, %act rows(%row0, %c16) gated(%wu)
         : memref<1x2048xbf16>, memref<8192x2048xbf16>, memref<1x8192xbf16>, memref<8192x2048xbf16>
@@ -508,10 +520,10 @@ def ET_LinearOp : ET_Op<"linear", [
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
                        Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
-                       Index:$row0, Index:$rows, UnitAttr:$accumulate,
+                       Index:$row0, Index:$rows, UnitAttr:$accumulate, UnitAttr:$atomic,
                        Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$gated);
   let assemblyFormat = [{
-    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)?
+    $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)? (`atomic` $atomic^)?
     (`gated` `(` $gated^ `)`)? attr-dict `:`
     type($x) `,` type($w) `,` type($y) (`,` type($gated)^)?
   }];
