@@ -852,30 +852,31 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   op.erase();
 }
 
-/// GPU: an et.linear with short rows (a static K of at most 256, K / 8 a
-/// power of two) and a constant row count R. One warp per row would leave
-/// lanes idle and take the rows one round trip at a time; here a row's
-/// 16-byte chunks go to Lr = K / 8 consecutive lanes, a thread's rows are
-/// row0 + tid / Lr + i x (threads / Lr), and all of its n = ceil(R x Lr /
-/// threads) loads of the tile (at most kShortChunks) go out together:
-/// before the task's first wait with `prefetch`, where the weights and rows
-/// are known there (weightPrefetchPoint). Then, per token, each thread
-/// loads its one x chunk and multiplies, the Lr lanes of a row sum with a
-/// butterfly, and the first of them stores. Threads past the last row load
-/// the last row again and store nothing. Returns false (nothing changed)
-/// when this does not apply.
+/// GPU: an et.linear with short rows (a static K of at most 256 that is a
+/// multiple of 8) and a constant row count R. One warp per row would leave
+/// lanes idle and take the rows one round trip at a time; here a row's c =
+/// K / 8 16-byte chunks go to Lr consecutive lanes (c rounded up to a power
+/// of two; lanes past c load their row's last chunk again and add nothing),
+/// and a thread's rows are row0 + tid / Lr + i x (threads / Lr). Its n =
+/// ceil(R x Lr / threads) loads go out together, in passes of at most
+/// kShortChunks: with one pass and `prefetch`, before the task's first wait
+/// where the weights and rows are known there (weightPrefetchPoint). Then,
+/// per token, each thread loads its one x chunk and multiplies, the Lr lanes
+/// of a row sum with a butterfly, and the first of them stores. Threads past
+/// the last row load the last row again and store nothing. Returns false
+/// (nothing changed) when this does not apply.
 bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
   constexpr int64_t kShortChunks = 16;
   int64_t k = op.getW().getType().getDimSize(1);
   std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
   if (op.getGated() || threads <= 0 || threads % kWarp || ShapedType::isDynamic(k) || k > kWarp * kVector ||
-      k % kVector || !llvm::isPowerOf2_64(k / kVector) || !rowsConst || *rowsConst < 1)
+      k % kVector || !rowsConst || *rowsConst < 1)
     return false;
-  const int64_t lr = k / kVector, R = *rowsConst;
+  const int64_t c = k / kVector, lr = static_cast<int64_t>(llvm::PowerOf2Ceil(c)), R = *rowsConst;
   const int64_t n = llvm::divideCeil(R * lr, threads);
-  if (n > kShortChunks)
-    return false;
-  Operation *at = prefetch ? weightPrefetchPoint(op) : nullptr;
+  const int64_t perPass = std::min(n, kShortChunks), passes = llvm::divideCeil(n, perPass);
+  const int64_t stride = threads / lr; // rows between a thread's rows
+  Operation *at = prefetch && passes == 1 ? weightPrefetchPoint(op) : nullptr;
   OpBuilder b(at ? at : op.getOperation());
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
@@ -884,34 +885,59 @@ bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
   Value rowsN = memref::DimOp::create(b, loc, op.getW(), 0);
   Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), rowsN);
   Value lastRow = arith::SubIOp::create(b, loc, rowsN, h.idx(1));
-  Value col = arith::MulIOp::create(b, loc, g.lane, h.idx(kVector));
-  SmallVector<Value> rows, ws;
-  for (int64_t i = 0; i < n; ++i) {
-    Value row = arith::AddIOp::create(
-        b, loc, op.getRow0(), arith::AddIOp::create(b, loc, g.group, h.idx(i * (threads / lr))));
-    rows.push_back(row);
-    ws.push_back(loadChunk(b, loc, op.getW(), arith::MinUIOp::create(b, loc, row, lastRow), col));
-  }
-  b.setInsertionPoint(op);
+  Value live = c == lr ? Value() : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, h.idx(c));
+  Value col = arith::MulIOp::create(b, loc, arith::MinUIOp::create(b, loc, g.lane, h.idx(c - 1)), h.idx(kVector));
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
-  auto token = [&](OpBuilder &b, Value tok) {
-    Value xv = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
-    for (int64_t i = 0; i < n; ++i) {
-      Value prod = arith::MulFOp::create(b, loc, arith::ExtFOp::create(b, loc, vecF32, ws[i]), xv);
-      Value sum = butterflySum(b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod), lr);
-      Value store = arith::AndIOp::create(
-          b, loc, first, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rows[i], end));
-      storeRow(b, loc, op, sum, store, tok, rows[i]);
+  // The rows and weight chunks of slots [base, base + perPass).
+  auto load = [&](OpBuilder &b, Value base, SmallVector<Value> &rows, SmallVector<Value> &ws) {
+    TileBuilder h{b, loc};
+    Value firstRow = arith::AddIOp::create(
+        b, loc, op.getRow0(), arith::AddIOp::create(b, loc, g.group, arith::MulIOp::create(b, loc, base,
+                                                                                           h.idx(stride))));
+    for (int64_t i = 0; i < perPass; ++i) {
+      Value row = arith::AddIOp::create(b, loc, firstRow, h.idx(i * stride));
+      rows.push_back(row);
+      ws.push_back(loadChunk(b, loc, op.getW(), arith::MinUIOp::create(b, loc, row, lastRow), col));
     }
   };
-  MemRefType xType = op.getX().getType();
-  if (!xType.isDynamicDim(0)) {
-    for (int64_t m = 0; m < xType.getDimSize(0); ++m)
-      token(b, h.idx(m));
-  } else {
+  auto compute = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> ws) {
+    TileBuilder h{b, loc};
+    auto token = [&](OpBuilder &b, Value tok) {
+      Value xv = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
+      for (auto [row, w] : llvm::zip(rows, ws)) {
+        Value prod = arith::MulFOp::create(b, loc, arith::ExtFOp::create(b, loc, vecF32, w), xv);
+        Value part = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod);
+        if (live)
+          part = arith::SelectOp::create(b, loc, live, part, h.f32(0));
+        Value sum = butterflySum(b, loc, part, lr);
+        Value store = arith::AndIOp::create(
+            b, loc, first, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, row, end));
+        storeRow(b, loc, op, sum, store, tok, row);
+      }
+    };
+    MemRefType xType = op.getX().getType();
+    if (!xType.isDynamicDim(0)) {
+      for (int64_t m = 0; m < xType.getDimSize(0); ++m)
+        token(b, h.idx(m));
+      return;
+    }
     scf::ForOp::create(b, loc, h.idx(0), memref::DimOp::create(b, loc, op.getX(), 0), h.idx(1), ValueRange{},
                        [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
                          token(b, tok);
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+  if (passes == 1) {
+    SmallVector<Value> rows, ws;
+    load(b, h.idx(0), rows, ws);
+    b.setInsertionPoint(op);
+    compute(b, rows, ws);
+  } else {
+    scf::ForOp::create(b, loc, h.idx(0), h.idx(passes * perPass), h.idx(perPass), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value base, ValueRange) {
+                         SmallVector<Value> rows, ws;
+                         load(b, base, rows, ws);
+                         compute(b, rows, ws);
                          scf::YieldOp::create(b, loc);
                        });
   }
