@@ -3332,7 +3332,11 @@ void lowerAttentionMerge(AttentionMergeOp op) {
           for (auto [l, o] : llvm::zip(ls, os)) {
             Value w = weight(l);
             den = arith::AddFOp::create(b, loc, den, w);
-            num = math::FmaOp::create(b, loc, w, o, num);
+            // A split of lse -inf holds nothing (past the split count, or
+            // a split its producer marked empty): its o is not read into
+            // the sum, whatever the buffer holds there.
+            Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, negInf);
+            num = arith::SelectOp::create(b, loc, empty, num, math::FmaOp::create(b, loc, w, o, num));
           }
           scf::YieldOp::create(b, loc, ValueRange{m, den, num});
         });

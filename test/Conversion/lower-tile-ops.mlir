@@ -731,14 +731,35 @@ et.kernel @l2_hint(%w: memref<64x256xbf16, strided<[256, 1], offset: ?>>) {
 
 // et.attention_merge: one pass over the splits with a running maximum, four
 // splits per trip whose lse and o loads go out together (indices past the
-// last split clamp to it and weigh nothing: -inf); the same loop on both
-// targets.
+// last split clamp to it and weigh nothing: -inf); a split of lse -inf
+// (past the count, or marked empty) leaves the weighted sum as it is,
+// whatever its o holds; the same loop on both targets.
 // GPU-LABEL: et.kernel @merge
 // GPU: %[[C4:.*]] = arith.constant 4 : index
 // GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C4]]
 // GPU-COUNT-4: arith.minui
 // GPU: arith.maximumf
-// GPU-COUNT-5: math.exp
+// GPU: math.exp
+// GPU: math.exp
+// GPU-NEXT: arith.addf
+// GPU-NEXT: arith.cmpf oeq, %{{.*}}, %cst{{.*}} : f32
+// GPU-NEXT: math.fma
+// GPU-NEXT: arith.select
+// GPU: math.exp
+// GPU-NEXT: arith.addf
+// GPU-NEXT: arith.cmpf oeq, %{{.*}}, %cst{{.*}} : f32
+// GPU-NEXT: math.fma
+// GPU-NEXT: arith.select
+// GPU: math.exp
+// GPU-NEXT: arith.addf
+// GPU-NEXT: arith.cmpf oeq, %{{.*}}, %cst{{.*}} : f32
+// GPU-NEXT: math.fma
+// GPU-NEXT: arith.select
+// GPU: math.exp
+// GPU-NEXT: arith.addf
+// GPU-NEXT: arith.cmpf oeq, %{{.*}}, %cst{{.*}} : f32
+// GPU-NEXT: math.fma
+// GPU-NEXT: arith.select
 // GPU: scf.yield
 // GPU: arith.divf
 // GPU: memref.store

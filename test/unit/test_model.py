@@ -826,10 +826,11 @@ def test_rope_in_attention_errors(tmp_path):
                                                          ("qwen3", False, "dynamic", 8)])
 def test_o_per_head_matches_reference(family, layered, mode, workers, tmp_path):
     """o_per_head drops the `merge` task: an `o` tile per (query head, block of
-    rows of h) merges its head's splits, for every row of the batch, and adds
-    its head's part of the projection into h with atomic adds (tiles on other
-    host threads add into the same rows). Batch 2 with positions over splits
-    of 8, then rows at other positions: the logits are the reference's and
+    rows of h) merges its head's splits for every row of the batch at once
+    (over the longest row's splits; a shorter row's later attention tiles
+    mark theirs empty) and adds its head's part of the projection into h with
+    atomic adds (tiles on other host threads add into the same rows). Batch
+    2, then rows of different lengths over splits of 8: the logits are the reference's and
     those of the `merge` task's kernel within the bf16 rounding (the f32
     summation order differs, which flips the odd bf16 rounding). Off by
     default."""
@@ -860,9 +861,10 @@ def test_o_per_head_matches_reference(family, layered, mode, workers, tmp_path):
 
 
 def test_o_per_head_default(tmp_path):
-    """By default one-row kernels on cuda split `o` over the query heads (no
-    `merge` task; the PTX adds into h with f32 atomics); kernels of more rows
-    and the host's keep the `merge` task, and False turns it off."""
+    """By default cuda kernels split `o` over the query heads (no `merge`
+    task; the PTX adds into h with f32 atomics), at any max_batch; the host's
+    kernels and tensor-core tiles keep the `merge` task, and False turns it
+    off."""
     config = model.tiny_config("qwen3", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256)
 
     def build(**kw):
@@ -874,7 +876,8 @@ def test_o_per_head_default(tmp_path):
     assert on and not merge
     assert re.search(r"(atom|red)\.global(\.\w+)*\.add\.f32", (path / "kernel.ptx").read_text())
     assert build(target="cuda", max_batch=1, o_per_head=False)[:2] == (False, True)
-    assert build(target="cuda", max_batch=2)[:2] == (False, True)
+    assert build(target="cuda", max_batch=4)[:2] == (True, False)
+    assert build(target="cuda", max_batch=4, linear_tile="mma")[:2] == (False, True)
     assert build(target="cpu", max_batch=1)[:2] == (False, True)
 
 

@@ -390,8 +390,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     `o_per_head` drops the `merge` task: the `o` projection is split over
     its K (the query heads), an `o` tile per (query head, block of rows of
-    h). Waiting on `attn`, a tile merges its head's splits (for every row
-    of the batch) into its shared memory and adds that head's part of
+    h). Waiting on `attn`, a tile merges its head's splits (every row of
+    the batch in one `et.attention_merge`, over the splits of the longest
+    row: an attention tile whose split is past its row's length marks its
+    lse -inf instead of skipping all work) into its shared memory and adds
+    that head's part of
     `attn wo^T` into its rows of h with `et.linear ... accumulate atomic`
     (relaxed f32 atomic adds, so the low bits of h, and through it the
     logits, may differ from run to run); its weights (K = head_dim: short
@@ -533,10 +536,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 for dep in deps:
                     et.wait(events[dep], [])
                 if pre and "live" in early:
-                    guard = scf.IfOp(early["live"])
+                    guard = scf.IfOp(early["live"], has_else="otherwise" in early)
                     with InsertionPoint(guard.then_block):
                         body(*t.tile_ids, pre=early)
                         scf.YieldOp([])
+                    if "otherwise" in early:
+                        with InsertionPoint(guard.else_block):
+                            early["otherwise"]()
+                            scf.YieldOp([])
                 elif pre:
                     body(*t.tile_ids, pre=early)
                 else:
@@ -632,11 +639,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         live = early["live"]
                     if live is not None:
                         # Tiles past the runtime batch (or otherwise dead)
-                        # only signal.
-                        guard = scf.IfOp(live)
+                        # only signal (after the pre-wait part's
+                        # "otherwise", if any).
+                        otherwise = early.get("otherwise") if early is not None else None
+                        guard = scf.IfOp(live, has_else=otherwise is not None)
                         with InsertionPoint(guard.then_block):
                             run()
                             scf.YieldOp([])
+                        if otherwise is not None:
+                            with InsertionPoint(guard.else_block):
+                                otherwise()
+                                scf.YieldOp([])
                     else:
                         run()
                     et.signal(events[kind], [layer])
@@ -807,8 +820,24 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             has_work = arith.CmpIOp(arith.CmpIPredicate.ult, arith.MulIOp(s, split_len).result, length).result
             if live is not None:
                 has_work = arith.AndIOp(live, has_work).result
+            extra = {}
+            if o_per_head and B > 1:
+                # The `o` tiles merge every row's splits up to the batch's
+                # longest row: a split past its own row's length says so
+                # with an lse of -inf (row_live: a row of the batch).
+                row_live = live if live is not None else arith.ConstantOp(IntegerType.get_signless(1), 1).result
+
+                def otherwise():
+                    mark = scf.IfOp(row_live)
+                    with InsertionPoint(mark.then_block):
+                        q0 = arith.MulIOp(g, const(c.group_size)).result
+                        ninf = arith.ConstantOp(f32, float("-inf")).result
+                        for i in range(c.group_size):
+                            memref.StoreOp(ninf, A["lse"], [b, s, arith.AddIOp(q0, const(i)).result])
+                        scf.YieldOp([])
+                extra["otherwise"] = otherwise
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=length, stable=stable, split_len=split_len, live=has_work, **smem)
+                        length=length, stable=stable, split_len=split_len, live=has_work, **smem, **extra)
 
         def attn_body(l, b, g, s, pre):
             q = row(A["q"], b, [Hq, D], f32)
@@ -876,6 +905,33 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         def o_head_body(l, t, pre):
             head = arith.DivUIOp(t, const(o_blocks)).result
             blk = arith.RemUIOp(t, const(o_blocks)).result
+            if B > 1:
+                # Every row of the batch at once: the rows are the merge's
+                # heads, over the splits of the longest row (a shorter
+                # row's later splits hold an lse of -inf: attn_pre).
+                most = scf.ForOp(const(0), batch, const(1), [const(1)])
+                with InsertionPoint(most.body):
+                    scf.YieldOp([arith.MaxUIOp(most.inner_iter_args[0],
+                                               live_splits(most.induction_variable)).result])
+                n = most.results[0]
+                S = lay.splits
+                o_rows = memref.ReinterpretCastOp(
+                    strided([DYN, DYN, D], f32, [Hq * D, S * Hq * D, 1]), A["o_part"],
+                    [arith.MulIOp(head, const(D)).result], [n, batch], [], static_offsets=[DYN],
+                    static_sizes=[DYN, DYN, D], static_strides=[Hq * D, S * Hq * D, 1]).result
+                lse_rows = memref.ReinterpretCastOp(
+                    strided([DYN, DYN], f32, [Hq, S * Hq]), A["lse"], [head], [n, batch], [],
+                    static_offsets=[DYN], static_sizes=[DYN, DYN], static_strides=[Hq, S * Hq]).result
+                x = memref.SubViewOp(shared([DYN, D], bf16, [D, 1], 0), pre["xs"], [], [batch], [],
+                                     static_offsets=[0, 0], static_sizes=[DYN, D], static_strides=[1, 1]).result
+                et.attention_merge(o_rows, lse_rows, x)
+                k0 = arith.MulIOp(head, const(D)).result
+                w = memref.SubViewOp(strided([H, D], bf16, [Hq * D, 1]), layer_view(A["wo"], l, H, Hq * D), [k0],
+                                     [], [], static_offsets=[0, DYN], static_sizes=[H, D],
+                                     static_strides=[1, 1]).result
+                et.linear(x, w, A["h"], arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
+                          accumulate=True, atomic=True)
+                return
             loop = scf.ForOp(const(0), batch, const(1), [])
             with InsertionPoint(loop.body):
                 b = loop.induction_variable

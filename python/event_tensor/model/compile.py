@@ -82,13 +82,6 @@ def model_threads(config: ModelConfig, max_batch: int) -> int:
 # 196-316 at -O2), and on the H200 the steps were 1-5% faster at batch 1
 # and 4 for both models (docs/benchmarks.md, "Code generation at -O1").
 MODEL_OPT_LEVEL = 1
-# Kernels up to this max_batch split the `o` projection over the query heads
-# by default (`o_per_head`): on the H100, Llama-3.2-1B 1.104-1.119 ms
-# against 1.155-1.179 and Qwen3-0.6B 0.874-0.882 against 0.917-0.930 at
-# batch 1 (docs/benchmarks.md, "The o projection per query head"). Above it
-# a tile merges its head for every row in turn, one round trip each
-# (not measured).
-MODEL_O_PER_HEAD_MAX_BATCH = 1
 
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
@@ -160,10 +153,12 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `o` projection over the query heads, each tile merging its head's
     attention splits itself (no `merge` task; atomic adds into the residual
     stream, so the low bits may vary from run to run: `build_decode_kernel`);
-    None (the default) turns it on for `max_batch` 1 kernels on cuda
-    (MODEL_O_PER_HEAD_MAX_BATCH), where it measured 4-6% faster, and off
-    elsewhere (the host's results keep their bits from run to run). Pass
-    False for a GPU kernel whose logits repeat bit for bit.
+    None (the default) turns it on for the `et.linear` kernels of one
+    device on cuda, where it measured faster at every batch (H100, context
+    1024: 4-6% at batch 1, 1-3% at batches 2-16; docs/benchmarks.md, "The o
+    projection per query head"), and off elsewhere (the host's results
+    keep their bits from run to run). Pass False for a GPU kernel whose
+    logits repeat bit for bit.
 
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
@@ -207,8 +202,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if o_per_head is None:
-        o_per_head = target == "cuda" and max_batch <= MODEL_O_PER_HEAD_MAX_BATCH and tp == 1 \
-            and linear_tile == "rows"
+        o_per_head = target == "cuda" and tp == 1 and linear_tile == "rows"
     if target == "cuda":
         options.setdefault("threads_per_worker", model_threads(config, max_batch))
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)

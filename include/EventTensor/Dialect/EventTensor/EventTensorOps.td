@@ -1062,7 +1062,10 @@ def ET_AttentionMergeOp : ET_Op<"attention_merge", [
     out[h, d] = sum_s exp(lse[s, h] - L) * o[s, h, d]
     ```
 
-    (zeros when every split is empty). All threads split the elements.
+    (zeros when every split is empty). A split whose `lse[s, h]` is -inf is
+    empty: its `o[s, h, :]` is not read into the sum, whatever it holds (a
+    producer with no positions marks its split so). All threads split the
+    elements.
 
     Example:
 
