@@ -458,6 +458,14 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     inputs, refs = tests.rope_into_case(rng)
     arrays = {n: (a.view(np.uint16) if a.dtype == bf else a) for n, a in inputs.items() if n != "at"}
     np.savez(out / "rope-into" / "case.npz", at=inputs["at"], **arrays, **{f"ref_{n}": r for n, r in refs.items()})
+    # Split-K et.linear with atomic adds (short rows: four passes of loads;
+    # three chunks on four lanes, the weights before a wait), M = 1 and 3.
+    art = et.compile(tests.SPLIT_K, target="cuda", workers=workers, mode="dynamic", threads_per_worker=256,
+                     tile_prefetch="registers", cache_dir=cache)
+    _copy_artifact(art, out / "split-k")
+    inputs, refs = tests.split_k_case(rng, 3)  # M = 1 takes the first row
+    arrays = {n: (a.view(np.uint16) if a.dtype == bf else a) for n, a in inputs.items()}
+    np.savez(out / "split-k" / "case.npz", **arrays, **{f"ref_{n}": r for n, r in refs.items()})
     # Split-KV attention and merge: Llama-3.2-1B heads (GQA 32/8, D = 64),
     # Qwen3 heads (16/8, D = 128) with two entries per split, and an empty
     # last split; at 256, 512 and 1024 threads per worker.

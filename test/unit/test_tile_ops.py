@@ -114,6 +114,68 @@ def test_linear_accumulate_adds_to_y(tmp_path):
     assert _rel_err(y, ref - y0) < 1e-5
 
 
+# Split-K et.linear (`accumulate atomic`): every tile adds its block of K
+# into the same rows of y. @heads: 16 tiles of one head's 64 columns each
+# over all 2048 rows (short rows of 8 lanes; at 256 threads 64 loads per
+# thread: four passes); @chunks: 4 tiles of 24 columns over 1000 rows (3
+# chunks per row on 4 lanes, one idle; the last thread rows past N), after
+# a wait (their weights go before it with tile_prefetch="registers").
+SPLIT_K = """
+et.kernel @split_k(%x: memref<?x1024xbf16>, %w: memref<2048x1024xbf16>, %y: memref<?x2048xf32>,
+                   %x2: memref<?x96xbf16>, %w2: memref<1000x96xbf16>, %y2: memref<?x1000xf32>) {
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  %c24 = arith.constant 24 : index
+  %c16 = arith.constant 16 : index
+  %c64 = arith.constant 64 : index
+  %c1000 = arith.constant 1000 : index
+  %c2048 = arith.constant 2048 : index
+  %m = memref.dim %x, %c0 : memref<?x1024xbf16>
+  %e = et.event.create() : !et.event<>
+  et.task @heads tiles(%g) in (%c16) {
+    %k0 = arith.muli %g, %c64 : index
+    %xg = memref.subview %x[0, %k0] [%m, 64] [1, 1] : memref<?x1024xbf16> to memref<?x64xbf16, strided<[1024, 1], offset: ?>>
+    %wg = memref.subview %w[0, %k0] [2048, 64] [1, 1] : memref<2048x1024xbf16> to memref<2048x64xbf16, strided<[1024, 1], offset: ?>>
+    et.linear %xg, %wg, %y rows(%c0, %c2048) accumulate atomic : memref<?x64xbf16, strided<[1024, 1], offset: ?>>, memref<2048x64xbf16, strided<[1024, 1], offset: ?>>, memref<?x2048xf32>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @chunks tiles(%c) in (%c4) {
+    %k0 = arith.muli %c, %c24 : index
+    %xc = memref.subview %x2[0, %k0] [%m, 24] [1, 1] : memref<?x96xbf16> to memref<?x24xbf16, strided<[96, 1], offset: ?>>
+    %wc = memref.subview %w2[0, %k0] [1000, 24] [1, 1] : memref<1000x96xbf16> to memref<1000x24xbf16, strided<[96, 1], offset: ?>>
+    et.event.wait %e[] : !et.event<>
+    et.linear %xc, %wc, %y2 rows(%c0, %c1000) accumulate atomic : memref<?x24xbf16, strided<[96, 1], offset: ?>>, memref<1000x24xbf16, strided<[96, 1], offset: ?>>, memref<?x1000xf32>
+  }
+}
+"""
+
+
+def split_k_case(rng, m):
+    """Inputs of SPLIT_K for M = m (bf16 as ml_dtypes) and the float64 sums."""
+    x = rng.standard_normal((m, 1024)).astype(BF16)
+    w = (rng.standard_normal((2048, 1024)) / 32).astype(BF16)
+    y = rng.standard_normal((m, 2048)).astype(np.float32)
+    x2 = rng.standard_normal((m, 96)).astype(BF16)
+    w2 = (rng.standard_normal((1000, 96)) / 10).astype(BF16)
+    y2 = rng.standard_normal((m, 1000)).astype(np.float32)
+    f = lambda a: a.astype(np.float64)
+    refs = {"y": f(y) + f(x) @ f(w).T, "y2": f(y2) + f(x2) @ f(w2).T}
+    return dict(x=x, w=w, y=y, x2=x2, w2=w2, y2=y2), refs
+
+
+def test_split_k_atomic_linear_matches_float64(tmp_path):
+    """Tiles on several host threads add their blocks of K into the same
+    rows at once (atomic adds): the sums of all of them, at M = 1 and 3."""
+    art = et.compile(SPLIT_K, target="cpu", workers=4, mode="dynamic", cache_dir=tmp_path)
+    launch = art.launcher()
+    rng = np.random.default_rng(8)
+    for m in (1, 3):
+        inputs, refs = split_k_case(rng, m)
+        launch(*inputs.values())
+        for name, ref in refs.items():
+            assert _rel_err(inputs[name], ref) < 1e-5, (m, name)
+
+
 def test_linear_verifier_errors(tmp_path):
     from event_tensor import compiler
 

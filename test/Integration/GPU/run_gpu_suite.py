@@ -252,6 +252,32 @@ def run_bound_capacity(root: Path) -> bool:
     return ok
 
 
+def run_split_k(root: Path) -> bool:
+    """Split-K et.linear with atomic adds (test_tile_ops.SPLIT_K: short rows
+    in four passes; three chunks on four lanes with the weights before a
+    wait) at M = 1 and 3, against float64."""
+    case_dir = root.parent / "tiles" / "split-k"
+    if not case_dir.exists():
+        return True
+    c = np.load(case_dir / "case.npz")
+    launch = runtime.load(case_dir).launcher()
+    ok, errs = True, {}
+    for m in (1, 3):
+        t = {}
+        for n in ("x", "w", "y", "x2", "w2", "y2"):
+            arr = c[n] if n.startswith("w") else c[n][:m]  # weights, then rows of M = 3
+            a = torch.from_numpy(arr.copy())
+            t[n] = (a.view(torch.bfloat16) if arr.dtype == np.uint16 else a).cuda()
+        launch(*t.values())
+        for n in ("y", "y2"):
+            ref = c[f"ref_{n}"][:m]
+            errs[f"{n} M={m}"] = e = float(np.linalg.norm(t[n].cpu().double().numpy() - ref) / np.linalg.norm(ref))
+            ok = ok and e < 1e-5
+    print("split-K linear (atomic adds) vs float64: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+          + ("" if ok else "  FAIL"))
+    return ok
+
+
 def main(root: Path, out: Path | None = None) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -309,6 +335,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("rows in flight")
     if not run_linear_spread(root):
         failures.append("linear spread")
+    if not run_split_k(root):
+        failures.append("split-K linear")
     return 1 if failures else 0
 
 
