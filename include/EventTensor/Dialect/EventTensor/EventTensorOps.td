@@ -489,11 +489,11 @@ def ET_LinearOp : ET_Op<"linear", [
 
     Lowering (`et-lower-tile-ops`): on the GPU, one warp per row, each lane
     reading 16 bytes of the row per load with `unroll` loads in flight, and
-    a warp butterfly (`gpu.shuffle xor`) to sum the lanes; a short row (K
-    of at most 256, K / 8 lanes a power of two) instead takes K / 8 lanes,
-    so that a warp covers several rows per load and every thread's loads
-    of the tile go out at once (before the task's first wait where they
-    can). With the pass's
+    a warp butterfly (`gpu.shuffle xor`) to sum the lanes; a short row (a
+    static K of at most 256) instead takes K / 8 lanes (rounded up to a
+    power of two), so that a warp covers several rows per load and every
+    thread's loads of the tile go out together (before the task's first
+    wait where they can). With the pass's
     `linear=stream` and K a multiple of 256, each warp instead streams the
     weights of all its rows as one software-pipelined sequence (the next
     group's loads before the current group's multiply-adds, across row
