@@ -253,6 +253,13 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
     assert "3 prompts exceed the 2 cache slots" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
+    # cuda kernels add the query heads' shares atomically unless --deterministic.
+    for flag, atomic in (([], True), (["--deterministic"], False)):
+        cu = tmp_path / f"cu{len(flag)}"
+        assert main(["compile", "tiny-qwen3", "-o", str(cu), "--device", "cuda", "--max-context", "16",
+                     "--workers", "8", *flag]) == 0
+        assert json.loads((cu / "model.json").read_text())["o_per_head"] is atomic
+        assert ("merge" in json.loads((cu / "metadata.json").read_text())["tasks"]) is not atomic
     # A kernel per shape bucket: run and bench go through the session's choice.
     spec = tmp_path / "spec"
     assert main(["compile", "tiny-llama", "-o", str(spec), "--device", "cpu", "--max-batch", "2",

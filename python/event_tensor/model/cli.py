@@ -240,7 +240,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             workers=workers, out_dir=args.output, profile=args.profile,
                             layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
-                            linear_tile=args.linear_tile, specialize=args.specialize, **cuda)
+                            linear_tile=args.linear_tile, specialize=args.specialize,
+                            o_per_head=False if args.deterministic else None, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
@@ -461,6 +462,10 @@ def add_commands(sub) -> None:
     p.add_argument("--per-layer", action="store_true",
                    help="one task per kind and layer instead of one per kind over (layer, tile) (the default): "
                    "a kernel about L times larger that takes tens of seconds to compile and load")
+    p.add_argument("--deterministic", action="store_true",
+                   help="cuda: logits that repeat bit for bit from run to run (each output row of the attention "
+                   "projection summed by one tile, with a merge task before it, instead of the query heads' "
+                   "shares added atomically; 1-6%% slower). Kernels for cpu always repeat")
     p.set_defaults(func=cmd_compile)
 
     def artifact_args(p):
