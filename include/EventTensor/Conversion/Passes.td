@@ -105,7 +105,13 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     (their sums meet in shared memory) for fewer rows than warps, several
     short rows per trip, a gated row whole in one trip; a linear op after
     another one in the same tile loads its first trip into registers right
-    after the task's last wait.
+    after the task's last wait. With `threads` fixed, whatever `linear`
+    says, an `et.linear` whose rows are short (a static K of at most 256)
+    and whose row count is constant puts each row on K / 8 lanes and issues
+    all of a thread's loads together (before the task's first wait when the
+    weight prefetch is on: a split-K tile such as one query head's share of
+    the attention projection). `accumulate atomic` makes the adds into y
+    relaxed f32 atomics (every lowering).
 
     On the GPU, weights never depend on the previous task, so their first
     loads may move above the task's first wait: `prefetch=registers` has
