@@ -899,8 +899,19 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         o_blocks = -(-H // o_head_rows)
 
         def o_head_pre(l, t, live=None):
-            # The tile's merged head, one row per token (shared memory).
-            return dict(xs=memref.AllocaOp(shared([B, D], bf16), [], []).result)
+            # The tile's merged head, one row per token (shared memory), and
+            # the splits to merge: the row's (one-row kernels), else the
+            # longest row's. The positions are inputs, so their loads go
+            # before the wait, off the chain.
+            if B > 1:
+                most = scf.ForOp(const(0), batch, const(1), [const(1)])
+                with InsertionPoint(most.body):
+                    scf.YieldOp([arith.MaxUIOp(most.inner_iter_args[0],
+                                               live_splits(most.induction_variable)).result])
+                splits = most.results[0]
+            else:
+                splits = live_splits(const(0))
+            return dict(xs=memref.AllocaOp(shared([B, D], bf16), [], []).result, splits=splits)
 
         def o_head_body(l, t, pre):
             head = arith.DivUIOp(t, const(o_blocks)).result
@@ -909,11 +920,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 # Every row of the batch at once: the rows are the merge's
                 # heads, over the splits of the longest row (a shorter
                 # row's later splits hold an lse of -inf: attn_pre).
-                most = scf.ForOp(const(0), batch, const(1), [const(1)])
-                with InsertionPoint(most.body):
-                    scf.YieldOp([arith.MaxUIOp(most.inner_iter_args[0],
-                                               live_splits(most.induction_variable)).result])
-                n = most.results[0]
+                n = pre["splits"]
                 S = lay.splits
                 o_rows = memref.ReinterpretCastOp(
                     strided([DYN, DYN, D], f32, [Hq * D, S * Hq * D, 1]), A["o_part"],
@@ -936,9 +943,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             with InsertionPoint(loop.body):
                 b = loop.induction_variable
                 o_b = memref.SubViewOp(strided([DYN, 1, D], f32, [Hq * D, D, 1]), A["o_part"], [b, head],
-                                       [live_splits(b)], [], static_offsets=[DYN, 0, DYN, 0],
+                                       [pre["splits"]], [], static_offsets=[DYN, 0, DYN, 0],
                                        static_sizes=[1, DYN, 1, D], static_strides=[1, 1, 1, 1]).result
-                lse_b = memref.SubViewOp(strided([DYN, 1], f32, [Hq, 1]), A["lse"], [b, head], [live_splits(b)],
+                lse_b = memref.SubViewOp(strided([DYN, 1], f32, [Hq, 1]), A["lse"], [b, head], [pre["splits"]],
                                          [], static_offsets=[DYN, 0, DYN], static_sizes=[1, DYN, 1],
                                          static_strides=[1, 1, 1]).result
                 out = memref.SubViewOp(shared([1, D], bf16, [D, 1], DYN), pre["xs"], [b], [], [],
