@@ -866,13 +866,19 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                                row(A["lse"], b, [lay.splits, Hq], f32),
                                g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"], **fresh)
 
-        def merge_body(l, b, g):
-            # One tile per (row, KV head): the group's query heads. The
-            # splits that hold positions of row b (the attention tiles of
-            # later splits skip their body and write nothing).
+        def merge_pre(l, b, g, live=None):
+            # The splits that hold positions of row b (the attention tiles
+            # of later splits skip their body and write nothing), from the
+            # row's position, an input: before the wait, off the chain. (A
+            # row past the runtime batch reads a stale position; its tile
+            # only signals.)
+            return dict(splits=live_splits(b))
+
+        def merge_body(l, b, g, pre):
+            # One tile per (row, KV head): the group's query heads.
             G = c.group_size
             q0 = arith.MulIOp(g, const(G)).result
-            live = live_splits(b)
+            live = pre["splits"]
             o_b = memref.SubViewOp(strided([DYN, G, D], f32, [Hq * D, D, 1]), A["o_part"], [b, q0], [live], [],
                                    static_offsets=[DYN, 0, DYN, 0], static_sizes=[1, DYN, G, D],
                                    static_strides=[1, 1, 1, 1]).result
@@ -1060,7 +1066,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     and B * (Hkv // n) <= idle]
             qk_heads = fits[0] if fits else 1
         # Computed before a task's waits, passed to its body as `pre=`.
-        pre_wait = {"attn": attn_pre}
+        pre_wait = {"attn": attn_pre, "merge": merge_pre}
         if o_per_head:
             pre_wait["o"] = o_head_pre
         # (name, body, extents, per_batch, waits (names of the same layer), bytes, flops)
