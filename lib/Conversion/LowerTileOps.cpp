@@ -132,6 +132,23 @@ Value gatedActivation(OpBuilder &b, Location loc, Value g, Value u) {
   return arith::MulFOp::create(b, loc, silu(b, loc, g, arith::FastMathFlags::afn), u);
 }
 
+/// y[tok, row] = `out` (f32), the way every lowering of et.linear ends a
+/// row: added to y with `accumulate` (a relaxed f32 atomic add with
+/// `atomic`: tiles that share rows add into them at once, ordered before
+/// the task's signal by its release fence), rounded to y's element type.
+void writeRow(OpBuilder &b, Location loc, LinearOp op, Value out, Value tok, Value row) {
+  if (op.getAtomic()) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(), ValueRange{tok, row});
+    return;
+  }
+  if (op.getAccumulate())
+    out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}), out);
+  Type outType = op.getY().getType().getElementType();
+  if (!outType.isF32())
+    out = arith::TruncFOp::create(b, loc, outType, out);
+  memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok, row});
+}
+
 /// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
 /// strided by thread.
 void lowerLinearCPU(LinearOp op) {
@@ -146,7 +163,6 @@ void lowerLinearCPU(LinearOp op) {
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
   Value first = arith::AddIOp::create(b, loc, op.getRow0(), tid);
-  Type outType = op.getY().getType().getElementType();
   scf::ForOp::create(
       b, loc, first, end, nt, ValueRange{},
       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
@@ -169,21 +185,7 @@ void lowerLinearCPU(LinearOp op) {
               Value out = dot(op.getW());
               if (Value wu = op.getGated())
                 out = gatedActivation(b, loc, out, dot(wu));
-              if (op.getAtomic()) {
-                memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(),
-                                            ValueRange{tok, row});
-                scf::YieldOp::create(b, loc);
-                return;
-              }
-              if (op.getAccumulate())
-                out = arith::AddFOp::create(
-                    b, loc,
-                    memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}),
-                    out);
-              if (!outType.isF32())
-                out = arith::TruncFOp::create(b, loc, outType, out);
-              memref::StoreOp::create(b, loc, out, op.getY(),
-                                      ValueRange{tok, row});
+              writeRow(b, loc, op, out, tok, row);
               scf::YieldOp::create(b, loc);
             });
         scf::YieldOp::create(b, loc);
@@ -435,27 +437,14 @@ Value loadChunk(OpBuilder &b, Location loc, Value mem, Value row, Value col) {
   return load.getResult();
 }
 
-/// y[tok, row] = `sum` (added to y with `accumulate`; silu(sum) * `up` for
-/// a gated op), written by the thread where `store` holds, in y's element
-/// type.
+/// y[tok, row] from `sum` (silu(sum) * `up` for a gated op), written by
+/// the thread where `store` holds (writeRow).
 void storeRow(OpBuilder &b, Location loc, LinearOp op, Value sum, Value store, Value tok, Value row,
               Value up = {}) {
   auto ifOp = scf::IfOp::create(b, loc, store, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  Value out = up ? gatedActivation(b, loc, sum, up) : sum;
-  if (op.getAtomic()) {
-    // Tiles that share rows add into them at once (split K): relaxed
-    // atomic adds, ordered before the task's signal by its release fence.
-    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(), ValueRange{tok, row});
-    return;
-  }
-  if (op.getAccumulate())
-    out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}), out);
-  Type outType = op.getY().getType().getElementType();
-  if (!outType.isF32())
-    out = arith::TruncFOp::create(b, loc, outType, out);
-  memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok, row});
+  writeRow(b, loc, op, up ? gatedActivation(b, loc, sum, up) : sum, tok, row);
 }
 
 /// y[tok, row] from a warp's lane partial sums `acc`: both GPU lowerings of

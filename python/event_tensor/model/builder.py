@@ -517,6 +517,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
         events: dict[str, object] = {}
 
+        def guarded(live, run, otherwise=None):
+            """run() where `live` holds; otherwise() (if given) where not."""
+            guard = scf.IfOp(live, has_else=otherwise is not None)
+            with InsertionPoint(guard.then_block):
+                run()
+                scf.YieldOp([])
+            if otherwise is not None:
+                with InsertionPoint(guard.else_block):
+                    otherwise()
+                    scf.YieldOp([])
+
         def task(tname: str, extents: list, deps: list[str], body: Callable, *, per_batch: bool = False,
                  nbytes: int = 0, flops: int = 0, pre: Callable | None = None, peers: int = 0):
             """A task over `extents` (prefixed with the batch when
@@ -536,14 +547,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 for dep in deps:
                     et.wait(events[dep], [])
                 if pre and "live" in early:
-                    guard = scf.IfOp(early["live"], has_else="otherwise" in early)
-                    with InsertionPoint(guard.then_block):
-                        body(*t.tile_ids, pre=early)
-                        scf.YieldOp([])
-                    if "otherwise" in early:
-                        with InsertionPoint(guard.else_block):
-                            early["otherwise"]()
-                            scf.YieldOp([])
+                    guarded(early["live"], lambda: body(*t.tile_ids, pre=early), early.get("otherwise"))
                 elif pre:
                     body(*t.tile_ids, pre=early)
                 else:
@@ -641,15 +645,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         # Tiles past the runtime batch (or otherwise dead)
                         # only signal (after the pre-wait part's
                         # "otherwise", if any).
-                        otherwise = early.get("otherwise") if early is not None else None
-                        guard = scf.IfOp(live, has_else=otherwise is not None)
-                        with InsertionPoint(guard.then_block):
-                            run()
-                            scf.YieldOp([])
-                        if otherwise is not None:
-                            with InsertionPoint(guard.else_block):
-                                otherwise()
-                                scf.YieldOp([])
+                        guarded(live, run, early.get("otherwise") if early is not None else None)
                     else:
                         run()
                     et.signal(events[kind], [layer])
@@ -922,6 +918,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         def o_head_body(l, t, pre):
             head = arith.DivUIOp(t, const(o_blocks)).result
             blk = arith.RemUIOp(t, const(o_blocks)).result
+            x = memref.SubViewOp(shared([DYN, D], bf16, [D, 1], 0), pre["xs"], [], [batch], [],
+                                 static_offsets=[0, 0], static_sizes=[DYN, D], static_strides=[1, 1]).result
             if B > 1:
                 # Every row of the batch at once: the rows are the merge's
                 # heads, over the splits of the longest row (a shorter
@@ -935,31 +933,22 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 lse_rows = memref.ReinterpretCastOp(
                     strided([DYN, DYN], f32, [Hq, S * Hq]), A["lse"], [head], [n, batch], [],
                     static_offsets=[DYN], static_sizes=[DYN, DYN], static_strides=[Hq, S * Hq]).result
-                x = memref.SubViewOp(shared([DYN, D], bf16, [D, 1], 0), pre["xs"], [], [batch], [],
-                                     static_offsets=[0, 0], static_sizes=[DYN, D], static_strides=[1, 1]).result
                 et.attention_merge(o_rows, lse_rows, x)
-                k0 = arith.MulIOp(head, const(D)).result
-                w = memref.SubViewOp(strided([H, D], bf16, [Hq * D, 1]), layer_view(A["wo"], l, H, Hq * D), [k0],
-                                     [], [], static_offsets=[0, DYN], static_sizes=[H, D],
-                                     static_strides=[1, 1]).result
-                et.linear(x, w, A["h"], arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
-                          accumulate=True, atomic=True)
-                return
-            loop = scf.ForOp(const(0), batch, const(1), [])
-            with InsertionPoint(loop.body):
-                b = loop.induction_variable
-                o_b = memref.SubViewOp(strided([DYN, 1, D], f32, [Hq * D, D, 1]), A["o_part"], [b, head],
-                                       [pre["splits"]], [], static_offsets=[DYN, 0, DYN, 0],
-                                       static_sizes=[1, DYN, 1, D], static_strides=[1, 1, 1, 1]).result
-                lse_b = memref.SubViewOp(strided([DYN, 1], f32, [Hq, 1]), A["lse"], [b, head], [pre["splits"]],
-                                         [], static_offsets=[DYN, 0, DYN], static_sizes=[1, DYN, 1],
-                                         static_strides=[1, 1, 1]).result
-                out = memref.SubViewOp(shared([1, D], bf16, [D, 1], DYN), pre["xs"], [b], [], [],
-                                       static_offsets=[DYN, 0], static_sizes=[1, D], static_strides=[1, 1]).result
-                et.attention_merge(o_b, lse_b, out)
-                scf.YieldOp([])
-            x = memref.SubViewOp(shared([DYN, D], bf16, [D, 1], 0), pre["xs"], [], [batch], [],
-                                 static_offsets=[0, 0], static_sizes=[DYN, D], static_strides=[1, 1]).result
+            else:
+                # One-row kernels: the head's splits of the row (batch <= 1).
+                loop = scf.ForOp(const(0), batch, const(1), [])
+                with InsertionPoint(loop.body):
+                    b = loop.induction_variable
+                    o_b = memref.SubViewOp(strided([DYN, 1, D], f32, [Hq * D, D, 1]), A["o_part"], [b, head],
+                                           [pre["splits"]], [], static_offsets=[DYN, 0, DYN, 0],
+                                           static_sizes=[1, DYN, 1, D], static_strides=[1, 1, 1, 1]).result
+                    lse_b = memref.SubViewOp(strided([DYN, 1], f32, [Hq, 1]), A["lse"], [b, head], [pre["splits"]],
+                                             [], static_offsets=[DYN, 0, DYN], static_sizes=[1, DYN, 1],
+                                             static_strides=[1, 1, 1]).result
+                    out = memref.SubViewOp(shared([1, D], bf16, [D, 1], DYN), pre["xs"], [b], [], [],
+                                           static_offsets=[DYN, 0], static_sizes=[1, D], static_strides=[1, 1]).result
+                    et.attention_merge(o_b, lse_b, out)
+                    scf.YieldOp([])
             k0 = arith.MulIOp(head, const(D)).result
             w = memref.SubViewOp(strided([H, D], bf16, [Hq * D, 1]), layer_view(A["wo"], l, H, Hq * D), [k0], [],
                                  [], static_offsets=[0, DYN], static_sizes=[H, D], static_strides=[1, 1]).result
