@@ -42,7 +42,10 @@ def check(path: Path, steps: int, seed: int) -> dict:
     ours = DecodeSession(path, host_weights)
     from event_tensor.model import ReferenceModel
 
-    rounded_ref = ReferenceModel(config, host_weights, max_batch=1, max_context=steps)
+    # Rounding where the kernel rounds (not the normalized rows of a kernel
+    # whose linear tiles read h through their norms).
+    rounded_ref = ReferenceModel(config, host_weights, max_batch=1, max_context=steps,
+                                 norm_in_linear=bool(info.get("norm_in_linear", False)))
     del host_weights
     ref = hf_model(config, weights)
     del weights

@@ -466,6 +466,15 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     inputs, refs = tests.split_k_case(rng, 3)  # M = 1 takes the first row
     arrays = {n: (a.view(np.uint16) if a.dtype == bf else a) for n, a in inputs.items()}
     np.savez(out / "split-k" / "case.npz", **arrays, **{f"ref_{n}": r for n, r in refs.items()})
+    # et.linear ... norm, in the spread layout (the squares with the first
+    # row's loads; K split over warps) and one row per warp, M = 1 and 3.
+    inputs, refs = tests.norm_linear_case(rng, 3)  # M = 1 takes the first row
+    arrays = {n: (a.view(np.uint16) if a.dtype == bf else a) for n, a in inputs.items()}
+    for layout in ("spread", "rows"):
+        art = et.compile(tests.NORM_LINEAR, target="cuda", workers=workers, mode="dynamic", threads_per_worker=384,
+                         tile_linear=layout, cache_dir=cache)
+        _copy_artifact(art, out / f"norm-linear-{layout}")
+        np.savez(out / f"norm-linear-{layout}" / "case.npz", **arrays, **{f"ref_{n}": r for n, r in refs.items()})
     # Split-KV attention and merge: Llama-3.2-1B heads (GQA 32/8, D = 64),
     # Qwen3 heads (16/8, D = 128) with two entries per split, and an empty
     # last split; at 256, 512 and 1024 threads per worker.

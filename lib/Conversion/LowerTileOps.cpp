@@ -132,6 +132,14 @@ Value gatedActivation(OpBuilder &b, Location loc, Value g, Value u) {
   return arith::MulFOp::create(b, loc, silu(b, loc, g, arith::FastMathFlags::afn), u);
 }
 
+/// 1 / sqrt(sum / k + eps) (f32 `sum`, index `k`).
+Value inverseRMS(OpBuilder &b, Location loc, Value sum, Value k, float eps) {
+  Value count = arith::UIToFPOp::create(b, loc, b.getF32Type(),
+                                        arith::IndexCastUIOp::create(b, loc, b.getI64Type(), k));
+  Value e = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(eps));
+  return math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, arith::DivFOp::create(b, loc, sum, count), e));
+}
+
 /// y[tok, row] = `out` (f32), the way every lowering of et.linear ends a
 /// row: added to y with `accumulate` (a relaxed f32 atomic add with
 /// `atomic`: tiles that share rows add into them at once, ordered before
@@ -163,33 +171,68 @@ void lowerLinearCPU(LinearOp op) {
   Value end = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
   Value first = arith::AddIOp::create(b, loc, op.getRow0(), tid);
-  scf::ForOp::create(
-      b, loc, first, end, nt, ValueRange{},
-      [&](OpBuilder &b, Location loc, Value row, ValueRange) {
-        scf::ForOp::create(
-            b, loc, h.idx(0), m, h.idx(1), ValueRange{},
-            [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-              auto dot = [&](Value w) {
-                return scf::ForOp::create(
-                           b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
-                           [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
-                             Value xv = memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk});
-                             Value wv = memref::LoadOp::create(b, loc, w, ValueRange{row, kk});
-                             Value xf = arith::ExtFOp::create(b, loc, b.getF32Type(), xv);
-                             Value wf = arith::ExtFOp::create(b, loc, b.getF32Type(), wv);
-                             Value p = arith::MulFOp::create(b, loc, xf, wf);
-                             scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
-                           })
-                    .getResult(0);
-              };
-              Value out = dot(op.getW());
-              if (Value wu = op.getGated())
-                out = gatedActivation(b, loc, out, dot(wu));
-              writeRow(b, loc, op, out, tok, row);
-              scf::YieldOp::create(b, loc);
-            });
-        scf::YieldOp::create(b, loc);
-      });
+  Type f32 = b.getF32Type();
+  auto toF32 = [&](OpBuilder &b, Location loc, Value v) -> Value {
+    return v.getType() == f32 ? v : arith::ExtFOp::create(b, loc, f32, v).getResult();
+  };
+  // Row `row` of token `tok` (with `norm`, `scale` is the token's inverse RMS).
+  auto rowOf = [&](OpBuilder &b, Location loc, Value row, Value tok, Value scale) {
+    auto dot = [&](Value w) {
+      return scf::ForOp::create(
+                 b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+                 [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
+                   Value xf = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk}));
+                   if (Value g = op.getNorm())
+                     xf = arith::MulFOp::create(b, loc, xf,
+                                                toF32(b, loc, memref::LoadOp::create(b, loc, g, ValueRange{kk})));
+                   Value wf = toF32(b, loc, memref::LoadOp::create(b, loc, w, ValueRange{row, kk}));
+                   Value p = arith::MulFOp::create(b, loc, xf, wf);
+                   scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
+                 })
+          .getResult(0);
+    };
+    Value out = dot(op.getW());
+    Value up = op.getGated() ? dot(op.getGated()) : Value();
+    if (scale) {
+      out = arith::MulFOp::create(b, loc, out, scale);
+      if (up)
+        up = arith::MulFOp::create(b, loc, up, scale);
+    }
+    writeRow(b, loc, op, up ? gatedActivation(b, loc, out, up) : out, tok, row);
+  };
+  auto rows = [&](OpBuilder &b, Location loc, Value tok, Value scale) {
+    scf::ForOp::create(b, loc, first, end, nt, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+                         rowOf(b, loc, row, tok, scale);
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+  if (op.getNorm()) {
+    // Tokens outer: each token's inverse RMS once, then its rows.
+    float eps = op.getEps()->convertToFloat();
+    scf::ForOp::create(
+        b, loc, h.idx(0), m, h.idx(1), ValueRange{}, [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+          TileBuilder h{b, loc};
+          auto squares = scf::ForOp::create(
+              b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+              [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
+                Value x = memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk});
+                scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, x, x, acc[0]).getResult()});
+              });
+          rows(b, loc, tok, inverseRMS(b, loc, squares.getResult(0), k, eps));
+          scf::YieldOp::create(b, loc);
+        });
+  } else {
+    scf::ForOp::create(b, loc, first, end, nt, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+                         scf::ForOp::create(b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                                            [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                                              rowOf(b, loc, row, tok, Value());
+                                              scf::YieldOp::create(b, loc);
+                                            });
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
   op.erase();
 }
 
@@ -201,8 +244,8 @@ bool isReadOnly(Value buffer) {
             memref::ExtractAlignedPointerAsIndexOp, StagedRowsOp>(user))
       continue;
     if (auto linear = dyn_cast<LinearOp>(user))
-      if ((use.get() == linear.getW() || use.get() == linear.getGated()) && linear.getY() != buffer &&
-          linear.getX() != buffer)
+      if ((use.get() == linear.getW() || use.get() == linear.getGated() || use.get() == linear.getNorm()) &&
+          linear.getY() != buffer && linear.getX() != buffer)
         continue;
     if (auto matmul = dyn_cast<MatmulOp>(user))
       if (matmul.getY() != buffer)
@@ -396,6 +439,32 @@ void prefetchWeightsL2(LinearOp op) {
   prefetchRowsL2(b, op.getLoc(), op.getW(), op.getRow0(), op.getRows());
 }
 
+/// et.linear ... norm: the norm weights (which every warp of the tile
+/// reads whole) into L2 before the task's first wait, thread 0 with one
+/// bulk prefetch, when no task writes them (unless the pass's prefetch is
+/// none). They are a few KiB that the step has not read before: without
+/// it, the tile's first trip waits on DRAM for them after the wait.
+void prefetchNormL2(LinearOp op) {
+  Value g = op.getNorm();
+  if (!g || !isReadOnly(g))
+    return;
+  Operation *firstWait = prefetchPoint(op, {g}, /*inIf=*/true);
+  if (!firstWait)
+    return;
+  OpBuilder b(firstWait);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  auto go = scf::IfOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ThreadIdOp::create(b, loc, b.getIndexType()),
+                                    h.idx(0)),
+      /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(go.thenBlock());
+  Value bytes = arith::MulIOp::create(b, loc, memref::DimOp::create(b, loc, g, 0), h.idx(2));
+  NVVM::CpAsyncBulkPrefetchOp::create(b, loc, elementPointer(b, loc, g, h.idx(0), 2, 1),
+                                      arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes), Value());
+}
+
 /// et.prefetch: thread 0 issues one bulk L2 prefetch of the rows on the
 /// GPU; nothing on the CPU.
 void lowerPrefetch(PrefetchOp op, bool gpu) {
@@ -438,19 +507,103 @@ Value loadChunk(OpBuilder &b, Location loc, Value mem, Value row, Value col) {
 }
 
 /// y[tok, row] from `sum` (silu(sum) * `up` for a gated op), written by
-/// the thread where `store` holds (writeRow).
+/// the thread where `store` holds (writeRow). `scale` (et.linear ... norm:
+/// the token's inverse RMS) multiplies both sums first.
 void storeRow(OpBuilder &b, Location loc, LinearOp op, Value sum, Value store, Value tok, Value row,
-              Value up = {}) {
+              Value up = {}, Value scale = {}) {
   auto ifOp = scf::IfOp::create(b, loc, store, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
+  if (scale) {
+    sum = arith::MulFOp::create(b, loc, sum, scale);
+    if (up)
+      up = arith::MulFOp::create(b, loc, up, scale);
+  }
   writeRow(b, loc, op, up ? gatedActivation(b, loc, sum, up) : sum, tok, row);
 }
 
 /// y[tok, row] from a warp's lane partial sums `acc`: both GPU lowerings of
 /// et.linear end each row with it.
-void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row) {
-  storeRow(b, loc, op, rowTotal(b, loc, acc), store, tok, row);
+void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row,
+                 Value scale = {}) {
+  storeRow(b, loc, op, rowTotal(b, loc, acc), store, tok, row, Value(), scale);
+}
+
+/// The chunk of x that every GPU lowering of et.linear multiplies a weight
+/// chunk with (8 elements of token `tok` from column `col`, f32), and the
+/// raw chunk: x itself (bf16, widened), or with `norm` the f32 residual
+/// stream times the norm weights (`raw` gets the stream's own values, for
+/// the sum of squares).
+Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw = nullptr) {
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  if (!op.getNorm()) {
+    Value x = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
+    if (raw)
+      *raw = x;
+    return x;
+  }
+  auto x = vector::LoadOp::create(b, loc, vecF32, op.getX(), ValueRange{tok, col});
+  x.setAlignment(16);
+  auto g = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), op.getNorm(),
+                                  ValueRange{col});
+  g.setAlignment(16);
+  if (raw)
+    *raw = x.getResult();
+  return arith::MulFOp::create(b, loc, x.getResult(), arith::ExtFOp::create(b, loc, vecF32, g.getResult()));
+}
+
+/// et.linear ... norm on the GPU: every warp's inverse RMS of each token,
+/// in shared memory at [warp][token] (M <= kLinearTokens), where the
+/// threads that store the warp's rows read it back. Every lane writes the
+/// same value and reads its own write, so no barrier is needed.
+constexpr int64_t kLinearTokens = 16;
+constexpr int64_t kMaxWarps = 32;
+struct NormScales {
+  Value slots, warp;
+  explicit operator bool() const { return static_cast<bool>(slots); }
+  Value slot(OpBuilder &b, Location loc, Value tok) const {
+    Value base = arith::MulIOp::create(b, loc, warp, arith::ConstantIndexOp::create(b, loc, kLinearTokens));
+    return arith::AddIOp::create(b, loc, base, tok);
+  }
+  Value get(OpBuilder &b, Location loc, Value tok) const {
+    return slots ? memref::LoadOp::create(b, loc, slots, ValueRange{slot(b, loc, tok)}).getResult() : Value();
+  }
+  void set(OpBuilder &b, Location loc, Value tok, Value r) const {
+    memref::StoreOp::create(b, loc, r, slots, ValueRange{slot(b, loc, tok)});
+  }
+};
+
+NormScales normScales(OpBuilder &b, Location loc, LinearOp op, Value warp) {
+  if (!op.getNorm())
+    return {};
+  auto task = op->getParentOfType<TaskOp>();
+  return {workgroupBuffer(task, loc, {kMaxWarps * kLinearTokens}, b.getF32Type()), warp};
+}
+
+/// Each warp's pass over x for the inverse RMS of every token (lane
+/// `lane` of the warp reads 8 elements every 256), into `scales`.
+/// The lowerings that fold the squares into their first row's sums skip it.
+void normPrepass(OpBuilder &b, Location loc, LinearOp op, const NormScales &scales, Value lane) {
+  TileBuilder h{b, loc};
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
+  float eps = op.getEps()->convertToFloat();
+  scf::ForOp::create(
+      b, loc, h.idx(0), m, h.idx(1), ValueRange{}, [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        TileBuilder h{b, loc};
+        Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+        auto sum = scf::ForOp::create(
+            b, loc, laneK, k, h.idx(kWarp * kVector), ValueRange{zero},
+            [&](OpBuilder &b, Location loc, Value col, ValueRange acc) {
+              auto x = vector::LoadOp::create(b, loc, vecF32, op.getX(), ValueRange{tok, col});
+              x.setAlignment(16);
+              scf::YieldOp::create(b, loc, ValueRange{vector::FMAOp::create(b, loc, x, x, acc[0]).getResult()});
+            });
+        scales.set(b, loc, tok, inverseRMS(b, loc, rowTotal(b, loc, sum.getResult(0)), k, eps));
+        scf::YieldOp::create(b, loc);
+      });
 }
 
 /// Where the weight loads of an et.linear may start before its task's
@@ -512,7 +665,9 @@ StagedRows stageRows(LinearOp op, int64_t stageBytes,
 
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
-/// with a shuffle butterfly and lane 0 stores.
+/// with a shuffle butterfly and lane 0 stores. With `norm`, each row also
+/// sums the squares of the x chunks it loads (all of x: a row's lanes
+/// cover K) and scales its sums by the token's inverse RMS.
 ///
 /// Weights before the task's first wait (weightPrefetchPoint), so those
 /// loads are in flight while the worker waits:
@@ -643,11 +798,25 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
    // each. Only a lone `wMem` starts from chunks loaded before the wait.
    auto rowSums = [&](ArrayRef<Value> mems, int64_t top) -> SmallVector<Value> {
     const int64_t nm = mems.size();
+    // With `norm`, x's squares too (one accumulator per token after the
+    // sums): the row's lanes load all of x, so each row takes its own
+    // inverse RMS, with no pass of its own.
+    const int64_t nq = op.getNorm() ? mCount : 0;
     Value zero = arith::ConstantOp::create(
         b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-    SmallVector<Value> init(mCount * nm, zero);
+    SmallVector<Value> init(mCount * nm + nq, zero);
     auto tok = [&](int64_t i) {
       return staticM ? h.idx(i) : tokBase;
+    };
+    // Token i's x chunk at `col` times the weight chunks `wvs` (one per
+    // mem) into `next`, and its squares.
+    auto addX = [&](OpBuilder &b, SmallVectorImpl<Value> &next, int64_t i, ArrayRef<Value> wvs, Value col) {
+      Value raw;
+      Value xv = loadX(b, loc, op, tok(i), col, &raw);
+      for (auto [m, wv] : llvm::enumerate(wvs))
+        next[m * mCount + i] = vector::FMAOp::create(b, loc, wv, xv, next[m * mCount + i]);
+      if (nq)
+        next[nm * mCount + i] = vector::FMAOp::create(b, loc, raw, raw, next[nm * mCount + i]);
     };
     Value mainStart = laneK;
     // The first row starts from the chunks loaded before the wait: `body`
@@ -655,7 +824,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     auto firstRowFrom = [&](function_ref<Value(SmallVector<Value> &)> body) {
       Value usePre = arith::AndIOp::create(
           b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
-      SmallVector<Type> types(mCount, vecF32);
+      SmallVector<Type> types(init.size(), vecF32);
       types.push_back(b.getIndexType());
       auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
       {
@@ -670,7 +839,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
         plain.push_back(laneK);
         scf::YieldOp::create(b, loc, plain);
       }
-      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + mCount);
+      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + init.size());
       mainStart = ifOp.getResults().back();
     };
     if (sharedPrefetch)
@@ -696,8 +865,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
               SmallVector<Value> next(sums.begin(), sums.end());
               for (int64_t u = 0; u < unroll; ++u)
                 for (int64_t i = 0; i < mCount; ++i)
-                  next[i] = vector::FMAOp::create(b, loc, ws[u], loadVec(b, op.getX(), tok(i), cols[u]),
-                                                  next[i]);
+                  addX(b, next, i, {ws[u]}, cols[u]);
               scf::YieldOp::create(b, loc, next);
             });
         accs.assign(loop.getResults().begin(), loop.getResults().end());
@@ -709,7 +877,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
           Value col = arith::AddIOp::create(b, loc, laneK, h.idx(u * step));
           Value wv = arith::ExtFOp::create(b, loc, vecF32, pre[u]);
           for (int64_t i = 0; i < mCount; ++i)
-            accs[i] = vector::FMAOp::create(b, loc, wv, loadVec(b, op.getX(), tok(i), col), accs[i]);
+            addX(b, accs, i, {wv}, col);
         }
         return arith::AddIOp::create(b, loc, laneK, big);
       });
@@ -730,11 +898,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
             }
             SmallVector<Value> next(accs.begin(), accs.end());
             for (int64_t j = 0; j < u; ++j)
-              for (int64_t i = 0; i < mCount; ++i) {
-                Value xv = loadVec(b, op.getX(), tok(i), cols[j]);
-                for (int64_t m = 0; m < nm; ++m)
-                  next[m * mCount + i] = vector::FMAOp::create(b, loc, ws[j * nm + m], xv, next[m * mCount + i]);
-              }
+              for (int64_t i = 0; i < mCount; ++i)
+                addX(b, next, i, ArrayRef<Value>(ws).slice(j * nm, nm), cols[j]);
             scf::YieldOp::create(b, loc, next);
           });
     };
@@ -765,11 +930,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
           for (Value mem : mems)
             wvs.push_back(loadVec(b, mem, wRow, col));
           SmallVector<Value> next(accs.begin(), accs.end());
-          for (int64_t i = 0; i < mCount; ++i) {
-            Value xv = loadVec(b, op.getX(), tok(i), col);
-            for (int64_t m = 0; m < nm; ++m)
-              next[m * mCount + i] = vector::FMAOp::create(b, loc, wvs[m], xv, next[m * mCount + i]);
-          }
+          for (int64_t i = 0; i < mCount; ++i)
+            addX(b, next, i, wvs, col);
           scf::YieldOp::create(b, loc, next);
         });
     return SmallVector<Value>(restLoop.getResults());
@@ -777,7 +939,15 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     // A gated op streams its gate and up rows together, half the chunks of
     // each per trip (the same weight loads in flight), each x chunk loaded
     // once for both.
-    SmallVector<Value> sums, ups(mCount);
+    SmallVector<Value> sums, ups(mCount), scale(mCount);
+    // Token i's inverse RMS from the squares after the sums (norm).
+    auto scales = [&](ArrayRef<Value> res, int64_t nm) {
+      if (!op.getNorm())
+        return;
+      Value kk = memref::DimOp::create(b, loc, op.getW(), 1);
+      for (int64_t i = 0; i < mCount; ++i)
+        scale[i] = inverseRMS(b, loc, rowTotal(b, loc, res[nm * mCount + i]), kk, op.getEps()->convertToFloat());
+    };
     if (Value wu = upMem) {
       // As many chunks per trip over both rows as the plain op's longest
       // trip over one row (a K under unroll x 256 has shorter ones), so the
@@ -792,14 +962,19 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
         sums.push_back(rowTotal(b, loc, both[i]));
         ups[i] = rowTotal(b, loc, both[mCount + i]);
       }
+      scales(both, 2);
     } else {
-      for (Value acc : rowSums({wMem}, unroll))
-        sums.push_back(rowTotal(b, loc, acc));
+      SmallVector<Value> one = rowSums({wMem}, unroll);
+      for (int64_t i = 0; i < mCount; ++i)
+        sums.push_back(rowTotal(b, loc, one[i]));
+      scales(one, 1);
     }
     Value isLane0 =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
-    for (int64_t i = 0; i < mCount; ++i)
-      storeRow(b, loc, op, sums[i], isLane0, staticM ? h.idx(i) : tokBase, row, ups[i]);
+    for (int64_t i = 0; i < mCount; ++i) {
+      Value tok = staticM ? h.idx(i) : tokBase;
+      storeRow(b, loc, op, sums[i], isLane0, tok, row, ups[i], scale[i]);
+    }
   };
 
   scf::ForOp::create(
@@ -853,13 +1028,14 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
 /// per token, each thread loads its one x chunk and multiplies, the Lr lanes
 /// of a row sum with a butterfly, and the first of them stores. Threads past
 /// the last row load the last row again and store nothing. Returns false
-/// (nothing changed) when this does not apply.
+/// (nothing changed) when this does not apply (a gated op or one with
+/// `norm` takes the one-row-per-warp layout).
 bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
   constexpr int64_t kShortChunks = 16;
   int64_t k = op.getW().getType().getDimSize(1);
   std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
-  if (op.getGated() || threads <= 0 || threads % kWarp || ShapedType::isDynamic(k) || k > kWarp * kVector ||
-      k % kVector || !rowsConst || *rowsConst < 1)
+  if (op.getGated() || op.getNorm() || threads <= 0 || threads % kWarp || ShapedType::isDynamic(k) ||
+      k > kWarp * kVector || k % kVector || !rowsConst || *rowsConst < 1)
     return false;
   const int64_t c = k / kVector, lr = static_cast<int64_t>(llvm::PowerOf2Ceil(c)), R = *rowsConst;
   const int64_t n = llvm::divideCeil(R * lr, threads);
@@ -947,13 +1123,14 @@ bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
 /// `registerPrefetch`, the first group's loads sit before the task's first
 /// wait (weightPrefetchPoint). The rows start at warp `warpShift` (mod the
 /// warps), so independent linear ops of one tile spread over the warps.
-/// Returns false (nothing changed) when K does not fit, or for a gated op.
+/// Returns false (nothing changed) when K does not fit, or for a gated op
+/// or one with `norm`.
 bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
                           int64_t tokenGroup, int64_t warpShift) {
   MemRefType wType = op.getW().getType();
   int64_t kStatic = wType.getDimSize(1);
   constexpr int64_t step = kWarp * kVector; // elements one warp covers per load
-  if (ShapedType::isDynamic(kStatic) || kStatic % step != 0 || op.getGated())
+  if (ShapedType::isDynamic(kStatic) || kStatic % step != 0 || op.getGated() || op.getNorm())
     return false;
   int64_t u = std::max<int64_t>(1, unroll);
   while (kStatic % (step * u) != 0)
@@ -3466,13 +3643,14 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
   // Lane sums of `rows` (each over every mem) from column `from` on, q
   // chunks, for the tokens `toks`: stream-major (row, mem), then token.
-  // With `first`, the first trip's weights are those loaded early.
-  auto streamSums = [&](OpBuilder &b, ArrayRef<Value> rows, Value from, ArrayRef<Value> toks,
-                        bool first) -> SmallVector<Value> {
+  // With `first`, the first trip's weights are those loaded early. With
+  // `squares` (norm), then the lane sums of x's squares, one per token.
+  auto streamSums = [&](OpBuilder &b, ArrayRef<Value> rows, Value from, ArrayRef<Value> toks, bool first,
+                        bool squares = false) -> SmallVector<Value> {
     TileBuilder h{b, loc};
     int64_t nt = toks.size();
     Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-    SmallVector<Value> accs(streams * nt, zero);
+    SmallVector<Value> accs((streams + (squares ? 1 : 0)) * nt, zero);
     // One trip: `n` chunks of every stream from column `col`.
     auto trip = [&](OpBuilder &b, Value col, int64_t n, ValueRange in, ArrayRef<Value> loaded) {
       TileBuilder h{b, loc};
@@ -3487,9 +3665,12 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
       SmallVector<Value> next(in.begin(), in.end());
       for (int64_t j = 0; j < n; ++j)
         for (int64_t t = 0; t < nt; ++t) {
-          Value xv = ext(b, loadRaw(b, op.getX(), toks[t], cols[j]));
+          Value raw;
+          Value xv = loadX(b, loc, op, toks[t], cols[j], &raw);
           for (int64_t s = 0; s < streams; ++s)
             next[s * nt + t] = vector::FMAOp::create(b, loc, ext(b, ws[j * streams + s]), xv, next[s * nt + t]);
+          if (squares)
+            next[streams * nt + t] = vector::FMAOp::create(b, loc, raw, raw, next[streams * nt + t]);
         }
       return next;
     };
@@ -3534,20 +3715,30 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
                        });
   };
 
+  // With `norm`: the inverse RMS of every token. The warps of a whole K
+  // (G = 1) load all of x for each group of rows, and take its squares
+  // with the sums (no pass of their own); split K first takes them in a
+  // pass of each warp's own (normPrepass).
   if (G == 1) {
     // A group of P rows: `rows` to read (in range), `outs` to store where
     // `valid`.
     auto group = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> outs, ArrayRef<Value> valid,
                      bool first) {
       forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value) {
-        SmallVector<Value> accs = streamSums(b, rows, col0, toks, first);
+        bool squares = static_cast<bool>(op.getNorm());
+        SmallVector<Value> accs = streamSums(b, rows, col0, toks, first, squares);
         int64_t nt = toks.size();
+        SmallVector<Value> scale(nt);
+        for (int64_t t = 0; squares && t < nt; ++t)
+          scale[t] = inverseRMS(b, loc, rowTotal(b, loc, accs[streams * nt + t]),
+                                TileBuilder{b, loc}.idx(op.getW().getType().getDimSize(1)),
+                                op.getEps()->convertToFloat());
         for (int64_t p = 0; p < P; ++p)
           for (int64_t t = 0; t < nt; ++t) {
             Value sum = rowTotal(b, loc, accs[(p * nm) * nt + t]);
             Value up = nm == 2 ? rowTotal(b, loc, accs[(p * nm + 1) * nt + t]) : Value();
             Value store = p == 0 ? isLane0 : arith::AndIOp::create(b, loc, isLane0, valid[p]).getResult();
-            storeRow(b, loc, op, sum, store, toks[t], outs[p], up);
+            storeRow(b, loc, op, sum, store, toks[t], outs[p], up, scale[t]);
           }
       });
     };
@@ -3581,6 +3772,9 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   // G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
   // go to shared memory [parity][part][mem][row][token] (the parity of a
   // runtime token alternates, so one barrier per token suffices).
+  NormScales scales = normScales(b, loc, op, lc.warp);
+  if (scales)
+    normPrepass(b, loc, op, scales, lc.lane);
   Value partials = workgroupBuffer(task, loc, {2 * G * nm * R * mCount}, b.getF32Type());
   auto slot = [&](OpBuilder &b, Value parity, Value p, int64_t m, Value r, int64_t t) -> Value {
     TileBuilder h{b, loc};
@@ -3632,7 +3826,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
         totals.push_back(sum);
       }
       storeRow(b, loc, op, totals[0], arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1), tok, out,
-               nm == 2 ? totals[1] : Value());
+               nm == 2 ? totals[1] : Value(), scales.get(b, loc, tok));
     });
   });
   op.erase();
@@ -3829,6 +4023,9 @@ struct LowerTileOpsPass
       for (LinearOp op : linears)
         if (prefetched(op))
           prefetchWeightsL2(op);
+    if (gpu && prefetch != "none")
+      for (LinearOp op : linears)
+        prefetchNormL2(op);
     WeightPrefetch weights = prefetch == "registers" ? WeightPrefetch::Registers
                              : prefetch == "shared"  ? WeightPrefetch::Shared
                                                      : WeightPrefetch::None;

@@ -867,6 +867,70 @@ def test_o_per_head_matches_reference(family, layered, mode, workers, tmp_path):
         session.close()
 
 
+@pytest.mark.parametrize("family,layered", [("llama", True), ("qwen3", True), ("qwen3", False)])
+def test_norm_in_linear_matches_reference(family, layered, tmp_path):
+    """norm_in_linear: the qkv, mlp and LM head tiles read h through their
+    norms (`et.linear ... norm`, no scratch): the reference that does not
+    round the normalized rows to bf16 within f32 summation order, at batch
+    2 and 1; no `et.rmsnorm` is left in the kernel, and model.json says so."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=21)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                               layered=layered, norm_in_linear=True, cache_dir=tmp_path)
+    info = json.loads((path / "model.json").read_text())
+    assert info["norm_in_linear"] is True and info["norm_scratch"] == "global"
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32, norm_in_linear=True)
+    rounded = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
+    far = 0.0
+    for tokens, positions in [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2]), ([7, 8], [3, 2])]:
+        session.step(tokens, positions)
+        want = ref.step(tokens, positions)
+        assert _rel(session.last_logits(), want) < 2e-3, positions
+        far = max(far, _rel(session.last_logits(), rounded.step(tokens, positions)))
+    # The bf16-rounding reference is measurably farther off.
+    assert far > 2e-3
+    session.close()
+
+
+def test_norm_options_are_checked(tmp_path):
+    config = model.tiny_config("llama")
+    for bad, msg in ((dict(norm_in_linear=True, linear_tile="mma"), "norm_in_linear needs fuse_norms"),
+                     (dict(norm_in_linear=True, fuse_norms=False), "norm_in_linear needs fuse_norms"),
+                     (dict(norm_in_linear=1), "norm_in_linear must be a bool"),
+                     (dict(norm_scratch="l1"), "norm_scratch must be 'global' or 'shared', got 'l1'"),
+                     (dict(norm_scratch="shared", fuse_norms=False), "norm_scratch='shared' needs fuse_norms")):
+        with pytest.raises(ValueError, match=msg):
+            model.compile_model(config, target="cpu", max_batch=1, max_context=16, cache_dir=tmp_path, **bad)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_norm_scratch_in_shared_memory_keeps_the_bits(family, tmp_path):
+    """norm_scratch="shared" (the default of max_batch 1 kernels of
+    et.linear tiles) normalizes into each tile's own workgroup memory: the
+    same logits bit for bit as the global scratch, step after step."""
+    config = model.tiny_config(family)
+    weights = model.random_weights(config, seed=5)
+    sessions = {}
+    for where in ("shared", "global"):
+        path = model.compile_model(config, target="cpu", max_batch=1, max_context=32, workers=3, split_len=8,
+                                   norm_scratch=where, cache_dir=tmp_path)
+        assert json.loads((path / "model.json").read_text())["norm_scratch"] == where
+        sessions[where] = model.DecodeSession(path, weights)
+    default = model.compile_model(config, target="cpu", max_batch=1, max_context=32, workers=3, split_len=8,
+                                  cache_dir=tmp_path)
+    assert json.loads((default / "model.json").read_text())["norm_scratch"] == "shared"
+    batched = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
+                                  cache_dir=tmp_path)
+    assert json.loads((batched / "model.json").read_text())["norm_scratch"] == "global"
+    for t in range(6):
+        for s in sessions.values():
+            s.step([3 + 5 * t], [t])
+        assert np.array_equal(sessions["shared"].last_logits(), sessions["global"].last_logits()), t
+    for s in sessions.values():
+        s.close()
+
+
 def test_o_per_head_default(tmp_path):
     """By default cuda kernels split `o` over the query heads (no `merge`
     task; the PTX adds into h with f32 atomics), at any max_batch; the host's

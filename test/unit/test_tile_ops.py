@@ -176,6 +176,80 @@ def test_split_k_atomic_linear_matches_float64(tmp_path):
             assert _rel_err(inputs[name], ref) < 1e-5, (m, name)
 
 
+# et.linear ... norm: the f32 residual stream read through an RMSNorm.
+# @rows: 64 tiles of 32 rows of 2048 (K = 1024; spread: 12 warps of 384
+# threads take 2-3 rows each, the first row's loads giving the squares);
+# @few: 512 tiles of 2 rows of 1024 (spread: K split over the warps, the
+# squares in a pass of their own); @gated: 16 tiles of 32 gate and up rows
+# into a bf16 activation; @one: a static single-token view (M = 1).
+NORM_LINEAR = """
+et.kernel @norm_linear(%h: memref<?x1024xf32>, %g: memref<1024xbf16>, %w: memref<2048x1024xbf16>,
+                       %y: memref<?x2048xf32>, %w2: memref<1024x1024xbf16>, %y2: memref<?x1024xf32>,
+                       %wg: memref<512x1024xbf16>, %wu: memref<512x1024xbf16>, %a: memref<?x512xbf16>,
+                       %y1: memref<1x1024xf32>) {
+  %c2 = arith.constant 2 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c512 = arith.constant 512 : index
+  et.task @rows tiles(%t) in (%c64) {
+    %r0 = arith.muli %t, %c32 : index
+    et.linear %h, %w, %y rows(%r0, %c32) norm(%g : memref<1024xbf16>) eps(1.0e-06)
+        : memref<?x1024xf32>, memref<2048x1024xbf16>, memref<?x2048xf32>
+  }
+  et.task @few tiles(%t) in (%c512) {
+    %r0 = arith.muli %t, %c2 : index
+    et.linear %h, %w2, %y2 rows(%r0, %c2) norm(%g : memref<1024xbf16>) eps(1.0e-06)
+        : memref<?x1024xf32>, memref<1024x1024xbf16>, memref<?x1024xf32>
+  }
+  et.task @gated tiles(%t) in (%c16) {
+    %r0 = arith.muli %t, %c32 : index
+    et.linear %h, %wg, %a rows(%r0, %c32) gated(%wu) norm(%g : memref<1024xbf16>) eps(1.0e-06)
+        : memref<?x1024xf32>, memref<512x1024xbf16>, memref<?x512xbf16>, memref<512x1024xbf16>
+  }
+  et.task @one tiles(%t) in (%c32) {
+    %r0 = arith.muli %t, %c32 : index
+    %h1 = memref.subview %h[0, 0] [1, 1024] [1, 1] : memref<?x1024xf32> to memref<1x1024xf32, strided<[1024, 1]>>
+    et.linear %h1, %w2, %y1 rows(%r0, %c32) norm(%g : memref<1024xbf16>) eps(1.0e-06)
+        : memref<1x1024xf32, strided<[1024, 1]>>, memref<1024x1024xbf16>, memref<1x1024xf32>
+  }
+}
+"""
+
+
+def norm_linear_case(rng, m):
+    """Inputs of NORM_LINEAR for M = m (bf16 as ml_dtypes) and the float64
+    results (@one's for the first token)."""
+    h = (rng.standard_normal((m, 1024)) * 3).astype(np.float32)
+    g = (1 + rng.standard_normal(1024) / 4).astype(BF16)
+    w = (rng.standard_normal((2048, 1024)) / 32).astype(BF16)
+    w2 = (rng.standard_normal((1024, 1024)) / 32).astype(BF16)
+    wg = (rng.standard_normal((512, 1024)) / 32).astype(BF16)
+    wu = (rng.standard_normal((512, 1024)) / 32).astype(BF16)
+    f = lambda a: a.astype(np.float64)
+    xn = f(h) / np.sqrt(np.mean(f(h) ** 2, axis=1, keepdims=True) + 1e-6) * f(g)
+    gate, up = xn @ f(wg).T, xn @ f(wu).T
+    refs = {"y": xn @ f(w).T, "y2": xn @ f(w2).T, "a": gate / (1 + np.exp(-gate)) * up, "y1": xn[:1] @ f(w2).T}
+    inputs = dict(h=h, g=g, w=w, y=np.zeros((m, 2048), np.float32), w2=w2, y2=np.zeros((m, 1024), np.float32),
+                  wg=wg, wu=wu, a=np.zeros((m, 512), BF16), y1=np.zeros((1, 1024), np.float32))
+    return inputs, refs
+
+
+def test_norm_linear_matches_float64(tmp_path):
+    """`norm`: each token's inverse RMS scales its finished sums (both of a
+    gated row before the activation), at M = 1 and 3 and for a static
+    single-token view; the bf16 activation within its rounding."""
+    art = et.compile(NORM_LINEAR, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    launch = art.launcher()
+    rng = np.random.default_rng(5)
+    for m in (1, 3):
+        inputs, refs = norm_linear_case(rng, m)
+        launch(*inputs.values())
+        for name, ref in refs.items():
+            tol = 8e-3 if name == "a" else 1e-5
+            assert _rel_err(inputs[name].astype(np.float64), ref) < tol, (m, name)
+
+
 def test_linear_verifier_errors(tmp_path):
     from event_tensor import compiler
 

@@ -180,7 +180,8 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "whose loads go out together: 1, 2, 4, 8 or 16 (gpu)">,
     Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
            "Weight loads of et.linear moved above the task's first wait: "
-           "none, registers, l2 or shared (gpu)">,
+           "none, registers, l2 or shared (gpu); any but none also "
+           "prefetches the norm weights of `et.linear ... norm` into L2 there">,
     ListOption<"prefetchTasks", "prefetch-tasks", "std::string",
                "Tasks whose et.linear weights `prefetch` moves (all when empty)">,
     Option<"kvPrefetch", "kv-prefetch", "std::string", /*default=*/"\"none\"",

@@ -604,6 +604,23 @@ LogicalResult LinearOp::verify() {
     if (getAccumulate())
       return emitOpError("cannot both accumulate and be gated");
   }
+  Type xElt = x.getElementType();
+  if (Value g = getNorm()) {
+    if (!getEps())
+      return emitOpError("with norm needs eps");
+    if (getEps()->convertToFloat() < 0.0f)
+      return emitOpError("eps must be non-negative, got ") << getEps()->convertToFloat();
+    if (!xElt.isF32())
+      return emitOpError("with norm reads the f32 residual stream: x must be f32, got ") << x;
+    int64_t n = cast<MemRefType>(g.getType()).getDimSize(0);
+    if (!sameDim(n, x.getDimSize(1)))
+      return emitOpError("norm weights must have K = ") << x.getDimSize(1) << " elements, got " << n;
+  } else {
+    if (getEps())
+      return emitOpError("eps without norm");
+    if (!xElt.isBF16())
+      return emitOpError("needs a bf16 x (an f32 x only with norm), got ") << x;
+  }
   return success();
 }
 

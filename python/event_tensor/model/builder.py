@@ -312,7 +312,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
                         l2_prefetch: float = 0.0, rope_in_attention: bool = False,
                         qk_heads: int | None = None, gated_mlp: bool = True, warps: int | None = None,
-                        qkv_by_matrix: bool | None = None, o_per_head: bool = False) -> Module:
+                        qkv_by_matrix: bool | None = None, o_per_head: bool = False,
+                        norm_in_linear: bool = False, norm_scratch: str = "global") -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -402,6 +403,18 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     One dependent phase (and its wait) fewer per layer. Not with tensor
     parallelism or `linear_tile="mma"`.
 
+    `norm_in_linear` (with `fuse_norms`, `et.linear` tiles only) folds the
+    fused norms into the linear ops that read them (`et.linear ... norm`):
+    a tile reads the f32 residual stream h itself and scales its finished
+    sums by each row's inverse RMS, so there is no scratch `xs` round trip,
+    no norm pass and no barrier ahead of its rows, and the normalized
+    activations are not rounded to bf16 on the way.
+
+    `norm_scratch="shared"` (`et.linear` tiles with fused norms) puts a
+    tile's normalized rows in its own shared memory ([max_batch, H] bf16)
+    instead of its rows of the global scratch `xs`: the tile's linear op
+    reads them from there, not from L2 (same values).
+
     `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
     each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
     its group's query heads, and this step's key, into its shared memory,
@@ -438,6 +451,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
+    if not isinstance(norm_in_linear, bool):
+        raise ValueError(f"norm_in_linear must be a bool, got {norm_in_linear!r}")
+    if norm_in_linear and (linear_tile != "rows" or not fuse_norms):
+        raise ValueError("norm_in_linear needs fuse_norms and linear_tile 'rows'")
+    if norm_scratch not in ("global", "shared"):
+        raise ValueError(f"norm_scratch must be 'global' or 'shared', got {norm_scratch!r}")
+    if norm_scratch == "shared" and (linear_tile != "rows" or not fuse_norms):
+        raise ValueError("norm_scratch='shared' needs fuse_norms and linear_tile 'rows'")
     if rope_in_attention and layout.max_batch != 1:
         raise ValueError(f"rope_in_attention needs a max_batch 1 kernel, got max_batch {layout.max_batch}")
     mma = linear_tile == "mma"
@@ -458,7 +479,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
     xs_rows = norm_scratch_rows(config, lay.workers, tp=tp, linear_tile=linear_tile,
-                                rows_for=rows_for) if fuse_norms else 1
+                                rows_for=rows_for) if fuse_norms and not norm_in_linear and norm_scratch == "global" else 1
     # qkv tiles by matrix: the rows per tile of q, k and v together.
     qkv_total = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     qkv_rows = rows_for(qkv_total, c.hidden_size)
@@ -470,7 +491,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         if not divides:
             raise ValueError(f"qkv_by_matrix needs rows per tile ({qkv_rows}) that divide the "
                              f"{c.num_heads * c.head_dim} q and {c.num_kv_heads * c.head_dim} k and v rows")
-        if fuse_norms:
+        if fuse_norms and not norm_in_linear and norm_scratch == "global":
             xs_rows = max(xs_rows, qkv_total // qkv_rows)
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
@@ -661,12 +682,26 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         def normalized(norm_w, t):
             """Tile t's rows of the scratch [batch, H], holding
             rmsnorm(h) * norm_w (fuse_norms)."""
+            if norm_scratch == "shared":
+                buf = memref.AllocaOp(shared([B, H], bf16), [], []).result
+                xs_t = memref.SubViewOp(shared([DYN, H], bf16, [H, 1], 0), buf, [], [batch], [],
+                                        static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
+                et.rmsnorm(A["h"], norm_w, xs_t, eps)
+                return xs_t
             xs_t = memref.SubViewOp(
                 MemRefType.get([DYN, H], bf16, StridedLayoutAttr.get(DYN, [H, 1]), loc=Location.unknown()),
                 A["xs"], [t], [batch], [], static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, H],
                 static_strides=[1, 1, 1]).result
             et.rmsnorm(A["h"], norm_w, xs_t, eps)
             return xs_t
+
+        def norm_input(norm_w, t):
+            """What a linear tile reading rmsnorm(h) * norm_w takes: (x,
+            et.linear keywords): h and its norm (`norm_in_linear`), or
+            tile t's rows of the scratch, normalized."""
+            if norm_in_linear:
+                return _rows(A["h"]), dict(norm=norm_w, eps=eps)
+            return normalized(norm_w, t), {}
 
         # Task bodies, given the layer (an int, or an index Value for a
         # layered task) and the tile coordinates. The residual stream h
@@ -683,7 +718,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             rows = rows or (mma_block(n, lay.workers) if mma else rows_for(n, k))
             w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
 
-            def body(l, t, x_in=None):
+            def body(l, t, x_in=None, norm=None):
                 r0 = arith.MulIOp(t, const(rows)).result
                 out = collapse(y3, n) if y3 is not None else y
                 xv = x_in if x_in is not None else (x() if callable(x) else x)
@@ -691,7 +726,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([16, rows, mma_k_block(k)]),
                               stages=MMA_STAGES, accumulate=True if accumulate else None)
                 else:
-                    et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate)
+                    et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate, **(norm or {}))
             return body, -(-n // rows), rows * k * 2, 2 * rows * k
 
         def _rows(buf):
@@ -972,7 +1007,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 # tile picks (arith.select), so that it stays at the task's
                 # top level: its first weight loads can go out ahead of the
                 # tile's norm.
-                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t) if fuse_norms else (None, {})
                 first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
                 is_q = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result
                 is_k = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_v)).result
@@ -988,7 +1023,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                            for name, n in (("q", Hq * D), ("k", Hkv * D), ("v", Hkv * D))))
                 tile = pick(t, arith.SubIOp(t, const(first_k)).result, arith.SubIOp(t, const(first_v)).result)
                 et.linear(x if x is not None else A["xn"], w, y, arith.MulIOp(tile, const(qkv_rows)).result,
-                          const(qkv_rows))
+                          const(qkv_rows), **norm)
 
             def qkv_body(l, t):
                 if not mma:
@@ -1017,10 +1052,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
 
             def qkv_body(l, t):
-                x = normalized(vec_view(A["ln1"], l, H), t) if fuse_norms else None
-                q_lin[0](l, t, x)
-                k_lin[0](l, t, x)
-                v_lin[0](l, t, x)
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t) if fuse_norms else (None, {})
+                q_lin[0](l, t, x, norm)
+                k_lin[0](l, t, x, norm)
+                v_lin[0](l, t, x, norm)
         o_lin = linear_body("wo", H, Hq * D, lambda: collapse(A["attn"], Hq * D),
                             _rows(A["part_o"]) if tp > 1 else A["h"], accumulate=tp == 1)
 
@@ -1033,16 +1068,16 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         mlp_rows = mma_block(I, lay.workers) if mma else rows_for(I, H)
 
         def mlp_body(l, t):
-            x = normalized(vec_view(A["ln2"], l, H), t) if fuse_norms else None
+            x, norm = norm_input(vec_view(A["ln2"], l, H), t) if fuse_norms else (None, {})
             if gated_mlp and not mma:
                 # One pass: a warp's gate row, its up row, then its act
                 # element (no g and u round trip, no barrier).
                 et.linear(x if x is not None else A["xn"], layer_view(A["wg"], l, I, H), A["act"],
                           arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows),
-                          gated=layer_view(A["wu"], l, I, H))
+                          gated=layer_view(A["wu"], l, I, H), **norm)
                 return
-            gate_lin[0](l, t, x)
-            up_lin[0](l, t, x)
+            gate_lin[0](l, t, x, norm)
+            up_lin[0](l, t, x, norm)
             et.silu_mul(A["g"], A["u"], A["act"], arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows))
         # KV heads per qk tile: by default the fewest that still leave no
         # qk tile on a worker that runs a qkv tile (on the H100, a qk tile
@@ -1145,7 +1180,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             def lm_head_body(t):
                 if layered:
                     et.wait(events[layer_done], [const(L - 1)])
-                lm_body(None, t, normalized(A["final_norm"], t))
+                lm_body(None, t, *norm_input(A["final_norm"], t))
             task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
                  flops=lm_flops)
         else:

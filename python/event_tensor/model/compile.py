@@ -93,7 +93,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
                   rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
-                  qkv_by_matrix: bool | None = None, o_per_head: bool | None = None, **options) -> Path:
+                  qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
+                  norm_in_linear: bool = False, norm_scratch: str | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -160,6 +161,19 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     keep their bits from run to run). Pass False for a GPU kernel whose
     logits repeat bit for bit.
 
+    `norm_in_linear=True` folds the fused norms into the `et.linear` ops
+    that read them (`et.linear ... norm`: no scratch, no norm pass or
+    barrier ahead of a tile's rows, and the normalized activations not
+    rounded to bf16; `build_decode_kernel`). Off by default: on the H200 it
+    measured no faster for Qwen3-0.6B and 15% slower for Llama-3.2-1B
+    (every warp reads the f32 residual stream and the norm weights for each
+    of its rows; docs/benchmarks.md, "The norm at the head of a linear
+    tile"), though its logits are closer to transformers'.
+    `norm_scratch` ("global" or "shared") is where the fused norms' tiles
+    keep their normalized rows; None (the default) picks "shared" for
+    `max_batch` 1 kernels of `et.linear` tiles (measured 1-3% faster there,
+    same values) and "global" otherwise.
+
     `linear_tile="mma"` computes the decode step's linear layers with
     tensor-core `et.matmul` tiles (BM = 16) instead of `et.linear`
     (`build_decode_kernel`); model.json records it. `linear_tile="auto"`
@@ -198,11 +212,14 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
                                        l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
                                        gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                       **options)
+                                       norm_in_linear=norm_in_linear, norm_scratch=norm_scratch, **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if o_per_head is None:
         o_per_head = target == "cuda" and tp == 1 and linear_tile == "rows"
+    if norm_scratch is None:
+        norm_scratch = ("shared" if max_batch == 1 and linear_tile == "rows" and fuse_norms and not norm_in_linear
+                        else "global")
     if target == "cuda":
         options.setdefault("threads_per_worker", model_threads(config, max_batch))
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
@@ -238,7 +255,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
                                      rope_in_attention=rope_in_attention, qk_heads=qk_heads,
                                      gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                     warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
+                                     norm_in_linear=norm_in_linear, norm_scratch=norm_scratch, warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
@@ -246,7 +263,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
             "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
-            "o_per_head": o_per_head,
+            "o_per_head": o_per_head, "norm_in_linear": norm_in_linear, "norm_scratch": norm_scratch,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}

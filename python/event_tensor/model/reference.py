@@ -2,7 +2,11 @@
 checks in CI. With `bf16_activations=True` it rounds where the megakernel
 rounds (linear-layer inputs and the KV cache are bf16), so the two agree
 to float32 accumulation-order error; without it, activations stay
-float32 throughout. No MLIR here."""
+float32 throughout. `norm_in_linear=True` matches kernels whose linear
+tiles read the residual stream through their norm (`compile_model(...,
+norm_in_linear=True)`: `et.linear ... norm`): the normalized inputs of
+q/k/v, the MLP and the LM head are not rounded to bf16 there. No MLIR
+here."""
 
 from __future__ import annotations
 
@@ -49,12 +53,13 @@ class ReferenceModel:
     decode step for a batch and returns the logits (batch x vocab)."""
 
     def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], *, max_batch: int, max_context: int,
-                 bf16_activations: bool = True):
+                 bf16_activations: bool = True, norm_in_linear: bool = False):
         self.config = config
         self.w = {k: np.asarray(v).astype(np.float32) for k, v in pack(config, weights).items()}
         c = config
         self.max_batch, self.max_context = max_batch, max_context
         self.round = _bf16 if bf16_activations else (lambda x: x.astype(np.float32))
+        self.norm_in_linear = norm_in_linear  # read by each step
         shape = (c.num_layers, max_batch, max_context, c.num_kv_heads, c.head_dim)
         self.k_cache = np.zeros(shape, np.float32)
         self.v_cache = np.zeros(shape, np.float32)
@@ -65,6 +70,7 @@ class ReferenceModel:
         default to 0..n-1). All rows' keys and values are appended before any
         row attends."""
         c, w, r = self.config, self.w, self.round
+        rn = (lambda x: x.astype(np.float32)) if self.norm_in_linear else r
         tokens = np.asarray(tokens, np.int64)
         positions = np.asarray(positions, np.int64)
         b_count = len(tokens)
@@ -72,7 +78,7 @@ class ReferenceModel:
         hq, hkv, d, g = c.num_heads, c.num_kv_heads, c.head_dim, c.group_size
         h = w["embed"][tokens].copy()
         for layer in range(c.num_layers):
-            x = r(_rmsnorm(h, w["ln1"][layer], c.rms_norm_eps))
+            x = rn(_rmsnorm(h, w["ln1"][layer], c.rms_norm_eps))
             q = (x @ w["wq"][layer].T).reshape(b_count, hq, d)
             k = (x @ w["wk"][layer].T).reshape(b_count, hkv, d)
             v = (x @ w["wv"][layer].T).reshape(b_count, hkv, d)
@@ -96,9 +102,9 @@ class ReferenceModel:
                     e = np.exp(sc - sc.max())
                     attn[b, head] = e @ vals[:, head // g] / e.sum()
             h = h + r(attn).reshape(b_count, hq * d) @ w["wo"][layer].T
-            x = r(_rmsnorm(h, w["ln2"][layer], c.rms_norm_eps))
+            x = rn(_rmsnorm(h, w["ln2"][layer], c.rms_norm_eps))
             gate, up = x @ w["wg"][layer].T, x @ w["wu"][layer].T
             act = r(gate / (1 + np.exp(-gate)) * up)
             h = h + act @ w["wd"][layer].T
-        x = r(_rmsnorm(h, w["final_norm"], c.rms_norm_eps))
+        x = rn(_rmsnorm(h, w["final_norm"], c.rms_norm_eps))
         return x @ w["lm_head"].T

@@ -347,6 +347,66 @@ et.kernel @linear_atomic_alone(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: m
 
 // -----
 
+et.kernel @linear_norm_no_eps(%h: memref<1x8xf32>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>, %g: memref<8xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{with norm needs eps}}
+    et.linear %h, %w, %y rows(%i, %c1) norm(%g : memref<8xbf16>) : memref<1x8xf32>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_norm_negative_eps(%h: memref<1x8xf32>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>, %g: memref<8xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{eps must be non-negative, got -1.000000e+00}}
+    et.linear %h, %w, %y rows(%i, %c1) norm(%g : memref<8xbf16>) eps(-1.0) : memref<1x8xf32>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_norm_bf16_x(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>, %g: memref<8xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{with norm reads the f32 residual stream: x must be f32, got 'memref<1x8xbf16>'}}
+    et.linear %x, %w, %y rows(%i, %c1) norm(%g : memref<8xbf16>) eps(1.0e-05) : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_norm_size(%h: memref<1x8xf32>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>, %g: memref<16xbf16>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{norm weights must have K = 8 elements, got 16}}
+    et.linear %h, %w, %y rows(%i, %c1) norm(%g : memref<16xbf16>) eps(1.0e-05) : memref<1x8xf32>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_eps_alone(%x: memref<1x8xbf16>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{eps without norm}}
+    et.linear %x, %w, %y rows(%i, %c1) eps(1.0e-05) : memref<1x8xbf16>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
+et.kernel @linear_f32_x(%h: memref<1x8xf32>, %w: memref<4x8xbf16>, %y: memref<1x4xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{needs a bf16 x (an f32 x only with norm), got 'memref<1x8xf32>'}}
+    et.linear %h, %w, %y rows(%i, %c1) : memref<1x8xf32>, memref<4x8xbf16>, memref<1x4xf32>
+  }
+}
+
+// -----
+
 et.kernel @linear_f32_weights(%x: memref<1x8xbf16>, %w: memref<4x8xf32>, %y: memref<1x4xf32>) {
   %c1 = arith.constant 1 : index
   et.task @t tiles(%i) in (%c1) {

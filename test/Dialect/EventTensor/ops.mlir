@@ -163,6 +163,19 @@ et.kernel @linear(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memre
   }
 }
 
+// CHECK-LABEL: et.kernel @linear_norm
+et.kernel @linear_norm(%h: memref<?x2048xf32>, %g: memref<2048xbf16>, %w: memref<8192x2048xbf16>, %y: memref<?x8192xbf16>) {
+  %c16 = arith.constant 16 : index
+  %c512 = arith.constant 512 : index
+  et.task @rows tiles(%t) in (%c512) {
+    %r0 = arith.muli %t, %c16 : index
+    // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) norm(%{{.*}} : memref<2048xbf16>) eps(9.99999974E-6) : memref<?x2048xf32>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    et.linear %h, %w, %y rows(%r0, %c16) norm(%g : memref<2048xbf16>) eps(1.0e-05) : memref<?x2048xf32>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    // CHECK: et.linear %{{.*}}, %{{.*}}, %{{.*}} rows(%{{.*}}, %{{.*}}) gated(%{{.*}}) norm(%{{.*}} : memref<2048xbf16>) eps(9.99999974E-6) : memref<?x2048xf32>, memref<8192x2048xbf16>, memref<?x8192xbf16>, memref<8192x2048xbf16>
+    et.linear %h, %w, %y rows(%r0, %c16) gated(%w) norm(%g : memref<2048xbf16>) eps(1.0e-05) : memref<?x2048xf32>, memref<8192x2048xbf16>, memref<?x8192xbf16>, memref<8192x2048xbf16>
+  }
+}
+
 // CHECK-LABEL: et.kernel @matmul
 et.kernel @matmul(%x: memref<?x2048xbf16>, %w: memref<8192x2048xbf16>, %y: memref<?x8192xbf16>, %h: memref<?x8192xf32>, %rows: index) {
   %c64 = arith.constant 64 : index

@@ -278,6 +278,36 @@ def run_split_k(root: Path) -> bool:
     return ok
 
 
+def run_norm_linear(root: Path) -> bool:
+    """et.linear ... norm (test_tile_ops.NORM_LINEAR) in the spread and
+    one-row-per-warp layouts at M = 1 and 3, against float64 (the bf16
+    activation of the gated rows within its rounding)."""
+    ok = True
+    for layout in ("spread", "rows"):
+        case_dir = root.parent / "tiles" / f"norm-linear-{layout}"
+        if not case_dir.exists():
+            continue
+        c = np.load(case_dir / "case.npz")
+        launch = runtime.load(case_dir).launcher()
+        errs = {}
+        for m in (1, 3):
+            t = {}
+            for n in ("h", "g", "w", "y", "w2", "y2", "wg", "wu", "a", "y1"):
+                arr = c[n] if n in ("g", "w", "w2", "wg", "wu", "y1") else c[n][:m]
+                a = torch.from_numpy(arr.copy())
+                t[n] = (a.view(torch.bfloat16) if arr.dtype == np.uint16 else a).cuda()
+            launch(*t.values())
+            for n in ("y", "y2", "a", "y1"):
+                ref = c[f"ref_{n}"] if n == "y1" else c[f"ref_{n}"][:m]
+                got = t[n].float().cpu().double().numpy()
+                errs[f"{n} M={m}"] = e = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+                ok = ok and e < (8e-3 if n == "a" else 1e-5)
+        launch.close()
+        print(f"norm-linear ({layout}) vs float64: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+              + ("" if ok else "  FAIL"))
+    return ok
+
+
 def main(root: Path, out: Path | None = None) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -337,6 +367,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("linear spread")
     if not run_split_k(root):
         failures.append("split-K linear")
+    if not run_norm_linear(root):
+        failures.append("norm linear")
     return 1 if failures else 0
 
 

@@ -452,7 +452,7 @@ def ET_NumThreadsOp : ET_PureOp<"num_threads"> {
 // Tile compute
 //===----------------------------------------------------------------------===//
 
-def ET_LinearOp : ET_Op<"linear", [
+def ET_LinearOp : ET_Op<"linear", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "a linear-layer tile: rows of y = x * w^T for a few tokens";
   let description = [{
@@ -483,7 +483,23 @@ def ET_LinearOp : ET_Op<"linear", [
 
     with `et.silu_mul`'s SiLU, so the result has the bits of two linear
     layers into f32 and `et.silu_mul` after them, without their round trip
-    through memory. The op runs on all threads of the worker, which
+    through memory.
+
+    With `norm(%g) eps(e)` (`g` a K-element bf16 vector), x is the f32
+    residual stream and the op reads it through an RMSNorm with weights
+    `g`, folded into the sums: the inverse RMS of a token is one scalar,
+    so it multiplies the finished sums instead of every element of x:
+
+    ```
+    r[m] = 1 / sqrt(sum_k x[m, k]^2 / K + eps)
+    y[m, n] = r[m] * sum_k (x[m, k] * float32(g[k])) * float32(w[n, k])
+    ```
+
+    (both sums of a gated op are scaled by `r[m]` before the activation).
+    The normalized x is never rounded to bf16 nor written to memory: the
+    tile reads x once for its sums and for its squares, with no pass of
+    its own and no barrier (`et.rmsnorm` into a buffer, then `et.linear`,
+    gives the same values up to that rounding). The op runs on all threads of the worker, which
     split the rows and the reduction between them; it sits in an `et.task`
     body, typically with one task tile per block of rows.
 
@@ -515,16 +531,21 @@ def ET_LinearOp : ET_Op<"linear", [
     // the gated MLP's activation: silu(x wg^T) * (x wu^T)
     et.linear %x, %wg, %act rows(%row0, %c16) gated(%wu)
         : memref<1x2048xbf16>, memref<8192x2048xbf16>, memref<1x8192xbf16>, memref<8192x2048xbf16>
+    // q, k and v rows from the normalized residual stream h
+    et.linear %h, %wqkv, %qkv rows(%row0, %c32) norm(%ln1 : memref<1024xbf16>) eps(1.0e-06)
+        : memref<1x1024xf32>, memref<4096x1024xbf16>, memref<1x4096xf32>
     ```
   }];
-  let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$w,
                        Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead, MemWrite]>:$y,
                        Index:$row0, Index:$rows, UnitAttr:$accumulate, UnitAttr:$atomic,
-                       Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$gated);
+                       Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$gated,
+                       Arg<Optional<MemRefRankOf<[BF16], [1]>>, "", [MemRead]>:$norm,
+                       OptionalAttr<F32Attr>:$eps);
   let assemblyFormat = [{
     $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)? (`atomic` $atomic^)?
-    (`gated` `(` $gated^ `)`)? attr-dict `:`
+    (`gated` `(` $gated^ `)`)? (`norm` `(` $norm^ `:` type($norm) `)`)? (`eps` `(` $eps^ `)`)? attr-dict `:`
     type($x) `,` type($w) `,` type($y) (`,` type($gated)^)?
   }];
   let hasVerifier = 1;
