@@ -45,7 +45,7 @@ def check(path: Path, steps: int, seed: int) -> dict:
     # Rounding where the kernel rounds (not the normalized rows of a kernel
     # whose linear tiles read h through their norms).
     rounded_ref = ReferenceModel(config, host_weights, max_batch=1, max_context=steps,
-                                 norm_in_linear=bool(info.get("norm_in_linear", False)))
+                                 norm_in_linear=info.get("norm_in_linear") or False)
     del host_weights
     ref = hf_model(config, weights)
     del weights

@@ -183,8 +183,13 @@ void lowerLinearCPU(LinearOp op) {
                  [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
                    Value xf = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk}));
                    if (Value g = op.getNorm())
-                     xf = arith::MulFOp::create(b, loc, xf,
-                                                toF32(b, loc, memref::LoadOp::create(b, loc, g, ValueRange{kk})));
+                     xf = arith::ExtFOp::create(
+                         b, loc, f32,
+                         arith::TruncFOp::create(
+                             b, loc, b.getBF16Type(),
+                             arith::MulFOp::create(b, loc, xf,
+                                                   toF32(b, loc, memref::LoadOp::create(b, loc, g, ValueRange{kk}))))
+                             .getResult());
                    Value wf = toF32(b, loc, memref::LoadOp::create(b, loc, w, ValueRange{row, kk}));
                    Value p = arith::MulFOp::create(b, loc, xf, wf);
                    scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
@@ -534,8 +539,19 @@ void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store
 /// raw chunk: x itself (bf16, widened), or with `norm` the f32 residual
 /// stream times the norm weights (`raw` gets the stream's own values, for
 /// the sum of squares).
-Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw = nullptr) {
+Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw = nullptr,
+            Value staged = {}) {
   VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  VectorType vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+  if (staged) {
+    // x * g staged in shared memory, [token][K] bf16 (stageNorm).
+    Value k = arith::ConstantIndexOp::create(b, loc, op.getW().getType().getDimSize(1));
+    auto x = vector::LoadOp::create(b, loc, vecBF16, staged,
+                                    ValueRange{arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, tok, k),
+                                                                     col)});
+    x.setAlignment(16);
+    return arith::ExtFOp::create(b, loc, vecF32, x.getResult());
+  }
   if (!op.getNorm()) {
     Value x = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
     if (raw)
@@ -549,15 +565,96 @@ Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value
   g.setAlignment(16);
   if (raw)
     *raw = x.getResult();
-  return arith::MulFOp::create(b, loc, x.getResult(), arith::ExtFOp::create(b, loc, vecF32, g.getResult()));
+  // x * g rounded to bf16, as a bf16 activation would be.
+  Value xg = arith::MulFOp::create(b, loc, x.getResult(), arith::ExtFOp::create(b, loc, vecF32, g.getResult()));
+  return arith::ExtFOp::create(b, loc, vecF32, arith::TruncFOp::create(b, loc, vecBF16, xg).getResult());
+}
+
+/// et.linear ... norm on the GPU with a static M and K whose x * g fits
+/// kStagedNormBytes of shared memory: the worker reads x once (not once per
+/// row): its threads stride over x's chunks, store x * g (bf16) into shared
+/// memory and sum the squares, the warps' sums meet after one barrier, and
+/// every thread adds them up into each token's inverse RMS. The op's rows
+/// then read x * g from shared memory. Null `xs` when this does not apply.
+constexpr int64_t kStagedNormBytes = 16 * 1024;
+constexpr int64_t kLinearTokens = 16; // et.linear's bound on M
+constexpr int64_t kMaxWarps = 32;
+
+/// Whether stageNorm applies to `op` at `threads` per worker.
+bool canStageNorm(LinearOp op, int64_t threads) {
+  MemRefType xType = op.getX().getType();
+  int64_t k = op.getW().getType().getDimSize(1);
+  return op.getNorm() && op->getParentOfType<TaskOp>() && threads > 0 && threads % kWarp == 0 &&
+         !xType.isDynamicDim(0) && !ShapedType::isDynamic(k) && k % kVector == 0 &&
+         xType.getDimSize(0) * k * 2 <= kStagedNormBytes;
+}
+struct StagedNorm {
+  Value xs;
+  SmallVector<Value> scale; // per token
+};
+
+StagedNorm stageNorm(OpBuilder &b, Location loc, LinearOp op, int64_t threads) {
+  MemRefType xType = op.getX().getType();
+  int64_t k = op.getW().getType().getDimSize(1);
+  auto task = op->getParentOfType<TaskOp>();
+  if (!canStageNorm(op, threads))
+    return {};
+  const int64_t m = xType.getDimSize(0), w = threads / kWarp;
+  TileBuilder h{b, loc};
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  Value xs = workgroupBuffer(task, loc, {m * k}, b.getBF16Type());
+  Value parts = workgroupBuffer(task, loc, {kMaxWarps * m}, b.getF32Type());
+  Groups g = h.groups(kWarp);
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+  for (int64_t t = 0; t < m; ++t) {
+    Value tok = h.idx(t);
+    auto loop = scf::ForOp::create(
+        b, loc, arith::MulIOp::create(b, loc, g.tid, h.idx(kVector)), h.idx(k),
+        arith::MulIOp::create(b, loc, g.threads, h.idx(kVector)), ValueRange{zero},
+        [&](OpBuilder &b, Location loc, Value col, ValueRange acc) {
+          TileBuilder h{b, loc};
+          Value raw;
+          Value xg = arith::TruncFOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()),
+                                             loadX(b, loc, op, tok, col, &raw));
+          auto store = vector::StoreOp::create(b, loc, xg, xs,
+                                               ValueRange{arith::AddIOp::create(b, loc, h.idx(t * k), col)});
+          store.setAlignment(16);
+          scf::YieldOp::create(b, loc, ValueRange{vector::FMAOp::create(b, loc, raw, raw, acc[0]).getResult()});
+        });
+    Value sum = rowTotal(b, loc, loop.getResult(0));
+    auto ifOp = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    memref::StoreOp::create(b, loc, sum, parts,
+                            ValueRange{arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, g.group, h.idx(m)),
+                                                             h.idx(t))});
+  }
+  gpu::BarrierOp::create(b, loc);
+  StagedNorm out{xs, {}};
+  for (int64_t t = 0; t < m; ++t) {
+    Value sum = h.f32(0);
+    for (int64_t i = 0; i < w; ++i)
+      sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, parts, ValueRange{h.idx(i * m + t)}));
+    out.scale.push_back(inverseRMS(b, loc, sum, h.idx(k), op.getEps()->convertToFloat()));
+  }
+  return out;
+}
+
+/// The staged inverse RMS of token `tok` (a value below M).
+Value stagedScale(OpBuilder &b, Location loc, const StagedNorm &sn, Value tok) {
+  Value r = sn.scale.back();
+  for (int64_t t = static_cast<int64_t>(sn.scale.size()) - 2; t >= 0; --t)
+    r = arith::SelectOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tok, arith::ConstantIndexOp::create(b, loc, t)),
+        sn.scale[t], r);
+  return r;
 }
 
 /// et.linear ... norm on the GPU: every warp's inverse RMS of each token,
 /// in shared memory at [warp][token] (M <= kLinearTokens), where the
 /// threads that store the warp's rows read it back. Every lane writes the
 /// same value and reads its own write, so no barrier is needed.
-constexpr int64_t kLinearTokens = 16;
-constexpr int64_t kMaxWarps = 32;
 struct NormScales {
   Value slots, warp;
   explicit operator bool() const { return static_cast<bool>(slots); }
@@ -690,13 +787,21 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
   // no staged rows).
   if (staged.view || op.getGated())
     mode = WeightPrefetch::None;
+  // With a staged norm (stageNorm), the first row's first chunks go out
+  // into registers at the op, ahead of the norm's pass over x.
+  bool normAhead = canStageNorm(op, threads) && mode == WeightPrefetch::None && !staged.view &&
+                   !op.getGated() && isReadOnly(op.getW());
+  if (normAhead)
+    mode = WeightPrefetch::Registers;
   int64_t slotThreads = threads > 0 ? threads : 1024;
   int64_t pMax = sharedBytes / (slotThreads * 16);
   pMax -= pMax % unroll;
   auto task = op->getParentOfType<TaskOp>();
   if (mode == WeightPrefetch::Shared && (pMax < unroll || !task || sharedTaken->contains(task)))
     mode = WeightPrefetch::None;
-  Operation *prefetchAt = mode != WeightPrefetch::None ? weightPrefetchPoint(op) : nullptr;
+  Operation *prefetchAt = normAhead                    ? op.getOperation()
+                          : mode != WeightPrefetch::None ? weightPrefetchPoint(op)
+                                                         : nullptr;
   bool registerPrefetch = prefetchAt && mode == WeightPrefetch::Registers;
   bool sharedPrefetch = prefetchAt && mode == WeightPrefetch::Shared;
   if (sharedPrefetch)
@@ -788,6 +893,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     b.setInsertionPoint(op);
   }
 
+  StagedNorm sn = stageNorm(b, loc, op, threads);
+
   // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
   // view; a gated op's up row from the same row of `upMem`: its `gated`
   // weights, or their staged view).
@@ -801,7 +908,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     // With `norm`, x's squares too (one accumulator per token after the
     // sums): the row's lanes load all of x, so each row takes its own
     // inverse RMS, with no pass of its own.
-    const int64_t nq = op.getNorm() ? mCount : 0;
+    const int64_t nq = op.getNorm() && !sn.xs ? mCount : 0;
     Value zero = arith::ConstantOp::create(
         b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
     SmallVector<Value> init(mCount * nm + nq, zero);
@@ -812,7 +919,7 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     // mem) into `next`, and its squares.
     auto addX = [&](OpBuilder &b, SmallVectorImpl<Value> &next, int64_t i, ArrayRef<Value> wvs, Value col) {
       Value raw;
-      Value xv = loadX(b, loc, op, tok(i), col, &raw);
+      Value xv = loadX(b, loc, op, tok(i), col, &raw, sn.xs);
       for (auto [m, wv] : llvm::enumerate(wvs))
         next[m * mCount + i] = vector::FMAOp::create(b, loc, wv, xv, next[m * mCount + i]);
       if (nq)
@@ -944,6 +1051,10 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
     auto scales = [&](ArrayRef<Value> res, int64_t nm) {
       if (!op.getNorm())
         return;
+      if (sn.xs) {
+        scale.assign(sn.scale.begin(), sn.scale.end());
+        return;
+      }
       Value kk = memref::DimOp::create(b, loc, op.getW(), 1);
       for (int64_t i = 0; i < mCount; ++i)
         scale[i] = inverseRMS(b, loc, rowTotal(b, loc, res[nm * mCount + i]), kk, op.getEps()->convertToFloat());
@@ -3638,6 +3749,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   }
   bool hasEarly = at != nullptr;
   b.setInsertionPoint(op);
+  StagedNorm sn = stageNorm(b, loc, op, threads);
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
 
   auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
@@ -3666,7 +3778,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
       for (int64_t j = 0; j < n; ++j)
         for (int64_t t = 0; t < nt; ++t) {
           Value raw;
-          Value xv = loadX(b, loc, op, toks[t], cols[j], &raw);
+          Value xv = loadX(b, loc, op, toks[t], cols[j], &raw, sn.xs);
           for (int64_t s = 0; s < streams; ++s)
             next[s * nt + t] = vector::FMAOp::create(b, loc, ext(b, ws[j * streams + s]), xv, next[s * nt + t]);
           if (squares)
@@ -3725,10 +3837,12 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
     auto group = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> outs, ArrayRef<Value> valid,
                      bool first) {
       forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value) {
-        bool squares = static_cast<bool>(op.getNorm());
+        bool squares = op.getNorm() && !sn.xs;
         SmallVector<Value> accs = streamSums(b, rows, col0, toks, first, squares);
         int64_t nt = toks.size();
         SmallVector<Value> scale(nt);
+        for (int64_t t = 0; sn.xs && t < nt; ++t)
+          scale[t] = stagedScale(b, loc, sn, toks[t]);
         for (int64_t t = 0; squares && t < nt; ++t)
           scale[t] = inverseRMS(b, loc, rowTotal(b, loc, accs[streams * nt + t]),
                                 TileBuilder{b, loc}.idx(op.getW().getType().getDimSize(1)),
@@ -3772,7 +3886,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
   // G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
   // go to shared memory [parity][part][mem][row][token] (the parity of a
   // runtime token alternates, so one barrier per token suffices).
-  NormScales scales = normScales(b, loc, op, lc.warp);
+  NormScales scales = sn.xs ? NormScales{} : normScales(b, loc, op, lc.warp);
   if (scales)
     normPrepass(b, loc, op, scales, lc.lane);
   Value partials = workgroupBuffer(task, loc, {2 * G * nm * R * mCount}, b.getF32Type());
@@ -3826,7 +3940,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
         totals.push_back(sum);
       }
       storeRow(b, loc, op, totals[0], arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1), tok, out,
-               nm == 2 ? totals[1] : Value(), scales.get(b, loc, tok));
+               nm == 2 ? totals[1] : Value(), sn.xs ? stagedScale(b, loc, sn, tok) : scales.get(b, loc, tok));
     });
   });
   op.erase();

@@ -227,7 +227,8 @@ def norm_linear_case(rng, m):
     wg = (rng.standard_normal((512, 1024)) / 32).astype(BF16)
     wu = (rng.standard_normal((512, 1024)) / 32).astype(BF16)
     f = lambda a: a.astype(np.float64)
-    xn = f(h) / np.sqrt(np.mean(f(h) ** 2, axis=1, keepdims=True) + 1e-6) * f(g)
+    # x * g rounded to bf16 (as the op does), then the inverse RMS.
+    xn = f((h * g.astype(np.float32)).astype(BF16)) / np.sqrt(np.mean(f(h) ** 2, axis=1, keepdims=True) + 1e-6)
     gate, up = xn @ f(wg).T, xn @ f(wu).T
     refs = {"y": xn @ f(w).T, "y2": xn @ f(w2).T, "a": gate / (1 + np.exp(-gate)) * up, "y1": xn[:1] @ f(w2).T}
     inputs = dict(h=h, g=g, w=w, y=np.zeros((m, 2048), np.float32), w2=w2, y2=np.zeros((m, 1024), np.float32),

@@ -451,8 +451,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
-    if not isinstance(norm_in_linear, bool):
-        raise ValueError(f"norm_in_linear must be a bool, got {norm_in_linear!r}")
+    norm_tasks = ("qkv", "mlp", "lm_head")
+    if isinstance(norm_in_linear, bool):
+        norm_in_linear = norm_tasks if norm_in_linear else ()
+    elif not isinstance(norm_in_linear, (list, tuple)) or not set(norm_in_linear) <= set(norm_tasks):
+        raise ValueError(f"norm_in_linear must be a bool or a list of {', '.join(norm_tasks)}, got {norm_in_linear!r}")
+    norm_in_linear = tuple(norm_in_linear)
     if norm_in_linear and (linear_tile != "rows" or not fuse_norms):
         raise ValueError("norm_in_linear needs fuse_norms and linear_tile 'rows'")
     if norm_scratch not in ("global", "shared"):
@@ -479,7 +483,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
 
     # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
     xs_rows = norm_scratch_rows(config, lay.workers, tp=tp, linear_tile=linear_tile,
-                                rows_for=rows_for) if fuse_norms and not norm_in_linear and norm_scratch == "global" else 1
+                                rows_for=rows_for) if fuse_norms and len(norm_in_linear) < 3 and norm_scratch == "global" else 1
     # qkv tiles by matrix: the rows per tile of q, k and v together.
     qkv_total = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     qkv_rows = rows_for(qkv_total, c.hidden_size)
@@ -491,7 +495,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         if not divides:
             raise ValueError(f"qkv_by_matrix needs rows per tile ({qkv_rows}) that divide the "
                              f"{c.num_heads * c.head_dim} q and {c.num_kv_heads * c.head_dim} k and v rows")
-        if fuse_norms and not norm_in_linear and norm_scratch == "global":
+        if fuse_norms and "qkv" not in norm_in_linear and norm_scratch == "global":
             xs_rows = max(xs_rows, qkv_total // qkv_rows)
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
@@ -695,12 +699,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             et.rmsnorm(A["h"], norm_w, xs_t, eps)
             return xs_t
 
-        def norm_input(norm_w, t):
-            """What a linear tile reading rmsnorm(h) * norm_w takes: (x,
-            et.linear keywords): h and its norm (`norm_in_linear`), or
-            tile t's rows of the scratch, normalized."""
-            if norm_in_linear:
-                return _rows(A["h"]), dict(norm=norm_w, eps=eps)
+        def norm_input(norm_w, t, kind):
+            """What a linear tile of task `kind` reading rmsnorm(h) * norm_w
+            takes: (x, et.linear keywords): h and its norm (kinds in
+            `norm_in_linear`), or tile t's rows of the scratch, normalized."""
+            if kind in norm_in_linear:
+                # One-row kernels read a static row (the GPU lowering then
+                # reads x once per worker, into shared memory).
+                x = _rows(A["h"]) if B > 1 else memref.SubViewOp(
+                    MemRefType.get([1, H], f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
+                    A["h"], [], [], [], static_offsets=[0, 0], static_sizes=[1, H], static_strides=[1, 1]).result
+                return x, dict(norm=norm_w, eps=eps)
             return normalized(norm_w, t), {}
 
         # Task bodies, given the layer (an int, or an index Value for a
@@ -1007,7 +1016,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 # tile picks (arith.select), so that it stays at the task's
                 # top level: its first weight loads can go out ahead of the
                 # tile's norm.
-                x, norm = norm_input(vec_view(A["ln1"], l, H), t) if fuse_norms else (None, {})
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv") if fuse_norms else (None, {})
                 first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
                 is_q = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result
                 is_k = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_v)).result
@@ -1052,7 +1061,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
 
             def qkv_body(l, t):
-                x, norm = norm_input(vec_view(A["ln1"], l, H), t) if fuse_norms else (None, {})
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv") if fuse_norms else (None, {})
                 q_lin[0](l, t, x, norm)
                 k_lin[0](l, t, x, norm)
                 v_lin[0](l, t, x, norm)
@@ -1068,7 +1077,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         mlp_rows = mma_block(I, lay.workers) if mma else rows_for(I, H)
 
         def mlp_body(l, t):
-            x, norm = norm_input(vec_view(A["ln2"], l, H), t) if fuse_norms else (None, {})
+            x, norm = norm_input(vec_view(A["ln2"], l, H), t, "mlp") if fuse_norms else (None, {})
             if gated_mlp and not mma:
                 # One pass: a warp's gate row, its up row, then its act
                 # element (no g and u round trip, no barrier).
@@ -1180,7 +1189,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             def lm_head_body(t):
                 if layered:
                     et.wait(events[layer_done], [const(L - 1)])
-                lm_body(None, t, *norm_input(A["final_norm"], t))
+                lm_body(None, t, *norm_input(A["final_norm"], t, "lm_head"))
             task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
                  flops=lm_flops)
         else:

@@ -82,6 +82,9 @@ def model_threads(config: ModelConfig, max_batch: int) -> int:
 # 196-316 at -O2), and on the H200 the steps were 1-5% faster at batch 1
 # and 4 for both models (docs/benchmarks.md, "Code generation at -O1").
 MODEL_OPT_LEVEL = 1
+# The hidden sizes whose one-row cuda kernels read h through their norms by
+# default (norm_in_linear): Qwen3-0.6B's 1024; Llama-3.2-1B's 2048 spills.
+NORM_IN_LINEAR_MAX_HIDDEN = 1024
 
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
@@ -94,7 +97,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
                   rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
                   qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
-                  norm_in_linear: bool = False, norm_scratch: str | None = None, **options) -> Path:
+                  norm_in_linear: bool | list | None = None, norm_scratch: str | None = None,
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -161,16 +165,17 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     keep their bits from run to run). Pass False for a GPU kernel whose
     logits repeat bit for bit.
 
-    `norm_in_linear=True` folds the fused norms into the `et.linear` ops
-    that read them (`et.linear ... norm`: no scratch, no norm pass or
-    barrier ahead of a tile's rows, and the normalized activations not
-    rounded to bf16; `build_decode_kernel`). Off by default: on the H200 it
-    measured no faster for Qwen3-0.6B and 15% slower for Llama-3.2-1B
-    (every warp reads the f32 residual stream and the norm weights for each
-    of its rows; docs/benchmarks.md, "The norm at the head of a linear
-    tile"), though its logits are closer to transformers'.
-    `norm_scratch` ("global" or "shared") is where the fused norms' tiles
-    keep their normalized rows; None (the default) picks "shared" for
+    `norm_in_linear` folds the fused norms into the `et.linear` ops that
+    read them (`et.linear ... norm`; True for all three, or a list of
+    "qkv", "mlp", "lm_head"; `build_decode_kernel`): in a one-row kernel a
+    tile reads h once into its shared memory (h times the norm weights,
+    bf16) with one barrier, its first weights already in flight. None (the
+    default) turns it on for cuda kernels of `max_batch` 1 with `et.linear`
+    tiles and a hidden size up to 1024 (Qwen3-0.6B: 2.8-3% faster on the
+    H200, 1-4% on the H100), off elsewhere (Llama-3.2-1B's kernel, at 512 threads, spills;
+    docs/benchmarks.md, "The norm at the head of a linear tile").
+    `norm_scratch` ("global" or "shared") is where the other fused norms'
+    tiles keep their normalized rows; None (the default) picks "shared" for
     `max_batch` 1 kernels of `et.linear` tiles (measured 1-3% faster there,
     same values) and "global" otherwise.
 
@@ -217,9 +222,11 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     # dispatch: each variant takes those of its own max_batch).
     if o_per_head is None:
         o_per_head = target == "cuda" and tp == 1 and linear_tile == "rows"
+    if norm_in_linear is None:
+        norm_in_linear = (target == "cuda" and max_batch == 1 and linear_tile == "rows" and fuse_norms
+                          and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN)
     if norm_scratch is None:
-        norm_scratch = ("shared" if max_batch == 1 and linear_tile == "rows" and fuse_norms and not norm_in_linear
-                        else "global")
+        norm_scratch = "shared" if max_batch == 1 and linear_tile == "rows" and fuse_norms else "global"
     if target == "cuda":
         options.setdefault("threads_per_worker", model_threads(config, max_batch))
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)

@@ -2,10 +2,11 @@
 checks in CI. With `bf16_activations=True` it rounds where the megakernel
 rounds (linear-layer inputs and the KV cache are bf16), so the two agree
 to float32 accumulation-order error; without it, activations stay
-float32 throughout. `norm_in_linear=True` matches kernels whose linear
-tiles read the residual stream through their norm (`compile_model(...,
-norm_in_linear=True)`: `et.linear ... norm`): the normalized inputs of
-q/k/v, the MLP and the LM head are not rounded to bf16 there. No MLIR
+float32 throughout. `norm_in_linear` (True, or a list of "qkv", "mlp",
+"lm_head") matches kernels whose linear tiles read the residual stream
+through their norm (`compile_model(..., norm_in_linear=...)`: `et.linear
+... norm`): there the rounded input of those layers is h times the norm
+weights, and the inverse RMS scales the result in float32. No MLIR
 here."""
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class ReferenceModel:
     decode step for a batch and returns the logits (batch x vocab)."""
 
     def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], *, max_batch: int, max_context: int,
-                 bf16_activations: bool = True, norm_in_linear: bool = False):
+                 bf16_activations: bool = True, norm_in_linear=False):
         self.config = config
         self.w = {k: np.asarray(v).astype(np.float32) for k, v in pack(config, weights).items()}
         c = config
@@ -65,12 +66,22 @@ class ReferenceModel:
         self.v_cache = np.zeros(shape, np.float32)
         self.inv_freq = _inv_freq(c)
 
+    def _norm(self, h: np.ndarray, w: np.ndarray, kind: str) -> np.ndarray:
+        """A linear layer's normalized input: rmsnorm(h) * w rounded, or
+        with norm_in_linear (True, or a list naming `kind`) (h * w)
+        rounded, times the inverse RMS."""
+        nil = self.norm_in_linear
+        if not (nil is True or (not isinstance(nil, bool) and kind in nil)):
+            return self.round(_rmsnorm(h, w, self.config.rms_norm_eps))
+        h = h.astype(np.float32)
+        inv = 1 / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + np.float32(self.config.rms_norm_eps))
+        return self.round(h * w) * inv
+
     def step(self, tokens, positions, slots=None) -> np.ndarray:
         """One launch's rows: token, position and cache slot per row (slots
         default to 0..n-1). All rows' keys and values are appended before any
         row attends."""
         c, w, r = self.config, self.w, self.round
-        rn = (lambda x: x.astype(np.float32)) if self.norm_in_linear else r
         tokens = np.asarray(tokens, np.int64)
         positions = np.asarray(positions, np.int64)
         b_count = len(tokens)
@@ -78,7 +89,7 @@ class ReferenceModel:
         hq, hkv, d, g = c.num_heads, c.num_kv_heads, c.head_dim, c.group_size
         h = w["embed"][tokens].copy()
         for layer in range(c.num_layers):
-            x = rn(_rmsnorm(h, w["ln1"][layer], c.rms_norm_eps))
+            x = self._norm(h, w["ln1"][layer], "qkv")
             q = (x @ w["wq"][layer].T).reshape(b_count, hq, d)
             k = (x @ w["wk"][layer].T).reshape(b_count, hkv, d)
             v = (x @ w["wv"][layer].T).reshape(b_count, hkv, d)
@@ -102,9 +113,9 @@ class ReferenceModel:
                     e = np.exp(sc - sc.max())
                     attn[b, head] = e @ vals[:, head // g] / e.sum()
             h = h + r(attn).reshape(b_count, hq * d) @ w["wo"][layer].T
-            x = rn(_rmsnorm(h, w["ln2"][layer], c.rms_norm_eps))
+            x = self._norm(h, w["ln2"][layer], "mlp")
             gate, up = x @ w["wg"][layer].T, x @ w["wu"][layer].T
             act = r(gate / (1 + np.exp(-gate)) * up)
             h = h + act @ w["wd"][layer].T
-        x = rn(_rmsnorm(h, w["final_norm"], c.rms_norm_eps))
+        x = self._norm(h, w["final_norm"], "lm_head")
         return x @ w["lm_head"].T

@@ -492,14 +492,14 @@ def ET_LinearOp : ET_Op<"linear", [AttrSizedOperandSegments,
 
     ```
     r[m] = 1 / sqrt(sum_k x[m, k]^2 / K + eps)
-    y[m, n] = r[m] * sum_k (x[m, k] * float32(g[k])) * float32(w[n, k])
+    y[m, n] = r[m] * sum_k bf16(x[m, k] * float32(g[k])) * float32(w[n, k])
     ```
 
     (both sums of a gated op are scaled by `r[m]` before the activation).
-    The normalized x is never rounded to bf16 nor written to memory: the
-    tile reads x once for its sums and for its squares, with no pass of
-    its own and no barrier (`et.rmsnorm` into a buffer, then `et.linear`,
-    gives the same values up to that rounding). The op runs on all threads of the worker, which
+    `x * g` is rounded to bf16 as an activation would be; `et.rmsnorm` into
+    a bf16 buffer, then `et.linear`, rounds `x * r * g` instead, so the two
+    agree to that rounding. The lowering needs no buffer for the normalized
+    rows and at most one barrier (docs/lowering.md). The op runs on all threads of the worker, which
     split the rows and the reduction between them; it sits in an `et.task`
     body, typically with one task tile per block of rows.
 
