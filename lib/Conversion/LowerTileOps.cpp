@@ -537,8 +537,9 @@ void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store
 /// The chunk of x that every GPU lowering of et.linear multiplies a weight
 /// chunk with (8 elements of token `tok` from column `col`, f32), and the
 /// raw chunk: x itself (bf16, widened), or with `norm` the f32 residual
-/// stream times the norm weights (`raw` gets the stream's own values, for
-/// the sum of squares).
+/// stream times the norm weights, rounded to bf16 (`raw` gets the stream's
+/// own values, for the sum of squares), or that product from `staged`
+/// (stageNorm's shared memory; no `raw`).
 Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw = nullptr,
             Value staged = {}) {
   VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
@@ -570,14 +571,8 @@ Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value
   return arith::ExtFOp::create(b, loc, vecF32, arith::TruncFOp::create(b, loc, vecBF16, xg).getResult());
 }
 
-/// et.linear ... norm on the GPU with a static M and K whose x * g fits
-/// kStagedNormBytes of shared memory: the worker reads x once (not once per
-/// row): its threads stride over x's chunks, store x * g (bf16) into shared
-/// memory and sum the squares, the warps' sums meet after one barrier, and
-/// every thread adds them up into each token's inverse RMS. The op's rows
-/// then read x * g from shared memory. Null `xs` when this does not apply.
-constexpr int64_t kStagedNormBytes = 16 * 1024;
-constexpr int64_t kLinearTokens = 16; // et.linear's bound on M
+constexpr int64_t kStagedNormBytes = 16 * 1024; // bf16 x * g staged by stageNorm
+constexpr int64_t kLinearTokens = 16;           // et.linear's bound on M
 constexpr int64_t kMaxWarps = 32;
 
 /// Whether stageNorm applies to `op` at `threads` per worker.
@@ -588,6 +583,12 @@ bool canStageNorm(LinearOp op, int64_t threads) {
          !xType.isDynamicDim(0) && !ShapedType::isDynamic(k) && k % kVector == 0 &&
          xType.getDimSize(0) * k * 2 <= kStagedNormBytes;
 }
+/// et.linear ... norm on the GPU with a static M and K whose x * g fits
+/// kStagedNormBytes of shared memory: the worker reads x once (not once per
+/// row): its threads stride over x's chunks, store bf16(x * g) into shared
+/// memory and sum the squares, the warps' sums meet after one barrier, and
+/// every thread adds them up into each token's inverse RMS. The op's rows
+/// then read x * g from shared memory. Null `xs` when this does not apply.
 struct StagedNorm {
   Value xs;
   SmallVector<Value> scale; // per token

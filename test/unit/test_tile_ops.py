@@ -163,17 +163,23 @@ def split_k_case(rng, m):
     return dict(x=x, w=w, y=y, x2=x2, w2=w2, y2=y2), refs
 
 
+def _matches_float64(text, case, seed, workers, tmp_path, tol=lambda name: 1e-5):
+    """Compiles `text` for the host and launches it at M = 1 and 3 on the
+    inputs of `case(rng, m)`; each output within `tol(name)` of its float64
+    result."""
+    launch = et.compile(text, target="cpu", workers=workers, mode="dynamic", cache_dir=tmp_path).launcher()
+    rng = np.random.default_rng(seed)
+    for m in (1, 3):
+        inputs, refs = case(rng, m)
+        launch(*inputs.values())
+        for name, ref in refs.items():
+            assert _rel_err(inputs[name].astype(np.float64), ref) < tol(name), (m, name)
+
+
 def test_split_k_atomic_linear_matches_float64(tmp_path):
     """Tiles on several host threads add their blocks of K into the same
     rows at once (atomic adds): the sums of all of them, at M = 1 and 3."""
-    art = et.compile(SPLIT_K, target="cpu", workers=4, mode="dynamic", cache_dir=tmp_path)
-    launch = art.launcher()
-    rng = np.random.default_rng(8)
-    for m in (1, 3):
-        inputs, refs = split_k_case(rng, m)
-        launch(*inputs.values())
-        for name, ref in refs.items():
-            assert _rel_err(inputs[name], ref) < 1e-5, (m, name)
+    _matches_float64(SPLIT_K, split_k_case, 8, 4, tmp_path)
 
 
 # et.linear ... norm: the f32 residual stream read through an RMSNorm.
@@ -240,15 +246,7 @@ def test_norm_linear_matches_float64(tmp_path):
     """`norm`: each token's inverse RMS scales its finished sums (both of a
     gated row before the activation), at M = 1 and 3 and for a static
     single-token view; the bf16 activation within its rounding."""
-    art = et.compile(NORM_LINEAR, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
-    launch = art.launcher()
-    rng = np.random.default_rng(5)
-    for m in (1, 3):
-        inputs, refs = norm_linear_case(rng, m)
-        launch(*inputs.values())
-        for name, ref in refs.items():
-            tol = 8e-3 if name == "a" else 1e-5
-            assert _rel_err(inputs[name].astype(np.float64), ref) < tol, (m, name)
+    _matches_float64(NORM_LINEAR, norm_linear_case, 5, 3, tmp_path, lambda name: 8e-3 if name == "a" else 1e-5)
 
 
 def test_linear_verifier_errors(tmp_path):
