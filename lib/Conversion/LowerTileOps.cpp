@@ -132,6 +132,18 @@ Value gatedActivation(OpBuilder &b, Location loc, Value g, Value u) {
   return arith::MulFOp::create(b, loc, silu(b, loc, g, arith::FastMathFlags::afn), u);
 }
 
+/// f32 value of a bf16 or f32 element.
+Value toF32(OpBuilder &b, Location loc, Value v) {
+  if (v.getType().isF32())
+    return v;
+  return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
+}
+Value fromF32(OpBuilder &b, Location loc, Value v, Type t) {
+  if (t.isF32())
+    return v;
+  return arith::TruncFOp::create(b, loc, t, v);
+}
+
 /// 1 / sqrt(sum / k + eps) (f32 `sum`, index `k`).
 Value inverseRMS(OpBuilder &b, Location loc, Value sum, Value k, float eps) {
   Value count = arith::UIToFPOp::create(b, loc, b.getF32Type(),
@@ -172,9 +184,6 @@ void lowerLinearCPU(LinearOp op) {
       b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
   Value first = arith::AddIOp::create(b, loc, op.getRow0(), tid);
   Type f32 = b.getF32Type();
-  auto toF32 = [&](OpBuilder &b, Location loc, Value v) -> Value {
-    return v.getType() == f32 ? v : arith::ExtFOp::create(b, loc, f32, v).getResult();
-  };
   // Row `row` of token `tok` (with `norm`, `scale` is the token's inverse RMS).
   auto rowOf = [&](OpBuilder &b, Location loc, Value row, Value tok, Value scale) {
     auto dot = [&](Value w) {
@@ -529,16 +538,37 @@ void storeRow(OpBuilder &b, Location loc, LinearOp op, Value sum, Value store, V
 
 /// y[tok, row] from a warp's lane partial sums `acc`: both GPU lowerings of
 /// et.linear end each row with it.
-void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row,
-                 Value scale = {}) {
-  storeRow(b, loc, op, rowTotal(b, loc, acc), store, tok, row, Value(), scale);
+void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row) {
+  storeRow(b, loc, op, rowTotal(b, loc, acc), store, tok, row);
+}
+
+/// et.linear ... norm: the token's inverse RMS from the sum of squares
+/// of its row of x.
+Value linearInverseRMS(OpBuilder &b, Location loc, LinearOp op, Value sum) {
+  return inverseRMS(b, loc, sum, memref::DimOp::create(b, loc, op.getW(), 1), op.getEps()->convertToFloat());
+}
+
+/// et.linear ... norm: 8 elements of token `tok`'s row of x (the f32
+/// residual stream) from column `col`, times the norm weights, rounded to
+/// bf16 as an activation would be; `raw` gets x's own values (for the sum
+/// of squares).
+Value normedChunk(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw) {
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  auto x = vector::LoadOp::create(b, loc, vecF32, op.getX(), ValueRange{tok, col});
+  x.setAlignment(16);
+  auto g = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), op.getNorm(),
+                                  ValueRange{col});
+  g.setAlignment(16);
+  if (raw)
+    *raw = x.getResult();
+  Value xg = arith::MulFOp::create(b, loc, x.getResult(), arith::ExtFOp::create(b, loc, vecF32, g.getResult()));
+  return arith::TruncFOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), xg);
 }
 
 /// The chunk of x that every GPU lowering of et.linear multiplies a weight
 /// chunk with (8 elements of token `tok` from column `col`, f32), and the
-/// raw chunk: x itself (bf16, widened), or with `norm` the f32 residual
-/// stream times the norm weights, rounded to bf16 (`raw` gets the stream's
-/// own values, for the sum of squares), or that product from `staged`
+/// raw chunk: x itself (bf16, widened), or with `norm` normedChunk (`raw`
+/// gets the stream's own values), or that product from `staged`
 /// (stageNorm's shared memory; no `raw`).
 Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw = nullptr,
             Value staged = {}) {
@@ -559,16 +589,7 @@ Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value
       *raw = x;
     return x;
   }
-  auto x = vector::LoadOp::create(b, loc, vecF32, op.getX(), ValueRange{tok, col});
-  x.setAlignment(16);
-  auto g = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), op.getNorm(),
-                                  ValueRange{col});
-  g.setAlignment(16);
-  if (raw)
-    *raw = x.getResult();
-  // x * g rounded to bf16, as a bf16 activation would be.
-  Value xg = arith::MulFOp::create(b, loc, x.getResult(), arith::ExtFOp::create(b, loc, vecF32, g.getResult()));
-  return arith::ExtFOp::create(b, loc, vecF32, arith::TruncFOp::create(b, loc, vecBF16, xg).getResult());
+  return arith::ExtFOp::create(b, loc, vecF32, normedChunk(b, loc, op, tok, col, raw));
 }
 
 constexpr int64_t kStagedNormBytes = 16 * 1024; // bf16 x * g staged by stageNorm
@@ -595,12 +616,10 @@ struct StagedNorm {
 };
 
 StagedNorm stageNorm(OpBuilder &b, Location loc, LinearOp op, int64_t threads) {
-  MemRefType xType = op.getX().getType();
-  int64_t k = op.getW().getType().getDimSize(1);
-  auto task = op->getParentOfType<TaskOp>();
   if (!canStageNorm(op, threads))
     return {};
-  const int64_t m = xType.getDimSize(0), w = threads / kWarp;
+  auto task = op->getParentOfType<TaskOp>();
+  const int64_t k = op.getW().getType().getDimSize(1), m = op.getX().getType().getDimSize(0), w = threads / kWarp;
   TileBuilder h{b, loc};
   VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
   Value xs = workgroupBuffer(task, loc, {m * k}, b.getBF16Type());
@@ -616,8 +635,7 @@ StagedNorm stageNorm(OpBuilder &b, Location loc, LinearOp op, int64_t threads) {
         [&](OpBuilder &b, Location loc, Value col, ValueRange acc) {
           TileBuilder h{b, loc};
           Value raw;
-          Value xg = arith::TruncFOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()),
-                                             loadX(b, loc, op, tok, col, &raw));
+          Value xg = normedChunk(b, loc, op, tok, col, &raw);
           auto store = vector::StoreOp::create(b, loc, xg, xs,
                                                ValueRange{arith::AddIOp::create(b, loc, h.idx(t * k), col)});
           store.setAlignment(16);
@@ -637,7 +655,7 @@ StagedNorm stageNorm(OpBuilder &b, Location loc, LinearOp op, int64_t threads) {
     Value sum = h.f32(0);
     for (int64_t i = 0; i < w; ++i)
       sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, parts, ValueRange{h.idx(i * m + t)}));
-    out.scale.push_back(inverseRMS(b, loc, sum, h.idx(k), op.getEps()->convertToFloat()));
+    out.scale.push_back(linearInverseRMS(b, loc, op, sum));
   }
   return out;
 }
@@ -652,10 +670,10 @@ Value stagedScale(OpBuilder &b, Location loc, const StagedNorm &sn, Value tok) {
   return r;
 }
 
-/// et.linear ... norm on the GPU: every warp's inverse RMS of each token,
-/// in shared memory at [warp][token] (M <= kLinearTokens), where the
-/// threads that store the warp's rows read it back. Every lane writes the
-/// same value and reads its own write, so no barrier is needed.
+/// et.linear ... norm on the GPU (the spread layout with K split over the
+/// warps): every warp's inverse RMS of each token, in shared memory at
+/// [warp][token] (M <= kLinearTokens). Every warp computes the same values
+/// (normPrepass); a thread reads its own warp's slot.
 struct NormScales {
   Value slots, warp;
   explicit operator bool() const { return static_cast<bool>(slots); }
@@ -680,14 +698,12 @@ NormScales normScales(OpBuilder &b, Location loc, LinearOp op, Value warp) {
 
 /// Each warp's pass over x for the inverse RMS of every token (lane
 /// `lane` of the warp reads 8 elements every 256), into `scales`.
-/// The lowerings that fold the squares into their first row's sums skip it.
 void normPrepass(OpBuilder &b, Location loc, LinearOp op, const NormScales &scales, Value lane) {
   TileBuilder h{b, loc};
   VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
   Value k = memref::DimOp::create(b, loc, op.getW(), 1);
   Value m = memref::DimOp::create(b, loc, op.getX(), 0);
   Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
-  float eps = op.getEps()->convertToFloat();
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{}, [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
         TileBuilder h{b, loc};
@@ -699,7 +715,7 @@ void normPrepass(OpBuilder &b, Location loc, LinearOp op, const NormScales &scal
               x.setAlignment(16);
               scf::YieldOp::create(b, loc, ValueRange{vector::FMAOp::create(b, loc, x, x, acc[0]).getResult()});
             });
-        scales.set(b, loc, tok, inverseRMS(b, loc, rowTotal(b, loc, sum.getResult(0)), k, eps));
+        scales.set(b, loc, tok, linearInverseRMS(b, loc, op, rowTotal(b, loc, sum.getResult(0))));
         scf::YieldOp::create(b, loc);
       });
 }
@@ -1056,9 +1072,8 @@ void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sh
         scale.assign(sn.scale.begin(), sn.scale.end());
         return;
       }
-      Value kk = memref::DimOp::create(b, loc, op.getW(), 1);
       for (int64_t i = 0; i < mCount; ++i)
-        scale[i] = inverseRMS(b, loc, rowTotal(b, loc, res[nm * mCount + i]), kk, op.getEps()->convertToFloat());
+        scale[i] = linearInverseRMS(b, loc, op, rowTotal(b, loc, res[nm * mCount + i]));
     };
     if (Value wu = upMem) {
       // As many chunks per trip over both rows as the plain op's longest
@@ -1403,17 +1418,6 @@ bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
   return true;
 }
 
-/// f32 value of a bf16 or f32 element.
-Value toF32(OpBuilder &b, Location loc, Value v) {
-  if (v.getType().isF32())
-    return v;
-  return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
-}
-Value fromF32(OpBuilder &b, Location loc, Value v, Type t) {
-  if (t.isF32())
-    return v;
-  return arith::TruncFOp::create(b, loc, t, v);
-}
 
 /// Elements of silu_mul per thread and trip: their loads go out together.
 constexpr int64_t kSiluUnroll = 8;
@@ -1580,14 +1584,6 @@ void rmsnormScale(OpBuilder &b, Location loc, RMSNormOp op, ArrayRef<Value> toks
       });
 }
 
-/// 1 / sqrt(sum / H + eps).
-Value rmsnormInverse(OpBuilder &b, Location loc, RMSNormOp op, Value sum, Value hidden) {
-  Value count = arith::UIToFPOp::create(
-      b, loc, b.getF32Type(), arith::IndexCastUIOp::create(b, loc, b.getI64Type(), hidden));
-  Value eps = arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(op.getEps().convertToFloat()));
-  return math::RsqrtOp::create(b, loc, arith::AddFOp::create(b, loc, arith::DivFOp::create(b, loc, sum, count), eps));
-}
-
 /// GPU RMSNorm of wide rows (static H >= 512): every thread of the worker
 /// works on each token. Threads stride over the columns, warps reduce with
 /// shuffles, and the warps' sums meet in shared memory. One warp per row
@@ -1688,7 +1684,7 @@ bool lowerRMSNormBlock(RMSNormOp op, int64_t width, int64_t threads) {
           for (Value v : vs)
             totals.push_back(butterflySum(b, loc, v, kWarp));
           for (auto [i, total] : llvm::zip(is, totals)) {
-            invs.push_back(rmsnormInverse(b, loc, op, total, hidden));
+            invs.push_back(inverseRMS(b, loc, total, hidden, op.getEps().convertToFloat()));
             toks.push_back(arith::AddIOp::create(b, loc, c0, i));
           }
           // Each thread re-reads only the columns it summed above.
@@ -1724,7 +1720,7 @@ void lowerRMSNorm(RMSNormOp op, bool gpu, int64_t width, int64_t threads) {
       toks.push_back(arith::AddIOp::create(b, loc, toks.back(), g.groups));
     SmallVector<Value> invs;
     for (Value sum : rmsnormSquares(b, loc, op, toks, g.lane, h.idx(lanes), hidden))
-      invs.push_back(rmsnormInverse(b, loc, op, butterflySum(b, loc, sum, lanes), hidden));
+      invs.push_back(inverseRMS(b, loc, butterflySum(b, loc, sum, lanes), hidden, op.getEps().convertToFloat()));
     rmsnormScale(b, loc, op, toks, g.lane, h.idx(lanes), hidden, invs);
   };
   Value rest = g.group;
@@ -3845,9 +3841,7 @@ bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool aft
         for (int64_t t = 0; sn.xs && t < nt; ++t)
           scale[t] = stagedScale(b, loc, sn, toks[t]);
         for (int64_t t = 0; squares && t < nt; ++t)
-          scale[t] = inverseRMS(b, loc, rowTotal(b, loc, accs[streams * nt + t]),
-                                TileBuilder{b, loc}.idx(op.getW().getType().getDimSize(1)),
-                                op.getEps()->convertToFloat());
+          scale[t] = linearInverseRMS(b, loc, op, rowTotal(b, loc, accs[streams * nt + t]));
         for (int64_t p = 0; p < P; ++p)
           for (int64_t t = 0; t < nt; ++t) {
             Value sum = rowTotal(b, loc, accs[(p * nm) * nt + t]);

@@ -403,12 +403,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     One dependent phase (and its wait) fewer per layer. Not with tensor
     parallelism or `linear_tile="mma"`.
 
-    `norm_in_linear` (with `fuse_norms`, `et.linear` tiles only) folds the
-    fused norms into the linear ops that read them (`et.linear ... norm`):
-    a tile reads the f32 residual stream h itself and scales its finished
-    sums by each row's inverse RMS, so there is no scratch `xs` round trip,
-    no norm pass and no barrier ahead of its rows, and the normalized
-    activations are not rounded to bf16 on the way.
+    `norm_in_linear` (with `fuse_norms`, `et.linear` tiles only; True for
+    the qkv, mlp and LM-head tiles, or a list of "qkv", "mlp", "lm_head")
+    folds those tiles' norms into their linear ops (`et.linear ... norm`):
+    a tile reads the f32 residual stream h itself, rounds h times the norm
+    weights to bf16 and scales its finished sums by each row's inverse RMS,
+    with no `et.rmsnorm` pass and no scratch. One-row kernels pass h's row
+    as a static view, so the GPU lowering stages it once per tile with one
+    barrier (docs/lowering.md).
 
     `norm_scratch="shared"` (`et.linear` tiles with fused norms) puts a
     tile's normalized rows in its own shared memory ([max_batch, H] bf16)
@@ -481,9 +483,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             raise ValueError(f"rows per tile for the {n}x{k} linear layer must be a positive int, got {rows!r}")
         return min(rows, n)
 
-    # Tiles that normalize into the scratch (fuse_norms): qkv, gate/up, LM head.
+    # Tiles that normalize into the global scratch (fuse_norms): qkv,
+    # gate/up, LM head, unless they read h through their norms or keep
+    # their rows in shared memory.
+    global_xs = fuse_norms and norm_scratch == "global" and len(norm_in_linear) < len(norm_tasks)
     xs_rows = norm_scratch_rows(config, lay.workers, tp=tp, linear_tile=linear_tile,
-                                rows_for=rows_for) if fuse_norms and len(norm_in_linear) < 3 and norm_scratch == "global" else 1
+                                rows_for=rows_for) if global_xs else 1
     # qkv tiles by matrix: the rows per tile of q, k and v together.
     qkv_total = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     qkv_rows = rows_for(qkv_total, c.hidden_size)
@@ -495,7 +500,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         if not divides:
             raise ValueError(f"qkv_by_matrix needs rows per tile ({qkv_rows}) that divide the "
                              f"{c.num_heads * c.head_dim} q and {c.num_kv_heads * c.head_dim} k and v rows")
-        if fuse_norms and "qkv" not in norm_in_linear and norm_scratch == "global":
+        if global_xs and "qkv" not in norm_in_linear:
             xs_rows = max(xs_rows, qkv_total // qkv_rows)
     if scratch_rows is not None:
         if scratch_rows < xs_rows:
