@@ -482,11 +482,14 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     # shared memory before a wait (tile_kv_prefetch="shared", 64 KB: a
     # whole split): splits with staged rows and rows at or past `stable`;
     # empty splits; one head per group (four positions side by side in
-    # P.V); four heads of D = 128 (two heads per lane in P.V).
+    # P.V); four heads of D = 128 (two heads per lane in P.V); six heads of
+    # D = 128 (a group that is not a power of two; three heads per lane in
+    # P.V).
     attention_cases = [(32, 8, 64, 1024, 8, 128, 1000, 1, 256, None), (16, 8, 128, 1024, 4, 256, 777, 2, 512, None),
                        (32, 8, 64, 300, 4, 64, 200, 1, 1024, None), (32, 8, 64, 1024, 8, 128, 1000, 1, 512, 700),
                        (16, 8, 128, 1024, 8, 128, 1000, 1, 384, 999), (32, 8, 64, 1024, 8, 128, 600, 1, 512, 300),
-                       (8, 8, 64, 512, 4, 128, 500, 1, 256, 400), (32, 8, 128, 1024, 8, 128, 1000, 1, 512, 1000)]
+                       (8, 8, 64, 512, 4, 128, 500, 1, 256, 400), (32, 8, 128, 1024, 8, 128, 1000, 1, 512, 1000),
+                       (48, 8, 128, 1024, 8, 128, 1000, 1, 256, 900)]
     # On tensor cores (tile_kv_mma_bytes): groups of 4, 2, 16 and 8 heads
     # (16: both halves of the 16-row tile), D = 64 and 128, two entries per
     # split, a short last split, 7 to 10 warps with rings (the others idle).

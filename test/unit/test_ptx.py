@@ -227,6 +227,13 @@ def test_kv_prefetch_ptx(tmp_path):
     with pytest.raises(ValueError, match="tile_kv_prefetch must be 'none' or 'shared', got 'l2'"):
         et.compile(kernel, target="cuda", tile_kv_prefetch="l2", cache_dir=tmp_path)
     _assemble(art, tmp_path)
+    # A group of six heads (not a power of two; three heads per lane in P.V)
+    # is staged too.
+    six = et.compile(_attention_kernel(48, 8, 128, 1024, 8, 128, stable=True), target="cuda", workers=8,
+                     threads_per_worker=256, tile_kv_prefetch="shared", tile_prefetch_bytes=64 * 1024,
+                     cache_dir=tmp_path)
+    assert "cp.async.cg.shared.global" in six.binary_path.read_text()
+    _assemble(six, tmp_path)
 
 
 def test_kv_mma_ptx(tmp_path):
