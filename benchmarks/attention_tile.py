@@ -19,24 +19,28 @@ memory system.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
-import sys
 from pathlib import Path
 
 # (query heads, KV heads, head dim, threads per worker): the presets' heads and
 # their one-row decode kernels' threads (model_threads).
 MODELS = {"llama-3.2-1b": (32, 8, 64, 512), "qwen3-0.6b": (16, 8, 128, 384)}
 CACHE, SPLITS, SPLIT_LEN, LENGTH = 2048, 16, 128, 1024
+LIVE_SPLITS = -(-LENGTH // SPLIT_LEN)  # splits of a KV head with work
 
 
 def prepare(out: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "unit"))
     import event_tensor as et
-    from test_tile_ops import _attention_kernel
 
+    # The kernel text of the GPU suite's attention cases (as utils/prepare_gpu_suite.py loads it).
+    spec = importlib.util.spec_from_file_location(
+        "tile_tests", Path(__file__).resolve().parents[1] / "test" / "unit" / "test_tile_ops.py")
+    tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests)
     for name, (hq, hkv, d, threads) in MODELS.items():
-        art = et.compile(_attention_kernel(hq, hkv, d, CACHE, SPLITS, SPLIT_LEN, stable=True), target="cuda",
+        art = et.compile(tests._attention_kernel(hq, hkv, d, CACHE, SPLITS, SPLIT_LEN, stable=True), target="cuda",
                          workers=132, mode="static", threads_per_worker=threads, tile_kv_prefetch="shared",
                          tile_prefetch_bytes=64 * 1024, profile=True, format="bin")
         art.copy_to(out / name)
@@ -60,14 +64,13 @@ def run(root: Path, launches: int, json_path: str | None) -> None:
         lse = torch.zeros(SPLITS, hq, device="cuda")
         out = torch.zeros(hq, d, device="cuda")
         work, before = [], []
-        live = -(-LENGTH // SPLIT_LEN)
         for i in range(launches):
             launch(q, k, v, o, lse, out, LENGTH, LENGTH - 1)
             trace = launch.last_trace
             if i < 5:  # warm-up
                 continue
             for _, task, tile, start, ready, end in trace.records:
-                if trace.tasks[task] == "split" and tile % SPLITS < live:
+                if trace.tasks[task] == "split" and tile % SPLITS < LIVE_SPLITS:
                     work.append((end - ready) / 1e3)
                     before.append((ready - start) / 1e3)
         launch.close()

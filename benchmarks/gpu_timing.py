@@ -30,11 +30,12 @@ def batched_seconds(fn, inner=20, reps=7, warmup=3):
     return statistics.median(times)
 
 
-def launch_seconds(launch, *args, reps=20, warmup=3):
+def launch_seconds(launch, *args, reps=20, warmup=3, inner=1):
     """Median seconds of one kernel launch: the arguments are packed once
     (`launch.bind`), so no Python work sits between the timing events; then
-    the launcher's error check."""
-    seconds = median_seconds(launch.bind(*args), reps=reps, warmup=warmup)
+    the launcher's error check. With `inner` > 1, per launch of `inner`
+    launches back to back (see batched_seconds)."""
+    seconds = batched_seconds(launch.bind(*args), inner=inner, reps=reps, warmup=warmup)
     launch.check()
     return seconds
 
