@@ -220,6 +220,34 @@ def test_profile_trace(tmp_path):
     assert len(small.last_trace.records) == 4 and small.last_trace.dropped == total - 4
 
 
+def test_trace_per_worker_regions():
+    """The GPU's trace layout: each worker fills its own region of the buffer
+    (capacity / workers slots), the rest stays zero; the records are the
+    slots with an end, and the cursor counts every record a worker wrote or
+    had no room for."""
+    from event_tensor.runtime.trace import RECORD_WORDS, Trace
+
+    capacity, workers = 6, 2
+    words = [0] * (capacity * RECORD_WORDS)
+    # (worker, task, tile, start, ready, end): worker 0 wrote two of its three
+    # slots; worker 1 filled its three and dropped a fourth.
+    written = {0: [(0, 0, 0, 100, 110, 120), (0, 1, 0, 130, 140, 150)],
+               3: [(1, 0, 1, 105, 105, 125), (1, 1, 1, 135, 145, 155), (1, 0, 2, 160, 170, 180)]}
+    for base, records in written.items():
+        for k, r in enumerate(records):
+            words[(base + k) * RECORD_WORDS:(base + k + 1) * RECORD_WORDS] = r
+    meta = {"kernel": "k", "workers": workers, "tasks": ["a", "b"]}
+    trace = Trace.from_words(meta, words, 6, capacity, per_worker=True)
+    assert len(trace.records) == 5 and trace.dropped == 1
+    # Relative to the earliest start, in start order.
+    assert trace.records[0] == (0, 0, 0, 0, 10, 20)
+    assert [r[:3] for r in trace.records] == [(0, 0, 0), (1, 0, 1), (0, 1, 0), (1, 1, 1), (1, 0, 2)]
+    # Read as the host's layout (the first `count` slots), the empty slot
+    # and worker 1's records past it would be misread.
+    assert len(Trace.from_words(meta, words, 5, capacity).records) == 5
+    assert Trace.from_words(meta, words, 5, capacity).records != trace.records
+
+
 def test_cache_key_follows_the_compiler_build(tmp_path, monkeypatch):
     """A rebuilt compiler (another library fingerprint) never reuses an
     artifact the previous build cached for the same IR and options."""

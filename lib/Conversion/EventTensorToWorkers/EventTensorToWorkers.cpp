@@ -71,6 +71,8 @@ constexpr int64_t kTraceWords = 6;
 constexpr int64_t kControlWords = 8;
 // Words of the error record (i64).
 constexpr int64_t kErrorWords = 8;
+// The most shared memory a worker's copy of its static program may take.
+constexpr int64_t kSharedProgramBytes = 4096;
 
 /// True for a memref in GPU workgroup (shared) memory.
 bool inWorkgroupMemory(MemRefType type) {
@@ -234,19 +236,45 @@ private:
         b, loc, arith::MulIOp::create(b, loc, sec, i64(1000000000)), nsec);
   }
 
-  /// Appends (worker, task, tile, start, end) to the trace, if it has room.
+  /// Appends (worker, task, tile, start, ready, end) to the trace, if it
+  /// has room. On the GPU each worker writes its own region of the buffer
+  /// (capacity / workers records; its count in a shared-memory word) and
+  /// counts the record with a reduction whose result nobody waits for: an
+  /// atomic that returned the slot would hold thread 0 for an L2 round
+  /// trip between every two tiles, time the worker does not spend when it
+  /// is not profiled. The host finds the records by their nonzero end
+  /// (the buffer is cleared before each launch). On the host the slot
+  /// comes from the shared cursor.
   void recordTile(Value task, Value tile, Value start, Value ready) {
     Value end = now();
     auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(first.thenBlock());
-    Value slot = toIndex(LLVM::AtomicRMWOp::create(
-        b, loc, LLVM::AtomicBinOp::add, controlPointer(kTraceCursor), i32(1),
-        LLVM::AtomicOrdering::monotonic, target.syncscope(), 4));
     Value capacity = arith::DivUIOp::create(
         b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
-    Value fits =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, slot, capacity);
+    Value slot, fits;
+    if (target.gpu) {
+      Value k = memref::LoadOp::create(b, loc, traceCountMem, ValueRange{idx(0)});
+      memref::StoreOp::create(b, loc, arith::AddIOp::create(b, loc, k, i32(1)),
+                              traceCountMem, ValueRange{idx(0)});
+      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
+                                controlPointer(kTraceCursor), i32(1),
+                                LLVM::AtomicOrdering::monotonic,
+                                target.syncscope(), 4);
+      Value per = arith::DivUIOp::create(
+          b, loc, capacity,
+          gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+      Value kIdx = toIndex(k);
+      slot = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, workerId, per), kIdx);
+      fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kIdx, per);
+    } else {
+      slot = toIndex(LLVM::AtomicRMWOp::create(
+          b, loc, LLVM::AtomicBinOp::add, controlPointer(kTraceCursor), i32(1),
+          LLVM::AtomicOrdering::monotonic, target.syncscope(), 4));
+      fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, slot,
+                                   capacity);
+    }
     auto store = scf::IfOp::create(b, loc, fits, /*withElse=*/false);
     b.setInsertionPointToStart(store.thenBlock());
     Value base = arith::MulIOp::create(b, loc, slot, idx(kTraceWords));
@@ -1105,6 +1133,8 @@ private:
   // Worker function values.
   Value workerId, threadId, numThreads, epoch, spinLimit;
   Value countersMem, controlMem, errorMem, traceMem, clockBuffer;
+  /// GPU profile: the worker's count of trace records (shared memory).
+  Value traceCountMem;
   Value countersBase, controlBase;
   Value bank, bankBase;
   /// Words per bank: half of the counter buffer (less the abort word on
@@ -1354,6 +1384,64 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
       b, loc, startsMem,
       ValueRange{arith::AddIOp::create(b, loc, workerId, idx(1))}));
 
+  // On the GPU the worker's entries are copied into shared memory once, so
+  // that moving to the next tile reads no global memory: the tables' lines
+  // do not stay in L1 or L2 while the weights stream through, and loads of
+  // the next entry (and of the worker's range, which ptxas reloads rather
+  // than keep in a register) cost the worker memory round trips between
+  // every two tiles. Row 0 holds the worker's entry count and first entry;
+  // row 1 + j its entry j (docs/lowering.md, "The worker's program in
+  // shared memory").
+  int64_t longest = 0;
+  for (size_t w = 0; w + 1 < offsets.size(); ++w)
+    longest = std::max<int64_t>(longest, offsets[w + 1] - offsets[w]);
+  Value programShared;
+  if (target.gpu && longest > 0 && (longest + 1) * 3 * 4 <= kSharedProgramBytes) {
+    auto type = MemRefType::get({longest + 1, 3}, b.getI32Type(), MemRefLayoutAttrInterface(),
+                                gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    std::string name = ("__et_" + kernel.getSymName() + "_program_shared").str();
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&container->getRegion(0).front());
+      memref::GlobalOp::create(b, loc, name, b.getStringAttr("private"), type, Attribute(),
+                               /*constant=*/false, b.getI64IntegerAttr(16));
+    }
+    programShared = memref::GetGlobalOp::create(b, loc, type, name);
+    Value count = arith::SubIOp::create(b, loc, end, begin);
+    {
+      auto header = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(header.thenBlock());
+      Value toI32[] = {arith::IndexCastOp::create(b, loc, b.getI32Type(), count),
+                       arith::IndexCastOp::create(b, loc, b.getI32Type(), begin)};
+      for (int64_t f = 0; f < 2; ++f)
+        memref::StoreOp::create(b, loc, toI32[f], programShared, ValueRange{idx(0), idx(f)});
+    }
+    Value words = arith::MulIOp::create(b, loc, count, idx(3));
+    auto copy = scf::ForOp::create(b, loc, threadId, words, numThreads);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(copy.getBody());
+    Value k = copy.getInductionVar();
+    Value row = arith::DivUIOp::create(b, loc, k, idx(3));
+    Value col = arith::RemUIOp::create(b, loc, k, idx(3));
+    Value word = memref::LoadOp::create(b, loc, programMem,
+                                        ValueRange{arith::AddIOp::create(b, loc, begin, row), col});
+    memref::StoreOp::create(b, loc, word, programShared,
+                            ValueRange{arith::AddIOp::create(b, loc, row, idx(1)), col});
+  }
+  // The loop below walks entries by `position`: the entry's index in the
+  // worker's shared copy, or in the global table without one.
+  auto sharedHeader = [&](int64_t field) -> Value {
+    return toIndex(memref::LoadOp::create(b, loc, programShared, ValueRange{idx(0), idx(field)}));
+  };
+  // Word `field` of the entry at `position`.
+  auto entryWord = [&](Value position, int64_t field) -> Value {
+    if (programShared)
+      return memref::LoadOp::create(b, loc, programShared,
+                                    ValueRange{arith::AddIOp::create(b, loc, position, idx(1)), idx(field)});
+    return memref::LoadOp::create(b, loc, programMem, ValueRange{position, idx(field)});
+  };
+
   Type indexType = b.getIndexType(), i1Type = b.getI1Type();
   if (anyStaged) {
     // The staging regions' mbarriers: one arrival (the issuing thread's
@@ -1376,7 +1464,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
     b.setInsertionPointToStart(ifOp.thenBlock());
     LLVM::StoreOp::create(b, loc, i32(-1), progressPointer(), /*alignment=*/4);
   }
-  if (anyStaged || loaderWarp)
+  if (anyStaged || loaderWarp || programShared)
     barrier();
   if (loaderWarp) {
     // The loader warp leaves the workers' code here: its lane 0 issues the
@@ -1393,36 +1481,38 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
     b.setInsertionPointToEnd(computeBlock);
     computeOnly = true;
   }
+  Value firstPosition = programShared ? idx(0) : begin;
   auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i1Type},
-                                   ValueRange{begin, i1(true)});
+                                   ValueRange{firstPosition, i1(true)});
   {
     Block *before = b.createBlock(&loop.getBefore(), {}, {indexType, i1Type},
                                   {loc, loc});
     Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                       before->getArgument(0), end);
+                                       before->getArgument(0),
+                                       programShared ? sharedHeader(0) : end);
     Value go = arith::AndIOp::create(b, loc, more, before->getArgument(1));
     scf::ConditionOp::create(b, loc, go, before->getArguments());
   }
   Block *after =
       b.createBlock(&loop.getAfter(), {}, {indexType, i1Type}, {loc, loc});
   Value i = after->getArgument(0);
-  Value taskId = toIndex(
-      memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(0)}));
-  Value tile32 =
-      memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(1)});
+  Value taskId = toIndex(entryWord(i, 0));
+  Value tile32 = entryWord(i, 1);
   Value tileI64 = arith::ExtSIOp::create(b, loc, b.getI64Type(), tile32);
   if (loaderWarp) {
-    currentStage = memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(2)});
-    currentEntry = i;
-    storeProgress(arith::MulIOp::create(b, loc, i, idx(2)));
+    currentStage = entryWord(i, 2);
+    // The loader walks the global table: the entry's index there.
+    currentEntry = programShared ? arith::AddIOp::create(b, loc, i, sharedHeader(1)).getResult() : i;
+    storeProgress(arith::MulIOp::create(b, loc, currentEntry, idx(2)));
   } else if (anyStaged) {
-    currentStage = memref::LoadOp::create(b, loc, programMem, ValueRange{i, idx(2)});
+    currentStage = entryWord(i, 2);
     // Before this entry's waits: the copies of entries [from, i + 2) of
     // the worker's program, from = i + 1 (at its first entry, i).
-    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, i, begin);
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, i, firstPosition);
     Value nextI = arith::AddIOp::create(b, loc, i, idx(1));
     Value from = arith::SelectOp::create(b, loc, first, i, nextI);
-    Value to = arith::MinUIOp::create(b, loc, arith::AddIOp::create(b, loc, i, idx(2)), end);
+    Value to = arith::MinUIOp::create(b, loc, arith::AddIOp::create(b, loc, i, idx(2)),
+                                      programShared ? sharedHeader(0) : end);
     auto forOp = scf::ForOp::create(b, loc, from, to, idx(1));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(forOp.getBody());
@@ -1430,9 +1520,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
     // The last thread issues the copies: thread 0 polls the events.
     Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId,
                                        arith::SubIOp::create(b, loc, numThreads, idx(1)));
-    emitStageEntry(memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(2)}),
-                   memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(0)}),
-                   toIndex(memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(1)})), last);
+    emitStageEntry(entryWord(j, 2), entryWord(j, 0), toIndex(entryWord(j, 1)), last);
   }
 
   auto [region, top] = openRegion(TypeRange{i1Type}, [&] { return SmallVector<Value>{i1(false)}; });
@@ -1860,6 +1948,11 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     if (stageRegionBytes)
       workgroup.push_back(MemRefType::get({2}, i64Type, MemRefLayoutAttrInterface(),
                                           gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
+    // The profile's count of this worker's trace records.
+    unsigned traceCountAt = workgroup.size();
+    if (target.profile)
+      workgroup.push_back(MemRefType::get({1}, b.getI32Type(), MemRefLayoutAttrInterface(),
+                                          gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
     // The loader warp's progress word.
     unsigned progressAt = workgroup.size();
     if (loaderWarp)
@@ -1873,6 +1966,8 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
       stageBarriers = fn.getWorkgroupAttributions()[barriersAt];
     if (loaderWarp)
       progressMem = fn.getWorkgroupAttributions()[progressAt];
+    if (target.profile)
+      traceCountMem = fn.getWorkgroupAttributions()[traceCountAt];
     // 16-byte alignment for vector accesses to the tile buffers.
     for (unsigned i = 1; i < workgroup.size(); ++i)
       fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
@@ -1985,6 +2080,12 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   errorMem = entry->getArgument(a + 4);
   if (target.profile)
     traceMem = entry->getArgument(a + 5);
+  if (target.profile && target.gpu) {
+    auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(first.thenBlock());
+    memref::StoreOp::create(b, loc, i32(0), traceCountMem, ValueRange{idx(0)});
+  }
   if (target.profile && !target.gpu) {
     Value one = LLVM::ConstantOp::create(b, loc, b.getI64Type(),
                                          b.getI64IntegerAttr(1));

@@ -177,9 +177,13 @@ class CUDALauncher:
         self.epoch += 1
         holders[0].value = self.epoch
         if self.profile:
-            # The trace cursor restarts at 0 for every launch.
+            # The trace cursor restarts at 0 for every launch, and the records
+            # are cleared: each worker writes its own region of the buffer, and
+            # a record is found by its nonzero end.
             cursor = self._buffers["control"][0] + 4 * TRACE_CURSOR
             _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
+            trace, words = self._buffers["trace"]
+            _check(self.driver.cuMemsetD32Async(trace, 0, 2 * words, stream), "cuMemsetD32Async")
         _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.cta_threads, 1, 1, self.dynamic_shared, stream,
                                           ctypes.addressof(pointers), 0), "cuLaunchKernel")
 
@@ -227,7 +231,7 @@ class CUDALauncher:
                 if self.profile:
                     words = self._read("trace", 8, ctypes.c_int64)
                     self.last_trace = Trace.from_words(self.metadata, words, control[TRACE_CURSOR],
-                                                       self._buffers["trace"][1] // RECORD_WORDS)
+                                                       self._buffers["trace"][1] // RECORD_WORDS, per_worker=True)
                 return
             record = self._read("error", 8, ctypes.c_int64)
             if record[0] == CAPACITY and attempt == 0:
@@ -379,7 +383,8 @@ class MultiDeviceCUDALauncher:
                         control = l._read("control", 4, ctypes.c_int32)
                         words = l._read("trace", 8, ctypes.c_int64)
                         self.last_traces.append(Trace.from_words(self.metadata, words, control[TRACE_CURSOR],
-                                                                 l._buffers["trace"][1] // RECORD_WORDS))
+                                                                 l._buffers["trace"][1] // RECORD_WORDS,
+                                                                 per_worker=True))
                 return
             if all(r[0] == CAPACITY for r in records.values()) and attempt == 0:
                 self._reset_all(max(r[6] for r in records.values()))

@@ -31,17 +31,23 @@ class Trace:
 
     @classmethod
     def from_words(cls, metadata: dict, words: list[int], count: int, capacity: int,
-                   origin: int | None = None) -> "Trace":
+                   origin: int | None = None, per_worker: bool = False) -> "Trace":
         """Times are relative to the earliest record, or to `origin` (a raw
         clock value: the earliest of several devices' records that share a
-        clock)."""
-        kept = min(count, capacity)
-        raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i in range(kept)]
+        clock). `count` records were written; the first `capacity` slots of
+        `words` hold them in order, or, with `per_worker` (the GPU's layout:
+        each worker fills its own region of capacity / workers slots, the
+        buffer cleared before the launch), wherever their end is nonzero."""
+        if per_worker:
+            ends = words[RECORD_WORDS - 1:capacity * RECORD_WORDS:RECORD_WORDS]
+            raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i, e in enumerate(ends) if e]
+        else:
+            raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i in range(min(count, capacity))]
         t0 = min((r[3] for r in raw), default=0) if origin is None else origin
         records = [(w, t, tile, s - t0, r - t0, e - t0) for w, t, tile, s, r, e in raw]
         records.sort(key=lambda r: (r[3], r[0]))
         return cls(metadata["kernel"], int(metadata["workers"]), list(metadata.get("tasks", [])), records,
-                   dropped=max(0, count - capacity), mode=metadata.get("mode", "static"))
+                   dropped=max(0, count - len(raw)), mode=metadata.get("mode", "static"))
 
     @property
     def makespan_ns(self) -> int:
