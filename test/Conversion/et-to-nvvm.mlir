@@ -10,8 +10,8 @@
 // RUN: FileCheck %s --check-prefix=PTX-SIGNAL < %t
 
 // One gpu.func per kernel: worker = block id, a workgroup word to share
-// thread 0's results, GPU-scope acquire loads, nanosleep backoff, and a
-// GPU-scope release fence before each signal's atomic add.
+// thread 0's results, GPU-scope acquire loads, nanosleep backoff, and each
+// signal one GPU-scope release reduction (no separate fence).
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @chain_module
 // CHECK: gpu.func @chain(%{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?xi64>) workgroup(%{{.*}} : memref<4xi64, #gpu.address_space<workgroup>>) kernel
@@ -20,8 +20,8 @@
 // CHECK-DAG: llvm.load %{{.*}} atomic syncscope("device") acquire
 // CHECK-DAG: nvvm.nanosleep %c100_i32
 // CHECK-DAG: gpu.barrier
-// CHECK-DAG: llvm.fence syncscope("device") release
-// CHECK-DAG: llvm.atomicrmw add %{{.*}}, %{{.*}} syncscope("device") monotonic
+// CHECK-DAG: llvm.inline_asm has_side_effects "red.release.gpu.global.add.u32 [$0], $1;", "l,r"
+// CHECK-NOT: llvm.fence syncscope("device") release
 
 // A poll reads the abort flag (relaxed) before the counter (acquire), in one
 // block: both loads are in flight together, one L2 round trip per poll; the
@@ -35,13 +35,12 @@
 // SPIN: arith.cmpi ne, %[[FLAG]]
 // SPIN: nvvm.nanosleep
 
-// In the PTX text, acquire loads at GPU scope and a fence right before the
-// atomic add.
+// In the PTX text, acquire loads at GPU scope and the release reduction.
 // PTX: gpu.binary @chain_module
 // PTX-SAME: .target sm_90a
 // PTX-ACQUIRE: ld.acquire.gpu.global.b32
 // PTX-ACQUIRE-SAME: nanosleep.u32
-// PTX-SIGNAL: fence.acq_rel.gpu;\0A\09atom.global.add.u32
+// PTX-SIGNAL: red.release.gpu.global.add.u32
 et.kernel @chain() {
   %c2 = arith.constant 2 : index
   %e = et.event.create() : !et.event<2>

@@ -14,10 +14,9 @@
 // CHECK: arith.select %{{.*}}, %[[C1]], %[[C0]] : memref<?xi32>
 // CHECK: llvm.inline_asm has_side_effects "red.relaxed.sys.add.u32 [$0], $1;", "l,r"
 // The wait on an event that other devices signal: a system-scope acquire;
-// the local event keeps device scope.
+// the local event keeps device scope (one release reduction).
 // CHECK: llvm.load %{{.*}} atomic acquire {alignment = 4 : i64}
-// CHECK: llvm.fence syncscope("device") release
-// CHECK: llvm.atomicrmw add %{{.*}}, %{{.*}} syncscope("device") monotonic
+// CHECK: llvm.inline_asm has_side_effects "red.release.gpu.global.add.u32 [$0], $1;", "l,r"
 // The barrier at the end: each worker adds 1 on the other device, worker 0
 // waits for the 2 workers of the other device.
 // CHECK: llvm.fence release

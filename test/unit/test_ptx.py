@@ -21,17 +21,16 @@ def _check_ptx(ptx: str):
     assert ".target sm_90a" in ptx
     assert re.search(r"ld\.acquire\.gpu(\.global)?\.b32", ptx), "waits must be acquire loads at GPU scope"
     assert "nanosleep.u32" in ptx, "a waiting CTA backs off with nanosleep"
-    # Every signal: a release fence at GPU scope, then the atomic add. (The
-    # dynamic schedule's ticket is an atomic add too; thread 0 shares its
-    # result through shared memory right after, which tells it apart.)
+    # Every signal is one release reduction at GPU scope, and no other atomic
+    # add counts an event. (The dynamic schedule's ticket is an atomic add
+    # too; thread 0 shares its result through shared memory right after,
+    # which tells it apart.)
     lines = [l.strip() for l in ptx.splitlines()]
-    adds = [i for i, l in enumerate(lines) if re.match(r"atom\.global\.add\.u32", l)
-            and not any(n.startswith("st.shared") for n in lines[i + 1: i + 4])]
-    assert adds, "signals must be atomic adds"
-    for i in adds:
-        window = lines[max(0, i - 12): i]
-        assert any(l.startswith("fence.acq_rel.gpu") for l in window), (
-            f"atomic add without a preceding release fence:\n" + "\n".join(window + [lines[i]]))
+    assert any(re.match(r"red\.release\.gpu\.global\.add\.u32", l) for l in lines), (
+        "signals must be release reductions at GPU scope")
+    relaxed = [i for i, l in enumerate(lines) if re.match(r"(atom|red)\.global\.add\.u32", l)
+               and not any(n.startswith("st.shared") for n in lines[i + 1: i + 4])]
+    assert not relaxed, "a relaxed atomic add outside the ticket:\n" + "\n".join(lines[relaxed[0] - 3: relaxed[0] + 1])
 
 
 def _assemble(art, tmp_path) -> str:

@@ -743,6 +743,17 @@ private:
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
     if (!layout.remote) {
+      if (target.gpu) {
+        // One release reduction. (A release fence, which NVPTX emits as
+        // fence.acq_rel, also invalidates the SM's L1 after the writes
+        // drain; the release needs only the drain. NVPTX drops the ordering
+        // of an atomicrmw, so the instruction is written out.)
+        LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{counterPointer(counter), i32(1)},
+                                  "red.release.gpu.global.add.u32 [$0], $1;", "l,r",
+                                  /*has_side_effects=*/true, /*is_align_stack=*/false,
+                                  LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+        return success();
+      }
       LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
                             target.syncscope());
       LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
