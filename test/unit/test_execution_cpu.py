@@ -213,10 +213,13 @@ def test_profile_trace(tmp_path):
     pytest.importorskip("matplotlib")
     trace.gantt_png(tmp_path / "trace.png")
     assert (tmp_path / "trace.png").stat().st_size > 0
-    # A trace buffer too small keeps the first records and counts the rest.
+    # A trace buffer too small keeps the first records, counts the rest and
+    # says so.
     small = art.launcher(trace_capacity=4)
     sizes, data, outs = _buffers(rk, plan)
-    small(*sizes, *data, *outs)
+    with pytest.warns(RuntimeWarning, match=f"{total - 4} of {total} tile records did not fit in the buffer of 4 "
+                                            "records; pass a larger trace_capacity"):
+        small(*sizes, *data, *outs)
     assert len(small.last_trace.records) == 4 and small.last_trace.dropped == total - 4
 
 
@@ -237,7 +240,8 @@ def test_trace_per_worker_regions():
         for k, r in enumerate(records):
             words[(base + k) * RECORD_WORDS:(base + k + 1) * RECORD_WORDS] = r
     meta = {"kernel": "k", "workers": workers, "tasks": ["a", "b"]}
-    trace = Trace.from_words(meta, words, 6, capacity, per_worker=True)
+    with pytest.warns(RuntimeWarning, match="1 of 6 tile records did not fit in the workers' regions of 3 records"):
+        trace = Trace.from_words(meta, words, 6, capacity, per_worker=True)
     assert len(trace.records) == 5 and trace.dropped == 1
     # Relative to the earliest start, in start order.
     assert trace.records[0] == (0, 0, 0, 0, 10, 20)

@@ -5,6 +5,7 @@ draws measured and predicted schedules."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,14 @@ class Trace:
         t0 = min((r[3] for r in raw), default=0) if origin is None else origin
         records = [(w, t, tile, s - t0, r - t0, e - t0) for w, t, tile, s, r, e in raw]
         records.sort(key=lambda r: (r[3], r[0]))
+        dropped = max(0, count - len(raw))
+        if dropped:
+            where = (f"the workers' regions of {capacity // max(int(metadata['workers']), 1)} records each"
+                     if per_worker else f"the buffer of {capacity} records")
+            warnings.warn(f"profile of {metadata['kernel']}: {dropped} of {count} tile records did not fit in "
+                          f"{where}; pass a larger trace_capacity to the launcher", RuntimeWarning, stacklevel=3)
         return cls(metadata["kernel"], int(metadata["workers"]), list(metadata.get("tasks", [])), records,
-                   dropped=max(0, count - len(raw)), mode=metadata.get("mode", "static"))
+                   dropped=dropped, mode=metadata.get("mode", "static"))
 
     @property
     def makespan_ns(self) -> int:
