@@ -6,6 +6,19 @@
 // RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | grep -c 'syncscope("block") release' | FileCheck %s --check-prefix=STORES-START
 // RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp-ready" | grep -c 'syncscope("block") release' | FileCheck %s --check-prefix=STORES-READY
 // RUN: not et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=lane" 2>&1 | FileCheck %s --check-prefix=BADISSUE
+// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | FileCheck %s --check-prefix=WARP-PROG
+
+// The workers walk their program in its shared-memory copy by position; the
+// progress word that the loader warp (which walks the global table) reads
+// is the entry's index there: the position plus the worker's first entry
+// (row 0, column 1 of the copy), times 2.
+// WARP-PROG: %[[PROG:.*]] = memref.get_global @__et_k_program_shared : memref<5x3xi32, #gpu.address_space<workgroup>>
+// WARP-PROG: scf.while (%[[POS:.*]] = %c0{{.*}}, %{{.*}} = %true) : (index, i1)
+// WARP-PROG: } do {
+// WARP-PROG: %[[FIRST:.*]] = memref.load %[[PROG]][%c0{{.*}}, %c1{{.*}}]
+// WARP-PROG: %[[FIRSTI:.*]] = arith.index_cast %[[FIRST]] : i32 to index
+// WARP-PROG: %[[ENTRY:.*]] = arith.addi %[[POS]], %[[FIRSTI]] : index
+// WARP-PROG: arith.muli %[[ENTRY]], %c2
 
 // Weight rows staged across tiles. Each single-tile entry of a staged task
 // gets a stage word in the program table's third column: its region (the
