@@ -748,10 +748,7 @@ private:
         // fence.acq_rel, also invalidates the SM's L1 after the writes
         // drain; the release needs only the drain. NVPTX drops the ordering
         // of an atomicrmw, so the instruction is written out.)
-        LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{counterPointer(counter), i32(1)},
-                                  "red.release.gpu.global.add.u32 [$0], $1;", "l,r",
-                                  /*has_side_effects=*/true, /*is_align_stack=*/false,
-                                  LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+        ptxAddOne(counterPointer(counter), "red.release.gpu.global.add.u32");
         return success();
       }
       LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
@@ -769,17 +766,23 @@ private:
     return success();
   }
 
+  /// GPU: adds 1 to the i32 at `ptr` with the PTX reduction `red` (for
+  /// example "red.relaxed.sys.add.u32"), written out because NVPTX drops
+  /// the ordering and scope of an atomicrmw.
+  void ptxAddOne(Value ptr, StringRef red) {
+    LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{ptr, i32(1)},
+                              (red + " [$0], $1;").str(), "l,r",
+                              /*has_side_effects=*/true,
+                              /*is_align_stack=*/false,
+                              LLVM::tailcallkind::TailCallKind::None,
+                              LLVM::AsmDialectAttr(), ArrayAttr());
+  }
+
   /// Adds 1 to the i32 at `ptr` with a relaxed system-scope atomic (the
-  /// caller has issued the release fence). NVPTX drops the scope of an
-  /// atomicrmw, so the GPU form is written out.
+  /// caller has issued the release fence).
   void systemAdd(Value ptr) {
     if (target.gpu) {
-      LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{ptr, i32(1)},
-                                "red.relaxed.sys.add.u32 [$0], $1;", "l,r",
-                                /*has_side_effects=*/true,
-                                /*is_align_stack=*/false,
-                                LLVM::tailcallkind::TailCallKind::None,
-                                LLVM::AsmDialectAttr(), ArrayAttr());
+      ptxAddOne(ptr, "red.relaxed.sys.add.u32");
       return;
     }
     LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, ptr, i32(1),
