@@ -406,7 +406,12 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     wait: the buffer is the larger of one split's K and V rows and the
     weight prefetch's default; kernels for larger batches do neither (no
     dynamic shared memory, no copies), and splits above the lowering's
-    maximum are not staged. Kernels for more than 4 rows use unroll 4."""
+    maximum are not staged. Kernels for more than 4 rows use unroll 4.
+    One-row kernels also stage the `mlp` and `down` tiles' first weight
+    rows across tiles (bulk copies), as much as the dynamic shared memory
+    leaves after the tile buffers, or none."""
+    from event_tensor.model import compile as model_compile
+
     cfg = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
                             max_position_embeddings=4096)
     small = model.compile_model(cfg, target="cuda", max_batch=1, max_context=512, workers=8,
@@ -416,15 +421,29 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     assert meta["options"]["tile_kv_prefetch"] == "shared"
     assert meta["options"]["tile_prefetch"] == "shared" and meta["options"]["tile_prefetch_tasks"] == ["o"]
     assert meta["dynamic_shared_bytes"] == max(PREFETCH_BYTES, 4 * 64 * split_len)
-    assert "cp.async.cg.shared.global" in (small / "kernel.ptx").read_text()
+    ptx = (small / "kernel.ptx").read_text()
+    assert "cp.async.cg.shared.global" in ptx
+    assert meta["options"]["tile_stage_bytes"] == model_compile.MODEL_STAGE_BYTES
+    assert meta["options"]["tile_stage_tasks"] == ["mlp", "down"] and "cp.async.bulk.shared" in ptx
     large = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=768,
                                 out_dir=tmp_path / "large", cache_dir=tmp_path / "cache")
     meta = json.loads((large / "metadata.json").read_text())
     assert meta["options"]["tile_kv_prefetch"] == "shared" and meta["dynamic_shared_bytes"] == 4 * 64 * 768
+    # 192 KiB of KV rows leave no room for two staging regions of 16 KiB.
+    assert meta["options"].get("tile_stage_bytes", 0) == 0 and "tile_stage_tasks" not in meta["options"]
+    assert "cp.async.bulk.shared" not in (large / "kernel.ptx").read_text()
+    # What the retry takes from the lowering's error: half of what the tile
+    # buffers leave, in KiB, if at least MIN_STAGE_BYTES.
+    error = ValueError("'et.kernel' op stages weights in two regions of 49152 bytes after 131072 bytes of "
+                       "tile buffers: 229376 bytes of dynamic shared memory, more than 204800 (lower stage-bytes)")
+    assert model_compile._stage_bytes_that_fit(error) == 36 * 1024
+    assert model_compile._stage_bytes_that_fit(ValueError(str(error).replace("131072", "196608"))) == 0
+    assert model_compile._stage_bytes_that_fit(ValueError("another error")) is None
     batched = model.compile_model(cfg, target="cuda", max_batch=4, max_context=512, workers=8,
                                   out_dir=tmp_path / "batched", cache_dir=tmp_path / "cache")
     meta = json.loads((batched / "metadata.json").read_text())
     assert meta["dynamic_shared_bytes"] == 0 and meta["options"]["tile_unroll"] == 8
+    assert "tile_stage_bytes" not in meta["options"]
     wide = model.compile_model(cfg, target="cuda", max_batch=8, max_context=512, workers=8,
                                out_dir=tmp_path / "wide", cache_dir=tmp_path / "cache")
     assert json.loads((wide / "metadata.json").read_text())["options"]["tile_unroll"] == 4
@@ -434,7 +453,8 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     assert meta["options"].get("tile_kv_prefetch", "none") == "none"
     assert meta["dynamic_shared_bytes"] == PREFETCH_BYTES  # the weight prefetch's only
     plain = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=1024,
-                                tile_prefetch="none", out_dir=tmp_path / "plain", cache_dir=tmp_path / "cache")
+                                tile_prefetch="none", tile_stage_bytes=0, out_dir=tmp_path / "plain",
+                                cache_dir=tmp_path / "cache")
     meta = json.loads((plain / "metadata.json").read_text())
     assert meta["options"].get("tile_kv_prefetch", "none") == "none" and meta["dynamic_shared_bytes"] == 0
     assert "cp.async" not in (plain / "kernel.ptx").read_text()
@@ -998,6 +1018,55 @@ def test_o_per_head_errors(tmp_path):
     with pytest.raises(ValueError, match="o_per_head needs tp 1 and linear_tile 'rows'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True,
                             linear_tile="mma", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("family,layered,mode,workers,max_batch,layers",
+                         [("llama", True, "static", 4, 2, 2), ("qwen3", True, "static", 8, 1, 3),
+                          ("qwen3", False, "dynamic", 8, 2, 3)])
+def test_down_in_mlp_matches_reference(family, layered, mode, workers, max_batch, layers, tmp_path):
+    """down_in_mlp drops the `down` task: each `mlp` tile adds its block of
+    the down projection into the next layer's residual stream with atomic
+    adds (tiles on other host threads add into the same rows), the stream
+    alternating between h and h2 (two layers end in h, three in h2). The
+    logits are the reference's and those of the kernel with a `down` task
+    within the bf16 rounding, at batch 2, then rows of different lengths."""
+    config = model.tiny_config(family, num_layers=layers)
+    weights = model.random_weights(config, seed=13)
+    ref = model.ReferenceModel(config, weights, max_batch=max_batch, max_context=32)
+    kernels = {}
+    for fused in (True, False):
+        path = model.compile_model(config, target="cpu", max_batch=max_batch, max_context=32, workers=workers,
+                                   split_len=8, layered=layered, mode=mode, o_per_head=True,
+                                   down_in_mlp=fused, cache_dir=tmp_path)
+        tasks = json.loads((path / "metadata.json").read_text())["tasks"]
+        assert any(t == "down" or t.startswith("down_") for t in tasks) is not fused
+        assert json.loads((path / "model.json").read_text())["down_in_mlp"] is fused
+        kernels[fused] = model.DecodeSession(path, weights)
+    steps = [([5, 9][:max_batch], [0, 0][:max_batch]), ([17, 200][:max_batch], [1, 1][:max_batch])]
+    steps += [([t % 50 + 1, t % 7 + 3][:max_batch], [t, t - 3][:max_batch]) for t in range(3, 12)]
+    for tokens, positions in steps:
+        want = ref.step(tokens, positions)
+        for session in kernels.values():
+            session.step(tokens, positions)
+        got = kernels[True].last_logits()
+        assert _rel(got, kernels[False].last_logits()) < 3e-3, positions
+        assert _rel(got, want) < 3e-3, positions
+    for session in kernels.values():
+        session.close()
+
+
+def test_down_in_mlp_errors(tmp_path):
+    config = model.tiny_config("llama")
+    with pytest.raises(ValueError, match="down_in_mlp must be a bool, got 1"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True, down_in_mlp=1,
+                            cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="down_in_mlp needs o_per_head"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, down_in_mlp=True,
+                            cache_dir=tmp_path)
+    odd = model.tiny_config("llama", intermediate_size=200)
+    with pytest.raises(ValueError, match="down_in_mlp needs rows per mlp tile that divide the intermediate size 200"):
+        model.compile_model(odd, target="cpu", max_batch=1, max_context=16, workers=3, o_per_head=True,
+                            down_in_mlp=True, cache_dir=tmp_path)
 
 
 def _qk_extents(config, max_batch, **kw):

@@ -313,7 +313,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         l2_prefetch: float = 0.0, rope_in_attention: bool = False,
                         qk_heads: int | None = None, gated_mlp: bool = True, warps: int | None = None,
                         qkv_by_matrix: bool | None = None, o_per_head: bool = False,
-                        norm_in_linear: bool = False, norm_scratch: str = "global") -> Module:
+                        norm_in_linear: bool = False, norm_scratch: str = "global",
+                        down_in_mlp: bool = False) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -428,7 +429,24 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     slower on the H100 (docs/benchmarks.md), so it is off by default.
     Kernels of several rows cannot take it: rows
     of one slot at consecutive positions (a prompt chunk) read each other's
-    keys, which a row's own attention tiles do not write."""
+    keys, which a row's own attention tiles do not write.
+
+    `down_in_mlp` (with `o_per_head`, fused norms, `et.linear` tiles, tp 1)
+    drops the `down` task: the down projection is split over its K, like
+    `o`. An `mlp` tile, after its block of activations, adds `act[:, block]
+    wd[:, block]^T` into every row of the residual stream with `et.linear
+    ... accumulate atomic` (the block's rows of wd are short: their weights
+    go before the wait where the weight prefetch applies). Since the `mlp`
+    tiles also read the residual stream (their norms) while others already
+    add into it, the stream alternates between two buffers, `h` (even
+    layers) and `h2` (odd): layer l reads one and builds the next in the
+    other, which its `qkv` tiles clear (every tile a slice), its `o` tiles
+    leave alone and its `mlp` tiles fill with the read stream (every tile a
+    slice) plus their partial sums. One dependent phase (and its wait)
+    fewer per layer; the rows per `mlp` tile are rounded up to a multiple
+    of 8 (16-byte loads of the short rows) and must divide the
+    intermediate size. Relaxed f32 atomic adds: the low bits may differ
+    from run to run."""
     if tp != 1 and not (layered and fuse_norms):
         raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
     if linear_tile not in ("rows", "mma"):
@@ -453,6 +471,10 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
     if not isinstance(rope_in_attention, bool):
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
+    if not isinstance(down_in_mlp, bool):
+        raise ValueError(f"down_in_mlp must be a bool, got {down_in_mlp!r}")
+    if down_in_mlp and not (o_per_head and fuse_norms and tp == 1 and linear_tile == "rows"):
+        raise ValueError("down_in_mlp needs o_per_head, fuse_norms, tp 1 and linear_tile 'rows'")
     norm_tasks = ("qkv", "mlp", "lm_head")
     if isinstance(norm_in_linear, bool):
         norm_in_linear = norm_tasks if norm_in_linear else ()
@@ -511,7 +533,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     # Kernel arguments, in order (runtime/model.py passes them the same way).
     args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32))]
     args += [(n, mr([V_lm, H], bf16) if n == "lm_head" else t) for n, t in model_arguments(c, lay)]
-    args += [("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
+    args += [("h", mr([DYN, H], f32))] + ([("h2", mr([DYN, H], f32))] if down_in_mlp else [])
+    args += [("xn", mr([DYN, H], bf16)),
              ("xs", mr([xs_rows, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
@@ -681,41 +704,80 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     et.signal(events[kind], [layer])
 
         # The event that ends a layer: the residual stream is complete.
-        layer_done = "sum_d" if tp > 1 else "down"
+        layer_done = "sum_d" if tp > 1 else "mlp" if down_in_mlp else "down"
+
+        def resid(l, other: bool = False):
+            """The residual stream layer `l` (int or index Value) reads, or
+            with `other` the one it builds (down_in_mlp: h for even layers,
+            h2 for odd; else always h)."""
+            if not down_in_mlp:
+                return A["h"]
+            a, b = (A["h2"], A["h"]) if other else (A["h"], A["h2"])
+            if isinstance(l, int):
+                return b if l % 2 else a
+            even = arith.CmpIOp(arith.CmpIPredicate.eq, arith.RemUIOp(l, const(2)).result, const(0)).result
+            return arith.SelectOp(even, a, b).result
 
         def final_norm_body(t):
             if layered:
-                et.wait(events["down"], [const(L - 1)])
-            et.rmsnorm(A["h"], A["final_norm"], A["xn"], eps)
+                et.wait(events[layer_done], [const(L - 1)])
+            et.rmsnorm(resid(L), A["final_norm"], A["xn"], eps)
 
-        def normalized(norm_w, t):
+        def slice_rows(t, tiles: int, fill):
+            """Tile t of `tiles` calls fill(b, i) for its slice of the
+            elements [0, H) of every row b of the batch, the worker's
+            threads taking turns over the slice (down_in_mlp's clearing
+            and copying of the residual stream)."""
+            per = -(-H // tiles)
+            first = arith.MulIOp(t, const(per)).result
+            end = arith.MinUIOp(arith.AddIOp(first, const(per)).result, const(H)).result
+            start = arith.AddIOp(first, et.ThreadIdOp(idx).result).result
+            rows = scf.ForOp(const(0), batch, const(1), [])
+            with InsertionPoint(rows.body):
+                elems = scf.ForOp(start, end, et.NumThreadsOp(idx).result, [])
+                with InsertionPoint(elems.body):
+                    fill(rows.induction_variable, elems.induction_variable)
+                    scf.YieldOp([])
+                scf.YieldOp([])
+
+        def clear_next(l, t, tiles: int):
+            """down_in_mlp: tile t of the layer's first task (its `qkv`)
+            clears its slice of the stream the layer builds."""
+            if not down_in_mlp:
+                return
+            nxt = resid(l, other=True)
+            zero = arith.ConstantOp(f32, 0.0).result
+            slice_rows(t, tiles, lambda b, i: memref.StoreOp(zero, nxt, [b, i]))
+
+        def normalized(norm_w, t, res=None):
             """Tile t's rows of the scratch [batch, H], holding
             rmsnorm(h) * norm_w (fuse_norms)."""
             if norm_scratch == "shared":
                 buf = memref.AllocaOp(shared([B, H], bf16), [], []).result
                 xs_t = memref.SubViewOp(shared([DYN, H], bf16, [H, 1], 0), buf, [], [batch], [],
                                         static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
-                et.rmsnorm(A["h"], norm_w, xs_t, eps)
+                et.rmsnorm(res or A["h"], norm_w, xs_t, eps)
                 return xs_t
             xs_t = memref.SubViewOp(
                 MemRefType.get([DYN, H], bf16, StridedLayoutAttr.get(DYN, [H, 1]), loc=Location.unknown()),
                 A["xs"], [t], [batch], [], static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, H],
                 static_strides=[1, 1, 1]).result
-            et.rmsnorm(A["h"], norm_w, xs_t, eps)
+            et.rmsnorm(res or A["h"], norm_w, xs_t, eps)
             return xs_t
 
-        def norm_input(norm_w, t, kind):
+        def norm_input(norm_w, t, kind, res=None):
             """What a linear tile of task `kind` reading rmsnorm(h) * norm_w
             takes: (x, et.linear keywords): h and its norm (kinds in
             `norm_in_linear`), or tile t's rows of the scratch, normalized."""
             if kind in norm_in_linear:
                 # One-row kernels read a static row (the GPU lowering then
                 # reads x once per worker, into shared memory).
-                x = _rows(A["h"]) if B > 1 else memref.SubViewOp(
+                res = res or A["h"]
+                x = _rows(res) if B > 1 else memref.SubViewOp(
                     MemRefType.get([1, H], f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
-                    A["h"], [], [], [], static_offsets=[0, 0], static_sizes=[1, H], static_strides=[1, 1]).result
+                    res, [], [], [], static_offsets=[0, 0], static_sizes=[1, H], static_strides=[1, 1]).result
                 return x, dict(norm=norm_w, eps=eps)
-            return normalized(norm_w, t), {}
+            return normalized(norm_w, t, res), {}
 
         # Task bodies, given the layer (an int, or an index Value for a
         # layered task) and the tile coordinates. The residual stream h
@@ -1001,7 +1063,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             k0 = arith.MulIOp(head, const(D)).result
             w = memref.SubViewOp(strided([H, D], bf16, [Hq * D, 1]), layer_view(A["wo"], l, H, Hq * D), [k0], [],
                                  [], static_offsets=[0, DYN], static_sizes=[H, D], static_strides=[1, 1]).result
-            et.linear(x, w, A["h"], arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
+            et.linear(x, w, resid(l), arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
                       accumulate=True, atomic=True)
 
         def norm2_body(l, t):
@@ -1021,7 +1083,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 # tile picks (arith.select), so that it stays at the task's
                 # top level: its first weight loads can go out ahead of the
                 # tile's norm.
-                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv") if fuse_norms else (None, {})
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv", resid(l)) if fuse_norms else (None, {})
+                clear_next(l, t, qkv_tiles)
                 first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
                 is_q = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result
                 is_k = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_v)).result
@@ -1066,7 +1129,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
 
             def qkv_body(l, t):
-                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv") if fuse_norms else (None, {})
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv", resid(l)) if fuse_norms else (None, {})
+                clear_next(l, t, qkv_tiles)
                 q_lin[0](l, t, x, norm)
                 k_lin[0](l, t, x, norm)
                 v_lin[0](l, t, x, norm)
@@ -1080,15 +1144,38 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         # Gate and up rows of one block and their activation in one tile:
         # the activation needs no phase of its own.
         mlp_rows = mma_block(I, lay.workers) if mma else rows_for(I, H)
+        mlp_tiles = gate_lin[1]
+        if down_in_mlp:
+            # Blocks of act (the K of down) start on 16-byte boundaries.
+            mlp_rows = -(-mlp_rows // 8) * 8
+            if I % mlp_rows:
+                raise ValueError(f"down_in_mlp needs rows per mlp tile that divide the intermediate size {I}, "
+                                 f"got {mlp_rows} (rounded up to a multiple of 8)")
+            mlp_tiles = I // mlp_rows
+
+        def down_part(l, t):
+            # down_in_mlp: the stream this layer read, a slice per tile, and
+            # this block's part of act wd^T into the one it builds.
+            res, nxt = resid(l), resid(l, other=True)
+            slice_rows(t, mlp_tiles, lambda b, i: memref.AtomicRMWOp(
+                arith.AtomicRMWKind.addf, memref.LoadOp(res, [b, i]).result, nxt, [b, i]))
+            k0 = arith.MulIOp(t, const(mlp_rows)).result
+            x = memref.SubViewOp(strided([DYN, mlp_rows], bf16, [I, 1]), A["act"], [k0], [batch], [],
+                                 static_offsets=[0, DYN], static_sizes=[DYN, mlp_rows], static_strides=[1, 1]).result
+            w = memref.SubViewOp(strided([H, mlp_rows], bf16, [I, 1]), layer_view(A["wd"], l, H, I), [k0], [], [],
+                                 static_offsets=[0, DYN], static_sizes=[H, mlp_rows], static_strides=[1, 1]).result
+            et.linear(x, w, nxt, const(0), const(H), accumulate=True, atomic=True)
 
         def mlp_body(l, t):
-            x, norm = norm_input(vec_view(A["ln2"], l, H), t, "mlp") if fuse_norms else (None, {})
+            x, norm = norm_input(vec_view(A["ln2"], l, H), t, "mlp", resid(l)) if fuse_norms else (None, {})
             if gated_mlp and not mma:
                 # One pass: a warp's gate row, its up row, then its act
                 # element (no g and u round trip, no barrier).
                 et.linear(x if x is not None else A["xn"], layer_view(A["wg"], l, I, H), A["act"],
                           arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows),
                           gated=layer_view(A["wu"], l, I, H), **norm)
+                if down_in_mlp:
+                    down_part(l, t)
                 return
             gate_lin[0](l, t, x, norm)
             up_lin[0](l, t, x, norm)
@@ -1120,11 +1207,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
              2 * lay.splits * c.group_size * D),
             ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
             ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
-            ("mlp", mlp_body, [gate_lin[1]], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
+            ("mlp", mlp_body, [mlp_tiles], False, ["norm2"], 2 * gate_lin[2] + (2 * H * mlp_rows if down_in_mlp else 0),
+             2 * gate_lin[3] + 6 * mlp_rows + (2 * H * mlp_rows if down_in_mlp else 0)),
             ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
         ]
         if rope_in_attention:
             layer_tasks = [spec for spec in layer_tasks if spec[0] != "qk"]
+        if down_in_mlp:
+            layer_tasks = [spec for spec in layer_tasks if spec[0] != "down"]
         if o_per_head:
             o_spec = ("o", o_head_body, [Hq * o_blocks], False, ["attn"],
                       o_head_rows * D * 2 + B * 4 * lay.splits * (D + 1), 2 * B * o_head_rows * D)
@@ -1184,17 +1274,17 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                          lambda *ids, body=body, l=l, **kw: body(l, *ids, **kw), per_batch=per_batch,
                          nbytes=nbytes, flops=flops,
                          pre=(lambda *ids, pre=pre, l=l: pre(l, *ids)) if pre else None)
-                prev = f"down_{l}"
+                prev = f"{layer_done}_{l}"
         else:
             layered_tasks(layer_tasks, entry)
-            prev = "down"
+            prev = layer_done
         # Final norm, LM head, greedy argmax (two stages).
         lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(lambda l: A["lm_head"], V_lm, H, A["xn"], A["logits"])
         if fuse_norms:
             def lm_head_body(t):
                 if layered:
                     et.wait(events[layer_done], [const(L - 1)])
-                lm_body(None, t, *norm_input(A["final_norm"], t, "lm_head"))
+                lm_body(None, t, *norm_input(A["final_norm"], t, "lm_head", resid(L)))
             task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
                  flops=lm_flops)
         else:

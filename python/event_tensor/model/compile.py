@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -45,6 +46,19 @@ MODEL_KV_PREFETCH = "shared"
 # wait were slower, since they take bandwidth from the phase still running.
 MODEL_WEIGHT_PREFETCH = "shared"
 MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
+
+# Kernels for one sequence at a time (max_batch 1) also stage the first
+# MODEL_STAGE_BYTES of weight rows of each `mlp` and `down` tile into shared
+# memory while the worker is still on its tile before (`tile_stage_bytes`,
+# `tile_stage_tasks`; docs/lowering.md, "Weights staged across tiles"). On
+# the H100, in two calls of three passes each, that made the Qwen3-0.6B step
+# 4-5% faster (0.795-0.801 against 0.832-0.838 ms) and the Llama-3.2-1B step
+# 1-3% faster (1.066-1.075 against 1.079-1.101); staging `qkv` too was as
+# fast for Qwen3-0.6B and 6-8% slower for Llama-3.2-1B, and staging every task
+# in place of the `o` prefetch was slower for both (docs/benchmarks.md,
+# "Weights staged across tiles, for mlp and down").
+MODEL_STAGE_BYTES = 69632
+MODEL_STAGE_TASKS = ("mlp", "down")
 
 # Kernels for one sequence at a time (max_batch 1) lay their et.linear
 # tiles out over every warp (`tile_linear="spread"`: K split between warps
@@ -98,15 +112,16 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
                   qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
                   norm_in_linear: bool | list | None = None, norm_scratch: str | None = None,
-                  **options) -> Path:
+                  down_in_mlp: bool | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
     `mode`; on cuda `tile_unroll`
     defaults to MODEL_TILE_UNROLL (4 above MODEL_TILE_UNROLL_MAX_BATCH
     rows), `opt_level` to MODEL_OPT_LEVEL and, for max_batch 1,
-    `tile_kv_prefetch` to MODEL_KV_PREFETCH and `tile_prefetch` to
-    MODEL_WEIGHT_PREFETCH in MODEL_WEIGHT_PREFETCH_TASKS). `layered` builds one task per
+    `tile_kv_prefetch` to MODEL_KV_PREFETCH, `tile_prefetch` to
+    MODEL_WEIGHT_PREFETCH in MODEL_WEIGHT_PREFETCH_TASKS and
+    `tile_stage_bytes` to MODEL_STAGE_BYTES in MODEL_STAGE_TASKS). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -165,6 +180,11 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     keep their bits from run to run). Pass False for a GPU kernel whose
     logits repeat bit for bit.
 
+    `down_in_mlp` (needs `o_per_head`) drops the `down` task: each `mlp`
+    tile adds its block's part of the down projection into the residual
+    stream itself (atomic adds; `build_decode_kernel`). None (the default)
+    leaves it off.
+
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all three, or a list of
     "qkv", "mlp", "lm_head"; `build_decode_kernel`): in a one-row kernel a
@@ -186,6 +206,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     (batch 4 for hidden sizes from 2048, else 8; measured on the H200),
     `mma` from it; it needs `out_dir`."""
     from .. import compile as et_compile
+    from ..compiler import EventTensorCompileError
     from ..ir import Context
 
     if workers is None:
@@ -217,7 +238,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
                                        l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
                                        gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                       norm_in_linear=norm_in_linear, norm_scratch=norm_scratch, **options)
+                                       norm_in_linear=norm_in_linear, norm_scratch=norm_scratch,
+                                       down_in_mlp=down_in_mlp, **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if o_per_head is None:
@@ -227,6 +249,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                           and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN)
     if norm_scratch is None:
         norm_scratch = "shared" if max_batch == 1 and linear_tile == "rows" and fuse_norms else "global"
+    if down_in_mlp is None:
+        down_in_mlp = False
+    staged_default = False
     if target == "cuda":
         options.setdefault("threads_per_worker", model_threads(config, max_batch))
         options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
@@ -237,6 +262,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             if "tile_prefetch" not in options:
                 options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
                 options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
+            staged_default = "tile_stage_bytes" not in options
+            if staged_default:
+                options["tile_stage_bytes"] = MODEL_STAGE_BYTES
+                options.setdefault("tile_stage_tasks", MODEL_STAGE_TASKS)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context,
                            min_batch=min_batch)
@@ -262,15 +291,28 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                      linear_tile=linear_tile, l2_prefetch=l2_prefetch,
                                      rope_in_attention=rope_in_attention, qk_heads=qk_heads,
                                      gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                     norm_in_linear=norm_in_linear, norm_scratch=norm_scratch, warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
+                                     norm_in_linear=norm_in_linear, norm_scratch=norm_scratch,
+                                     down_in_mlp=down_in_mlp, warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
-    art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
+    try:
+        art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
+    except EventTensorCompileError as err:
+        # The default staging takes what the tile buffers (a long split's
+        # KV rows, say) leave of the dynamic shared memory, or nothing.
+        fit = _stage_bytes_that_fit(err) if target == "cuda" and staged_default else None
+        if fit is None:
+            raise
+        options["tile_stage_bytes"] = fit
+        if not fit:
+            options.pop("tile_stage_tasks", None)
+        art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
             "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
             "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
             "o_per_head": o_per_head, "norm_in_linear": norm_in_linear, "norm_scratch": norm_scratch,
+            "down_in_mlp": down_in_mlp,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
@@ -316,6 +358,25 @@ def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, wo
     art.copy_to(dest)
     return {"dir": PREFILL_DIR, "rows": rows, "tiles": tiles.to_dict(), "profile": bool(keep.get("profile")),
             "compile_s": round(time.perf_counter() - start, 3)}
+
+
+#: The least staging per task worth its copies: below it, the default
+#: staging is left off (the measured gains were at 48-68 KiB).
+MIN_STAGE_BYTES = 16 * 1024
+
+
+def _stage_bytes_that_fit(err: Exception) -> int | None:
+    """For the lowering's error that the staging regions do not fit after
+    the tile buffers: the stage bytes per task that do (a multiple of 1
+    KiB, two regions after the buffers), or 0 below MIN_STAGE_BYTES; None
+    for any other error."""
+    from ..build import MAX_PREFETCH_BYTES
+
+    found = re.search(r"stages weights in two regions of \d+ bytes after (\d+) bytes of tile buffers", str(err))
+    if not found:
+        return None
+    fit = (MAX_PREFETCH_BYTES - int(found.group(1))) // 2 // 1024 * 1024
+    return fit if fit >= MIN_STAGE_BYTES else 0
 
 
 def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
