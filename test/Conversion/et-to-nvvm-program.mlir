@@ -26,19 +26,27 @@
 // CHECK-NOT: memref.load %[[STARTS]]
 // CHECK: cf.switch
 
-// Profiled: each worker writes its own region of the trace buffer, its
-// record count in a shared-memory word, and adds to the cursor without
-// waiting for the result.
+// Profiled: each worker writes its own region of the trace buffer. At
+// launch thread 0 puts the region's first slot (worker * capacity /
+// workers) and its end in two shared-memory words; a record takes the next
+// slot below the end (no division per record) and adds to the cursor
+// without waiting for the result.
 // PROFILE-LABEL: gpu.module @chain_module
-// PROFILE: gpu.func @chain({{.*}}) workgroup({{.*}}, %[[COUNT:.*]] : memref<1xi32, #gpu.address_space<workgroup>>
-// PROFILE: memref.store %c0_i32{{.*}}, %[[COUNT]][%c0
-// PROFILE: nvvm.read.ptx.sreg.globaltimer
-// PROFILE: %[[K:.*]] = memref.load %[[COUNT]]
-// PROFILE: memref.store %{{.*}}, %[[COUNT]]
-// PROFILE: llvm.atomicrmw add {{.*}} monotonic
+// PROFILE: gpu.func @chain({{.*}}) workgroup({{.*}}, %[[SLOTS:.*]] : memref<2xi32, #gpu.address_space<workgroup>>
 // PROFILE: %[[WORKERS:.*]] = gpu.grid_dim x
 // PROFILE: %[[PER:.*]] = arith.divui %{{.*}}, %[[WORKERS]]
-// PROFILE: arith.muli %{{.*}}, %[[PER]]
+// PROFILE: %[[BEGIN:.*]] = arith.muli %{{.*}}, %[[PER]]
+// PROFILE: %[[END:.*]] = arith.addi %[[BEGIN]], %[[PER]]
+// PROFILE: memref.store %{{.*}}, %[[SLOTS]][%c0
+// PROFILE: memref.store %{{.*}}, %[[SLOTS]][%c1
+// PROFILE: nvvm.read.ptx.sreg.globaltimer
+// PROFILE-NOT: gpu.grid_dim
+// PROFILE: %[[K:.*]] = memref.load %[[SLOTS]][%c0
+// PROFILE: %[[LIMIT:.*]] = memref.load %[[SLOTS]][%c1
+// PROFILE: memref.store %{{.*}}, %[[SLOTS]][%c0
+// PROFILE: llvm.atomicrmw add {{.*}} monotonic
+// PROFILE-NOT: arith.divui
+// PROFILE: arith.cmpi ult, %[[K]], %[[LIMIT]]
 et.kernel @chain() {
   %c2 = arith.constant 2 : index
   %e = et.event.create() : !et.event<2>

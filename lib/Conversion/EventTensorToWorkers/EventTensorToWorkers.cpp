@@ -238,8 +238,9 @@ private:
 
   /// Appends (worker, task, tile, start, ready, end) to the trace, if it
   /// has room. On the GPU each worker writes its own region of the buffer
-  /// (capacity / workers records; its count in a shared-memory word) and
-  /// counts the record with a reduction whose result nobody waits for: an
+  /// (capacity / workers records; its next slot and the region's end in two
+  /// shared-memory words, set at launch) and counts the record with a
+  /// reduction whose result nobody waits for: an
   /// atomic that returned the slot would hold thread 0 for an L2 round
   /// trip between every two tiles, time the worker does not spend when it
   /// is not profiled. The host finds the records by their nonzero end
@@ -250,25 +251,21 @@ private:
     auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(first.thenBlock());
-    Value capacity = arith::DivUIOp::create(
-        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
     Value slot, fits;
     if (target.gpu) {
-      Value k = memref::LoadOp::create(b, loc, traceCountMem, ValueRange{idx(0)});
+      Value k = memref::LoadOp::create(b, loc, traceSlotsMem, ValueRange{idx(0)});
+      Value regionEnd = memref::LoadOp::create(b, loc, traceSlotsMem, ValueRange{idx(1)});
       memref::StoreOp::create(b, loc, arith::AddIOp::create(b, loc, k, i32(1)),
-                              traceCountMem, ValueRange{idx(0)});
+                              traceSlotsMem, ValueRange{idx(0)});
       LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
                                 controlPointer(kTraceCursor), i32(1),
                                 LLVM::AtomicOrdering::monotonic,
                                 target.syncscope(), 4);
-      Value per = arith::DivUIOp::create(
-          b, loc, capacity,
-          gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
-      Value kIdx = toIndex(k);
-      slot = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, workerId, per), kIdx);
-      fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kIdx, per);
+      slot = toIndex(k);
+      fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, k, regionEnd);
     } else {
+      Value capacity = arith::DivUIOp::create(
+          b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
       slot = toIndex(LLVM::AtomicRMWOp::create(
           b, loc, LLVM::AtomicBinOp::add, controlPointer(kTraceCursor), i32(1),
           LLVM::AtomicOrdering::monotonic, target.syncscope(), 4));
@@ -1147,8 +1144,9 @@ private:
   // Worker function values.
   Value workerId, threadId, numThreads, epoch, spinLimit;
   Value countersMem, controlMem, errorMem, traceMem, clockBuffer;
-  /// GPU profile: the worker's count of trace records (shared memory).
-  Value traceCountMem;
+  /// GPU profile: the worker's next trace slot and the end of its region
+  /// of the buffer (two shared-memory words, set at launch).
+  Value traceSlotsMem;
   Value countersBase, controlBase;
   Value bank, bankBase;
   /// Words per bank: half of the counter buffer (less the abort word on
@@ -1962,10 +1960,10 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     if (stageRegionBytes)
       workgroup.push_back(MemRefType::get({2}, i64Type, MemRefLayoutAttrInterface(),
                                           gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
-    // The profile's count of this worker's trace records.
-    unsigned traceCountAt = workgroup.size();
+    // The profile's next slot of this worker's trace region, and its end.
+    unsigned traceSlotsAt = workgroup.size();
     if (target.profile)
-      workgroup.push_back(MemRefType::get({1}, b.getI32Type(), MemRefLayoutAttrInterface(),
+      workgroup.push_back(MemRefType::get({2}, b.getI32Type(), MemRefLayoutAttrInterface(),
                                           gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
     // The loader warp's progress word.
     unsigned progressAt = workgroup.size();
@@ -1981,7 +1979,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     if (loaderWarp)
       progressMem = fn.getWorkgroupAttributions()[progressAt];
     if (target.profile)
-      traceCountMem = fn.getWorkgroupAttributions()[traceCountAt];
+      traceSlotsMem = fn.getWorkgroupAttributions()[traceSlotsAt];
     // 16-byte alignment for vector accesses to the tile buffers.
     for (unsigned i = 1; i < workgroup.size(); ++i)
       fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
@@ -2095,10 +2093,20 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   if (target.profile)
     traceMem = entry->getArgument(a + 5);
   if (target.profile && target.gpu) {
+    // The worker's region: records [worker * per, (worker + 1) * per) of
+    // the capacity / workers per worker (one division, here).
     auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(first.thenBlock());
-    memref::StoreOp::create(b, loc, i32(0), traceCountMem, ValueRange{idx(0)});
+    Value capacity = arith::DivUIOp::create(
+        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
+    Value per = arith::DivUIOp::create(b, loc, capacity,
+                                       gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+    Value begin = arith::MulIOp::create(b, loc, toIndex(workerId), per);
+    auto toI32 = [&](Value v) { return arith::IndexCastOp::create(b, loc, b.getI32Type(), v).getResult(); };
+    memref::StoreOp::create(b, loc, toI32(begin), traceSlotsMem, ValueRange{idx(0)});
+    memref::StoreOp::create(b, loc, toI32(arith::AddIOp::create(b, loc, begin, per)), traceSlotsMem,
+                            ValueRange{idx(1)});
   }
   if (target.profile && !target.gpu) {
     Value one = LLVM::ConstantOp::create(b, loc, b.getI64Type(),
