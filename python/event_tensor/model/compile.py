@@ -51,12 +51,14 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 # MODEL_STAGE_BYTES of weight rows of each `mlp` and `down` tile into shared
 # memory while the worker is still on its tile before (`tile_stage_bytes`,
 # `tile_stage_tasks`; docs/lowering.md, "Weights staged across tiles"). On
-# the H100, in two calls of three passes each, that made the Qwen3-0.6B step
-# 4-5% faster (0.795-0.801 against 0.832-0.838 ms) and the Llama-3.2-1B step
-# 1-3% faster (1.066-1.075 against 1.079-1.101); staging `qkv` too was as
-# fast for Qwen3-0.6B and 6-8% slower for Llama-3.2-1B, and staging every task
-# in place of the `o` prefetch was slower for both (docs/benchmarks.md,
-# "Weights staged across tiles, for mlp and down").
+# the H100 that made the Qwen3-0.6B step 2-5% faster (0.795-0.807 against
+# 0.818-0.838 ms) and the Llama-3.2-1B step 1-3% faster (1.065-1.086 against
+# 1.079-1.101); on the H200 1.6-1.9% and 0-0.6%. Kernels for 4 rows were 0-3%
+# slower with it, so they keep none; staging `qkv` too was within the noise
+# for Qwen3-0.6B and 6-8% slower for Llama-3.2-1B, and staging every task in
+# place of the `o` prefetch was slower for both (docs/benchmarks.md, "Staging
+# mlp and down; the down projection inside the mlp tile", "The staged
+# defaults on an H200").
 MODEL_STAGE_BYTES = 69632
 MODEL_STAGE_TASKS = ("mlp", "down")
 
