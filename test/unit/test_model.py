@@ -855,6 +855,21 @@ def test_rope_in_attention_errors(tmp_path):
                             cache_dir=tmp_path)
 
 
+def _compare_with_reference(kernels, ref, steps, tol=3e-3):
+    """Steps the sessions `kernels[True]` (the option on) and `kernels[False]`
+    and the reference through `steps` ((tokens, positions) pairs): the
+    option's logits are within `tol` of both at every step. Closes them."""
+    for tokens, positions in steps:
+        want = ref.step(tokens, positions)
+        for session in kernels.values():
+            session.step(tokens, positions)
+        got = kernels[True].last_logits()
+        assert _rel(got, kernels[False].last_logits()) < tol, positions
+        assert _rel(got, want) < tol, positions
+    for session in kernels.values():
+        session.close()
+
+
 @pytest.mark.parametrize("family,layered,mode,workers", [("llama", True, "static", 3), ("qwen3", True, "static", 8),
                                                          ("qwen3", False, "dynamic", 8)])
 def test_o_per_head_matches_reference(family, layered, mode, workers, tmp_path):
@@ -882,15 +897,7 @@ def test_o_per_head_matches_reference(family, layered, mode, workers, tmp_path):
         kernels[per_head] = model.DecodeSession(path, weights)
     steps = [([5, 9], [0, 0]), ([17, 200], [1, 1]), ([33], [2])]
     steps += [([t % 50 + 1, t % 7 + 3], [t, t - 3]) for t in range(3, 21)]
-    for tokens, positions in steps:
-        want = ref.step(tokens, positions)
-        for session in kernels.values():
-            session.step(tokens, positions)
-        got = kernels[True].last_logits()
-        assert _rel(got, kernels[False].last_logits()) < 3e-3, positions
-        assert _rel(got, want) < 3e-3, positions
-    for session in kernels.values():
-        session.close()
+    _compare_with_reference(kernels, ref, steps)
 
 
 @pytest.mark.parametrize("family,layered", [("llama", True), ("qwen3", True), ("qwen3", False)])
@@ -1044,15 +1051,7 @@ def test_down_in_mlp_matches_reference(family, layered, mode, workers, max_batch
         kernels[fused] = model.DecodeSession(path, weights)
     steps = [([5, 9][:max_batch], [0, 0][:max_batch]), ([17, 200][:max_batch], [1, 1][:max_batch])]
     steps += [([t % 50 + 1, t % 7 + 3][:max_batch], [t, t - 3][:max_batch]) for t in range(3, 12)]
-    for tokens, positions in steps:
-        want = ref.step(tokens, positions)
-        for session in kernels.values():
-            session.step(tokens, positions)
-        got = kernels[True].last_logits()
-        assert _rel(got, kernels[False].last_logits()) < 3e-3, positions
-        assert _rel(got, want) < 3e-3, positions
-    for session in kernels.values():
-        session.close()
+    _compare_with_reference(kernels, ref, steps)
 
 
 def test_down_in_mlp_errors(tmp_path):
