@@ -1059,9 +1059,12 @@ def test_down_in_mlp_errors(tmp_path):
     with pytest.raises(ValueError, match="down_in_mlp must be a bool, got 1"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True, down_in_mlp=1,
                             cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="down_in_mlp needs o_per_head"):
+    with pytest.raises(ValueError, match="down_in_mlp needs o_per_head, gated_mlp"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, down_in_mlp=True,
                             cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="down_in_mlp needs o_per_head, gated_mlp"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True,
+                            gated_mlp=False, down_in_mlp=True, cache_dir=tmp_path)
     odd = model.tiny_config("llama", intermediate_size=200)
     with pytest.raises(ValueError, match="down_in_mlp needs rows per mlp tile that divide the intermediate size 200"):
         model.compile_model(odd, target="cpu", max_batch=1, max_context=16, workers=3, o_per_head=True,

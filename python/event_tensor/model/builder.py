@@ -431,7 +431,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     of one slot at consecutive positions (a prompt chunk) read each other's
     keys, which a row's own attention tiles do not write.
 
-    `down_in_mlp` (with `o_per_head`, fused norms, `et.linear` tiles, tp 1)
+    `down_in_mlp` (with `o_per_head`, `gated_mlp`, fused norms, `et.linear`
+    tiles, tp 1)
     drops the `down` task: the down projection is split over its K, like
     `o`. An `mlp` tile, after its block of activations, adds `act[:, block]
     wd[:, block]^T` into every row of the residual stream with `et.linear
@@ -473,8 +474,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
     if not isinstance(down_in_mlp, bool):
         raise ValueError(f"down_in_mlp must be a bool, got {down_in_mlp!r}")
-    if down_in_mlp and not (o_per_head and fuse_norms and tp == 1 and linear_tile == "rows"):
-        raise ValueError("down_in_mlp needs o_per_head, fuse_norms, tp 1 and linear_tile 'rows'")
+    if down_in_mlp and not (o_per_head and gated_mlp and fuse_norms and tp == 1 and linear_tile == "rows"):
+        raise ValueError("down_in_mlp needs o_per_head, gated_mlp, fuse_norms, tp 1 and linear_tile 'rows'")
     norm_tasks = ("qkv", "mlp", "lm_head")
     if isinstance(norm_in_linear, bool):
         norm_in_linear = norm_tasks if norm_in_linear else ()
