@@ -68,7 +68,10 @@ def main() -> None:
                                   workers=args.workers, out_dir=target, cache_dir=cache, format=args.format,
                                   profile=profile,
                                   **({"threads_per_worker": args.threads} if args.threads else {}), **options)
-                    print(f"{target.name}: {time.perf_counter() - start:.1f} s", flush=True)
+                    took = time.perf_counter() - start
+                    res = json.loads((target / "metadata.json").read_text()).get("resources")
+                    ptxas = f", {res['registers']} registers, {res['frame_bytes']}-byte frame" if res else ""
+                    print(f"{target.name}: {took:.1f} s{ptxas}", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 

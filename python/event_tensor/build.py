@@ -124,7 +124,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     (the launcher's `last_trace`). `verify=False` skips et-verify-event-graph (to test the runtime's
     watchdog on a schedule the verifier would reject). Errors
     raise `EventTensorCompileError` with the diagnostics and an et-opt repro
-    line.
+    line. A CUDA cubin (`format="bin"`) records what ptxas gave the kernel in
+    the metadata's `resources`: registers and stack-frame bytes per thread
+    (`event_tensor.cubin`; spills grow the frame).
 
     CUDA tile lowering: `tile_unroll` 16-byte weight loads per lane in
     flight; `tile_linear` lays out et.linear ("rows": a warp per row;
@@ -281,6 +283,12 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                 metadata.update(binary=f"kernel.{suffix}", entry=name,
                                 threads_per_worker=threads_per_worker, shared_memory_bytes=32,
                                 dynamic_shared_bytes=dynamic)
+                if format == "bin":
+                    # What ptxas gave the kernel: registers and stack frame
+                    # per thread (spills grow the frame).
+                    from .cubin import cubin_resources
+
+                    metadata["resources"] = cubin_resources(binary, name)
             (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
             if out_dir.exists():
                 shutil.rmtree(out_dir)

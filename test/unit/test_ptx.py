@@ -322,6 +322,48 @@ def test_prefill_attention_ptx(tmp_path):
     assert "0 bytes spill stores" in report, report
 
 
+def test_cubin_resources_match_ptxas(tmp_path):
+    """format="bin": the artifact's metadata records the registers and the
+    stack frame per thread that ptxas gave the kernel (read back from the
+    cubin's .nv.info), the figures `ptxas -v` prints for its PTX at -O3; a
+    spilling kernel (a register cap forced into the PTX) shows a larger
+    frame. Anything but a cubin is refused with a CubinError."""
+    import re
+
+    from event_tensor.cubin import CubinError, cubin_resources
+    from test_tile_ops import _attention_kernel
+
+    ptxas = ptxas_path()
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    kernel = _attention_kernel(32, 8, 64, 1024, 8, 128)
+    options = dict(target="cuda", workers=8, threads_per_worker=256, cache_dir=tmp_path)
+    ptx = et.compile(kernel, format="isa", **options)
+    cubin = et.compile(kernel, format="bin", **options)
+
+    def report(path, out):
+        run = subprocess.run([ptxas, "-arch=sm_90a", "-O3", "-v", str(path), "-o", str(out)],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return (int(re.search(r"Used (\d+) registers", run.stderr).group(1)),
+                int(re.search(r"(\d+) bytes stack frame", run.stderr).group(1)))
+
+    registers, frame = report(ptx.binary_path, tmp_path / "k.cubin")
+    assert cubin.metadata["resources"] == {"registers": registers, "frame_bytes": frame}
+    # 32 registers cannot hold the tile: ptxas spills, and the frame grows.
+    capped = tmp_path / "capped.ptx"
+    text = ptx.binary_path.read_text()
+    capped.write_text(re.sub(r"(\.maxntid [^\n]*\n)", r"\1.maxnreg 32\n", text, count=1))
+    registers, frame = report(capped, tmp_path / "capped.cubin")
+    assert registers <= 32 and frame > cubin.metadata["resources"]["frame_bytes"]
+    assert cubin_resources(tmp_path / "capped.cubin", ptx.metadata["entry"]) == {"registers": registers,
+                                                                                 "frame_bytes": frame}
+    with pytest.raises(CubinError, match="not a little-endian ELF64 file"):
+        cubin_resources(ptx.binary_path, ptx.metadata["entry"])
+    with pytest.raises(CubinError, match="no register count for 'nope'"):
+        cubin_resources(cubin.binary_path, "nope")
+
+
 def test_cubin_is_assembled_at_ptxas_opt_level_3(tmp_path):
     """format="bin": ptxas runs at --opt-level 3 (what the driver uses for
     PTX) whatever the LLVM opt_level; at the model kernels' opt_level 1 it
