@@ -409,7 +409,7 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     maximum are not staged. Kernels for more than 4 rows use unroll 4.
     One-row kernels also stage the `mlp` and `down` tiles' first weight
     rows across tiles (bulk copies), as much as the dynamic shared memory
-    leaves after the tile buffers, or none."""
+    leaves after the tile buffers, or none; tensor-parallel ones do not."""
     from event_tensor.model import compile as model_compile
 
     cfg = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
@@ -444,6 +444,10 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     meta = json.loads((batched / "metadata.json").read_text())
     assert meta["dynamic_shared_bytes"] == 0 and meta["options"]["tile_unroll"] == 8
     assert "tile_stage_bytes" not in meta["options"]
+    # Tensor-parallel kernels (not measured on several GPUs) stage nothing unless asked.
+    tp2 = model.compile_model(cfg, target="cuda", max_batch=1, max_context=512, workers=8, tp=2,
+                              out_dir=tmp_path / "tp2", cache_dir=tmp_path / "cache")
+    assert "tile_stage_bytes" not in json.loads((tp2 / "metadata.json").read_text())["options"]
     wide = model.compile_model(cfg, target="cuda", max_batch=8, max_context=512, workers=8,
                                out_dir=tmp_path / "wide", cache_dir=tmp_path / "cache")
     assert json.loads((wide / "metadata.json").read_text())["options"]["tile_unroll"] == 4

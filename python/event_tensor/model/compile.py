@@ -123,7 +123,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     rows), `opt_level` to MODEL_OPT_LEVEL and, for max_batch 1,
     `tile_kv_prefetch` to MODEL_KV_PREFETCH, `tile_prefetch` to
     MODEL_WEIGHT_PREFETCH in MODEL_WEIGHT_PREFETCH_TASKS and
-    `tile_stage_bytes` to MODEL_STAGE_BYTES in MODEL_STAGE_TASKS). `layered` builds one task per
+    `tile_stage_bytes` to MODEL_STAGE_BYTES in MODEL_STAGE_TASKS, for one
+    device). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
@@ -264,7 +265,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             if "tile_prefetch" not in options:
                 options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
                 options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
-            staged_default = "tile_stage_bytes" not in options
+            # (Not measured on several GPUs: tensor-parallel kernels keep
+            # their weights unstaged unless asked.)
+            staged_default = "tile_stage_bytes" not in options and tp == 1
             if staged_default:
                 options["tile_stage_bytes"] = MODEL_STAGE_BYTES
                 options.setdefault("tile_stage_tasks", MODEL_STAGE_TASKS)
