@@ -30,7 +30,6 @@ def phases(trace: dict, layers: int) -> dict:
         by_kind[e["name"]].append(e)
     # (kind, layer) -> [(work start, end, work)]
     tiles = defaultdict(list)
-    order = []  # kinds in order of their first tile
     for kind, evs in by_kind.items():
         base = kind[:-len("_first")] if kind.endswith("_first") else kind
         first_layer = 0 if kind.endswith("_first") else (1 if f"{kind}_first" in by_kind else 0)

@@ -10,9 +10,10 @@ import struct
 from pathlib import Path
 
 #: `.nv.info` attribute ids (EIATTR_*) read here; each is a (symbol, value)
-#: pair of u32 under format EIFMT_SVAL.
+#: pair of u32 under format EIFMT_SVAL (a u16 size, then the value); every
+#: other format is 4 bytes in all.
 _REGCOUNT, _FRAME_SIZE = 0x2F, 0x11
-_SVAL, _HVAL, _BVAL = 0x04, 0x03, 0x02
+_SVAL = 0x04
 
 
 class CubinError(ValueError):

@@ -114,7 +114,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
                   qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
                   norm_in_linear: bool | list | None = None, norm_scratch: str | None = None,
-                  down_in_mlp: bool | None = None, **options) -> Path:
+                  down_in_mlp: bool = False, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -185,8 +185,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
 
     `down_in_mlp` (needs `o_per_head`) drops the `down` task: each `mlp`
     tile adds its block's part of the down projection into the residual
-    stream itself (atomic adds; `build_decode_kernel`). None (the default)
-    leaves it off.
+    stream itself (atomic adds; `build_decode_kernel`). Off by default
+    (measured slower).
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all three, or a list of
@@ -252,8 +252,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                           and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN)
     if norm_scratch is None:
         norm_scratch = "shared" if max_batch == 1 and linear_tile == "rows" and fuse_norms else "global"
-    if down_in_mlp is None:
-        down_in_mlp = False
     staged_default = False
     if target == "cuda":
         options.setdefault("threads_per_worker", model_threads(config, max_batch))
@@ -373,14 +371,13 @@ MIN_STAGE_BYTES = 16 * 1024
 def _stage_bytes_that_fit(err: Exception) -> int | None:
     """For the lowering's error that the staging regions do not fit after
     the tile buffers: the stage bytes per task that do (a multiple of 1
-    KiB, two regions after the buffers), or 0 below MIN_STAGE_BYTES; None
-    for any other error."""
-    from ..build import MAX_PREFETCH_BYTES
-
-    found = re.search(r"stages weights in two regions of \d+ bytes after (\d+) bytes of tile buffers", str(err))
+    KiB, two regions between the buffers and the limit the error states),
+    or 0 below MIN_STAGE_BYTES; None for any other error."""
+    found = re.search(r"stages weights in two regions of \d+ bytes after (\d+) bytes of tile buffers: "
+                      r"\d+ bytes of dynamic shared memory, more than (\d+)", str(err))
     if not found:
         return None
-    fit = (MAX_PREFETCH_BYTES - int(found.group(1))) // 2 // 1024 * 1024
+    fit = (int(found.group(2)) - int(found.group(1))) // 2 // 1024 * 1024
     return fit if fit >= MIN_STAGE_BYTES else 0
 
 
