@@ -4105,21 +4105,32 @@ struct LowerTileOpsPass
       });
     // Linear ops after another one in the same block since its last wait
     // (the spread layout starts their loads early, during the ones
-    // before).
-    llvm::DenseSet<Operation *> afterLinear;
-    if (gpu && linear == "spread")
+    // before): each linear op's run of such ops, and whether it is not
+    // the run's first. Not after a staged op of its run (below): those
+    // rows come from shared memory, and early loads would only hold
+    // registers through them.
+    llvm::DenseMap<Operation *, std::pair<int64_t, bool>> runOf;
+    if (gpu && linear == "spread") {
+      int64_t runs = 0;
       getOperation().walk([&](Block *block) {
         bool seen = false;
         for (Operation &op : *block) {
-          if (isa<EventWaitOp>(op))
+          if (isa<EventWaitOp>(op)) {
             seen = false;
-          else if (isa<LinearOp>(op)) {
-            if (seen)
-              afterLinear.insert(&op);
+          } else if (isa<LinearOp>(op)) {
+            if (!seen)
+              ++runs;
+            runOf[&op] = {runs, seen};
             seen = true;
           }
         }
       });
+    }
+    llvm::DenseSet<int64_t> stagedRuns;
+    auto earlyLoads = [&](LinearOp op) {
+      auto it = runOf.find(op);
+      return it != runOf.end() && it->second.second && !stagedRuns.contains(it->second.first);
+    };
     // The weight prefetch applies to the tasks named in prefetch-tasks, or
     // to all when none are named.
     auto prefetched = [&](LinearOp op) {
@@ -4157,9 +4168,11 @@ struct LowerTileOpsPass
           if (lowerLinearGPUShort(op, threads, on && weights != WeightPrefetch::None))
             continue;
           StagedRows staged = stageOn ? stageRows(op, stageBytes, stageUsed) : StagedRows{};
+          if (staged.view && runOf.count(op))
+            stagedRuns.insert(runOf.lookup(op).first);
           // The spread layout takes no weights before the wait.
           if (linear == "spread" && !staged.view && (!on || weights == WeightPrefetch::None) &&
-              lowerLinearGPUSpread(op, unroll, threads, afterLinear.contains(op)))
+              lowerLinearGPUSpread(op, unroll, threads, earlyLoads(op)))
             continue;
           lowerLinearGPU(op, unroll, on ? weights : WeightPrefetch::None, prefetchBytes, threads,
                          &sharedTaken, staged);

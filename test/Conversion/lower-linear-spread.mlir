@@ -1,5 +1,6 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu linear=spread threads=512 unroll=8}))" | FileCheck %s
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu linear=rows threads=512 unroll=8}))" | FileCheck %s --check-prefix=ROWS
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu linear=spread threads=512 unroll=8 stage-bytes=16384 stage-tasks=qk}))" | FileCheck %s --check-prefix=STAGED
 
 // linear=spread on 16 warps (512 threads), K = 1024: four chunks of 256
 // columns per row.
@@ -61,6 +62,16 @@
 // CHECK: vector.load %arg11[
 // CHECK-NOT: vector.load %arg13[
 // CHECK: memref.store %{{.*}}, %arg14[
+// With q's first rows staged (stage-bytes), k starts no loads early: q
+// reads those rows from shared memory, and k's loads wait for q's loop.
+// STAGED-LABEL: et.task @qk
+// STAGED: et.event.wait
+// STAGED-NOT: vector.load %arg13[
+// STAGED: et.staged_rows %arg11
+// STAGED-NOT: vector.load %arg13[
+// STAGED: vector.load %arg11[
+// STAGED: vector.load %arg13[
+// STAGED: memref.store %{{.*}}, %arg14[
 et.kernel @spread(%x: memref<?x1024xbf16>, %w8: memref<64x1024xbf16>, %y8: memref<?x64xf32>,
                   %w32: memref<64x1024xbf16>, %y32: memref<?x64xf32>,
                   %wg: memref<48x1024xbf16>, %wu: memref<48x1024xbf16>, %yg: memref<?x48xbf16>,

@@ -408,8 +408,9 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     dynamic shared memory, no copies), and splits above the lowering's
     maximum are not staged. Kernels for more than 4 rows use unroll 4.
     One-row kernels also stage the `mlp` and `down` tiles' first weight
-    rows across tiles (bulk copies), as much as the dynamic shared memory
-    leaves after the tile buffers, or none; tensor-parallel ones do not."""
+    rows across tiles (bulk copies; with a hidden size up to 1024 the `qkv`
+    tiles' too), as much as the dynamic shared memory leaves after the tile
+    buffers, or none; tensor-parallel ones do not."""
     from event_tensor.model import compile as model_compile
 
     cfg = model.tiny_config("llama", head_dim=64, num_heads=4, num_kv_heads=2, hidden_size=256,
@@ -424,7 +425,12 @@ def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):
     ptx = (small / "kernel.ptx").read_text()
     assert "cp.async.cg.shared.global" in ptx
     assert meta["options"]["tile_stage_bytes"] == model_compile.MODEL_STAGE_BYTES
-    assert meta["options"]["tile_stage_tasks"] == ["mlp", "down"] and "cp.async.bulk.shared" in ptx
+    # A hidden size up to 1024 stages the `qkv` tiles too.
+    assert meta["options"]["tile_stage_tasks"] == ["qkv", "qkv_first", "mlp", "down"]
+    assert "cp.async.bulk.shared" in ptx
+    assert model_compile.model_stage_tasks(cfg, 4) == ("mlp", "down")
+    assert model_compile.model_stage_tasks(model.preset("llama-3.2-1b"), 1) == ("mlp", "down")
+    assert model_compile.model_stage_tasks(model.preset("qwen3-0.6b"), 1) == ("qkv", "qkv_first", "mlp", "down")
     large = model.compile_model(cfg, target="cuda", max_batch=1, max_context=4096, workers=8, split_len=768,
                                 out_dir=tmp_path / "large", cache_dir=tmp_path / "cache")
     meta = json.loads((large / "metadata.json").read_text())

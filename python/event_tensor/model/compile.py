@@ -62,6 +62,15 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 MODEL_STAGE_BYTES = 69632
 MODEL_STAGE_TASKS = ("mlp", "down")
 
+# One-row kernels of models with a hidden size up to MODEL_NARROW_HIDDEN
+# (Qwen3-0.6B) stage their `qkv` tiles' rows too (the copies go out during
+# the `down` tile before). Since the tile lowering stopped issuing a tile's
+# later linear ops' loads early after a staged one, that made the
+# Qwen3-0.6B step faster on the H100 in 11 of 11 passes over three calls
+# (1.1-2.0% on each call's means); Llama-3.2-1B's was 7% slower
+# (docs/benchmarks.md, "Staging qkv for narrow models").
+MODEL_STAGE_TASKS_NARROW = ("qkv", "qkv_first", "mlp", "down")
+
 # Kernels for one sequence at a time (max_batch 1) lay their et.linear
 # tiles out over every warp (`tile_linear="spread"`: K split between warps
 # for tiles of fewer rows than warps, two rows per trip for short rows, a
@@ -85,11 +94,23 @@ MODEL_THREADS_NARROW = 384
 MODEL_NARROW_HIDDEN = 1024
 
 
+def _narrow(config: ModelConfig, max_batch: int) -> bool:
+    """A one-row kernel of a model with a hidden size up to
+    MODEL_NARROW_HIDDEN."""
+    return max_batch == 1 and config.hidden_size <= MODEL_NARROW_HIDDEN
+
+
 def model_threads(config: ModelConfig, max_batch: int) -> int:
     """Threads per worker of a cuda decode kernel when the caller gives
     none (MODEL_THREADS / MODEL_THREADS_NARROW)."""
-    narrow = max_batch == 1 and config.hidden_size <= MODEL_NARROW_HIDDEN
-    return MODEL_THREADS_NARROW if narrow else MODEL_THREADS
+    return MODEL_THREADS_NARROW if _narrow(config, max_batch) else MODEL_THREADS
+
+
+def model_stage_tasks(config: ModelConfig, max_batch: int) -> tuple:
+    """The tasks whose weight rows a one-row cuda decode kernel stages
+    across tiles when the caller gives no `tile_stage_bytes`
+    (MODEL_STAGE_TASKS / MODEL_STAGE_TASKS_NARROW)."""
+    return MODEL_STAGE_TASKS_NARROW if _narrow(config, max_batch) else MODEL_STAGE_TASKS
 
 
 # LLVM optimization level of the model kernels' NVPTX code generation. The
@@ -123,7 +144,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     rows), `opt_level` to MODEL_OPT_LEVEL and, for max_batch 1,
     `tile_kv_prefetch` to MODEL_KV_PREFETCH, `tile_prefetch` to
     MODEL_WEIGHT_PREFETCH in MODEL_WEIGHT_PREFETCH_TASKS and
-    `tile_stage_bytes` to MODEL_STAGE_BYTES in MODEL_STAGE_TASKS, for one
+    `tile_stage_bytes` to MODEL_STAGE_BYTES in `model_stage_tasks`, for one
     device). `layered` builds one task per
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
@@ -268,7 +289,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             staged_default = "tile_stage_bytes" not in options and tp == 1
             if staged_default:
                 options["tile_stage_bytes"] = MODEL_STAGE_BYTES
-                options.setdefault("tile_stage_tasks", MODEL_STAGE_TASKS)
+                options.setdefault("tile_stage_tasks", model_stage_tasks(config, max_batch))
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context,
                            min_batch=min_batch)
