@@ -66,8 +66,8 @@ MODEL_STAGE_TASKS = ("mlp", "down")
 # (Qwen3-0.6B) stage their `qkv` tiles' rows too (the copies go out during
 # the `down` tile before). Since the tile lowering stopped issuing a tile's
 # later linear ops' loads early after a staged one, that made the
-# Qwen3-0.6B step faster on the H100 in 11 of 11 passes over three calls
-# (1.1-2.0% on each call's means); Llama-3.2-1B's was 7% slower
+# Qwen3-0.6B step faster on the H100 in 14 of 14 passes over four calls
+# (0.7-2.0% on each call's means); Llama-3.2-1B's was 7% slower
 # (docs/benchmarks.md, "Staging qkv for narrow models").
 MODEL_STAGE_TASKS_NARROW = ("qkv", "qkv_first", "mlp", "down")
 
