@@ -32,12 +32,27 @@ class EventTensorCompileError(Exception):
         super().__init__(text)
 
 
+# Lines of a diagnostic's note kept in the error: MLIR attaches the failing
+# operation to a pass error ("see current operation"), and for an
+# `et.kernel` that is the whole kernel (megabytes for a model); the
+# reproducer file holds the IR.
+MAX_NOTE_LINES = 12
+
+
+def _note_text(message: str) -> str:
+    lines = message.split("\n")
+    if len(lines) <= MAX_NOTE_LINES:
+        return message
+    kept = "\n".join(lines[:MAX_NOTE_LINES])
+    return f"{kept}\n  ... ({len(lines) - MAX_NOTE_LINES} more lines)"
+
+
 def _diagnostic_lines(err) -> list[str]:
     lines = []
     for diag in getattr(err, "error_diagnostics", []):
         lines.append(f"{diag.location}: error: {diag.message}")
         for note in diag.notes:
-            lines.append(f"{note.location}: note: {note.message}")
+            lines.append(f"{note.location}: note: {_note_text(note.message)}")
     if not lines:
         lines.append(str(err))
     return lines

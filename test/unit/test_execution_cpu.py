@@ -156,6 +156,18 @@ def test_compile_errors_carry_diagnostics(tmp_path):
     message = str(info.value)
     assert "the tile count of @t is only known on the device" in message
     assert "reproduce with: et-opt --pass-pipeline='builtin.module(et-lower-to-cpu-pipeline" in message
+    # The failing op that MLIR attaches to the error is cut short (a model's
+    # kernel would print megabytes); the reproducer file has all of it.
+    big = device_count.replace("tiles(%i) in (%n) {", "tiles(%i) in (%n) {\n" + "\n".join(
+        f"        %x{i} = arith.constant {i} : index" for i in range(200)))
+    with pytest.raises(compiler.EventTensorCompileError) as info:
+        et.compile(big, target="cpu", mode="static", cache_dir=tmp_path)
+    message = str(info.value)
+    assert "the tile count of @t is only known on the device" in message
+    assert "see current operation" in message and "more lines)" in message
+    assert len(message.splitlines()) < 30 and "value = 199" not in message
+    repro = message.split("reproduce with: ")[1].split()[-1]
+    assert "arith.constant 199" in open(repro).read()
     # The dynamic schedule needs no bound.
     art = et.compile(device_count, target="cpu", mode="dynamic", cache_dir=tmp_path)
     art.launcher()(np.array([5], np.int64))
