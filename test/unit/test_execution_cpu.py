@@ -11,6 +11,7 @@ import json
 import os
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,7 +168,7 @@ def test_compile_errors_carry_diagnostics(tmp_path):
     assert "see current operation" in message and "more lines)" in message
     assert len(message.splitlines()) < 30 and "value = 199" not in message
     repro = message.split("reproduce with: ")[1].split()[-1]
-    assert "arith.constant 199" in open(repro).read()
+    assert "arith.constant 199" in Path(repro).read_text()
     # The dynamic schedule needs no bound.
     art = et.compile(device_count, target="cpu", mode="dynamic", cache_dir=tmp_path)
     art.launcher()(np.array([5], np.int64))
