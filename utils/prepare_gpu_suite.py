@@ -538,48 +538,66 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     # "staged" (the same kernel with tile_kv_prefetch="shared": the rows
     # are copied into shared memory before that wait); "mma64" and "mma96"
     # (no wait, tensor-core tiles with 64 or 96 KiB of per-warp rings,
-    # tile_kv_mma_bytes).
+    # tile_kv_mma_bytes). At 256 threads and splits of 1024, "mma96" also
+    # runs with two workers per SM ("-w2": static, "-w2d": a dynamic queue),
+    # and profiled ("-prof": the benchmark reports the span of its tiles).
     layers, configs = 16, []
     hq, hkv, d = 32, 8, 64
-    for ctx in (1024, 4096, 8192):
+
+    def attention_bw(ctx, split_len, waits):
+        entries = ctx // split_len
+        args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
+                         for i in range(layers))
+        lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
+                 f"%lse: memref<{entries}x{hq}xf32>) {{",
+                 f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {entries} : index",
+                 f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index",
+                 "  %c1 = arith.constant 1 : index", "  %go = et.event.create() : !et.event<>"]
+        if waits:
+            lines += ["  et.task @ready tiles(%r) in (%c1) {", "    et.event.signal %go[] : !et.event<>", "  }"]
+        for i in range(layers):
+            lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{"]
+            if waits:
+                lines += ["    et.event.wait %go[] : !et.event<>"]
+            lines += [f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) "
+                      f"split_len(%cl) len(%len){' stable(%len)' if waits else ''} scale(0.125)",
+                      f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, "
+                      f"memref<{ctx}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, "
+                      f"memref<{entries}x{hq}xf32>", "  }"]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    for ctx in (1024, 2048, 4096, 8192):
         for split_len in (256, 1024):
             for threads in (256, 512):
-                for variant in ("plain", "wait", "staged", "mma64", "mma96"):
+                variants = ["plain", "wait", "staged", "mma64", "mma96"]
+                if threads == 256 and split_len == 1024:
+                    variants += ["mma96-w2", "mma96-w2d", "mma96-prof"]
+                for variant in variants:
                     if variant in ("wait", "staged") and threads != 512:
                         continue
                     waits = variant in ("wait", "staged")
-                    entries = ctx // split_len
-                    args = ", ".join(f"%k{i}: memref<{ctx}x{hkv}x{d}xbf16>, %v{i}: memref<{ctx}x{hkv}x{d}xbf16>"
-                                     for i in range(layers))
-                    lines = [f"et.kernel @attn(%q: memref<{hq}x{d}xf32>, {args}, %o: memref<{entries}x{hq}x{d}xf32>, "
-                             f"%lse: memref<{entries}x{hq}xf32>) {{",
-                             f"  %ckv = arith.constant {hkv} : index", f"  %cs = arith.constant {entries} : index",
-                             f"  %cl = arith.constant {split_len} : index", f"  %len = arith.constant {ctx} : index",
-                             "  %c1 = arith.constant 1 : index", "  %go = et.event.create() : !et.event<>"]
-                    if waits:
-                        lines += ["  et.task @ready tiles(%r) in (%c1) {", "    et.event.signal %go[] : !et.event<>",
-                                  "  }"]
-                    for i in range(layers):
-                        lines += [f"  et.task @layer{i} tiles(%g, %s) in (%ckv, %cs) {{"]
-                        if waits:
-                            lines += ["    et.event.wait %go[] : !et.event<>"]
-                        lines += [f"    et.attention_split %q, %k{i}, %v{i}, %o, %lse kv_head(%g) split(%s) "
-                                  f"split_len(%cl) len(%len){' stable(%len)' if waits else ''} scale(0.125)",
-                                  f"        : memref<{hq}x{d}xf32>, memref<{ctx}x{hkv}x{d}xbf16>, "
-                                  f"memref<{ctx}x{hkv}x{d}xbf16>, memref<{entries}x{hq}x{d}xf32>, "
-                                  f"memref<{entries}x{hq}xf32>", "  }"]
-                    lines.append("}")
-                    staged = dict(tile_kv_prefetch="shared") if variant == "staged" else {}
+                    opts = dict(tile_kv_prefetch="shared") if variant == "staged" else {}
                     if variant.startswith("mma"):
-                        staged = dict(tile_kv_mma_bytes=int(variant[3:]) * 1024)
-                    art = et.compile("\n".join(lines) + "\n", target="cuda", workers=workers, mode="static",
-                                     threads_per_worker=threads, cache_dir=cache, format="bin", **staged)
+                        opts = dict(tile_kv_mma_bytes=int(variant[3:5]) * 1024)
+                    kernel_workers = 2 * workers if "-w2" in variant else workers
+                    mode = "dynamic" if variant.endswith("-w2d") else "static"
+                    art = et.compile(attention_bw(ctx, split_len, waits), target="cuda", workers=kernel_workers,
+                                     mode=mode, threads_per_worker=threads, cache_dir=cache, format="bin",
+                                     profile=variant.endswith("-prof"), **opts)
                     name = f"attention-bw-{ctx}-l{split_len}-t{threads}" + ("" if variant == "plain" else f"-{variant}")
                     _copy_artifact(art, out / name)
                     configs.append({"name": name, "context": ctx, "split_len": split_len, "threads": threads,
-                                    "variant": variant})
+                                    "variant": variant, "workers": kernel_workers, "mode": mode})
+    # An empty launch: as many tiles as workers, each doing nothing (the
+    # launch's own cost, against which the short contexts are measured).
+    empty = (f"et.kernel @empty(%o: memref<{workers}xf32>) {{\n  %c = arith.constant {workers} : index\n"
+             "  et.task @t tiles(%i) in (%c) {\n  }\n}\n")
+    art = et.compile(empty, target="cuda", workers=workers, mode="static", threads_per_worker=256, cache_dir=cache,
+                     format="bin")
+    _copy_artifact(art, out / "attention-bw-empty")
     (out / "attention-bw.json").write_text(json.dumps({"configs": configs, "layers": layers, "hkv": hkv, "d": d,
-                                                       "hq": hq}))
+                                                       "hq": hq, "empty": "attention-bw-empty"}))
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
 
 

@@ -95,6 +95,9 @@ class CUDALauncher:
         self._generation = 0
         self.profile = bool(self.metadata.get("profile"))
         self.last_trace: Trace | None = None
+        # Whether any event is signalled (a count other than a constant 0):
+        # such a kernel depends on the launch number packed at each launch.
+        self._signalled = any(str(e.get("count")) != "0" for e in self.metadata.get("events", []))
         if self.profile:
             self._alloc("trace", trace_capacity * RECORD_WORDS, 8)
         self._reset(int(self.metadata.get("counter_words") or 64))
@@ -173,6 +176,15 @@ class CUDALauncher:
 
     def _launch_packed(self, packed, stream) -> None:
         self._current()
+        if stream and self._signalled:
+            # A CUDA graph would replay the launch number it captured: every
+            # replay would use the same counter bank, which no launch clears,
+            # and waits would pass on the counts of earlier replays.
+            status = _check(self.driver.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+            if int(status) != 0:
+                raise DeviceError(f"kernel {self.metadata['kernel']} signals events and cannot be captured into a "
+                                  "CUDA graph: each launch passes its launch number, which picks the counter bank; "
+                                  "launch it outside the capture")
         holders, pointers = packed
         self.epoch += 1
         holders[0].value = self.epoch

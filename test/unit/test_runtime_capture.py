@@ -1,0 +1,65 @@
+"""The CUDA launcher refuses to have a kernel that signals events captured
+into a CUDA graph (a replay would reuse the captured launch number, so its
+counter bank would never be cleared). Runs without a GPU: the launcher's
+driver is a stand-in that records the calls."""
+
+import pytest
+
+from event_tensor.runtime.cuda import CUDALauncher
+from event_tensor.runtime.errors import DeviceError
+
+
+class _Driver:
+    def __init__(self, capturing: bool):
+        self.capturing = capturing
+        self.launches = 0
+
+    def cuCtxSetCurrent(self, context):
+        return (0,)
+
+    def cuStreamIsCapturing(self, stream):
+        return (0, 1 if self.capturing else 0)
+
+    def cuLaunchKernel(self, *args):
+        self.launches += 1
+        return (0,)
+
+
+def _launcher(events, capturing):
+    launcher = CUDALauncher.__new__(CUDALauncher)  # no device: only the launch path is exercised
+    launcher.driver = _Driver(capturing)
+    launcher.context = None
+    launcher.metadata = {"kernel": "k", "events": events}
+    launcher._signalled = any(str(e.get("count")) != "0" for e in events)
+    launcher.profile = False
+    launcher.epoch = 0
+    launcher.function, launcher.workers, launcher.cta_threads, launcher.dynamic_shared = None, 1, 32, 0
+    return launcher
+
+
+SIGNALLED = [{"name": "e", "shape": [4], "count_kind": "static", "count": "1"}]
+UNUSED = [{"name": "e", "shape": [], "count_kind": "static", "count": "0"}]
+
+
+def _packed():
+    import ctypes
+    holders = [ctypes.c_int64(0)]
+    return holders, (ctypes.c_void_p * 1)(ctypes.addressof(holders[0]))
+
+
+def test_capture_of_a_kernel_with_events_is_refused():
+    launcher = _launcher(SIGNALLED, capturing=True)
+    with pytest.raises(DeviceError, match="kernel k signals events and cannot be captured into a CUDA graph"):
+        launcher._launch_packed(_packed(), stream=7)
+    assert launcher.driver.launches == 0
+
+
+@pytest.mark.parametrize("events,capturing,stream", [(SIGNALLED, False, 7), (UNUSED, True, 7), ([], True, 7),
+                                                     (SIGNALLED, True, 0)])
+def test_other_launches_go_ahead(events, capturing, stream):
+    # Not capturing; no event signalled; or the legacy stream 0 (which
+    # cannot be captured).
+    launcher = _launcher(events, capturing)
+    launcher._launch_packed(_packed(), stream=stream)
+    assert launcher.driver.launches == 1
+    assert launcher.epoch == 1
