@@ -75,6 +75,15 @@ def suite(out: Path, seeds: int, cache: Path) -> None:
     art = et.compile(gemm_kernel(512, 256, tile=(64, 128, 64), stages=4, out="f32", split_k=2), target="cuda",
                      workers=132, mode="static", threads_per_worker=128, cache_dir=cache)
     _copy_artifact(art, out / "bound-capacity")
+    # More workers than an H100 or H200 holds at once (1024 threads each: at
+    # most two per SM), with tiles that wait on other workers': the launcher
+    # must refuse it instead of starting a launch that cannot finish.
+    wide = ("et.kernel @wide(%x: memref<4xi32>) {\n  %n = arith.constant 1056 : index\n"
+            "  %e = et.event.create() : !et.event<>\n"
+            "  et.task @producer tiles(%i) in (%n) {\n    et.event.signal %e[] : !et.event<>\n  }\n"
+            "  et.task @consumer tiles(%i) in (%n) {\n    et.event.wait %e[] : !et.event<>\n  }\n}\n")
+    art = et.compile(wide, target="cuda", workers=528, mode="static", threads_per_worker=1024, cache_dir=cache)
+    _copy_artifact(art, out / "oversubscribed")
     deadlock = planted_deadlock(4)
     art = et.compile(deadlock, target="cuda", workers=4, mode="keep", verify=False, cache_dir=cache)
     _copy_artifact(art, out / "planted-deadlock")

@@ -43,6 +43,26 @@ def _check(result, what: str):
     return result[1] if len(result) == 2 else result[1:]
 
 
+def residency_error(metadata: dict, signalled: bool, per_sm: int, sms: int) -> str | None:
+    """Why the kernel cannot run on a GPU of `sms` SMs that holds `per_sm` of
+    its workers each, or None. A worker's tiles wait on tiles of other
+    workers; in a static schedule (or one the kernel keeps) the tiles are
+    assigned to workers in advance, so every worker must be resident at
+    once, or a wait may be for a worker that never starts. (A dynamic queue
+    hands tiles only to running workers, in an order that puts every
+    tile's producers first.) Several devices meet at a barrier at the end
+    of each launch, which every worker must reach."""
+    workers = int(metadata["workers"])
+    devices = int(metadata.get("devices", 1))
+    needs_all = (signalled and metadata.get("mode", "static") != "dynamic") or devices > 1
+    if not needs_all or workers <= per_sm * sms:
+        return None
+    return (f"kernel {metadata['kernel']} has {workers} workers, but this GPU holds {per_sm * sms} of them at once "
+            f"({per_sm} per SM x {sms} SMs at {metadata.get('threads_per_worker')} threads per worker with the "
+            f"kernel's registers and shared memory); its tiles wait on other workers' tiles, so every worker must "
+            f"be resident: compile it with workers <= {per_sm * sms}, or mode='dynamic'")
+
+
 class CUDALauncher:
     """Launches a CUDA artifact on `device`; `timeout_s` bounds every wait."""
 
@@ -98,6 +118,14 @@ class CUDALauncher:
         # Whether any event is signalled (a count other than a constant 0):
         # such a kernel depends on the launch number packed at each launch.
         self._signalled = any(str(e.get("count")) != "0" for e in self.metadata.get("events", []))
+        per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, self.cta_threads,
+                                                                         self.dynamic_shared),
+                        "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        sms = _check(drv.cuDeviceGetAttribute(
+            drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
+        problem = residency_error(self.metadata, self._signalled, int(per_sm), int(sms))
+        if problem:
+            raise ArtifactError(f"{artifact.path}: {problem}")
         if self.profile:
             self._alloc("trace", trace_capacity * RECORD_WORDS, 8)
         self._reset(int(self.metadata.get("counter_words") or 64))

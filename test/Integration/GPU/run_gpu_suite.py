@@ -252,6 +252,51 @@ def run_bound_capacity(root: Path) -> bool:
     return ok
 
 
+def run_graph_capture(root: Path) -> bool:
+    """A launch of a kernel that signals events, captured into a CUDA graph,
+    is refused (a replay would reuse the captured launch number and with it
+    a counter bank no launch clears); the same launch outside the capture
+    runs."""
+    launch = runtime.load(root / "bound-capacity").launcher(timeout_s=5)
+    m, n, k = 2048, 256, 512
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    y = torch.zeros(m, n, device="cuda")
+    part = torch.zeros(2, m, n, device="cuda")
+    stream = torch.cuda.Stream()
+    ok = False
+    try:
+        with torch.cuda.stream(stream):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                launch.bind(x, w, y, m, part, stream=stream.cuda_stream)()
+        print("graph capture of a kernel with events: FAIL (captured)")
+    except runtime.DeviceError as err:
+        ok = "cannot be captured into a CUDA graph" in str(err)
+        print(f"graph capture of a kernel with events: {err} ({'ok' if ok else 'FAIL'})")
+    launch(x, w, y, m, part)
+    rel = float((y.double() - x.double() @ w.double().T).norm() / (x.double() @ w.double().T).norm())
+    ok = ok and rel < 1e-5
+    print(f"the same launch outside the capture: relative error {rel:.2e} ({'ok' if rel < 1e-5 else 'FAIL'})")
+    launch.close()
+    return ok
+
+
+def run_oversubscribed(root: Path) -> bool:
+    """A static kernel with waits and more workers than the GPU holds at
+    once: the launcher refuses it, naming the limit, before any launch."""
+    if not (root / "oversubscribed").exists():
+        return True
+    try:
+        runtime.load(root / "oversubscribed").launcher(timeout_s=2)
+    except runtime.ArtifactError as err:
+        ok = "must be resident" in str(err)
+        print(f"more workers than the GPU holds: {err} ({'ok' if ok else 'FAIL'})")
+        return ok
+    print("more workers than the GPU holds: FAIL (the launcher accepted it)")
+    return False
+
+
 def run_split_k(root: Path) -> bool:
     """Split-K et.linear with atomic adds (test_tile_ops.SPLIT_K: short rows
     in four passes; three chunks on four lanes with the weights before a
@@ -355,6 +400,10 @@ def main(root: Path, out: Path | None = None) -> int:
     print("GPU usable after the watchdog:", float(x.sum()) == 4.0)
     if not run_bound_capacity(root):
         failures.append("bound capacity")
+    if not run_graph_capture(root):
+        failures.append("graph capture")
+    if not run_oversubscribed(root):
+        failures.append("oversubscribed")
     if not run_profiled(root, out):
         failures.append("profiled")
     if not run_tile_numerics(root):

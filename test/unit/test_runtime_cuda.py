@@ -1,11 +1,12 @@
-"""The CUDA launcher refuses to have a kernel that signals events captured
-into a CUDA graph (a replay would reuse the captured launch number, so its
-counter bank would never be cleared). Runs without a GPU: the launcher's
-driver is a stand-in that records the calls."""
+"""Checks of the CUDA launcher that run without a GPU: it refuses to have a
+kernel that signals events captured into a CUDA graph (a replay would reuse
+the captured launch number, so its counter bank would never be cleared; the
+launcher's driver is a stand-in that records the calls), and a kernel whose
+workers must all be resident but do not fit on the GPU."""
 
 import pytest
 
-from event_tensor.runtime.cuda import CUDALauncher
+from event_tensor.runtime.cuda import CUDALauncher, residency_error
 from event_tensor.runtime.errors import DeviceError
 
 
@@ -63,3 +64,30 @@ def test_other_launches_go_ahead(events, capturing, stream):
     launcher._launch_packed(_packed(), stream=stream)
     assert launcher.driver.launches == 1
     assert launcher.epoch == 1
+
+
+def _meta(workers, mode="static", devices=1):
+    return {"kernel": "k", "workers": workers, "mode": mode, "devices": devices, "threads_per_worker": 512}
+
+
+def test_residency_error_names_the_limit():
+    message = residency_error(_meta(264), signalled=True, per_sm=1, sms=132)
+    assert message == ("kernel k has 264 workers, but this GPU holds 132 of them at once (1 per SM x 132 SMs at 512 "
+                       "threads per worker with the kernel's registers and shared memory); its tiles wait on other "
+                       "workers' tiles, so every worker must be resident: compile it with workers <= 132, or "
+                       "mode='dynamic'")
+
+
+@pytest.mark.parametrize("meta,signalled,per_sm", [
+    (_meta(264), True, 2),               # two per SM fit
+    (_meta(264), False, 1),              # nothing waits: workers may run one after another
+    (_meta(264, mode="dynamic"), True, 1),  # a queue hands tiles to running workers only
+    (_meta(132, devices=2), False, 1),
+])
+def test_residency_allowed(meta, signalled, per_sm):
+    assert residency_error(meta, signalled, per_sm, 132) is None
+
+
+def test_residency_of_several_devices():
+    # Every worker meets the other device's at the end of a launch.
+    assert "264 workers" in residency_error(_meta(264, mode="dynamic", devices=2), False, 1, 132)
