@@ -1368,6 +1368,31 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
     }
     offsets.push_back(entries.size() / 3);
   }
+  // On the GPU a worker copies its entries into shared memory before its
+  // first tile (below). With the table padded to the same number of rows
+  // per worker, the copies' addresses follow from the worker id alone, so
+  // they go out together with the load of the worker's entry count: one
+  // memory round trip before the first tile instead of two (the range,
+  // then the entries). Padding may at most double the table.
+  const int64_t workerCount = static_cast<int64_t>(offsets.size()) - 1;
+  int64_t longest = 0;
+  for (int64_t w = 0; w < workerCount; ++w)
+    longest = std::max<int64_t>(longest, offsets[w + 1] - offsets[w]);
+  const bool sharedFits = target.gpu && longest > 0 && (longest + 1) * 3 * 4 <= kSharedProgramBytes;
+  const int64_t rows = static_cast<int64_t>(entries.size() / 3);
+  const bool padded = sharedFits && workerCount * longest <= 2 * rows + workerCount;
+  SmallVector<int32_t> counts;
+  if (padded) {
+    SmallVector<int32_t> dense = std::move(entries);
+    entries.clear();
+    for (int64_t w = 0; w < workerCount; ++w) {
+      int64_t n = offsets[w + 1] - offsets[w];
+      entries.append(dense.begin() + 3 * offsets[w], dense.begin() + 3 * offsets[w + 1]);
+      for (int64_t k = n; k < longest; ++k)
+        entries.append({0, 0, -1});
+      counts.push_back(static_cast<int32_t>(n));
+    }
+  }
   if (entries.empty())
     entries.append({0, 0, -1}); // keep the table non-empty
   auto makeTable = [&](StringRef suffix, ArrayRef<int32_t> data,
@@ -1384,17 +1409,27 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   };
   memref::GlobalOp program =
       makeTable("_program", entries, {static_cast<int64_t>(entries.size() / 3), 3});
-  memref::GlobalOp starts =
-      makeTable("_starts", offsets, {static_cast<int64_t>(offsets.size())});
   Value programMem = memref::GetGlobalOp::create(b, loc, program.getType(),
                                                  program.getSymName());
-  Value startsMem = memref::GetGlobalOp::create(b, loc, starts.getType(),
-                                                starts.getSymName());
-  Value begin = toIndex(
-      memref::LoadOp::create(b, loc, startsMem, ValueRange{workerId}));
-  Value end = toIndex(memref::LoadOp::create(
-      b, loc, startsMem,
-      ValueRange{arith::AddIOp::create(b, loc, workerId, idx(1))}));
+  Value begin, end;
+  if (padded) {
+    // Worker w's entries are rows [w * longest, w * longest + counts[w]).
+    memref::GlobalOp countTable = makeTable("_counts", counts, {workerCount});
+    Value countsMem = memref::GetGlobalOp::create(b, loc, countTable.getType(), countTable.getSymName());
+    begin = arith::MulIOp::create(b, loc, workerId, idx(longest));
+    end = arith::AddIOp::create(b, loc, begin,
+                                toIndex(memref::LoadOp::create(b, loc, countsMem, ValueRange{workerId})));
+  } else {
+    memref::GlobalOp starts =
+        makeTable("_starts", offsets, {static_cast<int64_t>(offsets.size())});
+    Value startsMem = memref::GetGlobalOp::create(b, loc, starts.getType(),
+                                                  starts.getSymName());
+    begin = toIndex(
+        memref::LoadOp::create(b, loc, startsMem, ValueRange{workerId}));
+    end = toIndex(memref::LoadOp::create(
+        b, loc, startsMem,
+        ValueRange{arith::AddIOp::create(b, loc, workerId, idx(1))}));
+  }
 
   // On the GPU the worker's entries are copied into shared memory once, so
   // that moving to the next tile reads no global memory: the tables' lines
@@ -1404,11 +1439,8 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   // every two tiles. Row 0 holds the worker's entry count and first entry;
   // row 1 + j its entry j (docs/lowering.md, "The worker's program in
   // shared memory").
-  int64_t longest = 0;
-  for (size_t w = 0; w + 1 < offsets.size(); ++w)
-    longest = std::max<int64_t>(longest, offsets[w + 1] - offsets[w]);
   Value programShared;
-  if (target.gpu && longest > 0 && (longest + 1) * 3 * 4 <= kSharedProgramBytes) {
+  if (sharedFits) {
     auto type = MemRefType::get({longest + 1, 3}, b.getI32Type(), MemRefLayoutAttrInterface(),
                                 gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
     std::string name = ("__et_" + kernel.getSymName() + "_program_shared").str();
@@ -1429,7 +1461,9 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
       for (int64_t f = 0; f < 2; ++f)
         memref::StoreOp::create(b, loc, toI32[f], programShared, ValueRange{idx(0), idx(f)});
     }
-    Value words = arith::MulIOp::create(b, loc, count, idx(3));
+    // Padded: all `longest` rows (the pad rows are never read), so that
+    // no copy waits for the count.
+    Value words = padded ? idx(longest * 3) : arith::MulIOp::create(b, loc, count, idx(3)).getResult();
     auto copy = scf::ForOp::create(b, loc, threadId, words, numThreads);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(copy.getBody());
