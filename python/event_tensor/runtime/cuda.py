@@ -125,6 +125,7 @@ class CUDALauncher:
             drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
         problem = residency_error(self.metadata, self._signalled, int(per_sm), int(sms))
         if problem:
+            drv.cuModuleUnload(self.module)
             raise ArtifactError(f"{artifact.path}: {problem}")
         if self.profile:
             self._alloc("trace", trace_capacity * RECORD_WORDS, 8)
