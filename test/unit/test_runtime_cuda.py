@@ -6,7 +6,7 @@ workers must all be resident but do not fit on the GPU."""
 
 import pytest
 
-from event_tensor.runtime.cuda import CUDALauncher, residency_error
+from event_tensor.runtime.cuda import CUDALauncher, residency_error, signals_events
 from event_tensor.runtime.errors import DeviceError
 
 
@@ -31,7 +31,7 @@ def _launcher(events, capturing):
     launcher.driver = _Driver(capturing)
     launcher.context = None
     launcher.metadata = {"kernel": "k", "events": events}
-    launcher._signalled = any(str(e.get("count")) != "0" for e in events)
+    launcher.signals_events = signals_events({"events": events})
     launcher.profile = False
     launcher.epoch = 0
     launcher.function, launcher.workers, launcher.cta_threads, launcher.dynamic_shared = None, 1, 32, 0

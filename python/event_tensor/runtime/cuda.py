@@ -43,6 +43,13 @@ def _check(result, what: str):
     return result[1] if len(result) == 2 else result[1:]
 
 
+def signals_events(metadata: dict) -> bool:
+    """Whether any of the kernel's events is signalled (an expected count
+    other than a constant 0): such a kernel depends on the launch number
+    packed at each launch, and its waits depend on other workers' tiles."""
+    return any(str(e.get("count")) != "0" for e in metadata.get("events", []))
+
+
 def residency_error(metadata: dict, signalled: bool, per_sm: int, sms: int) -> str | None:
     """Why the kernel cannot run on a GPU of `sms` SMs that holds `per_sm` of
     its workers each, or None. A worker's tiles wait on tiles of other
@@ -115,15 +122,13 @@ class CUDALauncher:
         self._generation = 0
         self.profile = bool(self.metadata.get("profile"))
         self.last_trace: Trace | None = None
-        # Whether any event is signalled (a count other than a constant 0):
-        # such a kernel depends on the launch number packed at each launch.
-        self._signalled = any(str(e.get("count")) != "0" for e in self.metadata.get("events", []))
+        self.signals_events = signals_events(self.metadata)
         per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, self.cta_threads,
                                                                          self.dynamic_shared),
                         "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         sms = _check(drv.cuDeviceGetAttribute(
             drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
-        problem = residency_error(self.metadata, self._signalled, int(per_sm), int(sms))
+        problem = residency_error(self.metadata, self.signals_events, int(per_sm), int(sms))
         if problem:
             drv.cuModuleUnload(self.module)
             raise ArtifactError(f"{artifact.path}: {problem}")
@@ -205,7 +210,7 @@ class CUDALauncher:
 
     def _launch_packed(self, packed, stream) -> None:
         self._current()
-        if stream and self._signalled:
+        if stream and self.signals_events:
             # A CUDA graph would replay the launch number it captured: every
             # replay would use the same counter bank, which no launch clears,
             # and waits would pass on the counts of earlier replays.
