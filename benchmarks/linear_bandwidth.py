@@ -58,8 +58,8 @@ def main():
     results["numerics_rel_err"] = err
     print(f"numerics (M=3, N=1000, K=1800, unroll 8): relative error {err:.2e} "
           f"({'ok' if err < 1e-5 and not np.isnan(got).any() else 'FAIL'})")
-    # Both lowerings with a runtime M and accumulate: M = 1, 2 and 6.
-    for lowering in ("stream", "rows"):
+    # A runtime M and accumulate: M = 1, 2 and 6.
+    for lowering in ("rows",):
         if not (root / f"linear-numerics-{lowering}").exists():
             continue
         case = np.load(root / f"linear-numerics-{lowering}" / "case.npz")
@@ -90,12 +90,8 @@ def main():
         ref = [torch.nn.functional.linear(x.float(), w.float()) for w in ws]
         torch_t = median_seconds(lambda: [torch.nn.functional.linear(x, w) for w in ws])
         variants = [(v, t, "rows") for v in info["variants"] for t in THREADS]
-        # The streamed lowering (tile_linear="stream") where prepared, for comparison.
-        variants += [(v, t, "stream") for v in info.get("stream_variants", []) for t in THREADS]
         for (rows, unroll), threads, lowering in variants:
-            suffix = "" if lowering == "rows" else "-stream"
-            launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}{suffix}").launcher(timeout_s=5,
-                                                                                            threads=threads)
+            launch = runtime.load(root / f"linear-{n}x{k}-r{rows}-u{unroll}").launcher(timeout_s=5, threads=threads)
             launch(x, *ws, *ys)
             ok = all(torch.allclose(y, r, rtol=1e-3, atol=1e-3) for y, r in zip(ys, ref))
             t = launch_seconds(launch, x, *ws, *ys)

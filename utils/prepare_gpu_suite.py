@@ -185,17 +185,11 @@ def linear(out: Path, workers: int, cache: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     layers = 8
     variants = [(rows, unroll) for rows in (32, 64) for unroll in (4, 8)]
-    stream_variants = [(rows, 4) for rows in (32, 64)]
     for n, k in LINEAR_SHAPES:
         for rows, unroll in variants:
             art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
                              threads_per_worker=1024, tile_unroll=unroll, cache_dir=cache)
             _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}")
-        # The streamed lowering, for comparison with the default per-row one.
-        for rows, unroll in stream_variants:
-            art = et.compile(_linear_layers(n, k, layers, rows), target="cuda", workers=workers, mode="static",
-                             threads_per_worker=1024, tile_unroll=unroll, tile_linear="stream", cache_dir=cache)
-            _copy_artifact(art, out / f"linear-{n}x{k}-r{rows}-u{unroll}-stream")
     # A chain of dependent layers (each needs all of the previous output),
     # with each way of loading weights before the wait.
     chain_variants = [(p, u) for p in ("none", "registers", "l2", "shared") for u in (4, 8)]
@@ -204,7 +198,7 @@ def linear(out: Path, workers: int, cache: Path) -> None:
                          threads_per_worker=1024, tile_prefetch=prefetch, tile_unroll=unroll, cache_dir=cache)
         _copy_artifact(art, out / f"linear-chain-{prefetch}-u{unroll}")
     (out / "linear.json").write_text(json.dumps({"shapes": LINEAR_SHAPES, "layers": layers,
-                                                 "variants": variants, "stream_variants": stream_variants,
+                                                 "variants": variants,
                                                  "chain": [4096, layers, 32],
                                                  "chain_variants": chain_variants}))
     # Numerics: M = 3 tokens, N = 1000, K = 1800 (not a multiple of the
@@ -231,9 +225,7 @@ et.kernel @lin(%x: memref<{m}x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<{m
     art = et.compile(text, target="cuda", workers=workers, mode="dynamic", tile_unroll=8, cache_dir=cache)
     _copy_artifact(art, out / "linear-numerics")
     np.savez(out / "linear-numerics" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), ref=ref)
-    # The streamed lowering (K a multiple of 256): a runtime M (one
-    # accumulator at M = 1, clamped token groups above), accumulate, and an
-    # N that leaves the last tile short.
+    # A runtime M, accumulate, and an N that leaves the last tile short.
     m, n, k = 6, 1000, 1024
     x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
@@ -249,12 +241,9 @@ et.kernel @lin(%x: memref<?x{k}xbf16>, %w: memref<{n}x{k}xbf16>, %y: memref<?x{n
   }}
 }}
 """
-    for lowering in ("stream", "rows"):
-        art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=512,
-                         tile_linear=lowering, cache_dir=cache)
-        _copy_artifact(art, out / f"linear-numerics-{lowering}")
-        np.savez(out / f"linear-numerics-{lowering}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0,
-                 ref=ref)
+    art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=512, cache_dir=cache)
+    _copy_artifact(art, out / "linear-numerics-rows")
+    np.savez(out / "linear-numerics-rows" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref)
     print(f"linear: {len(LINEAR_SHAPES) * 2} bandwidth kernels and a numerics case in {out}")
 
 
@@ -794,7 +783,7 @@ def main() -> None:
     parser.add_argument("--no-fuse-norms", action="store_true", help="one-tile RMSNorm tasks in the model kernels")
     parser.add_argument("--tile-unroll", type=int, default=None,
                         help="16-byte weight loads per lane per group in the model kernels (default: the model's)")
-    parser.add_argument("--tile-linear", default="rows", choices=["rows", "spread", "stream"], help="et.linear lowering")
+    parser.add_argument("--tile-linear", default="rows", choices=["rows", "spread"], help="et.linear lowering")
     parser.add_argument("--prefill-rows", type=int, default=0,
                         help="also compile a prefill kernel for this many prompt tokens per launch into each model")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",

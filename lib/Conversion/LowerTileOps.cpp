@@ -1237,188 +1237,6 @@ bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
   return true;
 }
 
-/// GPU, K static and a multiple of one warp's load (256 elements): each warp
-/// streams the weights of its rows (row0 + warp, then every `warps` rows) as
-/// one software-pipelined sequence of chunk groups, `u` 16-byte loads per
-/// lane each. The loop carries the loaded group; each iteration first issues
-/// the next group's loads (the next row's first group at a row's end, and
-/// the warp's first group again after its last, which the next token group
-/// starts from), then the multiply-adds of the current group. Tokens go in
-/// groups of `tokenGroup` accumulators (indices past M clamp to M - 1 and
-/// are not stored); a runtime M of 1 or 2 takes a path with that many
-/// accumulators. With
-/// `registerPrefetch`, the first group's loads sit before the task's first
-/// wait (weightPrefetchPoint). The rows start at warp `warpShift` (mod the
-/// warps), so independent linear ops of one tile spread over the warps.
-/// Returns false (nothing changed) when K does not fit, or for a gated op
-/// or one with `norm`.
-bool lowerLinearGPUStream(LinearOp op, int64_t unroll, bool registerPrefetch,
-                          int64_t tokenGroup, int64_t warpShift) {
-  MemRefType wType = op.getW().getType();
-  int64_t kStatic = wType.getDimSize(1);
-  constexpr int64_t step = kWarp * kVector; // elements one warp covers per load
-  if (ShapedType::isDynamic(kStatic) || kStatic % step != 0 || op.getGated() || op.getNorm())
-    return false;
-  int64_t u = std::max<int64_t>(1, unroll);
-  while (kStatic % (step * u) != 0)
-    u /= 2;
-  int64_t groupsPerRow = kStatic / (step * u);
-
-  Operation *prefetchAt = registerPrefetch ? weightPrefetchPoint(op) : nullptr;
-  OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
-  Location loc = op.getLoc();
-  TileBuilder h{b, loc};
-  LinearCommon c = linearCommon(b, loc, op);
-  MemRefType xType = c.xType;
-  VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
-  Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
-  // Row row0 + i goes to warp (warpShift + i) mod warps.
-  Value shift = arith::RemUIOp::create(b, loc, h.idx(warpShift), warps);
-  Value first = arith::AddIOp::create(
-      b, loc, op.getRow0(),
-      arith::RemUIOp::create(b, loc,
-                             arith::SubIOp::create(b, loc, arith::AddIOp::create(b, loc, warp, warps), shift),
-                             warps));
-  Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
-  Value zeroBF16 = arith::ConstantOp::create(
-      b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
-
-  auto loadGroup = [&](OpBuilder &b, Value row, Value group) {
-    Value col0 = arith::AddIOp::create(
-        b, loc, laneK, arith::MulIOp::create(b, loc, group, h.idx(step * u)));
-    SmallVector<Value> ws;
-    for (int64_t j = 0; j < u; ++j)
-      ws.push_back(loadChunk(b, loc, op.getW(), row, arith::AddIOp::create(b, loc, col0, h.idx(j * step))));
-    return ws;
-  };
-
-  // The warp's first group (none when the warp has no row).
-  Value hasRows = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end);
-  auto preIf = scf::IfOp::create(b, loc, SmallVector<Type>(u, vecBF16), hasRows,
-                                 /*withElseRegion=*/true);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(preIf.thenBlock());
-    scf::YieldOp::create(b, loc, loadGroup(b, first, h.idx(0)));
-    b.setInsertionPointToStart(preIf.elseBlock());
-    scf::YieldOp::create(b, loc, SmallVector<Value>(u, zeroBF16));
-  }
-  SmallVector<Value> pre(preIf.getResults());
-  b.setInsertionPoint(op);
-
-  // The stream over the warp's rows for tokens tok(0..mCount-1), from the
-  // group `init`; returns the group loaded last (the warp's first again).
-  auto stream = [&](OpBuilder &b, int64_t mCount, function_ref<Value(OpBuilder &, int64_t)> tok,
-                    function_ref<Value(OpBuilder &, int64_t)> storeOk, ValueRange init) {
-    Value zero = arith::ConstantOp::create(
-        b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-    auto rows = scf::ForOp::create(
-        b, loc, first, end, warps, init,
-        [&](OpBuilder &b, Location loc, Value row, ValueRange cur) {
-          Value nextRow = arith::AddIOp::create(b, loc, row, warps);
-          Value hasNext = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, nextRow, end);
-          SmallVector<Value> iters(mCount, zero);
-          iters.append(cur.begin(), cur.end());
-          auto groups = scf::ForOp::create(
-              b, loc, h.idx(0), h.idx(groupsPerRow), h.idx(1), iters,
-              [&](OpBuilder &b, Location loc, Value g, ValueRange it) {
-                // Next group: (row, g + 1), else (nextRow, 0), else the
-                // warp's first group.
-                Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g,
-                                                   h.idx(groupsPerRow - 1));
-                Value wrap = arith::AndIOp::create(
-                    b, loc, last,
-                    arith::XOrIOp::create(b, loc, hasNext,
-                                          arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)));
-                Value nRow = arith::SelectOp::create(
-                    b, loc, wrap, first, arith::SelectOp::create(b, loc, last, nextRow, row));
-                Value nGroup = arith::SelectOp::create(
-                    b, loc, last, h.idx(0), arith::AddIOp::create(b, loc, g, h.idx(1)));
-                SmallVector<Value> next = loadGroup(b, nRow, nGroup);
-                Value col0 = arith::AddIOp::create(
-                    b, loc, laneK, arith::MulIOp::create(b, loc, g, h.idx(step * u)));
-                SmallVector<Value> accs(it.begin(), it.begin() + mCount);
-                for (int64_t j = 0; j < u; ++j) {
-                  Value wv = arith::ExtFOp::create(b, loc, vecF32, it[mCount + j]);
-                  Value col = arith::AddIOp::create(b, loc, col0, h.idx(j * step));
-                  for (int64_t i = 0; i < mCount; ++i) {
-                    Value xv = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok(b, i), col));
-                    accs[i] = vector::FMAOp::create(b, loc, wv, xv, accs[i]);
-                  }
-                }
-                accs.append(next.begin(), next.end());
-                scf::YieldOp::create(b, loc, accs);
-              });
-          Value isLane0 =
-              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
-          for (int64_t i = 0; i < mCount; ++i) {
-            Value go = isLane0;
-            if (Value ok = storeOk(b, i))
-              go = arith::AndIOp::create(b, loc, go, ok);
-            storeRowSum(b, loc, op, groups.getResult(i), go, tok(b, i), row);
-          }
-          scf::YieldOp::create(b, loc, groups.getResults().drop_front(mCount));
-        });
-    return SmallVector<Value>(rows.getResults());
-  };
-
-  // Token groups [t0, t0 + mCount) of M tokens; indices past M clamp.
-  auto tokenGroups = [&](OpBuilder &b, Value m, int64_t mCount, ValueRange init) {
-    scf::ForOp::create(
-        b, loc, h.idx(0), m, h.idx(mCount), init,
-        [&](OpBuilder &b, Location loc, Value t0, ValueRange cur) {
-          Value lastTok = arith::SubIOp::create(b, loc, m, h.idx(1));
-          SmallVector<Value> toks, oks;
-          for (int64_t i = 0; i < mCount; ++i) {
-            Value t = arith::AddIOp::create(b, loc, t0, h.idx(i));
-            toks.push_back(arith::MinUIOp::create(b, loc, t, lastTok));
-            oks.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t, m));
-          }
-          SmallVector<Value> out = stream(
-              b, mCount, [&](OpBuilder &, int64_t i) { return toks[i]; },
-              [&](OpBuilder &, int64_t i) { return oks[i]; }, cur);
-          scf::YieldOp::create(b, loc, out);
-        });
-  };
-
-  if (!xType.isDynamicDim(0) && xType.getDimSize(0) <= tokenGroup) {
-    int64_t m = xType.getDimSize(0);
-    stream(b, m, [&](OpBuilder &, int64_t i) { return h.idx(i); },
-           [](OpBuilder &, int64_t) { return Value(); }, pre);
-  } else if (!xType.isDynamicDim(0)) {
-    tokenGroups(b, h.idx(xType.getDimSize(0)), tokenGroup, pre);
-  } else {
-    // M = 1 and M = 2 get exact accumulator counts (no clamped duplicates),
-    // larger M token groups.
-    Value m = memref::DimOp::create(b, loc, op.getX(), 0);
-    auto exact = [&](OpBuilder &b, int64_t count) {
-      stream(b, count, [&](OpBuilder &, int64_t i) { return h.idx(i); },
-             [](OpBuilder &, int64_t) { return Value(); }, pre);
-    };
-    Value one = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, m, h.idx(1));
-    auto ifOne = scf::IfOp::create(b, loc, one, /*withElseRegion=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOne.thenBlock());
-      exact(b, 1);
-      b.setInsertionPointToStart(ifOne.elseBlock());
-      if (tokenGroup > 2) {
-        Value two = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, m, h.idx(2));
-        auto ifTwo = scf::IfOp::create(b, loc, two, /*withElseRegion=*/true);
-        b.setInsertionPointToStart(ifTwo.thenBlock());
-        exact(b, 2);
-        b.setInsertionPointToStart(ifTwo.elseBlock());
-      }
-      tokenGroups(b, m, tokenGroup, pre);
-    }
-  }
-  op.erase();
-  return true;
-}
-
-
 /// Elements of silu_mul per thread and trip: their loads go out together.
 constexpr int64_t kSiluUnroll = 8;
 
@@ -3971,8 +3789,8 @@ struct LowerTileOpsPass
           << static_cast<int64_t>(prefetchBytes);
       return signalPassFailure();
     }
-    if (linear != "stream" && linear != "rows" && linear != "spread") {
-      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows, spread or stream, got '")
+    if (linear != "rows" && linear != "spread") {
+      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows or spread, got '")
           << linear << "'";
       return signalPassFailure();
     }
@@ -4081,28 +3899,6 @@ struct LowerTileOpsPass
     }
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
-    // Linear ops with no barrier between them (independent, in one block)
-    // take turns on the warps: each starts on the warp after the previous
-    // one's last row, when those row counts are constants.
-    // (The other tile ops are lowered by now; the barriers between
-    // dependent ops remain.)
-    llvm::DenseMap<Operation *, int64_t> warpShift;
-    if (gpu && linear == "stream")
-      getOperation().walk([&](Block *block) {
-        int64_t next = 0;
-        for (Operation &op : *block) {
-          if (isa<gpu::BarrierOp>(op)) {
-            next = 0;
-            continue;
-          }
-          auto lin = dyn_cast<LinearOp>(op);
-          if (!lin)
-            continue;
-          warpShift[lin] = next;
-          std::optional<int64_t> rows = getConstantIntValue(lin.getRows());
-          next = rows ? next + *rows : 0;
-        }
-      });
     // Linear ops after another one in the same block since its last wait
     // (the spread layout starts their loads early, during the ones
     // before): each linear op's run of such ops, and whether it is not
@@ -4153,30 +3949,23 @@ struct LowerTileOpsPass
     llvm::DenseMap<Operation *, int64_t> stageUsed;
     for (LinearOp op : linears) {
       if (target == "gpu") {
-        // Four accumulators per token group fit 128 registers per thread
-        // (up to 512 threads); two above that.
-        int64_t tokenGroup = threads > 512 || threads == 0 ? 2 : 4;
         bool on = prefetched(op);
-        if (linear != "stream" ||
-            !lowerLinearGPUStream(op, unroll, on && prefetch == "registers", tokenGroup,
-                                  warpShift.lookup(op))) {
-          auto task = op->getParentOfType<TaskOp>();
-          bool stageOn = stageTasks.empty() ||
-                         (task && llvm::is_contained(stageTasks, task.getSymName().str()));
-          // Short rows (K of at most 256) take their own layout, their
-          // weights before the wait unless the prefetch is off.
-          if (lowerLinearGPUShort(op, threads, on && weights != WeightPrefetch::None))
-            continue;
-          StagedRows staged = stageOn ? stageRows(op, stageBytes, stageUsed) : StagedRows{};
-          if (staged.view && runOf.count(op))
-            stagedRuns.insert(runOf.lookup(op).first);
-          // The spread layout takes no weights before the wait.
-          if (linear == "spread" && !staged.view && (!on || weights == WeightPrefetch::None) &&
-              lowerLinearGPUSpread(op, unroll, threads, earlyLoads(op)))
-            continue;
-          lowerLinearGPU(op, unroll, on ? weights : WeightPrefetch::None, prefetchBytes, threads,
-                         &sharedTaken, staged);
-        }
+        auto task = op->getParentOfType<TaskOp>();
+        bool stageOn = stageTasks.empty() ||
+                       (task && llvm::is_contained(stageTasks, task.getSymName().str()));
+        // Short rows (K of at most 256) take their own layout, their
+        // weights before the wait unless the prefetch is off.
+        if (lowerLinearGPUShort(op, threads, on && weights != WeightPrefetch::None))
+          continue;
+        StagedRows staged = stageOn ? stageRows(op, stageBytes, stageUsed) : StagedRows{};
+        if (staged.view && runOf.count(op))
+          stagedRuns.insert(runOf.lookup(op).first);
+        // The spread layout takes no weights before the wait.
+        if (linear == "spread" && !staged.view && (!on || weights == WeightPrefetch::None) &&
+            lowerLinearGPUSpread(op, unroll, threads, earlyLoads(op)))
+          continue;
+        lowerLinearGPU(op, unroll, on ? weights : WeightPrefetch::None, prefetchBytes, threads,
+                       &sharedTaken, staged);
       }
       else
         lowerLinearCPU(op);

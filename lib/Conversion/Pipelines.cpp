@@ -122,10 +122,6 @@ struct NVVMPipelineOptions
   PassOptions::ListOption<std::string> tileStageTasks{
       *this, "tile-stage-tasks",
       llvm::cl::desc("Tasks whose weights tile-stage-bytes stages (all when empty)")};
-  PassOptions::Option<std::string> tileStageIssue{
-      *this, "tile-stage-issue",
-      llvm::cl::desc("Who issues the staged copies: thread, warp or warp-ready (convert-et-to-nvvm stage-issue)"),
-      llvm::cl::init("thread")};
   PassOptions::Option<int> optLevel{
       *this, "opt-level",
       llvm::cl::desc("LLVM optimization level of the NVPTX code generation"),
@@ -138,7 +134,7 @@ struct NVVMPipelineOptions
       llvm::cl::init(3)};
   PassOptions::Option<std::string> tileLinear{
       *this, "tile-linear",
-      llvm::cl::desc("et.linear on the GPU: rows, spread or stream"),
+      llvm::cl::desc("et.linear on the GPU: rows or spread"),
       llvm::cl::init("rows")};
   PassOptions::Option<std::string> tileMma{
       *this, "tile-mma",
@@ -203,7 +199,6 @@ void mlir::et::registerEventTensorPipelines() {
         o.backoffNs = options.backoffNs;
         o.profile = options.profile;
         o.threads = options.threads;
-        o.stageIssue = options.tileStageIssue;
         pm.addPass(createConvertEventTensorToNVVMPass(o));
         pm.addPass(createCanonicalizerPass());
         gpu::GPUToNVVMPipelineOptions nvvm;

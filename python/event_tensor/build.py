@@ -112,7 +112,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
                    tile_kv_mma_bytes: int = 0, tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0,
-                   tile_stage_tasks: tuple = (), tile_stage_issue: str = "thread",
+                   tile_stage_tasks: tuple = (),
                    opt_level: int = 2, tile_mma: str = "wgmma", tile_rows_in_flight: int = 1,
                    cache_dir: str | os.PathLike | None = None, use_cache: bool = True) -> Artifact:
     """Compiles the one et.kernel of `module` (a Module or IR text) for
@@ -132,8 +132,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     flight; `tile_linear` lays out et.linear ("rows": a warp per row;
     "spread": the same, except that a tile of fewer rows than warps splits
     K between warps, short rows go several per trip, and a tile's later
-    linear ops start their loads during the earlier ones; "stream": rows
-    software-pipelined; docs/lowering.md); `tile_prefetch` ("none", "registers", "l2", "shared") moves
+    linear ops start their loads during the earlier ones; docs/lowering.md); `tile_prefetch` ("none", "registers", "l2", "shared") moves
     et.linear weight loads above a task's first wait, in the tasks named in
     `tile_prefetch_tasks` when it is given (else in all); `tile_kv_prefetch`
     ("none", "shared") copies the KV-cache rows an et.attention_split marks
@@ -145,11 +144,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     lets each worker stage up to that many bytes of a tile's et.linear
     weight rows in shared memory during the tile before it (two regions of
     dynamic shared memory after the other buffers; docs/lowering.md,
-    "Weights staged across tiles"). `tile_stage_issue` says who issues those
-    copies: "thread" (the worker's last thread, before each tile's waits),
-    "warp" (a loader warp added to the worker, once the tile before has
-    started) or "warp-ready" (the loader warp, once the tile before has
-    passed its waits). `tile_mma` picks the
+    "Weights staged across tiles"); the worker's last thread issues those
+    copies before each tile's waits. `tile_mma` picks the
     tensor-core instructions of et.matmul: "wgmma" (Hopper warpgroup MMA
     where the tile allows it, else mma.sync) or "sync" (mma.sync only).
     `tile_rows_in_flight` (1, 2, 4, 8 or 16) rows of et.rmsnorm, and
@@ -172,13 +168,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     _check_int_in("tile_prefetch_bytes", tile_prefetch_bytes, MIN_PREFETCH_BYTES, MAX_PREFETCH_BYTES)
     _check_int_in("tile_stage_bytes", tile_stage_bytes, 0, MAX_PREFETCH_BYTES // 2)
     _check_int_in("tile_kv_mma_bytes", tile_kv_mma_bytes, 0, MAX_PREFETCH_BYTES)
-    if tile_stage_issue not in ("thread", "warp", "warp-ready"):
-        raise ValueError(f"tile_stage_issue must be 'thread', 'warp' or 'warp-ready', got {tile_stage_issue!r}")
-    if target == "cuda" and tile_stage_bytes and tile_stage_issue != "thread" and threads_per_worker > 992:
-        raise ValueError(f"tile_stage_issue={tile_stage_issue!r} adds a warp to the worker: threads_per_worker "
-                         f"must be at most 992, got {threads_per_worker}")
-    if tile_linear not in ("rows", "spread", "stream"):
-        raise ValueError(f"tile_linear must be 'rows', 'spread' or 'stream', got {tile_linear!r}")
+    if tile_linear not in ("rows", "spread"):
+        raise ValueError(f"tile_linear must be 'rows' or 'spread', got {tile_linear!r}")
     if tile_mma not in ("wgmma", "sync"):
         raise ValueError(f"tile_mma must be 'wgmma' or 'sync', got {tile_mma!r}")
     if isinstance(tile_rows_in_flight, bool) or tile_rows_in_flight not in ROWS_IN_FLIGHT:
@@ -211,8 +202,6 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             options["tile_stage_bytes"] = tile_stage_bytes
             if tile_stage_tasks:
                 options["tile_stage_tasks"] = list(tile_stage_tasks)
-            if tile_stage_issue != "thread":
-                options["tile_stage_issue"] = tile_stage_issue
         options["tile_linear"] = tile_linear
         options["tile_mma"] = tile_mma
         if tile_rows_in_flight != 1:
@@ -261,8 +250,6 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                         f"tile-prefetch-bytes={tile_prefetch_bytes} tile-kv-mma-bytes={tile_kv_mma_bytes} "
                         f"tile-stage-bytes={tile_stage_bytes} "
                         + (f"tile-stage-tasks={','.join(tile_stage_tasks)} " if tile_stage_tasks else "") +
-                        f"tile-stage-issue={tile_stage_issue} "
-                        
                         f"tile-linear={tile_linear} tile-mma={tile_mma} tile-rows-in-flight={tile_rows_in_flight} "
                         f"threads={threads_per_worker} "
                         f"opt-level={opt_level}}})")

@@ -1,24 +1,5 @@
 // RUN: et-opt %s --convert-et-to-nvvm | FileCheck %s
 // RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep})" | FileCheck %s --check-prefix=PTX
-// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | FileCheck %s --check-prefixes=WARP,WARP-START --implicit-check-not=gpu.barrier
-// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp-ready" | FileCheck %s --check-prefixes=WARP,WARP-READY --implicit-check-not=gpu.barrier
-// RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep threads=128 tile-stage-issue=warp})" | FileCheck %s --check-prefix=WARP-PTX
-// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | grep -c 'syncscope("block") release' | FileCheck %s --check-prefix=STORES-START
-// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp-ready" | grep -c 'syncscope("block") release' | FileCheck %s --check-prefix=STORES-READY
-// RUN: not et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=lane" 2>&1 | FileCheck %s --check-prefix=BADISSUE
-// RUN: et-opt %s --convert-et-to-nvvm="threads=128 stage-issue=warp" | FileCheck %s --check-prefix=WARP-PROG
-
-// The workers walk their program in its shared-memory copy by position; the
-// progress word that the loader warp (which walks the global table) reads
-// is the entry's index there: the position plus the worker's first entry
-// (row 0, column 1 of the copy), times 2.
-// WARP-PROG: %[[PROG:.*]] = memref.get_global @__et_k_program_shared : memref<5x3xi32, #gpu.address_space<workgroup>>
-// WARP-PROG: scf.while (%[[POS:.*]] = %c0{{.*}}, %{{.*}} = %true) : (index, i1)
-// WARP-PROG: } do {
-// WARP-PROG: %[[FIRST:.*]] = memref.load %[[PROG]][%c0{{.*}}, %c1{{.*}}]
-// WARP-PROG: %[[FIRSTI:.*]] = arith.index_cast %[[FIRST]] : i32 to index
-// WARP-PROG: %[[ENTRY:.*]] = arith.addi %[[POS]], %[[FIRSTI]] : index
-// WARP-PROG: arith.muli %[[ENTRY]], %c2
 
 // Weight rows staged across tiles. Each single-tile entry of a staged task
 // gets a stage word in the program table's third column: its region (the
@@ -51,44 +32,6 @@
 // PTX: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
 // PTX: mbarrier.try_wait.parity.shared.b64
 
-// A loader warp (stage-issue=warp, warp-ready): the CTA is the 128 threads
-// of the tiles plus one warp (known_block_size and __et_launch_threads
-// 160), with a progress word in workgroup memory. After the mbarriers'
-// initialization and a barrier of the whole CTA, threads >= 128 leave for
-// the loader: lane 0 walks the program, waits for the progress word to
-// reach its gate (2 (j - 1) for warp, 2 (j - 1) + 1 for warp-ready: an
-// acquire load with backoff), issues the entry's copies, and at the end
-// waits for the last copies of both regions. The workers publish their
-// progress with release stores, and every barrier after the split is
-// barrier 1 of 128 threads (no gpu.barrier is left).
-// WARP: llvm.mlir.global external constant @__et_launch_threads(160 : i32)
-// WARP: gpu.func @k({{.*}}memref<1xi32, #gpu.address_space<workgroup>>{{.*}}known_block_size = array<i32: 160, 1, 1>
-// WARP: nvvm.fence.mbarrier.init
-// WARP: nvvm.barrier{{$}}
-// WARP: arith.cmpi uge, %thread_id_x, %c128
-// WARP-NEXT: cf.cond_br
-// WARP: scf.while ({{.*}}%c-1_i32
-// WARP-START: arith.subi %{{[0-9]+}}, %c2{{(_[0-9]+)?}} : index
-// WARP-READY: arith.subi %{{[0-9]+}}, %c1{{(_[0-9]+)?}} : index
-// WARP: llvm.load {{.*}} atomic syncscope("block") acquire
-// WARP: nvvm.nanosleep
-// WARP: nvvm.mbarrier.arrive.expect_tx
-// WARP: nvvm.cp.async.bulk.shared.cluster.global
-// WARP: nvvm.mbarrier.try_wait.parity
-// WARP: nvvm.mbarrier.try_wait.parity
-// WARP: llvm.store {{.*}} atomic syncscope("block") release
-// WARP: nvvm.barrier id = %{{.*}} number_of_threads = %c128_i32
-// The workers' release stores of their progress: an entry's start and the
-// end (warp); warp-ready also publishes each of the tile's two passed waits
-// (@b and @c wait once each).
-// STORES-START: {{^}}2{{$}}
-// STORES-READY: {{^}}4{{$}}
-// WARP-PTX: .visible .global .align 4 .u32 __et_launch_threads = 160;
-// WARP-PTX: .maxntid 160, 1, 1
-// WARP-PTX: ld.acquire.cta.shared
-// WARP-PTX: st.release.cta.shared
-// WARP-PTX: bar.sync {{.*}}1, 128;
-// BADISSUE: error: 'convert-et-to-nvvm' stage-issue must be thread, warp or warp-ready, got 'lane'
 et.kernel @k(%w: memref<16x512xbf16>, %y: memref<16xf32>, %n: index) {
   %c2 = arith.constant 2 : index
   %c4 = arith.constant 4 : index

@@ -19,7 +19,7 @@
 // KV: :[[@LINE+7]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-prefetch must be none or shared, got 'registers'
 // KVBYTES: :[[@LINE+6]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 300000
 // BYTES: :[[@LINE+5]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 1024
-// LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be rows, spread or stream, got 'columns'
+// LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be rows or spread, got 'columns'
 // TARGET: :[[@LINE+3]]:1: error: 'et.kernel' op 'et-lower-tile-ops' target must be gpu or cpu, got 'tpu'
 // PREFETCH: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch must be none, l2, registers or shared, got 'dram'
 // UNROLL: :[[@LINE+1]]:1: error: 'et.kernel' op 'et-lower-tile-ops' needs unroll >= 1, got 0

@@ -1,8 +1,7 @@
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu unroll=2 linear=stream}))" | FileCheck %s --check-prefix=GPU
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu unroll=2}))" | FileCheck %s --check-prefix=GPU
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=cpu}))" | FileCheck %s --check-prefix=CPU
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=l2}))" | FileCheck %s --check-prefix=PREFETCH
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers linear=stream}))" | FileCheck %s --check-prefix=REGS
-// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 linear=stream}))" | FileCheck %s --check-prefix=T256
+// RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=registers}))" | FileCheck %s --check-prefix=REGS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=ROWS
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=SHARED
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu kv-prefetch=shared threads=256 prefetch-bytes=32768}))" | FileCheck %s --check-prefix=KVS
@@ -10,26 +9,20 @@
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 kv-mma-bytes=65536}))" | FileCheck %s --check-prefix=MMA
 // RUN: et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256 kv-mma-bytes=9215}))" | FileCheck %s --check-prefix=MMASMALL
 
-// On the GPU target: a warp per row (rows strided by the number of warps).
-// K = 1024 is a multiple of 256, so each warp streams its rows as one
-// software-pipelined sequence of groups of `unroll` 16-byte loads: the first
-// group loaded before the loops, each iteration loading the next group (the
-// next row's first at a row's end, the warp's first after its last row)
-// before the FMAs of the current one; then a 5-step shuffle butterfly and a
-// lane-0 store per row. On the CPU target: scalar loops.
+// On the GPU target: a warp per row (rows strided by the number of warps),
+// each lane issuing `unroll` 16-byte weight loads per step (K in steps of
+// unroll x 256), then a remainder loop of one load per step; then a 5-step
+// shuffle butterfly and a lane-0 store per row. On the CPU target: scalar
+// loops.
 // GPU-LABEL: et.kernel @gemv
 // GPU: et.thread_id
 // GPU: et.num_threads
-// GPU: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>)
+// GPU: scf.for
+// GPU: scf.for {{.*}} step %c512 iter_args({{.*}}) -> (vector<8xf32>)
 // GPU-COUNT-2: vector.load %{{.*}} {alignment = 16 : i64} : memref<4096x1024xbf16>, vector<8xbf16>
-// GPU: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xbf16>, vector<8xbf16>)
-// GPU: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>, vector<8xbf16>, vector<8xbf16>)
-// GPU: arith.select
-// GPU: arith.select
-// GPU-COUNT-2: vector.load %{{.*}} : memref<4096x1024xbf16>, vector<8xbf16>
 // GPU: vector.load %{{.*}} : memref<1x1024xbf16>, vector<8xbf16>
 // GPU: vector.fma
-// GPU: scf.yield %{{.*}} : vector<8xf32>, vector<8xbf16>, vector<8xbf16>
+// GPU: scf.for {{.*}} step %c256 iter_args({{.*}}) -> (vector<8xf32>)
 // GPU: vector.reduction <add>
 // GPU-COUNT-5: gpu.shuffle  xor
 // GPU: memref.store
@@ -94,13 +87,13 @@ et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16
 // PREFETCH: nvvm.cp.async.bulk.prefetch %{{.*}}, %{{.*}} : <1>
 // PREFETCH: et.event.wait
 // With prefetch=registers, each warp loads its first group of chunks before
-// the wait, and the stream starts from them; without, after the wait.
+// the wait, and its first row starts from them; without, after the wait.
 // REGS-LABEL: et.kernel @chained
 // REGS: et.task @second
 // REGS: %[[PRE:.*]]:4 = scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // REGS-COUNT-4: vector.load %{{.*}} : memref<1024x4096xbf16>, vector<8xbf16>
 // REGS: et.event.wait
-// REGS: scf.for {{.*}} iter_args(%{{.*}} = %[[PRE]]#0,
+// REGS: arith.extf %[[PRE]]#0
 // With prefetch=shared, each thread copies the first P = 32768 / (16 x 256)
 // = 8 chunks of its warp's first row into its own slots (j * 256 + tid) of
 // a dynamic shared-memory buffer before the wait, and the first row reads
@@ -131,7 +124,7 @@ et.kernel @norm(%x: memref<1x64xbf16>, %w: memref<64xbf16>, %y: memref<1x64xbf16
 // GPU-LABEL: et.kernel @chained
 // GPU: et.task @second
 // GPU: et.event.wait
-// GPU: scf.if %{{.*}} -> (vector<8xbf16>, vector<8xbf16>)
+// GPU: scf.for {{.*}} step %c512 iter_args({{.*}}) -> (vector<8xf32>)
 et.kernel @chained(%x: memref<1x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memref<1x4096xbf16>,
                    %w2: memref<1024x4096xbf16>, %y2: memref<1x1024xbf16>) {
   %c32 = arith.constant 32 : index
@@ -200,30 +193,11 @@ et.kernel @odd_k(%x: memref<1x136xbf16>, %w: memref<64x136xbf16>, %y: memref<1x6
   }
 }
 
-// A runtime batch: M == 1 and M == 2 take streams with that many
-// accumulators, otherwise token groups (4 accumulators at 256 threads, 2
-// when the threads are unknown)
-// whose indices past M clamp and are not stored. With accumulate, y is
-// read and added before the store.
-// T256-LABEL: et.kernel @batched
-// T256: memref.dim %{{.*}} : memref<?x1024xbf16>
-// T256: arith.cmpi eq
-// T256: scf.if
-// T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
-// T256: } else {
-// T256: arith.cmpi eq
-// T256: scf.if
-// T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
-// T256: } else {
-// T256: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
-// T256: arith.minui
-// T256: arith.cmpi ult
-// T256: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xbf16>,
-// T256: memref.load %{{.*}} : memref<?x4096xf32>
-// T256: arith.addf
-// T256: memref.store %{{.*}} : memref<?x4096xf32>
-// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c2
-// GPU: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xbf16>, vector<8xbf16>)
+// A runtime batch: each row's loop runs over the M tokens of x. With
+// accumulate, y is read and added before the store.
+// GPU: memref.dim %{{.*}} : memref<?x1024xbf16>
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1
+// GPU: scf.for {{.*}} step %c512 iter_args({{.*}}) -> (vector<8xf32>)
 // ROWS-LABEL: et.kernel @batched
 // ROWS: memref.dim %{{.*}} : memref<?x1024xbf16>
 // ROWS: memref.load %{{.*}} : memref<?x4096xf32>
@@ -268,9 +242,6 @@ et.kernel @batched(%x: memref<?x1024xbf16>, %w: memref<4096x1024xbf16>, %y: memr
 // GPU-NOT: vector.store
 // GPU-NOT: memref.alloca
 // GPU: math.fma
-// T256-LABEL: et.kernel @attn
-// T256: memref.alloca() : memref<8x4x64xf32, #gpu.address_space<workgroup>>
-// T256: scf.for {{.*}} -> ({{.*}}, vector<8xf32>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
 // CPU-LABEL: et.kernel @attn
 // CPU-NOT: gpu.shuffle
 // kv-mma-bytes=65536 at 256 threads: tensor cores. A ring of 16-position
@@ -615,15 +586,10 @@ et.kernel @linear_gated(%x: memref<1x2048xbf16>, %w: memref<64x2048xbf16>, %y: m
 
 // Only dependent tile ops get a barrier: the two linear layers write
 // different buffers and read only x and weights (none between them); the
-// activation reads both outputs (one barrier before it). The second linear
-// layer's rows start on the warp after the first one's last row (row 256,
-// mod the warps).
+// activation reads both outputs (one barrier before it).
 // GPU-LABEL: et.kernel @independent_ops
-// GPU: arith.remui %c0{{.*}}, %
 // GPU-NOT: gpu.barrier
 // GPU: memref.store %{{.*}} : memref<1x256xf32>
-// GPU: %[[SHIFT:.*]] = arith.constant 256 : index
-// GPU-NEXT: arith.remui %[[SHIFT]], %
 // GPU-NOT: gpu.barrier
 // GPU: memref.store %{{.*}} : memref<1x256xf32>
 // GPU: gpu.barrier
@@ -851,20 +817,6 @@ et.kernel @append(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<25
 // ...) are loaded before the wait, and the scale pass after the barrier
 // loads none. Not when the row needs more than one trip per thread (2048
 // columns on 256 threads), nor when a tile op writes the weights.
-// T256-LABEL: et.kernel @norm_weights_early
-// T256: et.task @early
-// T256-COUNT-4: memref.load %arg1[
-// T256: et.event.wait
-// T256: gpu.barrier
-// T256-NOT: memref.load %arg1[
-// T256: et.task @wide
-// T256-NOT: memref.load %arg4[
-// T256: et.event.wait
-// T256: memref.load %arg4[
-// T256: et.task @written
-// T256-NOT: memref.load %arg6[
-// T256: et.event.wait
-// T256: memref.load %arg6[
 // GPU-LABEL: et.kernel @norm_weights_early
 // GPU: et.task @early
 // GPU: et.event.wait

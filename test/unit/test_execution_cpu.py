@@ -180,7 +180,7 @@ def test_compile_errors_carry_diagnostics(tmp_path):
         et.compile(CHAIN, target="cpu", mode="eager", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="tile_prefetch must be 'none', 'registers', 'l2' or 'shared', got 'dram'"):
         et.compile(CHAIN, target="cuda", tile_prefetch="dram", cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="tile_linear must be 'rows', 'spread' or 'stream', got 'columns'"):
+    with pytest.raises(ValueError, match="tile_linear must be 'rows' or 'spread', got 'columns'"):
         et.compile(CHAIN, target="cuda", tile_linear="columns", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="opt_level must be 0, 1, 2 or 3, got 7"):
         et.compile(CHAIN, target="cuda", opt_level=7, cache_dir=tmp_path)

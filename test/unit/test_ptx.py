@@ -135,40 +135,6 @@ def test_staged_rows_ptx(tmp_path):
     _assemble(art, tmp_path)
 
 
-@pytest.mark.parametrize("issue", ["warp", "warp-ready"])
-def test_staged_rows_loader_warp_ptx(issue, tmp_path):
-    """tile_stage_issue: a loader warp issues the staged copies. The CTA is
-    the 256 threads the tiles were laid out for plus one warp, stated in
-    __et_launch_threads and in .maxntid; the loader polls the workers'
-    progress word with acquire loads, the workers publish it with release
-    stores, and their barriers count only their own 256 threads. The
-    cache key tells the issues apart."""
-    art = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256,
-                     tile_stage_bytes=32 * 1024, tile_stage_issue=issue, cache_dir=tmp_path)
-    assert art.metadata["options"]["tile_stage_issue"] == issue
-    assert art.metadata["threads_per_worker"] == 256
-    ptx = art.binary_path.read_text()
-    assert ".visible .global .align 4 .u32 __et_launch_threads = 288;" in ptx
-    assert ".maxntid 288, 1, 1" in ptx
-    lines = [l.strip() for l in ptx.splitlines()]
-    assert any(l.startswith("ld.acquire.cta.shared") for l in lines)
-    assert any(l.startswith("st.release.cta.shared") for l in lines)
-    barriers = [l for l in lines if l.startswith("bar.sync") or l.startswith("barrier.sync")]
-    assert barriers[0].split() == ["bar.sync", "0;"]  # the whole CTA, before the loader leaves
-    assert len(barriers) > 2 and all(l.split() == ["bar.sync", "1,", "256;"] for l in barriers[1:])
-    thread = et.compile(CHAINED_LINEAR, target="cuda", workers=8, threads_per_worker=256,
-                        tile_stage_bytes=32 * 1024, cache_dir=tmp_path)
-    assert "__et_launch_threads" not in thread.binary_path.read_text() and thread.path != art.path
-    _assemble(art, tmp_path)
-    for bad in ("lane", "", None, 1):
-        with pytest.raises(ValueError, match="tile_stage_issue must be 'thread', 'warp' or 'warp-ready'"):
-            et.compile(CHAINED_LINEAR, target="cuda", tile_stage_bytes=32 * 1024, tile_stage_issue=bad,
-                       cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="adds a warp to the worker: threads_per_worker must be at most 992, got 1024"):
-        et.compile(CHAINED_LINEAR, target="cuda", threads_per_worker=1024, tile_stage_bytes=32 * 1024,
-                   tile_stage_issue=issue, cache_dir=tmp_path)
-
-
 HEAD_O = """
 et.kernel @head_o(%x: memref<1x2048xbf16>, %w: memref<2048x2048xbf16>, %h: memref<1x2048xf32>) {
   %c16 = arith.constant 16 : index

@@ -34,7 +34,7 @@ def _launcher(events, capturing):
     launcher.signals_events = signals_events({"events": events})
     launcher.profile = False
     launcher.epoch = 0
-    launcher.function, launcher.workers, launcher.cta_threads, launcher.dynamic_shared = None, 1, 32, 0
+    launcher.function, launcher.workers, launcher.threads, launcher.dynamic_shared = None, 1, 32, 0
     return launcher
 
 

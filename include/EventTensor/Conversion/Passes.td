@@ -39,12 +39,6 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
     The mbarrier wait is not bounded by `spin_limit`: a copy always
     completes unless it faults, which ends the launch with an error.
 
-    With `stage-issue=warp` (or `warp-ready`) and a fixed thread count, the
-    CTA has one more warp, the loader, whose lane 0 issues the copies
-    instead: those of entry j once thread 0 has published that entry j - 1
-    has started (`warp-ready`: passed its waits) in a shared progress word.
-    The workers' barriers are then barrier 1 of `threads` threads, and the
-    kernel states its CTA size in the global `__et_launch_threads`.
   }];
   let options = [
     Option<"backoffNs", "backoff-ns", "int64_t", /*default=*/"64",
@@ -57,12 +51,6 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
            "Threads per worker, fixed at compile time (the kernel's "
            "known_block_size, so ptxas can budget registers for it); 0 "
            "leaves it to the launch">,
-    Option<"stageIssue", "stage-issue", "std::string", /*default=*/"\"thread\"",
-           "Who issues the copies of staged weight rows: thread (the "
-           "worker's last thread, before each entry's waits), warp (a loader "
-           "warp after the worker's threads, once the entry before has "
-           "started) or warp-ready (the loader warp, once the entry before "
-           "has passed its waits)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
@@ -204,8 +192,7 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",
            "et.linear on the GPU: rows (one row per warp at a time), spread "
            "(rows, except that a tile of few or short rows spreads over every "
-           "warp: K split between warps, or several rows per trip) or stream "
-           "(software-pipelined across rows when K is a multiple of 256)">,
+           "warp: K split between warps, or several rows per trip)">,
     Option<"mma", "mma", "std::string", /*default=*/"\"wgmma\"",
            "Tensor-core instructions of et.matmul on the GPU: wgmma (Hopper "
            "warpgroup MMA, where the tile allows it; else sync) or sync "

@@ -16,10 +16,7 @@
 //            all tiles t = (w - k) mod W, t + W, ... of a runtime-count task;
 //            on the GPU, the last thread first issues the copies of the next
 //            entry's staged weight rows (et.staged_rows) into one of two
-//            shared-memory regions, completing on that region's mbarrier;
-//            or (stage-issue=warp, warp-ready) a loader warp after the
-//            worker's threads issues them, each entry's copies once the
-//            entry before has started (or passed its waits).
+//            shared-memory regions, completing on that region's mbarrier.
 //   dynamic: take tickets from one atomic counter and map each to the
 //            (task, tile) of the queue.
 //
@@ -97,11 +94,6 @@ struct Target {
   bool profile = false;
   int64_t backoffNs = 64;
   int64_t threads = 0; // fixed CTA size, 0 if chosen at launch
-  /// Who issues the copies of staged weight rows: "thread" (the worker's
-  /// last thread, before each entry's waits), "warp" (a loader warp after
-  /// the worker's threads, once the entry before has started), "warp-ready"
-  /// (the loader warp, once the entry before has passed its waits).
-  std::string stageIssue = "thread";
   StringRef syncscope() const { return gpu ? "device" : ""; }
 };
 
@@ -190,14 +182,7 @@ private:
   void barrier() {
     if (!target.gpu)
       return;
-    // With a loader warp, the barriers before it leaves (the prologue) are
-    // the whole CTA's; the workers' threads' barriers after it (gpu.barrier,
-    // tile bodies included) become barrier 1 of `threads` threads at the end
-    // of emit().
-    if (loaderWarp && !computeOnly)
-      NVVM::BarrierOp::create(b, loc);
-    else
-      gpu::BarrierOp::create(b, loc);
+    gpu::BarrierOp::create(b, loc);
   }
   /// Makes thread 0's value of `v` (i1 or i64) every thread's value.
   Value broadcast(Value v) {
@@ -441,10 +426,6 @@ private:
     cf::CondBranchOp::create(b, loc, ok, cont, ValueRange{}, scope.fail,
                              ValueRange{});
     b.setInsertionPointToEnd(cont);
-    // The loader warp learns that the entry's waits have passed (only
-    // warp-ready gates on it).
-    if (loaderReady && currentEntry)
-      storeProgress(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, currentEntry, idx(2)), idx(1)));
   }
 
   //===--------------------------------------------------------------------===//
@@ -1099,23 +1080,6 @@ private:
     }
   }
 
-  /// A shared-memory pointer to the loader warp's progress word.
-  Value progressPointer() { return tile::elementPointer(b, loc, progressMem, idx(0), 4, 3); }
-
-  /// Thread 0 publishes `value` (index) as the worker's progress (a
-  /// release store: the threads' accesses before the last barrier happen
-  /// before the loader's copies that it allows).
-  void storeProgress(Value value) {
-    auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    Value v32 = arith::IndexCastOp::create(b, loc, b.getI32Type(), value);
-    LLVM::StoreOp::create(b, loc, v32, progressPointer(), /*alignment=*/4, /*isVolatile=*/false,
-                          /*isNonTemporal=*/false, /*isInvariantGroup=*/false, LLVM::AtomicOrdering::release,
-                          "block");
-  }
-
-  void emitLoader(Value programMem, Value begin, Value end);
 
   //===--------------------------------------------------------------------===//
   // Setup
@@ -1183,16 +1147,8 @@ private:
   Value stageShared, stageBarriers, currentStage;
   /// Tasks' staging plans (by task id).
   SmallVector<std::optional<StagePlan>> stagePlans;
-  /// stage-issue=warp/warp-ready: the CTA has a loader warp after the
-  /// worker's target.threads threads; `computeOnly` once the loader has
-  /// left the workers' code; the progress word (i32 workgroup buffer: 2i
-  /// when the worker starts entry i of its program, with warp-ready 2i + 1
-  /// once the entry's waits have passed, kProgressDone after its last); the entry being
-  /// emitted (index, or null); the block that returns.
-  bool loaderWarp = false, loaderReady = false, computeOnly = false;
-  Value progressMem, currentEntry, computeThreads;
+  /// The block that returns.
   Block *exitBlock = nullptr;
-  static constexpr int32_t kProgressDone = INT32_MAX;
   int64_t numWorkers = 1;
 };
 
@@ -1502,31 +1458,8 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
       NVVM::FenceMbarrierInitOp::create(b, loc);
     }
   }
-  if (loaderWarp) {
-    // The loader starts at entry `begin` at once; -1 is below every later
-    // gate.
-    auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    LLVM::StoreOp::create(b, loc, i32(-1), progressPointer(), /*alignment=*/4);
-  }
-  if (anyStaged || loaderWarp || programShared)
+  if (anyStaged || programShared)
     barrier();
-  if (loaderWarp) {
-    // The loader warp leaves the workers' code here: its lane 0 issues the
-    // copies, and the warp returns once they are complete.
-    Block *loaderBlock = new Block(), *computeBlock = new Block();
-    Region *fnRegion = exitBlock->getParent();
-    fnRegion->push_back(loaderBlock);
-    fnRegion->push_back(computeBlock);
-    Value isLoader = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, threadId, idx(target.threads));
-    cf::CondBranchOp::create(b, loc, isLoader, loaderBlock, ValueRange{}, computeBlock, ValueRange{});
-    b.setInsertionPointToEnd(loaderBlock);
-    emitLoader(programMem, begin, end);
-    cf::BranchOp::create(b, loc, exitBlock, ValueRange{});
-    b.setInsertionPointToEnd(computeBlock);
-    computeOnly = true;
-  }
   Value firstPosition = programShared ? idx(0) : begin;
   auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i1Type},
                                    ValueRange{firstPosition, i1(true)});
@@ -1545,12 +1478,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   Value taskId = toIndex(entryWord(i, 0));
   Value tile32 = entryWord(i, 1);
   Value tileI64 = arith::ExtSIOp::create(b, loc, b.getI64Type(), tile32);
-  if (loaderWarp) {
-    currentStage = entryWord(i, 2);
-    // The loader walks the global table: the entry's index there.
-    currentEntry = programShared ? arith::AddIOp::create(b, loc, i, sharedHeader(1)).getResult() : i;
-    storeProgress(arith::MulIOp::create(b, loc, currentEntry, idx(2)));
-  } else if (anyStaged) {
+  if (anyStaged) {
     currentStage = entryWord(i, 2);
     // Before this entry's waits: the copies of entries [from, i + 2) of
     // the worker's program, from = i + 1 (at its first entry, i).
@@ -1647,85 +1575,7 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   b.setInsertionPointAfter(loop);
   finishedOk = loop.getResult(1);
   currentStage = Value();
-  currentEntry = Value();
-  // Done (or stopped by an error): the loader issues nothing more.
-  if (loaderWarp)
-    storeProgress(idx(kProgressDone));
   return success();
-}
-
-/// The loader warp (stage-issue=warp, warp-ready): lane 0 walks the worker's
-/// program [begin, end) and issues the copies of each staged entry j into
-/// its region once the workers' progress word reaches 2 (j - 1) (entry j - 1
-/// has started; warp-ready: 2 (j - 1) + 1, its waits have passed). Entry j's
-/// region was last read by entry j - 2, which has ended by then. It stops
-/// early when the workers are done (an error), then waits until its copies
-/// are complete, so none is in flight when the CTA exits.
-void WorkerEmitter::emitLoader(Value programMem, Value begin, Value end) {
-  Type i32Type = b.getI32Type(), indexType = b.getIndexType();
-  Value lane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId, idx(target.threads));
-  auto ifLane0 = scf::IfOp::create(b, loc, lane0, /*withElse=*/false);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(ifLane0.thenBlock());
-  // (j, the last stage word issued into region 0, into region 1)
-  auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i32Type, i32Type},
-                                   ValueRange{begin, i32(-1), i32(-1)});
-  {
-    Block *before = b.createBlock(&loop.getBefore(), {}, {indexType, i32Type, i32Type}, {loc, loc, loc});
-    Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, before->getArgument(0), end);
-    scf::ConditionOp::create(b, loc, more, before->getArguments());
-  }
-  Block *after = b.createBlock(&loop.getAfter(), {}, {indexType, i32Type, i32Type}, {loc, loc, loc});
-  Value j = after->getArgument(0);
-  Value word = memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(2)});
-  Value staged = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, word, i32(0));
-  // The gate: 2 (j - 1) (+ 1 for warp-ready); none for the first entry.
-  Value gate = arith::SubIOp::create(b, loc, arith::MulIOp::create(b, loc, j, idx(2)), idx(loaderReady ? 1 : 2));
-  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j, begin);
-  gate = arith::SelectOp::create(b, loc, first, idx(-1), gate);
-  Value gate32 = arith::IndexCastOp::create(b, loc, i32Type, gate);
-  // Wait for the gate (staged entries only): an acquire load of the
-  // progress word, with backoff.
-  auto ifStaged = scf::IfOp::create(b, loc, TypeRange{i32Type}, staged, /*withElse=*/true);
-  {
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(ifStaged.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{gate32});
-    b.setInsertionPointToStart(ifStaged.thenBlock());
-    auto spin = scf::WhileOp::create(b, loc, TypeRange{i32Type}, ValueRange{i32(-2)});
-    {
-      b.createBlock(&spin.getBefore(), {}, {i32Type}, {loc});
-      Value seen = LLVM::LoadOp::create(b, loc, i32Type, progressPointer(), /*alignment=*/4, false, false, false,
-                                        false, LLVM::AtomicOrdering::acquire, "block");
-      Value waiting = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, seen, gate32);
-      scf::ConditionOp::create(b, loc, waiting, ValueRange{seen});
-      Block *sa = b.createBlock(&spin.getAfter(), {}, {i32Type}, {loc});
-      NVVM::NanosleepOp::create(b, loc, i32(target.backoffNs));
-      scf::YieldOp::create(b, loc, sa->getArguments());
-    }
-    b.setInsertionPointAfter(spin);
-    scf::YieldOp::create(b, loc, spin.getResult(0));
-  }
-  Value seen = ifStaged.getResult(0);
-  Value done = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, seen, i32(kProgressDone));
-  Value issue = arith::AndIOp::create(b, loc, staged, arith::XOrIOp::create(b, loc, done, i1(true)));
-  emitStageEntry(word, memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(0)}),
-                 toIndex(memref::LoadOp::create(b, loc, programMem, ValueRange{j, idx(1)})), issue);
-  // Remember the word issued into each region.
-  Value slot1 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
-                                      arith::AndIOp::create(b, loc, word, i32(1)), i32(0));
-  Value into0 = arith::AndIOp::create(b, loc, issue, arith::XOrIOp::create(b, loc, slot1, i1(true)));
-  Value into1 = arith::AndIOp::create(b, loc, issue, slot1);
-  Value last0 = arith::SelectOp::create(b, loc, into0, word, after->getArgument(1));
-  Value last1 = arith::SelectOp::create(b, loc, into1, word, after->getArgument(2));
-  Value next = arith::SelectOp::create(b, loc, done, end, arith::AddIOp::create(b, loc, j, idx(1)));
-  scf::YieldOp::create(b, loc, ValueRange{next, last0, last1});
-  b.setInsertionPointAfter(loop);
-  // No copy in flight when the CTA exits.
-  for (unsigned r = 0; r < 2; ++r) {
-    Value lastWord = loop.getResult(1 + r);
-    waitStaged(decodeStage(lastWord));
-  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1921,16 +1771,6 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
         stagedTasks.insert(task);
         stageRegionBytes = std::max<int64_t>(stageRegionBytes, llvm::alignTo(end, 128));
       }
-  // A loader warp issues the copies (static schedules stage; dynamic ones
-  // do not).
-  if (target.stageIssue != "thread" && stageRegionBytes && schedule.isStatic()) {
-    if (target.threads <= 0 || target.threads > 992)
-      return kernel.emitOpError("stages weights with a loader warp (stage-issue=")
-             << target.stageIssue << "), which needs a fixed thread count of at most 992 (threads), got "
-             << target.threads;
-    loaderWarp = true;
-    loaderReady = target.stageIssue == "warp-ready";
-  }
 
   // The signature: [worker], epoch, spin_limit, counters, control, error,
   // [trace], then on several devices: this device (i64), every device's
@@ -1999,19 +1839,12 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     if (target.profile)
       workgroup.push_back(MemRefType::get({2}, b.getI32Type(), MemRefLayoutAttrInterface(),
                                           gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
-    // The loader warp's progress word.
-    unsigned progressAt = workgroup.size();
-    if (loaderWarp)
-      workgroup.push_back(MemRefType::get({1}, b.getI32Type(), MemRefLayoutAttrInterface(),
-                                          gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
     auto fn = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(), fnType,
                                      workgroup, TypeRange{});
     for (auto [op, i] : allocas)
       tileShared[op] = fn.getWorkgroupAttributions()[i];
     if (stageRegionBytes)
       stageBarriers = fn.getWorkgroupAttributions()[barriersAt];
-    if (loaderWarp)
-      progressMem = fn.getWorkgroupAttributions()[progressAt];
     if (target.profile)
       traceSlotsMem = fn.getWorkgroupAttributions()[traceSlotsAt];
     // 16-byte alignment for vector accesses to the tile buffers.
@@ -2019,20 +1852,9 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
       fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
                                      b.getI64IntegerAttr(16));
     fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-    // The CTA: the worker's threads, then the loader warp if any. The
-    // kernel states its CTA size in __et_launch_threads when it differs
-    // from the thread count the tiles were laid out for.
-    int64_t ctaThreads = target.threads + (loaderWarp ? 32 : 0);
     if (target.threads > 0)
       fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
-          {static_cast<int32_t>(ctaThreads), 1, 1}));
-    if (loaderWarp) {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(fn);
-      LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/true, LLVM::Linkage::External,
-                             "__et_launch_threads", b.getI32IntegerAttr(ctaThreads),
-                             /*alignment=*/4, /*addrSpace=*/1);
-    }
+          {static_cast<int32_t>(target.threads), 1, 1}));
     entry = &fn.getBody().front();
     sharedScratch = fn.getWorkgroupAttributions()[0];
     b.setInsertionPointToStart(entry);
@@ -2106,8 +1928,6 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     workerId = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
     threadId = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
     numThreads = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
-    if (loaderWarp)
-      computeThreads = idx(target.threads);
   } else {
     auto fn = func::FuncOp::create(b, loc,
                                    (kernel.getSymName() + "_worker").str(),
@@ -2215,7 +2035,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
       op->getResult(0).replaceAllUsesWith(threadId);
       op->erase();
     } else if (isa<NumThreadsOp>(op)) {
-      op->getResult(0).replaceAllUsesWith(loaderWarp ? computeThreads : numThreads);
+      op->getResult(0).replaceAllUsesWith(numThreads);
       op->erase();
     } else if (isa<DeviceIdOp>(op)) {
       op->getResult(0).replaceAllUsesWith(deviceIndex);
@@ -2234,15 +2054,6 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
       op->erase();
     }
   });
-  // The loader warp has left: the workers' barriers are barrier 1 of their
-  // own threads.
-  if (loaderWarp)
-    entry->getParentOp()->walk([&](gpu::BarrierOp op) {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(op);
-      NVVM::BarrierOp::create(b, op.getLoc(), TypeRange{}, i32(1), i32(target.threads), {}, Value());
-      op->erase();
-    });
   return success();
 }
 
@@ -2297,12 +2108,6 @@ struct ConvertEventTensorToNVVMPass
     target.backoffNs = backoffNs;
     target.profile = profile;
     target.threads = threads;
-    target.stageIssue = stageIssue;
-    if (stageIssue != "thread" && stageIssue != "warp" && stageIssue != "warp-ready") {
-      getOperation().emitError("'convert-et-to-nvvm' stage-issue must be thread, warp or warp-ready, got '")
-          << stageIssue << "'";
-      return signalPassFailure();
-    }
     if (threads < 0 || threads > 1024 || threads % 32 != 0) {
       getOperation().emitError("'convert-et-to-nvvm' threads must be 0 or a "
                                "multiple of 32 up to 1024, got ")

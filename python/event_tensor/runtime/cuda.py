@@ -114,16 +114,12 @@ class CUDALauncher:
                 self.dynamic_shared), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         if threads is not None and threads != self.threads:
             raise ValueError(f"{artifact.path}: compiled for {self.threads} threads per worker, got {threads}")
-        # The CTA may hold more threads than the tiles use (a loader warp that
-        # issues staged copies): the kernel states its size in
-        # __et_launch_threads.
-        self.cta_threads = self._module_word("__et_launch_threads") or self.threads
         self._buffers: dict[str, tuple[int, int]] = {}
         self._generation = 0
         self.profile = bool(self.metadata.get("profile"))
         self.last_trace: Trace | None = None
         self.signals_events = signals_events(self.metadata)
-        per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, self.cta_threads,
+        per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, self.threads,
                                                                          self.dynamic_shared),
                         "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         sms = _check(drv.cuDeviceGetAttribute(
@@ -230,7 +226,7 @@ class CUDALauncher:
             _check(self.driver.cuMemsetD32Async(cursor, 0, 1, stream), "cuMemsetD32Async")
             trace, words = self._buffers["trace"]
             _check(self.driver.cuMemsetD32Async(trace, 0, 2 * words, stream), "cuMemsetD32Async")
-        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.cta_threads, 1, 1, self.dynamic_shared, stream,
+        _check(self.driver.cuLaunchKernel(self.function, self.workers, 1, 1, self.threads, 1, 1, self.dynamic_shared, stream,
                                           ctypes.addressof(pointers), 0), "cuLaunchKernel")
 
     def bind(self, *args: Any, timeout_s: float | None = None, stream: int = 0):
