@@ -32,7 +32,7 @@
 #include "EventTensor/Conversion/Passes.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
 
-#include "../TileLowering.h"
+#include "../TileOps/TileLowering.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"

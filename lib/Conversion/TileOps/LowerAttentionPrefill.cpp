@@ -498,3 +498,23 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
   op.erase();
   return true;
 }
+
+namespace {
+
+/// et.attention_prefill: tensor cores on the GPU where the op and the
+/// worker allow it, else loops.
+struct AttentionPrefillLowering : public TileOpLowering<AttentionPrefillOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(AttentionPrefillOp op, PatternRewriter &) const override {
+    if (!options.gpu || !lowerAttentionPrefillGPU(op, options.threads, state->sharedTaken))
+      lowerAttentionPrefillLoops(op);
+    return success();
+  }
+};
+
+} // namespace
+
+void tile::populateAttentionPrefillLoweringPatterns(RewritePatternSet &patterns,
+                                                    const TileLoweringOptions &options, TileLoweringState &state) {
+  patterns.add<AttentionPrefillLowering>(patterns.getContext(), options, &state);
+}

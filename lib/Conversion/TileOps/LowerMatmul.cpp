@@ -939,3 +939,26 @@ void tile::lowerMatmulCPU(MatmulOp op) {
       });
   op.erase();
 }
+
+namespace {
+
+/// et.matmul: tensor cores on the GPU (the op's task takes the dynamic
+/// shared memory; a diagnostic when the tile does not fit the worker),
+/// scalar loops on the host.
+struct MatmulLowering : public TileOpLowering<MatmulOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(MatmulOp op, PatternRewriter &) const override {
+    if (!options.gpu) {
+      lowerMatmulCPU(op);
+      return success();
+    }
+    return lowerMatmulGPU(op, options.threads, options.wgmma, state->sharedTaken);
+  }
+};
+
+} // namespace
+
+void tile::populateMatmulLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
+                                          TileLoweringState &state) {
+  patterns.add<MatmulLowering>(patterns.getContext(), options, &state);
+}

@@ -1,0 +1,1322 @@
+//===- LowerLinear.cpp - et.linear and et.prefetch --------------------------===//
+//
+// et.linear on the CPU (scalar loops) and the GPU: one warp per row
+// (weights before the wait in registers or shared memory, or staged across
+// tiles), short rows several per warp, and the spread layout; the L2 hints
+// of et.prefetch and of the norm weights.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TileLowering.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::et;
+
+namespace mlir::et::tile {
+
+/// y[tok, row] = `out` (f32), the way every lowering of et.linear ends a
+/// row: added to y with `accumulate` (a relaxed f32 atomic add with
+/// `atomic`: tiles that share rows add into them at once, ordered before
+/// the task's signal by its release fence), rounded to y's element type.
+static void writeRow(OpBuilder &b, Location loc, LinearOp op, Value out, Value tok, Value row) {
+  if (op.getAtomic()) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(), ValueRange{tok, row});
+    return;
+  }
+  if (op.getAccumulate())
+    out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{tok, row}), out);
+  Type outType = op.getY().getType().getElementType();
+  if (!outType.isF32())
+    out = arith::TruncFOp::create(b, loc, outType, out);
+  memref::StoreOp::create(b, loc, out, op.getY(), ValueRange{tok, row});
+}
+
+/// y[m, n] for the rows of this thread group, CPU: scalar loops over rows
+/// strided by thread.
+static void lowerLinearCPU(LinearOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Groups threads = h.groups(1);
+  Value tid = threads.tid, nt = threads.threads;
+  Value n = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
+  Value first = arith::AddIOp::create(b, loc, op.getRow0(), tid);
+  Type f32 = b.getF32Type();
+  // Row `row` of token `tok` (with `norm`, `scale` is the token's inverse RMS).
+  auto rowOf = [&](OpBuilder &b, Location loc, Value row, Value tok, Value scale) {
+    auto dot = [&](Value w) {
+      return scf::ForOp::create(
+                 b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+                 [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
+                   Value xf = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk}));
+                   if (Value g = op.getNorm())
+                     xf = arith::ExtFOp::create(
+                         b, loc, f32,
+                         arith::TruncFOp::create(
+                             b, loc, b.getBF16Type(),
+                             arith::MulFOp::create(b, loc, xf,
+                                                   toF32(b, loc, memref::LoadOp::create(b, loc, g, ValueRange{kk}))))
+                             .getResult());
+                   Value wf = toF32(b, loc, memref::LoadOp::create(b, loc, w, ValueRange{row, kk}));
+                   Value p = arith::MulFOp::create(b, loc, xf, wf);
+                   scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, acc[0], p)});
+                 })
+          .getResult(0);
+    };
+    Value out = dot(op.getW());
+    Value up = op.getGated() ? dot(op.getGated()) : Value();
+    if (scale) {
+      out = arith::MulFOp::create(b, loc, out, scale);
+      if (up)
+        up = arith::MulFOp::create(b, loc, up, scale);
+    }
+    writeRow(b, loc, op, up ? gatedActivation(b, loc, out, up) : out, tok, row);
+  };
+  auto rows = [&](OpBuilder &b, Location loc, Value tok, Value scale) {
+    scf::ForOp::create(b, loc, first, end, nt, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+                         rowOf(b, loc, row, tok, scale);
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+  if (op.getNorm()) {
+    // Tokens outer: each token's inverse RMS once, then its rows.
+    float eps = op.getEps()->convertToFloat();
+    scf::ForOp::create(
+        b, loc, h.idx(0), m, h.idx(1), ValueRange{}, [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+          TileBuilder h{b, loc};
+          auto squares = scf::ForOp::create(
+              b, loc, h.idx(0), k, h.idx(1), ValueRange{h.f32(0)},
+              [&](OpBuilder &b, Location loc, Value kk, ValueRange acc) {
+                Value x = memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, kk});
+                scf::YieldOp::create(b, loc, ValueRange{math::FmaOp::create(b, loc, x, x, acc[0]).getResult()});
+              });
+          rows(b, loc, tok, inverseRMS(b, loc, squares.getResult(0), k, eps));
+          scf::YieldOp::create(b, loc);
+        });
+  } else {
+    scf::ForOp::create(b, loc, first, end, nt, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+                         scf::ForOp::create(b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                                            [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                                              rowOf(b, loc, row, tok, Value());
+                                              scf::YieldOp::create(b, loc);
+                                            });
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+  op.erase();
+}
+
+/// The prefetch point of an et.linear at its task's top level that reads
+/// weights no task writes: its weights and rows (row0, rows) are known
+/// before the first wait.
+static Operation *weightPrefetchPoint(LinearOp op) {
+  if (op->getParentOp() != op->getParentOfType<TaskOp>() || !isReadOnly(op.getW()))
+    return nullptr;
+  return prefetchPoint(op, {op.getW(), op.getRow0(), op.getRows()}, /*inIf=*/false);
+}
+
+void prefetchWeightsL2(LinearOp op) {
+  Operation *firstWait = weightPrefetchPoint(op);
+  if (!firstWait)
+    return;
+  OpBuilder b(firstWait);
+  prefetchRowsL2(b, op.getLoc(), op.getW(), op.getRow0(), op.getRows());
+}
+
+void prefetchNormL2(LinearOp op) {
+  Value g = op.getNorm();
+  if (!g || !isReadOnly(g))
+    return;
+  Operation *firstWait = prefetchPoint(op, {g}, /*inIf=*/true);
+  if (!firstWait)
+    return;
+  OpBuilder b(firstWait);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  auto go = scf::IfOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ThreadIdOp::create(b, loc, b.getIndexType()),
+                                    h.idx(0)),
+      /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(go.thenBlock());
+  Value bytes = arith::MulIOp::create(b, loc, memref::DimOp::create(b, loc, g, 0), h.idx(2));
+  NVVM::CpAsyncBulkPrefetchOp::create(b, loc, elementPointer(b, loc, g, h.idx(0), 2, 1),
+                                      arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes), Value());
+}
+
+/// et.prefetch: thread 0 issues one bulk L2 prefetch of the rows on the
+/// GPU; nothing on the CPU.
+static void lowerPrefetch(PrefetchOp op, bool gpu) {
+  if (gpu) {
+    OpBuilder b(op);
+    prefetchRowsL2(b, op.getLoc(), op.getW(), op.getRow0(), op.getRows());
+  }
+  op.erase();
+}
+
+namespace {
+
+/// What both GPU lowerings of et.linear start from: the types, the warp
+/// of each thread, N.
+struct LinearCommon {
+  MemRefType xType;
+  VectorType vecBF16, vecF32;
+  Value lane, warp, warps, n, tid;
+};
+
+} // namespace
+
+static LinearCommon linearCommon(OpBuilder &b, Location loc, LinearOp op) {
+  TileBuilder h{b, loc};
+  Groups warpsOf = h.groups(kWarp);
+  return {op.getX().getType(), VectorType::get({kVector}, b.getBF16Type()),
+          VectorType::get({kVector}, b.getF32Type()), warpsOf.lane, warpsOf.group, warpsOf.groups,
+          memref::DimOp::create(b, loc, op.getW(), 0), warpsOf.tid};
+}
+
+/// The sum of a warp's lane partial sums `acc` (vector<8xf32> per lane):
+/// a reduction, then a shuffle butterfly (every lane gets it).
+static Value rowTotal(OpBuilder &b, Location loc, Value acc) {
+  return butterflySum(b, loc, vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc), kWarp);
+}
+
+/// One 16-byte chunk (8 bf16) of the matrix `mem` at (`row`, `col`): the
+/// load every GPU lowering of et.linear streams its operands with.
+static Value loadChunk(OpBuilder &b, Location loc, Value mem, Value row, Value col) {
+  auto load = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), mem,
+                                     ValueRange{row, col});
+  load.setAlignment(16);
+  return load.getResult();
+}
+
+/// y[tok, row] from `sum` (silu(sum) * `up` for a gated op), written by
+/// the thread where `store` holds (writeRow). `scale` (et.linear ... norm:
+/// the token's inverse RMS) multiplies both sums first.
+static void storeRow(OpBuilder &b, Location loc, LinearOp op, Value sum, Value store, Value tok, Value row,
+              Value up = {}, Value scale = {}) {
+  auto ifOp = scf::IfOp::create(b, loc, store, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  if (scale) {
+    sum = arith::MulFOp::create(b, loc, sum, scale);
+    if (up)
+      up = arith::MulFOp::create(b, loc, up, scale);
+  }
+  writeRow(b, loc, op, up ? gatedActivation(b, loc, sum, up) : sum, tok, row);
+}
+
+/// y[tok, row] from a warp's lane partial sums `acc`: both GPU lowerings of
+/// et.linear end each row with it.
+static void storeRowSum(OpBuilder &b, Location loc, LinearOp op, Value acc, Value store, Value tok, Value row) {
+  storeRow(b, loc, op, rowTotal(b, loc, acc), store, tok, row);
+}
+
+/// et.linear ... norm: the token's inverse RMS from the sum of squares
+/// of its row of x.
+static Value linearInverseRMS(OpBuilder &b, Location loc, LinearOp op, Value sum) {
+  return inverseRMS(b, loc, sum, memref::DimOp::create(b, loc, op.getW(), 1), op.getEps()->convertToFloat());
+}
+
+/// et.linear ... norm: 8 elements of token `tok`'s row of x (the f32
+/// residual stream) from column `col`, times the norm weights, rounded to
+/// bf16 as an activation would be; `raw` gets x's own values (for the sum
+/// of squares).
+static Value normedChunk(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw) {
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  auto x = vector::LoadOp::create(b, loc, vecF32, op.getX(), ValueRange{tok, col});
+  x.setAlignment(16);
+  auto g = vector::LoadOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), op.getNorm(),
+                                  ValueRange{col});
+  g.setAlignment(16);
+  if (raw)
+    *raw = x.getResult();
+  Value xg = arith::MulFOp::create(b, loc, x.getResult(), arith::ExtFOp::create(b, loc, vecF32, g.getResult()));
+  return arith::TruncFOp::create(b, loc, VectorType::get({kVector}, b.getBF16Type()), xg);
+}
+
+/// The chunk of x that every GPU lowering of et.linear multiplies a weight
+/// chunk with (8 elements of token `tok` from column `col`, f32), and the
+/// raw chunk: x itself (bf16, widened), or with `norm` normedChunk (`raw`
+/// gets the stream's own values), or that product from `staged`
+/// (stageNorm's shared memory; no `raw`).
+static Value loadX(OpBuilder &b, Location loc, LinearOp op, Value tok, Value col, Value *raw = nullptr,
+            Value staged = {}) {
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  VectorType vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+  if (staged) {
+    // x * g staged in shared memory, [token][K] bf16 (stageNorm).
+    Value k = arith::ConstantIndexOp::create(b, loc, op.getW().getType().getDimSize(1));
+    auto x = vector::LoadOp::create(b, loc, vecBF16, staged,
+                                    ValueRange{arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, tok, k),
+                                                                     col)});
+    x.setAlignment(16);
+    return arith::ExtFOp::create(b, loc, vecF32, x.getResult());
+  }
+  if (!op.getNorm()) {
+    Value x = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
+    if (raw)
+      *raw = x;
+    return x;
+  }
+  return arith::ExtFOp::create(b, loc, vecF32, normedChunk(b, loc, op, tok, col, raw));
+}
+
+constexpr int64_t kStagedNormBytes = 16 * 1024; // bf16 x * g staged by stageNorm
+
+constexpr int64_t kLinearTokens = 16;           // et.linear's bound on M
+
+constexpr int64_t kMaxWarps = 32;
+
+/// Whether stageNorm applies to `op` at `threads` per worker.
+static bool canStageNorm(LinearOp op, int64_t threads) {
+  MemRefType xType = op.getX().getType();
+  int64_t k = op.getW().getType().getDimSize(1);
+  return op.getNorm() && op->getParentOfType<TaskOp>() && threads > 0 && threads % kWarp == 0 &&
+         !xType.isDynamicDim(0) && !ShapedType::isDynamic(k) && k % kVector == 0 &&
+         xType.getDimSize(0) * k * 2 <= kStagedNormBytes;
+}
+
+namespace {
+
+/// et.linear ... norm on the GPU with a static M and K whose x * g fits
+/// kStagedNormBytes of shared memory: the worker reads x once (not once per
+/// row): its threads stride over x's chunks, store bf16(x * g) into shared
+/// memory and sum the squares, the warps' sums meet after one barrier, and
+/// every thread adds them up into each token's inverse RMS. The op's rows
+/// then read x * g from shared memory. Null `xs` when this does not apply.
+struct StagedNorm {
+  Value xs;
+  SmallVector<Value> scale; // per token
+};
+
+} // namespace
+
+static StagedNorm stageNorm(OpBuilder &b, Location loc, LinearOp op, int64_t threads) {
+  if (!canStageNorm(op, threads))
+    return {};
+  auto task = op->getParentOfType<TaskOp>();
+  const int64_t k = op.getW().getType().getDimSize(1), m = op.getX().getType().getDimSize(0), w = threads / kWarp;
+  TileBuilder h{b, loc};
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  Value xs = workgroupBuffer(task, loc, {m * k}, b.getBF16Type());
+  Value parts = workgroupBuffer(task, loc, {kMaxWarps * m}, b.getF32Type());
+  Groups g = h.groups(kWarp);
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+  for (int64_t t = 0; t < m; ++t) {
+    Value tok = h.idx(t);
+    auto loop = scf::ForOp::create(
+        b, loc, arith::MulIOp::create(b, loc, g.tid, h.idx(kVector)), h.idx(k),
+        arith::MulIOp::create(b, loc, g.threads, h.idx(kVector)), ValueRange{zero},
+        [&](OpBuilder &b, Location loc, Value col, ValueRange acc) {
+          TileBuilder h{b, loc};
+          Value raw;
+          Value xg = normedChunk(b, loc, op, tok, col, &raw);
+          auto store = vector::StoreOp::create(b, loc, xg, xs,
+                                               ValueRange{arith::AddIOp::create(b, loc, h.idx(t * k), col)});
+          store.setAlignment(16);
+          scf::YieldOp::create(b, loc, ValueRange{vector::FMAOp::create(b, loc, raw, raw, acc[0]).getResult()});
+        });
+    Value sum = rowTotal(b, loc, loop.getResult(0));
+    auto ifOp = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    memref::StoreOp::create(b, loc, sum, parts,
+                            ValueRange{arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, g.group, h.idx(m)),
+                                                             h.idx(t))});
+  }
+  gpu::BarrierOp::create(b, loc);
+  StagedNorm out{xs, {}};
+  for (int64_t t = 0; t < m; ++t) {
+    Value sum = h.f32(0);
+    for (int64_t i = 0; i < w; ++i)
+      sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, parts, ValueRange{h.idx(i * m + t)}));
+    out.scale.push_back(linearInverseRMS(b, loc, op, sum));
+  }
+  return out;
+}
+
+/// The staged inverse RMS of token `tok` (a value below M).
+static Value stagedScale(OpBuilder &b, Location loc, const StagedNorm &sn, Value tok) {
+  Value r = sn.scale.back();
+  for (int64_t t = static_cast<int64_t>(sn.scale.size()) - 2; t >= 0; --t)
+    r = arith::SelectOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tok, arith::ConstantIndexOp::create(b, loc, t)),
+        sn.scale[t], r);
+  return r;
+}
+
+namespace {
+
+/// et.linear ... norm on the GPU (the spread layout with K split over the
+/// warps): every warp's inverse RMS of each token, in shared memory at
+/// [warp][token] (M <= kLinearTokens). Every warp computes the same values
+/// (normPrepass); a thread reads its own warp's slot.
+struct NormScales {
+  Value slots, warp;
+  explicit operator bool() const { return static_cast<bool>(slots); }
+  Value slot(OpBuilder &b, Location loc, Value tok) const {
+    Value base = arith::MulIOp::create(b, loc, warp, arith::ConstantIndexOp::create(b, loc, kLinearTokens));
+    return arith::AddIOp::create(b, loc, base, tok);
+  }
+  Value get(OpBuilder &b, Location loc, Value tok) const {
+    return slots ? memref::LoadOp::create(b, loc, slots, ValueRange{slot(b, loc, tok)}).getResult() : Value();
+  }
+  void set(OpBuilder &b, Location loc, Value tok, Value r) const {
+    memref::StoreOp::create(b, loc, r, slots, ValueRange{slot(b, loc, tok)});
+  }
+};
+
+} // namespace
+
+static NormScales normScales(OpBuilder &b, Location loc, LinearOp op, Value warp) {
+  if (!op.getNorm())
+    return {};
+  auto task = op->getParentOfType<TaskOp>();
+  return {workgroupBuffer(task, loc, {kMaxWarps * kLinearTokens}, b.getF32Type()), warp};
+}
+
+/// Each warp's pass over x for the inverse RMS of every token (lane
+/// `lane` of the warp reads 8 elements every 256), into `scales`.
+static void normPrepass(OpBuilder &b, Location loc, LinearOp op, const NormScales &scales, Value lane) {
+  TileBuilder h{b, loc};
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+  Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
+  scf::ForOp::create(
+      b, loc, h.idx(0), m, h.idx(1), ValueRange{}, [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+        TileBuilder h{b, loc};
+        Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+        auto sum = scf::ForOp::create(
+            b, loc, laneK, k, h.idx(kWarp * kVector), ValueRange{zero},
+            [&](OpBuilder &b, Location loc, Value col, ValueRange acc) {
+              auto x = vector::LoadOp::create(b, loc, vecF32, op.getX(), ValueRange{tok, col});
+              x.setAlignment(16);
+              scf::YieldOp::create(b, loc, ValueRange{vector::FMAOp::create(b, loc, x, x, acc[0]).getResult()});
+            });
+        scales.set(b, loc, tok, linearInverseRMS(b, loc, op, rowTotal(b, loc, sum.getResult(0))));
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+namespace {
+
+/// The rows of an et.linear that the worker may have staged in shared
+/// memory (et.staged_rows), and how many of them are there.
+struct StagedRows {
+  Value view, count;
+  /// A gated op's up rows (the same rows of its `gated` weights).
+  Value upView;
+};
+
+} // namespace
+
+/// With `stageBytes` > 0: an et.staged_rows for the first rows of `op`,
+/// when `op` is at its task's top level, reads weights no task writes with
+/// rows contiguous and a static K, has a constant row count, its weights
+/// and rows are known before the task's first wait (moved above it), and
+/// the task has room left for at least one row (`stageUsed`: bytes taken
+/// by the task's earlier linear ops). Otherwise null values. A gated op
+/// stages the same rows of its gate and up weights (two et.staged_rows,
+/// side by side), when both are laid out alike.
+static StagedRows stageRows(LinearOp op, int64_t stageBytes,
+                     llvm::DenseMap<Operation *, int64_t> &stageUsed) {
+  auto task = op->getParentOfType<TaskOp>();
+  if (stageBytes <= 0 || !task || op->getParentOp() != task)
+    return {};
+  MemRefType w = op.getW().getType();
+  if (Value up = op.getGated())
+    if (up.getType() != w)
+      return {};
+  int64_t k = w.getDimSize(1);
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (ShapedType::isDynamic(k) || (k * 2) % 16 != 0 ||
+      failed(w.getStridesAndOffset(strides, offset)) || strides[0] != k || strides[1] != 1)
+    return {};
+  std::optional<int64_t> rows = getConstantIntValue(op.getRows());
+  int64_t used = stageUsed.lookup(task);
+  if (!rows || *rows < 1)
+    return {};
+  int64_t mats = op.getGated() ? 2 : 1;
+  int64_t fit = std::min(*rows, (stageBytes - used) / (mats * k * 2));
+  if (fit < 1 || !weightPrefetchPoint(op))
+    return {};
+  OpBuilder b(op);
+  auto workgroup = gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  auto viewType = MemRefType::get({fit, k}, b.getBF16Type(), MemRefLayoutAttrInterface(), workgroup);
+  auto staged = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), op.getW(),
+                                     op.getRow0(), op.getRows(), b.getI64IntegerAttr(used));
+  StagedRows out{staged.getView(), staged.getCount(), Value()};
+  if (Value up = op.getGated())
+    out.upView = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), up, op.getRow0(), op.getRows(),
+                                      b.getI64IntegerAttr(used + fit * k * 2))
+                     .getView();
+  stageUsed[task] = used + mats * fit * k * 2;
+  return out;
+}
+
+/// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
+/// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
+/// with a shuffle butterfly and lane 0 stores. With `norm`, each row also
+/// sums the squares of the x chunks it loads (all of x: a row's lanes
+/// cover K) and scales its sums by the token's inverse RMS.
+///
+/// Weights before the task's first wait (weightPrefetchPoint), so those
+/// loads are in flight while the worker waits:
+/// - `Registers`: each warp loads the first `unroll` chunks of its first
+///   row into registers;
+/// - `Shared`: each thread copies the first P chunks of its first row
+///   into its own 16-byte slots of a dynamic shared-memory buffer with
+///   `cp.async` (P = `sharedBytes` / (16 x threads), a multiple of
+///   `unroll`, at most the row), and reads them back after the wait. A
+///   thread only reads what it copied itself, so `cp.async.wait_group`
+///   is the only synchronization. Only one linear op of a task uses the
+///   buffer (`sharedTaken`).
+///
+/// With `staged` (from stageRows), a row below the staged count reads its
+/// weights from the staged view instead, and no other prefetch applies.
+static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sharedBytes = 0,
+                    int64_t threads = 0, llvm::DenseSet<Operation *> *sharedTaken = nullptr,
+                    StagedRows staged = {}) {
+  // A gated op streams both rows from memory (no weights before the wait,
+  // no staged rows).
+  if (staged.view || op.getGated())
+    mode = WeightPrefetch::None;
+  // With a staged norm (stageNorm), the first row's first chunks go out
+  // into registers at the op, ahead of the norm's pass over x.
+  bool normAhead = canStageNorm(op, threads) && mode == WeightPrefetch::None && !staged.view &&
+                   !op.getGated() && isReadOnly(op.getW());
+  if (normAhead)
+    mode = WeightPrefetch::Registers;
+  int64_t slotThreads = threads > 0 ? threads : 1024;
+  int64_t pMax = sharedBytes / (slotThreads * 16);
+  pMax -= pMax % unroll;
+  auto task = op->getParentOfType<TaskOp>();
+  if (mode == WeightPrefetch::Shared && (pMax < unroll || !task || sharedTaken->contains(task)))
+    mode = WeightPrefetch::None;
+  Operation *prefetchAt = normAhead                    ? op.getOperation()
+                          : mode != WeightPrefetch::None ? weightPrefetchPoint(op)
+                                                         : nullptr;
+  bool registerPrefetch = prefetchAt && mode == WeightPrefetch::Registers;
+  bool sharedPrefetch = prefetchAt && mode == WeightPrefetch::Shared;
+  if (sharedPrefetch)
+    sharedTaken->insert(task);
+  OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  LinearCommon c = linearCommon(b, loc, op);
+  MemRefType xType = c.xType;
+  VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
+  Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
+  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
+  Value end = arith::MinSIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
+  Value first = arith::AddIOp::create(b, loc, op.getRow0(), warp);
+  Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
+  int64_t step = kWarp * kVector; // elements one warp covers per load
+  // The unrolled part: K rounded down to a multiple of step * unroll.
+  Value big = h.idx(step * unroll);
+  Value kMain = arith::MulIOp::create(
+      b, loc, arith::DivUIOp::create(b, loc, k, big), big);
+
+  // Tokens: unrolled accumulators when M is static, else one at a time.
+  bool staticM = !xType.isDynamicDim(0);
+  int64_t mCount = staticM ? xType.getDimSize(0) : 1;
+
+  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value c) { return loadChunk(b, loc, mem, r, c); };
+  auto loadVec = [&](OpBuilder &b, Value mem, Value r, Value c) {
+    return arith::ExtFOp::create(b, loc, vecF32, loadRaw(b, mem, r, c));
+  };
+
+  // The prefetch of the first row's first `unroll` chunks (before the wait).
+  SmallVector<Value> pre;
+  Value preValid, preChunks, slots;
+  if (sharedPrefetch) {
+    // P chunks of the warp's first row, thread-private slots j * threads + tid.
+    slots = workgroupBuffer(task, loc, {pMax * slotThreads * kVector}, b.getBF16Type());
+    slots.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    preChunks = arith::MinUIOp::create(b, loc, h.idx(pMax),
+                                       arith::DivUIOp::create(b, loc, kMain, h.idx(step)));
+    preValid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, preChunks, h.idx(0)));
+    auto ifOp = scf::IfOp::create(b, loc, preValid, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+    Value rowStart = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, first, meta.getStrides()[0]), laneK);
+    scf::ForOp::create(
+        b, loc, h.idx(0), preChunks, h.idx(1), ValueRange{},
+        [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+          TileBuilder h{b, loc};
+          Value src = elementPointer(
+              b, loc, op.getW(),
+              arith::AddIOp::create(b, loc, rowStart, arith::MulIOp::create(b, loc, j, h.idx(step))),
+              2, 1);
+          Value slot = arith::AddIOp::create(
+              b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
+          Value dst = elementPointer(b, loc, slots,
+                                     arith::MulIOp::create(b, loc, slot, h.idx(kVector)), 2, 3);
+          copyAsync16(b, loc, dst, src);
+          scf::YieldOp::create(b, loc);
+        });
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  }
+  if (sharedPrefetch)
+    b.setInsertionPoint(op);
+  if (registerPrefetch) {
+    preValid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, kMain, h.idx(0)));
+    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(unroll, vecBF16), preValid,
+                                  /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      SmallVector<Value> ws;
+      for (int64_t u = 0; u < unroll; ++u)
+        ws.push_back(loadRaw(b, op.getW(), first,
+                             arith::AddIOp::create(b, loc, laneK, h.idx(u * step))));
+      scf::YieldOp::create(b, loc, ws);
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      Value zero = arith::ConstantOp::create(
+          b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
+      scf::YieldOp::create(b, loc, SmallVector<Value>(unroll, zero));
+    }
+    pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+    b.setInsertionPoint(op);
+  }
+
+  StagedNorm sn = stageNorm(b, loc, op, threads);
+
+  // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
+  // view; a gated op's up row from the same row of `upMem`: its `gated`
+  // weights, or their staged view).
+  auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow, Value upMem) {
+   // The lanes' partial sums of the rows of `mems` (`wMem`, or a gated
+   // op's two, streamed together: each x chunk loaded once for both, and
+   // `top` chunks per lane and trip of each), mem-major, one per token
+   // each. Only a lone `wMem` starts from chunks loaded before the wait.
+   auto rowSums = [&](ArrayRef<Value> mems, int64_t top) -> SmallVector<Value> {
+    const int64_t nm = mems.size();
+    // With `norm`, x's squares too (one accumulator per token after the
+    // sums): the row's lanes load all of x, so each row takes its own
+    // inverse RMS, with no pass of its own.
+    const int64_t nq = op.getNorm() && !sn.xs ? mCount : 0;
+    Value zero = arith::ConstantOp::create(
+        b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+    SmallVector<Value> init(mCount * nm + nq, zero);
+    auto tok = [&](int64_t i) {
+      return staticM ? h.idx(i) : tokBase;
+    };
+    // Token i's x chunk at `col` times the weight chunks `wvs` (one per
+    // mem) into `next`, and its squares.
+    auto addX = [&](OpBuilder &b, SmallVectorImpl<Value> &next, int64_t i, ArrayRef<Value> wvs, Value col) {
+      Value raw;
+      Value xv = loadX(b, loc, op, tok(i), col, &raw, sn.xs);
+      for (auto [m, wv] : llvm::enumerate(wvs))
+        next[m * mCount + i] = vector::FMAOp::create(b, loc, wv, xv, next[m * mCount + i]);
+      if (nq)
+        next[nm * mCount + i] = vector::FMAOp::create(b, loc, raw, raw, next[nm * mCount + i]);
+    };
+    Value mainStart = laneK;
+    // The first row starts from the chunks loaded before the wait: `body`
+    // adds them to the accumulators and returns the next column.
+    auto firstRowFrom = [&](function_ref<Value(SmallVector<Value> &)> body) {
+      Value usePre = arith::AndIOp::create(
+          b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
+      SmallVector<Type> types(init.size(), vecF32);
+      types.push_back(b.getIndexType());
+      auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        SmallVector<Value> accs(init);
+        Value next = body(accs);
+        accs.push_back(next);
+        scf::YieldOp::create(b, loc, accs);
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        SmallVector<Value> plain(init);
+        plain.push_back(laneK);
+        scf::YieldOp::create(b, loc, plain);
+      }
+      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + init.size());
+      mainStart = ifOp.getResults().back();
+    };
+    if (sharedPrefetch)
+      firstRowFrom([&](SmallVector<Value> &accs) -> Value {
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+        auto loop = scf::ForOp::create(
+            b, loc, h.idx(0), preChunks, h.idx(unroll), init,
+            [&](OpBuilder &b, Location loc, Value j0, ValueRange sums) {
+              TileBuilder h{b, loc};
+              SmallVector<Value> ws, cols;
+              for (int64_t u = 0; u < unroll; ++u) {
+                Value j = arith::AddIOp::create(b, loc, j0, h.idx(u));
+                cols.push_back(arith::AddIOp::create(
+                    b, loc, laneK, arith::MulIOp::create(b, loc, j, h.idx(step))));
+                Value slot = arith::AddIOp::create(
+                    b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
+                auto load = vector::LoadOp::create(
+                    b, loc, vecBF16, slots,
+                    ValueRange{arith::MulIOp::create(b, loc, slot, h.idx(kVector))});
+                load.setAlignment(16);
+                ws.push_back(arith::ExtFOp::create(b, loc, vecF32, load.getResult()));
+              }
+              SmallVector<Value> next(sums.begin(), sums.end());
+              for (int64_t u = 0; u < unroll; ++u)
+                for (int64_t i = 0; i < mCount; ++i)
+                  addX(b, next, i, {ws[u]}, cols[u]);
+              scf::YieldOp::create(b, loc, next);
+            });
+        accs.assign(loop.getResults().begin(), loop.getResults().end());
+        return arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, preChunks, h.idx(step)));
+      });
+    if (registerPrefetch)
+      firstRowFrom([&](SmallVector<Value> &accs) -> Value {
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value col = arith::AddIOp::create(b, loc, laneK, h.idx(u * step));
+          Value wv = arith::ExtFOp::create(b, loc, vecF32, pre[u]);
+          for (int64_t i = 0; i < mCount; ++i)
+            addX(b, accs, i, {wv}, col);
+        }
+        return arith::AddIOp::create(b, loc, laneK, big);
+      });
+    // Loops of `u` independent 16-byte loads of w per lane, then the FMAs
+    // with every token: u = `unroll` up to kMain, then halved while whole
+    // groups of u chunks remain (so a K below unroll x 256 still gets
+    // loads in flight).
+    auto unrolledLoop = [&](int64_t u, Value from, Value to, Value stepU, ValueRange accs0) {
+      return scf::ForOp::create(
+          b, loc, from, to, stepU, accs0,
+          [&](OpBuilder &b, Location loc, Value k0, ValueRange accs) {
+            SmallVector<Value> ws, cols;
+            for (int64_t j = 0; j < u; ++j) {
+              Value col = arith::AddIOp::create(b, loc, k0, h.idx(j * step));
+              cols.push_back(col);
+              for (Value mem : mems)
+                ws.push_back(loadVec(b, mem, wRow, col));
+            }
+            SmallVector<Value> next(accs.begin(), accs.end());
+            for (int64_t j = 0; j < u; ++j)
+              for (int64_t i = 0; i < mCount; ++i)
+                addX(b, next, i, ArrayRef<Value>(ws).slice(j * nm, nm), cols[j]);
+            scf::YieldOp::create(b, loc, next);
+          });
+    };
+    // The main loop's chunks per trip; the tail loops halve from there.
+    Value bigTop = top == unroll ? big : h.idx(step * top);
+    Value kTop = top == unroll ? kMain
+                               : arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, k, bigTop), bigTop)
+                                     .getResult();
+    auto mainLoop = unrolledLoop(top, mainStart, kTop, bigTop, init);
+    SmallVector<Value> accs(mainLoop.getResults());
+    Value done = kTop; // columns covered so far (a multiple of step)
+    for (int64_t u = top / 2; u >= 2; u /= 2) {
+      Value bigU = h.idx(step * u);
+      Value upTo = arith::AddIOp::create(
+          b, loc, done,
+          arith::MulIOp::create(
+              b, loc, arith::DivUIOp::create(b, loc, arith::SubIOp::create(b, loc, k, done), bigU), bigU));
+      auto loop = unrolledLoop(u, arith::AddIOp::create(b, loc, done, laneK), upTo, bigU, accs);
+      accs.assign(loop.getResults().begin(), loop.getResults().end());
+      done = upTo;
+    }
+    // Remainder: one load per lane per step.
+    Value restStart = arith::AddIOp::create(b, loc, done, laneK);
+    auto restLoop = scf::ForOp::create(
+        b, loc, restStart, k, h.idx(step), accs,
+        [&](OpBuilder &b, Location loc, Value col, ValueRange accs) {
+          SmallVector<Value> wvs;
+          for (Value mem : mems)
+            wvs.push_back(loadVec(b, mem, wRow, col));
+          SmallVector<Value> next(accs.begin(), accs.end());
+          for (int64_t i = 0; i < mCount; ++i)
+            addX(b, next, i, wvs, col);
+          scf::YieldOp::create(b, loc, next);
+        });
+    return SmallVector<Value>(restLoop.getResults());
+   };
+    // A gated op streams its gate and up rows together, half the chunks of
+    // each per trip (the same weight loads in flight), each x chunk loaded
+    // once for both.
+    SmallVector<Value> sums, ups(mCount), scale(mCount);
+    // Token i's inverse RMS from the squares after the sums (norm).
+    auto scales = [&](ArrayRef<Value> res, int64_t nm) {
+      if (!op.getNorm())
+        return;
+      if (sn.xs) {
+        scale.assign(sn.scale.begin(), sn.scale.end());
+        return;
+      }
+      for (int64_t i = 0; i < mCount; ++i)
+        scale[i] = linearInverseRMS(b, loc, op, rowTotal(b, loc, res[nm * mCount + i]));
+    };
+    if (Value wu = upMem) {
+      // As many chunks per trip over both rows as the plain op's longest
+      // trip over one row (a K under unroll x 256 has shorter ones), so the
+      // gated loop holds no more loads in registers than a plain one.
+      int64_t top = unroll;
+      int64_t kStatic = op.getW().getType().getDimSize(1);
+      if (!ShapedType::isDynamic(kStatic))
+        while (top > 1 && top * step > kStatic)
+          top /= 2;
+      SmallVector<Value> both = rowSums({wMem, wu}, std::max<int64_t>(1, top / 2));
+      for (int64_t i = 0; i < mCount; ++i) {
+        sums.push_back(rowTotal(b, loc, both[i]));
+        ups[i] = rowTotal(b, loc, both[mCount + i]);
+      }
+      scales(both, 2);
+    } else {
+      SmallVector<Value> one = rowSums({wMem}, unroll);
+      for (int64_t i = 0; i < mCount; ++i)
+        sums.push_back(rowTotal(b, loc, one[i]));
+      scales(one, 1);
+    }
+    Value isLane0 =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+    for (int64_t i = 0; i < mCount; ++i) {
+      Value tok = staticM ? h.idx(i) : tokBase;
+      storeRow(b, loc, op, sums[i], isLane0, tok, row, ups[i], scale[i]);
+    }
+  };
+
+  scf::ForOp::create(
+      b, loc, first, end, warps, ValueRange{},
+      [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+        auto rowFrom = [&](OpBuilder &b, Value wMem, Value wRow, Value upMem) {
+          if (staticM) {
+            rowBody(b, row, Value(), wMem, wRow, upMem);
+          } else {
+            Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+            scf::ForOp::create(
+                b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                  rowBody(b, row, t, wMem, wRow, upMem);
+                  scf::YieldOp::create(b, loc);
+                });
+          }
+        };
+        if (staged.view) {
+          // Rows below the staged count from shared memory (one branch per
+          // warp: a warp's lanes share the row).
+          Value local = arith::SubIOp::create(b, loc, row, op.getRow0());
+          Value inStage = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, local, staged.count);
+          auto ifOp = scf::IfOp::create(b, loc, inStage, /*withElse=*/true);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          rowFrom(b, staged.view, local, staged.upView);
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          rowFrom(b, op.getW(), row, op.getGated());
+        } else {
+          rowFrom(b, op.getW(), row, op.getGated());
+        }
+        scf::YieldOp::create(b, loc);
+      });
+  // Every copy is complete before the tile ends (a thread whose rows had
+  // no token to compute never waited), so the next tile may reuse the slots.
+  if (sharedPrefetch)
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  op.erase();
+}
+
+/// GPU: an et.linear with short rows (a static K of at most 256 that is a
+/// multiple of 8) and a constant row count R. One warp per row would leave
+/// lanes idle and take the rows one round trip at a time; here a row's c =
+/// K / 8 16-byte chunks go to Lr consecutive lanes (c rounded up to a power
+/// of two; lanes past c load their row's last chunk again and add nothing),
+/// and a thread's rows are row0 + tid / Lr + i x (threads / Lr). Its n =
+/// ceil(R x Lr / threads) loads go out together, in passes of at most
+/// kShortChunks: with one pass and `prefetch`, before the task's first wait
+/// where the weights and rows are known there (weightPrefetchPoint). Then,
+/// per token, each thread loads its one x chunk and multiplies, the Lr lanes
+/// of a row sum with a butterfly, and the first of them stores. Threads past
+/// the last row load the last row again and store nothing. Returns false
+/// (nothing changed) when this does not apply (a gated op or one with
+/// `norm` takes the one-row-per-warp layout).
+static bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
+  constexpr int64_t kShortChunks = 16;
+  int64_t k = op.getW().getType().getDimSize(1);
+  std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
+  if (op.getGated() || op.getNorm() || threads <= 0 || threads % kWarp || ShapedType::isDynamic(k) ||
+      k > kWarp * kVector || k % kVector || !rowsConst || *rowsConst < 1)
+    return false;
+  const int64_t c = k / kVector, lr = static_cast<int64_t>(llvm::PowerOf2Ceil(c)), R = *rowsConst;
+  const int64_t n = llvm::divideCeil(R * lr, threads);
+  const int64_t perPass = std::min(n, kShortChunks), passes = llvm::divideCeil(n, perPass);
+  const int64_t stride = threads / lr; // rows between a thread's rows
+  Operation *at = prefetch && passes == 1 ? weightPrefetchPoint(op) : nullptr;
+  OpBuilder b(at ? at : op.getOperation());
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Groups g = h.groups(lr);
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  Value rowsN = memref::DimOp::create(b, loc, op.getW(), 0);
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), rowsN);
+  Value lastRow = arith::SubIOp::create(b, loc, rowsN, h.idx(1));
+  Value live = c == lr ? Value() : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.lane, h.idx(c));
+  Value col = arith::MulIOp::create(b, loc, arith::MinUIOp::create(b, loc, g.lane, h.idx(c - 1)), h.idx(kVector));
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  // The rows and weight chunks of slots [base, base + perPass).
+  auto load = [&](OpBuilder &b, Value base, SmallVector<Value> &rows, SmallVector<Value> &ws) {
+    TileBuilder h{b, loc};
+    Value firstRow = arith::AddIOp::create(
+        b, loc, op.getRow0(), arith::AddIOp::create(b, loc, g.group, arith::MulIOp::create(b, loc, base,
+                                                                                           h.idx(stride))));
+    for (int64_t i = 0; i < perPass; ++i) {
+      Value row = arith::AddIOp::create(b, loc, firstRow, h.idx(i * stride));
+      rows.push_back(row);
+      ws.push_back(loadChunk(b, loc, op.getW(), arith::MinUIOp::create(b, loc, row, lastRow), col));
+    }
+  };
+  auto compute = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> ws) {
+    TileBuilder h{b, loc};
+    auto token = [&](OpBuilder &b, Value tok) {
+      Value xv = arith::ExtFOp::create(b, loc, vecF32, loadChunk(b, loc, op.getX(), tok, col));
+      for (auto [row, w] : llvm::zip(rows, ws)) {
+        Value prod = arith::MulFOp::create(b, loc, arith::ExtFOp::create(b, loc, vecF32, w), xv);
+        Value part = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, prod);
+        if (live)
+          part = arith::SelectOp::create(b, loc, live, part, h.f32(0));
+        Value sum = butterflySum(b, loc, part, lr);
+        Value store = arith::AndIOp::create(
+            b, loc, first, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, row, end));
+        storeRow(b, loc, op, sum, store, tok, row);
+      }
+    };
+    MemRefType xType = op.getX().getType();
+    if (!xType.isDynamicDim(0)) {
+      for (int64_t m = 0; m < xType.getDimSize(0); ++m)
+        token(b, h.idx(m));
+      return;
+    }
+    scf::ForOp::create(b, loc, h.idx(0), memref::DimOp::create(b, loc, op.getX(), 0), h.idx(1), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                         token(b, tok);
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+  if (passes == 1) {
+    SmallVector<Value> rows, ws;
+    load(b, h.idx(0), rows, ws);
+    b.setInsertionPoint(op);
+    compute(b, rows, ws);
+  } else {
+    scf::ForOp::create(b, loc, h.idx(0), h.idx(passes * perPass), h.idx(perPass), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value base, ValueRange) {
+                         SmallVector<Value> rows, ws;
+                         load(b, base, rows, ws);
+                         compute(b, rows, ws);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+  op.erase();
+  return true;
+}
+
+/// GPU, `linear=spread`: an et.linear with a constant row count R and a
+/// static K of c chunks (256 elements, one 16-byte load per lane), laid out
+/// so that every warp has a share of the tile and few dependent trips to
+/// memory, where one warp per row would leave warps idle or wait out one
+/// short row at a time:
+/// - R below the W warps: each row's K splits into G parts (the largest
+///   power of two with R x G <= W that divides c), one warp each; the
+///   warps' row sums meet in shared memory (a barrier), and the threads add
+///   the G parts in order and store.
+/// - Otherwise each warp takes P rows per trip (rows warp, warp + W, ...;
+///   P x c chunks per lane <= `unroll`, R a multiple of P x W), each x chunk
+///   loaded once for all of them.
+/// A gated op's row is two streams (gate and up), and one trip holds both
+/// rows whole when 2 x c <= `unroll`. A stream accumulates its chunks in
+/// order, as the one-row-per-warp lowering does, so without a split K
+/// (G = 1) the results keep their bits; with one they are rounded in
+/// another order.
+///
+/// With `afterLinear` (another et.linear of the tile comes before this one
+/// since the task's last wait), when no task writes the weights and the
+/// op sits at its task's top level, each warp's first trip of weight loads
+/// goes out into registers right after that wait (afterWaitPoint): in
+/// flight during the linear ops before it (and a fused norm), so the tile
+/// has more loads in flight. Without another linear before it, holding
+/// those registers through a norm alone measured slower: the megakernel's
+/// one register budget spilled elsewhere (docs/benchmarks.md).
+///
+/// Returns false (nothing changed) when none of this applies, or when the
+/// accumulators (streams x tokens) would pass four.
+static bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool afterLinear) {
+  constexpr int64_t step = kWarp * kVector; // elements of one chunk
+  constexpr int64_t kMaxAccumulators = 4;
+  auto task = op->getParentOfType<TaskOp>();
+  int64_t k = op.getW().getType().getDimSize(1);
+  std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
+  if (!task || threads <= 0 || threads % kWarp || !rowsConst || *rowsConst < 1 || ShapedType::isDynamic(k) ||
+      k % step)
+    return false;
+  MemRefType xType = op.getX().getType();
+  bool staticM = !xType.isDynamicDim(0);
+  const int64_t W = threads / kWarp, R = *rowsConst, c = k / step, nm = op.getGated() ? 2 : 1;
+  const int64_t mCount = staticM ? xType.getDimSize(0) : 1;
+  int64_t G = 1;
+  while (R * G * 2 <= W && c % (G * 2) == 0)
+    G *= 2;
+  const int64_t q = c / G; // chunks per (row, part)
+  int64_t P = 1;
+  if (G == 1)
+    while (2 * P * q * nm <= unroll && R % (2 * P * W) == 0 && 2 * P * nm * mCount <= kMaxAccumulators)
+      P *= 2;
+  bool gatedWhole = nm == 2 && q > 1 && q * nm <= unroll;
+  if ((G == 1 && P == 1 && !gatedWhole) || P * nm * mCount > kMaxAccumulators)
+    return false;
+  const int64_t streams = P * nm;
+  // Chunks per stream and trip.
+  const int64_t u = std::min<int64_t>(q, std::max<int64_t>(1, unroll / streams));
+
+  SmallVector<Value> mems{op.getW()};
+  if (Value wu = op.getGated())
+    mems.push_back(wu);
+  Location loc = op.getLoc();
+  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value col) { return loadChunk(b, loc, mem, r, col); };
+
+  // Where the warp's rows and first column are known, and its first
+  // trip's loads (the op itself when they cannot go earlier).
+  bool early = afterLinear && llvm::all_of(mems, isReadOnly);
+  Operation *at = early ? afterWaitPoint(op, {op.getW(), op.getRow0(), op.getRows()}) : nullptr;
+  if (at && op.getGated() && !moveAbove(task, at, op.getGated()))
+    at = nullptr;
+  OpBuilder b(at ? at : op.getOperation());
+  TileBuilder h{b, loc};
+  VectorType vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
+  // Where the warp works. G = 1: its first rows (base, then base + p x W,
+  // a row past `end` reading `base`); G > 1: its row and part.
+  LinearCommon lc = linearCommon(b, loc, op);
+  Value laneK = arith::MulIOp::create(b, loc, lc.lane, h.idx(kVector));
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), lc.n);
+  Value base, local, part, row, mine, col0;
+  SmallVector<Value> firstRows, firstOuts, firstValid;
+  if (G == 1) {
+    base = arith::AddIOp::create(b, loc, op.getRow0(), lc.warp);
+    mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, base, end);
+    col0 = laneK;
+    for (int64_t p = 0; p < P; ++p) {
+      Value r = arith::AddIOp::create(b, loc, base, h.idx(p * W));
+      Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, end);
+      firstValid.push_back(valid);
+      firstOuts.push_back(r);
+      firstRows.push_back(p == 0 ? r : arith::SelectOp::create(b, loc, valid, r, base).getResult());
+    }
+  } else {
+    local = arith::RemUIOp::create(b, loc, lc.warp, h.idx(R));
+    part = arith::DivUIOp::create(b, loc, lc.warp, h.idx(R));
+    row = arith::AddIOp::create(b, loc, op.getRow0(), local);
+    mine = arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, part, h.idx(G)),
+                                 arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, row, end));
+    col0 = arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, part, h.idx(q * step)));
+    firstRows.push_back(row);
+  }
+  // The first trip's weights, (chunk, row, mem)-major, loaded early into
+  // registers (zeros for a warp without rows).
+  SmallVector<Value> pre;
+  if (at) {
+    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(u * streams, vecBF16), mine,
+                                  /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    SmallVector<Value> ws;
+    for (int64_t j = 0; j < u; ++j) {
+      Value col = arith::AddIOp::create(b, loc, col0, h.idx(j * step));
+      for (Value r : firstRows)
+        for (Value mem : mems)
+          ws.push_back(loadRaw(b, mem, r, col));
+    }
+    scf::YieldOp::create(b, loc, ws);
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    Value zero = arith::ConstantOp::create(
+        b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
+    scf::YieldOp::create(b, loc, SmallVector<Value>(u * streams, zero));
+    pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  }
+  bool hasEarly = at != nullptr;
+  b.setInsertionPoint(op);
+  StagedNorm sn = stageNorm(b, loc, op, threads);
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
+
+  auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
+  // Lane sums of `rows` (each over every mem) from column `from` on, q
+  // chunks, for the tokens `toks`: stream-major (row, mem), then token.
+  // With `first`, the first trip's weights are those loaded early. With
+  // `squares` (norm), then the lane sums of x's squares, one per token.
+  auto streamSums = [&](OpBuilder &b, ArrayRef<Value> rows, Value from, ArrayRef<Value> toks, bool first,
+                        bool squares = false) -> SmallVector<Value> {
+    TileBuilder h{b, loc};
+    int64_t nt = toks.size();
+    Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+    SmallVector<Value> accs((streams + (squares ? 1 : 0)) * nt, zero);
+    // One trip: `n` chunks of every stream from column `col`.
+    auto trip = [&](OpBuilder &b, Value col, int64_t n, ValueRange in, ArrayRef<Value> loaded) {
+      TileBuilder h{b, loc};
+      SmallVector<Value> ws, cols;
+      for (int64_t j = 0; j < n; ++j) {
+        Value cj = arith::AddIOp::create(b, loc, col, h.idx(j * step));
+        cols.push_back(cj);
+        for (Value r : rows)
+          for (Value mem : mems)
+            ws.push_back(ws.size() < loaded.size() ? loaded[ws.size()] : loadRaw(b, mem, r, cj));
+      }
+      SmallVector<Value> next(in.begin(), in.end());
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t t = 0; t < nt; ++t) {
+          Value raw;
+          Value xv = loadX(b, loc, op, toks[t], cols[j], &raw, sn.xs);
+          for (int64_t s = 0; s < streams; ++s)
+            next[s * nt + t] = vector::FMAOp::create(b, loc, ext(b, ws[j * streams + s]), xv, next[s * nt + t]);
+          if (squares)
+            next[streams * nt + t] = vector::FMAOp::create(b, loc, raw, raw, next[streams * nt + t]);
+        }
+      return next;
+    };
+    int64_t trips = q / u, rest = q % u, done = 0;
+    if (first) {
+      accs = trip(b, from, u, accs, pre);
+      done = 1;
+    }
+    if (trips - done == 1) {
+      accs = trip(b, arith::AddIOp::create(b, loc, from, h.idx(done * u * step)), u, accs, {});
+    } else if (trips - done > 1) {
+      auto loop = scf::ForOp::create(
+          b, loc, h.idx(done), h.idx(trips), h.idx(1), accs,
+          [&](OpBuilder &b, Location loc, Value i, ValueRange in) {
+            TileBuilder h{b, loc};
+            Value col = arith::AddIOp::create(b, loc, from, arith::MulIOp::create(b, loc, i, h.idx(u * step)));
+            scf::YieldOp::create(b, loc, trip(b, col, u, in, {}));
+          });
+      accs.assign(loop.getResults().begin(), loop.getResults().end());
+    }
+    if (rest)
+      accs = trip(b, arith::AddIOp::create(b, loc, from, h.idx(trips * u * step)), rest, accs, {});
+    return accs;
+  };
+  // The tokens of one pass: all of a static M, else token `t` of a loop
+  // (with its parity).
+  auto forTokens = [&](OpBuilder &b, function_ref<void(OpBuilder &, ArrayRef<Value>, Value)> body) {
+    TileBuilder h{b, loc};
+    if (staticM) {
+      SmallVector<Value> toks;
+      for (int64_t i = 0; i < mCount; ++i)
+        toks.push_back(h.idx(i));
+      body(b, toks, h.idx(0));
+      return;
+    }
+    Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+    scf::ForOp::create(b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                         TileBuilder h{b, loc};
+                         body(b, Value(t), arith::RemUIOp::create(b, loc, t, h.idx(2)));
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+
+  // With `norm`: the inverse RMS of every token. The warps of a whole K
+  // (G = 1) load all of x for each group of rows, and take its squares
+  // with the sums (no pass of their own); split K first takes them in a
+  // pass of each warp's own (normPrepass).
+  if (G == 1) {
+    // A group of P rows: `rows` to read (in range), `outs` to store where
+    // `valid`.
+    auto group = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> outs, ArrayRef<Value> valid,
+                     bool first) {
+      forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value) {
+        bool squares = op.getNorm() && !sn.xs;
+        SmallVector<Value> accs = streamSums(b, rows, col0, toks, first, squares);
+        int64_t nt = toks.size();
+        SmallVector<Value> scale(nt);
+        for (int64_t t = 0; sn.xs && t < nt; ++t)
+          scale[t] = stagedScale(b, loc, sn, toks[t]);
+        for (int64_t t = 0; squares && t < nt; ++t)
+          scale[t] = linearInverseRMS(b, loc, op, rowTotal(b, loc, accs[streams * nt + t]));
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t t = 0; t < nt; ++t) {
+            Value sum = rowTotal(b, loc, accs[(p * nm) * nt + t]);
+            Value up = nm == 2 ? rowTotal(b, loc, accs[(p * nm + 1) * nt + t]) : Value();
+            Value store = p == 0 ? isLane0 : arith::AndIOp::create(b, loc, isLane0, valid[p]).getResult();
+            storeRow(b, loc, op, sum, store, toks[t], outs[p], up, scale[t]);
+          }
+      });
+    };
+    // The first group (with the early loads), then the others.
+    {
+      auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      group(b, firstRows, firstOuts, firstValid, hasEarly);
+    }
+    if (R > W * P)
+      scf::ForOp::create(
+          b, loc, arith::AddIOp::create(b, loc, base, h.idx(W * P)), end, h.idx(W * P), ValueRange{},
+          [&](OpBuilder &b, Location loc, Value first, ValueRange) {
+            TileBuilder h{b, loc};
+            SmallVector<Value> rows{first}, outs{first};
+            SmallVector<Value> valid{arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end)};
+            for (int64_t p = 1; p < P; ++p) {
+              Value r = arith::AddIOp::create(b, loc, first, h.idx(p * W));
+              valid.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, end));
+              outs.push_back(r);
+              rows.push_back(arith::SelectOp::create(b, loc, valid.back(), r, first));
+            }
+            group(b, rows, outs, valid, false);
+            scf::YieldOp::create(b, loc);
+          });
+    op.erase();
+    return true;
+  }
+
+  // G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
+  // go to shared memory [parity][part][mem][row][token] (the parity of a
+  // runtime token alternates, so one barrier per token suffices).
+  NormScales scales = sn.xs ? NormScales{} : normScales(b, loc, op, lc.warp);
+  if (scales)
+    normPrepass(b, loc, op, scales, lc.lane);
+  Value partials = workgroupBuffer(task, loc, {2 * G * nm * R * mCount}, b.getF32Type());
+  auto slot = [&](OpBuilder &b, Value parity, Value p, int64_t m, Value r, int64_t t) -> Value {
+    TileBuilder h{b, loc};
+    Value i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, parity, h.idx(G)), p);
+    i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(nm)), h.idx(m));
+    i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(R)), r);
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(mCount)), h.idx(t));
+  };
+  forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value parity) {
+    int64_t nt = toks.size();
+    {
+      auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      SmallVector<Value> accs = streamSums(b, {row}, col0, toks, hasEarly);
+      for (int64_t m = 0; m < nm; ++m)
+        for (int64_t t = 0; t < nt; ++t) {
+          Value sum = rowTotal(b, loc, accs[m * nt + t]);
+          auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(store.thenBlock());
+          memref::StoreOp::create(b, loc, sum, partials, ValueRange{slot(b, parity, part, m, local, t)});
+        }
+    }
+    gpu::BarrierOp::create(b, loc);
+    TileBuilder h{b, loc};
+    threadLoop(b, loc, h.idx(R * nt), [&](OpBuilder &b, Location loc, Value e) {
+      TileBuilder h{b, loc};
+      Value r = arith::RemUIOp::create(b, loc, e, h.idx(R));
+      Value t = arith::DivUIOp::create(b, loc, e, h.idx(R));
+      Value out = arith::AddIOp::create(b, loc, op.getRow0(), r);
+      auto inRange = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, out, end),
+                                       /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(inRange.thenBlock());
+      // Token t of this pass: static tokens are 0..M-1; a runtime token is
+      // the loop's own (nt = 1).
+      Value tok = staticM ? t : toks[0];
+      SmallVector<Value> totals;
+      for (int64_t m = 0; m < nm; ++m) {
+        Value at0 = slot(b, parity, h.idx(0), m, r, 0);
+        if (staticM)
+          at0 = arith::AddIOp::create(b, loc, at0, t);
+        Value sum = memref::LoadOp::create(b, loc, partials, ValueRange{at0});
+        for (int64_t p = 1; p < G; ++p) {
+          Value atP = arith::AddIOp::create(b, loc, at0, h.idx(p * nm * R * mCount));
+          sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, partials, ValueRange{atP}));
+        }
+        totals.push_back(sum);
+      }
+      storeRow(b, loc, op, totals[0], arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1), tok, out,
+               nm == 2 ? totals[1] : Value(), sn.xs ? stagedScale(b, loc, sn, tok) : scales.get(b, loc, tok));
+    });
+  });
+  op.erase();
+  return true;
+}
+
+bool inNamedTask(Operation *op, ArrayRef<std::string> names) {
+  if (names.empty())
+    return true;
+  auto task = op->getParentOfType<TaskOp>();
+  return task && llvm::is_contained(names, task.getSymName().str());
+}
+
+namespace {
+
+/// et.prefetch: one bulk L2 prefetch on the GPU, nothing on the host.
+struct PrefetchLowering : public TileOpLowering<PrefetchOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(PrefetchOp op, PatternRewriter &) const override {
+    lowerPrefetch(op, options.gpu);
+    return success();
+  }
+};
+
+/// et.linear: scalar loops on the host. On the GPU, short rows take their
+/// own layout (their weights before the wait unless the prefetch is off);
+/// otherwise the op may stage its first rows across tiles; then the spread
+/// layout where it applies (linear=spread, nothing staged or prefetched),
+/// else one warp per row.
+struct LinearLowering : public TileOpLowering<LinearOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(LinearOp op, PatternRewriter &) const override {
+    if (!options.gpu) {
+      lowerLinearCPU(op);
+      return success();
+    }
+    bool prefetch = inNamedTask(op, options.prefetchTasks);
+    if (lowerLinearGPUShort(op, options.threads, prefetch && options.weights != WeightPrefetch::None))
+      return success();
+    StagedRows staged = inNamedTask(op, options.stageTasks) ? stageRows(op, options.stageBytes, state->stageUsed)
+                                                            : StagedRows{};
+    auto run = state->runOf.find(op);
+    bool inRun = run != state->runOf.end();
+    if (staged.view && inRun)
+      state->stagedRuns.insert(run->second.first);
+    // A linear op issues no early loads after a staged op of its run: those
+    // rows come from shared memory, and early loads would only hold
+    // registers through them.
+    bool earlyLoads = inRun && run->second.second && !state->stagedRuns.contains(run->second.first);
+    // The spread layout takes no weights before the wait.
+    if (options.spread && !staged.view && (!prefetch || options.weights == WeightPrefetch::None) &&
+        lowerLinearGPUSpread(op, options.unroll, options.threads, earlyLoads))
+      return success();
+    lowerLinearGPU(op, options.unroll, prefetch ? options.weights : WeightPrefetch::None, options.prefetchBytes,
+                   options.threads, &state->sharedTaken, staged);
+    return success();
+  }
+};
+
+} // namespace
+
+void populateLinearLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
+                                    TileLoweringState &state) {
+  patterns.add<PrefetchLowering>(patterns.getContext(), options);
+  patterns.add<LinearLowering>(patterns.getContext(), options, &state);
+}
+} // namespace mlir::et::tile

@@ -1,0 +1,222 @@
+//===- LowerTileOps.cpp - et-lower-tile-ops: tile compute ops to loops ---===//
+//
+// Implements et-lower-tile-ops: rewrites et.linear and the other tile
+// compute ops into loops over the worker's threads, for the GPU (warps,
+// vector loads, shuffles, tensor cores) or the CPU (scalar loops), with the
+// patterns of each op family (populate*LoweringPatterns, one file each).
+// The pass checks its options once, inserts the barriers between dependent
+// tile ops, decides which linear ops share a run, and applies the patterns
+// op by op in a fixed order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EventTensor/Conversion/Passes.h"
+#include "TileLowering.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Rewrite/FrozenRewritePatternSet.h"
+#include "mlir/Rewrite/PatternApplicator.h"
+
+namespace mlir::et {
+#define GEN_PASS_DEF_LOWERTILEOPSPASS
+#include "EventTensor/Conversion/Passes.h.inc"
+} // namespace mlir::et
+
+using namespace mlir;
+using namespace mlir::et;
+using namespace mlir::et::tile;
+
+namespace {
+
+/// Linear ops after another one in the same block since its last wait (the
+/// spread layout starts their loads early, during the ones before): each
+/// linear op's run of such ops, and whether it is not the run's first.
+void findLinearRuns(Operation *root, TileLoweringState &state) {
+  int64_t runs = 0;
+  root->walk([&](Block *block) {
+    bool seen = false;
+    for (Operation &op : *block) {
+      if (isa<EventWaitOp>(op)) {
+        seen = false;
+      } else if (isa<LinearOp>(op)) {
+        if (!seen)
+          ++runs;
+        state.runOf[&op] = {runs, seen};
+        seen = true;
+      }
+    }
+  });
+}
+
+/// A rewriter for the pass's own driver (the patterns lower one op each).
+struct TileRewriter : public PatternRewriter {
+  using PatternRewriter::PatternRewriter;
+};
+
+struct LowerTileOpsPass
+    : public mlir::et::impl::LowerTileOpsPassBase<LowerTileOpsPass> {
+  using Base::Base;
+
+  /// The options, checked (a diagnostic and failure otherwise).
+  FailureOr<TileLoweringOptions> checkedOptions() {
+    if (target != "gpu" && target != "cpu") {
+      getOperation().emitOpError("'et-lower-tile-ops' target must be gpu or "
+                                 "cpu, got '")
+          << target << "'";
+      return failure();
+    }
+    if (prefetch != "none" && prefetch != "l2" && prefetch != "registers" &&
+        prefetch != "shared") {
+      getOperation().emitOpError("'et-lower-tile-ops' prefetch must be none, "
+                                 "l2, registers or shared, got '")
+          << prefetch << "'";
+      return failure();
+    }
+    if (kvPrefetch != "none" && kvPrefetch != "shared") {
+      getOperation().emitOpError("'et-lower-tile-ops' kv-prefetch must be none or shared, got '")
+          << kvPrefetch << "'";
+      return failure();
+    }
+    if ((prefetch == "shared" || kvPrefetch == "shared") &&
+        (prefetchBytes < 16 * 1024 || prefetchBytes > kMaxDynamicShared)) {
+      getOperation().emitOpError("'et-lower-tile-ops' prefetch-bytes must be in [16384, ")
+          << kMaxDynamicShared << "] for prefetch=shared or kv-prefetch=shared, got "
+          << static_cast<int64_t>(prefetchBytes);
+      return failure();
+    }
+    if (linear != "rows" && linear != "spread") {
+      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows or spread, got '")
+          << linear << "'";
+      return failure();
+    }
+    if (mma != "wgmma" && mma != "sync") {
+      getOperation().emitOpError("'et-lower-tile-ops' mma must be wgmma or sync, got '") << mma << "'";
+      return failure();
+    }
+    if (kvMmaBytes < 0 || kvMmaBytes > kMaxDynamicShared) {
+      getOperation().emitOpError("'et-lower-tile-ops' kv-mma-bytes must be in [0, ")
+          << kMaxDynamicShared << "], got " << static_cast<int64_t>(kvMmaBytes);
+      return failure();
+    }
+    if (stageBytes < 0 || stageBytes > kMaxDynamicShared) {
+      getOperation().emitOpError("'et-lower-tile-ops' stage-bytes must be in [0, ")
+          << kMaxDynamicShared << "], got " << static_cast<int64_t>(stageBytes);
+      return failure();
+    }
+    if (unroll < 1) {
+      getOperation().emitOpError("'et-lower-tile-ops' needs unroll >= 1, got ")
+          << static_cast<int64_t>(unroll);
+      return failure();
+    }
+    if (rowsInFlight < 1 || kNormChunk % rowsInFlight) {
+      getOperation().emitOpError("'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got ")
+          << static_cast<int64_t>(rowsInFlight);
+      return failure();
+    }
+    TileLoweringOptions options;
+    options.gpu = target == "gpu";
+    options.threads = threads;
+    options.unroll = unroll;
+    options.rowsInFlight = options.gpu ? static_cast<int64_t>(rowsInFlight) : 1;
+    options.weights = prefetch == "registers" ? WeightPrefetch::Registers
+                      : prefetch == "shared"  ? WeightPrefetch::Shared
+                                              : WeightPrefetch::None;
+    options.weightsL2 = prefetch == "l2";
+    options.normsL2 = prefetch != "none";
+    options.prefetchTasks.assign(prefetchTasks.begin(), prefetchTasks.end());
+    options.prefetchBytes = prefetchBytes;
+    options.kvPrefetchBytes = kvPrefetch == "shared" ? static_cast<int64_t>(prefetchBytes) : 0;
+    options.kvMmaBytes = kvMmaBytes;
+    options.stageBytes = stageBytes;
+    options.stageTasks.assign(stageTasks.begin(), stageTasks.end());
+    options.spread = linear == "spread";
+    options.wgmma = mma == "wgmma";
+    return options;
+  }
+
+  void runOnOperation() override {
+    FailureOr<TileLoweringOptions> checked = checkedOptions();
+    if (failed(checked))
+      return signalPassFailure();
+    const TileLoweringOptions &options = *checked;
+    SmallVector<Operation *> ops;
+    SmallVector<MatmulOp> matmuls;
+    getOperation().walk([&](Operation *op) {
+      if (auto matmul = dyn_cast<MatmulOp>(op))
+        matmuls.push_back(matmul);
+      else if (isTileOp(op) && !isa<LinearOp>(op)) // linear ops go last, below
+        ops.push_back(op);
+    });
+    bool gpu = options.gpu;
+    // On the host a tile runs on one thread, so a task's workgroup buffers
+    // (per-tile shared memory on the GPU) are ordinary per-tile memory:
+    // the memory space goes from every value that views them.
+    if (!gpu)
+      getOperation().walk([](TaskOp task) {
+        task.getBody().walk([](Operation *op) {
+          for (Value v : op->getResults()) {
+            auto type = dyn_cast<MemRefType>(v.getType());
+            if (type && isa_and_nonnull<gpu::AddressSpaceAttr>(type.getMemorySpace()))
+              v.setType(MemRefType::get(type.getShape(), type.getElementType(), type.getLayout()));
+          }
+        });
+      });
+    // Each tile op splits its work between the worker's threads in its own
+    // way, so one op's results may be read by other threads in the next:
+    // on the GPU, a CTA barrier goes before a tile op that touches a buffer
+    // which a tile op since the last barrier writes (or writes one it
+    // reads), in every block of a task body. An op holding tile ops in its
+    // regions (an scf.if over the live batch rows, say) counts as one.
+    // Every thread must reach a tile op anyway (they synchronize inside),
+    // so the barrier is reached wherever the ops are.
+    if (gpu)
+      getOperation().walk([&](TaskOp task) { insertTileBarriers(task); });
+    TileLoweringState state;
+    RewritePatternSet patterns(&getContext());
+    populateMatmulLoweringPatterns(patterns, options, state);
+    populateAttentionLoweringPatterns(patterns, options, state);
+    populateAttentionPrefillLoweringPatterns(patterns, options, state);
+    populateNormLoweringPatterns(patterns, options);
+    populateEmbeddingLoweringPatterns(patterns, options);
+    populateRoPELoweringPatterns(patterns, options);
+    populateArgmaxLoweringPatterns(patterns, options);
+    populateLinearLoweringPatterns(patterns, options, state);
+    FrozenRewritePatternSet frozen(std::move(patterns));
+    PatternApplicator applicator(frozen);
+    applicator.applyDefaultCostModel();
+    TileRewriter rewriter(&getContext());
+    // Every tile op has a pattern, and only et.matmul's can fail (with its
+    // own diagnostic).
+    auto lower = [&](Operation *op) {
+      rewriter.setInsertionPoint(op);
+      return applicator.matchAndRewrite(op, rewriter);
+    };
+    // GEMM tiles first: their tasks' dynamic shared memory holds the
+    // operand ring, so no prefetch in those tasks may take it.
+    for (MatmulOp op : matmuls)
+      if (failed(lower(op)))
+        return signalPassFailure();
+    for (Operation *op : ops)
+      if (failed(lower(op)))
+        return signalPassFailure();
+    // The linear ops last: the other tile ops are lowered by now, and the
+    // barriers between dependent ops remain.
+    SmallVector<LinearOp> linears;
+    getOperation().walk([&](LinearOp op) { linears.push_back(op); });
+    if (gpu && options.spread)
+      findLinearRuns(getOperation(), state);
+    if (gpu && options.weightsL2)
+      for (LinearOp op : linears)
+        if (inNamedTask(op, options.prefetchTasks))
+          prefetchWeightsL2(op);
+    if (gpu && options.normsL2)
+      for (LinearOp op : linears)
+        prefetchNormL2(op);
+    for (LinearOp op : linears)
+      if (failed(lower(op)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
