@@ -208,7 +208,7 @@ void mlir::et::registerEventTensorPipelines() {
         nvvm.optLevel = options.optLevel;
         // ptxas would otherwise run at opt-level too: the model kernels'
         // LLVM -O1 made -O1 cubins with spills, 21% slower than the same
-        // PTX compiled by the driver (docs/benchmarks.md). The option
+        // PTX compiled by the driver (docs/experiments/). The option
         // given last wins.
         nvvm.cmdOptions = "--opt-level " + std::to_string(options.ptxasOptLevel);
         gpu::buildLowerToNVVMPassPipeline(pm, nvvm);

@@ -229,7 +229,7 @@ def prefill_attention_tile(heads: int, kv_heads: int, dim: int) -> tuple[int, in
     """(block, threads per worker) for `prefill_attention_kernel`: tiles of
     192 (token, head) rows on 12 warps for D = 64 and of 128 rows on 8 warps
     otherwise (what the registers allow), the fastest measured on the H200
-    (docs/benchmarks.md, "No mask on whole blocks; 12-warp tiles")."""
+    (docs/experiments/2026-11-22-prefill-attention.md)."""
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     group = heads // kv_heads

@@ -297,7 +297,7 @@ def measure(root: str | Path, *, reps: int = 5, progress: Callable[[int, int], N
     # timing). On the GPU, consecutive launches read different copies,
     # COLD_BYTES in all, so that the weights come from HBM as in a model
     # step and not from L2, which holds a small kernel's weights after one
-    # launch (benchmarks.md, "The oracle is noisy, and it measured L2").
+    # launch (docs/experiments/2026-11-22-tuning-table-vs-exhaustive.md, "The oracle is noisy, and it measured L2").
     weights: dict[Any, Any] = {}
     for i, (kern, m) in enumerate(jobs):
         launch = launchers.get(kern["dir"])

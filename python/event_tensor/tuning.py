@@ -484,8 +484,7 @@ class GemmModels:
     configuration, which is the same for all M in a block of g rows
     (g = the gcd of the configurations' BM, ((j - 1) g, j g]): `choose`
     evaluates every configuration once per (N, K, block) and then answers
-    from a dict, in O(1) (docs/benchmarks.md, "Tuning-table decision
-    time")."""
+    from a dict, in O(1) (docs/experiments/2026-11-22-tuning-decision-time.md)."""
 
     gpu: str
     workers: int

@@ -111,7 +111,7 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     (`cp.async`, `prefetch-bytes` in all, which the launch must provide) and
     read them back after the wait, for the first such linear op of each
     task. All three only apply when no task writes the weights and the rows
-    are known before the wait. docs/benchmarks.md has the measurements
+    are known before the wait. docs/experiments/ has the measurements
     behind the default.
 
     Split-KV attention on the GPU (bf16 cache, D in 64/128/256) uses every

@@ -253,7 +253,7 @@ static void combineWarps(OpBuilder &b, Location loc, AttentionSplitOp op, Value 
 /// Positions per block of the tensor-core split-KV attention, and slots of
 /// a warp's ring: one block in flight while the warp computes the other.
 /// (Three and four slots, and blocks of 32 positions, were 8-14 points of
-/// copy bandwidth slower at 4k-8k context; docs/benchmarks.md.)
+/// copy bandwidth slower at 4k-8k context; docs/experiments/.)
 constexpr int64_t kMmaBlock = 16;
 
 constexpr int64_t kMmaSlots = 2;

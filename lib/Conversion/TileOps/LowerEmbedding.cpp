@@ -31,7 +31,7 @@ namespace mlir::et::tile {
 /// Embedding gather on the GPU with 16-byte loads: 8 bf16 elements of a
 /// row per thread and trip (or 4 f32), `width` trips' loads (ids, then
 /// rows) issued before their stores. One element at a time, the prompt's
-/// first 8-row tiles took 25 us of their 33 on the H200 (docs/benchmarks.md).
+/// first 8-row tiles took 25 us of their 33 on the H200 (docs/experiments/).
 /// Needs H a multiple of the chunk and row-contiguous table and output.
 static bool lowerEmbeddingVector(EmbeddingOp op, int64_t width) {
   MemRefType tType = op.getTable().getType(), yType = op.getY().getType();

@@ -964,7 +964,7 @@ static bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
 /// flight during the linear ops before it (and a fused norm), so the tile
 /// has more loads in flight. Without another linear before it, holding
 /// those registers through a norm alone measured slower: the megakernel's
-/// one register budget spilled elsewhere (docs/benchmarks.md).
+/// one register budget spilled elsewhere (docs/experiments/).
 ///
 /// Returns false (nothing changed) when none of this applies, or when the
 /// accumulators (streams x tokens) would pass four.

@@ -267,7 +267,7 @@ void writeStage(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &stag
 /// reads the y values of `kAccumulateGroup` chunks before it adds and
 /// stores any of them, so their round trips overlap (one chunk at a time,
 /// the accumulating half of a split-K layer ran about 5 us longer than the
-/// storing half on the H200: docs/benchmarks.md).
+/// storing half on the H200: docs/experiments/).
 constexpr int64_t kAccumulateGroup = 8;
 
 void copyStageOut(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &stage, Value base, int64_t bm,

@@ -36,7 +36,7 @@ constexpr int64_t kSiluUnroll = 8;
 /// stores (y may alias gate or up as far as LLVM and ptxas know, so they
 /// would not move a later element's loads above an earlier one's store).
 /// One element per trip left the prefill's 128-row tiles latency-bound:
-/// 1.9 ms for 128 x 8192 elements on the H200 (docs/benchmarks.md).
+/// 1.9 ms for 128 x 8192 elements on the H200 (docs/experiments/).
 static void lowerSiluMul(SiluMulOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();

@@ -161,7 +161,7 @@ struct TileBuilder {
 
 /// A loop over [0, n) strided by the worker's threads. (Four elements per
 /// thread and iteration, as in RMSNorm, made the RoPE of the decode step
-/// 2.5x slower on the H200: docs/benchmarks.md.)
+/// 2.5x slower on the H200: docs/experiments/.)
 template <typename Fn>
 void threadLoop(OpBuilder &b, Location loc, Value n, Fn body) {
   Value tid = ThreadIdOp::create(b, loc, b.getIndexType());

@@ -686,8 +686,7 @@ def ET_StagedRowsOp : ET_Op<"staged_rows", [
     bulk copy (`cp.async.bulk`) per op completing on an mbarrier, which this
     op waits on. The host worker lowering rejects it (shared memory exists
     on the GPU only). In the decode step, staging measured slower than
-    loading after the wait (docs/benchmarks.md, "Weights staged across
-    tiles"), so the model kernels leave it off.
+    loading after the wait (docs/experiments/2026-11-25-weights-staged-across-tiles.md), so the model kernels leave it off.
 
     Example:
 
