@@ -685,8 +685,9 @@ def ET_StagedRowsOp : ET_Op<"staged_rows", [
     issues the tile's copy at its own start, before its own waits, with one
     bulk copy (`cp.async.bulk`) per op completing on an mbarrier, which this
     op waits on. The host worker lowering rejects it (shared memory exists
-    on the GPU only). In the decode step, staging measured slower than
-    loading after the wait (docs/experiments/2026-11-25-weights-staged-across-tiles.md), so the model kernels leave it off.
+    on the GPU only). The model's one-row decode kernels stage the rows of
+    their `mlp` and `down` tiles (and `qkv` for hidden sizes up to 1024);
+    docs/lowering.md, "Weights staged across tiles", has the measurements.
 
     Example:
 
