@@ -86,3 +86,18 @@ def test_cli_opt_missing_file(tmp_path):
     out = run([str(BIN / "event-tensor"), "opt", str(tmp_path / "nope.mlir")])
     assert out.returncode == 2
     assert "cannot read" in out.stderr
+
+
+def test_installed_package_has_every_source_file():
+    """Every .py and .json file of the source package (the shipped tuning
+    tables among them) is in the installed package, which is what the
+    build assembles and the wheel installs."""
+    import event_tensor
+
+    src = Path(__file__).resolve().parents[2] / "python" / "event_tensor"
+    installed = Path(event_tensor.__file__).parent
+    files = [p.relative_to(src) for pattern in ("*.py", "*.json") for p in src.rglob(pattern)
+             if "__pycache__" not in p.parts and p.parts[len(src.parts)] != "dialects"]
+    assert len([f for f in files if f.parts[0] == "tables"]) >= 4
+    missing = [str(f) for f in files if not (installed / f).is_file()]
+    assert not missing, f"not in the installed package: {missing}"
