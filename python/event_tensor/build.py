@@ -238,21 +238,17 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                 # Each bank ends with the counter where the devices meet;
                 # after both banks, the word another device's error raises.
                 metadata["counter_words"] += 3
+        common = {"workers": workers, "mode": mode, "optimize": optimize, "verify": verify, "profile": profile}
         if target == "cpu":
-            pipeline = (f"builtin.module(et-lower-to-cpu-pipeline{{workers={workers} mode={mode} "
-                        f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)}}})")
+            pipeline = pipeline_spec("et-lower-to-cpu-pipeline", common)
         else:
-            pipeline = (f"builtin.module(et-lower-to-nvvm-pipeline{{workers={workers} mode={mode} "
-                        f"optimize={int(optimize)} verify={int(verify)} profile={int(profile)} chip={chip} features={features} format={format} "
-                        f"backoff-ns={backoff_ns} tile-unroll={tile_unroll} "
-                        f"tile-prefetch={tile_prefetch} tile-kv-prefetch={tile_kv_prefetch} "
-                        + (f"tile-prefetch-tasks={','.join(tile_prefetch_tasks)} " if tile_prefetch_tasks else "") +
-                        f"tile-prefetch-bytes={tile_prefetch_bytes} tile-kv-mma-bytes={tile_kv_mma_bytes} "
-                        f"tile-stage-bytes={tile_stage_bytes} "
-                        + (f"tile-stage-tasks={','.join(tile_stage_tasks)} " if tile_stage_tasks else "") +
-                        f"tile-linear={tile_linear} tile-mma={tile_mma} tile-rows-in-flight={tile_rows_in_flight} "
-                        f"threads={threads_per_worker} "
-                        f"opt-level={opt_level}}})")
+            pipeline = pipeline_spec("et-lower-to-nvvm-pipeline", {
+                **common, "chip": chip, "features": features, "format": format, "backoff-ns": backoff_ns,
+                "tile-unroll": tile_unroll, "tile-prefetch": tile_prefetch, "tile-kv-prefetch": tile_kv_prefetch,
+                "tile-prefetch-tasks": tile_prefetch_tasks, "tile-prefetch-bytes": tile_prefetch_bytes,
+                "tile-kv-mma-bytes": tile_kv_mma_bytes, "tile-stage-bytes": tile_stage_bytes,
+                "tile-stage-tasks": tile_stage_tasks, "tile-linear": tile_linear, "tile-mma": tile_mma,
+                "tile-rows-in-flight": tile_rows_in_flight, "threads": threads_per_worker, "opt-level": opt_level})
         run_pipeline(mod, pipeline, name=name)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ensure(cache)))
         try:
@@ -284,6 +280,25 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return load(out_dir)
+
+
+def pipeline_spec(name: str, options: dict) -> str:
+    """The textual pass pipeline that runs pipeline `name` (one of the
+    pipelines registered by the compiler, such as et-lower-to-nvvm-pipeline)
+    on the module with `options`, by their pipeline option names: bools as
+    1/0, sequences comma-separated (left out when empty). The option names
+    and their allowed values are declared once, in the pipeline's C++
+    options; a bad one fails there with the parser's message."""
+    parts = []
+    for key, value in options.items():
+        if isinstance(value, bool):
+            value = int(value)
+        elif isinstance(value, (list, tuple)):
+            if not value:
+                continue
+            value = ",".join(str(v) for v in value)
+        parts.append(f"{key}={value}")
+    return f"builtin.module({name}{{{' '.join(parts)}}})"
 
 
 def _check_int_in(name: str, value, lo: int, hi: int) -> None:

@@ -11,17 +11,18 @@
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{rows-in-flight=0}))" 2>&1 | FileCheck %s --check-prefix=ROWS0
 // RUN: not et-opt %s --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{kv-mma-bytes=300000}))" 2>&1 | FileCheck %s --check-prefix=KVMMA
 
-// KVMMA: :[[@LINE+12]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-mma-bytes must be in [0, 204800], got 300000
-// ROWS0: :[[@LINE+11]]:1: error: 'et.kernel' op 'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got 0
-// ROWS: :[[@LINE+10]]:1: error: 'et.kernel' op 'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got 3
-// STAGE: :[[@LINE+9]]:1: error: 'et.kernel' op 'et-lower-tile-ops' stage-bytes must be in [0, 204800], got 300000
-// MMA: :[[@LINE+8]]:1: error: 'et.kernel' op 'et-lower-tile-ops' mma must be wgmma or sync, got 'wmma'
-// KV: :[[@LINE+7]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-prefetch must be none or shared, got 'registers'
-// KVBYTES: :[[@LINE+6]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 300000
-// BYTES: :[[@LINE+5]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 1024
-// LINEAR: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' linear must be rows or spread, got 'columns'
-// TARGET: :[[@LINE+3]]:1: error: 'et.kernel' op 'et-lower-tile-ops' target must be gpu or cpu, got 'tpu'
-// PREFETCH: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch must be none, l2, registers or shared, got 'dram'
+// The closed sets of values are enums: the option parser rejects another value.
+// TARGET: for the --target option: Cannot find option named 'tpu'!
+// PREFETCH: for the --prefetch option: Cannot find option named 'dram'!
+// LINEAR: for the --linear option: Cannot find option named 'columns'!
+// KV: for the --kv-prefetch option: Cannot find option named 'registers'!
+// MMA: for the --mma option: Cannot find option named 'wmma'!
+// KVMMA: :[[@LINE+7]]:1: error: 'et.kernel' op 'et-lower-tile-ops' kv-mma-bytes must be in [0, 204800], got 300000
+// ROWS0: :[[@LINE+6]]:1: error: 'et.kernel' op 'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got 0
+// ROWS: :[[@LINE+5]]:1: error: 'et.kernel' op 'et-lower-tile-ops' rows-in-flight must be 1, 2, 4, 8 or 16, got 3
+// STAGE: :[[@LINE+4]]:1: error: 'et.kernel' op 'et-lower-tile-ops' stage-bytes must be in [0, 204800], got 300000
+// KVBYTES: :[[@LINE+3]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 300000
+// BYTES: :[[@LINE+2]]:1: error: 'et.kernel' op 'et-lower-tile-ops' prefetch-bytes must be in [16384, 204800] for prefetch=shared or kv-prefetch=shared, got 1024
 // UNROLL: :[[@LINE+1]]:1: error: 'et.kernel' op 'et-lower-tile-ops' needs unroll >= 1, got 0
 et.kernel @k() {
   %c0 = arith.constant 0 : index

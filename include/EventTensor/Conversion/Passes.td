@@ -159,22 +159,26 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     before `convert-et-to-nvvm` / `convert-et-to-cpu` (the pipelines do).
   }];
   let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"gpu\"",
-           "gpu or cpu">,
+    Option<"target", "target", "mlir::et::TileTarget", /*default=*/"mlir::et::TileTarget::GPU",
+           "gpu or cpu", "ET_TILE_TARGET_VALUES">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
     Option<"rowsInFlight", "rows-in-flight", "int64_t", /*default=*/"1",
            "Rows of et.rmsnorm (and elements per thread of et.kv_append) "
            "whose loads go out together: 1, 2, 4, 8 or 16 (gpu)">,
-    Option<"prefetch", "prefetch", "std::string", /*default=*/"\"none\"",
+    Option<"prefetch", "prefetch", "mlir::et::WeightPrefetchMode",
+           /*default=*/"mlir::et::WeightPrefetchMode::None",
            "Weight loads of et.linear moved above the task's first wait: "
            "none, registers, l2 or shared (gpu); any but none also "
-           "prefetches the norm weights of `et.linear ... norm` into L2 there">,
+           "prefetches the norm weights of `et.linear ... norm` into L2 there",
+           "ET_WEIGHT_PREFETCH_MODE_VALUES">,
     ListOption<"prefetchTasks", "prefetch-tasks", "std::string",
                "Tasks whose et.linear weights `prefetch` moves (all when empty)">,
-    Option<"kvPrefetch", "kv-prefetch", "std::string", /*default=*/"\"none\"",
+    Option<"kvPrefetch", "kv-prefetch", "mlir::et::KVPrefetchMode",
+           /*default=*/"mlir::et::KVPrefetchMode::None",
            "K and V cache rows of et.attention_split below its `stable` "
-           "operand loaded before the task's first wait: none or shared (gpu)">,
+           "operand loaded before the task's first wait: none or shared (gpu)",
+           "ET_KV_PREFETCH_MODE_VALUES">,
     Option<"kvMmaBytes", "kv-mma-bytes", "int64_t", /*default=*/"0",
            "Dynamic shared memory for the per-warp K and V rings of "
            "et.attention_split on tensor cores (bytes, gpu; 0 = CUDA cores)">,
@@ -189,14 +193,16 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
            "(gpu)">,
     ListOption<"stageTasks", "stage-tasks", "std::string",
                "Tasks whose et.linear weights stage-bytes stages (all when empty)">,
-    Option<"linear", "linear", "std::string", /*default=*/"\"rows\"",
+    Option<"linear", "linear", "mlir::et::LinearLayout", /*default=*/"mlir::et::LinearLayout::Rows",
            "et.linear on the GPU: rows (one row per warp at a time), spread "
            "(rows, except that a tile of few or short rows spreads over every "
-           "warp: K split between warps, or several rows per trip)">,
-    Option<"mma", "mma", "std::string", /*default=*/"\"wgmma\"",
+           "warp: K split between warps, or several rows per trip)",
+           "ET_LINEAR_LAYOUT_VALUES">,
+    Option<"mma", "mma", "mlir::et::MatmulInstructions",
+           /*default=*/"mlir::et::MatmulInstructions::WGMMA",
            "Tensor-core instructions of et.matmul on the GPU: wgmma (Hopper "
            "warpgroup MMA, where the tile allows it; else sync) or sync "
-           "(mma.sync, any GPU since Ampere)">,
+           "(mma.sync, any GPU since Ampere)", "ET_MATMUL_INSTRUCTIONS_VALUES">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect",

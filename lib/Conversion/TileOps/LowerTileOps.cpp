@@ -58,40 +58,14 @@ struct LowerTileOpsPass
     : public mlir::et::impl::LowerTileOpsPassBase<LowerTileOpsPass> {
   using Base::Base;
 
-  /// The options, checked (a diagnostic and failure otherwise).
+  /// The options, checked (a diagnostic and failure otherwise; the option
+  /// parser has checked the enums).
   FailureOr<TileLoweringOptions> checkedOptions() {
-    if (target != "gpu" && target != "cpu") {
-      getOperation().emitOpError("'et-lower-tile-ops' target must be gpu or "
-                                 "cpu, got '")
-          << target << "'";
-      return failure();
-    }
-    if (prefetch != "none" && prefetch != "l2" && prefetch != "registers" &&
-        prefetch != "shared") {
-      getOperation().emitOpError("'et-lower-tile-ops' prefetch must be none, "
-                                 "l2, registers or shared, got '")
-          << prefetch << "'";
-      return failure();
-    }
-    if (kvPrefetch != "none" && kvPrefetch != "shared") {
-      getOperation().emitOpError("'et-lower-tile-ops' kv-prefetch must be none or shared, got '")
-          << kvPrefetch << "'";
-      return failure();
-    }
-    if ((prefetch == "shared" || kvPrefetch == "shared") &&
+    if ((prefetch == WeightPrefetchMode::Shared || kvPrefetch == KVPrefetchMode::Shared) &&
         (prefetchBytes < 16 * 1024 || prefetchBytes > kMaxDynamicShared)) {
       getOperation().emitOpError("'et-lower-tile-ops' prefetch-bytes must be in [16384, ")
           << kMaxDynamicShared << "] for prefetch=shared or kv-prefetch=shared, got "
           << static_cast<int64_t>(prefetchBytes);
-      return failure();
-    }
-    if (linear != "rows" && linear != "spread") {
-      getOperation().emitOpError("'et-lower-tile-ops' linear must be rows or spread, got '")
-          << linear << "'";
-      return failure();
-    }
-    if (mma != "wgmma" && mma != "sync") {
-      getOperation().emitOpError("'et-lower-tile-ops' mma must be wgmma or sync, got '") << mma << "'";
       return failure();
     }
     if (kvMmaBytes < 0 || kvMmaBytes > kMaxDynamicShared) {
@@ -115,23 +89,23 @@ struct LowerTileOpsPass
       return failure();
     }
     TileLoweringOptions options;
-    options.gpu = target == "gpu";
+    options.gpu = target == TileTarget::GPU;
     options.threads = threads;
     options.unroll = unroll;
     options.rowsInFlight = options.gpu ? static_cast<int64_t>(rowsInFlight) : 1;
-    options.weights = prefetch == "registers" ? WeightPrefetch::Registers
-                      : prefetch == "shared"  ? WeightPrefetch::Shared
-                                              : WeightPrefetch::None;
-    options.weightsL2 = prefetch == "l2";
-    options.normsL2 = prefetch != "none";
+    options.weights = prefetch == WeightPrefetchMode::Registers ? WeightPrefetch::Registers
+                      : prefetch == WeightPrefetchMode::Shared  ? WeightPrefetch::Shared
+                                                                : WeightPrefetch::None;
+    options.weightsL2 = prefetch == WeightPrefetchMode::L2;
+    options.normsL2 = prefetch != WeightPrefetchMode::None;
     options.prefetchTasks.assign(prefetchTasks.begin(), prefetchTasks.end());
     options.prefetchBytes = prefetchBytes;
-    options.kvPrefetchBytes = kvPrefetch == "shared" ? static_cast<int64_t>(prefetchBytes) : 0;
+    options.kvPrefetchBytes = kvPrefetch == KVPrefetchMode::Shared ? static_cast<int64_t>(prefetchBytes) : 0;
     options.kvMmaBytes = kvMmaBytes;
     options.stageBytes = stageBytes;
     options.stageTasks.assign(stageTasks.begin(), stageTasks.end());
-    options.spread = linear == "spread";
-    options.wgmma = mma == "wgmma";
+    options.spread = linear == LinearLayout::Spread;
+    options.wgmma = mma == MatmulInstructions::WGMMA;
     return options;
   }
 
