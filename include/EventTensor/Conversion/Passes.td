@@ -101,6 +101,15 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     the attention projection). `accumulate atomic` makes the adds into y
     relaxed f32 atomics (every lowering).
 
+    The choices that span several et.linear ops are made first, by a plan
+    written on each op as `et.linear_plan` (a dictionary; `plan-only` stops
+    there, so the plan can be read and tested): `layout` (short, spread or
+    rows), `prefetch` (none, registers or shared), `stage` (byte offset and
+    rows of the op's staged rows in its task's region, each task's
+    `stage-bytes` taken in op order) and `early_loads` (a spread op after
+    another linear op of its run with no staged op before it). The lowering
+    emits what the plan says; an op that already has a plan keeps it.
+
     On the GPU, weights never depend on the previous task, so their first
     loads may move above the task's first wait: `prefetch=registers` has
     each warp load the first `unroll` 16-byte chunks of its first row into
@@ -161,6 +170,9 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
   let options = [
     Option<"target", "target", "mlir::et::TileTarget", /*default=*/"mlir::et::TileTarget::GPU",
            "gpu or cpu", "ET_TILE_TARGET_VALUES">,
+    Option<"planOnly", "plan-only", "bool", /*default=*/"false",
+           "Only plan: write each et.linear's et.linear_plan (gpu) and lower "
+           "nothing">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
     Option<"rowsInFlight", "rows-in-flight", "int64_t", /*default=*/"1",

@@ -131,10 +131,10 @@ static void lowerLinearCPU(LinearOp op) {
 /// The prefetch point of an et.linear at its task's top level that reads
 /// weights no task writes: its weights and rows (row0, rows) are known
 /// before the first wait.
-static Operation *weightPrefetchPoint(LinearOp op) {
+static Operation *weightPrefetchPoint(LinearOp op, bool dryRun = false) {
   if (op->getParentOp() != op->getParentOfType<TaskOp>() || !isReadOnly(op.getW()))
     return nullptr;
-  return prefetchPoint(op, {op.getW(), op.getRow0(), op.getRows()}, /*inIf=*/false);
+  return prefetchPoint(op, {op.getW(), op.getRow0(), op.getRows()}, /*inIf=*/false, dryRun);
 }
 
 void prefetchWeightsL2(LinearOp op) {
@@ -434,48 +434,49 @@ struct StagedRows {
 
 } // namespace
 
-/// With `stageBytes` > 0: an et.staged_rows for the first rows of `op`,
-/// when `op` is at its task's top level, reads weights no task writes with
-/// rows contiguous and a static K, has a constant row count, its weights
-/// and rows are known before the task's first wait (moved above it), and
-/// the task has room left for at least one row (`stageUsed`: bytes taken
-/// by the task's earlier linear ops). Otherwise null values. A gated op
-/// stages the same rows of its gate and up weights (two et.staged_rows,
-/// side by side), when both are laid out alike.
-static StagedRows stageRows(LinearOp op, int64_t stageBytes,
-                     llvm::DenseMap<Operation *, int64_t> &stageUsed) {
+/// The bytes of one staged row of `op` (both weights of a gated op), when
+/// its rows can be staged: `op` is at its task's top level, reads weights
+/// no task writes with rows contiguous and a static K, has a constant row
+/// count, and its weights and rows can be known before the task's first
+/// wait. 0 otherwise. A gated op stages the same rows of its gate and up
+/// weights (two et.staged_rows, side by side), when both are laid out
+/// alike.
+static int64_t stagedRowBytes(LinearOp op) {
   auto task = op->getParentOfType<TaskOp>();
-  if (stageBytes <= 0 || !task || op->getParentOp() != task)
-    return {};
+  if (!task || op->getParentOp() != task)
+    return 0;
   MemRefType w = op.getW().getType();
   if (Value up = op.getGated())
     if (up.getType() != w)
-      return {};
+      return 0;
   int64_t k = w.getDimSize(1);
   SmallVector<int64_t> strides;
   int64_t offset;
   if (ShapedType::isDynamic(k) || (k * 2) % 16 != 0 ||
       failed(w.getStridesAndOffset(strides, offset)) || strides[0] != k || strides[1] != 1)
-    return {};
+    return 0;
   std::optional<int64_t> rows = getConstantIntValue(op.getRows());
-  int64_t used = stageUsed.lookup(task);
-  if (!rows || *rows < 1)
-    return {};
-  int64_t mats = op.getGated() ? 2 : 1;
-  int64_t fit = std::min(*rows, (stageBytes - used) / (mats * k * 2));
-  if (fit < 1 || !weightPrefetchPoint(op))
-    return {};
+  if (!rows || *rows < 1 || !weightPrefetchPoint(op, /*dryRun=*/true))
+    return 0;
+  return (op.getGated() ? 2 : 1) * k * 2;
+}
+
+/// The et.staged_rows of the plan's `rows` first rows of `op` at byte
+/// `offset` of its task's staging region (the gated op's up rows after
+/// them); its weights and rows move above the task's first wait.
+static StagedRows stageRows(LinearOp op, int64_t offset, int64_t rows) {
+  weightPrefetchPoint(op);
+  int64_t k = op.getW().getType().getDimSize(1);
   OpBuilder b(op);
   auto workgroup = gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
-  auto viewType = MemRefType::get({fit, k}, b.getBF16Type(), MemRefLayoutAttrInterface(), workgroup);
+  auto viewType = MemRefType::get({rows, k}, b.getBF16Type(), MemRefLayoutAttrInterface(), workgroup);
   auto staged = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), op.getW(),
-                                     op.getRow0(), op.getRows(), b.getI64IntegerAttr(used));
+                                     op.getRow0(), op.getRows(), b.getI64IntegerAttr(offset));
   StagedRows out{staged.getView(), staged.getCount(), Value()};
   if (Value up = op.getGated())
     out.upView = StagedRowsOp::create(b, op.getLoc(), viewType, b.getIndexType(), up, op.getRow0(), op.getRows(),
-                                      b.getI64IntegerAttr(used + fit * k * 2))
+                                      b.getI64IntegerAttr(offset + rows * k * 2))
                      .getView();
-  stageUsed[task] = used + mats * fit * k * 2;
   return out;
 }
 
@@ -856,16 +857,20 @@ static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int
 /// where the weights and rows are known there (weightPrefetchPoint). Then,
 /// per token, each thread loads its one x chunk and multiplies, the Lr lanes
 /// of a row sum with a butterfly, and the first of them stores. Threads past
-/// the last row load the last row again and store nothing. Returns false
-/// (nothing changed) when this does not apply (a gated op or one with
-/// `norm` takes the one-row-per-warp layout).
-static bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
+/// the last row load the last row again and store nothing. `shortRows`
+/// says where this applies (a gated op or one with `norm` takes the
+/// one-row-per-warp layout).
+static bool shortRows(LinearOp op, int64_t threads) {
+  int64_t k = op.getW().getType().getDimSize(1);
+  std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
+  return !op.getGated() && !op.getNorm() && threads > 0 && threads % kWarp == 0 && !ShapedType::isDynamic(k) &&
+         k <= kWarp * kVector && k % kVector == 0 && rowsConst && *rowsConst >= 1;
+}
+
+static void lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
   constexpr int64_t kShortChunks = 16;
   int64_t k = op.getW().getType().getDimSize(1);
   std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
-  if (op.getGated() || op.getNorm() || threads <= 0 || threads % kWarp || ShapedType::isDynamic(k) ||
-      k > kWarp * kVector || k % kVector || !rowsConst || *rowsConst < 1)
-    return false;
   const int64_t c = k / kVector, lr = static_cast<int64_t>(llvm::PowerOf2Ceil(c)), R = *rowsConst;
   const int64_t n = llvm::divideCeil(R * lr, threads);
   const int64_t perPass = std::min(n, kShortChunks), passes = llvm::divideCeil(n, perPass);
@@ -936,7 +941,6 @@ static bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
                        });
   }
   op.erase();
-  return true;
 }
 
 /// GPU, `linear=spread`: an et.linear with a constant row count R and a
@@ -966,9 +970,16 @@ static bool lowerLinearGPUShort(LinearOp op, int64_t threads, bool prefetch) {
 /// those registers through a norm alone measured slower: the megakernel's
 /// one register budget spilled elsewhere (docs/experiments/).
 ///
-/// Returns false (nothing changed) when none of this applies, or when the
-/// accumulators (streams x tokens) would pass four.
-static bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, bool afterLinear) {
+/// The plan chooses the layout where `spreadShape` gives one (none applies,
+/// or the accumulators, streams x tokens, would pass four).
+namespace {
+struct SpreadShape {
+  int64_t W, R, c, nm, mCount, G, q, P, streams, u;
+  bool staticM;
+};
+} // namespace
+
+static std::optional<SpreadShape> spreadShape(LinearOp op, int64_t unroll, int64_t threads) {
   constexpr int64_t step = kWarp * kVector; // elements of one chunk
   constexpr int64_t kMaxAccumulators = 4;
   auto task = op->getParentOfType<TaskOp>();
@@ -976,7 +987,7 @@ static bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, b
   std::optional<int64_t> rowsConst = getConstantIntValue(op.getRows());
   if (!task || threads <= 0 || threads % kWarp || !rowsConst || *rowsConst < 1 || ShapedType::isDynamic(k) ||
       k % step)
-    return false;
+    return std::nullopt;
   MemRefType xType = op.getX().getType();
   bool staticM = !xType.isDynamicDim(0);
   const int64_t W = threads / kWarp, R = *rowsConst, c = k / step, nm = op.getGated() ? 2 : 1;
@@ -991,10 +1002,18 @@ static bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, b
       P *= 2;
   bool gatedWhole = nm == 2 && q > 1 && q * nm <= unroll;
   if ((G == 1 && P == 1 && !gatedWhole) || P * nm * mCount > kMaxAccumulators)
-    return false;
+    return std::nullopt;
   const int64_t streams = P * nm;
   // Chunks per stream and trip.
   const int64_t u = std::min<int64_t>(q, std::max<int64_t>(1, unroll / streams));
+  return SpreadShape{W, R, c, nm, mCount, G, q, P, streams, u, staticM};
+}
+
+static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t threads, bool afterLinear) {
+  constexpr int64_t step = kWarp * kVector; // elements of one chunk
+  auto task = op->getParentOfType<TaskOp>();
+  MemRefType xType = op.getX().getType();
+  const auto [W, R, c, nm, mCount, G, q, P, streams, u, staticM] = shape;
 
   SmallVector<Value> mems{op.getW()};
   if (Value wu = op.getGated())
@@ -1192,7 +1211,7 @@ static bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, b
             scf::YieldOp::create(b, loc);
           });
     op.erase();
-    return true;
+    return;
   }
 
   // G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
@@ -1256,7 +1275,6 @@ static bool lowerLinearGPUSpread(LinearOp op, int64_t unroll, int64_t threads, b
     });
   });
   op.erase();
-  return true;
 }
 
 bool inNamedTask(Operation *op, ArrayRef<std::string> names) {
@@ -1264,6 +1282,76 @@ bool inNamedTask(Operation *op, ArrayRef<std::string> names) {
     return true;
   auto task = op->getParentOfType<TaskOp>();
   return task && llvm::is_contained(names, task.getSymName().str());
+}
+
+void planLinearOps(Operation *root, const TileLoweringOptions &options) {
+  MLIRContext *ctx = root->getContext();
+  StringRef planName = EventTensorDialect::getLinearPlanAttrName();
+  // Linear ops after another one in the same block since its last wait:
+  // the spread layout starts their loads early, during the ones before.
+  // Each op's run, and whether it is not the run's first.
+  llvm::DenseMap<Operation *, std::pair<int64_t, bool>> runOf;
+  int64_t runs = 0;
+  root->walk([&](Block *block) {
+    bool seen = false;
+    for (Operation &op : *block) {
+      if (isa<EventWaitOp>(op)) {
+        seen = false;
+      } else if (isa<LinearOp>(op)) {
+        if (!seen)
+          ++runs;
+        runOf[&op] = {runs, seen};
+        seen = true;
+      }
+    }
+  });
+  // Staged bytes taken per task, in the order of its ops; runs with a
+  // staged op, whose later ops issue no early loads (their rows come from
+  // shared memory, and early loads would only hold registers through them).
+  llvm::DenseMap<Operation *, int64_t> stageUsed;
+  llvm::DenseSet<int64_t> stagedRuns;
+  auto str = [&](StringRef v) { return StringAttr::get(ctx, v); };
+  root->walk([&](LinearOp op) {
+    if (op->hasAttr(planName))
+      return;
+    SmallVector<NamedAttribute> plan;
+    WeightPrefetch weights = inNamedTask(op, options.prefetchTasks) ? options.weights : WeightPrefetch::None;
+    plan.emplace_back(str("prefetch"), str(weights == WeightPrefetch::Registers ? "registers"
+                                           : weights == WeightPrefetch::Shared  ? "shared"
+                                                                                : "none"));
+    // Short rows (K of at most 256) take their own layout, their weights
+    // before the wait unless the prefetch is off.
+    if (shortRows(op, options.threads)) {
+      plan.emplace_back(str("layout"), str("short"));
+      op->setAttr(planName, DictionaryAttr::get(ctx, plan));
+      return;
+    }
+    bool staged = false;
+    if (int64_t rowBytes = options.stageBytes > 0 && inNamedTask(op, options.stageTasks) ? stagedRowBytes(op) : 0) {
+      auto task = op->getParentOfType<TaskOp>();
+      int64_t used = stageUsed.lookup(task);
+      int64_t fit = std::min(*getConstantIntValue(op.getRows()), (options.stageBytes - used) / rowBytes);
+      if (fit >= 1) {
+        staged = true;
+        plan.emplace_back(str("stage"), DenseI64ArrayAttr::get(ctx, {used, fit}));
+        stageUsed[task] = used + fit * rowBytes;
+      }
+    }
+    auto run = runOf.find(op);
+    bool inRun = run != runOf.end();
+    if (staged && inRun)
+      stagedRuns.insert(run->second.first);
+    // The spread layout takes no weights before the wait.
+    if (options.spread && !staged && weights == WeightPrefetch::None &&
+        spreadShape(op, options.unroll, options.threads)) {
+      plan.emplace_back(str("layout"), str("spread"));
+      if (inRun && run->second.second && !stagedRuns.contains(run->second.first))
+        plan.emplace_back(str("early_loads"), UnitAttr::get(ctx));
+    } else {
+      plan.emplace_back(str("layout"), str("rows"));
+    }
+    op->setAttr(planName, DictionaryAttr::get(ctx, plan));
+  });
 }
 
 namespace {
@@ -1277,11 +1365,8 @@ struct PrefetchLowering : public TileOpLowering<PrefetchOp> {
   }
 };
 
-/// et.linear: scalar loops on the host. On the GPU, short rows take their
-/// own layout (their weights before the wait unless the prefetch is off);
-/// otherwise the op may stage its first rows across tiles; then the spread
-/// layout where it applies (linear=spread, nothing staged or prefetched),
-/// else one warp per row.
+/// et.linear: scalar loops on the host; on the GPU what its plan
+/// (et.linear_plan, planLinearOps) says.
 struct LinearLowering : public TileOpLowering<LinearOp> {
   using TileOpLowering::TileOpLowering;
   LogicalResult matchAndRewrite(LinearOp op, PatternRewriter &) const override {
@@ -1289,25 +1374,35 @@ struct LinearLowering : public TileOpLowering<LinearOp> {
       lowerLinearCPU(op);
       return success();
     }
-    bool prefetch = inNamedTask(op, options.prefetchTasks);
-    if (lowerLinearGPUShort(op, options.threads, prefetch && options.weights != WeightPrefetch::None))
+    // The pass plans every et.linear before this pattern runs.
+    auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getLinearPlanAttrName());
+    assert(plan && "an et.linear without a plan");
+    StringRef layout = plan.getAs<StringAttr>("layout").getValue();
+    StringRef prefetch = plan.getAs<StringAttr>("prefetch").getValue();
+    WeightPrefetch weights = prefetch == "registers" ? WeightPrefetch::Registers
+                             : prefetch == "shared"  ? WeightPrefetch::Shared
+                                                     : WeightPrefetch::None;
+    if (layout == "short") {
+      if (!shortRows(op, options.threads))
+        return op.emitOpError("et.linear_plan's short layout does not fit this op or worker");
+      lowerLinearGPUShort(op, options.threads, weights != WeightPrefetch::None);
       return success();
-    StagedRows staged = inNamedTask(op, options.stageTasks) ? stageRows(op, options.stageBytes, state->stageUsed)
-                                                            : StagedRows{};
-    auto run = state->runOf.find(op);
-    bool inRun = run != state->runOf.end();
-    if (staged.view && inRun)
-      state->stagedRuns.insert(run->second.first);
-    // A linear op issues no early loads after a staged op of its run: those
-    // rows come from shared memory, and early loads would only hold
-    // registers through them.
-    bool earlyLoads = inRun && run->second.second && !state->stagedRuns.contains(run->second.first);
-    // The spread layout takes no weights before the wait.
-    if (options.spread && !staged.view && (!prefetch || options.weights == WeightPrefetch::None) &&
-        lowerLinearGPUSpread(op, options.unroll, options.threads, earlyLoads))
+    }
+    if (layout == "spread") {
+      std::optional<SpreadShape> shape = spreadShape(op, options.unroll, options.threads);
+      if (!shape)
+        return op.emitOpError("et.linear_plan's spread layout does not fit this op or worker");
+      lowerLinearGPUSpread(op, *shape, options.threads, plan.contains("early_loads"));
       return success();
-    lowerLinearGPU(op, options.unroll, prefetch ? options.weights : WeightPrefetch::None, options.prefetchBytes,
-                   options.threads, &state->sharedTaken, staged);
+    }
+    StagedRows staged;
+    if (auto stage = plan.getAs<DenseI64ArrayAttr>("stage")) {
+      if (!stagedRowBytes(op) || stage[1] > *getConstantIntValue(op.getRows()))
+        return op.emitOpError("et.linear_plan's stage does not fit this op");
+      staged = stageRows(op, stage[0], stage[1]);
+    }
+    lowerLinearGPU(op, options.unroll, weights, options.prefetchBytes, options.threads, &state->sharedTaken,
+                   staged);
     return success();
   }
 };

@@ -5,8 +5,9 @@
 // vector loads, shuffles, tensor cores) or the CPU (scalar loops), with the
 // patterns of each op family (populate*LoweringPatterns, one file each).
 // The pass checks its options once, inserts the barriers between dependent
-// tile ops, decides which linear ops share a run, and applies the patterns
-// op by op in a fixed order.
+// tile ops, plans the linear ops (et.linear_plan: layouts, weights before
+// the wait, staging budgets, which ops share a run), and applies the
+// patterns op by op in a fixed order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,26 +29,6 @@ using namespace mlir::et;
 using namespace mlir::et::tile;
 
 namespace {
-
-/// Linear ops after another one in the same block since its last wait (the
-/// spread layout starts their loads early, during the ones before): each
-/// linear op's run of such ops, and whether it is not the run's first.
-void findLinearRuns(Operation *root, TileLoweringState &state) {
-  int64_t runs = 0;
-  root->walk([&](Block *block) {
-    bool seen = false;
-    for (Operation &op : *block) {
-      if (isa<EventWaitOp>(op)) {
-        seen = false;
-      } else if (isa<LinearOp>(op)) {
-        if (!seen)
-          ++runs;
-        state.runOf[&op] = {runs, seen};
-        seen = true;
-      }
-    }
-  });
-}
 
 /// A rewriter for the pass's own driver (the patterns lower one op each).
 struct TileRewriter : public PatternRewriter {
@@ -114,6 +95,11 @@ struct LowerTileOpsPass
     if (failed(checked))
       return signalPassFailure();
     const TileLoweringOptions &options = *checked;
+    if (planOnly) {
+      if (options.gpu)
+        planLinearOps(getOperation(), options);
+      return;
+    }
     SmallVector<Operation *> ops;
     SmallVector<MatmulOp> matmuls;
     getOperation().walk([&](Operation *op) {
@@ -178,8 +164,8 @@ struct LowerTileOpsPass
     // barriers between dependent ops remain.
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
-    if (gpu && options.spread)
-      findLinearRuns(getOperation(), state);
+    if (gpu)
+      planLinearOps(getOperation(), options);
     if (gpu && options.weightsL2)
       for (LinearOp op : linears)
         if (inNamedTask(op, options.prefetchTasks))

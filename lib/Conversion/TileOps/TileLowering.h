@@ -82,14 +82,6 @@ struct TileLoweringOptions {
 struct TileLoweringState {
   /// Tasks whose dynamic shared memory an op took (one op per task).
   llvm::DenseSet<Operation *> sharedTaken;
-  /// Staged weight bytes taken per task, in the order of its linear ops.
-  llvm::DenseMap<Operation *, int64_t> stageUsed;
-  /// Each et.linear after another one in its block since the last wait
-  /// (spread layout): the run's number, and whether it is not the run's
-  /// first op.
-  llvm::DenseMap<Operation *, std::pair<int64_t, bool>> runOf;
-  /// Runs with a staged op: their later ops issue no early loads.
-  llvm::DenseSet<int64_t> stagedRuns;
 };
 
 /// A pattern that lowers one tile op with the pass's options (and, for the
@@ -103,6 +95,11 @@ protected:
   const TileLoweringOptions &options;
   TileLoweringState *state;
 };
+
+/// Plans every et.linear under `root` that has no et.linear_plan yet (GPU
+/// options): its layout, weights before the wait, the rows it stages
+/// across tiles (each task's budget taken in op order) and early loads.
+void planLinearOps(Operation *root, const TileLoweringOptions &options);
 
 /// True when `names` is empty or names the task that holds `op`.
 bool inNamedTask(Operation *op, ArrayRef<std::string> names);
@@ -325,8 +322,8 @@ bool isReadOnly(Value buffer);
 /// every value can be known there; false (nothing moved) otherwise. Tile
 /// ids and kernel-level values are known everywhere; an op inside a region
 /// (a constant in an scf.if) runs there only conditionally, so it moves up
-/// only if it cannot trap.
-bool moveAbove(TaskOp task, Operation *at, ValueRange needed);
+/// only if it cannot trap. With `dryRun`, only says whether it could.
+bool moveAbove(TaskOp task, Operation *at, ValueRange needed, bool dryRun = false);
 
 /// The first et.event.wait of `op`'s task when `op` comes after it (at the
 /// task's top level, or with `inIf` also inside scf.if ops there) and the
@@ -334,7 +331,7 @@ bool moveAbove(TaskOp task, Operation *at, ValueRange needed);
 /// computed after the wait by side-effect-free ops (a subview, row0 = tile
 /// x rows) are moved above it, with what they need. Loads of data that no
 /// task writes before `op` runs may then start before the wait.
-Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf);
+Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf, bool dryRun = false);
 
 /// firstWorkAfterWait(op), with the side-effect-free ops that compute
 /// `needed` moved above it; null when `op` is deeper or a value cannot be known there.

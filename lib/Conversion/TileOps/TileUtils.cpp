@@ -157,7 +157,7 @@ bool isReadOnly(Value buffer) {
   return true;
 }
 
-bool moveAbove(TaskOp task, Operation *at, ValueRange needed) {
+bool moveAbove(TaskOp task, Operation *at, ValueRange needed, bool dryRun) {
   llvm::SetVector<Operation *> moves;
   Block *topBlock = at->getBlock();
   std::function<bool(Value)> available = [&](Value v) -> bool {
@@ -179,13 +179,15 @@ bool moveAbove(TaskOp task, Operation *at, ValueRange needed) {
   };
   if (!llvm::all_of(needed, available))
     return false;
+  if (dryRun)
+    return true;
   // `moves` lists every op after what it uses (post-order).
   for (Operation *move : moves)
     move->moveBefore(at);
   return true;
 }
 
-Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf) {
+Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf, bool dryRun) {
   auto task = op->getParentOfType<TaskOp>();
   if (!task)
     return nullptr;
@@ -199,7 +201,7 @@ Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf) {
   Operation *top = firstWait->getBlock()->findAncestorOpInBlock(*op);
   if (!top || !firstWait->isBeforeInBlock(top))
     return nullptr;
-  return moveAbove(task, firstWait, needed) ? firstWait : nullptr;
+  return moveAbove(task, firstWait, needed, dryRun) ? firstWait : nullptr;
 }
 
 /// For `op` at its task's top level: the first op with side effects or

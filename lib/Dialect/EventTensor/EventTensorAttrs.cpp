@@ -13,6 +13,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -58,6 +59,41 @@ CostModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+/// et.linear_plan: on an et.linear, a dictionary of a known layout and
+/// prefetch, an optional [offset >= 0, rows >= 1] stage and an optional
+/// unit early_loads, nothing else.
+static LogicalResult verifyLinearPlan(Operation *op, Attribute value) {
+  StringRef name = EventTensorDialect::getLinearPlanAttrName();
+  if (!isa<LinearOp>(op))
+    return op->emitOpError("'") << name << "' is only meaningful on 'et.linear'";
+  auto plan = dyn_cast<DictionaryAttr>(value);
+  if (!plan)
+    return op->emitOpError("'") << name << "' must be a dictionary, got " << value;
+  auto oneOf = [&](StringRef key, ArrayRef<StringRef> allowed) -> LogicalResult {
+    auto v = dyn_cast_or_null<StringAttr>(plan.get(key));
+    if (!v || !llvm::is_contained(allowed, v.getValue()))
+      return op->emitOpError("'") << name << "' needs " << key << " = one of \""
+                                  << llvm::join(allowed, "\", \"") << "\", got " << plan.get(key);
+    return success();
+  };
+  if (failed(oneOf("layout", {"short", "spread", "rows"})) ||
+      failed(oneOf("prefetch", {"none", "registers", "shared"})))
+    return failure();
+  for (NamedAttribute entry : plan) {
+    StringRef key = entry.getName().getValue();
+    if (key == "layout" || key == "prefetch")
+      continue;
+    if (key == "early_loads" && isa<UnitAttr>(entry.getValue()))
+      continue;
+    auto stage = dyn_cast<DenseI64ArrayAttr>(entry.getValue());
+    if (key == "stage" && stage && stage.size() == 2 && stage[0] >= 0 && stage[1] >= 1)
+      continue;
+    return op->emitOpError("'") << name << "' has a bad entry " << key << " = " << entry.getValue()
+                                << " (stage = array<i64: offset >= 0, rows >= 1>, early_loads a unit)";
+  }
+  return success();
+}
+
 LogicalResult
 EventTensorDialect::verifyOperationAttribute(Operation *op,
                                              NamedAttribute attr) {
@@ -85,6 +121,8 @@ EventTensorDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError("'") << getDynamicSharedAttrName() << "' must be a unit attribute";
     return success();
   }
+  if (attr.getName() == getLinearPlanAttrName())
+    return verifyLinearPlan(op, attr.getValue());
   return op->emitOpError("unknown et dialect attribute '")
          << attr.getName().getValue() << "'";
 }

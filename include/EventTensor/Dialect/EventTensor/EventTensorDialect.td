@@ -45,6 +45,14 @@ def EventTensor_Dialect : Dialect {
       return "et.dynamic_shared";
     }
 
+    /// The plan of an `et.linear` on the GPU (et-plan-tile-ops), a
+    /// dictionary: `layout` ("short", "spread" or "rows"), `prefetch`
+    /// ("none", "registers" or "shared": weights before the task's first
+    /// wait), optionally `stage` (array<i64: byte offset, rows>: its first
+    /// rows staged across tiles) and `early_loads` (unit: the spread
+    /// layout's first loads right after the wait).
+    static constexpr ::llvm::StringLiteral getLinearPlanAttrName() { return "et.linear_plan"; }
+
     /// The unit argument attribute of a kernel memref allocated on every
     /// device of a multi-device kernel (reachable through `et.peer`).
     static constexpr ::llvm::StringLiteral getSymmetricAttrName() {
