@@ -310,11 +310,9 @@ def vec_view(w, layer, n: int):
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
                         layered: bool = False, linear_rows=None, fuse_norms: bool = True,
                         scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
-                        l2_prefetch: float = 0.0, rope_in_attention: bool = False,
                         qk_heads: int | None = None, gated_mlp: bool = True, warps: int | None = None,
                         qkv_by_matrix: bool | None = None, o_per_head: bool = False,
-                        norm_in_linear: bool = False, norm_scratch: str = "global",
-                        down_in_mlp: bool = False) -> Module:
+                        norm_in_linear: bool = False, norm_scratch: str = "global") -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
 
     By default every layer gets its own tasks. With `layered`, each kind of
@@ -360,13 +358,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     16 rows) instead of `et.linear`: a tile reads its weights once for all
     rows of the batch (fused norms only). q, k and v get tiles of their
     own in the `qkv` task; BN per layer from `mma_block`.
-
-    `l2_prefetch` = f in (0, 1] adds a task `l2` per layer (layered kernels)
-    whose tile t, once the layer's `qkv` is done, hints the first f of the
-    rows of `o` tile t and of `mlp` tile t (gate and up) into L2
-    (`et.prefetch`): workers that would idle through the latency-bound
-    attention chain start the next phases' weight traffic, and every tile
-    of those phases finds the same share of its rows in L2.
 
     With `gated_mlp` (the default), an `mlp` tile of `et.linear` rows
     computes its activation in one `et.linear ... gated(%wu)` (each warp's
@@ -416,46 +407,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     `norm_scratch="shared"` (`et.linear` tiles with fused norms) puts a
     tile's normalized rows in its own shared memory ([max_batch, H] bf16)
     instead of its rows of the global scratch `xs`: the tile's linear op
-    reads them from there, not from L2 (same values).
-
-    `rope_in_attention` (`max_batch` 1 kernels only) drops the `qk` task:
-    each attention tile, waiting on `qkv`, normalizes (Qwen3) and rotates
-    its group's query heads, and this step's key, into its shared memory,
-    and hands the key and value to `et.attention_split ... append(...)`:
-    the split that holds the row's position writes them into the cache and
-    attends over them without reading them back. One dependent phase (and
-    its wait) fewer per layer, but the tiles' copies of the KV history into
-    shared memory, which the `qk` phase hides, are then exposed: 2-3%
-    slower on the H100 (docs/benchmarks.md), so it is off by default.
-    Kernels of several rows cannot take it: rows
-    of one slot at consecutive positions (a prompt chunk) read each other's
-    keys, which a row's own attention tiles do not write.
-
-    `down_in_mlp` (with `o_per_head`, `gated_mlp`, fused norms, `et.linear`
-    tiles, tp 1)
-    drops the `down` task: the down projection is split over its K, like
-    `o`. An `mlp` tile, after its block of activations, adds `act[:, block]
-    wd[:, block]^T` into every row of the residual stream with `et.linear
-    ... accumulate atomic` (the block's rows of wd are short: their weights
-    go before the wait where the weight prefetch applies). Since the `mlp`
-    tiles also read the residual stream (their norms) while others already
-    add into it, the stream alternates between two buffers, `h` (even
-    layers) and `h2` (odd): layer l reads one and builds the next in the
-    other, which its `qkv` tiles clear (every tile a slice), its `o` tiles
-    leave alone and its `mlp` tiles fill with the read stream (every tile a
-    slice) plus their partial sums. One dependent phase (and its wait)
-    fewer per layer; the rows per `mlp` tile are rounded up to a multiple
-    of 8 (16-byte loads of the short rows) and must divide the
-    intermediate size. Relaxed f32 atomic adds: the low bits may differ
-    from run to run."""
+    reads them from there, not from L2 (same values)."""
     if tp != 1 and not (layered and fuse_norms):
         raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
     if linear_tile not in ("rows", "mma"):
         raise ValueError(f"linear_tile must be 'rows' or 'mma', got {linear_tile!r}")
-    if isinstance(l2_prefetch, bool) or not isinstance(l2_prefetch, (int, float)) or not 0 <= l2_prefetch <= 1:
-        raise ValueError(f"l2_prefetch must be a fraction in [0, 1], got {l2_prefetch!r}")
-    if l2_prefetch and not layered:
-        raise ValueError("l2_prefetch needs the layered kernel")
     if qk_heads is not None and (isinstance(qk_heads, bool) or not isinstance(qk_heads, int) or qk_heads < 1
                                  or config.num_kv_heads // tp % qk_heads):
         raise ValueError(f"qk_heads must be a positive divisor of the {config.num_kv_heads // tp} KV heads, "
@@ -470,12 +426,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"o_per_head must be a bool, got {o_per_head!r}")
     if o_per_head and (tp != 1 or linear_tile != "rows"):
         raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
-    if not isinstance(rope_in_attention, bool):
-        raise ValueError(f"rope_in_attention must be a bool, got {rope_in_attention!r}")
-    if not isinstance(down_in_mlp, bool):
-        raise ValueError(f"down_in_mlp must be a bool, got {down_in_mlp!r}")
-    if down_in_mlp and not (o_per_head and gated_mlp and fuse_norms and tp == 1 and linear_tile == "rows"):
-        raise ValueError("down_in_mlp needs o_per_head, gated_mlp, fuse_norms, tp 1 and linear_tile 'rows'")
     norm_tasks = ("qkv", "mlp", "lm_head")
     if isinstance(norm_in_linear, bool):
         norm_in_linear = norm_tasks if norm_in_linear else ()
@@ -488,8 +438,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         raise ValueError(f"norm_scratch must be 'global' or 'shared', got {norm_scratch!r}")
     if norm_scratch == "shared" and (linear_tile != "rows" or not fuse_norms):
         raise ValueError("norm_scratch='shared' needs fuse_norms and linear_tile 'rows'")
-    if rope_in_attention and layout.max_batch != 1:
-        raise ValueError(f"rope_in_attention needs a max_batch 1 kernel, got max_batch {layout.max_batch}")
     mma = linear_tile == "mma"
     if mma and not fuse_norms:
         raise ValueError("linear_tile='mma' needs fused norms")
@@ -534,8 +482,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     # Kernel arguments, in order (runtime/model.py passes them the same way).
     args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32))]
     args += [(n, mr([V_lm, H], bf16) if n == "lm_head" else t) for n, t in model_arguments(c, lay)]
-    args += [("h", mr([DYN, H], f32))] + ([("h2", mr([DYN, H], f32))] if down_in_mlp else [])
-    args += [("xn", mr([DYN, H], bf16)),
+    args += [("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
              ("xs", mr([xs_rows, B, H], bf16)),
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
@@ -705,80 +652,42 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                     et.signal(events[kind], [layer])
 
         # The event that ends a layer: the residual stream is complete.
-        layer_done = "sum_d" if tp > 1 else "mlp" if down_in_mlp else "down"
-
-        def resid(l, other: bool = False):
-            """The residual stream layer `l` (int or index Value) reads, or
-            with `other` the one it builds (down_in_mlp: h for even layers,
-            h2 for odd; else always h)."""
-            if not down_in_mlp:
-                return A["h"]
-            a, b = (A["h2"], A["h"]) if other else (A["h"], A["h2"])
-            if isinstance(l, int):
-                return b if l % 2 else a
-            even = arith.CmpIOp(arith.CmpIPredicate.eq, arith.RemUIOp(l, const(2)).result, const(0)).result
-            return arith.SelectOp(even, a, b).result
+        layer_done = "sum_d" if tp > 1 else "down"
 
         def final_norm_body(t):
             if layered:
                 et.wait(events[layer_done], [const(L - 1)])
-            et.rmsnorm(resid(L), A["final_norm"], A["xn"], eps)
+            et.rmsnorm(A["h"], A["final_norm"], A["xn"], eps)
 
-        def slice_rows(t, tiles: int, fill):
-            """Tile t of `tiles` calls fill(b, i) for its slice of the
-            elements [0, H) of every row b of the batch, the worker's
-            threads taking turns over the slice (down_in_mlp's clearing
-            and copying of the residual stream)."""
-            per = -(-H // tiles)
-            first = arith.MulIOp(t, const(per)).result
-            end = arith.MinUIOp(arith.AddIOp(first, const(per)).result, const(H)).result
-            start = arith.AddIOp(first, et.ThreadIdOp(idx).result).result
-            rows = scf.ForOp(const(0), batch, const(1), [])
-            with InsertionPoint(rows.body):
-                elems = scf.ForOp(start, end, et.NumThreadsOp(idx).result, [])
-                with InsertionPoint(elems.body):
-                    fill(rows.induction_variable, elems.induction_variable)
-                    scf.YieldOp([])
-                scf.YieldOp([])
-
-        def clear_next(l, t, tiles: int):
-            """down_in_mlp: tile t of the layer's first task (its `qkv`)
-            clears its slice of the stream the layer builds."""
-            if not down_in_mlp:
-                return
-            nxt = resid(l, other=True)
-            zero = arith.ConstantOp(f32, 0.0).result
-            slice_rows(t, tiles, lambda b, i: memref.StoreOp(zero, nxt, [b, i]))
-
-        def normalized(norm_w, t, res=None):
+        def normalized(norm_w, t):
             """Tile t's rows of the scratch [batch, H], holding
             rmsnorm(h) * norm_w (fuse_norms)."""
             if norm_scratch == "shared":
                 buf = memref.AllocaOp(shared([B, H], bf16), [], []).result
                 xs_t = memref.SubViewOp(shared([DYN, H], bf16, [H, 1], 0), buf, [], [batch], [],
                                         static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
-                et.rmsnorm(res or A["h"], norm_w, xs_t, eps)
+                et.rmsnorm(A["h"], norm_w, xs_t, eps)
                 return xs_t
             xs_t = memref.SubViewOp(
                 MemRefType.get([DYN, H], bf16, StridedLayoutAttr.get(DYN, [H, 1]), loc=Location.unknown()),
                 A["xs"], [t], [batch], [], static_offsets=[DYN, 0, 0], static_sizes=[1, DYN, H],
                 static_strides=[1, 1, 1]).result
-            et.rmsnorm(res or A["h"], norm_w, xs_t, eps)
+            et.rmsnorm(A["h"], norm_w, xs_t, eps)
             return xs_t
 
-        def norm_input(norm_w, t, kind, res=None):
+        def norm_input(norm_w, t, kind):
             """What a linear tile of task `kind` reading rmsnorm(h) * norm_w
             takes: (x, et.linear keywords): h and its norm (kinds in
             `norm_in_linear`), or tile t's rows of the scratch, normalized."""
             if kind in norm_in_linear:
                 # One-row kernels read a static row (the GPU lowering then
                 # reads x once per worker, into shared memory).
-                res = res or A["h"]
+                res = A["h"]
                 x = _rows(res) if B > 1 else memref.SubViewOp(
                     MemRefType.get([1, H], f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
                     res, [], [], [], static_offsets=[0, 0], static_sizes=[1, H], static_strides=[1, 1]).result
                 return x, dict(norm=norm_w, eps=eps)
-            return normalized(norm_w, t, res), {}
+            return normalized(norm_w, t), {}
 
         # Task bodies, given the layer (an int, or an index Value for a
         # layered task) and the tile coordinates. The residual stream h
@@ -828,25 +737,24 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             b = arith.SelectOp(inside, b, const(0)).result
             return memref.subview(A["positions"], [b], [1], [1], result_type=strided([1], i32, [1]))
 
-        def rotate_kv(l, b, g, k_out, v_out, row, n: int = 1):
+        def rotate_kv(l, b, g, n: int):
             """KV heads [g, g + n) of row b: their keys normalized (Qwen3),
-            rotated and written at row `row` of `k_out()` (et.rope_into),
-            their values at that row of `v_out()` ([S, n, D] views: the
-            caches, or a tile's shared memory; each built where its op
-            needs it); nothing is written for a row at or past the output's
-            length."""
+            rotated and written into the row's cache slot at its position
+            (et.rope_into), their values there too (et.kv_append)."""
+            slot = slot_of(b)
+            row = position(b)
             k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=eps) if c.qk_norm else {}
-            et.rope_into(heads(A["k"], b, g, n, Hkv), pos_of(b), k_out(), row, theta, llama3_scaling=scaling,
-                         **k_norm)
-            et.kv_append(heads(A["v"], b, g, n, Hkv), v_out(), row)
+            et.rope_into(heads(A["k"], b, g, n, Hkv), pos_of(b), cache_view(A["k_cache"], l, slot, g, n), row, theta,
+                         llama3_scaling=scaling, **k_norm)
+            et.kv_append(heads(A["v"], b, g, n, Hkv), cache_view(A["v_cache"], l, slot, g, n), row)
 
-        def rotate_q(l, b, g, out=None, n: int = 1):
+        def rotate_q(l, b, g, n: int):
             """The query heads of KV heads [g, g + n) of row b, normalized
-            (Qwen3) and rotated into `out` ([1, n x group, D]), or in place."""
+            (Qwen3) and rotated in place."""
             q_norm = dict(norm=vec_view(A["q_norm"], l, D), eps=eps) if c.qk_norm else {}
             q0 = arith.MulIOp(g, const(c.group_size)).result
             q = heads(A["q"], b, q0, n * c.group_size, Hq)
-            et.rope_into(q, pos_of(b), q if out is None else out, const(0), theta, llama3_scaling=scaling, **q_norm)
+            et.rope_into(q, pos_of(b), q, const(0), theta, llama3_scaling=scaling, **q_norm)
 
         def qk_body(l, b, t):
             # One tile per (row, block of qk_heads KV heads): their query
@@ -855,10 +763,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # three ops touch different buffers and run without a barrier
             # between them (et-lower-tile-ops), a warp per head.
             g = arith.MulIOp(t, const(qk_heads)).result
-            rotate_q(l, b, g, n=qk_heads)
-            slot = slot_of(b)
-            rotate_kv(l, b, g, lambda: cache_view(A["k_cache"], l, slot, g, qk_heads),
-                      lambda: cache_view(A["v_cache"], l, slot, g, qk_heads), position(b), qk_heads)
+            rotate_q(l, b, g, qk_heads)
+            rotate_kv(l, b, g, qk_heads)
 
         # Attention tiles per row for about one wave at this launch's
         # batch (see split_of), at least one, in the kernels that choose
@@ -904,11 +810,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             nothing."""
             if live is not None:
                 b = arith.SelectOp(live, b, const(0)).result
-            # With rope_in_attention: the tile's shared memory for its
-            # group's rotated query heads and this step's key and value.
-            smem = dict(qs=memref.AllocaOp(shared([1, Hq, D], f32), [], []).result,
-                        ks=memref.AllocaOp(shared([1, 1, D], f32), [], []).result,
-                        vs=memref.AllocaOp(shared([1, 1, D], f32), [], []).result) if rope_in_attention else {}
             slot = memref.LoadOp(A["slots"], [b]).result
             p = position(b)
             loop = scf.ForOp(const(0), batch, const(1), [p])
@@ -945,34 +846,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                         scf.YieldOp([])
                 extra["otherwise"] = otherwise
             return dict(k=cache_view(A["k_cache"], l, slot_i), v=cache_view(A["v_cache"], l, slot_i),
-                        length=length, stable=stable, split_len=split_len, live=has_work, **smem, **extra)
+                        length=length, stable=stable, split_len=split_len, live=has_work, **extra)
 
         def attn_body(l, b, g, s, pre):
             q = row(A["q"], b, [Hq, D], f32)
-            fresh = {}
-            if rope_in_attention:
-                # The `qk` work in the tile (one-row kernels), into its
-                # shared memory: the group's query heads normalized (Qwen3)
-                # and rotated, this step's key normalized and rotated, its
-                # value copied; the attention appends that key and value
-                # (the split that holds the row's position writes them into
-                # the cache and attends over them from there, with no
-                # round trip through the cache).
-                G = c.group_size
-                q0 = arith.MulIOp(g, const(G)).result
-                mine = memref.subview(pre["qs"], [0, q0, 0], [1, G, D], [1, 1, 1],
-                                      result_type=shared([1, G, D], f32, [Hq * D, D, 1], DYN))
-                rotate_q(l, b, g, mine)
-                rotate_kv(l, b, g, lambda: pre["ks"], lambda: pre["vs"], const(0))
-
-                def flat(buf, rows):
-                    return memref.collapse_shape(shared([rows, D], f32), buf, [[0, 1], [2]])
-                q = flat(pre["qs"], Hq)
-                fresh = dict(new_k=flat(pre["ks"], 1), new_v=flat(pre["vs"], 1))
             et.attention_split(q, pre["k"], pre["v"],
                                row(A["o_part"], b, [lay.splits, Hq, D], f32),
                                row(A["lse"], b, [lay.splits, Hq], f32),
-                               g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"], **fresh)
+                               g, s, pre["split_len"], pre["length"], scale, stable=pre["stable"])
 
         def merge_pre(l, b, g, live=None):
             # The splits that hold positions of row b (the attention tiles
@@ -1064,7 +945,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             k0 = arith.MulIOp(head, const(D)).result
             w = memref.SubViewOp(strided([H, D], bf16, [Hq * D, 1]), layer_view(A["wo"], l, H, Hq * D), [k0], [],
                                  [], static_offsets=[0, DYN], static_sizes=[H, D], static_strides=[1, 1]).result
-            et.linear(x, w, resid(l), arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
+            et.linear(x, w, A["h"], arith.MulIOp(blk, const(o_head_rows)).result, const(o_head_rows),
                       accumulate=True, atomic=True)
 
         def norm2_body(l, t):
@@ -1084,8 +965,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
                 # tile picks (arith.select), so that it stays at the task's
                 # top level: its first weight loads can go out ahead of the
                 # tile's norm.
-                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv", resid(l)) if fuse_norms else (None, {})
-                clear_next(l, t, qkv_tiles)
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv") if fuse_norms else (None, {})
                 first_k, first_v = q_lin[1], q_lin[1] + k_lin[1]
                 is_q = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_k)).result
                 is_k = arith.CmpIOp(arith.CmpIPredicate.ult, t, const(first_v)).result
@@ -1130,8 +1010,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             v_lin = linear_body("wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
 
             def qkv_body(l, t):
-                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv", resid(l)) if fuse_norms else (None, {})
-                clear_next(l, t, qkv_tiles)
+                x, norm = norm_input(vec_view(A["ln1"], l, H), t, "qkv") if fuse_norms else (None, {})
                 q_lin[0](l, t, x, norm)
                 k_lin[0](l, t, x, norm)
                 v_lin[0](l, t, x, norm)
@@ -1146,37 +1025,15 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
         # the activation needs no phase of its own.
         mlp_rows = mma_block(I, lay.workers) if mma else rows_for(I, H)
         mlp_tiles = gate_lin[1]
-        if down_in_mlp:
-            # Blocks of act (the K of down) start on 16-byte boundaries.
-            mlp_rows = -(-mlp_rows // 8) * 8
-            if I % mlp_rows:
-                raise ValueError(f"down_in_mlp needs rows per mlp tile that divide the intermediate size {I}, "
-                                 f"got {mlp_rows} (rounded up to a multiple of 8)")
-            mlp_tiles = I // mlp_rows
-
-        def down_part(l, t):
-            # down_in_mlp: the stream this layer read, a slice per tile, and
-            # this block's part of act wd^T into the one it builds.
-            res, nxt = resid(l), resid(l, other=True)
-            slice_rows(t, mlp_tiles, lambda b, i: memref.AtomicRMWOp(
-                arith.AtomicRMWKind.addf, memref.LoadOp(res, [b, i]).result, nxt, [b, i]))
-            k0 = arith.MulIOp(t, const(mlp_rows)).result
-            x = memref.SubViewOp(strided([DYN, mlp_rows], bf16, [I, 1]), A["act"], [k0], [batch], [],
-                                 static_offsets=[0, DYN], static_sizes=[DYN, mlp_rows], static_strides=[1, 1]).result
-            w = memref.SubViewOp(strided([H, mlp_rows], bf16, [I, 1]), layer_view(A["wd"], l, H, I), [k0], [], [],
-                                 static_offsets=[0, DYN], static_sizes=[H, mlp_rows], static_strides=[1, 1]).result
-            et.linear(x, w, nxt, const(0), const(H), accumulate=True, atomic=True)
 
         def mlp_body(l, t):
-            x, norm = norm_input(vec_view(A["ln2"], l, H), t, "mlp", resid(l)) if fuse_norms else (None, {})
+            x, norm = norm_input(vec_view(A["ln2"], l, H), t, "mlp") if fuse_norms else (None, {})
             if gated_mlp and not mma:
                 # One pass: a warp's gate row, its up row, then its act
                 # element (no g and u round trip, no barrier).
                 et.linear(x if x is not None else A["xn"], layer_view(A["wg"], l, I, H), A["act"],
                           arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows),
                           gated=layer_view(A["wu"], l, I, H), **norm)
-                if down_in_mlp:
-                    down_part(l, t)
                 return
             gate_lin[0](l, t, x, norm)
             up_lin[0](l, t, x, norm)
@@ -1202,20 +1059,15 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             qkv_spec,
             ("qk", qk_body, [Hkv // qk_heads], True, ["qkv"], 4 * D * (c.group_size + 4) * qk_heads,
              8 * D * (c.group_size + 1) * qk_heads),
-            ("attn", attn_body, [Hkv, lay.splits], True, ["qkv" if rope_in_attention else "qk"], 4 * lay.split_len * D,
+            ("attn", attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
              4 * lay.split_len * D * c.group_size),
             ("merge", merge_body, [Hkv], True, ["attn"], 4 * lay.splits * c.group_size * (D + 1),
              2 * lay.splits * c.group_size * D),
             ("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3]),
             ("norm2", norm2_body, [1], False, ["o"], 2 * H, 5 * H),
-            ("mlp", mlp_body, [mlp_tiles], False, ["norm2"], 2 * gate_lin[2] + (2 * H * mlp_rows if down_in_mlp else 0),
-             2 * gate_lin[3] + 6 * mlp_rows + (2 * H * mlp_rows if down_in_mlp else 0)),
+            ("mlp", mlp_body, [mlp_tiles], False, ["norm2"], 2 * gate_lin[2], 2 * gate_lin[3] + 6 * mlp_rows),
             ("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
         ]
-        if rope_in_attention:
-            layer_tasks = [spec for spec in layer_tasks if spec[0] != "qk"]
-        if down_in_mlp:
-            layer_tasks = [spec for spec in layer_tasks if spec[0] != "down"]
         if o_per_head:
             o_spec = ("o", o_head_body, [Hq * o_blocks], False, ["attn"],
                       o_head_rows * D * 2 + B * 4 * lay.splits * (D + 1), 2 * B * o_head_rows * D)
@@ -1224,23 +1076,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             # qkv starts each layer; mlp waits on o directly.
             layer_tasks = [spec for spec in layer_tasks if spec[0] not in ("qkv", "norm2")]
             layer_tasks = [spec[:4] + (["o"],) + spec[5:] if spec[0] == "mlp" else spec for spec in layer_tasks]
-        if l2_prefetch:
-            o_rows = mma_block(H, lay.workers) if mma else rows_for(H, Hq * D)
-            o_tiles = -(-H // o_rows)
-
-            def l2_body(l, t):
-                def hint(name, n, k, rows):
-                    r0 = arith.MulIOp(t, const(rows)).result
-                    et.prefetch(layer_view(A[name], l, n, k), r0, const(max(1, int(rows * l2_prefetch))))
-                guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, t, const(o_tiles)).result)
-                with InsertionPoint(guard.then_block):
-                    hint("wo", H, Hq * D, o_rows)
-                    scf.YieldOp([])
-                hint("wg", I, H, mlp_rows)
-                hint("wu", I, H, mlp_rows)
-            spec = ("l2", l2_body, [max(gate_lin[1], o_tiles)], False, ["qkv"], 0, 0)
-            at = [i for i, sp in enumerate(layer_tasks) if sp[0] == "attn"][0] + 1
-            layer_tasks = layer_tasks[:at] + [spec] + layer_tasks[at:]
         # Tensor parallelism: the all-reduces, h += the partial sums of
         # every device (et.allreduce, one per layer); mlp waits on sum_o,
         # the next layer on sum_d.
@@ -1285,7 +1120,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
             def lm_head_body(t):
                 if layered:
                     et.wait(events[layer_done], [const(L - 1)])
-                lm_body(None, t, *norm_input(A["final_norm"], t, "lm_head", resid(L)))
+                lm_body(None, t, *norm_input(A["final_norm"], t, "lm_head"))
             task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
                  flops=lm_flops)
         else:

@@ -131,11 +131,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
-                  jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
-                  rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
-                  qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
+                  jobs: int | None = None, min_batch: int = 1, qk_heads: int | None = None,
+                  gated_mlp: bool = True, qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
                   norm_in_linear: bool | list | None = None, norm_scratch: str | None = None,
-                  down_in_mlp: bool = False, **options) -> Path:
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -185,10 +184,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     layered kernel and fused norms, and takes no prefill kernel or batch
     variants yet.
 
-    `l2_prefetch` = f adds the L2 hints of `build_decode_kernel`.
-    `rope_in_attention` (`max_batch` 1 only) has the attention tiles
-    rotate their own query heads and this step's key and value instead of
-    a `qk` task before them (`build_decode_kernel`; off by default).
     `qk_heads` sets the KV heads per `qk` tile (default: chosen by
     `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up
     rows apart and their activation after them (`build_decode_kernel`);
@@ -203,11 +198,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     projection per query head"), and off elsewhere (the host's results
     keep their bits from run to run). Pass False for a GPU kernel whose
     logits repeat bit for bit.
-
-    `down_in_mlp` (needs `o_per_head`) drops the `down` task: each `mlp`
-    tile adds its block's part of the down projection into the residual
-    stream itself (atomic adds; `build_decode_kernel`). Off by default
-    (measured slower).
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all three, or a list of
@@ -260,10 +250,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        batch_variants=batch_variants, specialize=specialize,
                                        linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
                                        table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
-                                       l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                       gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                       norm_in_linear=norm_in_linear, norm_scratch=norm_scratch,
-                                       down_in_mlp=down_in_mlp, **options)
+                                       qk_heads=qk_heads, gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix,
+                                       o_per_head=o_per_head, norm_in_linear=norm_in_linear,
+                                       norm_scratch=norm_scratch, **options)
     # The defaults that depend on the kernel's own batch (after the variants'
     # dispatch: each variant takes those of its own max_batch).
     if o_per_head is None:
@@ -312,11 +301,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     with Context():
         module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
                                      fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
-                                     linear_tile=linear_tile, l2_prefetch=l2_prefetch,
-                                     rope_in_attention=rope_in_attention, qk_heads=qk_heads,
+                                     linear_tile=linear_tile, qk_heads=qk_heads,
                                      gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                     norm_in_linear=norm_in_linear, norm_scratch=norm_scratch,
-                                     down_in_mlp=down_in_mlp, warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
+                                     norm_in_linear=norm_in_linear, norm_scratch=norm_scratch, warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     try:
@@ -333,10 +320,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
         art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
-            "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
-            "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
+            "tp": tp, "linear_tile": linear_tile, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
             "o_per_head": o_per_head, "norm_in_linear": norm_in_linear, "norm_scratch": norm_scratch,
-            "down_in_mlp": down_in_mlp,
             "fuse_norms": fuse_norms,
             "linear_tiles": choices or None,
             "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
