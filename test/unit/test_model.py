@@ -161,6 +161,39 @@ def test_session_rejects_a_non_model_artifact(tmp_path):
         model.DecodeSession(tmp_path, {})
 
 
+def test_kernel_options_round_trip_and_defaults(tmp_path):
+    """compile_model's build choices are one KernelOptions: checked once,
+    the defaults of the target and batch resolved per kernel, written to
+    model.json and read back by the session (keys that name no option
+    ignored)."""
+    opts = model.KernelOptions(norm_in_linear=["qkv"], qk_heads=2)
+    assert opts.norm_in_linear == ("qkv",) and opts.to_dict()["norm_in_linear"] == ["qkv"]
+    assert model.KernelOptions.from_dict({**opts.to_dict(), "config": {}, "l2_prefetch": 0.0}) == opts
+    assert not opts.resolved
+    qwen = model.preset("qwen3-0.6b")
+    one = model.KernelOptions().resolve(qwen, target="cuda", max_batch=1)
+    assert (one.layered, one.o_per_head, one.norm_in_linear, one.norm_scratch) == (True, True, True, "shared")
+    assert one.resolved
+    many = model.KernelOptions(o_per_head=False).resolve(qwen, target="cuda", max_batch=4, mode="dynamic")
+    assert (many.layered, many.o_per_head, many.norm_in_linear, many.norm_scratch) == (False, False, False, "global")
+    with pytest.raises(ValueError, match="o_per_head needs tp 1 and linear_tile 'rows'"):
+        model.KernelOptions(o_per_head=True, linear_tile="mma")
+    # With "auto", the tile kind of each kernel variant is checked when it is known.
+    model.KernelOptions(o_per_head=True, linear_tile="auto")
+    config = model.tiny_config("llama")
+    path = model.compile_model(config, target="cpu", max_batch=1, max_context=16, workers=3, cache_dir=tmp_path)
+    info = json.loads((path / "model.json").read_text())
+    session = model.DecodeSession(path, model.random_weights(config, seed=1))
+    assert session.kernel_options == model.KernelOptions.from_dict(info) == \
+        model.KernelOptions().resolve(config, target="cpu", max_batch=1)
+    session.close()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.json").write_text(json.dumps({**info, "linear_tile": "wide"}))
+    with pytest.raises(model.ModelArtifactError, match="linear_tile must be 'rows', 'mma' or 'auto', got 'wide'"):
+        model.DecodeSession(bad, {})
+
+
 def test_kernel_layout_limits():
     from event_tensor.model.builder import kernel_layout
 

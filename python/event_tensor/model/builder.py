@@ -46,8 +46,9 @@ from ..ir import (
     StridedLayoutAttr,
 )
 from .config import ModelConfig, tp_config
+from .options import NORM_TASKS, KernelOptions
 
-__all__ = ["KernelLayout", "build_decode_kernel", "kernel_layout"]
+__all__ = ["KernelLayout", "PLAIN_KERNEL", "build_decode_kernel", "kernel_layout"]
 
 DYN = ShapedType.get_dynamic_size()
 #: The most warps' worth of heads (a warp per query or key head) that the
@@ -307,13 +308,22 @@ def vec_view(w, layer, n: int):
                                                      loc=Location.unknown()))
 
 
-def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str = "decode",
-                        layered: bool = False, linear_rows=None, fuse_norms: bool = True,
-                        scratch_rows: int | None = None, tp: int = 1, linear_tile: str = "rows",
-                        qk_heads: int | None = None, gated_mlp: bool = True, warps: int | None = None,
-                        qkv_by_matrix: bool | None = None, o_per_head: bool = False,
-                        norm_in_linear: bool = False, norm_scratch: str = "global") -> Module:
+#: The choices of `build_decode_kernel` called with keywords that its
+#: callers leave out: a plain kernel (one task per layer, the `merge` task,
+#: `et.rmsnorm` into the global scratch); `KernelOptions.resolve` gives
+#: those of a target instead.
+PLAIN_KERNEL = dict(layered=False, o_per_head=False, norm_in_linear=False, norm_scratch="global")
+
+
+def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: KernelOptions | None = None, *,
+                        name: str = "decode", linear_rows=None, warps: int | None = None, **choices) -> Module:
     """The decode-step kernel of `config`. Must run inside an MLIR Context.
+
+    `options` are the kernel's build choices (`KernelOptions`, every
+    default that `KernelOptions.resolve` picks made); or pass its fields as
+    keywords (`choices`), those left out taking PLAIN_KERNEL's or
+    `KernelOptions`' defaults. `warps` (per worker, default unknown)
+    bounds the default `qk_heads`.
 
     By default every layer gets its own tasks. With `layered`, each kind of
     task is one `et.task` whose first tile coordinate is the layer, with
@@ -408,39 +418,22 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, *, name: str 
     tile's normalized rows in its own shared memory ([max_batch, H] bf16)
     instead of its rows of the global scratch `xs`: the tile's linear op
     reads them from there, not from L2 (same values)."""
-    if tp != 1 and not (layered and fuse_norms):
-        raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
-    if linear_tile not in ("rows", "mma"):
-        raise ValueError(f"linear_tile must be 'rows' or 'mma', got {linear_tile!r}")
-    if qk_heads is not None and (isinstance(qk_heads, bool) or not isinstance(qk_heads, int) or qk_heads < 1
-                                 or config.num_kv_heads // tp % qk_heads):
-        raise ValueError(f"qk_heads must be a positive divisor of the {config.num_kv_heads // tp} KV heads, "
-                         f"got {qk_heads!r}")
-    if qkv_by_matrix is not None and not isinstance(qkv_by_matrix, bool):
-        raise ValueError(f"qkv_by_matrix must be a bool or None, got {qkv_by_matrix!r}")
-    if not isinstance(gated_mlp, bool):
-        raise ValueError(f"gated_mlp must be a bool, got {gated_mlp!r}")
+    if options is None:
+        options = KernelOptions(**{**PLAIN_KERNEL, **choices})
+    elif choices:
+        raise TypeError("build_decode_kernel takes options or keyword choices, not both")
+    if not options.resolved:
+        raise ValueError(f"build_decode_kernel needs options whose defaults are resolved (KernelOptions.resolve), "
+                         f"got {options}")
+    options.check(config.num_kv_heads)
     if warps is not None and (isinstance(warps, bool) or not isinstance(warps, int) or warps < 1):
         raise ValueError(f"warps must be a positive int, got {warps!r}")
-    if not isinstance(o_per_head, bool):
-        raise ValueError(f"o_per_head must be a bool, got {o_per_head!r}")
-    if o_per_head and (tp != 1 or linear_tile != "rows"):
-        raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
-    norm_tasks = ("qkv", "mlp", "lm_head")
-    if isinstance(norm_in_linear, bool):
-        norm_in_linear = norm_tasks if norm_in_linear else ()
-    elif not isinstance(norm_in_linear, (list, tuple)) or not set(norm_in_linear) <= set(norm_tasks):
-        raise ValueError(f"norm_in_linear must be a bool or a list of {', '.join(norm_tasks)}, got {norm_in_linear!r}")
-    norm_in_linear = tuple(norm_in_linear)
-    if norm_in_linear and (linear_tile != "rows" or not fuse_norms):
-        raise ValueError("norm_in_linear needs fuse_norms and linear_tile 'rows'")
-    if norm_scratch not in ("global", "shared"):
-        raise ValueError(f"norm_scratch must be 'global' or 'shared', got {norm_scratch!r}")
-    if norm_scratch == "shared" and (linear_tile != "rows" or not fuse_norms):
-        raise ValueError("norm_scratch='shared' needs fuse_norms and linear_tile 'rows'")
+    layered, tp, linear_tile, fuse_norms = options.layered, options.tp, options.linear_tile, options.fuse_norms
+    qk_heads, gated_mlp, qkv_by_matrix, o_per_head = (options.qk_heads, options.gated_mlp, options.qkv_by_matrix,
+                                                      options.o_per_head)
+    norm_in_linear, norm_scratch, scratch_rows = options.norm_tasks, options.norm_scratch, options.scratch_rows
+    norm_tasks = NORM_TASKS
     mma = linear_tile == "mma"
-    if mma and not fuse_norms:
-        raise ValueError("linear_tile='mma' needs fused norms")
     c = tp_config(config, tp)
     lay = layout
     L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
