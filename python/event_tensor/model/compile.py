@@ -11,8 +11,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .builder import build_decode_kernel, kernel_layout
+from .builder import build_decode_kernel
 from .config import ModelConfig, tp_config
+from .layout import kernel_layout
 from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions  # noqa: F401 -- NORM_IN_LINEAR_MAX_HIDDEN: re-exported
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 

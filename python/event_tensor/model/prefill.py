@@ -52,8 +52,9 @@ from ..ir import (
     ShapedType,
 )
 from ..build import ROWS_IN_FLIGHT
-from .builder import KernelLayout, layer_view, model_arguments, mr, new_kernel, strided, vec_view
 from .config import ModelConfig
+from .kernel.views import layer_view, model_arguments, mr, new_kernel, strided, vec_view
+from .layout import KernelLayout
 
 __all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
 
