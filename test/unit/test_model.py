@@ -161,6 +161,39 @@ def test_session_rejects_a_non_model_artifact(tmp_path):
         model.DecodeSession(tmp_path, {})
 
 
+def test_kernel_options_round_trip_and_defaults(tmp_path):
+    """compile_model's build choices are one KernelOptions: checked once,
+    the defaults of the target and batch resolved per kernel, written to
+    model.json and read back by the session (keys that name no option
+    ignored)."""
+    opts = model.KernelOptions(norm_in_linear=["qkv"], qk_heads=2)
+    assert opts.norm_in_linear == ("qkv",) and opts.to_dict()["norm_in_linear"] == ["qkv"]
+    assert model.KernelOptions.from_dict({**opts.to_dict(), "config": {}, "l2_prefetch": 0.0}) == opts
+    assert not opts.resolved
+    qwen = model.preset("qwen3-0.6b")
+    one = model.KernelOptions().resolve(qwen, target="cuda", max_batch=1)
+    assert (one.layered, one.o_per_head, one.norm_in_linear, one.norm_scratch) == (True, True, True, "shared")
+    assert one.resolved
+    many = model.KernelOptions(o_per_head=False).resolve(qwen, target="cuda", max_batch=4, mode="dynamic")
+    assert (many.layered, many.o_per_head, many.norm_in_linear, many.norm_scratch) == (False, False, False, "global")
+    with pytest.raises(ValueError, match="o_per_head needs tp 1 and linear_tile 'rows'"):
+        model.KernelOptions(o_per_head=True, linear_tile="mma")
+    # With "auto", the tile kind of each kernel variant is checked when it is known.
+    model.KernelOptions(o_per_head=True, linear_tile="auto")
+    config = model.tiny_config("llama")
+    path = model.compile_model(config, target="cpu", max_batch=1, max_context=16, workers=3, cache_dir=tmp_path)
+    info = json.loads((path / "model.json").read_text())
+    session = model.DecodeSession(path, model.random_weights(config, seed=1))
+    assert session.kernel_options == model.KernelOptions.from_dict(info) == \
+        model.KernelOptions().resolve(config, target="cpu", max_batch=1)
+    session.close()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.json").write_text(json.dumps({**info, "linear_tile": "wide"}))
+    with pytest.raises(model.ModelArtifactError, match="linear_tile must be 'rows', 'mma' or 'auto', got 'wide'"):
+        model.DecodeSession(bad, {})
+
+
 def test_kernel_layout_limits():
     from event_tensor.model.builder import kernel_layout
 
@@ -748,42 +781,6 @@ def test_specialize_errors(tmp_path):
                             out_dir=tmp_path / "x", cache_dir=tmp_path)
 
 
-def test_l2_prefetch_hints_change_no_value(tmp_path):
-    """l2_prefetch: a task of et.prefetch hints per layer; the step's values
-    are those of the reference (hints are no-ops on the CPU), and on the GPU
-    each hint is one bulk L2 prefetch (o, gate, up)."""
-    config = model.tiny_config("qwen3")
-    weights = model.random_weights(config, seed=8)
-    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=3, split_len=8,
-                               l2_prefetch=0.5, cache_dir=tmp_path)
-    assert json.loads((path / "model.json").read_text())["l2_prefetch"] == 0.5
-    session = model.DecodeSession(path, weights)
-    ref = model.ReferenceModel(config, weights, max_batch=2, max_context=32)
-    for t in range(4):
-        session.step([3 + t, 9], [t, t])
-        want = ref.step([3 + t, 9], [t, t])
-        assert np.abs(session.last_logits() - want).max() / np.abs(want).max() < 2e-3
-    cuda = model.compile_model(config, target="cuda", max_batch=1, max_context=32, workers=8,
-                               threads_per_worker=128, l2_prefetch=0.5, cache_dir=tmp_path)
-    plain = model.compile_model(config, target="cuda", max_batch=1, max_context=32, workers=8,
-                                threads_per_worker=128, cache_dir=tmp_path)
-    # Three more bulk prefetches than the kernel without hints, whose own
-    # are the norm weights of the linear tiles that read h through their
-    # norms (norm_in_linear; none with it off).
-    count = lambda art: (art / "kernel.ptx").read_text().count("cp.async.bulk.prefetch.L2")
-    assert count(cuda) - count(plain) == 3
-    off = model.compile_model(config, target="cuda", max_batch=1, max_context=32, workers=8,
-                              threads_per_worker=128, norm_in_linear=False, cache_dir=tmp_path)
-    assert count(off) == 0
-    for bad in (1.5, -0.1, True, "half"):
-        with pytest.raises(ValueError, match="l2_prefetch must be a fraction in \\[0, 1\\]"):
-            model.compile_model(config, target="cpu", max_batch=1, max_context=16, l2_prefetch=bad,
-                                cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="l2_prefetch needs the layered kernel"):
-        model.compile_model(config, target="cpu", max_batch=1, max_context=16, l2_prefetch=0.5, layered=False,
-                            cache_dir=tmp_path)
-
-
 def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
     """Each kernel variant takes the defaults of its own max_batch (they
     were once taken from the artifact's max_batch for all of them): weight
@@ -819,50 +816,6 @@ def test_cuda_prefill_kernel_options(tmp_path):
     one = model.compile_model(cfg, target="cuda", max_batch=1, max_context=256, workers=8, prefill_rows=128,
                               prefill_tiles={"rows_in_flight": 1}, out_dir=tmp_path / "b", cache_dir=tmp_path / "cache")
     assert "tile_rows_in_flight" not in json.loads((one / "prefill" / "metadata.json").read_text())["options"]
-
-
-@pytest.mark.parametrize("family,layered,mode", [("llama", True, "static"), ("qwen3", True, "static"),
-                                                 ("qwen3", False, "dynamic")])
-def test_rope_in_attention_matches_reference(family, layered, mode, tmp_path):
-    """One-row kernels drop the `qk` task with rope_in_attention: the attention tiles
-    rotate their group's query heads and this step's key into per-tile
-    memory, and the split holding the row's position appends the key and
-    value (et.attention_split `append`). Positions cross the
-    splits of 8 (the writer moves from split to split); the logits are
-    those of `rope_in_attention=False` (which keeps the `qk` task) bit for
-    bit, and the reference's within the bf16 rounding. Off by default."""
-    config = model.tiny_config(family)
-    weights = model.random_weights(config, seed=9)
-    ref = model.ReferenceModel(config, weights, max_batch=1, max_context=32)
-    kernels = {}
-    for fused in (True, False):
-        path = model.compile_model(config, target="cpu", max_batch=1, max_context=32, workers=3, split_len=8,
-                                   layered=layered, mode=mode, rope_in_attention=fused, cache_dir=tmp_path)
-        meta = json.loads((path / "metadata.json").read_text())
-        names = [a["name"] for a in meta["arguments"]]
-        has_qk = any(t == "qk" or t.startswith("qk_") for t in meta["tasks"])
-        assert has_qk is not fused and "q_rot" not in names
-        assert json.loads((path / "model.json").read_text())["rope_in_attention"] is fused
-        kernels[fused] = model.DecodeSession(path, weights)
-    for t, token in enumerate([5, 17, 33, 7, 1, 2, 9, 11, 40, 3, 8, 6]):
-        want = ref.step([token], [t])
-        for session in kernels.values():
-            session.step([token], [t])
-        # The same ops on the same values: the same bits.
-        assert np.array_equal(kernels[True].last_logits(), kernels[False].last_logits()), t
-        assert _rel(kernels[True].last_logits(), want) < 3e-3, t
-    for session in kernels.values():
-        session.close()
-
-
-def test_rope_in_attention_errors(tmp_path):
-    config = model.tiny_config("llama")
-    with pytest.raises(ValueError, match="rope_in_attention needs a max_batch 1 kernel, got max_batch 2"):
-        model.compile_model(config, target="cpu", max_batch=2, max_context=16, rope_in_attention=True,
-                            cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="rope_in_attention must be a bool, got 'yes'"):
-        model.compile_model(config, target="cpu", max_batch=1, max_context=16, rope_in_attention="yes",
-                            cache_dir=tmp_path)
 
 
 def _compare_with_reference(kernels, ref, steps, tol=3e-3):
@@ -961,6 +914,12 @@ def test_norm_in_linear_per_task_and_default(tmp_path):
         # x * g goes to shared memory 16 bytes (8 bf16) at a time.
         kinds[name] = (info["norm_in_linear"], "st.shared.v4.b32" in (art / "kernel.ptx").read_text())
     assert kinds["one"] == (True, True) and kinds["two"] == (False, False)
+    # The one-row kernel's bulk L2 prefetches are the norm weights of the
+    # tiles that read h through their norms: none with norm_in_linear off.
+    bulk = lambda art: (art / "kernel.ptx").read_text().count("cp.async.bulk.prefetch.L2")
+    off = model.compile_model(config, target="cuda", max_batch=1, max_context=32, workers=8, threads_per_worker=128,
+                              norm_in_linear=False, out_dir=tmp_path / "off", cache_dir=tmp_path)
+    assert bulk(tmp_path / "one") > 0 and bulk(off) == 0
     wide = model.tiny_config("llama")
     wide = type(wide).from_dict({**wide.to_dict(), "hidden_size": 2048, "intermediate_size": 256})
     art = model.compile_model(wide, target="cuda", max_batch=1, max_context=32, workers=8, threads_per_worker=128,
@@ -1035,50 +994,6 @@ def test_o_per_head_errors(tmp_path):
     with pytest.raises(ValueError, match="o_per_head needs tp 1 and linear_tile 'rows'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True,
                             linear_tile="mma", cache_dir=tmp_path)
-
-
-@pytest.mark.parametrize("family,layered,mode,workers,max_batch,layers",
-                         [("llama", True, "static", 4, 2, 2), ("qwen3", True, "static", 8, 1, 3),
-                          ("qwen3", False, "dynamic", 8, 2, 3)])
-def test_down_in_mlp_matches_reference(family, layered, mode, workers, max_batch, layers, tmp_path):
-    """down_in_mlp drops the `down` task: each `mlp` tile adds its block of
-    the down projection into the next layer's residual stream with atomic
-    adds (tiles on other host threads add into the same rows), the stream
-    alternating between h and h2 (two layers end in h, three in h2). The
-    logits are the reference's and those of the kernel with a `down` task
-    within the bf16 rounding, at batch 2, then rows of different lengths."""
-    config = model.tiny_config(family, num_layers=layers)
-    weights = model.random_weights(config, seed=13)
-    ref = model.ReferenceModel(config, weights, max_batch=max_batch, max_context=32)
-    kernels = {}
-    for fused in (True, False):
-        path = model.compile_model(config, target="cpu", max_batch=max_batch, max_context=32, workers=workers,
-                                   split_len=8, layered=layered, mode=mode, o_per_head=True,
-                                   down_in_mlp=fused, cache_dir=tmp_path)
-        tasks = json.loads((path / "metadata.json").read_text())["tasks"]
-        assert any(t == "down" or t.startswith("down_") for t in tasks) is not fused
-        assert json.loads((path / "model.json").read_text())["down_in_mlp"] is fused
-        kernels[fused] = model.DecodeSession(path, weights)
-    steps = [([5, 9][:max_batch], [0, 0][:max_batch]), ([17, 200][:max_batch], [1, 1][:max_batch])]
-    steps += [([t % 50 + 1, t % 7 + 3][:max_batch], [t, t - 3][:max_batch]) for t in range(3, 12)]
-    _compare_with_reference(kernels, ref, steps)
-
-
-def test_down_in_mlp_errors(tmp_path):
-    config = model.tiny_config("llama")
-    with pytest.raises(ValueError, match="down_in_mlp must be a bool, got 1"):
-        model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True, down_in_mlp=1,
-                            cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="down_in_mlp needs o_per_head, gated_mlp"):
-        model.compile_model(config, target="cpu", max_batch=1, max_context=16, down_in_mlp=True,
-                            cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="down_in_mlp needs o_per_head, gated_mlp"):
-        model.compile_model(config, target="cpu", max_batch=1, max_context=16, o_per_head=True,
-                            gated_mlp=False, down_in_mlp=True, cache_dir=tmp_path)
-    odd = model.tiny_config("llama", intermediate_size=200)
-    with pytest.raises(ValueError, match="down_in_mlp needs rows per mlp tile that divide the intermediate size 200"):
-        model.compile_model(odd, target="cpu", max_batch=1, max_context=16, workers=3, o_per_head=True,
-                            down_in_mlp=True, cache_dir=tmp_path)
 
 
 def _qk_extents(config, max_batch, **kw):

@@ -8,10 +8,13 @@ import json
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from .builder import build_decode_kernel, kernel_layout
+from .builder import build_decode_kernel
 from .config import ModelConfig, tp_config
+from .layout import kernel_layout
+from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions  # noqa: F401 -- NORM_IN_LINEAR_MAX_HIDDEN: re-exported
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
 __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH",
@@ -119,9 +122,6 @@ def model_stage_tasks(config: ModelConfig, max_batch: int) -> tuple:
 # 196-316 at -O2), and on the H200 the steps were 1-5% faster at batch 1
 # and 4 for both models (docs/benchmarks.md, "Code generation at -O1").
 MODEL_OPT_LEVEL = 1
-# The hidden sizes whose one-row cuda kernels read h through their norms by
-# default (norm_in_linear): Qwen3-0.6B's 1024; Llama-3.2-1B's 2048 spills.
-NORM_IN_LINEAR_MAX_HIDDEN = 1024
 
 
 def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 1, max_context: int = 256,
@@ -131,11 +131,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
-                  jobs: int | None = None, l2_prefetch: float = 0.0, min_batch: int = 1,
-                  rope_in_attention: bool = False, qk_heads: int | None = None, gated_mlp: bool = True,
-                  qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
+                  jobs: int | None = None, min_batch: int = 1, qk_heads: int | None = None,
+                  gated_mlp: bool = True, qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
                   norm_in_linear: bool | list | None = None, norm_scratch: str | None = None,
-                  down_in_mlp: bool = False, **options) -> Path:
+                  **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -155,6 +154,13 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     shipped table, such as "NVIDIA H200") picks the rows per tile of
     every linear layer for M = max_batch; shapes it lacks use the heuristic,
     and model.json records where each choice came from.
+
+    The kernel's build choices (`layered`, `tp`, `linear_tile`,
+    `gated_mlp`, `qkv_by_matrix`, `o_per_head`, `norm_in_linear`,
+    `norm_scratch`, `fuse_norms`, `qk_heads`, `scratch_rows`) make one
+    `model.options.KernelOptions`, checked once and recorded in model.json;
+    those left None take the defaults of the target and of each kernel's
+    max_batch (`KernelOptions.resolve`).
 
     Kernel variants: with `specialize` (True for the buckets of
     `shape_buckets`, of which each batch range keeps those of
@@ -185,10 +191,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     layered kernel and fused norms, and takes no prefill kernel or batch
     variants yet.
 
-    `l2_prefetch` = f adds the L2 hints of `build_decode_kernel`.
-    `rope_in_attention` (`max_batch` 1 only) has the attention tiles
-    rotate their own query heads and this step's key and value instead of
-    a `qk` task before them (`build_decode_kernel`; off by default).
     `qk_heads` sets the KV heads per `qk` tile (default: chosen by
     `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up
     rows apart and their activation after them (`build_decode_kernel`);
@@ -203,11 +205,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     projection per query head"), and off elsewhere (the host's results
     keep their bits from run to run). Pass False for a GPU kernel whose
     logits repeat bit for bit.
-
-    `down_in_mlp` (needs `o_per_head`) drops the `down` task: each `mlp`
-    tile adds its block's part of the down projection into the residual
-    stream itself (atomic adds; `build_decode_kernel`). Off by default
-    (measured slower).
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all three, or a list of
@@ -229,72 +226,83 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     compiles both, as kernel variants: `rows` below `mma_from_batch`
     (batch 4 for hidden sizes from 2048, else 8; measured on the H200),
     `mma` from it; it needs `out_dir`."""
-    from .. import compile as et_compile
-    from ..compiler import EventTensorCompileError
-    from ..ir import Context
-
     if workers is None:
         workers = 4 if target == "cpu" else 132
-    if layered is None:
-        layered = options.get("mode") != "dynamic"
-    if linear_tile not in ("rows", "mma", "auto"):
-        raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {linear_tile!r}")
-    if linear_tile == "auto" and max_batch < mma_from_batch(config) and not specialize:
-        linear_tile = "rows"  # nothing to choose between
-    variants = bool(specialize) or batch_variants or linear_tile == "auto"
+    kernel = KernelOptions(layered=layered, tp=tp, linear_tile=linear_tile, gated_mlp=gated_mlp,
+                           qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head, norm_in_linear=norm_in_linear,
+                           norm_scratch=norm_scratch, fuse_norms=fuse_norms, qk_heads=qk_heads,
+                           scratch_rows=scratch_rows)
+    if kernel.linear_tile == "auto" and max_batch < mma_from_batch(config) and not specialize:
+        kernel = replace(kernel, linear_tile="rows")  # nothing to choose between
+    variants = bool(specialize) or batch_variants or kernel.linear_tile == "auto"
     if prefill_rows and variants:
         raise ValueError("prefill_rows is not supported with kernel variants (specialize, batch_variants, "
                          "linear_tile='auto')")
     if tp != 1 and (prefill_rows or batch_variants):
         raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
-    if linear_tile == "auto" and (batch_variants or tuning_table is not None):
+    if kernel.linear_tile == "auto" and (batch_variants or tuning_table is not None):
         raise ValueError("linear_tile='auto' is not supported with batch_variants or a tuning_table")
     if isinstance(prefill_rows, bool) or not isinstance(prefill_rows, int) or prefill_rows < 0:
         raise ValueError(f"prefill_rows must be a non-negative int, got {prefill_rows!r}")
     if variants:
         if cache_batch is not None or cache_context is not None:
             raise ValueError("cache_batch / cache_context are set by the kernel variants themselves")
-        return _compile_shape_variants(config, target=target, max_batch=max_batch, max_context=max_context,
+        return _compile_shape_variants(config, kernel, target=target, max_batch=max_batch, max_context=max_context,
                                        workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
-                                       use_cache=use_cache, layered=layered, tuning_table=tuning_table,
+                                       use_cache=use_cache, tuning_table=tuning_table,
                                        batch_variants=batch_variants, specialize=specialize,
-                                       linear_tile=linear_tile, fuse_norms=fuse_norms, tp=tp,
-                                       table_batch=table_batch, scratch_rows=scratch_rows, jobs=jobs,
-                                       l2_prefetch=l2_prefetch, rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                       gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                       norm_in_linear=norm_in_linear, norm_scratch=norm_scratch,
-                                       down_in_mlp=down_in_mlp, **options)
-    # The defaults that depend on the kernel's own batch (after the variants'
-    # dispatch: each variant takes those of its own max_batch).
-    if o_per_head is None:
-        o_per_head = target == "cuda" and tp == 1 and linear_tile == "rows"
-    if norm_in_linear is None:
-        norm_in_linear = (target == "cuda" and max_batch == 1 and linear_tile == "rows" and fuse_norms
-                          and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN)
-    if norm_scratch is None:
-        norm_scratch = "shared" if max_batch == 1 and linear_tile == "rows" and fuse_norms else "global"
-    staged_default = False
-    if target == "cuda":
-        options.setdefault("threads_per_worker", model_threads(config, max_batch))
-        options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
-        options.setdefault("opt_level", MODEL_OPT_LEVEL)
-        if max_batch == 1:
-            options.setdefault("tile_linear", MODEL_TILE_LINEAR)
-            options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
-            if "tile_prefetch" not in options:
-                options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
-                options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
-            # (Not measured on several GPUs: tensor-parallel kernels keep
-            # their weights unstaged unless asked.)
-            staged_default = "tile_stage_bytes" not in options and tp == 1
-            if staged_default:
-                options["tile_stage_bytes"] = MODEL_STAGE_BYTES
-                options.setdefault("tile_stage_tasks", model_stage_tasks(config, max_batch))
+                                       table_batch=table_batch, jobs=jobs, **options)
+    return _compile_kernel(config, kernel, target=target, max_batch=max_batch, max_context=max_context,
+                           workers=workers, split_len=split_len, min_batch=min_batch, cache_batch=cache_batch,
+                           cache_context=cache_context, out_dir=out_dir, cache_dir=cache_dir, use_cache=use_cache,
+                           tuning_table=tuning_table, table_batch=table_batch, prefill_rows=prefill_rows,
+                           prefill_tiles=prefill_tiles, **options)
+
+
+def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) -> bool:
+    """Fills in the cuda compile `options` the caller left out (the MODEL_*
+    defaults above, those of the kernel's own max_batch). Returns whether
+    the weight staging is the default one (which `_compile_kernel` shrinks
+    to what the tile buffers leave)."""
+    options.setdefault("threads_per_worker", model_threads(config, max_batch))
+    options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
+    options.setdefault("opt_level", MODEL_OPT_LEVEL)
+    if max_batch != 1:
+        return False
+    options.setdefault("tile_linear", MODEL_TILE_LINEAR)
+    options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
+    if "tile_prefetch" not in options:
+        options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
+        options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
+    # (Not measured on several GPUs: tensor-parallel kernels keep their
+    # weights unstaged unless asked.)
+    staged_default = "tile_stage_bytes" not in options and tp == 1
+    if staged_default:
+        options["tile_stage_bytes"] = MODEL_STAGE_BYTES
+        options.setdefault("tile_stage_tasks", model_stage_tasks(config, max_batch))
+    return staged_default
+
+
+def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, max_batch: int, max_context: int,
+                    workers: int, split_len: int | None = None, min_batch: int = 1, cache_batch: int | None = None,
+                    cache_context: int | None = None, out_dir=None, cache_dir=None, use_cache: bool = True,
+                    tuning_table=None, table_batch: int | None = None, prefill_rows: int = 0,
+                    prefill_tiles: dict | None = None, **options) -> Path:
+    """One decode kernel (and its prefill kernel, with `prefill_rows`) and
+    its model.json, `kernel`'s defaults resolved for `target` and
+    `max_batch` (each kernel variant compiles through here). Returns the
+    artifact directory."""
+    from .. import compile as et_compile
+    from ..compiler import EventTensorCompileError
+    from ..ir import Context
+
+    kernel = kernel.resolve(config, target=target, max_batch=max_batch, mode=options.get("mode"))
+    staged_default = _cuda_defaults(config, max_batch, kernel.tp, options) if target == "cuda" else False
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context,
                            min_batch=min_batch)
     if target == "cuda":
-        _kv_prefetch_budget(tp_config(config, tp), layout, options)
+        _kv_prefetch_budget(tp_config(config, kernel.tp), layout, options)
     choices = {}
     linear_rows = None
     if tuning_table is not None:
@@ -310,13 +318,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             return cfg.rows
     start = time.perf_counter()
     with Context():
-        module = build_decode_kernel(config, layout, layered=layered, linear_rows=linear_rows,
-                                     fuse_norms=fuse_norms, scratch_rows=scratch_rows, tp=tp,
-                                     linear_tile=linear_tile, l2_prefetch=l2_prefetch,
-                                     rope_in_attention=rope_in_attention, qk_heads=qk_heads,
-                                     gated_mlp=gated_mlp, qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head,
-                                     norm_in_linear=norm_in_linear, norm_scratch=norm_scratch,
-                                     down_in_mlp=down_in_mlp, warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
+        module = build_decode_kernel(config, layout, kernel, linear_rows=linear_rows,
+                                     warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
     try:
@@ -332,14 +335,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
             options.pop("tile_stage_tasks", None)
         art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
-    info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, "layered": layered,
-            "tp": tp, "linear_tile": linear_tile, "l2_prefetch": l2_prefetch,
-            "rope_in_attention": rope_in_attention, "gated_mlp": gated_mlp, "qkv_by_matrix": qkv_by_matrix,
-            "o_per_head": o_per_head, "norm_in_linear": norm_in_linear, "norm_scratch": norm_scratch,
-            "down_in_mlp": down_in_mlp,
-            "fuse_norms": fuse_norms,
-            "linear_tiles": choices or None,
-            "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
+    info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, **kernel.to_dict(),
+            "linear_tiles": choices or None, "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
     src = Path(art.path)
     if prefill_rows:
         info["prefill"] = _compile_prefill(config, layout, src / PREFILL_DIR, target=target, workers=workers,
@@ -506,7 +503,9 @@ def context_buckets(config: ModelConfig, lo: int, hi: int, contexts: list[int], 
 
 
 def _compile_one(config: ModelConfig, kwargs: dict) -> None:
-    compile_model(config, **kwargs)
+    """One kernel variant: `_compile_kernel` of the keywords a job of
+    `_compile_shape_variants` holds (its `kernel` options among them)."""
+    _compile_kernel(config, **kwargs)
 
 
 # A compile process: reads (config, kwargs) jobs from stdin (a pickle
@@ -622,9 +621,9 @@ def _compile_in_processes(config: ModelConfig, jobs_args: list[dict], jobs: int)
         raise errors[0]
 
 
-def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context: int, out_dir, workers: int,
-                            specialize, linear_tile: str, batch_variants: bool, tuning_table, tp: int,
-                            jobs: int | None, **kwargs) -> Path:
+def _compile_shape_variants(config: ModelConfig, kernel: KernelOptions, *, max_batch: int, max_context: int,
+                            out_dir, workers: int, specialize, batch_variants: bool, tuning_table, jobs: int | None,
+                            **kwargs) -> Path:
     """One kernel per (range of batch sizes, context bucket), each compiled
     for its own largest batch and context (tiles, splits, scratch) with the
     KV caches' storage shape of (max_batch, max_context), so that all share
@@ -638,7 +637,7 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     batches, contexts = shape_buckets(max_batch, max_context, specialize)
     cuts = set(batches)
     mma_from = mma_from_batch(config)
-    if linear_tile == "auto" and max_batch >= mma_from:
+    if kernel.linear_tile == "auto" and max_batch >= mma_from:
         cuts.add(mma_from - 1)
     # Loaded once here (a path or a GPU name would otherwise be read again
     # by every variant's compile).
@@ -663,16 +662,16 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     out.mkdir(parents=True, exist_ok=True)
     variants, jobs_args = [], []
     for lo, hi in ranges:
-        tile = linear_tile if linear_tile != "auto" else ("rows" if hi < mma_from else "mma")
+        tile = kernel.linear_tile if kernel.linear_tile != "auto" else ("rows" if hi < mma_from else "mma")
         buckets = contexts
         if specialize is True:
             buckets = context_buckets(config, lo, hi, contexts, workers=workers,
                                       split_len=kwargs.get("split_len"))
         for context in buckets:
             name = f"batch{lo}-{hi}-context{context}-{tile}"
-            jobs_args.append(dict(max_batch=hi, min_batch=lo, max_context=context, cache_batch=max_batch,
-                                  cache_context=max_context, out_dir=out / name, workers=workers, tp=tp,
-                                  linear_tile=tile, tuning_table=table, **kwargs))
+            jobs_args.append(dict(kernel=replace(kernel, linear_tile=tile), max_batch=hi, min_batch=lo,
+                                  max_context=context, cache_batch=max_batch, cache_context=max_context,
+                                  out_dir=out / name, workers=workers, tuning_table=table, **kwargs))
             variants.append({"min_batch": lo, "max_batch": hi, "max_context": context, "dir": name,
                              "linear_tile": tile})
     start = time.perf_counter()
@@ -688,7 +687,7 @@ def _compile_shape_variants(config: ModelConfig, *, max_batch: int, max_context:
     # The storage layout: what the session allocates and checks against.
     info["layout"] = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                                    split_len=kwargs.get("split_len")).to_dict()
-    info.update(linear_tile=linear_tile, linear_tiles=None, variants=variants, compile_jobs=jobs,
+    info.update(linear_tile=kernel.linear_tile, linear_tiles=None, variants=variants, compile_jobs=jobs,
                 compile_s=round(time.perf_counter() - start, 3))
     (out / MODEL_JSON).write_text(json.dumps(info, indent=2))
     (out / VARIANTS_JSON).write_text(json.dumps({"variants": variants}, indent=2))

@@ -52,8 +52,9 @@ from ..ir import (
     ShapedType,
 )
 from ..build import ROWS_IN_FLIGHT
-from .builder import KernelLayout, layer_view, model_arguments, mr, new_kernel, strided, vec_view
 from .config import ModelConfig
+from .kernel.views import layer_view, model_arguments, mr, new_kernel, strided, vec_view
+from .layout import KernelLayout
 
 __all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
 
@@ -261,204 +262,273 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
                          name: str = "prefill") -> Module:
     """The prefill kernel of `config` (the decode kernel's `layout` gives the
     cache shape and the argmax chunks)."""
-    c, lay = config, layout
-    L, H, I, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
-    Hq, Hkv, D = c.num_heads, c.num_kv_heads, c.head_dim
-    S, R, RB = lay.max_context, tiles.row_block, tiles.row_blocks
-    TB = RB * (R // tiles.attn_block)  # attention token blocks
-    bf16, f32, i32, idx = BF16Type.get(), F32Type.get(), IntegerType.get_signless(32), IndexType.get()
-    fused = tiles.gate_up == "fused"
-    gu = bf16 if tiles.gate_up == "bf16" else f32
-    split = tiles.split_k
-    row_tail = tiles.last_layer == "row"
-    LB = L - 1 if row_tail else L  # layers whose o, norm2, MLP and down run on every row
+    k = _PrefillKernel(config, layout, tiles, name)
+    with InsertionPoint(k.kernel.entry_block), Location.unknown():
+        k.attributes()
+        k.events_of_layers()
+        k.layer_inputs()
+        k.attention()
+        k.layer_outputs()
+        done = k.row_tail() if k.row_tail_layer else k.down_of_last_row
+        k.head(done)
+    return k.module
 
-    args = [("rows", idx), ("slot", idx), ("pos0", idx), ("p_tokens", mr([DYN], i32)),
-            ("p_positions", mr([DYN], i32))]
-    args += model_arguments(c, lay)
-    args += [("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
-             ("p_q", mr([DYN, Hq, D], f32)), ("p_k", mr([DYN, Hkv, D], f32)), ("p_v", mr([DYN, Hkv, D], f32)),
-             ("p_attn", mr([DYN, Hq, D], bf16)),
-             *([] if fused else [("p_g", mr([DYN, I], gu)), ("p_u", mr([DYN, I], gu))]),
-             ("p_act", mr([DYN, I], bf16)),
-             # The upper K halves of split o and down. One buffer serves both:
-             # o[l] writes a row block's rows after attn[l] and down[l] after
-             # norm2[l] read them, and norm1[l + 1], which reads down's, comes
-             # before that block's q, k, v, so before attn[l + 1] and o[l + 1].
-             *([("p_part", mr([DYN, H], f32))] if max(split.values()) > 1 else []),
-             ("xn", mr([DYN, H], bf16)),
-             # The last row's MLP in the last layer (the decode kernel's buffers).
-             *([("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16))]
-               if row_tail else []),
-             ("logits", mr([DYN, V], f32)),
-             ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
-             ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
 
-    module, kernel, A = new_kernel(name, args)
-    with InsertionPoint(kernel.entry_block), Location.unknown():
-        rows = A["rows"]
+class _PrefillKernel:
+    """The prefill kernel being built: its shapes, arguments and events, the
+    helpers its tasks are built with, and one method per phase (called in
+    order, inside the kernel's body)."""
 
-        def const(v: int):
-            return arith.ConstantOp(idx, v).result
+    def __init__(self, config: ModelConfig, layout: KernelLayout, tiles: PrefillTiles, name: str):
+        c, lay = config, layout
+        self.c, self.lay, self.tiles = c, lay, tiles
+        self.L, self.H, self.I, self.V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
+        self.Hq, self.Hkv, self.D = c.num_heads, c.num_kv_heads, c.head_dim
+        self.S, self.R, self.RB = lay.max_context, tiles.row_block, tiles.row_blocks
+        self.TB = self.RB * (self.R // tiles.attn_block)  # attention token blocks
+        # Row tiles of the row-wise tasks.
+        self.RT, self.rt = self.RB * (self.R // tiles.row_tile), tiles.row_tile
+        self.bf16, self.f32, self.i32, self.idx = (BF16Type.get(), F32Type.get(), IntegerType.get_signless(32),
+                                                   IndexType.get())
+        self.fused = tiles.gate_up == "fused"
+        self.gu = self.bf16 if tiles.gate_up == "bf16" else self.f32
+        self.split = tiles.split_k
+        self.row_tail_layer = tiles.last_layer == "row"
+        # Layers whose o, norm2, MLP and down run on every row.
+        self.LB = self.L - 1 if self.row_tail_layer else self.L
+        self.module, self.kernel, self.A = new_kernel(name, self.arguments())
+        self.rows = self.A["rows"]
+        self.events = {}
 
-        def plus_one(v):
-            return affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [v])
+    def arguments(self) -> list:
+        """The kernel's (name, type) arguments, in order."""
+        c, lay, H, I, V, Hq, Hkv, D = self.c, self.lay, self.H, self.I, self.V, self.Hq, self.Hkv, self.D
+        bf16, f32, i32, idx, gu = self.bf16, self.f32, self.i32, self.idx, self.gu
+        args = [("rows", idx), ("slot", idx), ("pos0", idx), ("p_tokens", mr([DYN], i32)),
+                ("p_positions", mr([DYN], i32))]
+        args += model_arguments(c, lay)
+        args += [("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
+                 ("p_q", mr([DYN, Hq, D], f32)), ("p_k", mr([DYN, Hkv, D], f32)), ("p_v", mr([DYN, Hkv, D], f32)),
+                 ("p_attn", mr([DYN, Hq, D], bf16)),
+                 *([] if self.fused else [("p_g", mr([DYN, I], gu)), ("p_u", mr([DYN, I], gu))]),
+                 ("p_act", mr([DYN, I], bf16)),
+                 # The upper K halves of split o and down. One buffer serves both:
+                 # o[l] writes a row block's rows after attn[l] and down[l] after
+                 # norm2[l] read them, and norm1[l + 1], which reads down's, comes
+                 # before that block's q, k, v, so before attn[l + 1] and o[l + 1].
+                 *([("p_part", mr([DYN, H], f32))] if max(self.split.values()) > 1 else []),
+                 ("xn", mr([DYN, H], bf16)),
+                 # The last row's MLP in the last layer (the decode kernel's buffers).
+                 *([("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16))]
+                   if self.row_tail_layer else []),
+                 ("logits", mr([DYN, V], f32)),
+                 ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
+                 ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
+        return args
 
-        events = {}
+    # -- helpers ---------------------------------------------------------
 
-        def task(tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0):
-            """A task over the static `extents`. `waits(*ids)` and
-            `signal(*ids)` give (event, indices) pairs; `live(*ids)`, if
-            given, is the condition under which the body runs (tiles past
-            the launch's rows only signal)."""
-            t = et.TaskOp(tname, [const(e) for e in extents])
-            t.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
-            with InsertionPoint(t.entry_block):
-                ids = list(t.tile_ids)
-                for ev, at in waits(*ids) if callable(waits) else waits:
-                    et.wait(events[ev], at)
-                if live is None:
+    def const(self, v: int):
+        return arith.ConstantOp(self.idx, v).result
+
+    @staticmethod
+    def plus_one(v):
+        return affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [v])
+
+    def task(self, tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0):
+        """A task over the static `extents`. `waits(*ids)` and
+        `signal(*ids)` give (event, indices) pairs; `live(*ids)`, if
+        given, is the condition under which the body runs (tiles past
+        the launch's rows only signal)."""
+        t = et.TaskOp(tname, [self.const(e) for e in extents])
+        t.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
+        with InsertionPoint(t.entry_block):
+            ids = list(t.tile_ids)
+            for ev, at in waits(*ids) if callable(waits) else waits:
+                et.wait(self.events[ev], at)
+            if live is None:
+                body(*ids)
+            else:
+                guard = scf.IfOp(live(*ids))
+                with InsertionPoint(guard.then_block):
                     body(*ids)
-                else:
-                    guard = scf.IfOp(live(*ids))
-                    with InsertionPoint(guard.then_block):
-                        body(*ids)
-                        scf.YieldOp([])
-                if signal is not None:
-                    ev, at = signal(*ids)
-                    et.signal(events[ev], at)
+                    scf.YieldOp([])
+            if signal is not None:
+                ev, at = signal(*ids)
+                et.signal(self.events[ev], at)
 
-        def live_from(r0):
-            """Row r0 is a row of this launch."""
-            return arith.CmpIOp(arith.CmpIPredicate.ult, r0, rows).result
+    def live_from(self, r0):
+        """Row r0 is a row of this launch."""
+        return arith.CmpIOp(arith.CmpIPredicate.ult, r0, self.rows).result
 
-        def start(t, size: int):
-            """Index t * size: the first row (or column) of tile t."""
-            return arith.MulIOp(t, const(size)).result
+    def start(self, t, size: int):
+        """Index t * size: the first row (or column) of tile t."""
+        return arith.MulIOp(t, self.const(size)).result
 
-        def block_live(i):
-            return live_from(start(i, R))
+    def block_live(self, i):
+        return self.live_from(self.start(i, self.R))
 
-        def row_range(buf, t, size: int, shape, elt):
-            """Rows [t * size, min((t + 1) * size, rows)) of a [rows, *shape] buffer."""
-            r0 = start(t, size)
-            n = arith.MinSIOp(const(size), arith.SubIOp(rows, r0).result).result
-            strides = [1] * len(shape)
-            for j in range(len(shape) - 2, -1, -1):
-                strides[j] = strides[j + 1] * shape[j + 1]
-            full = [shape[0] * strides[0] if shape else 1] + strides
-            return memref.SubViewOp(strided([DYN] + list(shape), elt, full), buf, [r0], [n], [],
-                                    static_offsets=[DYN] + [0] * len(shape),
-                                    static_sizes=[DYN] + list(shape),
-                                    static_strides=[1] * (len(shape) + 1)).result
+    def row_range(self, buf, t, size: int, shape, elt):
+        """Rows [t * size, min((t + 1) * size, rows)) of a [rows, *shape] buffer."""
+        r0 = self.start(t, size)
+        n = arith.MinSIOp(self.const(size), arith.SubIOp(self.rows, r0).result).result
+        strides = [1] * len(shape)
+        for j in range(len(shape) - 2, -1, -1):
+            strides[j] = strides[j + 1] * shape[j + 1]
+        full = [shape[0] * strides[0] if shape else 1] + strides
+        return memref.SubViewOp(strided([DYN] + list(shape), elt, full), buf, [r0], [n], [],
+                                static_offsets=[DYN] + [0] * len(shape),
+                                static_sizes=[DYN] + list(shape),
+                                static_strides=[1] * (len(shape) + 1)).result
 
-        def row_block(buf, i, shape, elt):
-            return row_range(buf, i, R, shape, elt)
+    def row_block(self, buf, i, shape, elt):
+        return self.row_range(buf, i, self.R, shape, elt)
 
-        RT, rt = RB * (R // tiles.row_tile), tiles.row_tile  # row tiles of the row-wise tasks
+    def tile_rows(self, buf, t, shape, elt):
+        return self.row_range(buf, t, self.rt, shape, elt)
 
-        def tile_rows(buf, t, shape, elt):
-            return row_range(buf, t, rt, shape, elt)
+    def block_of(self, t):
+        """The row block of row tile t."""
+        return arith.DivUIOp(t, self.const(self.R // self.rt)).result
 
-        def block_of(t):
-            """The row block of row tile t."""
-            return arith.DivUIOp(t, const(R // rt)).result
+    def tile_live(self, t):
+        return self.live_from(self.start(t, self.rt))
 
-        def tile_live(t):
-            return live_from(start(t, rt))
+    def cache_view(self, cache, layer):
+        S, Hkv, D = self.S, self.Hkv, self.D
+        return memref.SubViewOp(strided([S, Hkv, D], self.bf16, [Hkv * D, D, 1]), cache, [layer, self.A["slot"]], [],
+                                [], static_offsets=[DYN, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
+                                static_strides=[1] * 5).result
 
-        def cache_view(cache, layer):
-            return memref.SubViewOp(strided([S, Hkv, D], bf16, [Hkv * D, D, 1]), cache, [layer, A["slot"]], [],
-                                    [], static_offsets=[DYN, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
-                                    static_strides=[1] * 5).result
+    @staticmethod
+    def collapse(buf, n: int):
+        return memref.collapse_shape(mr([DYN, n], buf.type.element_type), buf, [[0], [1, 2]])
 
-        def collapse(buf, n: int):
-            return memref.collapse_shape(mr([DYN, n], buf.type.element_type), buf, [[0], [1, 2]])
+    def last(self):
+        return arith.SubIOp(self.rows, self.const(1)).result
 
-        eps = FloatAttr.get(f32, c.rms_norm_eps)
-        scale = FloatAttr.get(f32, D ** -0.5)
-        theta = FloatAttr.get(f32, c.rope_theta)
-        scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
+    def last_row(self, buf, n: int, elt):
+        """The last row of a [rows, n] buffer."""
+        return memref.SubViewOp(strided([1, n], elt, [n, 1]), buf, [self.last()], [], [],
+                                static_offsets=[DYN, 0], static_sizes=[1, n], static_strides=[1, 1]).result
 
+    @staticmethod
+    def first_row(buf, n: int, elt):
+        return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
+
+    def xn0(self):
+        return self.first_row(self.A["xn"], self.H, self.bf16)
+
+    def add_part(self, name, rows_of):
+        """The residual form of a norm after a split layer: rmsnorm's
+        x is p_part's rows and h its residual (h += p_part, stored)."""
+        if self.split.get(name, 1) == 2:
+            return dict(x=rows_of(self.A["p_part"]), residual=rows_of(self.A["p_h"]))
+        return dict(x=rows_of(self.A["p_h"]))
+
+    def rmsnorm(self, parts, w, y):
+        et.rmsnorm(parts["x"], w, y, self.eps, residual=parts.get("residual"))
+
+    def gemm_task(self, tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None, layers=None):
+        """y (+)= x w^T over (layer, column block, row block) tiles of
+        the first `layers` layers (default: all); tile (l, j, i) waits on
+        `wait`[l, i] and signals `signal`[l, i] (default: tname).
+        Consecutive tiles share a weight block (column-major, as the
+        standalone GEMM orders blocks when N > M): the tiles that run at
+        once read each weight block once, and x (a few MB) stays in L2.
+        With `up` (a second weight), gated tiles of BN / 2 output columns.
+        With split_k 2 (accumulating layers), a second task `<tname>_part`
+        takes the upper half of K into p_part and signals the same
+        element."""
+        layers = self.L if layers is None else layers
+        if layers == 0:
+            return
+        A, R, const, start = self.A, self.R, self.const, self.start
+        n, k = prefill_gemm_shapes(self.c)[tname]
+        bn, bk, stages = self.tiles.gemm[tname]
+        if up is not None:
+            n //= 2
+        out_bn = bn // 2 if up is not None else bn
+        blocks_n = -(-n // out_bn)
+        tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
+        halves = self.split.get(tname, 1) if accumulate else 1
+        # The split point: half of K rounded up to whole BK slices.
+        half = -(-k // 2)
+        k_mid = -(-half // bk) * bk
+
+        def body_of(y, k_range, acc):
+            def body(l, j, i):
+                et.matmul(x_of(l), layer_view(A[weight], l, n, k), y(l), start(i, R), start(j, out_bn),
+                          k_range, tile_attr, stages=stages,
+                          accumulate=True if acc else None,
+                          up=None if up is None else layer_view(A[up], l, n, k))
+            return body
+        parts = [(tname, body_of(y_of, [], accumulate), k)]
+        if halves == 2:
+            parts = [(tname, body_of(y_of, [const(0), const(k_mid)], True), k_mid),
+                     (tname + "_part", body_of(lambda l: A["p_part"], [const(k_mid), const(k)], False),
+                      k - k_mid)]
+        for pname, body, kk in parts:
+            self.task(pname, [layers, blocks_n, self.RB], body, waits=lambda l, j, i: [(wait, [l, i])],
+                      signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: self.block_live(i),
+                      nbytes=2 * kk * (R + bn), flops=2 * R * bn * kk)
+
+    def linear_task(self, tname, n, k, body, wait):
+        """A one-row task over N = n output rows, about one share per
+        worker: body(row0, rows) per tile; it waits on `wait()` and
+        signals the scalar event `tname`."""
+        per = max(1, -(-n // self.lay.workers))
+        self.events[tname] = et.event([])
+        self.task(tname, [-(-n // per)], lambda t: body(self.start(t, per), self.const(per)), waits=lambda t: [wait()],
+                  signal=lambda t: (tname, []), nbytes=2 * per * k, flops=2 * per * k)
+
+    # -- phases ----------------------------------------------------------
+
+    def attributes(self) -> None:
+        c, f32 = self.c, self.f32
+        self.eps = FloatAttr.get(f32, c.rms_norm_eps)
+        self.scale = FloatAttr.get(f32, self.D ** -0.5)
+        self.theta = FloatAttr.get(f32, c.rope_theta)
+        self.scaling = DenseF32ArrayAttr.get([float(x) for x in c.rope_scaling]) if c.rope_scaling else None
+
+    def events_of_layers(self) -> None:
+        """The event tensors of the layers' tasks, by (layer[, row block])."""
+        L, LB, RB = self.L, self.LB, self.RB
         for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
                           ("rope_kv", [L]), ("attn", [L, RB]), ("o", [LB, RB]), ("norm2", [LB, RB]),
                           ("gate", [LB, RB]), ("up", [LB, RB]), ("act", [LB, RB]), ("down", [LB, RB])):
-            if not (fused and ev in ("gate", "up")) and shape[0] > 0:
-                events[ev] = et.event(shape)
+            if not (self.fused and ev in ("gate", "up")) and shape[0] > 0:
+                self.events[ev] = et.event(shape)
 
-        def gemm_task(tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None, layers=L):
-            """y (+)= x w^T over (layer, column block, row block) tiles of
-            the first `layers` layers; tile (l, j, i) waits on `wait`[l, i]
-            and signals `signal`[l, i] (default: tname). Consecutive tiles
-            share a weight block (column-major, as the standalone GEMM
-            orders blocks when N > M): the tiles that run at once read each
-            weight block once, and x (a few MB) stays in L2. With `up` (a
-            second weight), gated tiles of BN / 2 output columns. With
-            split_k 2 (accumulating layers), a second task `<tname>_part`
-            takes the upper half of K into p_part and signals the same
-            element."""
-            if layers == 0:
-                return
-            n, k = prefill_gemm_shapes(c)[tname]
-            bn, bk, stages = tiles.gemm[tname]
-            if up is not None:
-                n //= 2
-            out_bn = bn // 2 if up is not None else bn
-            blocks_n = -(-n // out_bn)
-            tile_attr = DenseI64ArrayAttr.get([R, bn, bk])
-            halves = split.get(tname, 1) if accumulate else 1
-            # The split point: half of K rounded up to whole BK slices.
-            half = -(-k // 2)
-            k_mid = -(-half // bk) * bk
-
-            def body_of(y, k_range, acc):
-                def body(l, j, i):
-                    et.matmul(x_of(l), layer_view(A[weight], l, n, k), y(l), start(i, R), start(j, out_bn),
-                              k_range, tile_attr, stages=stages,
-                              accumulate=True if acc else None,
-                              up=None if up is None else layer_view(A[up], l, n, k))
-                return body
-            parts = [(tname, body_of(y_of, [], accumulate), k)]
-            if halves == 2:
-                parts = [(tname, body_of(y_of, [const(0), const(k_mid)], True), k_mid),
-                         (tname + "_part", body_of(lambda l: A["p_part"], [const(k_mid), const(k)], False),
-                          k - k_mid)]
-            for pname, body, kk in parts:
-                task(pname, [layers, blocks_n, RB], body, waits=lambda l, j, i: [(wait, [l, i])],
-                     signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: block_live(i),
-                     nbytes=2 * kk * (R + bn), flops=2 * R * bn * kk)
-
-        def add_part(name, rows_of):
-            """The residual form of a norm after a split layer: rmsnorm's
-            x is p_part's rows and h its residual (h += p_part, stored)."""
-            if split.get(name, 1) == 2:
-                return dict(x=rows_of(A["p_part"]), residual=rows_of(A["p_h"]))
-            return dict(x=rows_of(A["p_h"]))
-
-        def rmsnorm(parts, w, y):
-            et.rmsnorm(parts["x"], w, y, eps, residual=parts.get("residual"))
+    def layer_inputs(self) -> None:
+        """norm1 (layer 0's gathering the embeddings), q, k and v, and
+        rope_kv: Qwen3's q/k norms, RoPE and the KV append."""
+        A, c, L, H, Hq, Hkv, D, rt, RT = self.A, self.c, self.L, self.H, self.Hq, self.Hkv, self.D, self.rt, self.RT
+        bf16, f32, i32, eps = self.bf16, self.f32, self.i32, self.eps
+        tile_rows, block_of = self.tile_rows, self.block_of
 
         def norm1(l, t):
             et.rmsnorm(tile_rows(A["p_h"], t, [H], f32), vec_view(A["ln1"], l, H),
                        tile_rows(A["p_xn"], t, [H], bf16), eps)
 
         def embed_norm1(t):
-            et.embedding(A["embed"], row_range(A["p_tokens"], t, rt, [], i32), tile_rows(A["p_h"], t, [H], f32))
+            et.embedding(A["embed"], self.row_range(A["p_tokens"], t, rt, [], i32), tile_rows(A["p_h"], t, [H], f32))
             norm1(0, t)
-        task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [const(0), block_of(t)]),
-             live=tile_live, nbytes=8 * rt * H)
+        self.task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [self.const(0), block_of(t)]),
+                  live=self.tile_live, nbytes=8 * rt * H)
+
         def norm1_next(p, t):
-            rmsnorm(add_part("down", lambda buf: tile_rows(buf, t, [H], f32)), vec_view(A["ln1"], plus_one(p), H),
-                    tile_rows(A["p_xn"], t, [H], bf16))
+            self.rmsnorm(self.add_part("down", lambda buf: tile_rows(buf, t, [H], f32)),
+                         vec_view(A["ln1"], self.plus_one(p), H), tile_rows(A["p_xn"], t, [H], bf16))
         if L > 1:
-            task("norm1", [L - 1, RT], norm1_next,
-                 waits=lambda p, t: [("down", [p, block_of(t)])],
-                 signal=lambda p, t: ("norm1", [plus_one(p), block_of(t)]), live=lambda p, t: tile_live(t),
-                 nbytes=6 * rt * H)
+            self.task("norm1", [L - 1, RT], norm1_next,
+                      waits=lambda p, t: [("down", [p, block_of(t)])],
+                      signal=lambda p, t: ("norm1", [self.plus_one(p), block_of(t)]),
+                      live=lambda p, t: self.tile_live(t), nbytes=6 * rt * H)
         xn = lambda l: A["p_xn"]  # noqa: E731
-        gemm_task("q", xn, "wq", lambda l: collapse(A["p_q"], Hq * D), "norm1")
-        gemm_task("k", xn, "wk", lambda l: collapse(A["p_k"], Hkv * D), "norm1")
-        gemm_task("v", xn, "wv", lambda l: collapse(A["p_v"], Hkv * D), "norm1")
+        self.gemm_task("q", xn, "wq", lambda l: self.collapse(A["p_q"], Hq * D), "norm1")
+        self.gemm_task("k", xn, "wk", lambda l: self.collapse(A["p_k"], Hkv * D), "norm1")
+        self.gemm_task("v", xn, "wv", lambda l: self.collapse(A["p_v"], Hkv * D), "norm1")
 
         def rope_kv(l, t):
             q = tile_rows(A["p_q"], t, [Hq, D], f32)
@@ -466,133 +536,137 @@ def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: Prefi
             if c.qk_norm:
                 et.rmsnorm(_heads_rows(q, Hq, D), vec_view(A["q_norm"], l, D), _heads_rows(q, Hq, D), eps)
                 et.rmsnorm(_heads_rows(k, Hkv, D), vec_view(A["k_norm"], l, D), _heads_rows(k, Hkv, D), eps)
-            pos = row_range(A["p_positions"], t, rt, [], i32)
-            et.rope(q, pos, theta, llama3_scaling=scaling)
-            et.rope(k, pos, theta, llama3_scaling=scaling)
-            at = arith.AddIOp(A["pos0"], start(t, rt)).result
-            et.kv_append(k, cache_view(A["k_cache"], l), at)
-            et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), cache_view(A["v_cache"], l), at)
-        task("rope_kv", [L, RT], rope_kv,
-             waits=lambda l, t: [(ev, [l, block_of(t)]) for ev in ("q", "k", "v")],
-             signal=lambda l, t: ("rope_kv", [l]), live=lambda l, t: tile_live(t),
-             nbytes=8 * rt * (Hq + Hkv) * D)
+            pos = self.row_range(A["p_positions"], t, rt, [], i32)
+            et.rope(q, pos, self.theta, llama3_scaling=self.scaling)
+            et.rope(k, pos, self.theta, llama3_scaling=self.scaling)
+            at = arith.AddIOp(A["pos0"], self.start(t, rt)).result
+            et.kv_append(k, self.cache_view(A["k_cache"], l), at)
+            et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), self.cache_view(A["v_cache"], l), at)
+        self.task("rope_kv", [L, RT], rope_kv,
+                  waits=lambda l, t: [(ev, [l, block_of(t)]) for ev in ("q", "k", "v")],
+                  signal=lambda l, t: ("rope_kv", [l]), live=lambda l, t: self.tile_live(t),
+                  nbytes=8 * rt * (Hq + Hkv) * D)
 
-        ab = tiles.attn_block
-        per_block = R // ab
+    def attention(self) -> None:
+        """attn: causal attention of every token block of a layer over the
+        cache (in the last layer with the row tail, the last row's block
+        only)."""
+        A, L, Hq, Hkv, D, S, const = self.A, self.L, self.Hq, self.Hkv, self.D, self.S, self.const
+        ab = self.tiles.attn_block
+        per_block = self.R // ab
 
         def attn(l, tb, g):
-            et.attention_prefill(A["p_q"], cache_view(A["k_cache"], l), cache_view(A["v_cache"], l),
-                                 A["p_attn"], g, start(tb, ab), A["pos0"], ab, scale)
-        def last():
-            return arith.SubIOp(rows, const(1)).result
+            et.attention_prefill(A["p_q"], self.cache_view(A["k_cache"], l), self.cache_view(A["v_cache"], l),
+                                 A["p_attn"], g, self.start(tb, ab), A["pos0"], ab, self.scale)
 
         def attn_live(l, tb):
-            live = live_from(start(tb, ab))
-            if not row_tail:
+            live = self.live_from(self.start(tb, ab))
+            if not self.row_tail_layer:
                 return live
             # In the last layer, only the token block of the last row.
-            last_block = arith.CmpIOp(arith.CmpIPredicate.eq, tb, arith.DivUIOp(last(), const(ab)).result).result
+            last_block = arith.CmpIOp(arith.CmpIPredicate.eq, tb, arith.DivUIOp(self.last(), const(ab)).result).result
             in_body = arith.CmpIOp(arith.CmpIPredicate.ult, l, const(L - 1)).result
             return arith.AndIOp(live, arith.OrIOp(in_body, last_block).result).result
-        task("attn", [L, TB, Hkv], attn, waits=lambda l, tb, g: [("rope_kv", [l])],
-             signal=lambda l, tb, g: ("attn", [l, arith.DivUIOp(tb, const(per_block)).result]),
-             live=lambda l, tb, g: attn_live(l, tb),
-             nbytes=4 * S * D, flops=4 * S * D * ab * (Hq // Hkv))
-        gemm_task("o", lambda l: collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn", accumulate=True,
-                  layers=LB)
+        self.task("attn", [L, self.TB, Hkv], attn, waits=lambda l, tb, g: [("rope_kv", [l])],
+                  signal=lambda l, tb, g: ("attn", [l, arith.DivUIOp(tb, const(per_block)).result]),
+                  live=lambda l, tb, g: attn_live(l, tb),
+                  nbytes=4 * S * D, flops=4 * S * D * ab * (Hq // Hkv))
+
+    def layer_outputs(self) -> None:
+        """o (added into h), norm2, the gated MLP (or gate, up and act) and
+        down (added into h), in the layers that run them on every row."""
+        A, H, I, Hq, D, LB, R, rt = self.A, self.H, self.I, self.Hq, self.D, self.LB, self.R, self.rt
+        bf16, f32, gu, tile_rows, block_of = self.bf16, self.f32, self.gu, self.tile_rows, self.block_of
+        xn = lambda l: A["p_xn"]  # noqa: E731
+        self.gemm_task("o", lambda l: self.collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn",
+                       accumulate=True, layers=LB)
         if LB:
-            task("norm2", [LB, RT],
-                 lambda l, t: rmsnorm(add_part("o", lambda buf: tile_rows(buf, t, [H], f32)),
-                                      vec_view(A["ln2"], l, H), tile_rows(A["p_xn"], t, [H], bf16)),
-                 waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
-                 live=lambda l, t: tile_live(t), nbytes=6 * rt * H)
-        if fused:
-            gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act", layers=LB)
+            self.task("norm2", [LB, self.RT],
+                      lambda l, t: self.rmsnorm(self.add_part("o", lambda buf: tile_rows(buf, t, [H], f32)),
+                                                vec_view(A["ln2"], l, H), tile_rows(A["p_xn"], t, [H], bf16)),
+                      waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
+                      live=lambda l, t: self.tile_live(t), nbytes=6 * rt * H)
+        if self.fused:
+            self.gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act", layers=LB)
         elif LB:
-            gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2", layers=LB)
-            gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2", layers=LB)
-            ac = tiles.act_cols
-            task("act", [LB, RB, -(-I // ac)],
-                 lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
-                                             row_block(A["p_act"], i, [I], bf16), start(j, ac), const(ac)),
-                 waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])], signal=lambda l, i, j: ("act", [l, i]),
-                 live=lambda l, i, j: block_live(i), nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
-        gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True, layers=LB)
+            self.gemm_task("gate", xn, "wg", lambda l: A["p_g"], "norm2", layers=LB)
+            self.gemm_task("up", xn, "wu", lambda l: A["p_u"], "norm2", layers=LB)
+            ac = self.tiles.act_cols
+            row_block = self.row_block
+            self.task("act", [LB, self.RB, -(-I // ac)],
+                      lambda l, i, j: et.silu_mul(row_block(A["p_g"], i, [I], gu), row_block(A["p_u"], i, [I], gu),
+                                                  row_block(A["p_act"], i, [I], bf16), self.start(j, ac),
+                                                  self.const(ac)),
+                      waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])],
+                      signal=lambda l, i, j: ("act", [l, i]), live=lambda l, i, j: self.block_live(i),
+                      nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
+        self.gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True, layers=LB)
 
-        def last_row(buf, n: int, elt):
-            """The last row of a [rows, n] buffer."""
-            return memref.SubViewOp(strided([1, n], elt, [n, 1]), buf, [last()], [], [],
-                                    static_offsets=[DYN, 0], static_sizes=[1, n], static_strides=[1, 1]).result
+    def down_of_last_row(self):
+        """The end of the last row's residual stream without the row tail:
+        down[L - 1]'s element of its row block."""
+        return ("down", [self.const(self.L - 1), arith.DivUIOp(self.last(), self.const(self.R)).result])
 
-        def first_row(buf, n: int, elt):
-            return memref.subview(buf, [0, 0], [1, n], [1, 1], result_type=strided([1, n], elt, [n, 1], 0))
+    def row_tail(self):
+        """The last layer past its attention, for the last row: decode-style
+        tiles of about one share of the output rows per worker. Returns
+        the (event, indices) of its end."""
+        A, L, H, I, Hq, D, bf16, f32 = self.A, self.L, self.H, self.I, self.Hq, self.D, self.bf16, self.f32
+        first_row, xn0 = self.first_row, self.xn0
+        h_last = lambda: self.last_row(A["p_h"], H, f32)  # noqa: E731
+        lw = lambda: self.const(L - 1)  # noqa: E731
+        self.linear_task("o_last", H, Hq * D,
+                         lambda r0, n: et.linear(self.last_row(self.collapse(A["p_attn"], Hq * D), Hq * D, bf16),
+                                                 layer_view(A["wo"], lw(), H, Hq * D), h_last(), r0, n,
+                                                 accumulate=True),
+                         lambda: ("attn", [lw(), arith.DivUIOp(self.last(), self.const(self.R)).result]))
+        self.events["norm2_last"] = et.event([])
+        self.task("norm2_last", [1], lambda t: et.rmsnorm(h_last(), vec_view(A["ln2"], lw(), H), xn0(), self.eps),
+                  waits=[("o_last", [])], signal=lambda t: ("norm2_last", []), nbytes=6 * H)
 
-        def xn0():
-            return first_row(A["xn"], H, bf16)
+        def mlp_last(r0, n):
+            g, u = first_row(A["g"], I, f32), first_row(A["u"], I, f32)
+            et.linear(xn0(), layer_view(A["wg"], lw(), I, H), g, r0, n)
+            et.linear(xn0(), layer_view(A["wu"], lw(), I, H), u, r0, n)
+            et.silu_mul(g, u, first_row(A["act"], I, bf16), r0, n)
+        self.linear_task("mlp_last", I, 2 * H, mlp_last, lambda: ("norm2_last", []))
+        self.linear_task("down_last", H, I,
+                         lambda r0, n: et.linear(first_row(A["act"], I, bf16), layer_view(A["wd"], lw(), H, I),
+                                                 h_last(), r0, n, accumulate=True),
+                         lambda: ("mlp_last", []))
+        return lambda: ("down_last", [])
 
-        # The end of the residual stream of the last row: down[L - 1]'s
-        # element of its row block, or the last layer's row tail.
-        def linear_task(tname, n, k, body, wait):
-            """A one-row task over N = n output rows, about one share per
-            worker: body(row0, rows) per tile; it waits on `wait()` and
-            signals the scalar event `tname`."""
-            per = max(1, -(-n // lay.workers))
-            events[tname] = et.event([])
-            task(tname, [-(-n // per)], lambda t: body(start(t, per), const(per)), waits=lambda t: [wait()],
-                 signal=lambda t: (tname, []), nbytes=2 * per * k, flops=2 * per * k)
+    def head(self, done) -> None:
+        """The last row: final norm into xn[0], LM head, argmax; `done()`
+        is the (event, indices) of the end of its residual stream."""
+        A, H, V, lay, f32, i32 = self.A, self.H, self.V, self.lay, self.f32, self.i32
+        first_row, const = self.first_row, self.const
 
-        done = lambda: ("down", [const(L - 1), arith.DivUIOp(last(), const(R)).result])  # noqa: E731
-        if row_tail:
-            # The last layer past its attention, for the last row: decode-style
-            # tiles of about one share of the output rows per worker.
-            h_last = lambda: last_row(A["p_h"], H, f32)  # noqa: E731
-            lw = lambda: const(L - 1)  # noqa: E731
-            linear_task("o_last", H, Hq * D,
-                        lambda r0, n: et.linear(last_row(collapse(A["p_attn"], Hq * D), Hq * D, bf16),
-                                                layer_view(A["wo"], lw(), H, Hq * D), h_last(), r0, n,
-                                                accumulate=True),
-                        lambda: ("attn", [lw(), arith.DivUIOp(last(), const(R)).result]))
-            events["norm2_last"] = et.event([])
-            task("norm2_last", [1], lambda t: et.rmsnorm(h_last(), vec_view(A["ln2"], lw(), H), xn0(), eps),
-                 waits=[("o_last", [])], signal=lambda t: ("norm2_last", []), nbytes=6 * H)
-
-            def mlp_last(r0, n):
-                g, u = first_row(A["g"], I, f32), first_row(A["u"], I, f32)
-                et.linear(xn0(), layer_view(A["wg"], lw(), I, H), g, r0, n)
-                et.linear(xn0(), layer_view(A["wu"], lw(), I, H), u, r0, n)
-                et.silu_mul(g, u, first_row(A["act"], I, bf16), r0, n)
-            linear_task("mlp_last", I, 2 * H, mlp_last, lambda: ("norm2_last", []))
-            linear_task("down_last", H, I,
-                        lambda r0, n: et.linear(first_row(A["act"], I, bf16), layer_view(A["wd"], lw(), H, I),
-                                                h_last(), r0, n, accumulate=True),
-                        lambda: ("mlp_last", []))
-            done = lambda: ("down_last", [])  # noqa: E731
-
-        # The last row: final norm into xn[0], LM head, argmax.
         def final_norm(t):
             # The row tail's down adds into h itself; a split down[L - 1]
             # left its upper half in p_part.
-            rows_of = lambda buf: last_row(buf, H, f32)  # noqa: E731
-            rmsnorm(dict(x=rows_of(A["p_h"])) if row_tail else add_part("down", rows_of), A["final_norm"], xn0())
-        events["final_norm"] = et.event([])
-        task("final_norm", [1], final_norm, waits=lambda t: [done()], signal=lambda t: ("final_norm", []),
-             nbytes=6 * H)
-        linear_task("lm_head", V, H,
-                    lambda r0, n: et.linear(xn0(), A["lm_head"], first_row(A["logits"], V, f32), r0, n),
-                    lambda: ("final_norm", []))
+            rows_of = lambda buf: self.last_row(buf, H, f32)  # noqa: E731
+            self.rmsnorm(dict(x=rows_of(A["p_h"])) if self.row_tail_layer else self.add_part("down", rows_of),
+                         A["final_norm"], self.xn0())
+        self.events["final_norm"] = et.event([])
+        self.task("final_norm", [1], final_norm, waits=lambda t: [done()], signal=lambda t: ("final_norm", []),
+                  nbytes=6 * H)
+        self.linear_task("lm_head", V, H,
+                         lambda r0, n: et.linear(self.xn0(), A["lm_head"], first_row(A["logits"], V, f32), r0, n),
+                         lambda: ("final_norm", []))
         chunk = -(-V // lay.argmax_chunks)
-        events["argmax_part"] = et.event([])
-        task("argmax_part", [lay.argmax_chunks],
-             lambda t: et.argmax(first_row(A["logits"], V, f32), first_row(A["part_val"], lay.argmax_chunks, f32),
-                                 first_row(A["part_idx"], lay.argmax_chunks, i32),
-                                 start(t, chunk), const(chunk), t),
-             waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
-        task("argmax", [1],
-             lambda t: et.argmax(first_row(A["part_val"], lay.argmax_chunks, f32), first_row(A["next_val"], 1, f32),
-                                 first_row(A["next_token"], 1, i32), const(0), const(lay.argmax_chunks), const(0),
-                                 from_=first_row(A["part_idx"], lay.argmax_chunks, i32)),
-             waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
-    return module
+        self.events["argmax_part"] = et.event([])
+        self.task("argmax_part", [lay.argmax_chunks],
+                  lambda t: et.argmax(first_row(A["logits"], V, f32), first_row(A["part_val"], lay.argmax_chunks, f32),
+                                      first_row(A["part_idx"], lay.argmax_chunks, i32),
+                                      self.start(t, chunk), const(chunk), t),
+                  waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
+        self.task("argmax", [1],
+                  lambda t: et.argmax(first_row(A["part_val"], lay.argmax_chunks, f32),
+                                      first_row(A["next_val"], 1, f32), first_row(A["next_token"], 1, i32),
+                                      const(0), const(lay.argmax_chunks), const(0),
+                                      from_=first_row(A["part_idx"], lay.argmax_chunks, i32)),
+                  waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
 
 
 def _heads_rows(x, heads: int, dim: int):

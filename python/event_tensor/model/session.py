@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import runtime
 from .config import ModelConfig
+from .options import KernelOptions
 from .weights import BF16, PACKED_ORDER, pack, tp_shards
 
 __all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
@@ -43,7 +44,10 @@ class DecodeSession:
     A tensor-parallel artifact (`compile_model(tp=N)`) runs on N devices
     (GPUs 0..N-1, or N groups of host threads): the session shards the
     weights (`weights.tp_shards`) and keeps one set of buffers per device
-    (`device_buffers`; `buffers` is device 0's)."""
+    (`device_buffers`; `buffers` is device 0's).
+
+    `kernel_options` are the kernel's build choices (`KernelOptions`) that
+    model.json records."""
 
     def __init__(self, artifact_dir: str | Path, weights: dict[str, Any], *, profile_capacity: int | None = None,
                  timeout_s: float = 30.0):
@@ -55,7 +59,13 @@ class DecodeSession:
                                      "`event-tensor compile`)") from None
         self.config = ModelConfig.from_dict(info["config"])
         self.layout = info["layout"]
-        self.tp = int(info.get("tp", 1))
+        try:
+            # The kernel's build choices, as model.json records them.
+            self.kernel_options = KernelOptions.from_dict(info)
+        except (TypeError, ValueError) as err:
+            raise ModelArtifactError(f"{self.path}: {MODEL_JSON} holds kernel options that are not valid: {err}") \
+                from None
+        self.tp = int(self.kernel_options.tp)
         self.max_batch = int(self.layout["max_batch"])
         options = {"timeout_s": timeout_s}
         if profile_capacity:

@@ -1,0 +1,75 @@
+"""The decode kernel's arguments: the token rows, the weights and KV caches
+it shares with the prefill kernel, and its activation buffers, with the
+sizing of the norm scratch `xs` and the choice of `qkv` tiles by matrix
+that it depends on."""
+
+from __future__ import annotations
+
+from ..options import NORM_TASKS
+from .tiles import norm_scratch_rows
+from .views import DYN, model_arguments, mr
+
+__all__ = ["decode_arguments", "plan_scratch"]
+
+
+def plan_scratch(ctx) -> tuple[int, int, bool]:
+    """(rows of the norm scratch `xs`, rows per `qkv` tile of q, k and v
+    together, whether the `qkv` tiles go by matrix) of the `DecodeContext`
+    `ctx`: `options.qkv_by_matrix`, or when None the builder's choice."""
+    c, lay, options = ctx.c, ctx.layout, ctx.options
+    norm_in_linear, mma, rows_for = options.norm_tasks, ctx.mma, ctx.rows_for
+    # Tiles that normalize into the global scratch (fuse_norms): qkv,
+    # gate/up, LM head, unless they read h through their norms or keep
+    # their rows in shared memory.
+    global_xs = options.fuse_norms and options.norm_scratch == "global" and len(norm_in_linear) < len(NORM_TASKS)
+    xs_rows = norm_scratch_rows(ctx.config, lay.workers, tp=options.tp, linear_tile=options.linear_tile,
+                                rows_for=rows_for) if global_xs else 1
+    # qkv tiles by matrix: the rows per tile of q, k and v together.
+    qkv_total = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+    qkv_rows = rows_for(qkv_total, c.hidden_size)
+    divides = (c.num_heads * c.head_dim) % qkv_rows == 0 and (c.num_kv_heads * c.head_dim) % qkv_rows == 0
+    qkv_by_matrix = options.qkv_by_matrix
+    if qkv_by_matrix is None:
+        q_tiles = -(-(c.num_heads * c.head_dim) // rows_for(c.num_heads * c.head_dim, c.hidden_size))
+        qkv_by_matrix = (not mma and lay.max_batch == 1 and divides and qkv_total // qkv_rows <= q_tiles)
+    if qkv_by_matrix and not mma:
+        if not divides:
+            raise ValueError(f"qkv_by_matrix needs rows per tile ({qkv_rows}) that divide the "
+                             f"{c.num_heads * c.head_dim} q and {c.num_kv_heads * c.head_dim} k and v rows")
+        if global_xs and "qkv" not in norm_in_linear:
+            xs_rows = max(xs_rows, qkv_total // qkv_rows)
+    scratch_rows = options.scratch_rows
+    if scratch_rows is not None:
+        if scratch_rows < xs_rows:
+            raise ValueError(f"scratch_rows {scratch_rows} is below the {xs_rows} tiles that normalize into it")
+        xs_rows = scratch_rows
+    return xs_rows, qkv_rows, qkv_by_matrix
+
+
+def decode_arguments(ctx) -> tuple[list, tuple]:
+    """(The kernel's arguments as (name, type), in order; the names of the
+    symmetric ones) of the `DecodeContext` `ctx`. The session passes them
+    by the names the artifact's metadata lists."""
+    lay, tp = ctx.layout, ctx.options.tp
+    H, I, Hq, Hkv, D, V_lm, B = ctx.H, ctx.I, ctx.Hq, ctx.Hkv, ctx.D, ctx.V_lm, ctx.B
+    bf16, f32, i32, idx = ctx.bf16, ctx.f32, ctx.i32, ctx.idx
+    args = [("batch", idx), ("tokens", mr([DYN], i32)), ("positions", mr([DYN], i32)), ("slots", mr([DYN], i32))]
+    args += [(n, mr([V_lm, H], bf16) if n == "lm_head" else t) for n, t in model_arguments(ctx.c, lay)]
+    args += [("h", mr([DYN, H], f32)), ("xn", mr([DYN, H], bf16)),
+             ("xs", mr([ctx.xs_rows, B, H], bf16)),
+             ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
+             ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
+             ("attn", mr([DYN, Hq, D], bf16)),
+             ("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16)),
+             ("logits", mr([DYN, V_lm], f32)),
+             ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
+             ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
+    symmetric = ()
+    if tp > 1:
+        # Partial sums of the row-parallel layers, read by every device;
+        # every device's argmax candidates, gathered into all_val/all_idx.
+        args += [("part_o", mr([B, H], f32)), ("part_d", mr([B, H], f32)),
+                 ("all_val", mr([DYN, tp * lay.argmax_chunks], f32)),
+                 ("all_idx", mr([DYN, tp * lay.argmax_chunks], i32))]
+        symmetric = ("part_o", "part_d", "part_val", "part_idx")
+    return args, symmetric

@@ -1,0 +1,56 @@
+"""The end of the decode step: the final norm (in the LM head's tiles with
+fused norms), the LM head, and the greedy token, an argmax in two stages
+(one tile per vocabulary chunk, then one over the chunks' candidates; on
+several devices every device's candidates are gathered between)."""
+
+from __future__ import annotations
+
+from ...collectives import gather_candidates
+from ...dialects import arith, et
+from .linear import linear_body, norm_input
+
+__all__ = ["head_tasks"]
+
+
+def head_tasks(ctx, prev: str) -> None:
+    """The tasks after the layers of the `DecodeContext` `ctx`; `prev` is
+    the event of the last layer's end (per-layer kernels)."""
+    A, H, L, V_lm, lay, const = ctx.A, ctx.H, ctx.L, ctx.V_lm, ctx.layout, ctx.const
+    layered, tp, task = ctx.options.layered, ctx.options.tp, ctx.task
+
+    def wait_for_layers():
+        if layered:
+            et.wait(ctx.events[ctx.layer_done], [const(L - 1)])
+
+    lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(ctx, lambda l: A["lm_head"], V_lm, H, A["xn"], A["logits"])
+    if ctx.options.fuse_norms:
+        def lm_head_body(t):
+            wait_for_layers()
+            lm_body(None, t, *norm_input(ctx, A["final_norm"], t, "lm_head"))
+        task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
+             flops=lm_flops)
+    else:
+        def final_norm_body(t):
+            wait_for_layers()
+            et.rmsnorm(A["h"], A["final_norm"], A["xn"], ctx.eps)
+        task("final_norm", [1], [prev] if not layered else [], final_norm_body, nbytes=2 * H, flops=5 * H)
+        task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
+             flops=lm_flops)
+    chunk = -(-V_lm // lay.argmax_chunks)
+    task("argmax_part", [lay.argmax_chunks], ["lm_head"],
+         lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
+                             arith.MulIOp(t, const(chunk)).result, const(chunk), t),
+         nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
+    candidates, cand_val, cand_idx = lay.argmax_chunks, A["part_val"], A["part_idx"]
+    if tp > 1:
+        # Every device's candidates, device by device, with indices
+        # into the whole vocabulary.
+        task("gather", [1], ["argmax_part"],
+             lambda t: gather_candidates(A["part_val"], A["part_idx"], A["all_val"], A["all_idx"], ctx.batch,
+                                         lay.argmax_chunks, tp, V_lm),
+             nbytes=8 * tp * lay.argmax_chunks, flops=0)
+        candidates, cand_val, cand_idx = tp * lay.argmax_chunks, A["all_val"], A["all_idx"]
+    task("argmax", [1], ["gather" if tp > 1 else "argmax_part"],
+         lambda t: et.argmax(cand_val, A["next_val"], A["next_token"], const(0),
+                             const(candidates), const(0), from_=cand_idx),
+         nbytes=8 * candidates, flops=candidates)

@@ -1,0 +1,94 @@
+"""How the decode kernel's work is cut into tiles: rows per linear tile,
+the tensor-core tiles' blocks, the norm scratch's rows, the column blocks
+of the tensor-parallel sums. No MLIR here."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config import ModelConfig, tp_config
+
+__all__ = ["MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_scratch_tiles",
+           "norm_scratch_rows", "rows_per_tile", "scratch_tiles", "sum_block"]
+
+#: The most warps' worth of heads (a warp per query or key head) that the
+#: default `qk_heads` puts in one `qk` tile when the kernel's warps per
+#: worker are not given (`build_decode_kernel(warps=)`): the 16 warps of
+#: 512 threads.
+QK_TILE_WARPS = 16
+
+
+def sum_block(hidden: int) -> int:
+    """Columns per tile of the tensor-parallel sums: the largest of 512,
+    256, ..., 4 (4 f32 columns per vector) that divides `hidden`."""
+    for block in (512, 256, 128, 64, 32, 16, 8, 4):
+        if hidden % block == 0:
+            return block
+    raise ValueError(f"hidden_size {hidden} is not a multiple of 4")
+
+
+#: The et.matmul tiles of `linear_tile="mma"`: ring stages, and a tile's
+#: fixed cost (ring fill, epilogue, barriers) in rows of w, measured: tiles
+#: of 16 rows ran far slower in the decode step than tiles of 64.
+MMA_STAGES = 4
+MMA_TILE_COST_ROWS = 32
+
+
+def mma_block(n: int, workers: int) -> int:
+    """Rows of w per et.matmul tile (BN) of an N-row linear layer at decode
+    (`linear_tile="mma"`): of 64, 32 and 16, the one with the least work
+    per worker, ceil(tiles / workers) x (BN + MMA_TILE_COST_ROWS), the
+    largest on a tie."""
+    best = None
+    for bn in (64, 32, 16):
+        cost = -(-(-(-n // bn)) // workers) * (bn + MMA_TILE_COST_ROWS)
+        if best is None or cost < best[0]:
+            best = (cost, bn)
+    return best[1]
+
+
+def mma_scratch_tiles(config: ModelConfig, lm_rows: int, workers: int) -> int:
+    """Rows of the norm scratch `xs` with `linear_tile="mma"` (`config`: one
+    device's shares): the most tiles of qkv (q, k and v tiles), gate/up and
+    the LM head (`lm_rows` rows)."""
+    c = config
+
+    def tiles(n):
+        return -(-n // mma_block(n, workers))
+    return max(tiles(c.num_heads * c.head_dim) + 2 * tiles(c.num_kv_heads * c.head_dim),
+               tiles(c.intermediate_size), tiles(lm_rows))
+
+
+def norm_scratch_rows(config: ModelConfig, workers: int, *, tp: int = 1, linear_tile: str = "rows",
+                      rows_for=None) -> int:
+    """Rows of the norm scratch `xs` of `build_decode_kernel` with fused
+    norms, given the rows per tile `rows_for(n, k)` of et.linear (default:
+    about one tile per worker); kernels that share buffers (batch variants)
+    size it once with it."""
+    c = tp_config(config, tp)
+    lm_rows = c.vocab_size // tp
+    if linear_tile == "mma":
+        return mma_scratch_tiles(c, lm_rows, workers)
+    rows_for = rows_for or (lambda n, k: min(rows_per_tile(n, workers), n))
+    return scratch_tiles(replace(c, vocab_size=lm_rows), rows_for)
+
+
+def mma_k_block(k: int) -> int:
+    """BK of the decode et.matmul tiles: 128 where it divides K (the faster
+    tile in benchmarks/linear_batches.py), else 64."""
+    return 128 if k % 128 == 0 else 64
+
+
+def rows_per_tile(n: int, workers: int) -> int:
+    """Rows of a linear-layer tile: about one tile per worker."""
+    return max(1, -(-n // workers))
+
+
+def scratch_tiles(config: ModelConfig, rows_for) -> int:
+    """Rows of the norm scratch `xs` (fuse_norms): the most tiles of the
+    tasks that normalize into it (qkv, gate/up, LM head), given the rows per
+    tile `rows_for(n, k)`."""
+    c = config
+    shapes = [(c.num_heads * c.head_dim, c.hidden_size), (c.intermediate_size, c.hidden_size),
+              (c.vocab_size, c.hidden_size)]
+    return max(-(-n // min(rows_for(n, k), n)) for n, k in shapes)

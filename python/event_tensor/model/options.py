@@ -1,0 +1,152 @@
+"""The build choices of a decode kernel (`KernelOptions`), declared, checked,
+given their target- and batch-dependent defaults, and written to and read
+from the artifact's model.json, each in one place. No MLIR here:
+`DecodeSession` reads them back."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+__all__ = ["KernelOptions", "NORM_IN_LINEAR_MAX_HIDDEN", "NORM_TASKS"]
+
+#: The tasks whose linear tiles read the normalized residual stream, and so
+#: can fold its norm into their linear op (`norm_in_linear`).
+NORM_TASKS = ("qkv", "mlp", "lm_head")
+
+#: The hidden sizes whose one-row cuda kernels read h through their norms by
+#: default (norm_in_linear): Qwen3-0.6B's 1024; Llama-3.2-1B's 2048 spills.
+NORM_IN_LINEAR_MAX_HIDDEN = 1024
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """How `build_decode_kernel` builds a decode step; `compile_model` takes
+    the same names as keywords and records them in model.json.
+
+    A field left None (and `linear_tile="auto"`) is chosen for the kernel:
+    `resolve` gives `layered`, `o_per_head`, `norm_in_linear` and
+    `norm_scratch` the defaults of a target and batch (`compile_model`
+    resolves them per kernel, so each batch variant takes those of its own
+    max_batch, and picks the tile kind of each variant for "auto");
+    `qkv_by_matrix` and `qk_heads` are chosen by the builder, from the
+    rows per tile and the workers. See `build_decode_kernel` for what each
+    does."""
+
+    #: One task per kind over (layer, tile) instead of one per layer; None:
+    #: layered unless the schedule is dynamic.
+    layered: bool | None = None
+    #: Devices the model is split over (tensor parallelism).
+    tp: int = 1
+    #: "rows" (et.linear), "mma" (et.matmul tensor-core tiles), or "auto"
+    #: (both, as kernel variants by batch).
+    linear_tile: str = "rows"
+    gated_mlp: bool = True
+    qkv_by_matrix: bool | None = None
+    o_per_head: bool | None = None
+    #: True, False, or a tuple of names from NORM_TASKS.
+    norm_in_linear: bool | tuple | None = None
+    #: "global" or "shared".
+    norm_scratch: str | None = None
+    fuse_norms: bool = True
+    #: KV heads per `qk` tile.
+    qk_heads: int | None = None
+    #: Rows of the norm scratch `xs` (at least what the kernel's tiles need).
+    scratch_rows: int | None = None
+
+    def __post_init__(self):
+        # A choice that the tile kind rules out is checked once the kind is
+        # known ("auto" is resolved per kernel variant).
+        mma = self.linear_tile == "mma"
+        if self.tp != 1 and (self.layered is not None and not self.layered or not self.fuse_norms):
+            raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
+        if self.linear_tile not in ("rows", "mma", "auto"):
+            raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {self.linear_tile!r}")
+        if self.qkv_by_matrix is not None and not isinstance(self.qkv_by_matrix, bool):
+            raise ValueError(f"qkv_by_matrix must be a bool or None, got {self.qkv_by_matrix!r}")
+        if not isinstance(self.gated_mlp, bool):
+            raise ValueError(f"gated_mlp must be a bool, got {self.gated_mlp!r}")
+        if self.o_per_head is not None and not isinstance(self.o_per_head, bool):
+            raise ValueError(f"o_per_head must be a bool, got {self.o_per_head!r}")
+        if self.o_per_head and (self.tp != 1 or mma):
+            raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
+        norm_in_linear = self.norm_in_linear
+        if isinstance(norm_in_linear, list):
+            norm_in_linear = tuple(norm_in_linear)
+            object.__setattr__(self, "norm_in_linear", norm_in_linear)
+        if norm_in_linear is not None and not isinstance(norm_in_linear, bool) and (
+                not isinstance(norm_in_linear, tuple) or not set(norm_in_linear) <= set(NORM_TASKS)):
+            raise ValueError(f"norm_in_linear must be a bool or a list of {', '.join(NORM_TASKS)}, "
+                             f"got {norm_in_linear!r}")
+        if self.norm_tasks and (mma or not self.fuse_norms):
+            raise ValueError("norm_in_linear needs fuse_norms and linear_tile 'rows'")
+        if self.norm_scratch not in (None, "global", "shared"):
+            raise ValueError(f"norm_scratch must be 'global' or 'shared', got {self.norm_scratch!r}")
+        if self.norm_scratch == "shared" and (mma or not self.fuse_norms):
+            raise ValueError("norm_scratch='shared' needs fuse_norms and linear_tile 'rows'")
+        if mma and not self.fuse_norms:
+            raise ValueError("linear_tile='mma' needs fused norms")
+
+    @property
+    def norm_tasks(self) -> tuple:
+        """The tasks whose linear op reads h through its norm (`norm_in_linear`)."""
+        if isinstance(self.norm_in_linear, bool) or self.norm_in_linear is None:
+            return NORM_TASKS if self.norm_in_linear else ()
+        return self.norm_in_linear
+
+    @property
+    def resolved(self) -> bool:
+        """Whether every choice that `resolve` makes is made (what
+        `build_decode_kernel` needs)."""
+        return None not in (self.layered, self.o_per_head, self.norm_in_linear, self.norm_scratch) and \
+            self.linear_tile != "auto"
+
+    def check(self, num_kv_heads: int) -> None:
+        """The checks that need the model: `qk_heads` divides the KV heads
+        (`num_kv_heads`, of all devices)."""
+        q = self.qk_heads
+        if q is not None and (isinstance(q, bool) or not isinstance(q, int) or q < 1 or num_kv_heads // self.tp % q):
+            raise ValueError(f"qk_heads must be a positive divisor of the {num_kv_heads // self.tp} KV heads, "
+                             f"got {q!r}")
+
+    def resolve(self, config, *, target: str, max_batch: int, mode: str | None = None) -> "KernelOptions":
+        """These options with the defaults of a kernel for `target` and
+        `max_batch` rows of `config` in the fields left None:
+
+        - `layered`: unless `mode` is "dynamic" (it needs the static
+          schedule);
+        - `o_per_head`: on cuda, for the `et.linear` tiles of one device,
+          where it measured faster at every batch (H100, context 1024: 4-6%
+          at batch 1, 1-3% at batches 2-16; docs/benchmarks.md, "The o
+          projection per query head"); the host's kernels keep the merge
+          task, whose results keep their bits from run to run;
+        - `norm_in_linear`: for one-row cuda kernels of `et.linear` tiles
+          and a hidden size up to NORM_IN_LINEAR_MAX_HIDDEN (Qwen3-0.6B:
+          2.8-3% faster on the H200, 1-4% on the H100; Llama-3.2-1B's
+          kernel, at 512 threads, spills; docs/benchmarks.md, "The norm at
+          the head of a linear tile");
+        - `norm_scratch`: "shared" for one-row kernels of `et.linear` tiles
+          (1-3% faster there, same values), else "global".
+
+        `linear_tile="auto"` stays (compile_model picks it per variant)."""
+        rows = self.linear_tile == "rows"
+        one_row = max_batch == 1 and rows and self.fuse_norms
+        chosen = dict(layered=mode != "dynamic", o_per_head=target == "cuda" and self.tp == 1 and rows,
+                      norm_in_linear=target == "cuda" and one_row and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN,
+                      norm_scratch="shared" if one_row else "global")
+        return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options by name, as `compile_model` takes them (model.json)."""
+        d = asdict(self)
+        if isinstance(self.norm_in_linear, tuple):
+            d["norm_in_linear"] = list(self.norm_in_linear)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelOptions":
+        """The options of a model.json (or any dict naming them): keys that
+        name no option (the artifact's config and layout, timings, options
+        of earlier versions) are ignored, missing ones take the defaults."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
