@@ -7,8 +7,8 @@ before it:
     .venv/bin/python utils/kernel_snapshot.py --out /tmp/after --compare /tmp/before
 
 The set: Llama-3.2-1B and Qwen3-0.6B decode kernels for batch 1 and 16 (the
-defaults, and batch 16 with tensor-core linear tiles), their prefill kernels,
-and the tiny presets on the host target. `--only SUBSTRING` keeps the cases
+defaults, and batch 16 with tensor-core linear tiles; batch 1 also at 4k
+context), their prefill kernels, and the tiny presets on the host target. `--only SUBSTRING` keeps the cases
 whose name contains it. Exits 1 when `--compare` finds a difference."""
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from pathlib import Path
 CASES = {
     "llama-3.2-1b-b1": ("llama-3.2-1b", "cuda", {"max_batch": 1, "prefill_rows": 64}),
     "llama-3.2-1b-b16": ("llama-3.2-1b", "cuda", {"max_batch": 16, "prefill_rows": 64}),
+    # A long split's KV stage leaves the staged weights less shared memory.
+    "llama-3.2-1b-b1-4k": ("llama-3.2-1b", "cuda", {"max_batch": 1, "max_context": 4096}),
+    "qwen3-0.6b-b1-4k": ("qwen3-0.6b", "cuda", {"max_batch": 1, "max_context": 4096}),
     "llama-3.2-1b-b16-mma": ("llama-3.2-1b", "cuda", {"max_batch": 16, "linear_tile": "mma"}),
     "qwen3-0.6b-b1": ("qwen3-0.6b", "cuda", {"max_batch": 1, "prefill_rows": 64}),
     "qwen3-0.6b-b16": ("qwen3-0.6b", "cuda", {"max_batch": 16, "prefill_rows": 64}),
@@ -65,8 +68,9 @@ def snapshot(out: Path, only: str | None) -> None:
                 continue
             start = time.perf_counter()
             options = {"format": "isa"} if target == "cuda" else {}
-            art = compile_model(preset(model), target=target, max_context=1024 if target == "cuda" else 64,
-                                cache_dir=cache, out_dir=cache / name, **kwargs, **options)
+            kwargs = {"max_context": 1024 if target == "cuda" else 64, **kwargs}
+            art = compile_model(preset(model), target=target, cache_dir=cache, out_dir=cache / name, **kwargs,
+                                **options)
             for part, data in _outputs(Path(art)).items():
                 (out / f"{name}.{part}").write_bytes(data)
                 manifest[f"{name}.{part}"] = hashlib.sha256(data).hexdigest()

@@ -77,3 +77,47 @@ et.kernel @kept(%x: memref<1x1024xbf16>, %w: memref<64x1024xbf16>, %y: memref<1x
     et.linear %x, %w, %y rows(%r0, %c8) {et.linear_plan = {layout = "rows", prefetch = "none"}} : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
   }
 }
+
+// -----
+
+// The staging regions go after the largest dynamic shared buffer (here 160
+// KiB of an attention stage) and must fit in 200 KiB: 40 KiB are left, so
+// each task stages 20 KiB (whole KiB) instead of the 64 KiB asked for: 10
+// rows of K = 1024. With 192 KiB taken, less than 16 KiB is left and
+// nothing is staged.
+// RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=512 stage-bytes=65536 plan-only}))" | FileCheck %s --check-prefix=BUDGET
+// BUDGET-LABEL: et.kernel @budget
+// BUDGET: et.linear {{.*}} {et.linear_plan = {layout = "rows", prefetch = "none", stage = array<i64: 0, 10>}}
+// BUDGET-LABEL: et.kernel @no_budget
+// BUDGET: et.linear {{.*}} {et.linear_plan = {layout = "rows", prefetch = "none"}}
+et.kernel @budget(%x: memref<1x1024xbf16>, %w: memref<64x1024xbf16>, %y: memref<1x64xf32>) {
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  %e = et.event.create() : !et.event<>
+  et.task @attn tiles(%t) in (%c2) {
+    %kv = memref.alloca() {et.dynamic_shared} : memref<81920xbf16, #gpu.address_space<workgroup>>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @t tiles(%t) in (%c2) {
+    et.event.wait %e[] : !et.event<>
+    %r0 = arith.muli %t, %c32 : index
+    et.linear %x, %w, %y rows(%r0, %c32) : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
+  }
+}
+
+// -----
+
+et.kernel @no_budget(%x: memref<1x1024xbf16>, %w: memref<64x1024xbf16>, %y: memref<1x64xf32>) {
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  %e = et.event.create() : !et.event<>
+  et.task @attn tiles(%t) in (%c2) {
+    %kv = memref.alloca() {et.dynamic_shared} : memref<98304xbf16, #gpu.address_space<workgroup>>
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @t tiles(%t) in (%c2) {
+    et.event.wait %e[] : !et.event<>
+    %r0 = arith.muli %t, %c32 : index
+    et.linear %x, %w, %y rows(%r0, %c32) : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
+  }
+}

@@ -1284,7 +1284,18 @@ bool inNamedTask(Operation *op, ArrayRef<std::string> names) {
   return task && llvm::is_contained(names, task.getSymName().str());
 }
 
-void planLinearOps(Operation *root, const TileLoweringOptions &options) {
+/// Bytes of dynamic shared memory the shared weight prefetch of `op` takes
+/// if the plan lets it (lowerLinearGPU: P chunks of 16 bytes per thread).
+static int64_t sharedPrefetchBytes(LinearOp op, const TileLoweringOptions &options) {
+  int64_t slotThreads = options.threads > 0 ? options.threads : 1024;
+  int64_t pMax = options.prefetchBytes / (slotThreads * 16);
+  pMax -= pMax % options.unroll;
+  if (op.getGated() || pMax < options.unroll)
+    return 0;
+  return pMax * slotThreads * 16;
+}
+
+void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared) {
   MLIRContext *ctx = root->getContext();
   StringRef planName = EventTensorDialect::getLinearPlanAttrName();
   // Linear ops after another one in the same block since its last wait:
@@ -1305,53 +1316,76 @@ void planLinearOps(Operation *root, const TileLoweringOptions &options) {
       }
     }
   });
-  // Staged bytes taken per task, in the order of its ops; runs with a
-  // staged op, whose later ops issue no early loads (their rows come from
-  // shared memory, and early loads would only hold registers through them).
-  llvm::DenseMap<Operation *, int64_t> stageUsed;
-  llvm::DenseSet<int64_t> stagedRuns;
   auto str = [&](StringRef v) { return StringAttr::get(ctx, v); };
-  root->walk([&](LinearOp op) {
-    if (op->hasAttr(planName))
-      return;
-    SmallVector<NamedAttribute> plan;
-    WeightPrefetch weights = inNamedTask(op, options.prefetchTasks) ? options.weights : WeightPrefetch::None;
-    plan.emplace_back(str("prefetch"), str(weights == WeightPrefetch::Registers ? "registers"
-                                           : weights == WeightPrefetch::Shared  ? "shared"
-                                                                                : "none"));
-    // Short rows (K of at most 256) take their own layout, their weights
-    // before the wait unless the prefetch is off.
-    if (shortRows(op, options.threads)) {
-      plan.emplace_back(str("layout"), str("short"));
-      op->setAttr(planName, DictionaryAttr::get(ctx, plan));
-      return;
-    }
-    bool staged = false;
-    if (int64_t rowBytes = options.stageBytes > 0 && inNamedTask(op, options.stageTasks) ? stagedRowBytes(op) : 0) {
-      auto task = op->getParentOfType<TaskOp>();
-      int64_t used = stageUsed.lookup(task);
-      int64_t fit = std::min(*getConstantIntValue(op.getRows()), (options.stageBytes - used) / rowBytes);
-      if (fit >= 1) {
-        staged = true;
-        plan.emplace_back(str("stage"), DenseI64ArrayAttr::get(ctx, {used, fit}));
-        stageUsed[task] = used + fit * rowBytes;
+  // Plans every op without one, staging up to `stageBytes` per task; the
+  // largest region a task takes (the worker lowering's regions), and the
+  // dynamic shared memory the shared weight prefetch may take.
+  SmallVector<LinearOp> planned;
+  auto plan = [&](int64_t stageBytes, int64_t &region, int64_t &prefetchShared) {
+    // Staged bytes taken per task, in the order of its ops; runs with a
+    // staged op, whose later ops issue no early loads (their rows come from
+    // shared memory, and early loads would only hold registers through
+    // them).
+    llvm::DenseMap<Operation *, int64_t> stageUsed;
+    llvm::DenseSet<int64_t> stagedRuns;
+    region = prefetchShared = 0;
+    for (LinearOp op : planned) {
+      SmallVector<NamedAttribute> plan;
+      WeightPrefetch weights = inNamedTask(op, options.prefetchTasks) ? options.weights : WeightPrefetch::None;
+      plan.emplace_back(str("prefetch"), str(weights == WeightPrefetch::Registers ? "registers"
+                                             : weights == WeightPrefetch::Shared  ? "shared"
+                                                                                  : "none"));
+      // Short rows (K of at most 256) take their own layout, their weights
+      // before the wait unless the prefetch is off.
+      if (shortRows(op, options.threads)) {
+        plan.emplace_back(str("layout"), str("short"));
+        op->setAttr(planName, DictionaryAttr::get(ctx, plan));
+        continue;
       }
+      bool staged = false;
+      if (int64_t rowBytes = stageBytes > 0 && inNamedTask(op, options.stageTasks) ? stagedRowBytes(op) : 0) {
+        auto task = op->getParentOfType<TaskOp>();
+        int64_t used = stageUsed.lookup(task);
+        int64_t fit = std::min(*getConstantIntValue(op.getRows()), (stageBytes - used) / rowBytes);
+        if (fit >= 1) {
+          staged = true;
+          plan.emplace_back(str("stage"), DenseI64ArrayAttr::get(ctx, {used, fit}));
+          stageUsed[task] = used + fit * rowBytes;
+          region = std::max<int64_t>(region, llvm::alignTo(stageUsed[task], 128));
+        }
+      }
+      auto run = runOf.find(op);
+      bool inRun = run != runOf.end();
+      if (staged && inRun)
+        stagedRuns.insert(run->second.first);
+      // The spread layout takes no weights before the wait.
+      if (options.spread && !staged && weights == WeightPrefetch::None &&
+          spreadShape(op, options.unroll, options.threads)) {
+        plan.emplace_back(str("layout"), str("spread"));
+        if (inRun && run->second.second && !stagedRuns.contains(run->second.first))
+          plan.emplace_back(str("early_loads"), UnitAttr::get(ctx));
+      } else {
+        plan.emplace_back(str("layout"), str("rows"));
+        if (weights == WeightPrefetch::Shared && !staged)
+          prefetchShared = std::max(prefetchShared, sharedPrefetchBytes(op, options));
+      }
+      op->setAttr(planName, DictionaryAttr::get(ctx, plan));
     }
-    auto run = runOf.find(op);
-    bool inRun = run != runOf.end();
-    if (staged && inRun)
-      stagedRuns.insert(run->second.first);
-    // The spread layout takes no weights before the wait.
-    if (options.spread && !staged && weights == WeightPrefetch::None &&
-        spreadShape(op, options.unroll, options.threads)) {
-      plan.emplace_back(str("layout"), str("spread"));
-      if (inRun && run->second.second && !stagedRuns.contains(run->second.first))
-        plan.emplace_back(str("early_loads"), UnitAttr::get(ctx));
-    } else {
-      plan.emplace_back(str("layout"), str("rows"));
-    }
-    op->setAttr(planName, DictionaryAttr::get(ctx, plan));
+  };
+  root->walk([&](LinearOp op) {
+    if (!op->hasAttr(planName))
+      planned.push_back(op);
   });
+  int64_t region, prefetchShared;
+  plan(options.stageBytes, region, prefetchShared);
+  // The worker lowering puts two staging regions after the largest dynamic
+  // shared buffer: where they do not fit, each task stages what does (whole
+  // KiB), or nothing below kMinStageBytes.
+  int64_t start = llvm::alignTo(std::max(dynamicShared, prefetchShared), 128);
+  if (region && start + 2 * region > kMaxDynamicShared) {
+    int64_t fit = (kMaxDynamicShared - start) / 2 / 1024 * 1024;
+    plan(fit >= kMinStageBytes ? fit : 0, region, prefetchShared);
+  }
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include "TileLowering.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 #include "mlir/Rewrite/PatternApplicator.h"
@@ -90,6 +91,18 @@ struct LowerTileOpsPass
     return options;
   }
 
+  /// The largest buffer in the kernel's dynamic shared memory so far (they
+  /// all start at its beginning: tiles run one after another).
+  int64_t dynamicSharedBytes() {
+    int64_t bytes = 0;
+    getOperation().walk([&](memref::AllocaOp alloca) {
+      MemRefType type = alloca.getType();
+      if (alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()) && type.hasStaticShape())
+        bytes = std::max<int64_t>(bytes, type.getNumElements() * type.getElementTypeBitWidth() / 8);
+    });
+    return bytes;
+  }
+
   void runOnOperation() override {
     FailureOr<TileLoweringOptions> checked = checkedOptions();
     if (failed(checked))
@@ -97,7 +110,7 @@ struct LowerTileOpsPass
     const TileLoweringOptions &options = *checked;
     if (planOnly) {
       if (options.gpu)
-        planLinearOps(getOperation(), options);
+        planLinearOps(getOperation(), options, dynamicSharedBytes());
       return;
     }
     SmallVector<Operation *> ops;
@@ -165,7 +178,7 @@ struct LowerTileOpsPass
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
     if (gpu)
-      planLinearOps(getOperation(), options);
+      planLinearOps(getOperation(), options, dynamicSharedBytes());
     if (gpu && options.weightsL2)
       for (LinearOp op : linears)
         if (inNamedTask(op, options.prefetchTasks))

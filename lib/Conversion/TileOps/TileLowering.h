@@ -96,10 +96,17 @@ protected:
   TileLoweringState *state;
 };
 
+/// Staging budgets below this are not worth a region (bytes per task).
+constexpr int64_t kMinStageBytes = 16 * 1024;
+
 /// Plans every et.linear under `root` that has no et.linear_plan yet (GPU
 /// options): its layout, weights before the wait, the rows it stages
 /// across tiles (each task's budget taken in op order) and early loads.
-void planLinearOps(Operation *root, const TileLoweringOptions &options);
+/// The staging budget shrinks (whole KiB, or to nothing below
+/// kMinStageBytes) where the two staging regions would not fit after the
+/// largest dynamic shared buffer: `dynamicShared` bytes taken by the
+/// tile ops lowered so far, or the shared weight prefetch.
+void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
 
 /// True when `names` is empty or names the task that holds `op`.
 bool inNamedTask(Operation *op, ArrayRef<std::string> names);

@@ -115,7 +115,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     kernels where the rows divide and the tiles are no more than the q
     tiles alone (Qwen3-0.6B; not Llama-3.2-1B, whose 3072 rows give 24 per
     tile): measured faster there with `tile_linear="spread"`
-    (docs/benchmarks.md, "Every warp on a short tile").
+    (docs/experiments/2026-11-26-spread-linear-tile.md).
 
     `qk_heads` KV heads go to one `qk` tile (by default the fewest that
     leave every `qk` tile a worker without a `qkv` tile, with at most a

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,7 @@ __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
 # GPU: 8 measured 4% (batch 1) to 9% (batch 4) faster than 4 on the
 # Llama-3.2-1B step and the same on Qwen3-0.6B, at 512 threads per worker
-# (docs/benchmarks.md, "Weight loads in flight"). Kernels for more than
+# (docs/experiments/2026-11-22-weight-prefetch-and-unroll.md). Kernels for more than
 # MODEL_TILE_UNROLL_MAX_BATCH rows use 4: for max_batch 16, 4 was 7% (batch
 # 1) and 4% (batch 16) faster for Llama and the same for Qwen3
 # ("One artifact, re-measured").
@@ -34,8 +33,8 @@ MODEL_TILE_UNROLL_MAX_BATCH = 4
 # the KV cache's history into shared memory before they wait for this step's
 # q, k and v, and compute from there (`tile_kv_prefetch`). On the H200 that
 # made batch 1 3-4% faster for Llama-3.2-1B, and batch 4 4-5% slower for
-# both models, so kernels for larger batches keep it off (docs/benchmarks.md,
-# "KV history in shared memory").
+# both models, so kernels for larger batches keep it off
+# (docs/experiments/2026-11-22-kv-history-staged.md).
 MODEL_KV_PREFETCH = "shared"
 
 # Kernels for one sequence at a time (max_batch 1) also copy the first
@@ -44,7 +43,7 @@ MODEL_KV_PREFETCH = "shared"
 # `o` waits through the attention chain, while the memory system is nearly
 # idle. On the H200, in three calls, that made the Qwen3-0.6B step 1.5-2.3%
 # faster and the Llama-3.2-1B step between 0.1% slower and 1.6% faster
-# (docs/benchmarks.md, "The attention chain, shortened"); in kernels for 4
+# (docs/experiments/2026-11-25-attention-chain-shortened.md); in kernels for 4
 # rows it was 1-8% slower, and the same copies before every linear tile's
 # wait were slower, since they take bandwidth from the phase still running.
 MODEL_WEIGHT_PREFETCH = "shared"
@@ -59,9 +58,8 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 # 1.079-1.101); on the H200 1.6-1.9% and 0-0.6%. Kernels for 4 rows were 0-3%
 # slower with it, so they keep none; staging `qkv` too was within the noise
 # for Qwen3-0.6B and 6-8% slower for Llama-3.2-1B, and staging every task in
-# place of the `o` prefetch was slower for both (docs/benchmarks.md, "Staging
-# mlp and down; the down projection inside the mlp tile", "The staged
-# defaults on an H200").
+# place of the `o` prefetch was slower for both (docs/experiments/2026-11-27-staging-mlp-down.md,
+# docs/experiments/2026-11-27-staged-defaults-h200.md).
 MODEL_STAGE_BYTES = 69632
 MODEL_STAGE_TASKS = ("mlp", "down")
 
@@ -71,7 +69,7 @@ MODEL_STAGE_TASKS = ("mlp", "down")
 # later linear ops' loads early after a staged one, that made the
 # Qwen3-0.6B step faster on the H100 in 14 of 14 passes over four calls
 # (0.7-2.0% on each call's means); Llama-3.2-1B's was 7% slower
-# (docs/benchmarks.md, "Staging qkv for narrow models").
+# (docs/experiments/2026-11-27-staged-qkv.md).
 MODEL_STAGE_TASKS_NARROW = ("qkv", "qkv_first", "mlp", "down")
 
 # Kernels for one sequence at a time (max_batch 1) lay their et.linear
@@ -80,8 +78,8 @@ MODEL_STAGE_TASKS_NARROW = ("qkv", "qkv_first", "mlp", "down")
 # gated row whole in one trip, and the first loads of a tile's later linear
 # ops issued during the earlier ones). On the H100, with `qkv_by_matrix`
 # chosen by the builder, that made the Qwen3-0.6B step 2.1-4.2% and the
-# Llama-3.2-1B step 1.9-3.4% faster (medians of four calls; docs/
-# benchmarks.md, "Every warp on a short tile"); kernels for more rows keep
+# Llama-3.2-1B step 1.9-3.4% faster (medians of four calls; docs/experiments/2026-11-26-spread-linear-tile.md);
+# kernels for more rows keep
 # "rows" (not measured there).
 MODEL_TILE_LINEAR = "spread"
 
@@ -90,8 +88,8 @@ MODEL_TILE_LINEAR = "spread"
 # (Qwen3-0.6B), which take 384. On the H100 that made the Qwen3-0.6B step
 # 3% faster in two calls (0.941-0.955 against 0.972-0.995 ms; its kernel then
 # keeps 128 registers with no spills, against 68 bytes of spill stores at
-# 512) and the Llama-3.2-1B step 6-7% slower (docs/benchmarks.md, "Threads
-# per worker, again"). 256 was slower for both.
+# 512) and the Llama-3.2-1B step 6-7% slower (docs/experiments/2026-11-26-threads-per-worker.md). 256 was slower for
+# both.
 MODEL_THREADS = 512
 MODEL_THREADS_NARROW = 384
 MODEL_NARROW_HIDDEN = 1024
@@ -120,7 +118,7 @@ def model_stage_tasks(config: ModelConfig, max_batch: int) -> tuple:
 # megakernel is one large function whose register budget is shared by every
 # task; at -O1 ptxas spilled less (Qwen3-0.6B: 120-132 bytes against
 # 196-316 at -O2), and on the H200 the steps were 1-5% faster at batch 1
-# and 4 for both models (docs/benchmarks.md, "Code generation at -O1").
+# and 4 for both models (docs/experiments/2026-11-22-codegen-O1.md).
 MODEL_OPT_LEVEL = 1
 
 
@@ -201,8 +199,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     stream, so the low bits may vary from run to run: `build_decode_kernel`);
     None (the default) turns it on for the `et.linear` kernels of one
     device on cuda, where it measured faster at every batch (H100, context
-    1024: 4-6% at batch 1, 1-3% at batches 2-16; docs/benchmarks.md, "The o
-    projection per query head"), and off elsewhere (the host's results
+    1024: 4-6% at batch 1, 1-3% at batches 2-16; docs/experiments/2026-11-26-o-per-head.md), and off elsewhere (the
+    host's results
     keep their bits from run to run). Pass False for a GPU kernel whose
     logits repeat bit for bit.
 
@@ -214,7 +212,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     default) turns it on for cuda kernels of `max_batch` 1 with `et.linear`
     tiles and a hidden size up to 1024 (Qwen3-0.6B: 2.8-3% faster on the
     H200, 1-4% on the H100), off elsewhere (Llama-3.2-1B's kernel, at 512 threads, spills;
-    docs/benchmarks.md, "The norm at the head of a linear tile").
+    docs/experiments/2026-11-26-norm-in-linear.md).
     `norm_scratch` ("global" or "shared") is where the other fused norms'
     tiles keep their normalized rows; None (the default) picks "shared" for
     `max_batch` 1 kernels of `et.linear` tiles (measured 1-3% faster there,
@@ -259,16 +257,16 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                            prefill_tiles=prefill_tiles, **options)
 
 
-def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) -> bool:
+def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) -> None:
     """Fills in the cuda compile `options` the caller left out (the MODEL_*
-    defaults above, those of the kernel's own max_batch). Returns whether
-    the weight staging is the default one (which `_compile_kernel` shrinks
-    to what the tile buffers leave)."""
+    defaults above, those of the kernel's own max_batch). The tile
+    lowering's plan shrinks the weight staging to what the tile buffers
+    leave of the dynamic shared memory."""
     options.setdefault("threads_per_worker", model_threads(config, max_batch))
     options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
     options.setdefault("opt_level", MODEL_OPT_LEVEL)
     if max_batch != 1:
-        return False
+        return
     options.setdefault("tile_linear", MODEL_TILE_LINEAR)
     options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if "tile_prefetch" not in options:
@@ -276,11 +274,9 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
         options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
     # (Not measured on several GPUs: tensor-parallel kernels keep their
     # weights unstaged unless asked.)
-    staged_default = "tile_stage_bytes" not in options and tp == 1
-    if staged_default:
+    if "tile_stage_bytes" not in options and tp == 1:
         options["tile_stage_bytes"] = MODEL_STAGE_BYTES
         options.setdefault("tile_stage_tasks", model_stage_tasks(config, max_batch))
-    return staged_default
 
 
 def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, max_batch: int, max_context: int,
@@ -293,11 +289,11 @@ def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, 
     `max_batch` (each kernel variant compiles through here). Returns the
     artifact directory."""
     from .. import compile as et_compile
-    from ..compiler import EventTensorCompileError
     from ..ir import Context
 
     kernel = kernel.resolve(config, target=target, max_batch=max_batch, mode=options.get("mode"))
-    staged_default = _cuda_defaults(config, max_batch, kernel.tp, options) if target == "cuda" else False
+    if target == "cuda":
+        _cuda_defaults(config, max_batch, kernel.tp, options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
                            split_len=split_len, cache_batch=cache_batch, cache_context=cache_context,
                            min_batch=min_batch)
@@ -322,18 +318,9 @@ def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, 
                                      warps=options["threads_per_worker"] // 32 if target == "cuda" else None)
         text = module.operation.get_asm(print_generic_op_form=True)
     build_s = time.perf_counter() - start
-    try:
-        art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
-    except EventTensorCompileError as err:
-        # The default staging takes what the tile buffers (a long split's
-        # KV rows, say) leave of the dynamic shared memory, or nothing.
-        fit = _stage_bytes_that_fit(err) if target == "cuda" and staged_default else None
-        if fit is None:
-            raise
-        options["tile_stage_bytes"] = fit
-        if not fit:
-            options.pop("tile_stage_tasks", None)
-        art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
+    # The tile lowering's plan stages what the tile buffers (a long split's
+    # KV rows, say) leave of the dynamic shared memory, or nothing.
+    art = et_compile(text, target=target, workers=workers, cache_dir=cache_dir, use_cache=use_cache, **options)
     total_s = time.perf_counter() - start
     info = {"config": config.to_dict(), "layout": layout.to_dict(), "target": target, **kernel.to_dict(),
             "linear_tiles": choices or None, "build_ir_s": round(build_s, 3), "compile_s": round(total_s, 3)}
@@ -381,24 +368,6 @@ def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, wo
             "compile_s": round(time.perf_counter() - start, 3)}
 
 
-#: The least staging per task worth its copies: below it, the default
-#: staging is left off (the measured gains were at 48-68 KiB).
-MIN_STAGE_BYTES = 16 * 1024
-
-
-def _stage_bytes_that_fit(err: Exception) -> int | None:
-    """For the lowering's error that the staging regions do not fit after
-    the tile buffers: the stage bytes per task that do (a multiple of 1
-    KiB, two regions between the buffers and the limit the error states),
-    or 0 below MIN_STAGE_BYTES; None for any other error."""
-    found = re.search(r"stages weights in two regions of \d+ bytes after (\d+) bytes of tile buffers: "
-                      r"\d+ bytes of dynamic shared memory, more than (\d+)", str(err))
-    if not found:
-        return None
-    fit = (int(found.group(2)) - int(found.group(1))) // 2 // 1024 * 1024
-    return fit if fit >= MIN_STAGE_BYTES else 0
-
-
 def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
     """With tile_kv_prefetch="shared", the dynamic shared memory is sized
     for one split's K and V rows (the lowering stages a split only when all
@@ -426,8 +395,8 @@ def _kv_prefetch_budget(config: ModelConfig, layout, options: dict) -> None:
 
 #: The smallest batch that linear_tile="auto" runs on tensor-core tiles,
 #: for hidden sizes from MMA_WIDE_HIDDEN; below it, MMA_FROM_BATCH_NARROW.
-#: Measured on the H200 (docs/benchmarks.md, "One artifact, a kernel per
-#: shape"): tensor-core tiles were faster from batch 4 on Llama-3.2-1B and
+#: Measured on the H200 (docs/experiments/2026-11-24-one-artifact-per-shape.md): tensor-core tiles were faster from
+#: batch 4 on Llama-3.2-1B and
 #: Llama-3.1-8B (hidden 2048, 4096), but slower up to batch 6 on Qwen3-0.6B
 #: (hidden 1024: a tile's K is too short to amortize its ring fill).
 MMA_FROM_BATCH = 4
@@ -444,7 +413,7 @@ def mma_from_batch(config: ModelConfig) -> int:
 #: CONTEXT_BUCKET_FIRST x CONTEXT_BUCKET_FACTOR^k (below max_context) and
 #: max_context. (With buckets of 1024 x 4^k, a context a quarter to a half
 #: of its bucket measured up to 1.14x, and context 128 in the 1024 bucket
-#: up to 1.20x, the time of a kernel for that context: docs/benchmarks.md.)
+#: up to 1.20x, the time of a kernel for that context: docs/experiments/.)
 BATCH_BUCKETS = (1, 2, 4, 8)
 CONTEXT_BUCKET_FIRST = 256
 CONTEXT_BUCKET_FACTOR = 2
@@ -488,8 +457,7 @@ def context_buckets(config: ModelConfig, lo: int, hi: int, contexts: list[int], 
     (`KernelLayout.runtime_splits`: the default split's rule with the
     launch's batch and each row's length, about the live tiles of the
     bucket's own kernel), when its split length is the bucket's, or when
-    both have one split per row. Measured on the H200 (docs/benchmarks.md,
-    "Fewer kernels in the one artifact")."""
+    both have one split per row. Measured on the H200 (docs/experiments/2026-11-25-one-artifact-8-kernels.md)."""
     kept = [contexts[-1]]
     above = kernel_layout(config, max_batch=hi, min_batch=lo, max_context=contexts[-1], workers=workers,
                           split_len=split_len)

@@ -18,7 +18,7 @@ MIN_SPLIT_LEN = 256
 #: The same for kernels of one row (max_batch 1): there a row's attention
 #: tiles are the only ones, and with the merge per KV head, 128 positions
 #: (8 tiles per KV head at 1k context) measured 1-3% faster than 256 on
-#: the H200 (docs/benchmarks.md, "The attention chain, shortened").
+#: the H200 (docs/experiments/2026-11-25-attention-chain-shortened.md).
 MIN_SPLIT_LEN_ONE_ROW = 128
 
 
@@ -51,8 +51,7 @@ class KernelLayout:
         1-2% slower on the H200), with one split per row there is nothing
         to choose, and a one-row kernel's static split already makes about
         one wave at its full context (its staged KV path measured 1-5%
-        slower with a computed split length). docs/benchmarks.md, "Split
-        lengths chosen per launch"."""
+        slower with a computed split length). docs/experiments/2026-11-25-split-per-launch.md."""
         return self.max_batch > 1 and self.splits > 1 and self.split_len > MIN_SPLIT_LEN
 
     @property
@@ -93,8 +92,8 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
         # batches the kernel serves; a power of two, and at least 256
         # positions (128 for one-row kernels): a tile has a fixed cost of a
         # few us, so short splits cost more than they spread. Measured on
-        # the H200 (docs/benchmarks.md, "The split length follows the
-        # batch"): the best split at every (batch, context) of Llama-3.2-1B
+        # the H200 (docs/experiments/2026-11-24-split-length-follows-batch.md): the best split at every (batch,
+        # context) of Llama-3.2-1B
         # and Qwen3-0.6B tried, but one within 1.3%; at batch 1 and 1k
         # context 256 then, 128 since the merge per KV head.
         rows = math.sqrt(min_batch * max_batch)

@@ -117,14 +117,13 @@ class KernelOptions:
           schedule);
         - `o_per_head`: on cuda, for the `et.linear` tiles of one device,
           where it measured faster at every batch (H100, context 1024: 4-6%
-          at batch 1, 1-3% at batches 2-16; docs/benchmarks.md, "The o
-          projection per query head"); the host's kernels keep the merge
+          at batch 1, 1-3% at batches 2-16; docs/experiments/2026-11-26-o-per-head.md); the host's kernels keep the
+          merge
           task, whose results keep their bits from run to run;
         - `norm_in_linear`: for one-row cuda kernels of `et.linear` tiles
           and a hidden size up to NORM_IN_LINEAR_MAX_HIDDEN (Qwen3-0.6B:
           2.8-3% faster on the H200, 1-4% on the H100; Llama-3.2-1B's
-          kernel, at 512 threads, spills; docs/benchmarks.md, "The norm at
-          the head of a linear tile");
+          kernel, at 512 threads, spills; docs/experiments/2026-11-26-norm-in-linear.md);
         - `norm_scratch`: "shared" for one-row kernels of `et.linear` tiles
           (1-3% faster there, same values), else "global".
 

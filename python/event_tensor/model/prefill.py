@@ -65,7 +65,7 @@ SPLIT_LAYERS = ("o", "down")  # the linear layers that add into the residual str
 # was not timed per tile and is taken between the two. With them the wave
 # rule picks what measured fastest: 256 for Llama-3.2-1B (512 tiles, 3.9
 # waves), 192 for Qwen3-0.6B (256 tiles in 2 waves against 192 tiles, 1.5
-# waves, of 256; 2.5% faster on the H100, docs/benchmarks.md).
+# waves, of 256; 2.5% faster on the H100, docs/experiments/).
 GATED_RATE = {256: 1.0, 192: 0.9, 128: 0.74}
 
 
@@ -187,20 +187,20 @@ class PrefillTiles:
                 # Two K halves in tiles of 128 x split_bn: Llama-3.2-1B's
                 # `down` in 128 x 128 tiles ran at about 530 TFLOP/s-equivalent
                 # against 720 for 128 x 256 tiles, and 128 x 256 tiles over
-                # all of K were only 64 per layer (docs/benchmarks.md).
+                # all of K were only 64 per layer (docs/experiments/).
                 bn, bk, stages, source = split_bn, 64, 4, "split rule"
             elif gpu_target and name == "gate_up" and self.row_block == 128 and self.threads == 256 and \
                     -(-max_rows // 128) * -(-n // 256) >= workers:
                 # Wide gated tiles while 128 x 256 ones fill the workers: on
                 # the H200 5.3 ms against 5.7 ms for the models' 128 x 128
                 # choice (Llama-3.2-1B, 1024 tokens); BN by waves
-                # (docs/benchmarks.md).
+                # (docs/experiments/).
                 bn, bk, stages, source = self._gated_bn(n, workers), 64, 4, "gated rule"
             elif gpu_target and name in ("q", "k", "v") and self.row_block == 128 and self.threads == 256 and \
                     -(-max_rows // 128) * sum(-(-shapes[p][0] // 256) for p in ("q", "k", "v")) <= workers:
                 # q, k and v run at once: one wave of 128 x 256 tiles beat
                 # 1.5 waves of 128 x 128 (Llama-3.2-1B, 1024 tokens: 5.02
-                # against 5.16 ms on the H200; docs/benchmarks.md).
+                # against 5.16 ms on the H200; docs/experiments/).
                 bn, bk, stages, source = 256, 64, 4, "one-wave rule"
             elif gpu_target:
                 bn, bk, stages, source = self._choose(max_rows, n, k, gpu, workers)
