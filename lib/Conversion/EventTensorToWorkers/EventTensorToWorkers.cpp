@@ -30,6 +30,7 @@
 #include "EventTensor/Analysis/EventGraph.h"
 #include "EventTensor/Analysis/TileGraph.h"
 #include "EventTensor/Conversion/Passes.h"
+#include "EventTensor/Conversion/RuntimeABI.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
 
 #include "../TileOps/TileLowering.h"
@@ -54,20 +55,10 @@ namespace mlir::et {
 
 using namespace mlir;
 using namespace mlir::et;
+using abi::WorkerError;
 
 namespace {
 
-// Words of the control buffer (i32).
-constexpr int64_t kTicket0 = 0; // tickets of bank 0 and 1
-constexpr int64_t kAbort = 2;
-constexpr int64_t kErrorClaimed = 3;
-constexpr int64_t kTraceCursor = 4;
-// Words of one trace record (i64): worker, task, tile, start (dispatch),
-// ready (after the tile's last wait), end.
-constexpr int64_t kTraceWords = 6;
-constexpr int64_t kControlWords = 8;
-// Words of the error record (i64).
-constexpr int64_t kErrorWords = 8;
 // The most shared memory a worker's copy of its static program may take.
 constexpr int64_t kSharedProgramBytes = 4096;
 
@@ -243,26 +234,31 @@ private:
       memref::StoreOp::create(b, loc, arith::AddIOp::create(b, loc, k, i32(1)),
                               traceSlotsMem, ValueRange{idx(0)});
       LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
-                                controlPointer(kTraceCursor), i32(1),
+                                controlPointer(abi::kControlTraceCursor), i32(1),
                                 LLVM::AtomicOrdering::monotonic,
                                 target.syncscope(), 4);
       slot = toIndex(k);
       fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, k, regionEnd);
     } else {
       Value capacity = arith::DivUIOp::create(
-          b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
+          b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(abi::kTraceWords));
       slot = toIndex(LLVM::AtomicRMWOp::create(
-          b, loc, LLVM::AtomicBinOp::add, controlPointer(kTraceCursor), i32(1),
+          b, loc, LLVM::AtomicBinOp::add, controlPointer(abi::kControlTraceCursor), i32(1),
           LLVM::AtomicOrdering::monotonic, target.syncscope(), 4));
       fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, slot,
                                    capacity);
     }
     auto store = scf::IfOp::create(b, loc, fits, /*withElse=*/false);
     b.setInsertionPointToStart(store.thenBlock());
-    Value base = arith::MulIOp::create(b, loc, slot, idx(kTraceWords));
-    Value fields[kTraceWords] = {toI64(workerId), toI64(task), toI64(tile),
-                                 start, ready, end};
-    for (int64_t i = 0; i < kTraceWords; ++i)
+    Value base = arith::MulIOp::create(b, loc, slot, idx(abi::kTraceWords));
+    Value fields[abi::kTraceWords];
+    fields[static_cast<int64_t>(abi::TraceField::Worker)] = toI64(workerId);
+    fields[static_cast<int64_t>(abi::TraceField::Task)] = toI64(task);
+    fields[static_cast<int64_t>(abi::TraceField::Tile)] = toI64(tile);
+    fields[static_cast<int64_t>(abi::TraceField::Start)] = start;
+    fields[static_cast<int64_t>(abi::TraceField::Ready)] = ready;
+    fields[static_cast<int64_t>(abi::TraceField::End)] = end;
+    for (int64_t i = 0; i < abi::kTraceWords; ++i)
       memref::StoreOp::create(
           b, loc, fields[i], traceMem,
           ValueRange{arith::AddIOp::create(b, loc, base, idx(i))});
@@ -314,7 +310,7 @@ private:
                    Value element, Value expected, Value observed,
                    bool localOnly = false) {
     Value claimed = LLVM::AtomicCmpXchgOp::create(
-        b, loc, controlPointer(kErrorClaimed), i32(0), i32(1),
+        b, loc, controlPointer(abi::kControlErrorClaimed), i32(0), i32(1),
         LLVM::AtomicOrdering::acq_rel, LLVM::AtomicOrdering::monotonic,
         target.syncscope(), /*alignment=*/4);
     Value won = LLVM::ExtractValueOp::create(b, loc, claimed, 1);
@@ -322,17 +318,23 @@ private:
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(ifOp.thenBlock());
-      Value fields[kErrorWords] = {
-          i64(static_cast<int64_t>(kind)), toI64(workerId), toI64(task),
-          toI64(tile),  toI64(event),      toI64(element),
-          toI64(expected), toI64(observed)};
-      for (int64_t i = 0; i < kErrorWords; ++i)
+      Value fields[abi::kErrorWords];
+      auto set = [&](abi::ErrorField field, Value v) { fields[static_cast<int64_t>(field)] = v; };
+      set(abi::ErrorField::Kind, i64(static_cast<int64_t>(kind)));
+      set(abi::ErrorField::Worker, toI64(workerId));
+      set(abi::ErrorField::Task, toI64(task));
+      set(abi::ErrorField::Tile, toI64(tile));
+      set(abi::ErrorField::Event, toI64(event));
+      set(abi::ErrorField::Element, toI64(element));
+      set(abi::ErrorField::Expected, toI64(expected));
+      set(abi::ErrorField::Observed, toI64(observed));
+      for (int64_t i = 0; i < abi::kErrorWords; ++i)
         memref::StoreOp::create(b, loc, fields[i], errorMem,
                                 ValueRange{idx(i)});
       LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
                             target.syncscope());
     }
-    LLVM::StoreOp::create(b, loc, i32(1), controlPointer(kAbort),
+    LLVM::StoreOp::create(b, loc, i32(1), controlPointer(abi::kControlAbort),
                           /*alignment=*/4, /*isVolatile=*/false,
                           /*isNonTemporal=*/false, /*isInvariantGroup=*/false,
                           LLVM::AtomicOrdering::release, target.syncscope());
@@ -373,7 +375,7 @@ private:
     // wake-up of a waiter after the last signal took up to two).
     b.setInsertionPointToEnd(spin);
     Value abortFlag = LLVM::LoadOp::create(
-        b, loc, b.getI32Type(), controlPointer(kAbort), /*alignment=*/4,
+        b, loc, b.getI32Type(), controlPointer(abi::kControlAbort), /*alignment=*/4,
         false, false, false, false, LLVM::AtomicOrdering::monotonic,
         target.syncscope());
     if (numDevices > 1) {
@@ -1217,7 +1219,7 @@ LogicalResult WorkerEmitter::layoutEvents() {
   eventCounters = offset;
   // Several devices: one more counter, where the copies meet at the end.
   totalCounters =
-      numDevices > 1 ? arith::AddIOp::create(b, loc, offset, idx(1)) : offset;
+      numDevices > 1 ? arith::AddIOp::create(b, loc, offset, idx(abi::kDeviceBarrierWords)) : offset;
   return success();
 }
 
@@ -1225,8 +1227,9 @@ LogicalResult WorkerEmitter::layoutEvents() {
 /// hold both banks; otherwise clears the bank the next launch uses.
 void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
   // Both banks, and on several devices the abort word after them.
-  Value needed = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, totalCounters, idx(2)),
-                                       idx(numDevices > 1 ? 1 : 0));
+  Value needed =
+      arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, totalCounters, idx(abi::kCounterBanks)),
+                            idx(numDevices > 1 ? abi::kDeviceAbortWords : 0));
   Value have = memref::DimOp::create(b, loc, countersMem, 0);
   Value tooSmall =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, have, needed);
@@ -1274,7 +1277,7 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(clearTicket.thenBlock());
-    Value word = arith::AddIOp::create(b, loc, idx(kTicket0), other);
+    Value word = arith::AddIOp::create(b, loc, idx(abi::kControlTicket0), other);
     memref::StoreOp::create(b, loc, i32(0), controlMem, ValueRange{word});
   }
 }
@@ -1603,7 +1606,7 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   }
   b.createBlock(&loop.getAfter(), {}, {i1Type, i1Type}, {loc, loc});
   // Thread 0 takes the ticket; the CTA shares it.
-  Value ticketWord = arith::AddIOp::create(b, loc, idx(kTicket0), bank);
+  Value ticketWord = arith::AddIOp::create(b, loc, idx(abi::kControlTicket0), bank);
   auto take = scf::IfOp::create(b, loc, TypeRange{b.getI64Type()},
                                 isThread0(), /*withElse=*/true);
   {
@@ -1772,34 +1775,51 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
         stageRegionBytes = std::max<int64_t>(stageRegionBytes, llvm::alignTo(end, 128));
       }
 
-  // The signature: [worker], epoch, spin_limit, counters, control, error,
-  // [trace], then on several devices: this device (i64), every device's
-  // counters, every device's copy of each symmetric argument; then the
-  // kernel arguments.
+  // The signature, in the order of abi::workerParams.
   MLIRContext *ctx = kernel.getContext();
   Type i64Type = b.getI64Type();
   auto dynI32 = MemRefType::get({ShapedType::kDynamic}, b.getI32Type());
   auto dynI64 = MemRefType::get({ShapedType::kDynamic}, i64Type);
-  SmallVector<Type> inputs;
-  if (!target.gpu)
-    inputs.push_back(b.getIndexType());
-  inputs.append({i64Type, i64Type, dynI32, dynI32, dynI64});
-  if (target.profile)
-    inputs.push_back(dynI64);
   numDevices = kernel.getNumDevices();
   SmallVector<unsigned> symmetric;
   for (unsigned i = 0, e = kernel.getNumArguments(); i < e; ++i)
     if (kernel.isSymmetricArgument(i))
       symmetric.push_back(i);
-  unsigned firstDeviceArg = inputs.size();
-  if (numDevices > 1) {
-    inputs.push_back(i64Type);
-    inputs.append(numDevices, dynI32);
-    for (unsigned i : symmetric)
-      inputs.append(numDevices, kernel.getArgumentTypes()[i]);
+  SmallVector<Type> inputs;
+  // The position of each group's first parameter.
+  llvm::DenseMap<abi::WorkerParam, unsigned> paramAt;
+  for (abi::WorkerParam param : abi::workerParams(!target.gpu, target.profile, numDevices > 1)) {
+    paramAt[param] = inputs.size();
+    switch (param) {
+    case abi::WorkerParam::Worker:
+      inputs.push_back(b.getIndexType());
+      break;
+    case abi::WorkerParam::Epoch:
+    case abi::WorkerParam::SpinLimit:
+    case abi::WorkerParam::Device:
+      inputs.push_back(i64Type);
+      break;
+    case abi::WorkerParam::Counters:
+    case abi::WorkerParam::Control:
+      inputs.push_back(dynI32);
+      break;
+    case abi::WorkerParam::Error:
+    case abi::WorkerParam::Trace:
+      inputs.push_back(dynI64);
+      break;
+    case abi::WorkerParam::PeerCounters:
+      inputs.append(numDevices, dynI32);
+      break;
+    case abi::WorkerParam::PeerArguments:
+      for (unsigned i : symmetric)
+        inputs.append(numDevices, kernel.getArgumentTypes()[i]);
+      break;
+    case abi::WorkerParam::Arguments:
+      llvm::append_range(inputs, kernel.getArgumentTypes());
+      break;
+    }
   }
-  unsigned firstKernelArg = inputs.size();
-  llvm::append_range(inputs, kernel.getArgumentTypes());
+  unsigned firstKernelArg = paramAt.lookup(abi::WorkerParam::Arguments);
   auto fnType = FunctionType::get(ctx, inputs, {});
 
   b.setInsertionPointToEnd(&container->getRegion(0).front());
@@ -1922,7 +1942,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(fn);
       LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/true, LLVM::Linkage::External,
-                             "__et_dynamic_shared_bytes", b.getI32IntegerAttr(need),
+                             abi::kDynamicSharedBytesGlobal, b.getI32IntegerAttr(need),
                              /*alignment=*/4, /*addrSpace=*/1);
     }
     workerId = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
@@ -1930,22 +1950,22 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     numThreads = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
   } else {
     auto fn = func::FuncOp::create(b, loc,
-                                   (kernel.getSymName() + "_worker").str(),
+                                   (kernel.getSymName() + abi::kHostWorkerSuffix).str(),
                                    fnType);
     entry = fn.addEntryBlock();
     b.setInsertionPointToStart(entry);
-    workerId = entry->getArgument(0);
+    workerId = entry->getArgument(paramAt.lookup(abi::WorkerParam::Worker));
     threadId = idx(0);
     numThreads = idx(1);
   }
-  unsigned a = target.gpu ? 0 : 1;
-  epoch = entry->getArgument(a);
-  spinLimit = entry->getArgument(a + 1);
-  countersMem = entry->getArgument(a + 2);
-  controlMem = entry->getArgument(a + 3);
-  errorMem = entry->getArgument(a + 4);
+  auto param = [&](abi::WorkerParam p) { return entry->getArgument(paramAt.lookup(p)); };
+  epoch = param(abi::WorkerParam::Epoch);
+  spinLimit = param(abi::WorkerParam::SpinLimit);
+  countersMem = param(abi::WorkerParam::Counters);
+  controlMem = param(abi::WorkerParam::Control);
+  errorMem = param(abi::WorkerParam::Error);
   if (target.profile)
-    traceMem = entry->getArgument(a + 5);
+    traceMem = param(abi::WorkerParam::Trace);
   if (target.profile && target.gpu) {
     // The worker's region: records [worker * per, (worker + 1) * per) of
     // the capacity / workers per worker (one division, here).
@@ -1953,7 +1973,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(first.thenBlock());
     Value capacity = arith::DivUIOp::create(
-        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(kTraceWords));
+        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(abi::kTraceWords));
     Value per = arith::DivUIOp::create(b, loc, capacity,
                                        gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
     Value begin = arith::MulIOp::create(b, loc, toIndex(workerId), per);
@@ -1974,10 +1994,11 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
                  entry->getArguments().drop_front(firstKernelArg)))
     eager.map(kArg, fArg);
   if (numDevices > 1) {
-    deviceIndex = toIndex(entry->getArgument(firstDeviceArg));
-    unsigned next = firstDeviceArg + 1;
+    deviceIndex = toIndex(param(abi::WorkerParam::Device));
+    unsigned next = paramAt.lookup(abi::WorkerParam::PeerCounters);
     for (int64_t d = 0; d < numDevices; ++d)
       peerCounters.push_back(entry->getArgument(next++));
+    next = paramAt.lookup(abi::WorkerParam::PeerArguments);
     for (unsigned i : symmetric) {
       SmallVector<Value> &copies =
           peerCopies[entry->getArgument(firstKernelArg + i)];
@@ -2001,12 +2022,12 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   {
     Value have = memref::DimOp::create(b, loc, countersMem, 0);
     if (numDevices > 1)
-      have = arith::SubIOp::create(b, loc, have, idx(1));
-    bankWords = arith::DivUIOp::create(b, loc, have, idx(2));
+      have = arith::SubIOp::create(b, loc, have, idx(abi::kDeviceAbortWords));
+    bankWords = arith::DivUIOp::create(b, loc, have, idx(abi::kCounterBanks));
   }
   bankBase = arith::MulIOp::create(b, loc, bank, bankWords);
   if (numDevices > 1)
-    abortWord = arith::MulIOp::create(b, loc, bankWords, idx(2));
+    abortWord = arith::MulIOp::create(b, loc, bankWords, idx(abi::kCounterBanks));
 
   // The exit block: return.
   Block *exit = new Block();
