@@ -1,4 +1,4 @@
-//===- RuntimeABI.h - The contract of worker code and runtime ----*- C++ -*-===//
+//===- RuntimeABI.h - The contract of worker code and runtime ---*- C++ -*-===//
 //
 // What the worker code that convert-et-to-nvvm and convert-et-to-cpu emit and
 // the runtime that launches it (python/event_tensor/runtime) agree on: the
