@@ -2,9 +2,10 @@
 //
 // Lowers a scheduled et.kernel to the code of one persistent worker: a
 // gpu.func kernel (one CTA per worker) or a host function (one thread per
-// worker). Both targets share one emitter (WorkerEmitter.h); they differ in
-// how a worker finds its id and its threads, in barriers, and in the scope
-// and backoff of the counter atomics.
+// worker). Both targets share one emitter (WorkerEmitter.h); what differs
+// between them (how a worker finds its id and its threads, barriers, the
+// scope and form of the counter atomics, the backoff, the clock, the
+// function that holds the worker) is a WorkerTarget (WorkerTarget.h).
 //
 // Shape of the generated code:
 //
@@ -76,8 +77,9 @@ FailureOr<ScheduleOp> WorkerEmitter::checkKernel() {
     WalkResult walk = task.getBody().walk([&](memref::AllocaOp alloca) {
       if (!inWorkgroupMemory(alloca.getType()))
         return WalkResult::advance();
-      if (!target.gpu) {
-        alloca.emitOpError("allocates workgroup memory, which the host worker lowering does not have");
+      if (!target.hasWorkgroupMemory()) {
+        alloca.emitOpError("allocates workgroup memory, which the ")
+            << target.getLoweringName() << " does not have";
         return WalkResult::interrupt();
       }
       if (!isWorkgroupAlloca(alloca) || alloca->getParentOp() != task) {
@@ -95,9 +97,10 @@ FailureOr<ScheduleOp> WorkerEmitter::checkKernel() {
   for (TaskOp task : tasks)
     for (Operation &op : task.getBody().front())
       if (auto staged = dyn_cast<StagedRowsOp>(op)) {
-        if (!target.gpu)
-          return staged.emitOpError("stages weights in shared memory, which the host worker lowering does "
-                                    "not have (lower et.linear with stage-bytes=0 for the CPU)");
+        if (!target.hasWorkgroupMemory())
+          return staged.emitOpError("stages weights in shared memory, which the ")
+                 << target.getLoweringName()
+                 << " does not have (lower et.linear with stage-bytes=0 for the CPU)";
         MemRefType view = staged.getView().getType();
         int64_t end = staged.getOffset() + view.getNumElements() * 2;
         stagedTasks.insert(task);
@@ -114,7 +117,7 @@ FunctionType WorkerEmitter::workerFunctionType() {
     if (kernel.isSymmetricArgument(i))
       symmetric.push_back(i);
   SmallVector<Type> inputs;
-  for (abi::WorkerParam param : abi::workerParams(!target.gpu, target.profile, numDevices > 1)) {
+  for (abi::WorkerParam param : abi::workerParams(target.passesWorkerId(), target.isProfiled(), numDevices > 1)) {
     paramAt[param] = inputs.size();
     switch (param) {
     case abi::WorkerParam::Worker:
@@ -148,16 +151,11 @@ FunctionType WorkerEmitter::workerFunctionType() {
   return FunctionType::get(kernel.getContext(), inputs, {});
 }
 
-FailureOr<Block *> WorkerEmitter::createGPUWorker(FunctionType type) {
-  MLIRContext *ctx = kernel.getContext();
-  Type i64Type = b.getI64Type();
-  auto smemType = MemRefType::get(
-      {4}, i64Type, MemRefLayoutAttrInterface(),
-      gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup));
+FailureOr<Block *> WorkerEmitter::createWorkerFunction(FunctionType type) {
   // Tiles of a worker run one after another (a barrier ends each), so
   // tasks share buffers: the j-th alloca of a type in any task uses the
   // j-th buffer of that type.
-  SmallVector<Type> workgroup{smemType};
+  SmallVector<Type> workgroup;
   SmallVector<std::pair<Operation *, unsigned>> allocas;
   llvm::DenseMap<Type, SmallVector<unsigned>> pool;
   for (TaskOp task : tasks) {
@@ -178,38 +176,20 @@ FailureOr<Block *> WorkerEmitter::createGPUWorker(FunctionType type) {
   // The mbarriers of the two staging regions.
   unsigned barriersAt = workgroup.size();
   if (stageRegionBytes)
-    workgroup.push_back(MemRefType::get({2}, i64Type, MemRefLayoutAttrInterface(),
-                                        gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
-  // The profile's next slot of this worker's trace region, and its end.
-  unsigned traceSlotsAt = workgroup.size();
-  if (target.profile)
-    workgroup.push_back(MemRefType::get({2}, b.getI32Type(), MemRefLayoutAttrInterface(),
-                                        gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup)));
-  auto fn = gpu::GPUFuncOp::create(b, loc, kernel.getSymName(), type,
-                                   workgroup, TypeRange{});
+    workgroup.push_back(
+        MemRefType::get({2}, b.getI64Type(), MemRefLayoutAttrInterface(),
+                        target.getWorkgroupMemorySpace(b.getContext())));
+  WorkerFunction fn = target.createWorkerFunction(*this, kernel.getSymName(), type, workgroup);
   for (auto [op, i] : allocas)
-    tileShared[op] = fn.getWorkgroupAttributions()[i];
+    tileShared[op] = fn.workgroup[i];
   if (stageRegionBytes)
-    stageBarriers = fn.getWorkgroupAttributions()[barriersAt];
-  if (target.profile)
-    traceSlotsMem = fn.getWorkgroupAttributions()[traceSlotsAt];
-  // 16-byte alignment for vector accesses to the tile buffers.
-  for (unsigned i = 1; i < workgroup.size(); ++i)
-    fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
-                                   b.getI64IntegerAttr(16));
-  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  if (target.threads > 0)
-    fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
-        {static_cast<int32_t>(target.threads), 1, 1}));
-  Block *entry = &fn.getBody().front();
-  sharedScratch = fn.getWorkgroupAttributions()[0];
-  b.setInsertionPointToStart(entry);
-  if (failed(layoutDynamicShared(fn)))
+    stageBarriers = fn.workgroup[barriersAt];
+  if (failed(layoutDynamicShared(fn.op)))
     return failure();
-  workerId = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  threadId = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  numThreads = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
-  return entry;
+  target.emitWorkerIds(*this, target.passesWorkerId()
+                                  ? fn.entry->getArgument(paramAt.lookup(abi::WorkerParam::Worker))
+                                  : Value());
+  return fn.entry;
 }
 
 LogicalResult WorkerEmitter::layoutDynamicShared(Operation *fn) {
@@ -217,7 +197,7 @@ LogicalResult WorkerEmitter::layoutDynamicShared(Operation *fn) {
   // dynamic shared memory (tiles run one after another); the launch
   // provides its size. The dynamic shared memory is an external,
   // zero-sized workgroup global (PTX `.extern .shared ... []`).
-  auto workgroupSpace = gpu::AddressSpaceAttr::get(kernel.getContext(), gpu::AddressSpace::Workgroup);
+  Attribute workgroupSpace = target.getWorkgroupMemorySpace(kernel.getContext());
   Value dynamicShared;
   auto dynamicSharedGlobal = [&]() {
     if (dynamicShared)
@@ -283,18 +263,6 @@ LogicalResult WorkerEmitter::layoutDynamicShared(Operation *fn) {
   return success();
 }
 
-Block *WorkerEmitter::createHostWorker(FunctionType type) {
-  auto fn = func::FuncOp::create(b, loc,
-                                 (kernel.getSymName() + abi::kHostWorkerSuffix).str(),
-                                 type);
-  Block *entry = fn.addEntryBlock();
-  b.setInsertionPointToStart(entry);
-  workerId = entry->getArgument(paramAt.lookup(abi::WorkerParam::Worker));
-  threadId = idx(0);
-  numThreads = idx(1);
-  return entry;
-}
-
 Value WorkerEmitter::param(abi::WorkerParam group, unsigned k) {
   return entryBlock->getArgument(paramAt.lookup(group) + k);
 }
@@ -305,38 +273,13 @@ void WorkerEmitter::bindParameters() {
   countersMem = param(abi::WorkerParam::Counters);
   controlMem = param(abi::WorkerParam::Control);
   errorMem = param(abi::WorkerParam::Error);
-  if (target.profile) {
+  if (target.isProfiled()) {
     traceMem = param(abi::WorkerParam::Trace);
-    setUpProfile();
+    target.setUpProfile(*this);
   }
   for (auto [k, kArg] : llvm::enumerate(kernel.getArguments()))
     eager.map(kArg, param(abi::WorkerParam::Arguments, k));
   bindDeviceParameters();
-}
-
-void WorkerEmitter::setUpProfile() {
-  if (target.gpu) {
-    // The worker's region: records [worker * per, (worker + 1) * per) of
-    // the capacity / workers per worker (one division, here).
-    auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(first.thenBlock());
-    Value capacity = arith::DivUIOp::create(
-        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(abi::kTraceWords));
-    Value per = arith::DivUIOp::create(b, loc, capacity,
-                                       gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
-    Value begin = arith::MulIOp::create(b, loc, toIndex(workerId), per);
-    auto toI32 = [&](Value v) { return arith::IndexCastOp::create(b, loc, b.getI32Type(), v).getResult(); };
-    memref::StoreOp::create(b, loc, toI32(begin), traceSlotsMem, ValueRange{idx(0)});
-    memref::StoreOp::create(b, loc, toI32(arith::AddIOp::create(b, loc, begin, per)), traceSlotsMem,
-                            ValueRange{idx(1)});
-    return;
-  }
-  Value one = LLVM::ConstantOp::create(b, loc, b.getI64Type(),
-                                       b.getI64IntegerAttr(1));
-  clockBuffer = LLVM::AllocaOp::create(
-      b, loc, LLVM::LLVMPointerType::get(b.getContext()),
-      LLVM::LLVMArrayType::get(b.getI64Type(), 2), one, /*alignment=*/8);
 }
 
 //===----------------------------------------------------------------------===//
@@ -508,7 +451,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   numDevices = kernel.getNumDevices();
   FunctionType type = workerFunctionType();
   b.setInsertionPointToEnd(&container->getRegion(0).front());
-  FailureOr<Block *> entry = target.gpu ? createGPUWorker(type) : createHostWorker(type);
+  FailureOr<Block *> entry = createWorkerFunction(type);
   if (failed(entry))
     return failure();
   entryBlock = *entry;
@@ -527,10 +470,7 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(exit);
-    if (target.gpu)
-      gpu::ReturnOp::create(b, loc);
-    else
-      func::ReturnOp::create(b, loc);
+    target.createReturn(*this);
   }
   exitBlock = exit;
   emitCapacityCheckAndClear(exit);
@@ -549,39 +489,22 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
 // Passes
 //===----------------------------------------------------------------------===//
 
-static LogicalResult lowerKernels(ModuleOp module, Target target) {
+WorkerTarget::~WorkerTarget() = default;
+
+static LogicalResult lowerKernels(ModuleOp module, const WorkerTarget &target) {
   SmallVector<KernelOp> kernels(module.getOps<KernelOp>());
+  if (kernels.empty())
+    return success();
   OpBuilder b(module.getContext());
-  auto declare = [&](StringRef name, FunctionType type) {
-    if (module.lookupSymbol(name))
-      return;
-    b.setInsertionPointToStart(module.getBody());
-    func::FuncOp::create(b, module.getLoc(), name, type).setPrivate();
-  };
-  if (!target.gpu && !kernels.empty()) {
-    declare("sched_yield", b.getFunctionType({}, {b.getI32Type()}));
-    if (target.profile)
-      declare("clock_gettime",
-              b.getFunctionType({b.getI32Type(),
-                                 LLVM::LLVMPointerType::get(b.getContext())},
-                                {b.getI32Type()}));
-  }
+  target.declareRuntimeFunctions(b, module);
   for (KernelOp kernel : kernels) {
-    Operation *container = module;
-    if (target.gpu) {
-      b.setInsertionPoint(kernel);
-      auto gpuModule = gpu::GPUModuleOp::create(
-          b, kernel.getLoc(), (kernel.getSymName() + "_module").str());
-      container = gpuModule;
-    }
+    Operation *container = target.createContainer(b, module, kernel);
     WorkerEmitter emitter(kernel, target);
     if (failed(emitter.emit(container)))
       return failure();
     kernel.erase();
   }
-  if (target.gpu && !kernels.empty())
-    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
-                    b.getUnitAttr());
+  target.finishModule(b, module);
   return success();
 }
 
@@ -591,18 +514,13 @@ struct ConvertEventTensorToNVVMPass
           ConvertEventTensorToNVVMPass> {
   using Base::Base;
   void runOnOperation() override {
-    Target target;
-    target.gpu = true;
-    target.backoffNs = backoffNs;
-    target.profile = profile;
-    target.threads = threads;
     if (threads < 0 || threads > 1024 || threads % 32 != 0) {
       getOperation().emitError("'convert-et-to-nvvm' threads must be 0 or a "
                                "multiple of 32 up to 1024, got ")
           << static_cast<int64_t>(threads);
       return signalPassFailure();
     }
-    if (failed(lowerKernels(getOperation(), target)))
+    if (failed(lowerKernels(getOperation(), *createNVVMWorkerTarget(profile, backoffNs, threads))))
       signalPassFailure();
   }
 };
@@ -612,9 +530,7 @@ struct ConvertEventTensorToCPUPass
           ConvertEventTensorToCPUPass> {
   using Base::Base;
   void runOnOperation() override {
-    Target target;
-    target.profile = profile;
-    if (failed(lowerKernels(getOperation(), target)))
+    if (failed(lowerKernels(getOperation(), *createHostWorkerTarget(profile))))
       signalPassFailure();
   }
 };

@@ -13,16 +13,6 @@ using namespace mlir;
 using namespace mlir::et;
 using namespace mlir::et::workers;
 
-void WorkerEmitter::systemAdd(Value ptr) {
-  if (target.gpu) {
-    ptxAddOne(ptr, "red.relaxed.sys.add.u32");
-    return;
-  }
-  LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, ptr, i32(1),
-                            LLVM::AtomicOrdering::monotonic, StringRef(),
-                            /*alignment=*/4);
-}
-
 Value WorkerEmitter::peerDevice(Value k) {
   Value n = idx(numDevices);
   Value r = arith::RemSIOp::create(b, loc, k, n);
@@ -81,7 +71,7 @@ void WorkerEmitter::emitDeviceBarrier(Value ok) {
     LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release, StringRef());
     for (int64_t k = 1; k < numDevices; ++k) {
       Value copy = selectCopy(peerCounters, peerDevice(idx(k)));
-      systemAdd(elementPointer(basePointer(copy), word, b.getI32Type()));
+      target.systemAdd(*this, elementPointer(basePointer(copy), word, b.getI32Type()));
     }
   }
   auto worker0 = scf::IfOp::create(

@@ -66,7 +66,7 @@ void WorkerEmitter::emitProgramTables(StaticProgram &program) {
   int64_t &longest = program.longest;
   for (int64_t w = 0; w < workerCount; ++w)
     longest = std::max<int64_t>(longest, offsets[w + 1] - offsets[w]);
-  program.sharedFits = target.gpu && longest > 0 && (longest + 1) * 3 * 4 <= kSharedProgramBytes;
+  program.sharedFits = target.hasWorkgroupMemory() && longest > 0 && (longest + 1) * 3 * 4 <= kSharedProgramBytes;
   const int64_t rows = static_cast<int64_t>(entries.size() / 3);
   program.padded = program.sharedFits && workerCount * longest <= 2 * rows + workerCount;
   SmallVector<int32_t> counts;
@@ -123,7 +123,7 @@ void WorkerEmitter::copyProgramToShared(StaticProgram &program) {
   int64_t longest = program.longest;
   Value begin = program.begin, end = program.end;
   auto type = MemRefType::get({longest + 1, 3}, b.getI32Type(), MemRefLayoutAttrInterface(),
-                              gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+                              target.getWorkgroupMemorySpace(b.getContext()));
   std::string name = ("__et_" + kernel.getSymName() + "_program_shared").str();
   {
     OpBuilder::InsertionGuard guard(b);

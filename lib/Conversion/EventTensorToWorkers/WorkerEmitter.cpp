@@ -23,76 +23,15 @@ using namespace mlir::et::workers;
 using abi::WorkerError;
 
 //===----------------------------------------------------------------------===//
-// Small builders
+// The trace
 //===----------------------------------------------------------------------===//
-
-void WorkerEmitter::barrier() {
-  if (!target.gpu)
-    return;
-  gpu::BarrierOp::create(b, loc);
-}
-
-Value WorkerEmitter::broadcast(Value v) {
-  if (!target.gpu)
-    return v;
-  bool isBool = v.getType().isInteger(1);
-  Value wide = isBool ? arith::ExtUIOp::create(b, loc, b.getI64Type(), v)
-                      : toI64(v);
-  auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    memref::StoreOp::create(b, loc, wide, sharedScratch, ValueRange{idx(0)});
-  }
-  barrier();
-  Value out =
-      memref::LoadOp::create(b, loc, sharedScratch, ValueRange{idx(0)});
-  barrier();
-  if (isBool)
-    return arith::TruncIOp::create(b, loc, b.getI1Type(), out);
-  return out;
-}
-
-Value WorkerEmitter::now() {
-  if (target.gpu)
-    return NVVM::GlobalTimerOp::create(b, loc, b.getI64Type());
-  func::CallOp::create(b, loc, "clock_gettime", TypeRange{b.getI32Type()},
-                       ValueRange{i32(1), clockBuffer});
-  Value sec = LLVM::LoadOp::create(b, loc, b.getI64Type(), clockBuffer);
-  Value nsecPtr = LLVM::GEPOp::create(
-      b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
-      clockBuffer, ArrayRef<LLVM::GEPArg>{1});
-  Value nsec = LLVM::LoadOp::create(b, loc, b.getI64Type(), nsecPtr);
-  return arith::AddIOp::create(
-      b, loc, arith::MulIOp::create(b, loc, sec, i64(1000000000)), nsec);
-}
 
 void WorkerEmitter::recordTile(Value task, Value tile, Value start, Value ready) {
   Value end = now();
   auto first = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(first.thenBlock());
-  Value slot, fits;
-  if (target.gpu) {
-    Value k = memref::LoadOp::create(b, loc, traceSlotsMem, ValueRange{idx(0)});
-    Value regionEnd = memref::LoadOp::create(b, loc, traceSlotsMem, ValueRange{idx(1)});
-    memref::StoreOp::create(b, loc, arith::AddIOp::create(b, loc, k, i32(1)),
-                            traceSlotsMem, ValueRange{idx(0)});
-    LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
-                              controlPointer(abi::kControlTraceCursor), i32(1),
-                              LLVM::AtomicOrdering::monotonic,
-                              target.syncscope(), 4);
-    slot = toIndex(k);
-    fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, k, regionEnd);
-  } else {
-    Value capacity = arith::DivUIOp::create(
-        b, loc, memref::DimOp::create(b, loc, traceMem, 0), idx(abi::kTraceWords));
-    slot = toIndex(LLVM::AtomicRMWOp::create(
-        b, loc, LLVM::AtomicBinOp::add, controlPointer(abi::kControlTraceCursor), i32(1),
-        LLVM::AtomicOrdering::monotonic, target.syncscope(), 4));
-    fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, slot,
-                                 capacity);
-  }
+  auto [slot, fits] = target.traceSlot(*this);
   auto store = scf::IfOp::create(b, loc, fits, /*withElse=*/false);
   b.setInsertionPointToStart(store.thenBlock());
   Value base = arith::MulIOp::create(b, loc, slot, idx(abi::kTraceWords));
@@ -241,11 +180,7 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
   cf::BranchOp::create(b, loc, join, ValueRange{i1(false)});
 
   b.setInsertionPointToEnd(sleep);
-  if (target.gpu)
-    NVVM::NanosleepOp::create(b, loc, i32(target.backoffNs));
-  else
-    func::CallOp::create(b, loc, "sched_yield", TypeRange{b.getI32Type()},
-                         ValueRange{});
+  target.backoff(*this);
   cf::BranchOp::create(b, loc, spin, ValueRange{sleep->getArgument(0)});
 
   b.setInsertionPointToEnd(join);
@@ -536,36 +471,14 @@ LogicalResult WorkerEmitter::emitSignal(Scope &scope, Value event, ArrayRef<Valu
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   if (!layout.remote) {
-    if (target.gpu) {
-      // One release reduction. (A release fence, which NVPTX emits as
-      // fence.acq_rel, also invalidates the SM's L1 after the writes
-      // drain; the release needs only the drain. NVPTX drops the ordering
-      // of an atomicrmw, so the instruction is written out.)
-      ptxAddOne(counterPointer(counter), "red.release.gpu.global.add.u32");
-      return success();
-    }
-    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release,
-                          target.syncscope());
-    LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
-                              counterPointer(counter), i32(1),
-                              LLVM::AtomicOrdering::monotonic,
-                              target.syncscope(), /*alignment=*/4);
+    target.signalCounter(*this, counter);
     return success();
   }
   LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release, StringRef());
   Value base = device ? basePointer(selectCopy(peerCounters, device))
                       : countersBase;
-  systemAdd(elementPointer(base, counter, b.getI32Type()));
+  target.systemAdd(*this, elementPointer(base, counter, b.getI32Type()));
   return success();
-}
-
-void WorkerEmitter::ptxAddOne(Value ptr, StringRef red) {
-  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{ptr, i32(1)},
-                            (red + " [$0], $1;").str(), "l,r",
-                            /*has_side_effects=*/true,
-                            /*is_align_stack=*/false,
-                            LLVM::tailcallkind::TailCallKind::None,
-                            LLVM::AsmDialectAttr(), ArrayAttr());
 }
 
 //===----------------------------------------------------------------------===//
@@ -584,7 +497,7 @@ SmallVector<Value> WorkerEmitter::delinearize(Value tile, ArrayRef<Value> extent
 
 LogicalResult WorkerEmitter::emitTile(Scope &scope, TaskOp task, unsigned taskId,
                        Value tile) {
-  Value start = target.profile ? now() : Value();
+  Value start = target.isProfiled() ? now() : Value();
   SmallVector<Value> extents;
   if (failed(tileCount(task, scope, &extents)))
     return failure();
@@ -611,7 +524,7 @@ LogicalResult WorkerEmitter::emitTile(Scope &scope, TaskOp task, unsigned taskId
       if (failed(idxs) ||
           failed(emitWait(scope, wait.getEvent(), *idxs, taskValue, tile)))
         return failure();
-      if (target.profile)
+      if (target.isProfiled())
         ready = now();
       continue;
     }
@@ -656,7 +569,7 @@ LogicalResult WorkerEmitter::emitTile(Scope &scope, TaskOp task, unsigned taskId
     waitStaged(decodeStage(currentStage));
   // The tile is done on every thread before the next one starts.
   barrier();
-  if (target.profile)
+  if (target.isProfiled())
     recordTile(taskValue, tile, start, ready);
   return success();
 }

@@ -10,12 +10,16 @@
 //   DynamicSchedule.cpp       the ticket queue of a dynamic schedule
 //   StagedRows.cpp            weights staged across tiles (et.staged_rows)
 //   MultiDevice.cpp           peers and the barrier across devices
+//   NVVMTarget.cpp            the GPU worker (WorkerTarget.h)
+//   HostTarget.cpp            the host worker (WorkerTarget.h)
 //   RuntimeABI.cpp            the contract with the runtime, as metadata
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef EVENTTENSOR_LIB_CONVERSION_EVENTTENSORTOWORKERS_WORKEREMITTER_H
 #define EVENTTENSOR_LIB_CONVERSION_EVENTTENSORTOWORKERS_WORKEREMITTER_H
+
+#include "WorkerTarget.h"
 
 #include "EventTensor/Analysis/EventGraph.h"
 #include "EventTensor/Conversion/Passes.h"
@@ -46,15 +50,6 @@ bool inWorkgroupMemory(MemRefType type);
 /// memory from the tile lowering.
 bool isWorkgroupAlloca(Operation *op);
 
-/// What differs between the GPU and the host worker.
-struct Target {
-  bool gpu = false;
-  bool profile = false;
-  int64_t backoffNs = 64;
-  int64_t threads = 0; // fixed CTA size, 0 if chosen at launch
-  StringRef syncscope() const { return gpu ? "device" : ""; }
-};
-
 /// Layout of one event tensor in a counter bank.
 struct EventLayout {
   unsigned id = 0;
@@ -70,12 +65,12 @@ struct EventLayout {
   Value size;              // index
 };
 
-/// Emits the worker of one scheduled et.kernel.
-class WorkerEmitter {
+/// Emits the worker of one scheduled et.kernel for `target`.
+class WorkerEmitter : public WorkerBuilder {
 public:
-  WorkerEmitter(KernelOp kernel, Target target)
-      : kernel(kernel), target(target), graph(kernel), b(kernel.getContext()),
-        loc(kernel.getLoc()) {}
+  WorkerEmitter(KernelOp kernel, const WorkerTarget &target)
+      : WorkerBuilder(kernel.getContext(), kernel.getLoc()), kernel(kernel), target(target),
+        graph(kernel) {}
 
   /// Emits the worker into `container` (a module or a gpu.module).
   LogicalResult emit(Operation *container);
@@ -85,80 +80,15 @@ private:
   // Small builders
   //===--------------------------------------------------------------------===//
 
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value i32(int64_t v) {
-    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-  }
-  Value i64(int64_t v) {
-    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), v);
-  }
-  Value i1(bool v) {
-    return arith::ConstantIntOp::create(b, loc, b.getI1Type(), v);
-  }
-  Value toI64(Value v) {
-    if (v.getType().isIndex())
-      return arith::IndexCastOp::create(b, loc, b.getI64Type(), v);
-    if (v.getType().getIntOrFloatBitWidth() < 64)
-      return arith::ExtSIOp::create(b, loc, b.getI64Type(), v);
-    return v;
-  }
-  Value toIndex(Value v) {
-    if (v.getType().isIndex())
-      return v;
-    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
-  }
-  /// The base pointer of a memref (aligned pointer) as an !llvm.ptr.
-  Value basePointer(Value memref) {
-    Value asIndex =
-        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
-    Value asInt = arith::IndexCastOp::create(b, loc, b.getI64Type(), asIndex);
-    return LLVM::IntToPtrOp::create(b, loc,
-                                    LLVM::LLVMPointerType::get(b.getContext()),
-                                    asInt);
-  }
-  Value elementPointer(Value base, Value index, Type elementType) {
-    return LLVM::GEPOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext()), elementType, base,
-        ValueRange{toI64(index)});
-  }
-  Value counterPointer(Value index) {
-    return elementPointer(countersBase, index, b.getI32Type());
-  }
-  Value controlPointer(int64_t word) {
-    return elementPointer(controlBase, idx(word), b.getI32Type());
-  }
-  Value isThread0() {
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId,
-                                 idx(0));
-  }
-  /// Thread 0 of worker 0: does the once-per-launch work.
-  Value isFirstThreadOfWorker0() {
-    return arith::AndIOp::create(
-        b, loc, isThread0(),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, workerId,
-                              idx(0)));
-  }
-
-  /// A barrier of the worker's threads (none on the host, where a worker is
-  /// one thread).
-  void barrier();
-
+  /// A barrier of the worker's threads.
+  void barrier() { target.barrier(*this); }
   /// Makes thread 0's value of `v` (i1 or i64) every thread's value.
-  Value broadcast(Value v);
-
-  /// Nanoseconds from a monotonic clock (globaltimer on the GPU).
-  Value now();
+  Value broadcast(Value v) { return target.broadcast(*this, v); }
+  /// Nanoseconds from a monotonic clock.
+  Value now() { return target.now(*this); }
 
   /// Appends (worker, task, tile, start, ready, end) to the trace, if it
-  /// has room. On the GPU each worker writes its own region of the buffer
-  /// (capacity / workers records; its next slot and the region's end in two
-  /// shared-memory words, set at launch) and counts the record with a
-  /// reduction whose result nobody waits for: an
-  /// atomic that returned the slot would hold thread 0 for an L2 round
-  /// trip between every two tiles, time the worker does not spend when it
-  /// is not profiled. The host finds the records by their nonzero end
-  /// (the buffer is cleared before each launch). On the host the slot
-  /// comes from the shared cursor.
+  /// has room (in the slot WorkerTarget::traceSlot gives).
   void recordTile(Value task, Value tile, Value start, Value ready);
 
   //===--------------------------------------------------------------------===//
@@ -252,10 +182,6 @@ private:
   LogicalResult emitSignal(Scope &scope, Value event, ArrayRef<Value> coords,
                            Value peer, Value task, Value tile);
 
-  /// GPU: adds 1 to the i32 at `ptr` with the PTX reduction `red` (for
-  /// example "red.relaxed.sys.add.u32"), written out because NVPTX drops
-  /// the ordering and scope of an atomicrmw.
-  void ptxAddOne(Value ptr, StringRef red);
 
   //===--------------------------------------------------------------------===//
   // Tiles
@@ -280,25 +206,19 @@ private:
   /// The worker function's type: its parameters in the order of
   /// abi::workerParams (paramAt records where each group starts).
   FunctionType workerFunctionType();
-  /// The GPU kernel, one CTA per worker, with the workgroup buffers of the
-  /// tiles, the staging mbarriers and the profile; returns its entry block,
-  /// where the insertion point is.
-  FailureOr<Block *> createGPUWorker(FunctionType type);
+  /// The worker function (WorkerTarget::createWorkerFunction) with the
+  /// workgroup buffers of the tiles and the staging mbarriers, and the
+  /// worker's ids; returns its entry block, where the insertion point is.
+  FailureOr<Block *> createWorkerFunction(FunctionType type);
   /// Places the workgroup allocas marked et.dynamic_shared and the staging
   /// regions in the GPU kernel's dynamic shared memory, and states the size
   /// they need in abi::kDynamicSharedBytesGlobal.
   LogicalResult layoutDynamicShared(Operation *fn);
-  /// The host worker function, which one thread per worker calls with its
-  /// worker id; returns its entry block, where the insertion point is.
-  Block *createHostWorker(FunctionType type);
   /// Parameter `k` of group `group` of the worker function.
   Value param(abi::WorkerParam group, unsigned k = 0);
   /// Takes the worker's buffers, the kernel arguments and the device
   /// parameters from the worker function's parameters.
   void bindParameters();
-  /// Profiled kernels: on the GPU this worker's region of the trace, on the
-  /// host the buffer that the clock is read into.
-  void setUpProfile();
   /// Clones the kernel-level ops that depend on no device data into the entry
   /// of the worker; the others are materialized where they are used.
   LogicalResult cloneEagerValues();
@@ -424,9 +344,6 @@ private:
   // Several devices (MultiDevice.cpp)
   //===--------------------------------------------------------------------===//
 
-  /// Adds 1 to the i32 at `ptr` with a relaxed system-scope atomic (the
-  /// caller has issued the release fence).
-  void systemAdd(Value ptr);
 
   /// The device (index) at offset `k` (index, any sign) from this one.
   Value peerDevice(Value k);
@@ -450,10 +367,8 @@ private:
   void emitDeviceBarrier(Value ok);
 
   KernelOp kernel;
-  Target target;
+  const WorkerTarget &target;
   EventGraph graph;
-  OpBuilder b;
-  Location loc;
   Operation *container = nullptr;
 
   SmallVector<TaskOp> tasks;
@@ -462,13 +377,7 @@ private:
   llvm::DenseMap<unsigned, memref::GlobalOp> countTables;
   Value totalCounters;
 
-  // Worker function values.
-  Value workerId, threadId, numThreads, epoch, spinLimit;
-  Value countersMem, controlMem, errorMem, traceMem, clockBuffer;
-  /// GPU profile: the worker's next trace slot and the end of its region
-  /// of the buffer (two shared-memory words, set at launch).
-  Value traceSlotsMem;
-  Value countersBase, controlBase;
+  /// The counter bank of this launch (index) and where it starts.
   Value bank, bankBase;
   /// Words per bank: half of the counter buffer (less the abort word on
   /// several devices), whatever this launch's event tensors need, so that
@@ -477,7 +386,6 @@ private:
   /// Several devices: the counter (after both banks) that another device's
   /// error raises.
   Value abortWord;
-  Value sharedScratch;
   // Several devices: the number, this device (index), every device's
   // counter buffer, and every device's copy of each symmetric argument
   // (keyed by the worker function's argument for the local copy).
