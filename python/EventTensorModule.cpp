@@ -1,6 +1,7 @@
 //===- EventTensorModule.cpp - Python extension of the et dialect ---------===//
 //
-// The `_etDialects` nanobind extension: the et dialect's custom type classes.
+// The `_etDialects` nanobind extension: the et dialect's custom type classes
+// and the compiler's queries (event graph, schedule plan, runtime ABI).
 // Ops are generated from ODS, never bound here. Dialect and pass registration
 // live in `_etRegistration` (EventTensorRegistration.cpp), which the package
 // imports while `event_tensor.ir` is still initializing; this module needs a
@@ -57,6 +58,20 @@ NB_MODULE(_etDialects, m) {
       nb::arg("kernel"), nb::arg("bindings") = "",
       "The schedule plan of a scheduled et.kernel for concrete sizes "
       "(`name=value,...`), as JSON.");
+
+  m.def(
+      "runtime_abi_json",
+      [](bool hostWorker, bool profile, bool multiDevice) {
+        std::string out;
+        auto append = [](MlirStringRef part, void *user) {
+          static_cast<std::string *>(user)->append(part.data, part.length);
+        };
+        mlirEventTensorPrintRuntimeABIJSON(hostWorker, profile, multiDevice, append, &out);
+        return out;
+      },
+      nb::arg("host_worker"), nb::arg("profile"), nb::arg("multi_device"),
+      "The contract between the worker code and the runtime (the metadata's "
+      "`abi`) as JSON, for the host worker or the GPU kernel.");
 
   auto et = m.def_submodule("et");
 

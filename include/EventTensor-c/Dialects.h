@@ -76,6 +76,20 @@ mlirEventTensorPrintSchedulePlanJSON(MlirOperation kernel,
                                      MlirStringCallback callback,
                                      void *userData);
 
+//===----------------------------------------------------------------------===//
+// Runtime ABI
+//===----------------------------------------------------------------------===//
+
+/// Writes the contract between the worker code and the runtime (control
+/// words, error and trace records, counter layout, parameter order; see
+/// EventTensor/Conversion/RuntimeABI.h) as JSON through `callback`, for an
+/// artifact of the host worker (`hostWorker`) or the GPU kernel, with or
+/// without a trace (`profile`), on one device or several (`multiDevice`).
+MLIR_CAPI_EXPORTED void mlirEventTensorPrintRuntimeABIJSON(bool hostWorker, bool profile,
+                                                           bool multiDevice,
+                                                           MlirStringCallback callback,
+                                                           void *userData);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 
 #include "EventTensor/Analysis/EventGraph.h"
 #include "EventTensor/Analysis/TileGraph.h"
+#include "EventTensor/Conversion/RuntimeABI.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorDialect.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorTypes.h"
 #include "EventTensor/InitAll.h"
@@ -117,4 +118,11 @@ bool mlirEventTensorPrintSchedulePlanJSON(MlirOperation kernel,
   stream << out;
   stream.flush();
   return true;
+}
+
+void mlirEventTensorPrintRuntimeABIJSON(bool hostWorker, bool profile, bool multiDevice,
+                                        MlirStringCallback callback, void *userData) {
+  mlir::detail::CallbackOstream stream(callback, userData);
+  stream << llvm::json::Value(et::abi::runtimeABIToJSON(hostWorker, profile, multiDevice));
+  stream.flush();
 }

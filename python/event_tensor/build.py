@@ -80,8 +80,19 @@ def _arguments(kernel) -> list[dict[str, Any]]:
     return args
 
 
-def _counter_words(graph: dict) -> int | None:
-    """Counters of both banks when every event shape is static."""
+def _runtime_abi(target: str, profile: bool, devices: int) -> dict[str, Any]:
+    """The contract between the worker code and the runtime, as the compiler
+    declares it (EventTensor/Conversion/RuntimeABI.h): the metadata's `abi`,
+    which the runtime checks against its own copy when it loads the artifact."""
+    from ._mlir_libs import _etDialects
+
+    return json.loads(_etDialects.runtime_abi_json(host_worker=target == "cpu", profile=profile,
+                                                    multi_device=devices > 1))
+
+
+def _counter_words(graph: dict, abi: dict[str, Any], devices: int) -> int | None:
+    """Counters of both banks (and on several devices the words where they
+    meet and the abort word) when every event shape is static."""
     total = 0
     for event in graph["events"]:
         if event["count_kind"] == "device":
@@ -93,7 +104,13 @@ def _counter_words(graph: dict) -> int | None:
                 return None
             size *= d
         total += size
-    return 2 * total
+    layout = abi["counters"]
+    if devices > 1:
+        total += layout["device_barrier_words"]
+    words = layout["banks"] * total
+    if devices > 1:
+        words += layout["device_abort_words"]
+    return words
 
 
 def _ptx_from_binary(module) -> bytes:
@@ -221,6 +238,8 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         kernel = analysis._one_kernel(mod)
         name = kernel.attributes["sym_name"].value
         graph = analysis.event_graph(kernel)
+        devices = int(kernel.attributes["devices"].value) if "devices" in kernel.attributes else 1
+        abi = _runtime_abi(target, profile, devices)
         metadata: dict[str, Any] = {
             "format": FORMAT_VERSION, "toolchain": TOOLCHAIN, "llvm": LLVM_VERSION,
             "target": target, "kernel": name, "workers": workers, "mode": mode, "profile": profile,
@@ -229,15 +248,11 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             "tasks": [t["name"] for t in graph["tasks"]],
             "events": [{"name": e["name"], "shape": e["shape"], "count_kind": e["count_kind"],
                         "count": e["count"]} for e in graph["events"]],
-            "counter_words": _counter_words(graph),
+            "counter_words": _counter_words(graph, abi, devices),
+            "abi": abi,
         }
-        devices = int(kernel.attributes["devices"].value) if "devices" in kernel.attributes else 1
         if devices > 1:
             metadata["devices"] = devices
-            if metadata["counter_words"] is not None:
-                # Each bank ends with the counter where the devices meet;
-                # after both banks, the word another device's error raises.
-                metadata["counter_words"] += 3
         common = {"workers": workers, "mode": mode, "optimize": optimize, "verify": verify, "profile": profile}
         if target == "cpu":
             pipeline = pipeline_spec("et-lower-to-cpu-pipeline", common)
@@ -254,7 +269,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         try:
             if target == "cpu":
                 _emit_shared_object(mod, tmp / "kernel.o", tmp / "kernel.so")
-                metadata.update(binary="kernel.so", entry=f"{name}_worker", threads_per_worker=1,
+                metadata.update(binary="kernel.so", entry=name + abi["entry_suffix"], threads_per_worker=1,
                                 shared_memory_bytes=0)
             else:
                 binary = _ptx_from_binary(mod)

@@ -63,15 +63,6 @@ enum class MatmulInstructions { WGMMA, Sync };
 #define GEN_PASS_REGISTRATION
 #include "EventTensor/Conversion/Passes.h.inc"
 
-/// Error kinds written to the first word of the error record.
-enum class WorkerError : int64_t {
-  None = 0,
-  Timeout = 1,
-  CounterCapacity = 2,
-  IndexOutOfBounds = 3,
-  BadScheduleEntry = 4,
-};
-
 } // namespace mlir::et
 
 #endif // EVENTTENSOR_CONVERSION_PASSES_H

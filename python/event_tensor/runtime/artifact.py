@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import abi
 from .errors import ArtifactError
 
 __all__ = ["Artifact", "FORMAT_VERSION", "load"]
@@ -77,6 +78,7 @@ def _check(metadata: dict[str, Any], path: Path, toolchain: str | None) -> None:
         raise ArtifactError(
             f"{path}: built by toolchain {metadata['toolchain']!r}, this runtime is {toolchain!r}; recompile it"
         )
+    abi.check(metadata, path)
 
 
 def load(path: str | Path, *, expect_toolchain: str | None = "current") -> Artifact:

@@ -12,8 +12,10 @@ import numpy as np
 from .args import flatten_arguments, flatten_device_arguments
 from .artifact import Artifact
 from .errors import ArtifactError
-from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error, first_cause
-from .trace import RECORD_WORDS, Trace
+from . import abi
+from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
+from .launch import decode_error, first_cause
+from .trace import Trace
 
 __all__ = ["CPULauncher"]
 
@@ -40,6 +42,7 @@ class CPULauncher:
     def __init__(self, artifact: Artifact, *, timeout_s: float = 10.0, trace_capacity: int = 1 << 16):
         if artifact.target != "cpu":
             raise ArtifactError(f"{artifact.path}: a {artifact.target} artifact cannot run on the CPU launcher")
+        abi.check(artifact.metadata, artifact.path)
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.timeout_s = timeout_s

@@ -10,8 +10,10 @@ from typing import Any
 from .args import flatten_arguments, flatten_device_arguments
 from .artifact import Artifact
 from .errors import ArtifactError, DeviceError
-from .launch import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, TRACE_CURSOR, decode_error, first_cause
-from .trace import RECORD_WORDS, Trace
+from . import abi
+from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
+from .launch import decode_error, first_cause
+from .trace import Trace
 
 __all__ = ["CUDALauncher", "MultiDeviceCUDALauncher"]
 
@@ -81,6 +83,7 @@ class CUDALauncher:
             raise ArtifactError(f"{artifact.path}: kernel {artifact.kernel} runs on "
                                 f"{artifact.metadata['devices']} devices; use MultiDeviceCUDALauncher "
                                 "(artifact.launcher() picks it)")
+        abi.check(artifact.metadata, artifact.path)
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.timeout_s = timeout_s
@@ -103,11 +106,11 @@ class CUDALauncher:
         # Dynamic shared memory (weights or KV rows loaded before a wait,
         # the operand ring of GEMM tiles): the budget the artifact was
         # compiled with, or what the kernel states it needs in its global
-        # __et_dynamic_shared_bytes, whichever is larger. Static and dynamic
+        # (abi.DYNAMIC_SHARED_BYTES_GLOBAL), whichever is larger. Static and dynamic
         # shared memory above 48 KB in all need the function to opt in, so
         # any dynamic size is declared.
         self.dynamic_shared = max(int(self.metadata.get("dynamic_shared_bytes") or 0),
-                                  self._module_word("__et_dynamic_shared_bytes"))
+                                  self._module_word(abi.DYNAMIC_SHARED_BYTES_GLOBAL))
         if self.dynamic_shared > 0:
             _check(drv.cuFuncSetAttribute(
                 self.function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

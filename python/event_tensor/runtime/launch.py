@@ -6,16 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .abi import BAD_ENTRY, CAPACITY, ERROR_WORDS, OUT_OF_BOUNDS, TIMEOUT
 from .errors import KernelError, WatchdogError
 
-__all__ = ["ERROR_WORDS", "CONTROL_WORDS", "decode_error", "first_cause"]
-
-CONTROL_WORDS = 8
-ERROR_WORDS = 8
-# Control words.
-ABORT, ERROR_CLAIMED, TRACE_CURSOR = 2, 3, 4
-# Error kinds (first word of the record).
-TIMEOUT, CAPACITY, OUT_OF_BOUNDS, BAD_ENTRY = 1, 2, 3, 4
+__all__ = ["decode_error", "first_cause"]
 
 
 def _name(names: list[str], index: int, what: str) -> str:

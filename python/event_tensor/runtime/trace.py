@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Trace"]
+from .abi import RECORD_WORDS
 
-RECORD_WORDS = 6
+__all__ = ["Trace"]
 
 
 @dataclass
