@@ -202,51 +202,73 @@ void tile::lowerAttentionPrefillLoops(AttentionPrefillOp op) {
   op.erase();
 }
 
-bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
-                                    llvm::DenseSet<Operation *> &sharedTaken) {
-  PrefillShape sh = prefillShape(op);
-  const int64_t rowsTotal = sh.block * sh.group;
-  auto task = op->getParentOfType<TaskOp>();
-  if (threads <= 0 || (sh.dim != 64 && sh.dim != 128) || rowsTotal % 16 != 0 ||
-      rowsTotal / 16 > threads / kWarp || !task || sharedTaken.contains(task))
-    return false;
-  sharedTaken.insert(task);
-  const int64_t dim = sh.dim, pitch = dim + 8; // bf16 elements per shared row
-  const int64_t blockBytes = kKvBlock * pitch * 2;
-  const int64_t warpsUsed = rowsTotal / 16, kSteps = dim / 16, dTiles = dim / 8;
-  const float scaleLog2 = op.getScale().convertToFloat() * static_cast<float>(M_LOG2E);
+namespace {
 
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  TileBuilder h{b, loc};
-  Type f32 = b.getF32Type(), i32Type = b.getI32Type(), i64Type = b.getI64Type();
+/// lowerAttentionPrefillGPU's steps and the values they share: the shapes,
+/// the shared-memory slots and the copies into them, this thread's two
+/// rows and their q fragments.
+struct PrefillGPU {
+  AttentionPrefillOp op;
+  OpBuilder &b;
+  Location loc;
+  TileBuilder h;
+  TaskOp task;
+  PrefillShape sh;
+  int64_t threads;
+  int64_t dim, pitch; // bf16 elements per shared row
+  int64_t blockBytes;
+  int64_t warpsUsed, kSteps, dTiles;
+  float scaleLog2;
+  Type f32, i32Type, i64Type;
 
-  // kSlots slots, each a K block then a V block.
-  Value buffer = workgroupBuffer(task, loc, {kSlots * 2 * kKvBlock * pitch}, b.getBF16Type());
-  buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
-  Value shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
+  Value buffer, shared;
+  Groups g;
+  Value lane, warp, tokens, cacheLen, t0, pos0, kvHead, lastToken, positions, kvBlocks;
+  memref::ExtractStridedMetadataOp kMeta, vMeta, qMeta;
+  Value kBase, vBase;
+  Value quad, quarter, activeWarp, rowWarp;
+  Value rowTok[2], rowHead[2], rowLive[2], rowLimit[2];
+  Type qElem;
+  Value qBase;
+  SmallVector<SmallVector<Value, 4>> qFrag;
+  Value kLane, vLane;
 
-  Groups g = h.groups(kWarp);
-  Value lane = g.lane, warp = g.group;
-  Value tokens = memref::DimOp::create(b, loc, op.getQ(), 0);
-  Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
-  Value t0 = op.getT0(), pos0 = op.getPos0(), kvHead = op.getKvHead();
-  // Positions the block's last token sees, and their 64-position blocks.
-  Value lastToken = arith::SubIOp::create(
-      b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, t0, h.idx(sh.block)), tokens), h.idx(1));
-  Value positions = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, arith::AddIOp::create(b, loc, pos0, lastToken), h.idx(1)), cacheLen);
-  Value kvBlocks = arith::CeilDivSIOp::create(b, loc, positions, h.idx(kKvBlock));
+  PrefillGPU(AttentionPrefillOp op, OpBuilder &b, TaskOp task, PrefillShape sh, int64_t threads)
+      : op(op), b(b), loc(op.getLoc()), h{b, loc}, task(task), sh(sh), threads(threads), dim(sh.dim),
+        pitch(dim + 8), blockBytes(kKvBlock * pitch * 2), warpsUsed(sh.block * sh.group / 16), kSteps(dim / 16),
+        dTiles(dim / 8), scaleLog2(op.getScale().convertToFloat() * static_cast<float>(M_LOG2E)),
+        f32(b.getF32Type()), i32Type(b.getI32Type()), i64Type(b.getI64Type()) {}
 
-  auto kMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getK());
-  auto vMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getV());
-  Value kBase = elementPointer(b, loc, op.getK(), h.idx(0), 2, 1);
-  Value vBase = elementPointer(b, loc, op.getV(), h.idx(0), 2, 1);
+  /// The slots, the thread's warp, the cache positions the block's tokens
+  /// see, and the bases of K and V.
+  void setUp() {
+    // kSlots slots, each a K block then a V block.
+    buffer = workgroupBuffer(task, loc, {kSlots * 2 * kKvBlock * pitch}, b.getBF16Type());
+    buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
 
-  // The copies of KV block jb into slot `slot`: row r (position jb*64 + r)
-  // of K and of V, 16-byte chunks; positions past `positions` zero-filled
-  // (their scores are masked, and zeros keep P V finite).
-  auto issueBlock = [&](OpBuilder &b, Value jb, Value slot) {
+    g = h.groups(kWarp);
+    lane = g.lane, warp = g.group;
+    tokens = memref::DimOp::create(b, loc, op.getQ(), 0);
+    cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
+    t0 = op.getT0(), pos0 = op.getPos0(), kvHead = op.getKvHead();
+    // Positions the block's last token sees, and their 64-position blocks.
+    lastToken = arith::SubIOp::create(
+        b, loc, arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, t0, h.idx(sh.block)), tokens), h.idx(1));
+    positions = arith::MinSIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, arith::AddIOp::create(b, loc, pos0, lastToken), h.idx(1)), cacheLen);
+    kvBlocks = arith::CeilDivSIOp::create(b, loc, positions, h.idx(kKvBlock));
+
+    kMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getK());
+    vMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getV());
+    kBase = elementPointer(b, loc, op.getK(), h.idx(0), 2, 1);
+    vBase = elementPointer(b, loc, op.getV(), h.idx(0), 2, 1);
+  }
+
+  /// The copies of KV block jb into slot `slot`: row r (position jb*64 + r)
+  /// of K and of V, 16-byte chunks; positions past `positions` zero-filled
+  /// (their scores are masked, and zeros keep P V finite).
+  void issueBlock(OpBuilder &b, Value jb, Value slot) {
     TileBuilder h{b, loc};
     for (int part = 0; part < 2; ++part) {
       auto meta = part == 0 ? kMeta : vMeta;
@@ -266,34 +288,33 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
                            h.idx(2)));
                  });
     }
-  };
-
-  // This thread's two rows (lane / 4 and lane / 4 + 8 of its warp's 16):
-  // token and query head. Rows past the last token load no q (zeros),
-  // see position pos0 only, and are not stored.
-  Value quad = arith::DivUIOp::create(b, loc, lane, h.idx(4));
-  Value quarter = arith::RemUIOp::create(b, loc, lane, h.idx(4));
-  Value activeWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp, h.idx(warpsUsed));
-  Value rowWarp = arith::MinUIOp::create(b, loc, warp, h.idx(warpsUsed - 1));
-  Value rowTok[2], rowHead[2], rowLive[2], rowLimit[2];
-  auto qMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getQ());
-  for (int half = 0; half < 2; ++half) {
-    Value r = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, rowWarp, h.idx(16)),
-                                    arith::AddIOp::create(b, loc, quad, h.idx(half * 8)));
-    Value t = arith::AddIOp::create(b, loc, t0, arith::DivUIOp::create(b, loc, r, h.idx(sh.group)));
-    rowLive[half] = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t, tokens);
-    rowTok[half] = arith::SelectOp::create(b, loc, rowLive[half], t, h.idx(0));
-    rowHead[half] = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kvHead, h.idx(sh.group)),
-                                          arith::RemUIOp::create(b, loc, r, h.idx(sh.group)));
-    // Positions <= pos0 + token are visible.
-    rowLimit[half] = arith::AddIOp::create(b, loc, pos0, rowTok[half]);
   }
-  // q fragments: for k16 step ks, a0 / a1 = rows 0 / 8 at columns
-  // 16 ks + 2 (lane % 4) (+1), a2 / a3 the same 8 columns on (an f32 q is
-  // rounded to bf16 here).
-  Type qElem = op.getQ().getType().getElementType();
-  Value qBase = elementPointer(b, loc, op.getQ(), h.idx(0), qElem.getIntOrFloatBitWidth() / 8, 1);
-  auto loadPair = [&](int half, Value col) {
+
+  /// This thread's two rows (lane / 4 and lane / 4 + 8 of its warp's 16):
+  /// token and query head. Rows past the last token load no q (zeros),
+  /// see position pos0 only, and are not stored.
+  void threadRows() {
+    quad = arith::DivUIOp::create(b, loc, lane, h.idx(4));
+    quarter = arith::RemUIOp::create(b, loc, lane, h.idx(4));
+    activeWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp, h.idx(warpsUsed));
+    rowWarp = arith::MinUIOp::create(b, loc, warp, h.idx(warpsUsed - 1));
+    qMeta = memref::ExtractStridedMetadataOp::create(b, loc, op.getQ());
+    for (int half = 0; half < 2; ++half) {
+      Value r = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, rowWarp, h.idx(16)),
+                                      arith::AddIOp::create(b, loc, quad, h.idx(half * 8)));
+      Value t = arith::AddIOp::create(b, loc, t0, arith::DivUIOp::create(b, loc, r, h.idx(sh.group)));
+      rowLive[half] = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t, tokens);
+      rowTok[half] = arith::SelectOp::create(b, loc, rowLive[half], t, h.idx(0));
+      rowHead[half] = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kvHead, h.idx(sh.group)),
+                                            arith::RemUIOp::create(b, loc, r, h.idx(sh.group)));
+      // Positions <= pos0 + token are visible.
+      rowLimit[half] = arith::AddIOp::create(b, loc, pos0, rowTok[half]);
+    }
+  }
+
+  /// The bf16 pair of q at column `col` of row `half` (zeros for a row
+  /// past the last token).
+  Value loadPair(int half, Value col) {
     Value tok = rowTok[half], head = rowHead[half];
     auto live = scf::IfOp::create(b, loc, TypeRange{i32Type}, rowLive[half], /*withElse=*/true);
     OpBuilder::InsertionGuard guard(b);
@@ -318,160 +339,181 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
     }
     scf::YieldOp::create(b, loc, ValueRange{pair});
     return live.getResult(0);
-  };
-  SmallVector<SmallVector<Value, 4>> qFrag;
-  for (int64_t ks = 0; ks < kSteps; ++ks) {
-    Value col = arith::AddIOp::create(b, loc, h.idx(ks * 16), arith::MulIOp::create(b, loc, quarter, h.idx(2)));
-    Value col8 = arith::AddIOp::create(b, loc, col, h.idx(8));
-    qFrag.push_back({loadPair(0, col), loadPair(1, col), loadPair(0, col8), loadPair(1, col8)});
   }
 
-  // ldmatrix lane offsets (bytes): K as w in et.matmul, V transposed.
-  Value kLane, vLane;
-  std::tie(kLane, vLane) = ldmatrixLaneOffsets(b, loc, lane, pitch);
-
-  // State carried over the KV blocks: O (dTiles x 4 f32), then the running
-  // max and (this thread's partial) sum of each of the two rows.
-  SmallVector<Value> init(dTiles * 4, h.f32(0));
-  init.append({negInf(b, loc), negInf(b, loc), h.f32(0), h.f32(0)});
-  // Blocks 0 and 1 before the loop; one commit group per block (empty
-  // past the last), so `wait_group 1` leaves only the newest in flight.
-  for (int64_t first = 0; first < 2; ++first) {
-    {
-      auto any = scf::IfOp::create(
-          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, h.idx(first), kvBlocks), false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(any.thenBlock());
-      issueBlock(b, h.idx(first), h.idx(first));
+  /// q fragments: for k16 step ks, a0 / a1 = rows 0 / 8 at columns
+  /// 16 ks + 2 (lane % 4) (+1), a2 / a3 the same 8 columns on (an f32 q is
+  /// rounded to bf16 here).
+  void loadQ() {
+    qElem = op.getQ().getType().getElementType();
+    qBase = elementPointer(b, loc, op.getQ(), h.idx(0), qElem.getIntOrFloatBitWidth() / 8, 1);
+    for (int64_t ks = 0; ks < kSteps; ++ks) {
+      Value col = arith::AddIOp::create(b, loc, h.idx(ks * 16), arith::MulIOp::create(b, loc, quarter, h.idx(2)));
+      Value col8 = arith::AddIOp::create(b, loc, col, h.idx(8));
+      qFrag.push_back({loadPair(0, col), loadPair(1, col), loadPair(0, col8), loadPair(1, col8)});
     }
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
   }
-  auto loop = scf::ForOp::create(
-      b, loc, h.idx(0), kvBlocks, h.idx(1), init, [&](OpBuilder &b, Location loc, Value jb, ValueRange state) {
-        TileBuilder h{b, loc};
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
-        gpu::BarrierOp::create(b, loc);
-        // Block jb + 2 into the slot of block jb - 1 (done: the barrier).
-        Value next = arith::AddIOp::create(b, loc, jb, h.idx(2));
-        {
-          auto more = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, next, kvBlocks),
-                                        false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(more.thenBlock());
-          issueBlock(b, next, arith::RemUIOp::create(b, loc, next, h.idx(kSlots)));
-        }
-        NVVM::CpAsyncCommitGroupOp::create(b, loc);
-        Value slotByte = toI32(b, loc, arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, jb, h.idx(kSlots)),
-                                                             h.idx(2 * blockBytes)));
-        auto step = scf::IfOp::create(b, loc, TypeRange(state), activeWarp, /*withElse=*/true);
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(step.elseBlock());
-          scf::YieldOp::create(b, loc, state);
-          b.setInsertionPointToStart(step.thenBlock());
-          TileBuilder h{b, loc};
-          Value kAt = sharedAt(b, loc, shared, arith::AddIOp::create(b, loc, slotByte, kLane));
-          Value vAt = sharedAt(b, loc, shared,
-                               arith::AddIOp::create(b, loc, arith::AddIOp::create(b, loc, slotByte, i32(b, loc, blockBytes)),
-                                                     vLane));
-          // S = q K^T over the 64 positions: 8 n8 tiles.
-          SmallVector<SmallVector<Value, 4>> s(8, SmallVector<Value, 4>(4, h.f32(0)));
-          for (int64_t ks = 0; ks < kSteps; ++ks)
-            for (int64_t p = 0; p < 4; ++p) {
-              SmallVector<Value, 4> r =
-                  ldmatrixX4(b, loc, sharedAt(b, loc, kAt, i32(b, loc, (p * 16 * pitch + ks * 16) * 2)), false);
-              s[2 * p] = mmaBf16(b, loc, qFrag[ks], {r[0], r[1]}, s[2 * p]);
-              s[2 * p + 1] = mmaBf16(b, loc, qFrag[ks], {r[2], r[3]}, s[2 * p + 1]);
+
+  /// The scores of block jb, `s` (S = q K^T), scaled (log2 units) and
+  /// masked: 32 results. A block whose last position the tile's first
+  /// token already sees needs no mask (every block but the last few of a
+  /// long prompt).
+  scf::IfOp scaleAndMask(OpBuilder &b, Value jb, ArrayRef<SmallVector<Value, 4>> s) {
+    TileBuilder h{b, loc};
+    Value colBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)),
+                                          arith::MulIOp::create(b, loc, quarter, h.idx(2)));
+    Value whole = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::ule,
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)), h.idx(kKvBlock - 1)),
+        arith::AddIOp::create(b, loc, pos0, t0));
+    SmallVector<Type> scoreTypes(32, f32);
+    auto maskIf = scf::IfOp::create(b, loc, scoreTypes, whole, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      for (int masked = 0; masked < 2; ++masked) {
+        b.setInsertionPointToStart(masked ? maskIf.elseBlock() : maskIf.thenBlock());
+        SmallVector<Value> scores;
+        for (int64_t nt = 0; nt < 8; ++nt)
+          for (int64_t e = 0; e < 4; ++e) {
+            Value scaled = arith::MulFOp::create(b, loc, s[nt][e], h.f32(scaleLog2));
+            if (masked) {
+              Value pos = arith::AddIOp::create(b, loc, colBase, h.idx(nt * 8 + e % 2));
+              Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, pos, rowLimit[e / 2]);
+              scaled = arith::SelectOp::create(b, loc, ok, scaled, negInf(b, loc));
             }
-          // Scale (log2 units) and mask. A block whose last position the
-          // tile's first token already sees needs no mask (every block
-          // but the last few of a long prompt).
-          Value colBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)),
-                                                arith::MulIOp::create(b, loc, quarter, h.idx(2)));
-          Value whole = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::ule,
-              arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, jb, h.idx(kKvBlock)), h.idx(kKvBlock - 1)),
-              arith::AddIOp::create(b, loc, pos0, t0));
-          SmallVector<Type> scoreTypes(32, f32);
-          auto maskIf = scf::IfOp::create(b, loc, scoreTypes, whole, /*withElse=*/true);
+            scores.push_back(scaled);
+          }
+        scf::YieldOp::create(b, loc, scores);
+      }
+    }
+    return maskIf;
+  }
+
+  /// An active warp's step over block jb (K at byte `slotByte` of the
+  /// slots, V after it): the scores, the online softmax, O += P V; the
+  /// state after it.
+  SmallVector<Value> blockStep(OpBuilder &b, Value jb, Value slotByte, ValueRange state) {
+    TileBuilder h{b, loc};
+    Value kAt = sharedAt(b, loc, shared, arith::AddIOp::create(b, loc, slotByte, kLane));
+    Value vAt = sharedAt(b, loc, shared,
+                         arith::AddIOp::create(b, loc, arith::AddIOp::create(b, loc, slotByte, i32(b, loc, blockBytes)),
+                                               vLane));
+    // S = q K^T over the 64 positions: 8 n8 tiles.
+    SmallVector<SmallVector<Value, 4>> s(8, SmallVector<Value, 4>(4, h.f32(0)));
+    for (int64_t ks = 0; ks < kSteps; ++ks)
+      for (int64_t p = 0; p < 4; ++p) {
+        SmallVector<Value, 4> r =
+            ldmatrixX4(b, loc, sharedAt(b, loc, kAt, i32(b, loc, (p * 16 * pitch + ks * 16) * 2)), false);
+        s[2 * p] = mmaBf16(b, loc, qFrag[ks], {r[0], r[1]}, s[2 * p]);
+        s[2 * p + 1] = mmaBf16(b, loc, qFrag[ks], {r[2], r[3]}, s[2 * p + 1]);
+      }
+    auto maskIf = scaleAndMask(b, jb, s);
+    Value rowMax[2] = {negInf(b, loc), negInf(b, loc)};
+    for (int64_t nt = 0; nt < 8; ++nt)
+      for (int64_t e = 0; e < 4; ++e) {
+        s[nt][e] = maskIf.getResult(nt * 4 + e);
+        rowMax[e / 2] = arith::MaximumFOp::create(b, loc, rowMax[e / 2], s[nt][e]);
+      }
+    SmallVector<Value> out(state.begin(), state.end());
+    Value alpha[2], mUse[2];
+    for (int half = 0; half < 2; ++half) {
+      Value mx = rowMax[half];
+      for (int64_t off : {1, 2})
+        mx = arith::MaximumFOp::create(b, loc, mx, shuffleXor(b, loc, mx, off));
+      Value mOld = state[dTiles * 4 + half];
+      Value mNew = arith::MaximumFOp::create(b, loc, mOld, mx);
+      // A row with nothing visible yet keeps -inf; exponents use 0.
+      Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, mNew, negInf(b, loc));
+      mUse[half] = arith::SelectOp::create(b, loc, none, h.f32(0), mNew);
+      alpha[half] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, mOld, mUse[half]));
+      out[dTiles * 4 + half] = mNew;
+    }
+    Value rowSum[2] = {h.f32(0), h.f32(0)};
+    for (int64_t nt = 0; nt < 8; ++nt)
+      for (int64_t e = 0; e < 4; ++e) {
+        s[nt][e] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, s[nt][e], mUse[e / 2]));
+        rowSum[e / 2] = arith::AddFOp::create(b, loc, rowSum[e / 2], s[nt][e]);
+      }
+    for (int half = 0; half < 2; ++half)
+      out[dTiles * 4 + 2 + half] = arith::AddFOp::create(
+          b, loc, arith::MulFOp::create(b, loc, state[dTiles * 4 + 2 + half], alpha[half]), rowSum[half]);
+    SmallVector<SmallVector<Value, 4>> o(dTiles);
+    for (int64_t nt = 0; nt < dTiles; ++nt)
+      for (int64_t e = 0; e < 4; ++e)
+        o[nt].push_back(arith::MulFOp::create(b, loc, state[nt * 4 + e], alpha[e / 2]));
+    // O += P V, P from the score registers (bf16), 16 positions per step.
+    for (int64_t kk = 0; kk < 4; ++kk) {
+      SmallVector<Value, 4> a = {packBf16(b, loc, s[2 * kk][0], s[2 * kk][1]),
+                                 packBf16(b, loc, s[2 * kk][2], s[2 * kk][3]),
+                                 packBf16(b, loc, s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                 packBf16(b, loc, s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      for (int64_t dp = 0; dp < dim / 16; ++dp) {
+        SmallVector<Value, 4> r =
+            ldmatrixX4(b, loc, sharedAt(b, loc, vAt, i32(b, loc, (kk * 16 * pitch + dp * 16) * 2)), true);
+        o[2 * dp] = mmaBf16(b, loc, a, {r[0], r[1]}, o[2 * dp]);
+        o[2 * dp + 1] = mmaBf16(b, loc, a, {r[2], r[3]}, o[2 * dp + 1]);
+      }
+    }
+    for (int64_t nt = 0; nt < dTiles; ++nt)
+      for (int64_t e = 0; e < 4; ++e)
+        out[nt * 4 + e] = o[nt][e];
+    return out;
+  }
+
+  /// State carried over the KV blocks: O (dTiles x 4 f32), then the running
+  /// max and (this thread's partial) sum of each of the two rows. Blocks 0
+  /// and 1 go out before the loop; one commit group per block (empty past
+  /// the last), so `wait_group 1` leaves only the newest in flight. The
+  /// state after the last block, every copy complete.
+  ValueRange kvLoop() {
+    SmallVector<Value> init(dTiles * 4, h.f32(0));
+    init.append({negInf(b, loc), negInf(b, loc), h.f32(0), h.f32(0)});
+    for (int64_t first = 0; first < 2; ++first) {
+      {
+        auto any = scf::IfOp::create(
+            b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, h.idx(first), kvBlocks), false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(any.thenBlock());
+        issueBlock(b, h.idx(first), h.idx(first));
+      }
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
+    auto loop = scf::ForOp::create(
+        b, loc, h.idx(0), kvBlocks, h.idx(1), init, [&](OpBuilder &b, Location loc, Value jb, ValueRange state) {
+          TileBuilder h{b, loc};
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+          gpu::BarrierOp::create(b, loc);
+          // Block jb + 2 into the slot of block jb - 1 (done: the barrier).
+          Value next = arith::AddIOp::create(b, loc, jb, h.idx(2));
+          {
+            auto more = scf::IfOp::create(
+                b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, next, kvBlocks), false);
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(more.thenBlock());
+            issueBlock(b, next, arith::RemUIOp::create(b, loc, next, h.idx(kSlots)));
+          }
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+          Value slotByte = toI32(b, loc,
+                                 arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, jb, h.idx(kSlots)),
+                                                       h.idx(2 * blockBytes)));
+          auto step = scf::IfOp::create(b, loc, TypeRange(state), activeWarp, /*withElse=*/true);
           {
             OpBuilder::InsertionGuard guard(b);
-            for (int masked = 0; masked < 2; ++masked) {
-              b.setInsertionPointToStart(masked ? maskIf.elseBlock() : maskIf.thenBlock());
-              SmallVector<Value> scores;
-              for (int64_t nt = 0; nt < 8; ++nt)
-                for (int64_t e = 0; e < 4; ++e) {
-                  Value scaled = arith::MulFOp::create(b, loc, s[nt][e], h.f32(scaleLog2));
-                  if (masked) {
-                    Value pos = arith::AddIOp::create(b, loc, colBase, h.idx(nt * 8 + e % 2));
-                    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, pos, rowLimit[e / 2]);
-                    scaled = arith::SelectOp::create(b, loc, ok, scaled, negInf(b, loc));
-                  }
-                  scores.push_back(scaled);
-                }
-              scf::YieldOp::create(b, loc, scores);
-            }
+            b.setInsertionPointToStart(step.elseBlock());
+            scf::YieldOp::create(b, loc, state);
+            b.setInsertionPointToStart(step.thenBlock());
+            scf::YieldOp::create(b, loc, blockStep(b, jb, slotByte, state));
           }
-          Value rowMax[2] = {negInf(b, loc), negInf(b, loc)};
-          for (int64_t nt = 0; nt < 8; ++nt)
-            for (int64_t e = 0; e < 4; ++e) {
-              s[nt][e] = maskIf.getResult(nt * 4 + e);
-              rowMax[e / 2] = arith::MaximumFOp::create(b, loc, rowMax[e / 2], s[nt][e]);
-            }
-          SmallVector<Value> out(state.begin(), state.end());
-          Value alpha[2], mUse[2];
-          for (int half = 0; half < 2; ++half) {
-            Value mx = rowMax[half];
-            for (int64_t off : {1, 2})
-              mx = arith::MaximumFOp::create(b, loc, mx, shuffleXor(b, loc, mx, off));
-            Value mOld = state[dTiles * 4 + half];
-            Value mNew = arith::MaximumFOp::create(b, loc, mOld, mx);
-            // A row with nothing visible yet keeps -inf; exponents use 0.
-            Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, mNew, negInf(b, loc));
-            mUse[half] = arith::SelectOp::create(b, loc, none, h.f32(0), mNew);
-            alpha[half] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, mOld, mUse[half]));
-            out[dTiles * 4 + half] = mNew;
-          }
-          Value rowSum[2] = {h.f32(0), h.f32(0)};
-          for (int64_t nt = 0; nt < 8; ++nt)
-            for (int64_t e = 0; e < 4; ++e) {
-              s[nt][e] = math::Exp2Op::create(b, loc, arith::SubFOp::create(b, loc, s[nt][e], mUse[e / 2]));
-              rowSum[e / 2] = arith::AddFOp::create(b, loc, rowSum[e / 2], s[nt][e]);
-            }
-          for (int half = 0; half < 2; ++half)
-            out[dTiles * 4 + 2 + half] = arith::AddFOp::create(
-                b, loc, arith::MulFOp::create(b, loc, state[dTiles * 4 + 2 + half], alpha[half]), rowSum[half]);
-          SmallVector<SmallVector<Value, 4>> o(dTiles);
-          for (int64_t nt = 0; nt < dTiles; ++nt)
-            for (int64_t e = 0; e < 4; ++e)
-              o[nt].push_back(arith::MulFOp::create(b, loc, state[nt * 4 + e], alpha[e / 2]));
-          // O += P V, P from the score registers (bf16), 16 positions per step.
-          for (int64_t kk = 0; kk < 4; ++kk) {
-            SmallVector<Value, 4> a = {packBf16(b, loc, s[2 * kk][0], s[2 * kk][1]),
-                                       packBf16(b, loc, s[2 * kk][2], s[2 * kk][3]),
-                                       packBf16(b, loc, s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                       packBf16(b, loc, s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            for (int64_t dp = 0; dp < dim / 16; ++dp) {
-              SmallVector<Value, 4> r =
-                  ldmatrixX4(b, loc, sharedAt(b, loc, vAt, i32(b, loc, (kk * 16 * pitch + dp * 16) * 2)), true);
-              o[2 * dp] = mmaBf16(b, loc, a, {r[0], r[1]}, o[2 * dp]);
-              o[2 * dp + 1] = mmaBf16(b, loc, a, {r[2], r[3]}, o[2 * dp + 1]);
-            }
-          }
-          for (int64_t nt = 0; nt < dTiles; ++nt)
-            for (int64_t e = 0; e < 4; ++e)
-              out[nt * 4 + e] = o[nt][e];
-          scf::YieldOp::create(b, loc, out);
-        }
-        scf::YieldOp::create(b, loc, step.getResults());
-      });
-  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-  ValueRange state = loop.getResults();
+          scf::YieldOp::create(b, loc, step.getResults());
+        });
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    return loop.getResults();
+  }
 
-  // o = O / l (the row's sum over its four lanes), rows of live tokens.
-  Type outType = op.getO().getType().getElementType();
-  auto store = scf::IfOp::create(b, loc, activeWarp, false);
-  {
+  /// o = O / l (the row's sum over its four lanes), rows of live tokens.
+  void storeO(ValueRange state) {
+    Type outType = op.getO().getType().getElementType();
+    auto store = scf::IfOp::create(b, loc, activeWarp, false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(store.thenBlock());
     for (int half = 0; half < 2; ++half) {
@@ -494,7 +536,32 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
         }
     }
   }
-  gpu::BarrierOp::create(b, loc);
+};
+
+} // namespace
+
+bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
+                                    llvm::DenseSet<Operation *> &sharedTaken) {
+  PrefillShape sh = prefillShape(op);
+  const int64_t rowsTotal = sh.block * sh.group;
+  auto task = op->getParentOfType<TaskOp>();
+  if (threads <= 0 || (sh.dim != 64 && sh.dim != 128) || rowsTotal % 16 != 0 ||
+      rowsTotal / 16 > threads / kWarp || !task || sharedTaken.contains(task))
+    return false;
+  sharedTaken.insert(task);
+
+  OpBuilder b(op);
+  PrefillGPU p(op, b, task, sh, threads);
+  p.setUp();
+  p.threadRows();
+  p.loadQ();
+
+  // ldmatrix lane offsets (bytes): K as w in et.matmul, V transposed.
+  std::tie(p.kLane, p.vLane) = ldmatrixLaneOffsets(b, p.loc, p.lane, p.pitch);
+
+  ValueRange state = p.kvLoop();
+  p.storeO(state);
+  gpu::BarrierOp::create(b, p.loc);
   op.erase();
   return true;
 }

@@ -480,6 +480,380 @@ static StagedRows stageRows(LinearOp op, int64_t offset, int64_t rows) {
   return out;
 }
 
+namespace {
+
+/// lowerLinearGPU's steps and the values they share: the op's shapes and
+/// indices (set up where the weights' prefetch goes out, or at the op),
+/// the chunks of the first row loaded before the wait, the staged norm.
+struct LinearRowsGPU {
+  LinearOp op;
+  OpBuilder &b;
+  Location loc;
+  TileBuilder h;
+  int64_t unroll, slotThreads, pMax;
+  TaskOp task;
+  bool registerPrefetch, sharedPrefetch;
+  StagedRows staged;
+
+  MemRefType xType;
+  VectorType vecBF16, vecF32;
+  Value lane, warp, warps, n, tid, k, end, first, laneK;
+  int64_t step = kWarp * kVector; // elements one warp covers per load
+  Value big, kMain;
+  bool staticM;
+  int64_t mCount;
+  // The prefetch of the first row's first `unroll` chunks (before the wait).
+  SmallVector<Value> pre;
+  Value preValid, preChunks, slots;
+  StagedNorm sn;
+
+  LinearRowsGPU(LinearOp op, OpBuilder &b, int64_t unroll, int64_t slotThreads, int64_t pMax, TaskOp task,
+                bool registerPrefetch, bool sharedPrefetch, StagedRows staged)
+      : op(op), b(b), loc(op.getLoc()), h{b, loc}, unroll(unroll), slotThreads(slotThreads), pMax(pMax),
+        task(task), registerPrefetch(registerPrefetch), sharedPrefetch(sharedPrefetch), staged(staged) {}
+
+  Value loadRaw(OpBuilder &b, Value mem, Value r, Value c) { return loadChunk(b, loc, mem, r, c); }
+  Value loadVec(OpBuilder &b, Value mem, Value r, Value c) {
+    return arith::ExtFOp::create(b, loc, vecF32, loadRaw(b, mem, r, c));
+  }
+
+  /// The rows of the worker's warps and the bounds of the unrolled loop.
+  void setUp() {
+    LinearCommon c = linearCommon(b, loc, op);
+    xType = c.xType;
+    vecBF16 = c.vecBF16, vecF32 = c.vecF32;
+    lane = c.lane, warp = c.warp, warps = c.warps, n = c.n, tid = c.tid;
+    k = memref::DimOp::create(b, loc, op.getW(), 1);
+    end = arith::MinSIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
+    first = arith::AddIOp::create(b, loc, op.getRow0(), warp);
+    laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
+    // The unrolled part: K rounded down to a multiple of step * unroll.
+    big = h.idx(step * unroll);
+    kMain = arith::MulIOp::create(
+        b, loc, arith::DivUIOp::create(b, loc, k, big), big);
+
+    // Tokens: unrolled accumulators when M is static, else one at a time.
+    staticM = !xType.isDynamicDim(0);
+    mCount = staticM ? xType.getDimSize(0) : 1;
+  }
+
+  /// `Shared`: P chunks of the warp's first row, thread-private slots
+  /// j * threads + tid, copied with cp.async.
+  void prefetchShared() {
+    slots = workgroupBuffer(task, loc, {pMax * slotThreads * kVector}, b.getBF16Type());
+    slots.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    preChunks = arith::MinUIOp::create(b, loc, h.idx(pMax),
+                                       arith::DivUIOp::create(b, loc, kMain, h.idx(step)));
+    preValid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, preChunks, h.idx(0)));
+    auto ifOp = scf::IfOp::create(b, loc, preValid, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
+    Value rowStart = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, first, meta.getStrides()[0]), laneK);
+    scf::ForOp::create(
+        b, loc, h.idx(0), preChunks, h.idx(1), ValueRange{},
+        [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+          TileBuilder h{b, loc};
+          Value src = elementPointer(
+              b, loc, op.getW(),
+              arith::AddIOp::create(b, loc, rowStart, arith::MulIOp::create(b, loc, j, h.idx(step))),
+              2, 1);
+          Value slot = arith::AddIOp::create(
+              b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), tid);
+          Value dst = elementPointer(b, loc, slots,
+                                     arith::MulIOp::create(b, loc, slot, h.idx(kVector)), 2, 3);
+          copyAsync16(b, loc, dst, src);
+          scf::YieldOp::create(b, loc);
+        });
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  }
+
+  /// `Registers`: the first `unroll` chunks of the warp's first row (zeros
+  /// for a warp without rows); then back to the op.
+  void prefetchRegisters() {
+    preValid = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, kMain, h.idx(0)));
+    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(unroll, vecBF16), preValid,
+                                  /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      SmallVector<Value> ws;
+      for (int64_t u = 0; u < unroll; ++u)
+        ws.push_back(loadRaw(b, op.getW(), first,
+                             arith::AddIOp::create(b, loc, laneK, h.idx(u * step))));
+      scf::YieldOp::create(b, loc, ws);
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      Value zero = arith::ConstantOp::create(
+          b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
+      scf::YieldOp::create(b, loc, SmallVector<Value>(unroll, zero));
+    }
+    pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+    b.setInsertionPoint(op);
+  }
+
+  /// One pass of rowSums: y's row `row` (token `tokBase` of a runtime M),
+  /// weight row `wRow` of each of `mems`, and the accumulators: nm x
+  /// mCount sums, then with `norm` nq squares, from `init`, with the main
+  /// loop from column `mainStart`.
+  struct RowPass {
+    Value row, tokBase, wRow;
+    ArrayRef<Value> mems;
+    int64_t nm, nq;
+    SmallVector<Value> init;
+    Value mainStart;
+  };
+
+  /// Token i's x chunk at `col` times the weight chunks `wvs` (one per
+  /// mem) into `next`, and its squares.
+  void addX(OpBuilder &b, const RowPass &p, SmallVectorImpl<Value> &next, int64_t i, ArrayRef<Value> wvs,
+            Value col) {
+    Value raw;
+    Value xv = loadX(b, loc, op, staticM ? h.idx(i) : p.tokBase, col, &raw, sn.xs);
+    for (auto [m, wv] : llvm::enumerate(wvs))
+      next[m * mCount + i] = vector::FMAOp::create(b, loc, wv, xv, next[m * mCount + i]);
+    if (p.nq)
+      next[p.nm * mCount + i] = vector::FMAOp::create(b, loc, raw, raw, next[p.nm * mCount + i]);
+  }
+
+  /// The first row starts from the chunks loaded before the wait: `body`
+  /// adds them to the accumulators and returns the next column.
+  void firstRowFrom(RowPass &p, function_ref<Value(SmallVector<Value> &)> body) {
+    Value usePre = arith::AndIOp::create(
+        b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, p.row, first));
+    SmallVector<Type> types(p.init.size(), vecF32);
+    types.push_back(b.getIndexType());
+    auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      SmallVector<Value> accs(p.init);
+      Value next = body(accs);
+      accs.push_back(next);
+      scf::YieldOp::create(b, loc, accs);
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      SmallVector<Value> plain(p.init);
+      plain.push_back(laneK);
+      scf::YieldOp::create(b, loc, plain);
+    }
+    p.init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + p.init.size());
+    p.mainStart = ifOp.getResults().back();
+  }
+
+  /// The first row's chunks from the thread's shared-memory slots.
+  Value firstRowShared(const RowPass &p, SmallVector<Value> &accs) {
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    auto loop = scf::ForOp::create(
+        b, loc, h.idx(0), preChunks, h.idx(unroll), p.init,
+        [&](OpBuilder &b, Location loc, Value j0, ValueRange sums) {
+          TileBuilder h{b, loc};
+          SmallVector<Value> ws, cols;
+          for (int64_t u = 0; u < unroll; ++u) {
+            Value j = arith::AddIOp::create(b, loc, j0, h.idx(u));
+            cols.push_back(arith::AddIOp::create(
+                b, loc, laneK, arith::MulIOp::create(b, loc, j, h.idx(step))));
+            Value slot = arith::AddIOp::create(
+                b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), tid);
+            auto load = vector::LoadOp::create(
+                b, loc, vecBF16, slots,
+                ValueRange{arith::MulIOp::create(b, loc, slot, h.idx(kVector))});
+            load.setAlignment(16);
+            ws.push_back(arith::ExtFOp::create(b, loc, vecF32, load.getResult()));
+          }
+          SmallVector<Value> next(sums.begin(), sums.end());
+          for (int64_t u = 0; u < unroll; ++u)
+            for (int64_t i = 0; i < mCount; ++i)
+              addX(b, p, next, i, {ws[u]}, cols[u]);
+          scf::YieldOp::create(b, loc, next);
+        });
+    accs.assign(loop.getResults().begin(), loop.getResults().end());
+    return arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, preChunks, h.idx(step)));
+  }
+
+  /// The first row's chunks from the registers loaded before the wait.
+  Value firstRowRegisters(const RowPass &p, SmallVector<Value> &accs) {
+    for (int64_t u = 0; u < unroll; ++u) {
+      Value col = arith::AddIOp::create(b, loc, laneK, h.idx(u * step));
+      Value wv = arith::ExtFOp::create(b, loc, vecF32, pre[u]);
+      for (int64_t i = 0; i < mCount; ++i)
+        addX(b, p, accs, i, {wv}, col);
+    }
+    return arith::AddIOp::create(b, loc, laneK, big);
+  }
+
+  /// Loops of `u` independent 16-byte loads of w per lane, then the FMAs
+  /// with every token: u = `unroll` up to kMain, then halved while whole
+  /// groups of u chunks remain (so a K below unroll x 256 still gets
+  /// loads in flight).
+  scf::ForOp unrolledLoop(const RowPass &p, int64_t u, Value from, Value to, Value stepU, ValueRange accs0) {
+    return scf::ForOp::create(
+        b, loc, from, to, stepU, accs0,
+        [&](OpBuilder &b, Location loc, Value k0, ValueRange accs) {
+          SmallVector<Value> ws, cols;
+          for (int64_t j = 0; j < u; ++j) {
+            Value col = arith::AddIOp::create(b, loc, k0, h.idx(j * step));
+            cols.push_back(col);
+            for (Value mem : p.mems)
+              ws.push_back(loadVec(b, mem, p.wRow, col));
+          }
+          SmallVector<Value> next(accs.begin(), accs.end());
+          for (int64_t j = 0; j < u; ++j)
+            for (int64_t i = 0; i < mCount; ++i)
+              addX(b, p, next, i, ArrayRef<Value>(ws).slice(j * p.nm, p.nm), cols[j]);
+          scf::YieldOp::create(b, loc, next);
+        });
+  }
+
+  /// The rest of the row from `mainStart`: the main loop (`top` chunks per
+  /// trip), the tail loops halving from there, the remainder.
+  SmallVector<Value> restOfRow(const RowPass &p, int64_t top) {
+    // The main loop's chunks per trip; the tail loops halve from there.
+    Value bigTop = top == unroll ? big : h.idx(step * top);
+    Value kTop = top == unroll ? kMain
+                               : arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, k, bigTop), bigTop)
+                                     .getResult();
+    auto mainLoop = unrolledLoop(p, top, p.mainStart, kTop, bigTop, p.init);
+    SmallVector<Value> accs(mainLoop.getResults());
+    Value done = kTop; // columns covered so far (a multiple of step)
+    for (int64_t u = top / 2; u >= 2; u /= 2) {
+      Value bigU = h.idx(step * u);
+      Value upTo = arith::AddIOp::create(
+          b, loc, done,
+          arith::MulIOp::create(
+              b, loc, arith::DivUIOp::create(b, loc, arith::SubIOp::create(b, loc, k, done), bigU), bigU));
+      auto loop = unrolledLoop(p, u, arith::AddIOp::create(b, loc, done, laneK), upTo, bigU, accs);
+      accs.assign(loop.getResults().begin(), loop.getResults().end());
+      done = upTo;
+    }
+    // Remainder: one load per lane per step.
+    Value restStart = arith::AddIOp::create(b, loc, done, laneK);
+    auto restLoop = scf::ForOp::create(
+        b, loc, restStart, k, h.idx(step), accs,
+        [&](OpBuilder &b, Location loc, Value col, ValueRange accs) {
+          SmallVector<Value> wvs;
+          for (Value mem : p.mems)
+            wvs.push_back(loadVec(b, mem, p.wRow, col));
+          SmallVector<Value> next(accs.begin(), accs.end());
+          for (int64_t i = 0; i < mCount; ++i)
+            addX(b, p, next, i, wvs, col);
+          scf::YieldOp::create(b, loc, next);
+        });
+    return SmallVector<Value>(restLoop.getResults());
+  }
+
+  /// The lanes' partial sums of the rows of `mems` (`wMem`, or a gated
+  /// op's two, streamed together: each x chunk loaded once for both, and
+  /// `top` chunks per lane and trip of each), mem-major, one per token
+  /// each. Only a lone `wMem` starts from chunks loaded before the wait.
+  SmallVector<Value> rowSums(Value row, Value tokBase, Value wRow, ArrayRef<Value> mems, int64_t top) {
+    RowPass p{row, tokBase, wRow, mems, static_cast<int64_t>(mems.size()), 0, {}, Value()};
+    // With `norm`, x's squares too (one accumulator per token after the
+    // sums): the row's lanes load all of x, so each row takes its own
+    // inverse RMS, with no pass of its own.
+    p.nq = op.getNorm() && !sn.xs ? mCount : 0;
+    Value zero = arith::ConstantOp::create(
+        b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
+    p.init.assign(mCount * p.nm + p.nq, zero);
+    p.mainStart = laneK;
+    if (sharedPrefetch)
+      firstRowFrom(p, [&](SmallVector<Value> &accs) { return firstRowShared(p, accs); });
+    if (registerPrefetch)
+      firstRowFrom(p, [&](SmallVector<Value> &accs) { return firstRowRegisters(p, accs); });
+    return restOfRow(p, top);
+  }
+
+  /// `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
+  /// view; a gated op's up row from the same row of `upMem`: its `gated`
+  /// weights, or their staged view).
+  void rowBody(Value row, Value tokBase, Value wMem, Value wRow, Value upMem) {
+    // A gated op streams its gate and up rows together, half the chunks of
+    // each per trip (the same weight loads in flight), each x chunk loaded
+    // once for both.
+    SmallVector<Value> sums, ups(mCount), scale(mCount);
+    // Token i's inverse RMS from the squares after the sums (norm).
+    auto scales = [&](ArrayRef<Value> res, int64_t nm) {
+      if (!op.getNorm())
+        return;
+      if (sn.xs) {
+        scale.assign(sn.scale.begin(), sn.scale.end());
+        return;
+      }
+      for (int64_t i = 0; i < mCount; ++i)
+        scale[i] = linearInverseRMS(b, loc, op, rowTotal(b, loc, res[nm * mCount + i]));
+    };
+    if (Value wu = upMem) {
+      // As many chunks per trip over both rows as the plain op's longest
+      // trip over one row (a K under unroll x 256 has shorter ones), so the
+      // gated loop holds no more loads in registers than a plain one.
+      int64_t top = unroll;
+      int64_t kStatic = op.getW().getType().getDimSize(1);
+      if (!ShapedType::isDynamic(kStatic))
+        while (top > 1 && top * step > kStatic)
+          top /= 2;
+      SmallVector<Value> both = rowSums(row, tokBase, wRow, {wMem, wu}, std::max<int64_t>(1, top / 2));
+      for (int64_t i = 0; i < mCount; ++i) {
+        sums.push_back(rowTotal(b, loc, both[i]));
+        ups[i] = rowTotal(b, loc, both[mCount + i]);
+      }
+      scales(both, 2);
+    } else {
+      SmallVector<Value> one = rowSums(row, tokBase, wRow, {wMem}, unroll);
+      for (int64_t i = 0; i < mCount; ++i)
+        sums.push_back(rowTotal(b, loc, one[i]));
+      scales(one, 1);
+    }
+    Value isLane0 =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+    for (int64_t i = 0; i < mCount; ++i) {
+      Value tok = staticM ? h.idx(i) : tokBase;
+      storeRow(b, loc, op, sums[i], isLane0, tok, row, ups[i], scale[i]);
+    }
+  }
+
+  /// The warps' loop over the rows, each from the staged view or from w.
+  void rowLoop() {
+    scf::ForOp::create(
+        b, loc, first, end, warps, ValueRange{},
+        [&](OpBuilder &b, Location loc, Value row, ValueRange) {
+          auto rowFrom = [&](OpBuilder &b, Value wMem, Value wRow, Value upMem) {
+            if (staticM) {
+              rowBody(row, Value(), wMem, wRow, upMem);
+            } else {
+              Value m = memref::DimOp::create(b, loc, op.getX(), 0);
+              scf::ForOp::create(
+                  b, loc, h.idx(0), m, h.idx(1), ValueRange{},
+                  [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                    rowBody(row, t, wMem, wRow, upMem);
+                    scf::YieldOp::create(b, loc);
+                  });
+            }
+          };
+          if (staged.view) {
+            // Rows below the staged count from shared memory (one branch per
+            // warp: a warp's lanes share the row).
+            Value local = arith::SubIOp::create(b, loc, row, op.getRow0());
+            Value inStage = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, local, staged.count);
+            auto ifOp = scf::IfOp::create(b, loc, inStage, /*withElse=*/true);
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            rowFrom(b, staged.view, local, staged.upView);
+            b.setInsertionPointToStart(ifOp.elseBlock());
+            rowFrom(b, op.getW(), row, op.getGated());
+          } else {
+            rowFrom(b, op.getW(), row, op.getGated());
+          }
+          scf::YieldOp::create(b, loc);
+        });
+  }
+};
+
+} // namespace
+
 /// GPU: one warp per row; each lane accumulates vector<8xf32> partial sums
 /// of 16-byte chunks (`unroll` loads in flight), then the warp sums lanes
 /// with a shuffle butterfly and lane 0 stores. With `norm`, each row also
@@ -527,322 +901,21 @@ static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int
   if (sharedPrefetch)
     sharedTaken->insert(task);
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
-  Location loc = op.getLoc();
-  TileBuilder h{b, loc};
-  LinearCommon c = linearCommon(b, loc, op);
-  MemRefType xType = c.xType;
-  VectorType vecBF16 = c.vecBF16, vecF32 = c.vecF32;
-  Value lane = c.lane, warp = c.warp, warps = c.warps, n = c.n;
-  Value k = memref::DimOp::create(b, loc, op.getW(), 1);
-  Value end = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), n);
-  Value first = arith::AddIOp::create(b, loc, op.getRow0(), warp);
-  Value laneK = arith::MulIOp::create(b, loc, lane, h.idx(kVector));
-  int64_t step = kWarp * kVector; // elements one warp covers per load
-  // The unrolled part: K rounded down to a multiple of step * unroll.
-  Value big = h.idx(step * unroll);
-  Value kMain = arith::MulIOp::create(
-      b, loc, arith::DivUIOp::create(b, loc, k, big), big);
-
-  // Tokens: unrolled accumulators when M is static, else one at a time.
-  bool staticM = !xType.isDynamicDim(0);
-  int64_t mCount = staticM ? xType.getDimSize(0) : 1;
-
-  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value c) { return loadChunk(b, loc, mem, r, c); };
-  auto loadVec = [&](OpBuilder &b, Value mem, Value r, Value c) {
-    return arith::ExtFOp::create(b, loc, vecF32, loadRaw(b, mem, r, c));
-  };
-
-  // The prefetch of the first row's first `unroll` chunks (before the wait).
-  SmallVector<Value> pre;
-  Value preValid, preChunks, slots;
-  if (sharedPrefetch) {
-    // P chunks of the warp's first row, thread-private slots j * threads + tid.
-    slots = workgroupBuffer(task, loc, {pMax * slotThreads * kVector}, b.getBF16Type());
-    slots.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
-    preChunks = arith::MinUIOp::create(b, loc, h.idx(pMax),
-                                       arith::DivUIOp::create(b, loc, kMain, h.idx(step)));
-    preValid = arith::AndIOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, preChunks, h.idx(0)));
-    auto ifOp = scf::IfOp::create(b, loc, preValid, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, op.getW());
-    Value rowStart = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, first, meta.getStrides()[0]), laneK);
-    scf::ForOp::create(
-        b, loc, h.idx(0), preChunks, h.idx(1), ValueRange{},
-        [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-          TileBuilder h{b, loc};
-          Value src = elementPointer(
-              b, loc, op.getW(),
-              arith::AddIOp::create(b, loc, rowStart, arith::MulIOp::create(b, loc, j, h.idx(step))),
-              2, 1);
-          Value slot = arith::AddIOp::create(
-              b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
-          Value dst = elementPointer(b, loc, slots,
-                                     arith::MulIOp::create(b, loc, slot, h.idx(kVector)), 2, 3);
-          copyAsync16(b, loc, dst, src);
-          scf::YieldOp::create(b, loc);
-        });
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
-  }
+  LinearRowsGPU l(op, b, unroll, slotThreads, pMax, task, registerPrefetch, sharedPrefetch, staged);
+  l.setUp();
+  if (sharedPrefetch)
+    l.prefetchShared();
   if (sharedPrefetch)
     b.setInsertionPoint(op);
-  if (registerPrefetch) {
-    preValid = arith::AndIOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, first, end),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, kMain, h.idx(0)));
-    auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(unroll, vecBF16), preValid,
-                                  /*withElseRegion=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      SmallVector<Value> ws;
-      for (int64_t u = 0; u < unroll; ++u)
-        ws.push_back(loadRaw(b, op.getW(), first,
-                             arith::AddIOp::create(b, loc, laneK, h.idx(u * step))));
-      scf::YieldOp::create(b, loc, ws);
-      b.setInsertionPointToStart(ifOp.elseBlock());
-      Value zero = arith::ConstantOp::create(
-          b, loc, vecBF16, DenseElementsAttr::get(vecBF16, APFloat::getZero(APFloat::BFloat())));
-      scf::YieldOp::create(b, loc, SmallVector<Value>(unroll, zero));
-    }
-    pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
-    b.setInsertionPoint(op);
-  }
+  if (registerPrefetch)
+    l.prefetchRegisters();
 
-  StagedNorm sn = stageNorm(b, loc, op, threads);
-
-  // `row` of y from row `wRow` of the weights in `wMem` (w, or the staged
-  // view; a gated op's up row from the same row of `upMem`: its `gated`
-  // weights, or their staged view).
-  auto rowBody = [&](OpBuilder &b, Value row, Value tokBase, Value wMem, Value wRow, Value upMem) {
-   // The lanes' partial sums of the rows of `mems` (`wMem`, or a gated
-   // op's two, streamed together: each x chunk loaded once for both, and
-   // `top` chunks per lane and trip of each), mem-major, one per token
-   // each. Only a lone `wMem` starts from chunks loaded before the wait.
-   auto rowSums = [&](ArrayRef<Value> mems, int64_t top) -> SmallVector<Value> {
-    const int64_t nm = mems.size();
-    // With `norm`, x's squares too (one accumulator per token after the
-    // sums): the row's lanes load all of x, so each row takes its own
-    // inverse RMS, with no pass of its own.
-    const int64_t nq = op.getNorm() && !sn.xs ? mCount : 0;
-    Value zero = arith::ConstantOp::create(
-        b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
-    SmallVector<Value> init(mCount * nm + nq, zero);
-    auto tok = [&](int64_t i) {
-      return staticM ? h.idx(i) : tokBase;
-    };
-    // Token i's x chunk at `col` times the weight chunks `wvs` (one per
-    // mem) into `next`, and its squares.
-    auto addX = [&](OpBuilder &b, SmallVectorImpl<Value> &next, int64_t i, ArrayRef<Value> wvs, Value col) {
-      Value raw;
-      Value xv = loadX(b, loc, op, tok(i), col, &raw, sn.xs);
-      for (auto [m, wv] : llvm::enumerate(wvs))
-        next[m * mCount + i] = vector::FMAOp::create(b, loc, wv, xv, next[m * mCount + i]);
-      if (nq)
-        next[nm * mCount + i] = vector::FMAOp::create(b, loc, raw, raw, next[nm * mCount + i]);
-    };
-    Value mainStart = laneK;
-    // The first row starts from the chunks loaded before the wait: `body`
-    // adds them to the accumulators and returns the next column.
-    auto firstRowFrom = [&](function_ref<Value(SmallVector<Value> &)> body) {
-      Value usePre = arith::AndIOp::create(
-          b, loc, preValid, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, row, first));
-      SmallVector<Type> types(init.size(), vecF32);
-      types.push_back(b.getIndexType());
-      auto ifOp = scf::IfOp::create(b, loc, types, usePre, /*withElseRegion=*/true);
-      {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(ifOp.thenBlock());
-        SmallVector<Value> accs(init);
-        Value next = body(accs);
-        accs.push_back(next);
-        scf::YieldOp::create(b, loc, accs);
-        b.setInsertionPointToStart(ifOp.elseBlock());
-        SmallVector<Value> plain(init);
-        plain.push_back(laneK);
-        scf::YieldOp::create(b, loc, plain);
-      }
-      init.assign(ifOp.getResults().begin(), ifOp.getResults().begin() + init.size());
-      mainStart = ifOp.getResults().back();
-    };
-    if (sharedPrefetch)
-      firstRowFrom([&](SmallVector<Value> &accs) -> Value {
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-        auto loop = scf::ForOp::create(
-            b, loc, h.idx(0), preChunks, h.idx(unroll), init,
-            [&](OpBuilder &b, Location loc, Value j0, ValueRange sums) {
-              TileBuilder h{b, loc};
-              SmallVector<Value> ws, cols;
-              for (int64_t u = 0; u < unroll; ++u) {
-                Value j = arith::AddIOp::create(b, loc, j0, h.idx(u));
-                cols.push_back(arith::AddIOp::create(
-                    b, loc, laneK, arith::MulIOp::create(b, loc, j, h.idx(step))));
-                Value slot = arith::AddIOp::create(
-                    b, loc, arith::MulIOp::create(b, loc, j, h.idx(slotThreads)), c.tid);
-                auto load = vector::LoadOp::create(
-                    b, loc, vecBF16, slots,
-                    ValueRange{arith::MulIOp::create(b, loc, slot, h.idx(kVector))});
-                load.setAlignment(16);
-                ws.push_back(arith::ExtFOp::create(b, loc, vecF32, load.getResult()));
-              }
-              SmallVector<Value> next(sums.begin(), sums.end());
-              for (int64_t u = 0; u < unroll; ++u)
-                for (int64_t i = 0; i < mCount; ++i)
-                  addX(b, next, i, {ws[u]}, cols[u]);
-              scf::YieldOp::create(b, loc, next);
-            });
-        accs.assign(loop.getResults().begin(), loop.getResults().end());
-        return arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, preChunks, h.idx(step)));
-      });
-    if (registerPrefetch)
-      firstRowFrom([&](SmallVector<Value> &accs) -> Value {
-        for (int64_t u = 0; u < unroll; ++u) {
-          Value col = arith::AddIOp::create(b, loc, laneK, h.idx(u * step));
-          Value wv = arith::ExtFOp::create(b, loc, vecF32, pre[u]);
-          for (int64_t i = 0; i < mCount; ++i)
-            addX(b, accs, i, {wv}, col);
-        }
-        return arith::AddIOp::create(b, loc, laneK, big);
-      });
-    // Loops of `u` independent 16-byte loads of w per lane, then the FMAs
-    // with every token: u = `unroll` up to kMain, then halved while whole
-    // groups of u chunks remain (so a K below unroll x 256 still gets
-    // loads in flight).
-    auto unrolledLoop = [&](int64_t u, Value from, Value to, Value stepU, ValueRange accs0) {
-      return scf::ForOp::create(
-          b, loc, from, to, stepU, accs0,
-          [&](OpBuilder &b, Location loc, Value k0, ValueRange accs) {
-            SmallVector<Value> ws, cols;
-            for (int64_t j = 0; j < u; ++j) {
-              Value col = arith::AddIOp::create(b, loc, k0, h.idx(j * step));
-              cols.push_back(col);
-              for (Value mem : mems)
-                ws.push_back(loadVec(b, mem, wRow, col));
-            }
-            SmallVector<Value> next(accs.begin(), accs.end());
-            for (int64_t j = 0; j < u; ++j)
-              for (int64_t i = 0; i < mCount; ++i)
-                addX(b, next, i, ArrayRef<Value>(ws).slice(j * nm, nm), cols[j]);
-            scf::YieldOp::create(b, loc, next);
-          });
-    };
-    // The main loop's chunks per trip; the tail loops halve from there.
-    Value bigTop = top == unroll ? big : h.idx(step * top);
-    Value kTop = top == unroll ? kMain
-                               : arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, k, bigTop), bigTop)
-                                     .getResult();
-    auto mainLoop = unrolledLoop(top, mainStart, kTop, bigTop, init);
-    SmallVector<Value> accs(mainLoop.getResults());
-    Value done = kTop; // columns covered so far (a multiple of step)
-    for (int64_t u = top / 2; u >= 2; u /= 2) {
-      Value bigU = h.idx(step * u);
-      Value upTo = arith::AddIOp::create(
-          b, loc, done,
-          arith::MulIOp::create(
-              b, loc, arith::DivUIOp::create(b, loc, arith::SubIOp::create(b, loc, k, done), bigU), bigU));
-      auto loop = unrolledLoop(u, arith::AddIOp::create(b, loc, done, laneK), upTo, bigU, accs);
-      accs.assign(loop.getResults().begin(), loop.getResults().end());
-      done = upTo;
-    }
-    // Remainder: one load per lane per step.
-    Value restStart = arith::AddIOp::create(b, loc, done, laneK);
-    auto restLoop = scf::ForOp::create(
-        b, loc, restStart, k, h.idx(step), accs,
-        [&](OpBuilder &b, Location loc, Value col, ValueRange accs) {
-          SmallVector<Value> wvs;
-          for (Value mem : mems)
-            wvs.push_back(loadVec(b, mem, wRow, col));
-          SmallVector<Value> next(accs.begin(), accs.end());
-          for (int64_t i = 0; i < mCount; ++i)
-            addX(b, next, i, wvs, col);
-          scf::YieldOp::create(b, loc, next);
-        });
-    return SmallVector<Value>(restLoop.getResults());
-   };
-    // A gated op streams its gate and up rows together, half the chunks of
-    // each per trip (the same weight loads in flight), each x chunk loaded
-    // once for both.
-    SmallVector<Value> sums, ups(mCount), scale(mCount);
-    // Token i's inverse RMS from the squares after the sums (norm).
-    auto scales = [&](ArrayRef<Value> res, int64_t nm) {
-      if (!op.getNorm())
-        return;
-      if (sn.xs) {
-        scale.assign(sn.scale.begin(), sn.scale.end());
-        return;
-      }
-      for (int64_t i = 0; i < mCount; ++i)
-        scale[i] = linearInverseRMS(b, loc, op, rowTotal(b, loc, res[nm * mCount + i]));
-    };
-    if (Value wu = upMem) {
-      // As many chunks per trip over both rows as the plain op's longest
-      // trip over one row (a K under unroll x 256 has shorter ones), so the
-      // gated loop holds no more loads in registers than a plain one.
-      int64_t top = unroll;
-      int64_t kStatic = op.getW().getType().getDimSize(1);
-      if (!ShapedType::isDynamic(kStatic))
-        while (top > 1 && top * step > kStatic)
-          top /= 2;
-      SmallVector<Value> both = rowSums({wMem, wu}, std::max<int64_t>(1, top / 2));
-      for (int64_t i = 0; i < mCount; ++i) {
-        sums.push_back(rowTotal(b, loc, both[i]));
-        ups[i] = rowTotal(b, loc, both[mCount + i]);
-      }
-      scales(both, 2);
-    } else {
-      SmallVector<Value> one = rowSums({wMem}, unroll);
-      for (int64_t i = 0; i < mCount; ++i)
-        sums.push_back(rowTotal(b, loc, one[i]));
-      scales(one, 1);
-    }
-    Value isLane0 =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
-    for (int64_t i = 0; i < mCount; ++i) {
-      Value tok = staticM ? h.idx(i) : tokBase;
-      storeRow(b, loc, op, sums[i], isLane0, tok, row, ups[i], scale[i]);
-    }
-  };
-
-  scf::ForOp::create(
-      b, loc, first, end, warps, ValueRange{},
-      [&](OpBuilder &b, Location loc, Value row, ValueRange) {
-        auto rowFrom = [&](OpBuilder &b, Value wMem, Value wRow, Value upMem) {
-          if (staticM) {
-            rowBody(b, row, Value(), wMem, wRow, upMem);
-          } else {
-            Value m = memref::DimOp::create(b, loc, op.getX(), 0);
-            scf::ForOp::create(
-                b, loc, h.idx(0), m, h.idx(1), ValueRange{},
-                [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                  rowBody(b, row, t, wMem, wRow, upMem);
-                  scf::YieldOp::create(b, loc);
-                });
-          }
-        };
-        if (staged.view) {
-          // Rows below the staged count from shared memory (one branch per
-          // warp: a warp's lanes share the row).
-          Value local = arith::SubIOp::create(b, loc, row, op.getRow0());
-          Value inStage = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, local, staged.count);
-          auto ifOp = scf::IfOp::create(b, loc, inStage, /*withElse=*/true);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(ifOp.thenBlock());
-          rowFrom(b, staged.view, local, staged.upView);
-          b.setInsertionPointToStart(ifOp.elseBlock());
-          rowFrom(b, op.getW(), row, op.getGated());
-        } else {
-          rowFrom(b, op.getW(), row, op.getGated());
-        }
-        scf::YieldOp::create(b, loc);
-      });
+  l.sn = stageNorm(b, l.loc, op, threads);
+  l.rowLoop();
   // Every copy is complete before the tile ends (a thread whose rows had
   // no token to compute never waited), so the next tile may reuse the slots.
   if (sharedPrefetch)
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    NVVM::CpAsyncWaitGroupOp::create(b, l.loc, 0);
   op.erase();
 }
 
@@ -1009,59 +1082,68 @@ static std::optional<SpreadShape> spreadShape(LinearOp op, int64_t unroll, int64
   return SpreadShape{W, R, c, nm, mCount, G, q, P, streams, u, staticM};
 }
 
-static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t threads, bool afterLinear) {
-  constexpr int64_t step = kWarp * kVector; // elements of one chunk
-  auto task = op->getParentOfType<TaskOp>();
-  MemRefType xType = op.getX().getType();
-  const auto [W, R, c, nm, mCount, G, q, P, streams, u, staticM] = shape;
+namespace {
 
-  SmallVector<Value> mems{op.getW()};
-  if (Value wu = op.getGated())
-    mems.push_back(wu);
-  Location loc = op.getLoc();
-  auto loadRaw = [&](OpBuilder &b, Value mem, Value r, Value col) { return loadChunk(b, loc, mem, r, col); };
-
-  // Where the warp's rows and first column are known, and its first
-  // trip's loads (the op itself when they cannot go earlier).
-  bool early = afterLinear && llvm::all_of(mems, isReadOnly);
-  Operation *at = early ? afterWaitPoint(op, {op.getW(), op.getRow0(), op.getRows()}) : nullptr;
-  if (at && op.getGated() && !moveAbove(task, at, op.getGated()))
-    at = nullptr;
-  OpBuilder b(at ? at : op.getOperation());
-  TileBuilder h{b, loc};
-  VectorType vecBF16 = VectorType::get({kVector}, b.getBF16Type());
-  VectorType vecF32 = VectorType::get({kVector}, b.getF32Type());
-  // Where the warp works. G = 1: its first rows (base, then base + p x W,
-  // a row past `end` reading `base`); G > 1: its row and part.
-  LinearCommon lc = linearCommon(b, loc, op);
-  Value laneK = arith::MulIOp::create(b, loc, lc.lane, h.idx(kVector));
-  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), lc.n);
+/// lowerLinearGPUSpread's steps and the values they share: the layout
+/// (SpreadShape), where the warp works, the first trip's early loads, the
+/// staged norm.
+struct SpreadLinearGPU : SpreadShape {
+  static constexpr int64_t step = kWarp * kVector; // elements of one chunk
+  LinearOp op;
+  OpBuilder &b;
+  Location loc;
+  TileBuilder h;
+  TaskOp task;
+  SmallVector<Value> mems;
+  VectorType vecBF16, vecF32;
+  LinearCommon lc;
+  Value laneK, end;
   Value base, local, part, row, mine, col0;
   SmallVector<Value> firstRows, firstOuts, firstValid;
-  if (G == 1) {
-    base = arith::AddIOp::create(b, loc, op.getRow0(), lc.warp);
-    mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, base, end);
-    col0 = laneK;
-    for (int64_t p = 0; p < P; ++p) {
-      Value r = arith::AddIOp::create(b, loc, base, h.idx(p * W));
-      Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, end);
-      firstValid.push_back(valid);
-      firstOuts.push_back(r);
-      firstRows.push_back(p == 0 ? r : arith::SelectOp::create(b, loc, valid, r, base).getResult());
-    }
-  } else {
-    local = arith::RemUIOp::create(b, loc, lc.warp, h.idx(R));
-    part = arith::DivUIOp::create(b, loc, lc.warp, h.idx(R));
-    row = arith::AddIOp::create(b, loc, op.getRow0(), local);
-    mine = arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, part, h.idx(G)),
-                                 arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, row, end));
-    col0 = arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, part, h.idx(q * step)));
-    firstRows.push_back(row);
-  }
-  // The first trip's weights, (chunk, row, mem)-major, loaded early into
-  // registers (zeros for a warp without rows).
   SmallVector<Value> pre;
-  if (at) {
+  bool hasEarly = false;
+  StagedNorm sn;
+  Value isLane0;
+
+  SpreadLinearGPU(LinearOp op, const SpreadShape &shape, OpBuilder &b, TaskOp task, ArrayRef<Value> mems)
+      : SpreadShape(shape), op(op), b(b), loc(op.getLoc()), h{b, loc}, task(task), mems(mems) {}
+
+  Value loadRaw(OpBuilder &b, Value mem, Value r, Value col) { return loadChunk(b, loc, mem, r, col); }
+  Value ext(OpBuilder &b, Value v) { return arith::ExtFOp::create(b, loc, vecF32, v); }
+
+  /// Where the warp works. G = 1: its first rows (base, then base + p x W,
+  /// a row past `end` reading `base`); G > 1: its row and part.
+  void setUp() {
+    vecBF16 = VectorType::get({kVector}, b.getBF16Type());
+    vecF32 = VectorType::get({kVector}, b.getF32Type());
+    lc = linearCommon(b, loc, op);
+    laneK = arith::MulIOp::create(b, loc, lc.lane, h.idx(kVector));
+    end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getRow0(), op.getRows()), lc.n);
+    if (G == 1) {
+      base = arith::AddIOp::create(b, loc, op.getRow0(), lc.warp);
+      mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, base, end);
+      col0 = laneK;
+      for (int64_t p = 0; p < P; ++p) {
+        Value r = arith::AddIOp::create(b, loc, base, h.idx(p * W));
+        Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, r, end);
+        firstValid.push_back(valid);
+        firstOuts.push_back(r);
+        firstRows.push_back(p == 0 ? r : arith::SelectOp::create(b, loc, valid, r, base).getResult());
+      }
+    } else {
+      local = arith::RemUIOp::create(b, loc, lc.warp, h.idx(R));
+      part = arith::DivUIOp::create(b, loc, lc.warp, h.idx(R));
+      row = arith::AddIOp::create(b, loc, op.getRow0(), local);
+      mine = arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, part, h.idx(G)),
+                                   arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, row, end));
+      col0 = arith::AddIOp::create(b, loc, laneK, arith::MulIOp::create(b, loc, part, h.idx(q * step)));
+      firstRows.push_back(row);
+    }
+  }
+
+  /// The first trip's weights, (chunk, row, mem)-major, loaded early into
+  /// registers (zeros for a warp without rows).
+  void loadEarly() {
     auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(u * streams, vecBF16), mine,
                                   /*withElseRegion=*/true);
     OpBuilder::InsertionGuard guard(b);
@@ -1080,18 +1162,20 @@ static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t 
     scf::YieldOp::create(b, loc, SmallVector<Value>(u * streams, zero));
     pre.assign(ifOp.getResults().begin(), ifOp.getResults().end());
   }
-  bool hasEarly = at != nullptr;
-  b.setInsertionPoint(op);
-  StagedNorm sn = stageNorm(b, loc, op, threads);
-  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
 
-  auto ext = [&](OpBuilder &b, Value v) -> Value { return arith::ExtFOp::create(b, loc, vecF32, v); };
-  // Lane sums of `rows` (each over every mem) from column `from` on, q
-  // chunks, for the tokens `toks`: stream-major (row, mem), then token.
-  // With `first`, the first trip's weights are those loaded early. With
-  // `squares` (norm), then the lane sums of x's squares, one per token.
-  auto streamSums = [&](OpBuilder &b, ArrayRef<Value> rows, Value from, ArrayRef<Value> toks, bool first,
-                        bool squares = false) -> SmallVector<Value> {
+  /// At the op: the staged norm (stageNorm) and the lane that stores.
+  void atOp(int64_t threads) {
+    b.setInsertionPoint(op);
+    sn = stageNorm(b, loc, op, threads);
+    isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lc.lane, h.idx(0));
+  }
+
+  /// Lane sums of `rows` (each over every mem) from column `from` on, q
+  /// chunks, for the tokens `toks`: stream-major (row, mem), then token.
+  /// With `first`, the first trip's weights are those loaded early. With
+  /// `squares` (norm), then the lane sums of x's squares, one per token.
+  SmallVector<Value> streamSums(OpBuilder &b, ArrayRef<Value> rows, Value from, ArrayRef<Value> toks, bool first,
+                                bool squares = false) {
     TileBuilder h{b, loc};
     int64_t nt = toks.size();
     Value zero = arith::ConstantOp::create(b, loc, vecF32, DenseElementsAttr::get(vecF32, APFloat(0.0f)));
@@ -1139,10 +1223,11 @@ static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t 
     if (rest)
       accs = trip(b, arith::AddIOp::create(b, loc, from, h.idx(trips * u * step)), rest, accs, {});
     return accs;
-  };
-  // The tokens of one pass: all of a static M, else token `t` of a loop
-  // (with its parity).
-  auto forTokens = [&](OpBuilder &b, function_ref<void(OpBuilder &, ArrayRef<Value>, Value)> body) {
+  }
+
+  /// The tokens of one pass: all of a static M, else token `t` of a loop
+  /// (with its parity).
+  void forTokens(OpBuilder &b, function_ref<void(OpBuilder &, ArrayRef<Value>, Value)> body) {
     TileBuilder h{b, loc};
     if (staticM) {
       SmallVector<Value> toks;
@@ -1158,41 +1243,37 @@ static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t 
                          body(b, Value(t), arith::RemUIOp::create(b, loc, t, h.idx(2)));
                          scf::YieldOp::create(b, loc);
                        });
-  };
+  }
 
-  // With `norm`: the inverse RMS of every token. The warps of a whole K
-  // (G = 1) load all of x for each group of rows, and take its squares
-  // with the sums (no pass of their own); split K first takes them in a
-  // pass of each warp's own (normPrepass).
-  if (G == 1) {
-    // A group of P rows: `rows` to read (in range), `outs` to store where
-    // `valid`.
-    auto group = [&](OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> outs, ArrayRef<Value> valid,
-                     bool first) {
-      forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value) {
-        bool squares = op.getNorm() && !sn.xs;
-        SmallVector<Value> accs = streamSums(b, rows, col0, toks, first, squares);
-        int64_t nt = toks.size();
-        SmallVector<Value> scale(nt);
-        for (int64_t t = 0; sn.xs && t < nt; ++t)
-          scale[t] = stagedScale(b, loc, sn, toks[t]);
-        for (int64_t t = 0; squares && t < nt; ++t)
-          scale[t] = linearInverseRMS(b, loc, op, rowTotal(b, loc, accs[streams * nt + t]));
-        for (int64_t p = 0; p < P; ++p)
-          for (int64_t t = 0; t < nt; ++t) {
-            Value sum = rowTotal(b, loc, accs[(p * nm) * nt + t]);
-            Value up = nm == 2 ? rowTotal(b, loc, accs[(p * nm + 1) * nt + t]) : Value();
-            Value store = p == 0 ? isLane0 : arith::AndIOp::create(b, loc, isLane0, valid[p]).getResult();
-            storeRow(b, loc, op, sum, store, toks[t], outs[p], up, scale[t]);
-          }
-      });
-    };
-    // The first group (with the early loads), then the others.
+  /// G = 1: a group of P rows: `rows` to read (in range), `outs` to store
+  /// where `valid`.
+  void rowGroup(OpBuilder &b, ArrayRef<Value> rows, ArrayRef<Value> outs, ArrayRef<Value> valid, bool first) {
+    forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value) {
+      bool squares = op.getNorm() && !sn.xs;
+      SmallVector<Value> accs = streamSums(b, rows, col0, toks, first, squares);
+      int64_t nt = toks.size();
+      SmallVector<Value> scale(nt);
+      for (int64_t t = 0; sn.xs && t < nt; ++t)
+        scale[t] = stagedScale(b, loc, sn, toks[t]);
+      for (int64_t t = 0; squares && t < nt; ++t)
+        scale[t] = linearInverseRMS(b, loc, op, rowTotal(b, loc, accs[streams * nt + t]));
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t t = 0; t < nt; ++t) {
+          Value sum = rowTotal(b, loc, accs[(p * nm) * nt + t]);
+          Value up = nm == 2 ? rowTotal(b, loc, accs[(p * nm + 1) * nt + t]) : Value();
+          Value store = p == 0 ? isLane0 : arith::AndIOp::create(b, loc, isLane0, valid[p]).getResult();
+          storeRow(b, loc, op, sum, store, toks[t], outs[p], up, scale[t]);
+        }
+    });
+  }
+
+  /// G = 1: the first group (with the early loads), then the others.
+  void wholeRows() {
     {
       auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(ifOp.thenBlock());
-      group(b, firstRows, firstOuts, firstValid, hasEarly);
+      rowGroup(b, firstRows, firstOuts, firstValid, hasEarly);
     }
     if (R > W * P)
       scf::ForOp::create(
@@ -1207,73 +1288,106 @@ static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t 
               outs.push_back(r);
               rows.push_back(arith::SelectOp::create(b, loc, valid.back(), r, first));
             }
-            group(b, rows, outs, valid, false);
+            rowGroup(b, rows, outs, valid, false);
             scf::YieldOp::create(b, loc);
           });
-    op.erase();
-    return;
   }
 
-  // G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
-  // go to shared memory [parity][part][mem][row][token] (the parity of a
-  // runtime token alternates, so one barrier per token suffices).
-  NormScales scales = sn.xs ? NormScales{} : normScales(b, loc, op, lc.warp);
-  if (scales)
-    normPrepass(b, loc, op, scales, lc.lane);
-  Value partials = workgroupBuffer(task, loc, {2 * G * nm * R * mCount}, b.getF32Type());
-  auto slot = [&](OpBuilder &b, Value parity, Value p, int64_t m, Value r, int64_t t) -> Value {
-    TileBuilder h{b, loc};
-    Value i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, parity, h.idx(G)), p);
-    i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(nm)), h.idx(m));
-    i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(R)), r);
-    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(mCount)), h.idx(t));
-  };
-  forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value parity) {
-    int64_t nt = toks.size();
-    {
-      auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      SmallVector<Value> accs = streamSums(b, {row}, col0, toks, hasEarly);
-      for (int64_t m = 0; m < nm; ++m)
-        for (int64_t t = 0; t < nt; ++t) {
-          Value sum = rowTotal(b, loc, accs[m * nt + t]);
-          auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(store.thenBlock());
-          memref::StoreOp::create(b, loc, sum, partials, ValueRange{slot(b, parity, part, m, local, t)});
-        }
-    }
-    gpu::BarrierOp::create(b, loc);
-    TileBuilder h{b, loc};
-    threadLoop(b, loc, h.idx(R * nt), [&](OpBuilder &b, Location loc, Value e) {
+  /// G parts per row: warp w < R x G takes row w mod R, part w / R. Its sums
+  /// go to shared memory [parity][part][mem][row][token] (the parity of a
+  /// runtime token alternates, so one barrier per token suffices).
+  void splitRows() {
+    NormScales scales = sn.xs ? NormScales{} : normScales(b, loc, op, lc.warp);
+    if (scales)
+      normPrepass(b, loc, op, scales, lc.lane);
+    Value partials = workgroupBuffer(task, loc, {2 * G * nm * R * mCount}, b.getF32Type());
+    auto slot = [&](OpBuilder &b, Value parity, Value p, int64_t m, Value r, int64_t t) -> Value {
       TileBuilder h{b, loc};
-      Value r = arith::RemUIOp::create(b, loc, e, h.idx(R));
-      Value t = arith::DivUIOp::create(b, loc, e, h.idx(R));
-      Value out = arith::AddIOp::create(b, loc, op.getRow0(), r);
-      auto inRange = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, out, end),
-                                       /*withElse=*/false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(inRange.thenBlock());
-      // Token t of this pass: static tokens are 0..M-1; a runtime token is
-      // the loop's own (nt = 1).
-      Value tok = staticM ? t : toks[0];
-      SmallVector<Value> totals;
-      for (int64_t m = 0; m < nm; ++m) {
-        Value at0 = slot(b, parity, h.idx(0), m, r, 0);
-        if (staticM)
-          at0 = arith::AddIOp::create(b, loc, at0, t);
-        Value sum = memref::LoadOp::create(b, loc, partials, ValueRange{at0});
-        for (int64_t p = 1; p < G; ++p) {
-          Value atP = arith::AddIOp::create(b, loc, at0, h.idx(p * nm * R * mCount));
-          sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, partials, ValueRange{atP}));
-        }
-        totals.push_back(sum);
+      Value i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, parity, h.idx(G)), p);
+      i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(nm)), h.idx(m));
+      i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(R)), r);
+      return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, i, h.idx(mCount)), h.idx(t));
+    };
+    forTokens(b, [&](OpBuilder &b, ArrayRef<Value> toks, Value parity) {
+      int64_t nt = toks.size();
+      {
+        auto ifOp = scf::IfOp::create(b, loc, mine, /*withElse=*/false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        SmallVector<Value> accs = streamSums(b, {row}, col0, toks, hasEarly);
+        for (int64_t m = 0; m < nm; ++m)
+          for (int64_t t = 0; t < nt; ++t) {
+            Value sum = rowTotal(b, loc, accs[m * nt + t]);
+            auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(store.thenBlock());
+            memref::StoreOp::create(b, loc, sum, partials, ValueRange{slot(b, parity, part, m, local, t)});
+          }
       }
-      storeRow(b, loc, op, totals[0], arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1), tok, out,
-               nm == 2 ? totals[1] : Value(), sn.xs ? stagedScale(b, loc, sn, tok) : scales.get(b, loc, tok));
+      gpu::BarrierOp::create(b, loc);
+      TileBuilder h{b, loc};
+      threadLoop(b, loc, h.idx(R * nt), [&](OpBuilder &b, Location loc, Value e) {
+        TileBuilder h{b, loc};
+        Value r = arith::RemUIOp::create(b, loc, e, h.idx(R));
+        Value t = arith::DivUIOp::create(b, loc, e, h.idx(R));
+        Value out = arith::AddIOp::create(b, loc, op.getRow0(), r);
+        auto inRange = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, out, end),
+                                         /*withElse=*/false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(inRange.thenBlock());
+        // Token t of this pass: static tokens are 0..M-1; a runtime token is
+        // the loop's own (nt = 1).
+        Value tok = staticM ? t : toks[0];
+        SmallVector<Value> totals;
+        for (int64_t m = 0; m < nm; ++m) {
+          Value at0 = slot(b, parity, h.idx(0), m, r, 0);
+          if (staticM)
+            at0 = arith::AddIOp::create(b, loc, at0, t);
+          Value sum = memref::LoadOp::create(b, loc, partials, ValueRange{at0});
+          for (int64_t p = 1; p < G; ++p) {
+            Value atP = arith::AddIOp::create(b, loc, at0, h.idx(p * nm * R * mCount));
+            sum = arith::AddFOp::create(b, loc, sum, memref::LoadOp::create(b, loc, partials, ValueRange{atP}));
+          }
+          totals.push_back(sum);
+        }
+        storeRow(b, loc, op, totals[0], arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1), tok, out,
+                 nm == 2 ? totals[1] : Value(), sn.xs ? stagedScale(b, loc, sn, tok) : scales.get(b, loc, tok));
+      });
     });
-  });
+  }
+};
+
+} // namespace
+
+static void lowerLinearGPUSpread(LinearOp op, const SpreadShape &shape, int64_t threads, bool afterLinear) {
+  auto task = op->getParentOfType<TaskOp>();
+
+  SmallVector<Value> mems{op.getW()};
+  if (Value wu = op.getGated())
+    mems.push_back(wu);
+
+  // Where the warp's rows and first column are known, and its first
+  // trip's loads (the op itself when they cannot go earlier).
+  bool early = afterLinear && llvm::all_of(mems, isReadOnly);
+  Operation *at = early ? afterWaitPoint(op, {op.getW(), op.getRow0(), op.getRows()}) : nullptr;
+  if (at && op.getGated() && !moveAbove(task, at, op.getGated()))
+    at = nullptr;
+  OpBuilder b(at ? at : op.getOperation());
+  SpreadLinearGPU l(op, shape, b, task, mems);
+  l.setUp();
+  if (at)
+    l.loadEarly();
+  l.hasEarly = at != nullptr;
+  l.atOp(threads);
+
+  // With `norm`: the inverse RMS of every token. The warps of a whole K
+  // (G = 1) load all of x for each group of rows, and take its squares
+  // with the sums (no pass of their own); split K first takes them in a
+  // pass of each warp's own (normPrepass).
+  if (shape.G == 1)
+    l.wholeRows();
+  else
+    l.splitRows();
   op.erase();
 }
 

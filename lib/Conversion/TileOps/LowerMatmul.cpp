@@ -672,55 +672,52 @@ void tile::copyChunks(OpBuilder &b, Location loc, Value tid, int64_t threads, in
   }
 }
 
-LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
-                                   llvm::DenseSet<Operation *> &sharedTaken) {
-  ArrayRef<int64_t> tileSizes = op.getTile();
-  const int64_t bm = tileSizes[0], bn = tileSizes[1], bk = tileSizes[2];
-  const int64_t stages = op.getStages();
-  if (threads <= 0)
-    return op.emitOpError("on the GPU needs the threads per worker fixed at compile time (the "
-                          "pass's `threads` option)");
-  if (wgmma)
-    if (std::optional<WgmmaTiling> groups = chooseWgmmaTiling(bm, bn, bk, stages, threads))
-      return lowerMatmulWgmma(op, threads, *groups, sharedTaken);
-  if (op.getUp())
-    return op.emitOpError("gated tile ")
-           << bm << " x " << bn << " x " << bk << " with " << stages << " stages on " << threads
-           << " threads needs warpgroup MMA (mma=wgmma, BM and BK multiples of 64, at least 3 stages, a "
-              "warpgroup per 64 rows)";
-  FailureOr<WarpTiling> tiling = chooseWarpTiling(bm, bn, threads);
-  if (failed(tiling))
-    return op.emitOpError("tile ")
-           << bm << " x " << bn << " needs more than " << accumulatorBudget(threads)
-           << " f32 accumulators per thread with " << threads << " threads per worker";
+namespace {
+
+/// lowerMatmulGPU's steps with mma.sync and the values they share: the
+/// tile's shapes, the ring of k-slices in shared memory, this warp's
+/// sub-block and ldmatrix offsets.
+struct MmaSyncMatmul {
+  MatmulOp op;
+  OpBuilder &b;
+  Location loc;
+  TileBuilder h;
+  int64_t threads, bm, bn, bk, stages;
+  const WarpTiling t;
   // Rows of a slice in shared memory: BK elements and 16 bytes of padding.
   const int64_t stride = bk + 8;
   const int64_t sliceA = bm * stride, sliceB = bn * stride; // elements
-  const int64_t sharedBytes = stages * (sliceA + sliceB) * 2;
-  FailureOr<TaskOp> task = takeDynamicShared(op, sharedBytes, sharedTaken);
-  if (failed(task))
-    return failure();
-
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  TileBuilder h{b, loc};
-  const WarpTiling t = *tiling;
   const int64_t mTiles = t.wm / 16, nTiles = t.wn / 8, kSteps = bk / 16;
   const int64_t numAcc = mTiles * nTiles * 4;
+  TaskOp task; // where the ring is allocated
 
-  Value buffer = workgroupBuffer(*task, loc, {stages * (sliceA + sliceB)}, b.getBF16Type());
-  buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
-  Value shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
+  Value buffer, shared;
+  Groups g;
+  KSlices kr;
+  GemmSources src;
+  Value m, n, m0, n0;
+  Value warpM, warpN, lane, offA, offB, active;
 
-  Groups g = h.groups(kWarp);
-  KSlices kr = kSlices(b, loc, op, staticK(op), bk);
-  GemmSources src = gemmSources(b, loc, op);
-  Value m = src.m, n = src.n, m0 = op.getM0(), n0 = op.getN0();
+  MmaSyncMatmul(MatmulOp op, OpBuilder &b, int64_t threads, WarpTiling t)
+      : op(op), b(b), loc(op.getLoc()), h{b, loc}, threads(threads), bm(op.getTile()[0]), bn(op.getTile()[1]),
+        bk(op.getTile()[2]), stages(op.getStages()), t(t) {}
 
-  // The copies of k-slice `kt` into ring slot `slot` (index values): each
-  // thread copies 16-byte chunks tid, tid + threads, ... of the x block
-  // and then of the w block; chunks past M, N or K are zero-filled.
-  auto issueSlice = [&](OpBuilder &b, Value kt, Value slot) {
+  /// The ring, the thread's warp, the k-slices and the operands.
+  void setUp() {
+    buffer = workgroupBuffer(task, loc, {stages * (sliceA + sliceB)}, b.getBF16Type());
+    buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
+
+    g = h.groups(kWarp);
+    kr = kSlices(b, loc, op, staticK(op), bk);
+    src = gemmSources(b, loc, op);
+    m = src.m, n = src.n, m0 = op.getM0(), n0 = op.getN0();
+  }
+
+  /// The copies of k-slice `kt` into ring slot `slot` (index values): each
+  /// thread copies 16-byte chunks tid, tid + threads, ... of the x block
+  /// and then of the w block; chunks past M, N or K are zero-filled.
+  void issueSlice(OpBuilder &b, Value kt, Value slot) {
     TileBuilder h{b, loc};
     Value k0 = arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, kr.first, kt), h.idx(bk));
     // Chunk (row, c) at element row * stride + 8 c of the slot.
@@ -740,44 +737,46 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     };
     copyBlock(bm, m0, m, src.xBase, src.xStride, sliceA, 0);
     copyBlock(bn, n0, n, src.wBase, src.wStride, sliceB, stages * sliceA);
-  };
+  }
 
-  // This warp's sub-block and the per-lane ldmatrix offsets (bytes): for
-  // x, lanes 0-15 address rows 0-15 at k 0, lanes 16-31 the same rows at
-  // k 8 (the four 8x8 matrices of the m16k16 A fragment, in mma order);
-  // for w, lanes 0-7 / 8-15 / 16-23 / 24-31 address rows 0-7 at k 0 / rows
-  // 0-7 at k 8 / rows 8-15 at k 0 / rows 8-15 at k 8 (B fragments of two
-  // n8 tiles).
-  Value warpM = arith::DivUIOp::create(b, loc, g.group, h.idx(t.warpsN));
-  Value warpN = arith::RemUIOp::create(b, loc, g.group, h.idx(t.warpsN));
-  Value lane = g.lane;
-  Value laneRowA = arith::RemUIOp::create(b, loc, lane, h.idx(16));
-  Value laneColA = arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8));
-  Value laneRowB = arith::AddIOp::create(
-      b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(8)),
-      arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8)));
-  Value laneColB = arith::MulIOp::create(
-      b, loc,
-      arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2)),
-      h.idx(8));
-  auto offsetOf = [&](Value row, Value col) {
-    return toI32(b, loc, arith::MulIOp::create(
-                             b, loc,
-                             arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(stride)), col),
-                             h.idx(2)));
-  };
-  Value offA = offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpM, h.idx(t.wm)), laneRowA),
-                        laneColA);
-  Value offB = arith::AddIOp::create(
-      b, loc, i32(b, loc, stages * sliceA * 2),
-      offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)), laneRowB), laneColB));
-  Value active = t.used() < threads / kWarp
-                     ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.used()))
-                           .getResult()
-                     : Value();
+  /// This warp's sub-block and the per-lane ldmatrix offsets (bytes): for
+  /// x, lanes 0-15 address rows 0-15 at k 0, lanes 16-31 the same rows at
+  /// k 8 (the four 8x8 matrices of the m16k16 A fragment, in mma order);
+  /// for w, lanes 0-7 / 8-15 / 16-23 / 24-31 address rows 0-7 at k 0 / rows
+  /// 0-7 at k 8 / rows 8-15 at k 0 / rows 8-15 at k 8 (B fragments of two
+  /// n8 tiles).
+  void warpOffsets() {
+    warpM = arith::DivUIOp::create(b, loc, g.group, h.idx(t.warpsN));
+    warpN = arith::RemUIOp::create(b, loc, g.group, h.idx(t.warpsN));
+    lane = g.lane;
+    Value laneRowA = arith::RemUIOp::create(b, loc, lane, h.idx(16));
+    Value laneColA = arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8));
+    Value laneRowB = arith::AddIOp::create(
+        b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(8)),
+        arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8)));
+    Value laneColB = arith::MulIOp::create(
+        b, loc,
+        arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2)),
+        h.idx(8));
+    auto offsetOf = [&](Value row, Value col) {
+      return toI32(b, loc, arith::MulIOp::create(
+                               b, loc,
+                               arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, h.idx(stride)), col),
+                               h.idx(2)));
+    };
+    offA = offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpM, h.idx(t.wm)), laneRowA),
+                    laneColA);
+    offB = arith::AddIOp::create(
+        b, loc, i32(b, loc, stages * sliceA * 2),
+        offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)), laneRowB),
+                 laneColB));
+    active = t.used() < threads / kWarp
+                 ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.used())).getResult()
+                 : Value();
+  }
 
-  // The multiply-adds of ring slot `slot` into `acc` (mTiles x nTiles x 4).
-  auto compute = [&](OpBuilder &b, Value slot, ValueRange acc) {
+  /// The multiply-adds of ring slot `slot` into `acc` (mTiles x nTiles x 4).
+  SmallVector<Value> compute(OpBuilder &b, Value slot, ValueRange acc) {
     SmallVector<Value> out(acc.begin(), acc.end());
     Value slotI32 = toI32(b, loc, slot);
     Value baseA = sharedAt(b, loc, shared,
@@ -804,9 +803,10 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
         }
     }
     return out;
-  };
-  // Only warps with a sub-block multiply; the others copy and wait.
-  auto computeIfActive = [&](OpBuilder &b, Value slot, ValueRange acc) -> SmallVector<Value> {
+  }
+
+  /// Only warps with a sub-block multiply; the others copy and wait.
+  SmallVector<Value> computeIfActive(OpBuilder &b, Value slot, ValueRange acc) {
     if (!active)
       return compute(b, slot, acc);
     auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), active, /*withElse=*/true);
@@ -818,66 +818,109 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
       scf::YieldOp::create(b, loc, acc);
     }
     return SmallVector<Value>(ifOp.getResults());
-  };
-
-  SmallVector<Value> init(numAcc, h.f32(0));
-  scf::ForOp loop;
-  if (stages == 1) {
-    // No ring: copy, wait, multiply, and wait for every warp before the
-    // next copy overwrites the slice.
-    loop = scf::ForOp::create(
-        b, loc, h.idx(0), kr.count, h.idx(1), init,
-        [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
-          TileBuilder h{b, loc};
-          issueSlice(b, kt, h.idx(0));
-          NVVM::CpAsyncCommitGroupOp::create(b, loc);
-          NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-          gpu::BarrierOp::create(b, loc);
-          SmallVector<Value> out = computeIfActive(b, h.idx(0), acc);
-          gpu::BarrierOp::create(b, loc);
-          scf::YieldOp::create(b, loc, out);
-        });
-  } else {
-    // Prologue: slices 0 .. stages-2 in flight.
-    for (int64_t s = 0; s + 1 < stages; ++s)
-      issueIfAny(b, loc, h.idx(s), h.idx(s), kr.count, issueSlice);
-    // Step kt: slice kt has landed (at most stages-2 newer groups pending)
-    // and every warp is done with slice kt-1, whose slot then takes slice
-    // kt + stages - 1; then the multiply-adds of slice kt.
-    loop = scf::ForOp::create(
-        b, loc, h.idx(0), kr.count, h.idx(1), init,
-        [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
-          TileBuilder h{b, loc};
-          NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
-          gpu::BarrierOp::create(b, loc);
-          Value next = arith::AddIOp::create(b, loc, kt, h.idx(stages - 1));
-          issueIfAny(b, loc, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)), kr.count, issueSlice);
-          SmallVector<Value> out =
-              computeIfActive(b, arith::RemUIOp::create(b, loc, kt, h.idx(stages)), acc);
-          scf::YieldOp::create(b, loc, out);
-        });
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   }
-  ValueRange acc = loop.getResults();
 
-  // Epilogue: this warp's WM x WN sub-block, through the ring where it
-  // fits (after every warp's last ldmatrix).
-  std::optional<OutputStage> stage = outputStage(op, bm, bn, sharedBytes);
-  if (stage)
-    gpu::BarrierOp::create(b, loc);
-  auto store = [&](OpBuilder &b) {
-    TileBuilder h{b, loc};
-    Value rowIn = arith::MulIOp::create(b, loc, warpM, h.idx(t.wm));
-    Value colIn = arith::MulIOp::create(b, loc, warpN, h.idx(t.wn));
-    auto value = [&](int64_t mi, int64_t nj, int64_t e) { return acc[(mi * nTiles + nj) * 4 + e]; };
-    if (stage) {
-      writeStage(b, loc, op, *stage, shared, rowIn, colIn, lane, mTiles, nTiles, value);
-      return;
+  /// The loop over the k-slices: the accumulators after the last, every
+  /// copy complete.
+  ValueRange kLoop() {
+    auto issue = [&](OpBuilder &b, Value kt, Value slot) { issueSlice(b, kt, slot); };
+    SmallVector<Value> init(numAcc, h.f32(0));
+    scf::ForOp loop;
+    if (stages == 1) {
+      // No ring: copy, wait, multiply, and wait for every warp before the
+      // next copy overwrites the slice.
+      loop = scf::ForOp::create(
+          b, loc, h.idx(0), kr.count, h.idx(1), init,
+          [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
+            TileBuilder h{b, loc};
+            issueSlice(b, kt, h.idx(0));
+            NVVM::CpAsyncCommitGroupOp::create(b, loc);
+            NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+            gpu::BarrierOp::create(b, loc);
+            SmallVector<Value> out = computeIfActive(b, h.idx(0), acc);
+            gpu::BarrierOp::create(b, loc);
+            scf::YieldOp::create(b, loc, out);
+          });
+    } else {
+      // Prologue: slices 0 .. stages-2 in flight.
+      for (int64_t s = 0; s + 1 < stages; ++s)
+        issueIfAny(b, loc, h.idx(s), h.idx(s), kr.count, issue);
+      // Step kt: slice kt has landed (at most stages-2 newer groups pending)
+      // and every warp is done with slice kt-1, whose slot then takes slice
+      // kt + stages - 1; then the multiply-adds of slice kt.
+      loop = scf::ForOp::create(
+          b, loc, h.idx(0), kr.count, h.idx(1), init,
+          [&](OpBuilder &b, Location loc, Value kt, ValueRange acc) {
+            TileBuilder h{b, loc};
+            NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
+            gpu::BarrierOp::create(b, loc);
+            Value next = arith::AddIOp::create(b, loc, kt, h.idx(stages - 1));
+            issueIfAny(b, loc, next, arith::RemUIOp::create(b, loc, next, h.idx(stages)), kr.count, issue);
+            SmallVector<Value> out =
+                computeIfActive(b, arith::RemUIOp::create(b, loc, kt, h.idx(stages)), acc);
+            scf::YieldOp::create(b, loc, out);
+          });
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     }
-    storeFragments(b, loc, op, arith::AddIOp::create(b, loc, m0, rowIn), arith::AddIOp::create(b, loc, n0, colIn),
-                   lane, m, n, mTiles, nTiles, value);
-  };
-  finishTile(b, loc, op, active, stage, shared, bm, bn, threads, g.tid, m, n, m0, n0, store);
+    return loop.getResults();
+  }
+
+  /// Epilogue: this warp's WM x WN sub-block, through the ring where it
+  /// fits (after every warp's last ldmatrix).
+  void epilogue(ValueRange acc, int64_t sharedBytes) {
+    std::optional<OutputStage> stage = outputStage(op, bm, bn, sharedBytes);
+    if (stage)
+      gpu::BarrierOp::create(b, loc);
+    auto store = [&](OpBuilder &b) {
+      TileBuilder h{b, loc};
+      Value rowIn = arith::MulIOp::create(b, loc, warpM, h.idx(t.wm));
+      Value colIn = arith::MulIOp::create(b, loc, warpN, h.idx(t.wn));
+      auto value = [&](int64_t mi, int64_t nj, int64_t e) { return acc[(mi * nTiles + nj) * 4 + e]; };
+      if (stage) {
+        writeStage(b, loc, op, *stage, shared, rowIn, colIn, lane, mTiles, nTiles, value);
+        return;
+      }
+      storeFragments(b, loc, op, arith::AddIOp::create(b, loc, m0, rowIn), arith::AddIOp::create(b, loc, n0, colIn),
+                     lane, m, n, mTiles, nTiles, value);
+    };
+    finishTile(b, loc, op, active, stage, shared, bm, bn, threads, g.tid, m, n, m0, n0, store);
+  }
+};
+
+} // namespace
+
+LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
+                                   llvm::DenseSet<Operation *> &sharedTaken) {
+  ArrayRef<int64_t> tileSizes = op.getTile();
+  const int64_t bm = tileSizes[0], bn = tileSizes[1], bk = tileSizes[2];
+  const int64_t stages = op.getStages();
+  if (threads <= 0)
+    return op.emitOpError("on the GPU needs the threads per worker fixed at compile time (the "
+                          "pass's `threads` option)");
+  if (wgmma)
+    if (std::optional<WgmmaTiling> groups = chooseWgmmaTiling(bm, bn, bk, stages, threads))
+      return lowerMatmulWgmma(op, threads, *groups, sharedTaken);
+  if (op.getUp())
+    return op.emitOpError("gated tile ")
+           << bm << " x " << bn << " x " << bk << " with " << stages << " stages on " << threads
+           << " threads needs warpgroup MMA (mma=wgmma, BM and BK multiples of 64, at least 3 stages, a "
+              "warpgroup per 64 rows)";
+  FailureOr<WarpTiling> tiling = chooseWarpTiling(bm, bn, threads);
+  if (failed(tiling))
+    return op.emitOpError("tile ")
+           << bm << " x " << bn << " needs more than " << accumulatorBudget(threads)
+           << " f32 accumulators per thread with " << threads << " threads per worker";
+  OpBuilder b(op);
+  MmaSyncMatmul mm(op, b, threads, *tiling);
+  const int64_t sharedBytes = stages * (mm.sliceA + mm.sliceB) * 2;
+  FailureOr<TaskOp> task = takeDynamicShared(op, sharedBytes, sharedTaken);
+  if (failed(task))
+    return failure();
+  mm.task = *task;
+  mm.setUp();
+  mm.warpOffsets();
+  ValueRange acc = mm.kLoop();
+  mm.epilogue(acc, sharedBytes);
   return success();
 }
 
