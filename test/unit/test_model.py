@@ -107,10 +107,36 @@ def test_config_errors(tmp_path):
         "rope": (_hf("llama", rope_scaling={"rope_type": "yarn", "factor": 2.0}), "unsupported rope_scaling"),
         "bias": (_hf("qwen3", attention_bias=True), "'attention_bias' = true is not supported"),
         "act": (_hf("llama", hidden_act="gelu"), "hidden_act 'gelu'"),
+        "sliding": (_hf("qwen3", use_sliding_window=True), "'use_sliding_window' = true is not supported"),
+        "layer_types": (_hf("qwen3", layer_types=["full_attention", "sliding_attention"]),
+                        r"'layer_types' \['sliding_attention'\] are not supported"),
+        "tie_string": (_hf("llama", tie_word_embeddings="false"), "'tie_word_embeddings' must be a JSON boolean"),
+        "bias_string": (_hf("qwen3", attention_bias="no"), "'attention_bias' must be a JSON boolean"),
+        "eps_nan": (_hf("llama", rms_norm_eps=float("nan")), "'rms_norm_eps' must be a positive finite number"),
+        "theta_inf": (_hf("qwen3", rope_theta=float("inf")), "'rope_theta' must be a positive finite number"),
+        "theta_one": (_hf("llama", rope_theta=1.0), "rope_theta must be greater than 1"),
+        "head_dim": (_hf("qwen3", head_dim=80), "head_dim must be a multiple of 32"),
+        "no_arch": ({k: v for k, v in _hf("llama").items() if k not in ("architectures", "model_type")},
+                    "unsupported architecture"),
+        "scaling_list": (_hf("llama", rope_scaling=[1, 2]), "'rope_scaling' must be an object or null"),
     }
     for name, (hf, msg) in bad.items():
         with pytest.raises(model.ConfigError, match=msg):
             model.ModelConfig.from_hf(hf)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(model.ConfigError, match="a config must be a JSON object, got list"):
+        model.ModelConfig.from_hf(tmp_path)
+    # What transformers accepts for these architectures: a config without
+    # `architectures` (save_pretrained of a bare config), SiLU named
+    # "swish", rope_scaling of the "default" type (no scaling).
+    plain = model.ModelConfig.from_hf(_hf("qwen3"))
+    bare = {k: v for k, v in _hf("qwen3").items() if k != "architectures"}
+    assert model.ModelConfig.from_hf({**bare, "model_type": "qwen3"}) == plain
+    assert model.ModelConfig.from_hf(_hf("qwen3", hidden_act="swish")) == plain
+    assert model.ModelConfig.from_hf(_hf("qwen3", rope_scaling={"rope_type": "default"})) == plain
+    assert model.ModelConfig.from_hf(_hf("qwen3", use_sliding_window=False, sliding_window=None,
+                                         layer_types=["full_attention"] * 2)) == plain
+    assert model.ModelConfig.from_hf(_hf("qwen3", tie_word_embeddings=True)).tie_word_embeddings
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(model.ConfigError, match="not valid JSON"):
         model.ModelConfig.from_hf(tmp_path)

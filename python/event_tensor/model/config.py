@@ -5,6 +5,7 @@ from compiling into a silently wrong kernel. No MLIR here."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,17 @@ __all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "PRESETS", "tiny_confi
 
 #: Hugging Face architectures and the family each belongs to.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
+
+#: The architecture of a config that names none, by its `model_type` (what
+#: `PretrainedConfig.save_pretrained` writes without a model class).
+MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+#: `hidden_act` values that are SiLU in transformers' activation table.
+SILU_NAMES = ("silu", "swish")
+
+#: The head dimensions the decode attention tiles serve: a multiple of the
+#: 32 lanes of a warp (et.attention_split's verifier).
+HEAD_DIM_MULTIPLE = 32
 
 
 class ConfigError(ValueError):
@@ -92,8 +104,14 @@ class ModelConfig:
             except json.JSONDecodeError as err:
                 raise ConfigError(f"{path} is not valid JSON: {err}") from None
             where = str(path)
-        archs = hf.get("architectures") or []
-        known = [a for a in archs if a in ARCHITECTURES]
+        if not isinstance(hf, dict):
+            raise ConfigError(f"{where}: a config must be a JSON object, got {type(hf).__name__}")
+        archs = hf.get("architectures")
+        if archs is None and hf.get("model_type") in MODEL_TYPES:
+            archs = [MODEL_TYPES[hf["model_type"]]]
+        if not isinstance(archs, list):
+            archs = [archs] if archs else []
+        known = [a for a in archs if isinstance(a, str) and a in ARCHITECTURES]
         if not known:
             raise ConfigError(f"{where}: unsupported architecture {archs or hf.get('model_type')!r}; "
                               f"supported: {', '.join(ARCHITECTURES)}")
@@ -105,9 +123,30 @@ class ModelConfig:
                 raise ConfigError(f"{where}: missing '{name}'")
             if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{where}: '{name}' must be a positive integer, got {value!r}")
-            if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ConfigError(f"{where}: '{name}' must be a positive number, got {value!r}")
+            if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                                  not math.isfinite(value) or value <= 0):
+                raise ConfigError(f"{where}: '{name}' must be a positive finite number, got {value!r}")
             return kind(value)
+
+        def flag(name: str, default: bool = False) -> bool:
+            value = hf.get(name, default)
+            if value is None:
+                return default
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: '{name}' must be a JSON boolean (true or false), got {value!r}")
+            return value
+
+        # Attention over a window of recent positions is not built: refuse it
+        # rather than compute full attention.
+        if flag("use_sliding_window"):
+            raise ConfigError(f"{where}: 'use_sliding_window' = true is not supported (sliding-window attention)")
+        layer_types = hf.get("layer_types")
+        if layer_types is not None:
+            if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+                raise ConfigError(f"{where}: 'layer_types' must be a list of strings, got {layer_types!r}")
+            other = sorted(set(layer_types) - {"full_attention"})
+            if other:
+                raise ConfigError(f"{where}: 'layer_types' {other} are not supported (only 'full_attention')")
 
         hidden = get("hidden_size")
         heads = get("num_attention_heads")
@@ -126,6 +165,10 @@ class ModelConfig:
                 hf = {**hf, "rope_theta": rp["rope_theta"]}
             if rp.get("rope_type", "default") != "default":
                 rs = rp
+        if rs is not None and not isinstance(rs, dict):
+            raise ConfigError(f"{where}: 'rope_scaling' must be an object or null, got {rs!r}")
+        if rs and rs.get("rope_type", rs.get("type")) == "default":
+            rs = None  # transformers' name for no scaling
         if rs:
             kind = rs.get("rope_type", rs.get("type"))
             if kind != "llama3":
@@ -135,12 +178,12 @@ class ModelConfig:
                            float(rs["original_max_position_embeddings"]))
             except KeyError as err:
                 raise ConfigError(f"{where}: rope_scaling lacks {err.args[0]!r}") from None
-        for flag in ("attention_bias", "mlp_bias"):
-            if hf.get(flag):
-                raise ConfigError(f"{where}: '{flag}' = true is not supported")
+        for name in ("attention_bias", "mlp_bias"):
+            if flag(name):
+                raise ConfigError(f"{where}: '{name}' = true is not supported")
         act = hf.get("hidden_act", "silu")
-        if act != "silu":
-            raise ConfigError(f"{where}: hidden_act {act!r} is not supported (only 'silu')")
+        if act not in SILU_NAMES:
+            raise ConfigError(f"{where}: hidden_act {act!r} is not supported (only 'silu', also named 'swish')")
         config = cls(
             family=ARCHITECTURES[arch],
             hidden_size=hidden,
@@ -153,7 +196,7 @@ class ModelConfig:
             rms_norm_eps=get("rms_norm_eps", float, 1e-6),
             rope_theta=get("rope_theta", float, 10000.0),
             rope_scaling=scaling,
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            tie_word_embeddings=flag("tie_word_embeddings"),
             max_position_embeddings=get("max_position_embeddings", int, 8192),
             architecture=arch,
         )
@@ -166,8 +209,11 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"{where}: num_attention_heads {self.num_heads} is not a multiple of "
                               f"num_key_value_heads {self.num_kv_heads}")
-        if self.head_dim % 2:
-            raise ConfigError(f"{where}: head_dim must be even for RoPE, got {self.head_dim}")
+        if self.head_dim % HEAD_DIM_MULTIPLE:
+            raise ConfigError(f"{where}: head_dim must be a multiple of {HEAD_DIM_MULTIPLE} (the decode attention "
+                              f"tiles' lanes), got {self.head_dim}")
+        if self.rope_theta <= 1:
+            raise ConfigError(f"{where}: rope_theta must be greater than 1, got {self.rope_theta}")
         for name in ("hidden_size", "intermediate_size"):
             if getattr(self, name) % 8:
                 raise ConfigError(f"{where}: {name} must be a multiple of 8 (16-byte bf16 rows), "
