@@ -312,6 +312,20 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
     assert "3 prompts exceed the 2 cache slots" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--workers", "0"])
+    assert exit_info.value.code == 2 and "must be a positive integer, got 0" in capsys.readouterr().err
+    # Random weights are said out loud; a check that fails exits 1.
+    import event_tensor.model.cli as model_cli
+
+    tolerance = model_cli.CHECK_TOLERANCE
+    model_cli.CHECK_TOLERANCE = -1.0
+    try:
+        assert main(["run", str(art), "--steps", "2", "--check", "--prompt", "3"]) == 1
+    finally:
+        model_cli.CHECK_TOLERANCE = tolerance
+    captured = capsys.readouterr()
+    assert "-> MISMATCH" in captured.out and "no --weights given: random bf16 weights" in captured.err
     # cuda kernels add the query heads' shares atomically unless --deterministic.
     for flag, atomic in (([], True), (["--deterministic"], False)):
         cu = tmp_path / f"cu{len(flag)}"
