@@ -86,6 +86,22 @@ def test_batch_context_and_token_limits(compiled):
         session.generate([[1] * 30], steps=8)
 
 
+def test_nan_logits_raise_instead_of_a_token(compiled):
+    """NaN logits leave the argmax without a token: the step raises and
+    names the rows, never returns an id outside the vocabulary."""
+    config, weights, path = compiled
+    poisoned = dict(weights)
+    poisoned["model.norm.weight"] = np.full_like(weights["model.norm.weight"], np.nan)
+    session = model.DecodeSession(path, poisoned)
+    with pytest.raises(model.NonFiniteLogitsError, match="rows 0, 1 of the last step produced no token") as err:
+        session.step([3, 4], [0, 0])
+    assert err.value.rows == [0, 1]
+    session.close()
+    session = model.DecodeSession(path, weights)
+    assert ((session.step([3, 4], [0, 0]) >= 0) & (session.step([3, 4], [1, 1]) < config.vocab_size)).all()
+    session.close()
+
+
 def test_reference_without_bf16_rounding_stays_close(compiled):
     """The float32 reference without the kernel's bf16 rounding points:
     the kernel stays within bf16 tolerance of it."""

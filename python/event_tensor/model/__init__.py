@@ -15,11 +15,11 @@ alone (numpy, and torch for CUDA).
 from .config import ARCHITECTURES, PRESETS, ConfigError, ModelConfig, demo_config, preset, tiny_config
 from .options import KernelOptions
 from .reference import ReferenceModel
-from .session import DecodeSession, ModelArtifactError
+from .session import DecodeSession, ModelArtifactError, NonFiniteLogitsError
 from .weights import WeightError, hf_tensor_shapes, load_weights, random_weights, save_weights
 
 __all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "KernelOptions", "ModelArtifactError",
-           "ModelConfig", "ReferenceModel", "WeightError", "compile_model", "demo_config", "hf_tensor_shapes",
+           "NonFiniteLogitsError", "ModelConfig", "ReferenceModel", "WeightError", "compile_model", "demo_config", "hf_tensor_shapes",
            "load_weights", "random_weights", "save_weights", "tiny_config"]
 
 

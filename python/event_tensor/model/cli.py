@@ -289,7 +289,7 @@ def _open(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .reference import ReferenceModel
-    from .session import ModelArtifactError
+    from .session import ModelArtifactError, NonFiniteLogitsError
 
     ok = True
     try:
@@ -305,7 +305,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"{'OK' if ok else 'MISMATCH'}")
             session.reset()
         tokens, times = session.generate(prompts, args.steps)
-    except (ModelArtifactError, ValueError) as err:
+    except (ModelArtifactError, NonFiniteLogitsError, ValueError) as err:
         return _err(str(err))
     for b, seq in enumerate(tokens):
         print(f"sequence {b}: {seq.tolist()}")

@@ -16,7 +16,7 @@ from .config import ModelConfig
 from .options import KernelOptions
 from .weights import BF16, PACKED_ORDER, pack, tp_shards
 
-__all__ = ["DecodeSession", "ModelArtifactError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
+__all__ = ["DecodeSession", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
 PREFILL_DIR = "prefill"  # the prefill kernel's subdirectory (compile_model(prefill_rows=...))
@@ -27,6 +27,16 @@ VARIANTS_JSON = "variants.json"
 
 class ModelArtifactError(ValueError):
     """A model artifact directory without a usable model.json."""
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """A step whose rows have no greedy token: their logits are NaN (or all
+    -inf), from weights or inputs that are not finite. `rows` lists them."""
+
+    def __init__(self, rows: list[int]):
+        self.rows = rows
+        super().__init__(f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))} of the last step "
+                         "produced no token: the logits are NaN (or all -inf); check the weights and inputs")
 
 
 class DecodeSession:
@@ -267,8 +277,15 @@ class DecodeSession:
         return self.next_tokens()
 
     def next_tokens(self) -> np.ndarray:
+        """The greedy token of each row of the last step; raises
+        NonFiniteLogitsError for rows without one (the argmax finds no
+        logit above -inf and leaves an id outside the vocabulary)."""
         t = self.buffers["next_token"][: self.batch, 0]
-        return np.asarray(t if self.device == "cpu" else t.cpu().numpy()).astype(np.int64)
+        tokens = np.asarray(t if self.device == "cpu" else t.cpu().numpy()).astype(np.int64)
+        bad = np.flatnonzero((tokens < 0) | (tokens >= self.config.vocab_size))
+        if bad.size:
+            raise NonFiniteLogitsError(bad.tolist())
+        return tokens
 
     def last_logits(self) -> np.ndarray:
         """The logits of the last step's rows (on several devices, every
