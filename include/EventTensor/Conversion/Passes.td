@@ -143,6 +143,15 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     phases through shared memory. One op per task (an et.linear of the same
     task then keeps to global memory).
 
+    Which of these forms an `et.attention_split` takes (GPU) is planned
+    right before the op is lowered, as `et.attention_plan = {form = ...}`
+    on the op: "staged", "mma", "warps" (every warp on each output entry)
+    or "loops", the first that applies with the dynamic shared memory the
+    ops lowered before it took (`plan-only` plans every op, in the same
+    order). The lowering emits the planned form; an op that already has a
+    plan keeps it, and a plan whose form does not apply to the op, the
+    worker or the task is an error.
+
     With `stage-bytes` > 0, each `et.linear` on the GPU at a task's top level
     whose weights no task writes, with a static K, a constant row count and
     rows known from the tile coordinates, reads its first rows through an
@@ -171,8 +180,8 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     Option<"target", "target", "mlir::et::TileTarget", /*default=*/"mlir::et::TileTarget::GPU",
            "gpu or cpu", "ET_TILE_TARGET_VALUES">,
     Option<"planOnly", "plan-only", "bool", /*default=*/"false",
-           "Only plan: write each et.linear's et.linear_plan (gpu) and lower "
-           "nothing">,
+           "Only plan: write each et.linear's et.linear_plan and each "
+           "et.attention_split's et.attention_plan (gpu) and lower nothing">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
     Option<"rowsInFlight", "rows-in-flight", "int64_t", /*default=*/"1",

@@ -540,14 +540,21 @@ struct PrefillGPU {
 
 } // namespace
 
-bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
-                                    llvm::DenseSet<Operation *> &sharedTaken) {
+bool tile::attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads,
+                                   const llvm::DenseSet<Operation *> &sharedTaken) {
   PrefillShape sh = prefillShape(op);
   const int64_t rowsTotal = sh.block * sh.group;
   auto task = op->getParentOfType<TaskOp>();
-  if (threads <= 0 || (sh.dim != 64 && sh.dim != 128) || rowsTotal % 16 != 0 ||
-      rowsTotal / 16 > threads / kWarp || !task || sharedTaken.contains(task))
+  return !(threads <= 0 || (sh.dim != 64 && sh.dim != 128) || rowsTotal % 16 != 0 ||
+           rowsTotal / 16 > threads / kWarp || !task || sharedTaken.contains(task));
+}
+
+bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
+                                    llvm::DenseSet<Operation *> &sharedTaken) {
+  if (!attentionPrefillGPUFits(op, threads, sharedTaken))
     return false;
+  PrefillShape sh = prefillShape(op);
+  auto task = op->getParentOfType<TaskOp>();
   sharedTaken.insert(task);
 
   OpBuilder b(op);

@@ -789,28 +789,11 @@ struct StagedSplit {
 
 } // namespace
 
-/// GPU split-KV attention with the split's K and V rows staged in shared
-/// memory (kv-prefetch=shared): for an op with a `stable` operand, a static
-/// split length whose K and V rows fit in stageBytes, and D in {64, 128},
-/// its K and V rows in [start, min(end, stable)) are copied into the
-/// kernel's dynamic shared memory with `cp.async` before the task's first
-/// wait (prefetchPoint; the op may sit in an scf.if), 16-byte chunk c of
-/// row r at chunk c ^ (r mod 8), so that neither the row-per-lane reads of
-/// the scores nor the chunk-per-lane reads of P.V conflict on banks. After
-/// the wait, in shared memory:
-///   1. the split's other rows (from `stable` on) copied in the same way,
-///      and q of the group's heads, scaled by scale * log2(e);
-///   2. the scores, one thread per (head, position), each reading the
-///      whole K row (no shuffles);
-///   3. per head, one warp takes the maximum, turns the scores into
-///      exp2(s - max) and sums them;
-///   4. P.V, a lane per (16-byte chunk of D, head) and warps taking
-///      positions in turn, the warps summed through shared memory and
-///      divided by the sum; lse = (max + log2(sum)) ln 2.
-/// Returns false (and changes nothing) when it does not apply; the op is
-/// then lowered without staging.
-static bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int64_t stageBytes,
-                               llvm::DenseSet<Operation *> &sharedTaken) {
+/// Whether the staged form (lowerAttentionSplitStaged) applies to `op` for
+/// a worker of `threads` threads (0: at launch) and `stageBytes` of dynamic
+/// shared memory, in a task not in `sharedTaken`. Changes nothing.
+static bool stagedSplitFits(AttentionSplitOp op, int64_t threads, int64_t stageBytes,
+                            const llvm::DenseSet<Operation *> &sharedTaken) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
   if (stageBytes <= 0 || !op.getStable() || op.getSubsplits() != 1 || qType.isDynamicDim(0) ||
@@ -841,12 +824,47 @@ static bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int6
   bool headsFit = groupSize <= slots ? slots % groupSize == 0 : groupSize % slots == 0;
   if (maxWarps < 1 || groupSize < 1 || groupSize > 16 || !headsFit || staticBytes > 48 * 1024)
     return false;
+  return prefetchPoint(op,
+                       {op.getK(), op.getV(), op.getKvHead(), op.getSplit(), op.getSplitLen(), op.getLen(),
+                        op.getStable()},
+                       /*inIf=*/true, /*dryRun=*/true) != nullptr;
+}
+
+/// GPU split-KV attention with the split's K and V rows staged in shared
+/// memory (kv-prefetch=shared): for an op with a `stable` operand, a static
+/// split length whose K and V rows fit in stageBytes, and D in {64, 128},
+/// its K and V rows in [start, min(end, stable)) are copied into the
+/// kernel's dynamic shared memory with `cp.async` before the task's first
+/// wait (prefetchPoint; the op may sit in an scf.if), 16-byte chunk c of
+/// row r at chunk c ^ (r mod 8), so that neither the row-per-lane reads of
+/// the scores nor the chunk-per-lane reads of P.V conflict on banks. After
+/// the wait, in shared memory:
+///   1. the split's other rows (from `stable` on) copied in the same way,
+///      and q of the group's heads, scaled by scale * log2(e);
+///   2. the scores, one thread per (head, position), each reading the
+///      whole K row (no shuffles);
+///   3. per head, one warp takes the maximum, turns the scores into
+///      exp2(s - max) and sums them;
+///   4. P.V, a lane per (16-byte chunk of D, head) and warps taking
+///      positions in turn, the warps summed through shared memory and
+///      divided by the sum; lse = (max + log2(sum)) ln 2.
+/// The op must fit (stagedSplitFits); its task's dynamic shared memory is
+/// then taken.
+static void lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads,
+                                      llvm::DenseSet<Operation *> &sharedTaken) {
+  MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
+  int64_t dim = qType.getDimSize(1);
+  auto task = op->getParentOfType<TaskOp>();
+  std::optional<int64_t> splitLen = constantUpperBound(op.getSplitLen());
+  int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
+  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
+  int64_t chunks = dim / kVector; // 16-byte chunks per row: 8 or 16
+  int64_t stageRows = *splitLen;
   Operation *stageAt = prefetchPoint(op,
                                      {op.getK(), op.getV(), op.getKvHead(), op.getSplit(), op.getSplitLen(),
                                       op.getLen(), op.getStable()},
                                      /*inIf=*/true);
-  if (!stageAt)
-    return false;
+  assert(stageAt && "the staged form checked its stage point");
   sharedTaken.insert(task);
   StagedSplit s(op, task, groupSize, dim, *splitLen, maxWarps, chunks, stageRows);
   s.stageBeforeWait(stageAt);
@@ -861,6 +879,25 @@ static bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int6
   // Later ops reuse the shared buffers.
   gpu::BarrierOp::create(b, s.loc);
   op.erase();
+}
+
+/// Whether the form with every warp of the worker on each chunk
+/// (lowerAttentionSplitGPU) applies to `op` for a worker of `threads`
+/// threads (0: at launch): a static group size, D in {64, 128, 256}, a bf16
+/// cache, and the warps' partial results within 40 KiB of shared memory.
+static bool warpSplitFits(AttentionSplitOp op, int64_t threads) {
+  MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
+  int64_t dim = qType.getDimSize(1);
+  if (qType.isDynamicDim(0) || kType.isDynamicDim(1) || (dim != 64 && dim != 128 && dim != 256) ||
+      !kType.getElementType().isBF16() || !op.getV().getType().getElementType().isBF16())
+    return false;
+  auto task = op->getParentOfType<TaskOp>();
+  if (!task)
+    return false;
+  int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
+  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
+  if (maxWarps < 1 || maxWarps * groupSize * (dim + 2) * 4 > 40 * 1024)
+    return false;
   return true;
 }
 
@@ -877,20 +914,13 @@ static bool lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads, int6
 /// log2(e) folded into q. The position slots of a warp combine with
 /// shuffles; the warps combine through shared memory (a workgroup alloca at
 /// the task's top level, which the worker lowering turns into a workgroup
-/// buffer). Returns false (and changes nothing) when the shapes do not fit.
-static bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
+/// buffer). The shapes must fit (warpSplitFits).
+static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
-  if (qType.isDynamicDim(0) || kType.isDynamicDim(1) || (dim != 64 && dim != 128 && dim != 256) ||
-      !kType.getElementType().isBF16() || !op.getV().getType().getElementType().isBF16())
-    return false;
   auto task = op->getParentOfType<TaskOp>();
-  if (!task)
-    return false;
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
   int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
-  if (maxWarps < 1 || maxWarps * groupSize * (dim + 2) * 4 > 40 * 1024)
-    return false;
   int64_t perPos = dim / kVector, slots = kWarp / perPos;
   // Positions per lane per block: more hide more latency but need more
   // registers (K and V of two blocks, q and the accumulator of each head);
@@ -1074,21 +1104,15 @@ static bool lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
         scf::YieldOp::create(b, loc);
       });
   op.erase();
-  return true;
 }
 
-/// GPU split-KV attention on tensor cores (MmaSplitTile), for `threads`
-/// fixed and `mmaBytes` of dynamic shared memory: each warp takes blocks of
-/// 16 positions in turn and keeps its own ring of them (kMmaSlots slots of
-/// K then V rows, each padded by 16 bytes so that ldmatrix does not
-/// conflict on banks; as many warps as the bytes give a ring, the others
-/// idle). Its lanes copy a block with cp.async, one block ahead
-/// of the one it computes, and wait for it with cp.async.wait_group and a
-/// warp barrier (no CTA barrier in the loop). The warps' partial results
-/// combine through shared memory as on the CUDA cores. Returns false (op
-/// untouched) when the op or the worker does not fit.
-static bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
-                            llvm::DenseSet<Operation *> &sharedTaken) {
+/// Whether the tensor-core form (lowerAttentionSplitMMA) applies to `op`
+/// for a worker of `threads` threads (fixed) and `mmaBytes` of dynamic
+/// shared memory, in a task not in `sharedTaken`: MmaSplitTile fits, and at
+/// least one warp has a ring, with the warps' partial results within 40 KiB
+/// of shared memory.
+static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
+                         const llvm::DenseSet<Operation *> &sharedTaken) {
   auto task = op->getParentOfType<TaskOp>();
   if (mmaBytes <= 0 || threads < kWarp || !task || sharedTaken.contains(task) || !MmaSplitTile::fits(op))
     return false;
@@ -1102,6 +1126,31 @@ static bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t
   const int64_t used = std::min(warps, mmaBytes / (depth * slotBytes));
   if (used < 1 || used * groupSize * (dim + 2) * 4 > 40 * 1024)
     return false;
+  return true;
+}
+
+/// GPU split-KV attention on tensor cores (MmaSplitTile), for `threads`
+/// fixed and `mmaBytes` of dynamic shared memory: each warp takes blocks of
+/// 16 positions in turn and keeps its own ring of them (kMmaSlots slots of
+/// K then V rows, each padded by 16 bytes so that ldmatrix does not
+/// conflict on banks; as many warps as the bytes give a ring, the others
+/// idle). Its lanes copy a block with cp.async, one block ahead
+/// of the one it computes, and wait for it with cp.async.wait_group and a
+/// warp barrier (no CTA barrier in the loop). The warps' partial results
+/// combine through shared memory as on the CUDA cores. The op and the
+/// worker must fit (mmaSplitFits); the task's dynamic shared memory is then
+/// taken.
+static void lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
+                                   llvm::DenseSet<Operation *> &sharedTaken) {
+  auto task = op->getParentOfType<TaskOp>();
+  int64_t dim = op.getQ().getType().getDimSize(1);
+  int64_t groupSize = op.getQ().getType().getDimSize(0) / op.getK().getType().getDimSize(1);
+  const int64_t pitch = dim + 8; // bf16 elements per shared row
+  const int64_t rowsBytes = kMmaBlock * pitch * 2, slotBytes = 2 * rowsBytes;
+  const int64_t warps = threads / kWarp;
+  // As many warps as have a ring of kMmaSlots slots in the bytes.
+  const int64_t depth = kMmaSlots;
+  const int64_t used = std::min(warps, mmaBytes / (depth * slotBytes));
   sharedTaken.insert(task);
   const int64_t chunks = dim / kVector;
 
@@ -1228,7 +1277,6 @@ static bool lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t
         scf::YieldOp::create(b, loc);
       });
   op.erase();
-  return true;
 }
 
 /// Splits per trip of the attention merge: their loads go out together.
@@ -1299,22 +1347,128 @@ static void lowerAttentionMerge(AttentionMergeOp op) {
   op.erase();
 }
 
+/// The lowered forms of et.attention_split on the GPU, as et.attention_plan
+/// names them.
+enum class SplitForm { Staged, MMA, Warps, Loops };
+
+static StringRef formName(SplitForm form) {
+  switch (form) {
+  case SplitForm::Staged:
+    return "staged";
+  case SplitForm::MMA:
+    return "mma";
+  case SplitForm::Warps:
+    return "warps";
+  case SplitForm::Loops:
+    break;
+  }
+  return "loops";
+}
+
+/// The form an et.attention_plan names (the dialect has checked it).
+static SplitForm planForm(DictionaryAttr plan) {
+  StringRef form = plan.getAs<StringAttr>("form").getValue();
+  return form == "staged" ? SplitForm::Staged
+         : form == "mma"  ? SplitForm::MMA
+         : form == "warps" ? SplitForm::Warps
+                           : SplitForm::Loops;
+}
+
+/// Whether `form` applies to `op` with the pass's options (GPU), the tasks
+/// in `sharedTaken` having lent their dynamic shared memory to other ops.
+static bool splitFormFits(AttentionSplitOp op, SplitForm form, const TileLoweringOptions &options,
+                          const llvm::DenseSet<Operation *> &sharedTaken) {
+  switch (form) {
+  case SplitForm::Staged:
+    return stagedSplitFits(op, options.threads, options.kvPrefetchBytes, sharedTaken);
+  case SplitForm::MMA:
+    return mmaSplitFits(op, options.threads, options.kvMmaBytes, sharedTaken);
+  case SplitForm::Warps:
+    return warpSplitFits(op, options.threads);
+  case SplitForm::Loops:
+    break;
+  }
+  return true;
+}
+
+/// The first form that applies: staged, tensor cores, one warp per query
+/// group, loops.
+static SplitForm chooseSplitForm(AttentionSplitOp op, const TileLoweringOptions &options,
+                                 const llvm::DenseSet<Operation *> &sharedTaken) {
+  for (SplitForm form : {SplitForm::Staged, SplitForm::MMA, SplitForm::Warps})
+    if (splitFormFits(op, form, options, sharedTaken))
+      return form;
+  return SplitForm::Loops;
+}
+
+void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options, const TileLoweringState &state) {
+  StringRef name = EventTensorDialect::getAttentionPlanAttrName();
+  if (op->hasAttr(name))
+    return;
+  MLIRContext *ctx = op->getContext();
+  SplitForm form = chooseSplitForm(op, options, state.sharedTaken);
+  op->setAttr(name, DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
+                                                             StringAttr::get(ctx, formName(form)))}));
+}
+
+void planAttentionOps(Operation *root, const TileLoweringOptions &options, TileLoweringState &state) {
+  // The ops that take a task's dynamic shared memory before an
+  // et.attention_split is lowered: et.matmul first (every GPU tile), then,
+  // in walk order, et.attention_prefill on tensor cores and the split
+  // attention planned staged or on tensor cores.
+  root->walk([&](MatmulOp op) { state.sharedTaken.insert(op->getParentOfType<TaskOp>()); });
+  root->walk([&](Operation *op) {
+    if (auto prefill = dyn_cast<AttentionPrefillOp>(op)) {
+      if (attentionPrefillGPUFits(prefill, options.threads, state.sharedTaken))
+        state.sharedTaken.insert(prefill->getParentOfType<TaskOp>());
+      return;
+    }
+    auto split = dyn_cast<AttentionSplitOp>(op);
+    if (!split)
+      return;
+    planAttentionOp(split, options, state);
+    auto plan = split->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
+    SplitForm form = planForm(plan);
+    if ((form == SplitForm::Staged || form == SplitForm::MMA) &&
+        splitFormFits(split, form, options, state.sharedTaken))
+      state.sharedTaken.insert(split->getParentOfType<TaskOp>());
+  });
+}
+
 namespace {
 
-/// et.attention_split: on the GPU the staged form where it applies (it
-/// takes the `append` rows into its stage); otherwise the `append` rows go
-/// to the caches first, then the tensor-core form, one warp per query
-/// group, or the loops, the first that applies. Loops on the host.
+/// et.attention_split: loops on the host; on the GPU the form its plan
+/// (et.attention_plan, planAttentionOp) says. The staged form takes the
+/// `append` rows into its stage; the others write them to the caches
+/// first.
 struct AttentionSplitLowering : public TileOpLowering<AttentionSplitOp> {
   using TileOpLowering::TileOpLowering;
   LogicalResult matchAndRewrite(AttentionSplitOp op, PatternRewriter &) const override {
     bool gpu = options.gpu;
-    if (gpu && lowerAttentionSplitStaged(op, options.threads, options.kvPrefetchBytes, state->sharedTaken))
+    if (!gpu) {
+      if (op.getNewK())
+        appendToCaches(op, gpu);
+      lowerAttentionSplit(op, gpu);
       return success();
+    }
+    // The pass plans every et.attention_split before this pattern runs.
+    auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
+    assert(plan && "an et.attention_split without a plan");
+    SplitForm form = planForm(plan);
+    if (!splitFormFits(op, form, options, state->sharedTaken))
+      return op.emitOpError("et.attention_plan's ")
+             << formName(form) << " form does not fit this op, worker or task";
+    if (form == SplitForm::Staged) {
+      lowerAttentionSplitStaged(op, options.threads, state->sharedTaken);
+      return success();
+    }
     if (op.getNewK())
       appendToCaches(op, gpu);
-    if (!gpu || (!lowerAttentionSplitMMA(op, options.threads, options.kvMmaBytes, state->sharedTaken) &&
-                 !lowerAttentionSplitGPU(op, options.threads)))
+    if (form == SplitForm::MMA)
+      lowerAttentionSplitMMA(op, options.threads, options.kvMmaBytes, state->sharedTaken);
+    else if (form == SplitForm::Warps)
+      lowerAttentionSplitGPU(op, options.threads);
+    else
       lowerAttentionSplit(op, gpu);
     return success();
   }

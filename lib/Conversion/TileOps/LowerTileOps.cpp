@@ -5,9 +5,10 @@
 // vector loads, shuffles, tensor cores) or the CPU (scalar loops), with the
 // patterns of each op family (populate*LoweringPatterns, one file each).
 // The pass checks its options once, inserts the barriers between dependent
-// tile ops, plans the linear ops (et.linear_plan: layouts, weights before
-// the wait, staging budgets, which ops share a run), and applies the
-// patterns op by op in a fixed order.
+// tile ops, plans the split attention ops (et.attention_plan: the lowered
+// form) and the linear ops (et.linear_plan: layouts, weights before the
+// wait, staging budgets, which ops share a run), and applies the patterns
+// op by op in a fixed order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,8 +110,11 @@ struct LowerTileOpsPass
       return signalPassFailure();
     const TileLoweringOptions &options = *checked;
     if (planOnly) {
-      if (options.gpu)
+      if (options.gpu) {
+        TileLoweringState planned;
+        planAttentionOps(getOperation(), options, planned);
         planLinearOps(getOperation(), options, dynamicSharedBytes());
+      }
       return;
     }
     SmallVector<Operation *> ops;
@@ -159,8 +163,8 @@ struct LowerTileOpsPass
     PatternApplicator applicator(frozen);
     applicator.applyDefaultCostModel();
     TileRewriter rewriter(&getContext());
-    // Every tile op has a pattern, and only et.matmul's can fail (with its
-    // own diagnostic).
+    // Every tile op has a pattern, and only et.matmul's and those that
+    // follow a plan (one that does not fit) can fail, with a diagnostic.
     auto lower = [&](Operation *op) {
       rewriter.setInsertionPoint(op);
       return applicator.matchAndRewrite(op, rewriter);
@@ -170,9 +174,14 @@ struct LowerTileOpsPass
     for (MatmulOp op : matmuls)
       if (failed(lower(op)))
         return signalPassFailure();
-    for (Operation *op : ops)
+    // Each et.attention_split is planned right before it is lowered, with
+    // the dynamic shared memory the ops before it took.
+    for (Operation *op : ops) {
+      if (auto split = dyn_cast<AttentionSplitOp>(op); split && gpu)
+        planAttentionOp(split, options, state);
       if (failed(lower(op)))
         return signalPassFailure();
+    }
     // The linear ops last: the other tile ops are lowered by now, and the
     // barriers between dependent ops remain.
     SmallVector<LinearOp> linears;

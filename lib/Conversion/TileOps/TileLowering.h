@@ -108,6 +108,21 @@ constexpr int64_t kMinStageBytes = 16 * 1024;
 /// tile ops lowered so far, or the shared weight prefetch.
 void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
 
+/// Plans `op` (GPU options) unless it has an et.attention_plan already:
+/// the first of its forms that applies (staged, tensor cores, one warp per
+/// query group, loops), the tasks in `state.sharedTaken` having lent their
+/// dynamic shared memory to other ops. The pass plans each op right before
+/// it is lowered, with the state the ops lowered before it left.
+void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options, const TileLoweringState &state);
+
+/// Plans every et.attention_split under `root` (GPU options, nothing
+/// lowered yet) in the lowering's order, taking into `state.sharedTaken`
+/// the tasks whose dynamic shared memory the ops before each one would
+/// take: every et.matmul's, then in walk order et.attention_prefill's on
+/// tensor cores and the split attention's planned staged or on tensor
+/// cores (`plan-only`).
+void planAttentionOps(Operation *root, const TileLoweringOptions &options, TileLoweringState &state);
+
 /// True when `names` is empty or names the task that holds `op`.
 bool inNamedTask(Operation *op, ArrayRef<std::string> names);
 
@@ -287,6 +302,10 @@ Value packBf16(OpBuilder &b, Location loc, Value lo, Value hi);
 /// the warps cover, `threads` fixed); the op's task takes the dynamic
 /// shared memory. Returns false (op untouched) otherwise.
 bool lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken);
+
+/// Whether lowerAttentionPrefillGPU applies to `op` (changes nothing).
+bool attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads,
+                             const llvm::DenseSet<Operation *> &sharedTaken);
 
 /// et.attention_prefill as loops (the CPU, and GPU tiles the tensor-core
 /// path does not take): each thread a (token, head) row at a time.

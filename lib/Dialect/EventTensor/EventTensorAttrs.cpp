@@ -94,6 +94,27 @@ static LogicalResult verifyLinearPlan(Operation *op, Attribute value) {
   return success();
 }
 
+/// et.attention_plan: on an et.attention_split, a dictionary of one known
+/// form.
+static LogicalResult verifyAttentionPlan(Operation *op, Attribute value) {
+  StringRef name = EventTensorDialect::getAttentionPlanAttrName();
+  if (!isa<AttentionSplitOp>(op))
+    return op->emitOpError("'") << name << "' is only meaningful on 'et.attention_split'";
+  auto plan = dyn_cast<DictionaryAttr>(value);
+  if (!plan)
+    return op->emitOpError("'") << name << "' must be a dictionary, got " << value;
+  SmallVector<StringRef, 4> forms = {"staged", "mma", "warps", "loops"};
+  auto form = dyn_cast_or_null<StringAttr>(plan.get("form"));
+  if (!form || !llvm::is_contained(forms, form.getValue()))
+    return op->emitOpError("'") << name << "' needs form = one of \""
+                                << llvm::join(forms, "\", \"") << "\", got " << plan.get("form");
+  for (NamedAttribute entry : plan)
+    if (entry.getName().getValue() != "form")
+      return op->emitOpError("'") << name << "' has a bad entry " << entry.getName().getValue() << " = "
+                                  << entry.getValue() << " (only form)";
+  return success();
+}
+
 LogicalResult
 EventTensorDialect::verifyOperationAttribute(Operation *op,
                                              NamedAttribute attr) {
@@ -123,6 +144,8 @@ EventTensorDialect::verifyOperationAttribute(Operation *op,
   }
   if (attr.getName() == getLinearPlanAttrName())
     return verifyLinearPlan(op, attr.getValue());
+  if (attr.getName() == getAttentionPlanAttrName())
+    return verifyAttentionPlan(op, attr.getValue());
   return op->emitOpError("unknown et dialect attribute '")
          << attr.getName().getValue() << "'";
 }

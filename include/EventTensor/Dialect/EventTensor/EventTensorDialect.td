@@ -53,6 +53,12 @@ def EventTensor_Dialect : Dialect {
     /// layout's first loads right after the wait).
     static constexpr ::llvm::StringLiteral getLinearPlanAttrName() { return "et.linear_plan"; }
 
+    /// The plan of an `et.attention_split` on the GPU (et-lower-tile-ops), a
+    /// dictionary: `form` ("staged": the history staged in shared memory
+    /// before the wait, "mma": tensor cores, "warps": every warp on each
+    /// output entry, or "loops").
+    static constexpr ::llvm::StringLiteral getAttentionPlanAttrName() { return "et.attention_plan"; }
+
     /// The unit argument attribute of a kernel memref allocated on every
     /// device of a multi-device kernel (reachable through `et.peer`).
     static constexpr ::llvm::StringLiteral getSymmetricAttrName() {

@@ -1,0 +1,50 @@
+// RUN: et-opt %s --split-input-file --verify-diagnostics --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu threads=256}))"
+
+// Test: a plan of the staged form without the KV prefetch (kv-prefetch=none).
+et.kernel @staged_no_prefetch(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
+                              %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %n: index, %p: index) {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %e = et.event.create() : !et.event<>
+  et.task @ready tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @t tiles(%g, %s) in (%c2, %c2) {
+    %c128 = arith.constant 128 : index
+    et.event.wait %e[] : !et.event<>
+    // expected-error @+1 {{'et.attention_split' op et.attention_plan's staged form does not fit this op, worker or task}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) stable(%p) scale(0.125)
+        {et.attention_plan = {form = "staged"}}
+        : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+}
+
+// -----
+
+// Test: a plan of the tensor-core form without their shared memory (kv-mma-bytes=0).
+et.kernel @mma_no_bytes(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
+                        %o: memref<2x8x64xf32>, %lse: memref<2x8xf32>, %n: index) {
+  %c2 = arith.constant 2 : index
+  et.task @t tiles(%g, %s) in (%c2, %c2) {
+    %c128 = arith.constant 128 : index
+    // expected-error @+1 {{'et.attention_split' op et.attention_plan's mma form does not fit this op, worker or task}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) scale(0.125)
+        {et.attention_plan = {form = "mma"}}
+        : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
+  }
+}
+
+// -----
+
+// Test: a plan of one warp per query group for a dynamic group size.
+et.kernel @warps_dynamic_group(%q: memref<?x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x2x64xbf16>,
+                               %o: memref<2x?x64xf32>, %lse: memref<2x?xf32>, %n: index) {
+  %c2 = arith.constant 2 : index
+  et.task @t tiles(%g, %s) in (%c2, %c2) {
+    %c128 = arith.constant 128 : index
+    // expected-error @+1 {{'et.attention_split' op et.attention_plan's warps form does not fit this op, worker or task}}
+    et.attention_split %q, %k, %v, %o, %lse kv_head(%g) split(%s) split_len(%c128) len(%n) scale(0.125)
+        {et.attention_plan = {form = "warps"}}
+        : memref<?x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x?x64xf32>, memref<2x?xf32>
+  }
+}
