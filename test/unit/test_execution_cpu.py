@@ -131,6 +131,14 @@ def test_cache_and_bad_arguments(tmp_path):
         launch(out, 3.5)
     with pytest.raises(runtime.ArgumentError, match="expected a cpu tensor"):
         launch(runtime.Buffer(0, [8], "int64", device="cuda"), 3)
+    # A watchdog timeout that is not a finite positive number of seconds
+    # (NaN, inf, 0, a bool, 1e13) is refused before any launch.
+    for bad in (float("nan"), float("inf"), 0, -1.0, True, 1e13, "5"):
+        with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds"):
+            launch(out, 3, timeout_s=bad)
+        with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds"):
+            art.launcher(timeout_s=bad)
+    launch(out, 3, timeout_s=0.5)
 
     # An artifact from another toolchain version is refused.
     meta_path = art.path / "metadata.json"

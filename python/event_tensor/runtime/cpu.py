@@ -14,7 +14,7 @@ from .artifact import Artifact
 from .errors import ArtifactError
 from . import abi
 from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
-from .launch import decode_error, first_cause
+from .launch import check_timeout, decode_error, first_cause
 from .trace import Trace
 
 __all__ = ["CPULauncher"]
@@ -45,7 +45,7 @@ class CPULauncher:
         abi.check(artifact.metadata, artifact.path)
         self.artifact = artifact
         self.metadata = artifact.metadata
-        self.timeout_s = timeout_s
+        self.timeout_s = check_timeout(timeout_s)
         try:
             self._lib = ctypes.CDLL(str(artifact.binary_path))
             self._fn = getattr(self._lib, self.metadata["entry"])
@@ -88,7 +88,7 @@ class CPULauncher:
             per_device = [flat]
         else:
             per_device, keep = flatten_device_arguments(self.metadata, args, "cpu")
-        timeout = self.timeout_s if timeout_s is None else timeout_s
+        timeout = self.timeout_s if timeout_s is None else check_timeout(timeout_s)
         spin_limit = max(1, int(timeout * POLLS_PER_SECOND))
         for attempt in range(2):
             self.epoch += 1

@@ -12,7 +12,7 @@ from .artifact import Artifact
 from .errors import ArtifactError, DeviceError
 from . import abi
 from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
-from .launch import decode_error, first_cause
+from .launch import check_timeout, decode_error, first_cause
 from .trace import Trace
 
 __all__ = ["CUDALauncher", "MultiDeviceCUDALauncher"]
@@ -86,7 +86,7 @@ class CUDALauncher:
         abi.check(artifact.metadata, artifact.path)
         self.artifact = artifact
         self.metadata = artifact.metadata
-        self.timeout_s = timeout_s
+        self.timeout_s = check_timeout(timeout_s)
         drv = self.driver = _driver()
         _check(drv.cuInit(0), "cuInit")
         dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
@@ -190,7 +190,7 @@ class CUDALauncher:
         """The kernel's parameters as ctypes values and the pointer array the
         driver takes (kernelParams); the epoch (first value) is set per launch.
         `flat`: the parameters after the launcher's own buffers."""
-        timeout = self.timeout_s if timeout_s is None else timeout_s
+        timeout = self.timeout_s if timeout_s is None else check_timeout(timeout_s)
         backoff = int(self.metadata["options"].get("backoff_ns", 64))
         spin_limit = max(1, int(timeout * 1e9 / (backoff + POLL_OVERHEAD_NS)))
         params = [("i64", 0), ("i64", spin_limit), *self._descriptor("counters"),

@@ -9,7 +9,23 @@ from typing import Any
 from .abi import BAD_ENTRY, CAPACITY, ERROR_WORDS, OUT_OF_BOUNDS, TIMEOUT
 from .errors import KernelError, WatchdogError
 
-__all__ = ["decode_error", "first_cause"]
+__all__ = ["check_timeout", "decode_error", "first_cause", "MAX_TIMEOUT_S"]
+
+
+#: The longest watchdog timeout a launch takes (a day): the kernels count
+#: polls in 64-bit words, and far longer bounds mean no watchdog at all.
+MAX_TIMEOUT_S = 86400.0
+
+
+def check_timeout(timeout_s: Any) -> float:
+    """`timeout_s` as a float, or a ValueError naming it unless it is a
+    finite number in (0, MAX_TIMEOUT_S]."""
+    import math
+
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
+            or not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ValueError(f"timeout_s must be a finite number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def _name(names: list[str], index: int, what: str) -> str:
