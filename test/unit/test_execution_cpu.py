@@ -131,6 +131,11 @@ def test_cache_and_bad_arguments(tmp_path):
         launch(out, 3.5)
     with pytest.raises(runtime.ArgumentError, match="expected a cpu tensor"):
         launch(runtime.Buffer(0, [8], "int64", device="cuda"), 3)
+    # A strided view or a broadcast (stride 0) of an identity-layout memref
+    # would be read and written as if dense: refused.
+    for strided in (np.full(16, -1, np.int64)[::2], np.broadcast_to(np.int64(0), (8,))):
+        with pytest.raises(runtime.ArgumentError, match="expected a contiguous row-major array, got strides"):
+            launch(strided, 3)
     # A watchdog timeout that is not a finite positive number of seconds
     # (NaN, inf, 0, a bool, 1e13) is refused before any launch.
     for bad in (float("nan"), float("inf"), 0, -1.0, True, 1e13, "5"):

@@ -114,9 +114,23 @@ def test_arguments_of_a_multi_device_kernel():
     with pytest.raises(ArgumentError, match=r"arg1 .*runs on 2 devices, got 3 values"):
         launch(x, inbox + [inbox[0]], y)
     strided = [inbox[0], np.zeros((2, 2, 256), np.float32)[:, :, ::2]]
-    with pytest.raises(ArgumentError, match=r"arg1 .* is symmetric: every device's copy needs the same shape "
-                                            r"and strides \(device 1 differs from device 0\)"):
+    with pytest.raises(ArgumentError, match=r"arg1 .*expected a contiguous row-major array"):
         launch(x, strided, y)
+    # Copies of a symmetric buffer of a runtime size must agree.
+    dyn = compile_kernel(SYMMETRIC_DYNAMIC, target="cpu", workers=1).launcher(timeout_s=5)
+    with pytest.raises(ArgumentError, match=r"arg0 .* is symmetric: every device's copy needs the same shape "
+                                            r"and strides \(device 1 differs from device 0\)"):
+        dyn([np.zeros(4, np.int64), np.zeros(5, np.int64)])
+    dyn([np.zeros(4, np.int64), np.zeros(4, np.int64)])
+
+
+SYMMETRIC_DYNAMIC = """
+et.kernel @dyn(%box: memref<?xi64> {et.symmetric}) attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+  }
+}
+"""
 
 
 WAITS_TOO_LONG = """

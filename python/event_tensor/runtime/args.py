@@ -48,6 +48,16 @@ def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _row_major_view(view: _View) -> bool:
+    """Whether `view` is laid out as the kernel's identity-layout memref
+    reads it: row-major and dense (a dimension of size 1 may have any
+    stride; an empty view has no elements to misplace)."""
+    if 0 in view.shape:
+        return True
+    return all(size == 1 or stride == want
+               for size, stride, want in zip(view.shape, view.strides, _row_major(view.shape)))
+
+
 def _view(value: Any, name: str) -> _View:
     if isinstance(value, Buffer):
         strides = tuple(value.strides) if value.strides is not None else _row_major(value.shape)
@@ -184,6 +194,11 @@ def _flatten(metadata: dict, values: Sequence[Any], device: str) -> tuple[list[l
                 )
         if view.device != device:
             raise ArgumentError(f"argument {name}: expected a {device} tensor, got one on {view.device}")
+        if "strided<" not in spec.get("type", "") and not _row_major_view(view):
+            raise ArgumentError(
+                f"argument {name}: expected a contiguous row-major array, got strides {list(view.strides)} "
+                f"(in elements) for shape {list(view.shape)}; pass a contiguous copy "
+                "(numpy.ascontiguousarray, tensor.contiguous())")
         flat += [("ptr", view.pointer), ("ptr", view.pointer), ("i64", 0)]
         flat += [("i64", d) for d in view.shape]
         flat += [("i64", s) for s in view.strides]
