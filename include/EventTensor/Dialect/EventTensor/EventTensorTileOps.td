@@ -70,12 +70,10 @@ def ET_LinearOp : ET_Op<"linear", [AttrSizedOperandSegments,
     static K of at most 256) instead takes K / 8 lanes (rounded up to a
     power of two), so that a warp covers several rows per load and every
     thread's loads of the tile go out together (before the task's first
-    wait where they can). With the pass's
-    `linear=stream` and K a multiple of 256, each warp instead streams the
-    weights of all its rows as one software-pipelined sequence (the next
-    group's loads before the current group's multiply-adds, across row
-    ends), tokens in groups of up to four accumulators; it measured slower
-    than the default in the decode step. On the CPU, scalar loops.
+    wait where they can). With the pass's `linear=spread`, a tile of few or
+    short rows spreads over every warp instead (K split between warps, or
+    several rows per trip). The plan of each op (`et.linear_plan`) records
+    the choice. On the CPU, scalar loops.
 
     Example:
 
