@@ -1111,22 +1111,35 @@ static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
 /// shared memory, in a task not in `sharedTaken`: MmaSplitTile fits, and at
 /// least one warp has a ring, with the warps' partial results within 40 KiB
 /// of shared memory.
+namespace {
+
+/// The K and V rings of the tensor-core split for `threads` and `mmaBytes`:
+/// what mmaSplitFits checks and lowerAttentionSplitMMA lays out.
+struct MmaRings {
+  int64_t dim, groupSize;
+  int64_t pitch;             // bf16 elements per shared row
+  int64_t rowsBytes;         // one block of K (or V) rows
+  int64_t slotBytes;         // a slot: K then V rows
+  int64_t depth = kMmaSlots; // slots per ring
+  int64_t used;              // warps with a ring
+
+  MmaRings(AttentionSplitOp op, int64_t threads, int64_t mmaBytes)
+      : dim(op.getQ().getType().getDimSize(1)),
+        groupSize(op.getQ().getType().getDimSize(0) / op.getK().getType().getDimSize(1)), pitch(dim + 8),
+        rowsBytes(kMmaBlock * pitch * 2), slotBytes(2 * rowsBytes),
+        // As many warps as have a ring of kMmaSlots slots in the bytes.
+        used(std::min(threads / kWarp, mmaBytes / (depth * slotBytes))) {}
+};
+
+} // namespace
+
 static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
                          const llvm::DenseSet<Operation *> &sharedTaken) {
   auto task = op->getParentOfType<TaskOp>();
   if (mmaBytes <= 0 || threads < kWarp || !task || sharedTaken.contains(task) || !MmaSplitTile::fits(op))
     return false;
-  int64_t dim = op.getQ().getType().getDimSize(1);
-  int64_t groupSize = op.getQ().getType().getDimSize(0) / op.getK().getType().getDimSize(1);
-  const int64_t pitch = dim + 8; // bf16 elements per shared row
-  const int64_t rowsBytes = kMmaBlock * pitch * 2, slotBytes = 2 * rowsBytes;
-  const int64_t warps = threads / kWarp;
-  // As many warps as have a ring of kMmaSlots slots in the bytes.
-  const int64_t depth = kMmaSlots;
-  const int64_t used = std::min(warps, mmaBytes / (depth * slotBytes));
-  if (used < 1 || used * groupSize * (dim + 2) * 4 > 40 * 1024)
-    return false;
-  return true;
+  MmaRings r(op, threads, mmaBytes);
+  return r.used >= 1 && r.used * r.groupSize * (r.dim + 2) * 4 <= 40 * 1024;
 }
 
 /// GPU split-KV attention on tensor cores (MmaSplitTile), for `threads`
@@ -1143,14 +1156,9 @@ static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
 static void lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
                                    llvm::DenseSet<Operation *> &sharedTaken) {
   auto task = op->getParentOfType<TaskOp>();
-  int64_t dim = op.getQ().getType().getDimSize(1);
-  int64_t groupSize = op.getQ().getType().getDimSize(0) / op.getK().getType().getDimSize(1);
-  const int64_t pitch = dim + 8; // bf16 elements per shared row
-  const int64_t rowsBytes = kMmaBlock * pitch * 2, slotBytes = 2 * rowsBytes;
-  const int64_t warps = threads / kWarp;
-  // As many warps as have a ring of kMmaSlots slots in the bytes.
-  const int64_t depth = kMmaSlots;
-  const int64_t used = std::min(warps, mmaBytes / (depth * slotBytes));
+  const MmaRings rings(op, threads, mmaBytes);
+  const int64_t dim = rings.dim, groupSize = rings.groupSize, pitch = rings.pitch, rowsBytes = rings.rowsBytes,
+                slotBytes = rings.slotBytes, depth = rings.depth, used = rings.used;
   sharedTaken.insert(task);
   const int64_t chunks = dim / kVector;
 
