@@ -59,25 +59,38 @@ CostModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+/// A tile plan attribute `name` on `op`: a dictionary, on an op of kind
+/// `OpTy` (named `opName`), or a diagnostic and null.
+template <typename OpTy>
+static DictionaryAttr planDictionary(Operation *op, StringRef name, StringRef opName, Attribute value) {
+  if (!isa<OpTy>(op)) {
+    op->emitOpError("'") << name << "' is only meaningful on '" << opName << "'";
+    return {};
+  }
+  auto plan = dyn_cast<DictionaryAttr>(value);
+  if (!plan)
+    op->emitOpError("'") << name << "' must be a dictionary, got " << value;
+  return plan;
+}
+
+/// Plan `name`'s entry `key` is one of the strings `allowed`.
+static LogicalResult verifyPlanChoice(Operation *op, StringRef name, DictionaryAttr plan, StringRef key,
+                                      ArrayRef<StringRef> allowed) {
+  auto v = dyn_cast_or_null<StringAttr>(plan.get(key));
+  if (!v || !llvm::is_contained(allowed, v.getValue()))
+    return op->emitOpError("'") << name << "' needs " << key << " = one of \""
+                                << llvm::join(allowed, "\", \"") << "\", got " << plan.get(key);
+  return success();
+}
+
 /// et.linear_plan: on an et.linear, a dictionary of a known layout and
 /// prefetch, an optional [offset >= 0, rows >= 1] stage and an optional
 /// unit early_loads, nothing else.
 static LogicalResult verifyLinearPlan(Operation *op, Attribute value) {
   StringRef name = EventTensorDialect::getLinearPlanAttrName();
-  if (!isa<LinearOp>(op))
-    return op->emitOpError("'") << name << "' is only meaningful on 'et.linear'";
-  auto plan = dyn_cast<DictionaryAttr>(value);
-  if (!plan)
-    return op->emitOpError("'") << name << "' must be a dictionary, got " << value;
-  auto oneOf = [&](StringRef key, ArrayRef<StringRef> allowed) -> LogicalResult {
-    auto v = dyn_cast_or_null<StringAttr>(plan.get(key));
-    if (!v || !llvm::is_contained(allowed, v.getValue()))
-      return op->emitOpError("'") << name << "' needs " << key << " = one of \""
-                                  << llvm::join(allowed, "\", \"") << "\", got " << plan.get(key);
-    return success();
-  };
-  if (failed(oneOf("layout", {"short", "spread", "rows"})) ||
-      failed(oneOf("prefetch", {"none", "registers", "shared"})))
+  DictionaryAttr plan = planDictionary<LinearOp>(op, name, "et.linear", value);
+  if (!plan || failed(verifyPlanChoice(op, name, plan, "layout", {"short", "spread", "rows"})) ||
+      failed(verifyPlanChoice(op, name, plan, "prefetch", {"none", "registers", "shared"})))
     return failure();
   for (NamedAttribute entry : plan) {
     StringRef key = entry.getName().getValue();
@@ -98,16 +111,9 @@ static LogicalResult verifyLinearPlan(Operation *op, Attribute value) {
 /// form.
 static LogicalResult verifyAttentionPlan(Operation *op, Attribute value) {
   StringRef name = EventTensorDialect::getAttentionPlanAttrName();
-  if (!isa<AttentionSplitOp>(op))
-    return op->emitOpError("'") << name << "' is only meaningful on 'et.attention_split'";
-  auto plan = dyn_cast<DictionaryAttr>(value);
-  if (!plan)
-    return op->emitOpError("'") << name << "' must be a dictionary, got " << value;
-  SmallVector<StringRef, 4> forms = {"staged", "mma", "warps", "loops"};
-  auto form = dyn_cast_or_null<StringAttr>(plan.get("form"));
-  if (!form || !llvm::is_contained(forms, form.getValue()))
-    return op->emitOpError("'") << name << "' needs form = one of \""
-                                << llvm::join(forms, "\", \"") << "\", got " << plan.get("form");
+  DictionaryAttr plan = planDictionary<AttentionSplitOp>(op, name, "et.attention_split", value);
+  if (!plan || failed(verifyPlanChoice(op, name, plan, "form", {"staged", "mma", "warps", "loops"})))
+    return failure();
   for (NamedAttribute entry : plan)
     if (entry.getName().getValue() != "form")
       return op->emitOpError("'") << name << "' has a bad entry " << entry.getName().getValue() << " = "
