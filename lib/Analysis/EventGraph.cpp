@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/JSON.h"
@@ -503,4 +504,45 @@ void EventGraph::printDOT(raw_ostream &os) const {
       os << "  \"" << name << "\" -> \"" << a->task.getSymName() << "\";\n";
   }
   os << "}\n";
+}
+
+LogicalResult mlir::et::verifySteps(const EventGraph &graph, bool checkOrder) {
+  RepeatOp repeat = graph.getKernel().getRepeat();
+  if (!repeat)
+    return success();
+  bool failed = false;
+  for (const auto &info : graph.getEvents())
+    if (info->kind == CountKind::Device) {
+      InFlightDiagnostic diag = info->op.emitOpError("has a count known only on the device (")
+                                << info->deviceReason
+                                << "), which may change between the steps of an 'et.repeat' kernel";
+      diag.attachNote(repeat.getLoc()) << "steps declared here";
+      failed = true;
+    }
+  EventInfo *end = graph.lookup(repeat.getAfter());
+  if (!end || end->signals.empty())
+    return repeat.emitOpError("'after' event is signalled by no task: no step would end");
+  if (!checkOrder)
+    return failure(failed);
+  // The tasks that reach a task signalling `after` (backwards over edges).
+  llvm::DenseSet<Operation *> reach;
+  SmallVector<Operation *> work;
+  for (EventAccess *s : end->signals)
+    if (reach.insert(s->task).second)
+      work.push_back(s->task);
+  while (!work.empty()) {
+    Operation *consumer = work.pop_back_val();
+    for (const EventGraph::Edge &e : graph.getEdges())
+      if (e.consumer == consumer && reach.insert(e.producer).second)
+        work.push_back(e.producer);
+  }
+  for (TaskOp task : graph.getKernel().getTasks())
+    if (!reach.contains(task)) {
+      task.emitOpError("does not precede the end of a step (the 'after' event of 'et.repeat'): "
+                       "its tiles could still run when the next step starts")
+              .attachNote(repeat.getLoc())
+          << "steps declared here";
+      failed = true;
+    }
+  return failure(failed);
 }

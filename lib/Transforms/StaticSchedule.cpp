@@ -78,6 +78,8 @@ struct StaticSchedulePass
       return signalPassFailure();
 
     EventGraph graph(kernel);
+    if (failed(verifySteps(graph, /*checkOrder=*/true)))
+      return signalPassFailure();
     TileGraphOptions options;
     options.defaultExtent = dynamicExtent;
     Operation *errorOp = nullptr;

@@ -40,3 +40,19 @@ et.kernel @cycle() {
     et.event.signal %y[] : !et.event<>
   }
 }
+
+// -----
+
+// Test: steps whose tasks do not all precede the end of a step.
+et.kernel @repeat_overlapping_steps(%n: index, %stop: memref<1xi32>) {
+  %c1 = arith.constant 1 : index
+  %done = et.event.create() : !et.event<>
+  // expected-note @+1 {{steps declared here}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @finish tiles(%i) in (%c1) {
+    et.event.signal %done[] : !et.event<>
+  }
+  // expected-error @+1 {{does not precede the end of a step}}
+  et.task @straggler tiles(%i) in (%c1) {
+  }
+}

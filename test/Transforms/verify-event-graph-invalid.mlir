@@ -222,3 +222,50 @@ et.kernel @cyclic_static_count() {
     }
   }
 }
+
+// -----
+
+// Test: a task that does not precede the end of a step.
+et.kernel @repeat_task_after_end(%n: index, %stop: memref<1xi32>) {
+  %c1 = arith.constant 1 : index
+  %done = et.event.create() : !et.event<>
+  // expected-note @+1 {{steps declared here}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @finish tiles(%i) in (%c1) {
+    et.event.signal %done[] : !et.event<>
+  }
+  // expected-error @+1 {{'et.task' op does not precede the end of a step (the 'after' event of 'et.repeat'): its tiles could still run when the next step starts}}
+  et.task @straggler tiles(%i) in (%c1) {
+    et.event.wait %done[] : !et.event<>
+  }
+}
+
+// -----
+
+// Test: steps whose end nobody signals.
+et.kernel @repeat_never_ends(%n: index, %stop: memref<1xi32>) {
+  %done = et.event.create() : !et.event<>
+  // expected-error @+1 {{'et.repeat' op 'after' event is signalled by no task: no step would end}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+}
+
+// -----
+
+// Test: an event whose count is read on the device, in a kernel with steps.
+et.kernel @repeat_device_count(%n: index, %stop: memref<1xi32>, %counts: memref<1xi32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = et.extent.load %counts[%c0] : memref<1xi32>
+  // expected-error @+1 {{has a count known only on the device}}
+  %e = et.event.create() : !et.event<>
+  %done = et.event.create() : !et.event<>
+  // expected-note @+1 {{steps declared here}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @produce tiles(%i) in (%m) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @finish tiles(%i) in (%c1) {
+    et.event.wait %e[] : !et.event<>
+    et.event.signal %done[] : !et.event<>
+  }
+}

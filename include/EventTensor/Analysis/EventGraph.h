@@ -114,6 +114,14 @@ private:
 /// Limit on the tiles enumerated to compute exact static counts.
 constexpr int64_t kMaxEnumeratedTiles = 1 << 20;
 
+/// The rules of a kernel with `et.repeat` (none without one), as
+/// diagnostics: no event count read on the device (a wait of step s waits for
+/// s + 1 times its count, so counts must not change between steps), a task
+/// that signals `after`, and, with `checkOrder` (on a kernel before
+/// scheduling), every task preceding `after` through events, so that a step
+/// ends only when all of its tiles have.
+LogicalResult verifySteps(const EventGraph &graph, bool checkOrder);
+
 } // namespace mlir::et
 
 #endif // EVENTTENSOR_ANALYSIS_EVENTGRAPH_H

@@ -65,6 +65,9 @@ FailureOr<ScheduleOp> WorkerEmitter::checkKernel() {
                               "et-static-schedule or et-dynamic-schedule)");
   numWorkers = schedule.getWorkers();
   tasks.assign(kernel.getTasks().begin(), kernel.getTasks().end());
+  if (repeat && !schedule.isStatic())
+    return repeat.emitOpError("needs a static schedule: the worker lowering runs steps over a "
+                              "static program only (schedule with et-static-schedule)");
   if (graph.getEdges().size() &&
       llvm::any_of(graph.getEdges(), [](const EventGraph::Edge &e) {
         return e.producer == e.consumer;
@@ -289,7 +292,7 @@ void WorkerEmitter::bindParameters() {
 LogicalResult WorkerEmitter::cloneEagerValues() {
   llvm::DenseSet<Operation *> lazy;
   for (Operation &op : kernel.getBody().front()) {
-    if (isa<TaskOp, ScheduleOp, EventCreateOp>(op))
+    if (isa<TaskOp, ScheduleOp, EventCreateOp, RepeatOp>(op))
       continue;
     bool isLazy = isa<ExtentLoadOp>(op) || op.getNumRegions() != 0 ||
                   llvm::any_of(op.getOperands(), [&](Value v) {

@@ -32,6 +32,13 @@ std::tuple<Value, Value, Value> WorkerEmitter::decodeStage(Value word) {
   Value staged = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, word, c32(0));
   Value slot = arith::IndexCastOp::create(b, loc, b.getIndexType(), arith::AndIOp::create(b, loc, word, c32(1)));
   Value parity = arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, word, c32(1)), c32(1));
+  if (step) {
+    // Bit 2: the region completes an odd number of phases a step, so the
+    // parity flips every step (buildProgram).
+    Value flips = arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, word, c32(2)), c32(1));
+    Value odd = arith::AndIOp::create(b, loc, arith::IndexCastOp::create(b, loc, i32, step), c32(1));
+    parity = arith::XOrIOp::create(b, loc, parity, arith::AndIOp::create(b, loc, flips, odd));
+  }
   return {staged, slot, parity};
 }
 

@@ -49,6 +49,13 @@ LogicalResult WorkerEmitter::buildProgram(ScheduleOp schedule, StaticProgram &pr
         add(static_cast<int32_t>(-1 - *run.getCyclic()));
       }
     }
+    // Steps (et.repeat): region r's mbarrier completes phases[r] phases a
+    // step, so an entry's parity flips every step when that count is odd
+    // (bit 2 of the stage word; decodeStage).
+    if (kernel.getRepeat())
+      for (size_t e = offsets.back() * 3; e < entries.size(); e += 3)
+        if (int32_t &stage = entries[e + 2]; stage >= 0 && phases[stage & 1] % 2)
+          stage |= 4;
     offsets.push_back(entries.size() / 3);
   }
   return success();
@@ -271,11 +278,19 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   if (program.sharedFits)
     copyProgramToShared(program);
 
-  Type indexType = b.getIndexType(), i1Type = b.getI1Type();
   if (program.anyStaged)
     initStageBarriers();
   if (program.anyStaged || program.shared)
     barrier();
+  FailureOr<Value> ok = emitSteps([&]() { return emitProgramLoop(program); });
+  if (failed(ok))
+    return failure();
+  finishedOk = *ok;
+  return success();
+}
+
+FailureOr<Value> WorkerEmitter::emitProgramLoop(StaticProgram &program) {
+  Type indexType = b.getIndexType(), i1Type = b.getI1Type();
   // The loop walks entries by `position`: the entry's index in the worker's
   // shared copy, or in the global table without one.
   Value firstPosition = program.shared ? idx(0) : program.begin;
@@ -306,7 +321,6 @@ LogicalResult WorkerEmitter::emitStatic(ScheduleOp schedule) {
   Value nextI = arith::AddIOp::create(b, loc, i, idx(1));
   scf::YieldOp::create(b, loc, ValueRange{nextI, region->getResult(0)});
   b.setInsertionPointAfter(loop);
-  finishedOk = loop.getResult(1);
   currentStage = Value();
-  return success();
+  return loop.getResult(1);
 }

@@ -454,6 +454,10 @@ LogicalResult WorkerEmitter::emitWait(Scope &scope, Value event, ArrayRef<Value>
   FailureOr<Value> expected = expectedCount(layout, coords, lin, scope);
   if (failed(expected))
     return failure();
+  // Counters keep counting across the steps of a launch: step s waits for
+  // s + 1 times the count.
+  if (step)
+    expected = arith::MulIOp::create(b, loc, *expected, arith::AddIOp::create(b, loc, step, idx(1))).getResult();
   emitSpin(scope, counter, *expected, task, tile, idx(layout.id), lin,
            layout.remote ? StringRef() : target.syncscope());
   return success();
@@ -513,6 +517,10 @@ LogicalResult WorkerEmitter::emitTile(Scope &scope, TaskOp task, unsigned taskId
       map.map(op.getResult(0), shared);
       continue;
     }
+    if (auto stepOp = dyn_cast<StepOp>(op)) {
+      map.map(stepOp.getResult(), step);
+      continue;
+    }
     if (auto staged = dyn_cast<StagedRowsOp>(op)) {
       if (failed(emitStagedRows(staged, map, scope)))
         return failure();
@@ -561,7 +569,12 @@ LogicalResult WorkerEmitter::emitTile(Scope &scope, TaskOp task, unsigned taskId
     });
     if (walk.wasInterrupted())
       return failure();
-    b.clone(op, map);
+    Operation *clone = b.clone(op, map);
+    // et.step inside the op's regions: the step being emitted.
+    clone->walk([&](StepOp nested) {
+      nested.getResult().replaceAllUsesWith(step);
+      nested.erase();
+    });
   }
   // A staged entry's copies are complete before its region is reused
   // (the body may not have waited: its rows may have had no work).

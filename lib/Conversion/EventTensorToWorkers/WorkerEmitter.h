@@ -10,6 +10,7 @@
 //   DynamicSchedule.cpp       the ticket queue of a dynamic schedule
 //   StagedRows.cpp            weights staged across tiles (et.staged_rows)
 //   MultiDevice.cpp           peers and the barrier across devices
+//   Steps.cpp                 the loop over the steps of an et.repeat kernel
 //   NVVMTarget.cpp            the GPU worker (WorkerTarget.h)
 //   HostTarget.cpp            the host worker (WorkerTarget.h)
 //   RuntimeABI.cpp            the contract with the runtime, as metadata
@@ -69,8 +70,8 @@ struct EventLayout {
 class WorkerEmitter : public WorkerBuilder {
 public:
   WorkerEmitter(KernelOp kernel, const WorkerTarget &target)
-      : WorkerBuilder(kernel.getContext(), kernel.getLoc()), kernel(kernel), target(target),
-        graph(kernel) {}
+      : WorkerBuilder(kernel.getContext(), kernel.getLoc()), kernel(kernel),
+        repeat(kernel.getRepeat()), target(target), graph(kernel) {}
 
   /// Emits the worker into `container` (a module or a gpu.module).
   LogicalResult emit(Operation *container);
@@ -253,8 +254,10 @@ private:
   };
 
   /// The worker loop of a static schedule: the worker's entries of the
-  /// program table, in order.
+  /// program table, in order (once per step).
   LogicalResult emitStatic(ScheduleOp schedule);
+  /// One pass over the worker's entries; whether they all ran (i1).
+  FailureOr<Value> emitProgramLoop(StaticProgram &program);
   /// The entries of every worker, in order: (task, tile, stage) triples; tile
   /// -1 - k is "cyclic k". Stage is -1, or, for a single tile whose weight
   /// rows the worker stages (et.staged_rows), slot | parity << 1: the entry's
@@ -289,6 +292,21 @@ private:
   /// The worker loop of a dynamic schedule: tickets until the queue is
   /// exhausted.
   LogicalResult emitDynamic(ScheduleOp schedule);
+
+  //===--------------------------------------------------------------------===//
+  // Steps (Steps.cpp)
+  //===--------------------------------------------------------------------===//
+
+  /// `body` (one step of the worker's program, returning whether its tiles
+  /// all ran) once, or, in a kernel with et.repeat, in a loop over steps
+  /// (`step` is the step inside it); whether every step's tiles ran (i1).
+  /// Step s > 0 first waits for step s - 1's end (the repeat's `after`
+  /// event) and stops the loop when the stop flag is set.
+  FailureOr<Value> emitSteps(function_ref<FailureOr<Value>()> body);
+  /// At the start of step `s` > 0: waits for every signal of step s - 1 to
+  /// the repeat's `after` event, then reads the stop flag. Returns (whether
+  /// the wait succeeded, whether the step runs), both i1 for every thread.
+  std::pair<Value, Value> emitStepGate(Value s);
 
   //===--------------------------------------------------------------------===//
   // Weights staged across tiles (StagedRows.cpp)
@@ -367,6 +385,10 @@ private:
   void emitDeviceBarrier(Value ok);
 
   KernelOp kernel;
+  /// The kernel's steps (null without et.repeat) and, while a step's tiles
+  /// are emitted, the step (index).
+  RepeatOp repeat;
+  Value step;
   const WorkerTarget &target;
   EventGraph graph;
   Operation *container = nullptr;

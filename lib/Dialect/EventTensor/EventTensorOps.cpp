@@ -309,6 +309,44 @@ LogicalResult ExtentLoadOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// RepeatOp, StepOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RepeatOp::verify() {
+  auto kernel = (*this)->getParentOfType<KernelOp>();
+  for (RepeatOp other : kernel.getBody().front().getOps<RepeatOp>())
+    if (other != *this) {
+      if (other->isBeforeInBlock(*this))
+        return emitOpError("is the kernel's second 'et.repeat' (a kernel has one)")
+                   .attachNote(other.getLoc())
+               << "first one here";
+      break;
+    }
+  if (kernel.getNumDevices() > 1)
+    return emitOpError("in a kernel on ") << kernel.getNumDevices()
+                                          << " devices: steps are supported on one device";
+  if (cast<MemRefType>(getStop().getType()).getDimSize(0) != 1)
+    return emitOpError("stop flag must be a memref<1xi32>, got ") << getStop().getType();
+  if (cast<EventType>(getAfter().getType()).getRank() != 0)
+    return emitOpError("'after' must be a rank-0 event (the end of a step), got ")
+           << getAfter().getType();
+  return success();
+}
+
+RepeatOp KernelOp::getRepeat() {
+  auto ops = getBody().front().getOps<RepeatOp>();
+  return ops.empty() ? RepeatOp() : *ops.begin();
+}
+
+LogicalResult StepOp::verify() {
+  if (failed(detail::verifyInTask(*this)))
+    return failure();
+  if (!(*this)->getParentOfType<KernelOp>().getRepeat())
+    return emitOpError("in a kernel without 'et.repeat' (it has one step)");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Schedules
 //===----------------------------------------------------------------------===//
 

@@ -1301,3 +1301,80 @@ et.kernel @staged_offset(%w: memref<8x64xbf16>) {
     %v, %n = et.staged_rows %w rows(%i, %c1) offset 8 : memref<8x64xbf16> -> memref<1x64xbf16, #gpu.address_space<workgroup>>
   }
 }
+
+// -----
+
+// Test: a kernel with two et.repeat.
+et.kernel @two_repeats(%n: index, %stop: memref<1xi32>) {
+  %done = et.event.create() : !et.event<>
+  // expected-note @+1 {{first one here}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  // expected-error @+1 {{'et.repeat' op is the kernel's second 'et.repeat' (a kernel has one)}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+}
+
+// -----
+
+// Test: steps in a kernel on two devices.
+et.kernel @repeat_devices(%n: index, %stop: memref<1xi32>) attributes {devices = 2} {
+  %done = et.event.create() : !et.event<>
+  // expected-error @+1 {{'et.repeat' op in a kernel on 2 devices: steps are supported on one device}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+}
+
+// -----
+
+// Test: a stop flag of two words.
+et.kernel @repeat_wide_stop(%n: index, %stop: memref<2xi32>) {
+  %done = et.event.create() : !et.event<>
+  // expected-error @+1 {{'et.repeat' op stop flag must be a memref<1xi32>, got 'memref<2xi32>'}}
+  et.repeat %n until %stop after %done : memref<2xi32>, !et.event<>
+}
+
+// -----
+
+// Test: a stop flag that is not i32.
+et.kernel @repeat_i64_stop(%n: index, %stop: memref<1xi64>) {
+  %done = et.event.create() : !et.event<>
+  // expected-error @+1 {{'et.repeat' op operand #1 must be 1D memref of 32-bit signless integer values}}
+  et.repeat %n until %stop after %done : memref<1xi64>, !et.event<>
+}
+
+// -----
+
+// Test: the end of a step that is not a rank-0 event.
+et.kernel @repeat_after_rank1(%n: index, %stop: memref<1xi32>) {
+  %done = et.event.create() : !et.event<4>
+  // expected-error @+1 {{'et.repeat' op 'after' must be a rank-0 event (the end of a step), got '!et.event<4>'}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<4>
+}
+
+// -----
+
+// Test: et.repeat outside a kernel.
+func.func @repeat_outside(%n: index, %stop: memref<1xi32>, %done: !et.event<>) {
+  // expected-error @+1 {{'et.repeat' op expects parent op 'et.kernel'}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  return
+}
+
+// -----
+
+// Test: et.step in a kernel without steps.
+et.kernel @step_without_repeat() {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.step' op in a kernel without 'et.repeat' (it has one step)}}
+    %s = et.step
+  }
+}
+
+// -----
+
+// Test: et.step outside a task body.
+et.kernel @step_at_kernel_level(%n: index, %stop: memref<1xi32>) {
+  %done = et.event.create() : !et.event<>
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  // expected-error @+1 {{'et.step' op must be nested in an 'et.task' body}}
+  %s = et.step
+}

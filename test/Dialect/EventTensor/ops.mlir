@@ -349,3 +349,19 @@ et.kernel @staged(%w: memref<128x1024xbf16>) {
     %view, %count = et.staged_rows %w rows(%r0, %c16) offset 32768 : memref<128x1024xbf16> -> memref<16x1024xbf16, #gpu.address_space<workgroup>>
   }
 }
+
+// Steps: the tasks run up to %n times in one launch; @finish decides, on the
+// device, whether another step runs.
+// CHECK-LABEL: et.kernel @steps
+// CHECK: et.repeat %{{.*}} until %{{.*}} after %{{.*}} : memref<1xi32>, !et.event<>
+// CHECK: et.step
+et.kernel @steps(%n: index, %stop: memref<1xi32>, %log: memref<16xindex>) {
+  %c1 = arith.constant 1 : index
+  %done = et.event.create() : !et.event<>
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @finish tiles(%i) in (%c1) {
+    %s = et.step
+    memref.store %s, %log[%s] : memref<16xindex>
+    et.event.signal %done[] : !et.event<>
+  }
+}

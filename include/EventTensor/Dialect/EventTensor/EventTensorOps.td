@@ -97,6 +97,8 @@ def ET_KernelOp : ET_Op<"kernel", [
     int64_t getNumDevices() { return getDevices().value_or(1); }
     /// Whether argument `i` is allocated on every device (`et.symmetric`).
     bool isSymmetricArgument(unsigned i);
+    /// The kernel's `et.repeat` (its steps), or null.
+    RepeatOp getRepeat();
   }];
 }
 
@@ -356,6 +358,72 @@ def ET_ExtentLoadOp : ET_Op<"extent.load", [
   let hasVerifier = 1;
 }
 
+
+//===----------------------------------------------------------------------===//
+// Steps: one launch runs the kernel's tasks many times
+//===----------------------------------------------------------------------===//
+
+def ET_RepeatOp : ET_Op<"repeat", [
+    HasParent<"KernelOp">, MemoryEffects<[MemRead<DefaultResource>]>]> {
+  let summary = "runs the kernel's tasks as a sequence of steps in one launch";
+  let description = [{
+    With `et.repeat`, one launch runs every task of the kernel `count` times
+    at most: steps 0, 1, ..., each step all tiles of every task, as a kernel
+    without it runs them once. Every event has one copy per step: a wait in
+    step `s` waits for the signals of step `s`. Inside a task body,
+    `et.step` is the step that runs.
+
+    Step `s + 1` starts, on every worker, once element `[]` of `after` (a
+    rank-0 event) has received all its signals of step `s`; then the launch
+    ends instead if the word `stop[0]` is nonzero. So the tasks that signal
+    `after` decide, on the device, whether another step runs (a decode step
+    that sampled the last token of every sequence). Every task must precede
+    `after` through the event graph (`et-verify-event-graph` checks it): a
+    step then ends only when all of its tiles have, so nothing of step
+    `s + 1` overlaps step `s`, and data that step `s` writes (the sampled
+    tokens, advanced positions) is what step `s + 1` reads.
+
+    Example:
+
+    ```mlir
+    %done = et.event.create : !et.event<>
+    et.repeat %steps until %stop after %done : memref<1xi32>, !et.event<>
+    et.task @advance tiles(%i) in (%c1) {
+      %s = et.step
+      ...
+      et.event.signal %done[] : !et.event<>
+    }
+    ```
+
+    Lowering: a loop over steps around the worker's program (static
+    schedules); the counters of a launch keep counting across its steps, and
+    a wait of step `s` waits for `s + 1` times the element's count. Event
+    counts must not depend on data read on the device, and the kernel runs
+    on one device.
+  }];
+  let arguments = (ins Index:$count, MemRefRankOf<[I32], [1]>:$stop, ET_EventType:$after);
+  let assemblyFormat = [{
+    $count `until` $stop `after` $after attr-dict `:` type($stop) `,` qualified(type($after))
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_StepOp : ET_PureOp<"step"> {
+  let summary = "the step of an `et.repeat` kernel that is running";
+  let description = [{
+    In a task body of a kernel with `et.repeat`, the step (0, 1, ...) whose
+    tile is running.
+
+    Example:
+
+    ```mlir
+    %s = et.step
+    ```
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
 
 //===----------------------------------------------------------------------===//
 // Threads of a worker

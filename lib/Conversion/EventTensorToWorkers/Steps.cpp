@@ -1,0 +1,91 @@
+//===- Steps.cpp - The steps of an et.repeat kernel -----------------------===//
+//
+// A kernel with et.repeat runs its tasks several times in one launch: the
+// worker's program once per step, the counters of the launch counting on
+// across steps (a wait of step s waits for s + 1 times its count), and a
+// gate between steps where every worker waits for the end of the step before
+// and reads the stop flag, so that all workers agree on whether the next
+// step runs (docs/lowering.md, "Steps").
+//
+//===----------------------------------------------------------------------===//
+
+#include "WorkerEmitter.h"
+
+using namespace mlir;
+using namespace mlir::et;
+using namespace mlir::et::workers;
+
+std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
+  Type i1Type = b.getI1Type();
+  auto [region, top] = openRegion(TypeRange{i1Type, i1Type},
+                                  [&] { return SmallVector<Value>{i1(false), i1(false)}; });
+  Block *gate = newBlock(top);
+  Block *run = newBlock(top);
+  b.setInsertionPointToEnd(run);
+  scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
+
+  // Step 0 runs without a gate.
+  Block *entry = &top.region->front();
+  b.setInsertionPointToEnd(entry);
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, s, idx(0));
+  cf::CondBranchOp::create(b, loc, first, run, ValueRange{}, gate, ValueRange{});
+
+  // Every signal of steps 0 .. s - 1 to `after`.
+  b.setInsertionPointToEnd(gate);
+  EventLayout &layout = layouts[repeat.getAfter()];
+  auto [lin, counter] = locate(top, layout, {}, idx(-1), idx(-1));
+  FailureOr<Value> count = expectedCount(layout, {}, lin, top);
+  // The count of a rank-0 event from kernel arguments: verified by
+  // et-verify-event-graph (no device counts in a repeat kernel).
+  Value expected = arith::MulIOp::create(b, loc, *count, s);
+  emitSpin(top, counter, expected, idx(-1), idx(-1), idx(layout.id), lin, target.syncscope());
+  // The stop flag, written before those signals: a relaxed load at device
+  // scope after the acquire (it bypasses a stale L1 line of the last gate).
+  Value stopBase = basePointer(eager.lookup(repeat.getStop()));
+  Value flag = LLVM::LoadOp::create(b, loc, b.getI32Type(), elementPointer(stopBase, idx(0), b.getI32Type()),
+                                    /*alignment=*/4, false, false, false, false, LLVM::AtomicOrdering::monotonic,
+                                    target.syncscope());
+  Value go = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, flag, i32(0));
+  scf::YieldOp::create(b, loc, ValueRange{i1(true), go});
+  b.setInsertionPointAfter(region);
+  return {region.getResult(0), region.getResult(1)};
+}
+
+FailureOr<Value> WorkerEmitter::emitSteps(function_ref<FailureOr<Value>()> body) {
+  if (!repeat)
+    return body();
+  Value count = eager.lookupOrNull(repeat.getCount());
+  if (!count)
+    return repeat.emitOpError("step count is computed from data read on the device; the worker lowering "
+                              "needs it from the kernel's arguments");
+  Type indexType = b.getIndexType(), i1Type = b.getI1Type();
+  // (step, every tile so far ran, the step before did not stop)
+  auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i1Type, i1Type},
+                                   ValueRange{idx(0), i1(true), i1(true)});
+  {
+    Block *before = b.createBlock(&loop.getBefore(), {}, {indexType, i1Type, i1Type}, {loc, loc, loc});
+    Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, before->getArgument(0), count);
+    Value go = arith::AndIOp::create(
+        b, loc, more, arith::AndIOp::create(b, loc, before->getArgument(1), before->getArgument(2)));
+    scf::ConditionOp::create(b, loc, go, before->getArguments());
+  }
+  Block *after = b.createBlock(&loop.getAfter(), {}, {indexType, i1Type, i1Type}, {loc, loc, loc});
+  Value s = after->getArgument(0);
+  auto [gateOk, runs] = emitStepGate(s);
+  auto ifOp = scf::IfOp::create(b, loc, TypeRange{i1Type}, runs, /*withElse=*/true);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  step = s;
+  FailureOr<Value> ran = body();
+  step = Value();
+  if (failed(ran))
+    return failure();
+  b.setInsertionPointToEnd(ifOp.thenBlock());
+  scf::YieldOp::create(b, loc, ValueRange{*ran});
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  scf::YieldOp::create(b, loc, ValueRange{gateOk});
+  b.setInsertionPointAfter(ifOp);
+  Value next = arith::AddIOp::create(b, loc, s, idx(1));
+  scf::YieldOp::create(b, loc, ValueRange{next, ifOp.getResult(0), runs});
+  b.setInsertionPointAfter(loop);
+  return loop.getResult(1);
+}
