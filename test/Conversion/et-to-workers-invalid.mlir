@@ -87,18 +87,3 @@ et.kernel @staged_on_cpu(%w: memref<64x64xbf16>) {
   }
 }
 
-// -----
-
-// Steps over a dynamic schedule.
-et.kernel @repeat_dynamic(%n: index, %stop: memref<1xi32>) {
-  %c1 = arith.constant 1 : index
-  %done = et.event.create() : !et.event<>
-  // expected-error @+1 {{'et.repeat' op needs a static schedule: the worker lowering runs steps over a static program only (schedule with et-static-schedule)}}
-  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
-  et.task @a tiles(%i) in (%c1) {
-    et.event.signal %done[] : !et.event<>
-  }
-  et.schedule dynamic workers(1) {
-    et.run @a
-  }
-}

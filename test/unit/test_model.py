@@ -64,11 +64,81 @@ def test_decode_matches_reference_with_runtime_batch_and_positions(compiled):
 def test_greedy_generation_is_deterministic(compiled):
     config, weights, path = compiled
     session = model.DecodeSession(path, weights)
-    a, times = session.generate([[1, 2, 3], [4, 5, 6]], steps=4)
+    a, times = session.generate_stepwise([[1, 2, 3], [4, 5, 6]], steps=4)
     session.reset()
-    b, _ = session.generate([[1, 2, 3], [4, 5, 6]], steps=4)
+    b, _ = session.generate_stepwise([[1, 2, 3], [4, 5, 6]], steps=4)
     assert a.shape == (2, 4) and np.array_equal(a, b) and len(times) == 3
     assert ((0 <= a) & (a < config.vocab_size)).all()
+
+
+def _stepwise(session, monkeypatch, *args, **kwargs):
+    """`generate` through the host loop of one-step launches."""
+    with monkeypatch.context() as m:
+        m.setattr(type(session), "steps_on_device", property(lambda self: False))
+        session.reset()
+        return session.generate(*args, **kwargs)
+
+
+def test_generate_on_device_matches_host_loop(compiled, monkeypatch):
+    """One launch runs every decode step (the kernel feeds each row's token
+    back): the same greedy tokens as one launch per step, for prompts of
+    different lengths, each row stopping on its own (a stop id, its budget,
+    the compiled context)."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    assert session.steps_on_device
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10]]
+    session.reset()
+    got = session.generate(prompts, 8)
+    want = _stepwise(session, monkeypatch, prompts, 8)
+    assert got.launches == 1 and want.launches == 7
+    assert got.tokens == want.tokens and got.finish_reasons == want.finish_reasons == ["length", "length"]
+    assert all(len(t) == 8 for t in got.tokens)
+    assert all(0 <= t < config.vocab_size for row in got.tokens for t in row)
+    # The same as step() by step(): row 1's tokens fed back one launch each.
+    session.reset()
+    session.prefill([prompts[1]])
+    nxt, pos, chain = got.tokens[1][0], len(prompts[1]), [got.tokens[1][0]]
+    for _ in range(7):
+        nxt = int(session.step([nxt], [pos], [0])[0])
+        chain.append(nxt)
+        pos += 1
+    assert chain == got.tokens[1]
+    # A stop id ends row 0 at its first occurrence (included); row 1 goes on.
+    stop_at = got.tokens[0][3]
+    session.reset()
+    cut = session.generate(prompts, 8, stop=[[stop_at], []])
+    first = got.tokens[0].index(stop_at)
+    assert cut.tokens[0] == got.tokens[0][: first + 1] and cut.finish_reasons[0] == "stop"
+    assert cut.tokens[1] == got.tokens[1] and cut.finish_reasons[1] == "length"
+    assert cut.tokens == _stepwise(session, monkeypatch, prompts, 8, stop=[[stop_at], []]).tokens
+    # Up to the last position of the compiled context (32): a 30-token
+    # prompt takes 3 new tokens, the last one past position 31.
+    session.reset()
+    full = session.generate([[5] * 30], 3)
+    assert len(full.tokens[0]) == 3 and full.tokens == _stepwise(session, monkeypatch, [[5] * 30], 3).tokens
+    session.close()
+
+
+def test_generate_rejects_bad_input_before_any_launch(compiled):
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
+            session.generate([[1]], bad)
+    with pytest.raises(ValueError, match="need a context of 33, past the compiled context 32"):
+        session.generate([[1] * 30], 4)
+    with pytest.raises(ValueError, match=rf"stop id {config.vocab_size} is not a token id"):
+        session.generate([[1]], 2, stop=[config.vocab_size])
+    with pytest.raises(ValueError, match="stop id -1 is not a token id"):
+        session.generate([[1], [2]], 2, stop=[[3], [-1]])
+    with pytest.raises(ValueError, match="at most 8 stop ids per row"):
+        session.generate([[1]], 2, stop=list(range(9)))
+    with pytest.raises(ValueError, match=r"one per prompt \(2\), got 3"):
+        session.generate([[1], [2]], 2, stop=[[1], [2], [3]])
+    with pytest.raises(ValueError, match="3 prompts exceed the 2 cache slots"):
+        session.generate([[1], [2], [3]], 2)
+    session.close()
 
 
 def test_batch_context_and_token_limits(compiled):
@@ -83,7 +153,7 @@ def test_batch_context_and_token_limits(compiled):
     with pytest.raises(ValueError, match="2 tokens but 1 positions"):
         session.step([1, 2], [0])
     with pytest.raises(ValueError, match="exceeds the compiled context 32"):
-        session.generate([[1] * 30], steps=8)
+        session.generate_stepwise([[1] * 30], steps=8)
 
 
 def test_nan_logits_raise_instead_of_a_token(compiled):
@@ -582,7 +652,7 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
         assert np.abs(ref).max() > 0
         np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2)
     prompts = [prompt, rng.integers(0, c.vocab_size, 40).tolist()]
-    assert plain.generate(prompts, 4)[0].tolist() == fast.generate(prompts, 4)[0].tolist()
+    assert plain.generate(prompts, 4).tokens == fast.generate(prompts, 4).tokens
     with pytest.raises(ValueError, match="exceeds the compiled context 64"):
         fast.prefill([[1] * 65])
     plain.prefill([prompt])

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import event_tensor as et
-from event_tensor import compiler
 
 # Every step: tile i of @add adds (step + 1) * (i + 1) to acc[i] after reading
 # it (what the step before wrote, possibly on another worker); @finish sums
@@ -74,9 +73,10 @@ def run(launch, steps: int, limit: int):
     return stop, acc, log
 
 
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
 @pytest.mark.parametrize("workers", [1, 3, 8])
-def test_steps_run_until_budget_or_stop(workers, tmp_path):
-    launch = et.compile(KERNEL, target="cpu", workers=workers, mode="static", cache_dir=tmp_path).launcher(
+def test_steps_run_until_budget_or_stop(workers, mode, tmp_path):
+    launch = et.compile(KERNEL, target="cpu", workers=workers, mode=mode, cache_dir=tmp_path).launcher(
         timeout_s=20)
     for steps, limit in [(10, 1 << 40), (40, 2000), (1, 0), (0, 0), (64, 1 << 40), (5, 36)]:
         stop, acc, log = run(launch, steps, limit)
@@ -86,8 +86,5 @@ def test_steps_run_until_budget_or_stop(workers, tmp_path):
         # No step after the one that stopped (nor past the budget) ran.
         assert (log[len(want_log):] == POISON).all(), (workers, steps, limit, log)
         assert stop[0] == int(bool(want_log) and want_log[-1] >= limit)
+        # The next launch takes the other counter bank and starts at step 0.
 
-
-def test_steps_need_a_static_schedule(tmp_path):
-    with pytest.raises(compiler.EventTensorCompileError, match="needs a static schedule"):
-        et.compile(KERNEL, target="cpu", workers=2, mode="dynamic", cache_dir=tmp_path)

@@ -22,18 +22,32 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   for (RunOp run : schedule.getBody().front().getOps<RunOp>())
     queue.push_back(run.getTaskOp());
 
-  Type i1Type = b.getI1Type();
-  auto loop = scf::WhileOp::create(b, loc, TypeRange{i1Type, i1Type},
-                                   ValueRange{i1(true), i1(false)});
+  // The loop carries (every tile ran, the queue is exhausted) and, with
+  // steps, the last step whose gate this worker passed.
+  Type i1Type = b.getI1Type(), indexType = b.getIndexType();
+  SmallVector<Type> carried{i1Type, i1Type};
+  SmallVector<Value> init{i1(true), i1(false)};
+  if (repeat) {
+    carried.push_back(indexType);
+    init.push_back(idx(0));
+  }
+  SmallVector<Location> locs(carried.size(), loc);
+  auto loop = scf::WhileOp::create(b, loc, carried, init);
   {
-    Block *before =
-        b.createBlock(&loop.getBefore(), {}, {i1Type, i1Type}, {loc, loc});
+    Block *before = b.createBlock(&loop.getBefore(), {}, carried, locs);
     Value notDone = arith::XOrIOp::create(b, loc, before->getArgument(1),
                                           i1(true));
     Value go = arith::AndIOp::create(b, loc, before->getArgument(0), notDone);
     scf::ConditionOp::create(b, loc, go, before->getArguments());
   }
-  b.createBlock(&loop.getAfter(), {}, {i1Type, i1Type}, {loc, loc});
+  Block *after = b.createBlock(&loop.getAfter(), {}, carried, locs);
+  Value gated = repeat ? after->getArgument(2) : Value();
+  auto results = [&](bool ok, bool done, Value g) {
+    SmallVector<Value> r{i1(ok), i1(done)};
+    if (repeat)
+      r.push_back(g ? g : idx(0));
+    return r;
+  };
   // Thread 0 takes the ticket; the CTA shares it.
   Value ticketWord = arith::AddIOp::create(b, loc, idx(abi::kControlTicket0), bank);
   auto take = scf::IfOp::create(b, loc, TypeRange{b.getI64Type()},
@@ -51,12 +65,11 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   }
   Value ticket = toIndex(broadcast(take.getResult(0)));
 
-  auto [region, top] =
-      openRegion(TypeRange{i1Type, i1Type}, [&] { return SmallVector<Value>{i1(false), i1(true)}; });
+  auto [region, top] = openRegion(carried, [&] { return results(false, true, Value()); });
   Block *entry = b.getInsertionBlock();
   Block *exhausted = newBlock(top);
   b.setInsertionPointToEnd(exhausted);
-  scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
+  scf::YieldOp::create(b, loc, results(true, true, gated));
 
   // The queue's prefix sums of tile counts (constants when the counts
   // are static), then a balanced binary search for the task whose range
@@ -69,6 +82,40 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
     if (failed(n))
       return failure();
     bases.push_back(arith::AddIOp::create(b, loc, bases.back(), *n));
+  }
+  if (repeat) {
+    // Steps: ticket k is tile k mod T of step k / T (T tiles a step); a
+    // ticket of a later step waits at that step's gate first.
+    FailureOr<Value> stepsCount = stepCount();
+    if (failed(stepsCount))
+      return failure();
+    Value perStep = bases.back();
+    Value empty = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, perStep, idx(0));
+    Value divisor = arith::SelectOp::create(b, loc, empty, idx(1), perStep);
+    Value s = arith::DivUIOp::create(b, loc, ticket, divisor);
+    Value past = arith::OrIOp::create(
+        b, loc, empty, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, s, *stepsCount));
+    Block *inBudget = newBlock(top);
+    cf::CondBranchOp::create(b, loc, past, exhausted, ValueRange{}, inBudget, ValueRange{});
+    b.setInsertionPointToEnd(inBudget);
+    Value later = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, s, gated);
+    auto gate = scf::IfOp::create(b, loc, TypeRange{i1Type, i1Type}, later, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(gate.thenBlock());
+      auto [ok, runs] = emitStepGate(s);
+      scf::YieldOp::create(b, loc, ValueRange{ok, runs});
+      b.setInsertionPointToStart(gate.elseBlock());
+      scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
+    }
+    Block *passed = newBlock(top), *checkRun = newBlock(top);
+    cf::CondBranchOp::create(b, loc, gate.getResult(0), checkRun, ValueRange{}, top.fail, ValueRange{});
+    b.setInsertionPointToEnd(checkRun);
+    cf::CondBranchOp::create(b, loc, gate.getResult(1), passed, ValueRange{}, exhausted, ValueRange{});
+    b.setInsertionPointToEnd(passed);
+    step = s;
+    gated = s;
+    ticket = arith::RemUIOp::create(b, loc, ticket, divisor);
   }
   SmallVector<Block *> runs;
   for (size_t k = 0; k < queue.size(); ++k)
@@ -101,8 +148,9 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
     Scope bodyScope{top.region, top.fail, {}};
     if (failed(emitTile(bodyScope, task, taskIds.lookup(task), tile)))
       return failure();
-    scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(false)});
+    scf::YieldOp::create(b, loc, results(true, false, gated));
   }
+  step = Value();
   b.setInsertionPointAfter(region);
   scf::YieldOp::create(b, loc, region.getResults());
   b.setInsertionPointAfter(loop);

@@ -65,9 +65,6 @@ FailureOr<ScheduleOp> WorkerEmitter::checkKernel() {
                               "et-static-schedule or et-dynamic-schedule)");
   numWorkers = schedule.getWorkers();
   tasks.assign(kernel.getTasks().begin(), kernel.getTasks().end());
-  if (repeat && !schedule.isStatic())
-    return repeat.emitOpError("needs a static schedule: the worker lowering runs steps over a "
-                              "static program only (schedule with et-static-schedule)");
   if (graph.getEdges().size() &&
       llvm::any_of(graph.getEdges(), [](const EventGraph::Edge &e) {
         return e.producer == e.consumer;

@@ -5,7 +5,8 @@
 // across steps (a wait of step s waits for s + 1 times its count), and a
 // gate between steps where every worker waits for the end of the step before
 // and reads the stop flag, so that all workers agree on whether the next
-// step runs (docs/lowering.md, "Steps").
+// step runs (docs/lowering.md, "Steps"). A dynamic schedule numbers its
+// tickets across steps instead (DynamicSchedule.cpp) and passes the same gate.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,13 +52,20 @@ std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
   return {region.getResult(0), region.getResult(1)};
 }
 
+FailureOr<Value> WorkerEmitter::stepCount() {
+  if (Value count = eager.lookupOrNull(repeat.getCount()))
+    return count;
+  return repeat.emitOpError("step count is computed from data read on the device; the worker lowering "
+                            "needs it from the kernel's arguments");
+}
+
 FailureOr<Value> WorkerEmitter::emitSteps(function_ref<FailureOr<Value>()> body) {
   if (!repeat)
     return body();
-  Value count = eager.lookupOrNull(repeat.getCount());
-  if (!count)
-    return repeat.emitOpError("step count is computed from data read on the device; the worker lowering "
-                              "needs it from the kernel's arguments");
+  FailureOr<Value> stepsCount = stepCount();
+  if (failed(stepsCount))
+    return failure();
+  Value count = *stepsCount;
   Type indexType = b.getIndexType(), i1Type = b.getI1Type();
   // (step, every tile so far ran, the step before did not stop)
   auto loop = scf::WhileOp::create(b, loc, TypeRange{indexType, i1Type, i1Type},

@@ -303,6 +303,8 @@ private:
   /// Step s > 0 first waits for step s - 1's end (the repeat's `after`
   /// event) and stops the loop when the stop flag is set.
   FailureOr<Value> emitSteps(function_ref<FailureOr<Value>()> body);
+  /// The step budget of the kernel's et.repeat, in the worker (index).
+  FailureOr<Value> stepCount();
   /// At the start of step `s` > 0: waits for every signal of step s - 1 to
   /// the repeat's `after` event, then reads the stop flag. Returns (whether
   /// the wait succeeded, whether the step runs), both i1 for every thread.

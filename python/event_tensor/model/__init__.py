@@ -6,7 +6,7 @@ megakernel.
     weights = model.load_weights(config, ["model.safetensors"])  # or random_weights(config)
     path = model.compile_model(config, target="cpu", max_batch=2, max_context=256)
     session = model.DecodeSession(path, weights)
-    tokens, step_times = session.generate([[1, 2, 3]], steps=8)
+    result = session.generate([[1, 2, 3]], max_new_tokens=8)  # result.tokens, result.finish_reasons
 
 `compile_model` needs MLIR; everything else here runs with the runtime
 alone (numpy, and torch for CUDA).
@@ -15,10 +15,10 @@ alone (numpy, and torch for CUDA).
 from .config import ARCHITECTURES, PRESETS, ConfigError, ModelConfig, demo_config, preset, tiny_config
 from .options import KernelOptions
 from .reference import ReferenceModel
-from .session import DecodeSession, ModelArtifactError, NonFiniteLogitsError
+from .session import DecodeSession, Generation, ModelArtifactError, NonFiniteLogitsError
 from .weights import WeightError, hf_tensor_shapes, load_weights, random_weights, save_weights
 
-__all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "KernelOptions", "ModelArtifactError",
+__all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "Generation", "KernelOptions", "ModelArtifactError",
            "NonFiniteLogitsError", "ModelConfig", "ReferenceModel", "WeightError", "compile_model", "demo_config", "hf_tensor_shapes",
            "load_weights", "random_weights", "save_weights", "tiny_config"]
 

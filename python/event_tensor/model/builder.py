@@ -33,6 +33,7 @@ from .kernel.embedding import embedding_task
 from .kernel.head import head_tasks
 from .kernel.layers import Layers
 from .kernel.mlp import Mlp
+from .kernel.steps import steps_task
 from .layout import KernelLayout, kernel_layout
 from .options import KernelOptions
 
@@ -93,6 +94,14 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     events are `sum_o` and `sum_d`. The
     greedy token: each device's argmax over its vocabulary share, gathered
     from every device (`gather`) and reduced on each.
+
+    On one device the kernel runs up to `steps` decode steps per launch
+    (`et.repeat`, `kernel.steps`): after the greedy token, the `advance`
+    task records each row's token in `out_tokens[slot, position]`, checks
+    the row's stop ids, budget (`remaining`) and the compiled context
+    (`finished` says why a row stopped), and feeds the token back as the
+    row's next input; the launch ends when every row has finished. A
+    launch with `steps = 1` is one step.
 
     `linear_tile="mma"` computes the linear layers with `et.matmul` tiles
     of 16 x BN rows of w (`mma.sync` tensor-core tiles, the batch padded to
@@ -169,4 +178,6 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
         embedding_task(ctx)
         done = layers.emit()
         head_tasks(ctx, done)
+        if options.tp == 1:
+            steps_task(ctx)
     return ctx.module

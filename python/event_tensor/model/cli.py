@@ -221,7 +221,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{agree}/{count} -> {'OK' if ok else 'MISMATCH'}")
     # Timed greedy generation from a fresh cache.
     session.reset()
-    tokens, times = session.generate(prompts, steps)
+    tokens, times = session.generate_stepwise(prompts, steps)
     for b, seq in enumerate(tokens):
         print(f"  sequence {b}: prompt {prompts[b]} -> {seq.tolist()}")
     if times:
@@ -304,7 +304,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"max relative logit error {worst:.1e}, greedy tokens agree {agree}/{count} -> "
                   f"{'OK' if ok else 'MISMATCH'}")
             session.reset()
-        tokens, times = session.generate(prompts, args.steps)
+        tokens, times = session.generate_stepwise(prompts, args.steps)
     except (ModelArtifactError, NonFiniteLogitsError, ValueError) as err:
         return _err(str(err))
     for b, seq in enumerate(tokens):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,16 +14,19 @@ import numpy as np
 
 from .. import runtime
 from .config import ModelConfig
+from .kernel.steps import FINISH_REASONS, MAX_STOP_IDS
 from .options import KernelOptions
 from .weights import BF16, PACKED_ORDER, pack, tp_shards
 
-__all__ = ["DecodeSession", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
+__all__ = ["DecodeSession", "Generation", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
 PREFILL_DIR = "prefill"  # the prefill kernel's subdirectory (compile_model(prefill_rows=...))
 # Kernel arguments that are weights (Qwen3 adds the per-head q/k norms).
 _WEIGHTS = {*PACKED_ORDER, "q_norm", "k_norm"}
 VARIANTS_JSON = "variants.json"
+# The decode kernel's index arguments: the rows of a launch, its step budget.
+_SCALARS = ("batch", "steps")
 
 
 class ModelArtifactError(ValueError):
@@ -37,6 +41,21 @@ class NonFiniteLogitsError(RuntimeError):
         self.rows = rows
         super().__init__(f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))} of the last step "
                          "produced no token: the logits are NaN (or all -inf); check the weights and inputs")
+
+
+@dataclass
+class Generation:
+    """What `DecodeSession.generate` returns: per prompt, the new tokens
+    (a stop id that ended a row included) and why the row finished ("stop":
+    a stop id; "length": `max_new_tokens`; "context": the compiled
+    context is full); the seconds of the prefill and of the decoding after
+    it (wall clock, host to host), and the decode kernel's launches."""
+
+    tokens: list[list[int]]
+    finish_reasons: list[str]
+    prefill_s: float
+    decode_s: float
+    launches: int
 
 
 class DecodeSession:
@@ -164,7 +183,7 @@ class DecodeSession:
             missing = []
             for spec in art.metadata["arguments"]:
                 name = spec["name"]
-                if name == "batch":
+                if name in _SCALARS:
                     continue
                 shape = [self.max_batch if d == -1 else d for d in spec["shape"]]
                 if name in packed or name in _WEIGHTS or name in ("k_cache", "v_cache"):
@@ -204,16 +223,18 @@ class DecodeSession:
 
     # -- running -----------------------------------------------------------
 
-    def _arguments(self, batch: int, variant: int | None = None) -> list:
+    def _arguments(self, batch: int, variant: int | None = None, steps: int = 1) -> list:
         """The arguments of kernel variant `variant` (default: the one the
-        last step ran) for `batch` rows: buffers whose first dimension is
-        dynamic are passed as their first `batch` rows (on several devices,
-        each argument a list of every device's)."""
+        last step ran) for `batch` rows and up to `steps` decode steps:
+        buffers whose first dimension is dynamic are passed as their first
+        `batch` rows (on several devices, each argument a list of every
+        device's)."""
         v = self._variant if variant is None else variant
+        scalars = {"batch": batch, "steps": steps}
 
         def one(per_variant):
             buffers = per_variant[v]
-            return [batch if name == "batch" else (buffers[name][:batch] if rows else buffers[name])
+            return [scalars[name] if name in scalars else (buffers[name][:batch] if rows else buffers[name])
                     for name, rows in self._per_row[v]]
         if self.tp == 1:
             return one(self.variant_buffers[0])
@@ -375,12 +396,133 @@ class DecodeSession:
         """The trace of the last prefill launch (kernels compiled with profiling)."""
         return getattr(self.prefill_launcher, "last_trace", None)
 
-    def generate(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
-        """Greedy decoding: the prompts (of one length), then `steps` new
-        tokens per sequence. Returns (tokens [batch, steps], seconds per
-        decode step)."""
+    @property
+    def steps_on_device(self) -> bool:
+        """Whether the decode kernel runs many steps per launch (one device)."""
+        return all(any(a["name"] == "steps" for a in art.metadata["arguments"]) for art in self.artifacts)
+
+    def _stop_rows(self, stop, n: int) -> np.ndarray:
+        """The stop ids per row [n, MAX_STOP_IDS], -1 where unused: `stop`
+        is one sequence of ids for every row, or one per row."""
+        rows = [[]] * n if stop is None else list(stop)
+        if rows and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in rows):
+            rows = [rows] * n
+        if len(rows) != n:
+            raise ValueError(f"stop must be one sequence of token ids or one per prompt ({n}), got {len(rows)}")
+        out = np.full((n, MAX_STOP_IDS), -1, np.int32)
+        for b, ids in enumerate(rows):
+            ids = list(ids)
+            if len(ids) > MAX_STOP_IDS:
+                raise ValueError(f"at most {MAX_STOP_IDS} stop ids per row, got {len(ids)}")
+            for t in ids:
+                if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < self.config.vocab_size:
+                    raise ValueError(f"stop id {t!r} is not a token id in [0, {self.config.vocab_size})")
+            out[b, : len(ids)] = ids
+        return out
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None) -> Generation:
+        """Greedy generation: prefills the prompts (of any lengths, prompt b
+        into cache slot b), then decodes them together until each row has
+        `max_new_tokens` new tokens, produced a stop id (`stop`: one
+        sequence of ids for every row, or one per row) or filled the
+        compiled context. On one device the decode runs in the kernel: one
+        launch runs every step, feeding each row's token back on the device,
+        and the host waits once. Returns a `Generation`."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
+                or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be non-empty")
+        n = len(prompts)
+        if n > self.max_batch:
+            raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        lengths = np.array([len(p) for p in prompts], np.int64)
+        longest = int((lengths + max_new_tokens - 1).max())
+        if longest > self.max_context:
+            raise ValueError(f"a prompt of {int(lengths[np.argmax(lengths)])} tokens and max_new_tokens "
+                             f"{max_new_tokens} need a context of {longest}, past the compiled context "
+                             f"{self.max_context}")
+        stop_ids = self._stop_rows(stop, n)
+        start = time.perf_counter()
+        first = self.prefill(prompts)
+        prefill_s = time.perf_counter() - start
+        start = time.perf_counter()
+        stopped = np.array([int(first[b]) in stop_ids[b] for b in range(n)])
+        finished = np.where(stopped, 1, np.where(max_new_tokens == 1, 2, 0)).astype(np.int32)
+        tokens = [[int(t)] for t in first]
+        launches = 0
+        if (finished == 0).any():
+            if self.steps_on_device:
+                finished = self._decode_on_device(first, lengths, max_new_tokens, stop_ids, finished, tokens)
+                launches = 1
+            else:
+                finished, launches = self._decode_stepwise(first, lengths, max_new_tokens, stop_ids, finished,
+                                                           tokens)
+        decode_s = time.perf_counter() - start
+        bad = [b for b in range(n) if finished[b] == 4]
+        if bad:
+            raise NonFiniteLogitsError(bad)
+        return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
+
+    def _decode_on_device(self, first, lengths, max_new_tokens, stop_ids, finished, tokens) -> np.ndarray:
+        """One launch of every decode step: the rows' first tokens at their
+        prompts' ends; appends each row's new tokens; returns `finished`."""
+        n = len(first)
+        running = finished == 0
+        self._write_rows({"tokens": first.astype(np.int32), "positions": lengths.astype(np.int32),
+                          "slots": np.arange(n, dtype=np.int32),
+                          "remaining": np.full(n, max_new_tokens - 1, np.int32), "finished": finished,
+                          "stop_ids": stop_ids})
+        self._write_rows({"stop": np.zeros(1, np.int32)})
+        self._variant = self._choose(n, int((lengths + max_new_tokens - 1).max()))
+        self.launcher = self.launchers[self._variant]
+        self.launcher(*self._arguments(n, steps=max_new_tokens - 1))
+        self.batch = n
+        finished = self._read("finished", n)
+        positions = self._read("positions", n)
+        history = self._read("out_tokens", n)
+        for b in np.flatnonzero(running):
+            # The row's tokens after the first are at positions lengths[b] + 1
+            # on; a finished row's last one was not fed back (it is one past
+            # its last position).
+            end = positions[b] + (2 if finished[b] else 1)
+            tokens[b] += history[b, lengths[b] + 1: end].tolist()
+        return finished
+
+    def _decode_stepwise(self, first, lengths, max_new_tokens, stop_ids, finished, tokens):
+        """The decode as a host loop of one-step launches (kernels without
+        steps: several devices); returns (`finished`, launches)."""
+        n, launches = len(first), 0
+        nxt, pos = first.copy(), lengths.copy()
+        while (finished == 0).any():
+            live = np.flatnonzero(finished == 0)
+            out = self.step(nxt[live], pos[live], live)
+            launches += 1
+            for b, t in zip(live, out):
+                tokens[b].append(int(t))
+                pos[b] += 1
+                if int(t) in stop_ids[b]:
+                    finished[b] = 1
+                elif len(tokens[b]) >= max_new_tokens:
+                    finished[b] = 2
+                elif pos[b] >= self.max_context:
+                    finished[b] = 3
+                nxt[b] = t
+        return finished, launches
+
+    def _read(self, name: str, n: int) -> np.ndarray:
+        """The first `n` rows of buffer `name` on the host."""
+        t = self.buffers[name][:n]
+        return np.asarray(t if self.device == "cpu" else t.cpu().numpy())
+
+    def generate_stepwise(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
+        """Greedy decoding one launch per step (the host feeds each token
+        back): the prompts (of one length), then `steps` new tokens per
+        sequence. Returns (tokens [batch, steps], seconds per decode
+        step). For tests and tools that time or check single steps;
+        `generate` is the fast path."""
         if len({len(p) for p in prompts}) != 1:
-            raise ValueError("generate needs prompts of one length")
+            raise ValueError("generate_stepwise needs prompts of one length")
         start = len(prompts[0])
         if start + steps > self.max_context:
             raise ValueError(f"prompt length {start} + {steps} steps exceeds the compiled context {self.max_context}")

@@ -395,8 +395,8 @@ def ET_RepeatOp : ET_Op<"repeat", [
     }
     ```
 
-    Lowering: a loop over steps around the worker's program (static
-    schedules); the counters of a launch keep counting across its steps, and
+    Lowering: a loop over steps around the worker's program (a static
+    schedule; a dynamic one numbers its tickets across steps); the counters of a launch keep counting across its steps, and
     a wait of step `s` waits for `s + 1` times the element's count. Event
     counts must not depend on data read on the device, and the kernel runs
     on one device.

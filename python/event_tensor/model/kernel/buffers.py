@@ -6,6 +6,7 @@ that it depends on."""
 from __future__ import annotations
 
 from ..options import NORM_TASKS
+from .steps import MAX_STOP_IDS
 from .tiles import norm_scratch_rows
 from .views import DYN, model_arguments, mr
 
@@ -65,6 +66,13 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
     symmetric = ()
+    if tp == 1:
+        # Steps in one launch (`kernel.steps`): the step budget, the stop
+        # flag, each row's budget of new tokens, stop ids and finish
+        # reason, and every cache slot's tokens by position.
+        args += [("steps", idx), ("stop", mr([1], i32)), ("remaining", mr([DYN], i32)),
+                 ("stop_ids", mr([DYN, MAX_STOP_IDS], i32)), ("finished", mr([DYN], i32)),
+                 ("out_tokens", mr([B, lay.max_context + 1], i32))]
     if tp > 1:
         # Partial sums of the row-parallel layers, read by every device;
         # every device's argmax candidates, gathered into all_val/all_idx.

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Generation on a CUDA machine: wall-clock time per output token of a real
+greedy generation loop (no MLIR; artifacts compiled here, for example by
+utils/prepare_variants.py with a prefill kernel and a context that holds the
+prompt and the new tokens).
+
+For each artifact and batch: random bf16 weights, random prompts of
+--prompt tokens, then --new tokens per row, timed on the host from the first
+token (the prefill's) to the last one in host memory, so per output token:
+decode seconds / (new - 1). Three ways, in the same process:
+
+- `device`: `DecodeSession.generate`: one launch runs every decode step, the
+  kernel feeding each row's token back (steps on the device);
+- `host_loop`: `DecodeSession.step` per token, the host feeding the token
+  back (one launch, copies and a synchronization per token);
+- `peer`: transformers + torch.compile(mode="reduce-overhead") with a static
+  cache, argmax fed back on the device (--peer compiled; '' for none).
+
+Also the kernel-only time of one step (CUDA events around one launch, at the
+middle of the generated positions) as the reference point, the host
+overhead per token (device wall minus kernel-only), and whether the device
+path's tokens equal the host loop's (greedy, same weights).
+
+    PYTHONPATH=python:benchmarks python3 benchmarks/generate.py .device/gen --json results.json
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from event_tensor.model import DecodeSession, ModelConfig
+from gpu_timing import launch_seconds, random_model_weights, to_numpy_bf16
+
+
+def host_loop(session: DecodeSession, prompts: list, new: int) -> tuple[list, float]:
+    """Greedy tokens [batch][new] and decode seconds, one launch per token."""
+    session.reset()
+    nxt = session.prefill(prompts)
+    out = [nxt]
+    start = time.perf_counter()
+    for s in range(new - 1):
+        nxt = session.step(nxt, [len(prompts[0]) + s] * len(prompts))
+        out.append(nxt)
+    seconds = time.perf_counter() - start
+    return np.stack(out, 1).tolist(), seconds
+
+
+def kernel_seconds(session: DecodeSession, batch: int, position: int, iters: int) -> float:
+    tokens = np.arange(batch) % session.config.vocab_size
+    session.step(tokens, [position] * batch)
+    return launch_seconds(session.launcher, *session._arguments(batch), reps=iters)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--batches", default="1")
+    parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--new", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3, help="timed generations per way (the median is kept)")
+    parser.add_argument("--peer", default="compiled", help="'compiled' or '' for none")
+    parser.add_argument("--peer-batches", default="1")
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    root = Path(args.root)
+    dirs = [root] if (root / "model.json").exists() else sorted(p for p in root.iterdir() if (p / "model.json").exists())
+    rows = []
+    device_name = torch.cuda.get_device_name()
+    for d in dirs:
+        info = json.loads((d / "model.json").read_text())
+        config = ModelConfig.from_dict(info["config"])
+        weights_t = random_model_weights(config, seed=0)
+        session = DecodeSession(d, to_numpy_bf16(weights_t))
+        rng = np.random.default_rng(0)
+        for batch in [int(b) for b in args.batches.split(",")]:
+            if batch > session.max_batch:
+                continue
+            prompts = rng.integers(0, config.vocab_size, (batch, args.prompt)).tolist()
+            row = {"artifact": d.name, "batch": batch, "prompt": args.prompt, "new": args.new, "gpu": device_name}
+            session.reset()
+            session.generate(prompts, 8)  # warm-up
+            device_s, loop_s = [], []
+            for _ in range(args.repeats):
+                session.reset()
+                g = session.generate(prompts, args.new)
+                device_s.append(g.decode_s)
+                tokens, seconds = host_loop(session, prompts, args.new)
+                loop_s.append(seconds)
+            per = args.new - 1
+            row["device_ms"] = 1e3 * float(np.median(device_s)) / per
+            row["host_loop_ms"] = 1e3 * float(np.median(loop_s)) / per
+            row["same_tokens"] = g.tokens == tokens
+            row["finish_reasons"] = sorted(set(g.finish_reasons))
+            row["kernel_ms"] = 1e3 * kernel_seconds(session, batch, args.prompt + args.new // 2, args.iters)
+            row["host_overhead_ms"] = row["device_ms"] - row["kernel_ms"]
+            if args.peer and str(batch) in args.peer_batches.split(","):
+                from hf_models import PeerGenerator
+
+                peer = PeerGenerator(config, weights_t, torch.tensor(prompts), args.new,
+                                     compiled=args.peer == "compiled")
+                t0 = time.perf_counter()
+                peer.generate()  # compilation and graph capture
+                row["peer_warmup_s"] = time.perf_counter() - t0
+                peer_s = [peer.generate()[2] for _ in range(args.repeats)]
+                row["peer_ms"] = 1e3 * float(np.median(peer_s)) / per
+                del peer
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows, indent=1))
+        session.close()
+        del session, weights_t
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

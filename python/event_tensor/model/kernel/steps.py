@@ -1,0 +1,82 @@
+"""The end of a decode step in a kernel that runs many in one launch
+(`et.repeat`): the `advance` task takes each row's greedy token, records it
+in the token history, decides whether the row goes on (stop ids, its budget
+of new tokens, the compiled context, a token that is not in the vocabulary)
+and, if it does, makes the token and its position the row's input of the
+next step. Once every row has finished it raises the stop flag, and the
+launch ends at the next step's gate (docs/models.md, "Generation on the
+device")."""
+
+from __future__ import annotations
+
+from ...dialects import arith, et, memref, scf
+from ...ir import InsertionPoint, IntegerType
+
+__all__ = ["FINISH_REASONS", "MAX_STOP_IDS", "steps_task"]
+
+#: Stop ids per row (EOS and the user's; unused entries are -1).
+MAX_STOP_IDS = 8
+#: A row's `finished` word: 0 while it runs, else why it stopped.
+FINISH_REASONS = {1: "stop", 2: "length", 3: "context", 4: "nonfinite"}
+
+
+def steps_task(ctx) -> None:
+    """The `advance` task of the `DecodeContext` `ctx` (after the greedy
+    token) and the kernel's `et.repeat` over it."""
+    A, const, i32 = ctx.A, ctx.const, ctx.i32
+
+    def c32(v: int):
+        return arith.ConstantOp(i32, v).result
+
+    def cmp(pred: str, a, b):
+        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
+
+    def select(cond, a, b):
+        return arith.SelectOp(cond, a, b).result
+
+    def advance_row(b, all_done):
+        """Row b: returns all_done and (this row finished)."""
+        running = cmp("eq", memref.LoadOp(A["finished"], [b]).result, c32(0))
+        step = scf.IfOp(running, [IntegerType.get_signless(1)], has_else=True)
+        with InsertionPoint(step.then_block):
+            token = memref.LoadOp(A["next_token"], [b, const(0)]).result
+            pos = arith.AddIOp(memref.LoadOp(A["positions"], [b]).result, c32(1)).result
+            slot = ctx.slot_of(b)
+            memref.StoreOp(token, A["out_tokens"], [slot, arith.IndexCastOp(ctx.idx, pos).result])
+            left = arith.SubIOp(memref.LoadOp(A["remaining"], [b]).result, c32(1)).result
+            memref.StoreOp(left, A["remaining"], [b])
+            stop_hit = c32(0)
+            for k in range(MAX_STOP_IDS):
+                hit = cmp("eq", memref.LoadOp(A["stop_ids"], [b, const(k)]).result, token)
+                stop_hit = arith.OrIOp(stop_hit, arith.ExtUIOp(i32, hit).result).result
+            outside = arith.OrIOp(cmp("slt", token, c32(0)), cmp("sge", token, c32(ctx.V))).result
+            # The first reason that applies, most urgent first.
+            reason = select(cmp("sge", pos, c32(ctx.S)), c32(3), c32(0))
+            reason = select(cmp("sle", left, c32(0)), c32(2), reason)
+            reason = select(cmp("ne", stop_hit, c32(0)), c32(1), reason)
+            reason = select(outside, c32(4), reason)
+            memref.StoreOp(reason, A["finished"], [b])
+            goes_on = cmp("eq", reason, c32(0))
+            feed = scf.IfOp(goes_on)
+            with InsertionPoint(feed.then_block):
+                memref.StoreOp(token, A["tokens"], [b])
+                memref.StoreOp(pos, A["positions"], [b])
+                scf.YieldOp([])
+            scf.YieldOp([arith.XOrIOp(goes_on, arith.ConstantOp(goes_on.type, 1).result).result])
+        with InsertionPoint(step.else_block):
+            scf.YieldOp([arith.ConstantOp(IntegerType.get_signless(1), 1).result])
+        return arith.AndIOp(all_done, step.results[0]).result
+
+    def body(t):
+        first = cmp("eq", et.ThreadIdOp(ctx.idx).result, const(0))
+        once = scf.IfOp(first)
+        with InsertionPoint(once.then_block):
+            i1 = IntegerType.get_signless(1)
+            loop = scf.ForOp(const(0), ctx.batch, const(1), [arith.ConstantOp(i1, 1).result])
+            with InsertionPoint(loop.body):
+                scf.YieldOp([advance_row(loop.induction_variable, loop.inner_iter_args[0])])
+            ctx.guarded(loop.results[0], lambda: memref.StoreOp(c32(1), A["stop"], [const(0)]))
+            scf.YieldOp([])
+
+    ctx.task("advance", [1], ["argmax"], body, nbytes=0, flops=0)
+    et.RepeatOp(A["steps"], A["stop"], ctx.events["advance"])
