@@ -14,7 +14,9 @@ the way it does for the tiny models in CI (2e-3). Both are fed the same
 random tokens for 32 teacher-forced decode steps. At every step: relative error of the logits
 (||ours - ref|| / ||ref||, bf16 tolerance 1e-2) and the greedy token, which
 must agree wherever the reference's top-1/top-2 margin exceeds twice the
-largest logit difference of that step.
+largest logit difference of that step. Then a free-running greedy generation
+of as many tokens through `DecodeSession.generate` (every step in one launch),
+held to the reference's greedy token after the sequence so far.
 
     PYTHONPATH=python:benchmarks python3 benchmarks/check_transformers.py .device/models --json results.json
 """
@@ -75,19 +77,50 @@ def check(path: Path, steps: int, seed: int) -> dict:
         rows.append({"step": t, "rel_error": rel, "rel_error_rounded_ref": rel_rounded,
                      "max_abs_diff": max_diff, "margin": margin,
                      "decisive": decisive, "argmax_agrees": agree, "step_ms": ours.last_step_s * 1e3})
+    generation = check_generation(ours, ref, tokens[:8].tolist(), steps,
+                                  2 * max(r["max_abs_diff"] for r in rows))
     ours.close()
     del ref
     torch.cuda.empty_cache()
     worst = max(r["rel_error"] for r in rows)
     worst_rounded = max(r["rel_error_rounded_ref"] for r in rows)
     decisive = [r for r in rows if r["decisive"]]
-    ok = worst < TOLERANCE and all(r["argmax_agrees"] for r in decisive)
+    ok = worst < TOLERANCE and all(r["argmax_agrees"] for r in decisive) and generation["ok"]
     return {"model": path.name, "family": config.family, "layers": config.num_layers, "steps": steps,
             "worst_rel_error": worst, "mean_rel_error": float(np.mean([r["rel_error"] for r in rows])),
             "worst_rel_error_rounded_ref": worst_rounded,
             "decisive_steps": len(decisive), "decisive_agree": sum(r["argmax_agrees"] for r in decisive),
             "all_agree": sum(r["argmax_agrees"] for r in rows),
-            "median_step_ms": float(np.median([r["step_ms"] for r in rows[2:]])), "ok": ok, "rows": rows}
+            "median_step_ms": float(np.median([r["step_ms"] for r in rows[2:]])), "generation": generation,
+            "ok": ok, "rows": rows}
+
+
+def check_generation(ours: DecodeSession, ref, prompt: list, new: int, decisive_margin: float) -> dict:
+    """Free-running greedy generation through `DecodeSession.generate` (all
+    steps in one launch): every new token must be the reference's greedy
+    token after the sequence so far wherever the reference's top-1/top-2
+    margin exceeds `decisive_margin` (twice the largest logit difference of
+    the teacher-forced steps). Also compared with one launch per step
+    (`generate_stepwise`): equal up to rounding that flips a near tie."""
+    ours.reset()
+    got = ours.generate([prompt], new)
+    tokens = got.tokens[0]
+    ours.reset()
+    stepwise = ours.generate_stepwise([prompt], new)[0][0].tolist()
+    with torch.no_grad():
+        logits = ref(input_ids=torch.tensor([prompt + tokens], device="cuda")).logits[0].double().cpu()
+    agree = decisive = 0
+    for i, t in enumerate(tokens):
+        want = logits[len(prompt) - 1 + i]
+        top2 = torch.topk(want, 2).values
+        if float(top2[0] - top2[1]) > decisive_margin:
+            decisive += 1
+            agree += int(t == int(want.argmax()))
+    first_diff = next((i for i, (a, b) in enumerate(zip(tokens, stepwise)) if a != b), None)
+    return {"new_tokens": len(tokens), "launches": got.launches, "finish_reason": got.finish_reasons[0],
+            "decisive": decisive, "decisive_agree": agree, "same_as_stepwise": first_diff is None,
+            "first_difference_from_stepwise": first_diff,
+            "ok": agree == decisive and len(tokens) == new and got.launches == 1}
 
 
 def main():
@@ -113,7 +146,10 @@ def main():
               f"(mean {r['mean_rel_error']:.1e}, tolerance {TOLERANCE:g}); against the bf16-rounding numpy model "
               f"{r['worst_rel_error_rounded_ref']:.1e}; greedy token agrees on "
               f"{r['decisive_agree']}/{r['decisive_steps']} decisive steps ({r['all_agree']}/{r['steps']} overall); "
-              f"{r['median_step_ms']:.2f} ms per step incl. host -> {'OK' if r['ok'] else 'FAIL'}")
+              f"{r['median_step_ms']:.2f} ms per step incl. host; generation in one launch: "
+              f"{r['generation']['decisive_agree']}/{r['generation']['decisive']} decisive tokens agree, "
+              f"same as one launch per step: {r['generation']['same_as_stepwise']} "
+              f"-> {'OK' if r['ok'] else 'FAIL'}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     raise SystemExit(0 if ok else 1)

@@ -85,17 +85,27 @@ def main():
             row = {"artifact": d.name, "batch": batch, "prompt": args.prompt, "new": args.new, "gpu": device_name}
             session.reset()
             session.generate(prompts, 8)  # warm-up
-            device_s, loop_s = [], []
+            device_s, loop_s, device_tokens, loop_tokens = [], [], [], []
             for _ in range(args.repeats):
                 session.reset()
                 g = session.generate(prompts, args.new)
                 device_s.append(g.decode_s)
+                device_tokens.append(g.tokens)
                 tokens, seconds = host_loop(session, prompts, args.new)
                 loop_s.append(seconds)
+                loop_tokens.append(tokens)
             per = args.new - 1
             row["device_ms"] = 1e3 * float(np.median(device_s)) / per
             row["host_loop_ms"] = 1e3 * float(np.median(loop_s)) / per
             row["same_tokens"] = g.tokens == tokens
+            # Where the two first differ (rows' positions), and whether each
+            # way repeats itself: relaxed atomic adds (o_per_head) make the
+            # low bits of the logits vary from run to run, and random
+            # weights leave near ties that such bits flip.
+            row["first_difference"] = min((i for a, b in zip(g.tokens, tokens)
+                                           for i, (x, y) in enumerate(zip(a, b)) if x != y), default=None)
+            row["device_repeatable"] = all(t == device_tokens[0] for t in device_tokens)
+            row["host_loop_repeatable"] = all(t == loop_tokens[0] for t in loop_tokens)
             row["finish_reasons"] = sorted(set(g.finish_reasons))
             row["kernel_ms"] = 1e3 * kernel_seconds(session, batch, args.prompt + args.new // 2, args.iters)
             row["host_overhead_ms"] = row["device_ms"] - row["kernel_ms"]

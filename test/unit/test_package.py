@@ -27,6 +27,16 @@ def test_import_does_not_load_mlir(tmp_path):
     assert out.stdout.strip() == "False"
 
 
+def test_session_does_not_load_mlir(tmp_path):
+    """The runtime side of the model frontend (DecodeSession) runs where the
+    artifact was copied to, without MLIR."""
+    code = ("import sys, event_tensor.model.session, event_tensor.runtime; "
+            "print(any(m.startswith('event_tensor._mlir_libs') for m in sys.modules))")
+    out = run([sys.executable, "-c", code], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 def test_never_imports_upstream_mlir(tmp_path):
     code = (
         "import sys; from event_tensor.dialects import et, func, arith, scf, gpu, llvm, nvvm, memref, vector; "

@@ -22,6 +22,14 @@ MIN_SPLIT_LEN = 256
 MIN_SPLIT_LEN_ONE_ROW = 128
 
 
+#: Stop ids per row of a kernel that runs many steps per launch (EOS and the
+#: user's; unused entries are -1).
+MAX_STOP_IDS = 8
+#: A row's `finished` word in such a kernel: 0 while it runs, else why it
+#: stopped (kernel/steps.py writes it, the session reads it).
+FINISH_REASONS = {1: "stop", 2: "length", 3: "context", 4: "nonfinite"}
+
+
 @dataclass(frozen=True)
 class KernelLayout:
     """Compile-time shape choices of a decode kernel; the runtime needs them

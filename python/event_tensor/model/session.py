@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import runtime
 from .config import ModelConfig
-from .kernel.steps import FINISH_REASONS, MAX_STOP_IDS
+from .layout import FINISH_REASONS, MAX_STOP_IDS
 from .options import KernelOptions
 from .weights import BF16, PACKED_ORDER, pack, tp_shards
 

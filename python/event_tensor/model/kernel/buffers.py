@@ -5,8 +5,8 @@ that it depends on."""
 
 from __future__ import annotations
 
+from ..layout import MAX_STOP_IDS
 from ..options import NORM_TASKS
-from .steps import MAX_STOP_IDS
 from .tiles import norm_scratch_rows
 from .views import DYN, model_arguments, mr
 

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint, IntegerType
+from ..layout import MAX_STOP_IDS
 
-__all__ = ["FINISH_REASONS", "MAX_STOP_IDS", "steps_task"]
-
-#: Stop ids per row (EOS and the user's; unused entries are -1).
-MAX_STOP_IDS = 8
-#: A row's `finished` word: 0 while it runs, else why it stopped.
-FINISH_REASONS = {1: "stop", 2: "length", 3: "context", 4: "nonfinite"}
+__all__ = ["steps_task"]
 
 
 def steps_task(ctx) -> None:
