@@ -253,6 +253,9 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         }
         if devices > 1:
             metadata["devices"] = devices
+        if any(op.operation.name == "et.repeat" for op in kernel.regions[0].blocks[0].operations):
+            # Several steps per launch: error and trace records carry the step.
+            metadata["steps"] = True
         common = {"workers": workers, "mode": mode, "optimize": optimize, "verify": verify, "profile": profile}
         if target == "cpu":
             pipeline = pipeline_spec("et-lower-to-cpu-pipeline", common)

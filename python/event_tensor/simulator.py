@@ -86,6 +86,7 @@ class TileRecord:
     main_start: float
     end: float
     prologue_ns: float = 0.0
+    step: int = 0  # the step of a kernel that runs several per launch
 
     @property
     def duration_ns(self) -> float:
@@ -555,6 +556,7 @@ def chrome_trace(result: SimResult, path: str | Path | None = None) -> dict[str,
                 "wait_us": r.wait_ns / 1000.0,
                 "prologue_us": r.prologue_ns / 1000.0,
                 "main_start_us": r.main_start / 1000.0,
+                "step": r.step,
             },
         })
     trace = {"traceEvents": events, "displayTimeUnit": "ns"}
@@ -621,6 +623,16 @@ def gantt_png(result: SimResult, path: str | Path, *, title: str | None = None) 
         ax.broken_barh(segments, (w - bar / 2, bar), facecolors="none",
                        edgecolor=colors[k % len(colors)], hatch="////",
                        linewidth=0.0, alpha=0.6)
+
+    # Steps of one launch (et.repeat): a line where each step's first tile
+    # starts.
+    firsts: dict[int, float] = {}
+    for r in result.records:
+        firsts[r.step] = min(firsts.get(r.step, r.start), r.start)
+    for step, start in sorted(firsts.items()):
+        if step > 0:
+            ax.axvline(start / 1e3, color="black", linewidth=0.8, linestyle="--")
+            ax.text(start / 1e3, -0.5, f" step {step}", fontsize=7, va="bottom")
 
     ax.set_ylim(workers - 0.5, -0.5)  # worker 0 on top
     step = max(1, math.ceil(workers / 40))

@@ -258,10 +258,10 @@ def test_trace_per_worker_regions():
 
     capacity, workers = 6, 2
     words = [0] * (capacity * RECORD_WORDS)
-    # (worker, task, tile, start, ready, end): worker 0 wrote two of its three
-    # slots; worker 1 filled its three and dropped a fourth.
-    written = {0: [(0, 0, 0, 100, 110, 120), (0, 1, 0, 130, 140, 150)],
-               3: [(1, 0, 1, 105, 105, 125), (1, 1, 1, 135, 145, 155), (1, 0, 2, 160, 170, 180)]}
+    # (worker, task, tile, start, ready, end, step): worker 0 wrote two of its
+    # three slots; worker 1 filled its three and dropped a fourth.
+    written = {0: [(0, 0, 0, 100, 110, 120, 0), (0, 1, 0, 130, 140, 150, 1)],
+               3: [(1, 0, 1, 105, 105, 125, 0), (1, 1, 1, 135, 145, 155, 1), (1, 0, 2, 160, 170, 180, 2)]}
     for base, records in written.items():
         for k, r in enumerate(records):
             words[(base + k) * RECORD_WORDS:(base + k + 1) * RECORD_WORDS] = r
@@ -272,6 +272,8 @@ def test_trace_per_worker_regions():
     # Relative to the earliest start, in start order.
     assert trace.records[0] == (0, 0, 0, 0, 10, 20)
     assert [r[:3] for r in trace.records] == [(0, 0, 0), (1, 0, 1), (0, 1, 0), (1, 1, 1), (1, 0, 2)]
+    assert trace.steps == [0, 0, 1, 1, 2]
+    assert [t.step for t in trace.to_result().records] == [0, 0, 1, 1, 2]
     # Read as the host's layout (the first `count` slots), the empty slot
     # and worker 1's records past it would be misread.
     assert len(Trace.from_words(meta, words, 5, capacity).records) == 5

@@ -120,6 +120,32 @@ def test_generate_on_device_matches_host_loop(compiled, monkeypatch):
     session.close()
 
 
+def test_generate_samples_in_the_kernel(compiled, monkeypatch):
+    """temperature > 0 samples in the kernel: a generation repeats exactly
+    for its seeds, one launch for all steps draws what one launch per step
+    draws (the generator is keyed by seed and position), other seeds draw
+    other tokens, and step() stays greedy afterwards."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    prompts = [[1, 2, 3], [4, 5, 6, 7]]
+    session.reset()
+    greedy = session.generate(prompts, 10)
+    session.reset()
+    hot = session.generate(prompts, 10, temperature=[4.0, 0.0], seed=[11, 12])
+    assert hot.tokens[1] == greedy.tokens[1]  # temperature 0: greedy
+    assert hot.tokens[0] != greedy.tokens[0]
+    session.reset()
+    assert session.generate(prompts, 10, temperature=[4.0, 0.0], seed=[11, 12]).tokens == hot.tokens
+    assert _stepwise(session, monkeypatch, prompts, 10, temperature=[4.0, 0.0], seed=[11, 12]).tokens == hot.tokens
+    session.reset()
+    assert session.generate(prompts, 10, temperature=4.0, seed=2**64 - 1).tokens[0] != hot.tokens[0]
+    session.reset()
+    session.prefill([prompts[0]])
+    after = session.step([greedy.tokens[0][0]], [3], [0])
+    assert int(after[0]) == greedy.tokens[0][1]
+    session.close()
+
+
 def test_generate_rejects_bad_input_before_any_launch(compiled):
     config, weights, path = compiled
     session = model.DecodeSession(path, weights)
@@ -138,6 +164,14 @@ def test_generate_rejects_bad_input_before_any_launch(compiled):
         session.generate([[1], [2]], 2, stop=[[1], [2], [3]])
     with pytest.raises(ValueError, match="3 prompts exceed the 2 cache slots"):
         session.generate([[1], [2], [3]], 2)
+    for bad in (-0.5, float("nan"), float("inf"), "hot", True):
+        with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+            session.generate([[1]], 2, temperature=bad)
+    for bad in (-1, 2**64, 1.5, True):
+        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*64\)"):
+            session.generate([[1]], 2, temperature=1.0, seed=bad)
+    with pytest.raises(ValueError, match=r"temperature must be one value or one per prompt \(2\), got 3"):
+        session.generate([[1], [2]], 2, temperature=[1.0, 1.0, 1.0])
     session.close()
 
 
@@ -397,6 +431,22 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert "--prompt must be token ids" in capsys.readouterr().err
     assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
     assert "3 prompts exceed the 2 cache slots" in capsys.readouterr().err
+    # Sampling and stop ids; a generation repeats for its seed.
+    sample = ["run", str(art), "--max-new-tokens", "5", "--temperature", "2.5", "--seed", "7", "--prompt", "3 4"]
+    assert main(sample) == 0
+    first = capsys.readouterr().out
+    assert "sequence 0: [" in first and "(length)" in first and "1 launch)" in first
+    assert main(sample) == 0 and capsys.readouterr().out.splitlines()[1:2] == first.splitlines()[1:2]
+    stop_at = first.split("sequence 0: [")[1].split(",")[0]
+    assert main(["run", str(art), "--max-new-tokens", "5", "--temperature", "2.5", "--seed", "7",
+                 "--prompt", "3 4", "--stop", stop_at]) == 0
+    assert f"sequence 0: [{stop_at}] (stop)" in capsys.readouterr().out
+    assert main(["run", str(art), "--temperature", "-1"]) == 2
+    assert "temperature must be a finite number >= 0" in capsys.readouterr().err
+    assert main(["run", str(art), "--stop", "3, x"]) == 2
+    assert "--stop must be comma-separated token ids" in capsys.readouterr().err
+    assert main(["run", str(art), "--stop", "99999"]) == 2
+    assert "stop id 99999 is not a token id" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
     with pytest.raises(SystemExit) as exit_info:
         main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--workers", "0"])

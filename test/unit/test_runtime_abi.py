@@ -59,7 +59,7 @@ def test_mismatching_artifact_is_refused(tmp_path):
     refused(lambda m: m["abi"]["control"].update(trace_cursor=5),
             r"abi\.control\.trace_cursor: the artifact has 5, this runtime expects 4")
     refused(lambda m: m["abi"]["error"]["kinds"].update(timeout=7), r"abi\.error\.kinds\.timeout")
-    refused(lambda m: m["abi"]["trace"].update(record_words=7), r"abi\.trace\.record_words")
+    refused(lambda m: m["abi"]["trace"].update(record_words=6), r"abi\.trace\.record_words")
     refused(lambda m: m["abi"].update(parameters=["epoch", "worker", "spin_limit", "counters", "control",
                                                   "error", "arguments"]), r"abi\.parameters")
     refused(lambda m: m["abi"]["globals"].update(dynamic_shared_bytes="__et_smem"),

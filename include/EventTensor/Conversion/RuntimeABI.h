@@ -26,7 +26,7 @@
 namespace mlir::et::abi {
 
 /// The version of the contract; bumped with any change of the values below.
-constexpr int64_t kVersion = 1;
+constexpr int64_t kVersion = 2;
 
 //===----------------------------------------------------------------------===//
 // Control buffer (i32 words)
@@ -61,13 +61,15 @@ enum class ErrorField : int64_t {
   Element,
   Expected,
   Observed,
+  /// The step (et.repeat) the worker was in; 0 without steps.
+  Step,
 };
 /// Words of the error record.
-constexpr int64_t kErrorWords = 8;
-static_assert(static_cast<int64_t>(ErrorField::Observed) + 1 == kErrorWords);
+constexpr int64_t kErrorWords = 9;
+static_assert(static_cast<int64_t>(ErrorField::Step) + 1 == kErrorWords);
 /// The names of the error record's words in the metadata, by ErrorField.
 constexpr llvm::StringLiteral kErrorFieldNames[kErrorWords] = {
-    "kind", "worker", "task", "tile", "event", "element", "expected", "observed"};
+    "kind", "worker", "task", "tile", "event", "element", "expected", "observed", "step"};
 
 /// Error kinds, written to the first word (ErrorField::Kind) of the record.
 enum class WorkerError : int64_t {
@@ -88,14 +90,15 @@ enum class WorkerError : int64_t {
 //===----------------------------------------------------------------------===//
 
 /// The words of one trace record, in order: the tile's dispatch (start), the
-/// moment its last wait was satisfied (ready) and its end, in ns.
-enum class TraceField : int64_t { Worker, Task, Tile, Start, Ready, End };
+/// moment its last wait was satisfied (ready) and its end, in ns; the step
+/// (et.repeat; 0 without steps).
+enum class TraceField : int64_t { Worker, Task, Tile, Start, Ready, End, Step };
 /// Words of one trace record.
-constexpr int64_t kTraceWords = 6;
-static_assert(static_cast<int64_t>(TraceField::End) + 1 == kTraceWords);
+constexpr int64_t kTraceWords = 7;
+static_assert(static_cast<int64_t>(TraceField::Step) + 1 == kTraceWords);
 /// The names of a trace record's words in the metadata, by TraceField.
-constexpr llvm::StringLiteral kTraceFieldNames[kTraceWords] = {"worker", "task", "tile",
-                                                               "start",  "ready", "end"};
+constexpr llvm::StringLiteral kTraceFieldNames[kTraceWords] = {"worker", "task", "tile", "start",
+                                                               "ready",  "end",  "step"};
 
 //===----------------------------------------------------------------------===//
 // Counter buffer (i32 words)

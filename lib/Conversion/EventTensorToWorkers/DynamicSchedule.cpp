@@ -99,6 +99,7 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
     cf::CondBranchOp::create(b, loc, past, exhausted, ValueRange{}, inBudget, ValueRange{});
     b.setInsertionPointToEnd(inBudget);
     Value later = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, s, gated);
+    step = s;
     auto gate = scf::IfOp::create(b, loc, TypeRange{i1Type, i1Type}, later, /*withElse=*/true);
     {
       OpBuilder::InsertionGuard guard(b);
@@ -113,7 +114,6 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
     b.setInsertionPointToEnd(checkRun);
     cf::CondBranchOp::create(b, loc, gate.getResult(1), passed, ValueRange{}, exhausted, ValueRange{});
     b.setInsertionPointToEnd(passed);
-    step = s;
     gated = s;
     ticket = arith::RemUIOp::create(b, loc, ticket, divisor);
   }

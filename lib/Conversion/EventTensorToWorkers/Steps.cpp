@@ -79,10 +79,11 @@ FailureOr<Value> WorkerEmitter::emitSteps(function_ref<FailureOr<Value>()> body)
   }
   Block *after = b.createBlock(&loop.getAfter(), {}, {indexType, i1Type, i1Type}, {loc, loc, loc});
   Value s = after->getArgument(0);
+  // Errors at the gate and in the tiles name this step.
+  step = s;
   auto [gateOk, runs] = emitStepGate(s);
   auto ifOp = scf::IfOp::create(b, loc, TypeRange{i1Type}, runs, /*withElse=*/true);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  step = s;
   FailureOr<Value> ran = body();
   step = Value();
   if (failed(ran))

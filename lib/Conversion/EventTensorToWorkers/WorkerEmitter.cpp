@@ -42,6 +42,7 @@ void WorkerEmitter::recordTile(Value task, Value tile, Value start, Value ready)
   fields[static_cast<int64_t>(abi::TraceField::Start)] = start;
   fields[static_cast<int64_t>(abi::TraceField::Ready)] = ready;
   fields[static_cast<int64_t>(abi::TraceField::End)] = end;
+  fields[static_cast<int64_t>(abi::TraceField::Step)] = step ? toI64(step) : i64(0);
   for (int64_t i = 0; i < abi::kTraceWords; ++i)
     memref::StoreOp::create(
         b, loc, fields[i], traceMem,
@@ -96,6 +97,7 @@ void WorkerEmitter::recordError(WorkerError kind, Value task, Value tile, Value 
     set(abi::ErrorField::Element, toI64(element));
     set(abi::ErrorField::Expected, toI64(expected));
     set(abi::ErrorField::Observed, toI64(observed));
+    set(abi::ErrorField::Step, step ? toI64(step) : i64(0));
     for (int64_t i = 0; i < abi::kErrorWords; ++i)
       memref::StoreOp::create(b, loc, fields[i], errorMem,
                               ValueRange{idx(i)});

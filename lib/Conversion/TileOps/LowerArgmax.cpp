@@ -1,6 +1,8 @@
 //===- LowerArgmax.cpp - et.argmax ------------------------------------------===//
 //
-// The greedy token of each row: a scan per thread, then butterflies.
+// The greedy token of each row: a scan per thread, then butterflies; with
+// `sample`, the scan adds Gumbel noise from a counter-based generator
+// (Philox4x32-10) to the tempered logits of the rows that sample.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +21,7 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -49,10 +52,56 @@ static std::pair<Value, Value> argmaxButterfly(OpBuilder &b, Location loc, Value
   return {bv, bi};
 }
 
+/// Word 0 of Philox4x32-10 (Salmon et al., SC 2011) of `counter` (4 x i32)
+/// under `key` (2 x i32).
+static Value philox(OpBuilder &b, Location loc, std::array<Value, 4> c, std::array<Value, 2> k) {
+  Type i32 = b.getI32Type();
+  auto c32 = [&](uint32_t v) { return arith::ConstantIntOp::create(b, loc, i32, static_cast<int32_t>(v)); };
+  Value m0 = c32(0xD2511F53u), m1 = c32(0xCD9E8D57u), w0 = c32(0x9E3779B9u), w1 = c32(0xBB67AE85u);
+  for (int round = 0; round < 10; ++round) {
+    auto p0 = arith::MulUIExtendedOp::create(b, loc, m0, c[0]);
+    auto p1 = arith::MulUIExtendedOp::create(b, loc, m1, c[2]);
+    Value x0 = arith::XOrIOp::create(b, loc, arith::XOrIOp::create(b, loc, p1.getHigh(), c[1]), k[0]);
+    Value x2 = arith::XOrIOp::create(b, loc, arith::XOrIOp::create(b, loc, p0.getHigh(), c[3]), k[1]);
+    c = {x0, p1.getLow(), x2, p0.getLow()};
+    if (round < 9) {
+      k[0] = arith::AddIOp::create(b, loc, k[0], w0);
+      k[1] = arith::AddIOp::create(b, loc, k[1], w1);
+    }
+  }
+  return c[0];
+}
+
+/// What a sampling row's scan needs: 1 / temperature and the generator's
+/// key and counter word.
+struct SampleRow {
+  Value invT;
+  std::array<Value, 2> key;
+  Value counter;
+};
+
+/// x / T + Gumbel noise of column `j` (i32): u from the top 24 bits of
+/// Philox, in (0, 1), and -log(-log(u)).
+static Value sampleKey(OpBuilder &b, Location loc, const SampleRow &row, Value x, Value j) {
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Value zero = arith::ConstantIntOp::create(b, loc, i32, 0);
+  Value bits = philox(b, loc, {j, row.counter, zero, zero}, row.key);
+  Value top = arith::ShRUIOp::create(b, loc, bits, arith::ConstantIntOp::create(b, loc, i32, 8));
+  Value u = arith::MulFOp::create(
+      b, loc,
+      arith::AddFOp::create(b, loc, arith::UIToFPOp::create(b, loc, f32, top),
+                            arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.5f))),
+      arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(std::ldexp(1.0f, -24))));
+  Value gumbel = arith::NegFOp::create(
+      b, loc, math::LogOp::create(b, loc, arith::NegFOp::create(b, loc, math::LogOp::create(b, loc, u))));
+  return arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, x, row.invT), gumbel);
+}
+
 /// The best (value, index) of token `tok`'s columns first, first + step,
-/// ... below `end` (the index from `from` when the op has it).
+/// ... below `end` (the index from `from` when the op has it); with
+/// `sample`, of the sampling keys (sampleKey).
 static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp op, Value tok, Value first, Value end,
-                                   Value step) {
+                                   Value step, const SampleRow *sample = nullptr) {
   Type i32 = b.getI32Type();
   Value negInf = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
                                                 APFloat(-std::numeric_limits<float>::infinity()));
@@ -64,12 +113,47 @@ static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp o
         Value idx = op.getFrom()
                         ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
                         : arith::IndexCastOp::create(b, loc, i32, j).getResult();
+        if (sample)
+          v = sampleKey(b, loc, *sample, v, idx);
         Value take = argmaxBetter(b, loc, v, idx, best[0], best[1]);
         scf::YieldOp::create(b, loc,
                              ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
                                         arith::SelectOp::create(b, loc, take, idx, best[1])});
       });
   return {scan.getResult(0), scan.getResult(1)};
+}
+
+/// The scan of token `tok` (argmaxScan); with `sample`, the sampling scan
+/// where the token's temperature is above 0, the greedy one elsewhere (a
+/// branch per token, so greedy rows pay nothing for the generator).
+static std::pair<Value, Value> tokenScan(OpBuilder &b, Location loc, ArgmaxOp op, Value tok, Value first, Value end,
+                                  Value step) {
+  if (!op.getTemperature())
+    return argmaxScan(b, loc, op, tok, first, end, step);
+  Type i32 = b.getI32Type();
+  FloatType f32 = b.getF32Type();
+  Value t = memref::LoadOp::create(b, loc, op.getTemperature(), ValueRange{tok});
+  Value sampled = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, t,
+                                        arith::ConstantFloatOp::create(b, loc, f32, APFloat(0.0f)));
+  auto branch = scf::IfOp::create(b, loc, TypeRange{f32, i32}, sampled, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(branch.thenBlock());
+    Value seed = memref::LoadOp::create(b, loc, op.getSeed(), ValueRange{tok});
+    SampleRow row;
+    row.invT = arith::DivFOp::create(b, loc, arith::ConstantFloatOp::create(b, loc, f32, APFloat(1.0f)), t);
+    row.key = {arith::TruncIOp::create(b, loc, i32, seed),
+               arith::TruncIOp::create(b, loc, i32,
+                                       arith::ShRUIOp::create(b, loc, seed,
+                                                              arith::ConstantIntOp::create(b, loc, b.getI64Type(), 32)))};
+    row.counter = memref::LoadOp::create(b, loc, op.getCounter(), ValueRange{tok});
+    auto [v, i] = argmaxScan(b, loc, op, tok, first, end, step, &row);
+    scf::YieldOp::create(b, loc, ValueRange{v, i});
+    b.setInsertionPointToStart(branch.elseBlock());
+    auto [gv, gi] = argmaxScan(b, loc, op, tok, first, end, step);
+    scf::YieldOp::create(b, loc, ValueRange{gv, gi});
+  }
+  return {branch.getResult(0), branch.getResult(1)};
 }
 
 /// Where `cond` holds, token `tok`'s result: `value` into values[tok, slot]
@@ -103,7 +187,7 @@ static void lowerArgmax(ArgmaxOp op, bool gpu) {
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        auto [sv, si] = argmaxScan(b, loc, op, tok, first, end, h.idx(lanes));
+        auto [sv, si] = tokenScan(b, loc, op, tok, first, end, h.idx(lanes));
         auto [bv, bi] = argmaxButterfly(b, loc, sv, si, lanes);
         storeArgmax(b, loc, op, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0)), tok,
                     bv, bi);
@@ -136,7 +220,7 @@ static void lowerArgmaxBlock(ArgmaxOp op) {
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
-        auto [sv, si] = argmaxScan(b, loc, op, tok, first, end, g.threads);
+        auto [sv, si] = tokenScan(b, loc, op, tok, first, end, g.threads);
         auto [wv, wi] = argmaxButterfly(b, loc, sv, si, kWarp);
         auto publish = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
         {

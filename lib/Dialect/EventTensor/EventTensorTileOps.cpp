@@ -304,6 +304,16 @@ LogicalResult ArgmaxOp::verify() {
   if (Value f = getFrom())
     if (cast<MemRefType>(f.getType()).getShape() != x.getShape())
       return emitOpError("from must have x's shape, got ") << f.getType();
+  if (!getTemperature())
+    return success();
+  if (!getSeed() || !getCounter())
+    return emitOpError("sample needs a temperature, a seed and a counter per token");
+  if (getFrom())
+    return emitOpError("samples in its first stage only (the tiles' keys), not with 'from'");
+  for (Value perToken : {getTemperature(), getSeed(), getCounter()})
+    if (!sameDim(cast<MemRefType>(perToken.getType()).getDimSize(0), x.getDimSize(0)))
+      return emitOpError("sample's temperature, seed and counter must have one entry per token of x, got ")
+             << perToken.getType() << " for " << x;
   return success();
 }
 

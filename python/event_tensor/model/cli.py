@@ -115,6 +115,14 @@ def _weights(config, paths: list[str] | None, seed: int):
     return random_weights(config, seed), f"random bf16 weights (seed {seed})"
 
 
+def _parse_ids(text: str, flag: str) -> list[int]:
+    """Comma-separated token ids (empty: none)."""
+    try:
+        return [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated token ids, got {text!r}") from None
+
+
 def _parse_prompt(text: str, vocab: int, batch: int) -> list[list[int]]:
     try:
         ids = [int(t) for t in text.replace(",", " ").split()]
@@ -280,7 +288,7 @@ def _open(args: argparse.Namespace):
 
     config = ModelConfig.from_dict(info["config"])
     try:
-        weights, what = _weights(config, args.weights, args.seed)
+        weights, what = _weights(config, args.weights, args.weight_seed)
     except WeightError as err:
         raise ValueError(str(err)) from None
     print(f"weights: {what}")
@@ -297,21 +305,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         prompts = _parse_prompt(args.prompt, config.vocab_size, args.batch)
         if args.check:
             ref = ReferenceModel(config, weights, max_batch=session.max_batch, max_context=session.max_context)
-            progress = Progress(len(prompts[0]) + args.steps - 1, "checking against the numpy reference")
-            worst, agree, count = _check_steps(session, ref, prompts, args.steps, progress)
+            progress = Progress(len(prompts[0]) + args.max_new_tokens - 1, "checking against the numpy reference")
+            worst, agree, count = _check_steps(session, ref, prompts, args.max_new_tokens, progress)
             progress.done()
             ok = worst < CHECK_TOLERANCE and agree == count
             print(f"max relative logit error {worst:.1e}, greedy tokens agree {agree}/{count} -> "
                   f"{'OK' if ok else 'MISMATCH'}")
             session.reset()
-        tokens, times = session.generate_stepwise(prompts, args.steps)
+        stop = _parse_ids(args.stop, "--stop")
+        result = session.generate(prompts, args.max_new_tokens, stop=stop, temperature=args.temperature,
+                                  seed=args.seed)
     except (ModelArtifactError, NonFiniteLogitsError, ValueError) as err:
         return _err(str(err))
-    for b, seq in enumerate(tokens):
-        print(f"sequence {b}: {seq.tolist()}")
-    if times:
-        per = float(np.median(times))
-        print(f"{per * 1e3:.3f} ms per decode step, {args.batch / per:.0f} tokens/s")
+    for b, (seq, reason) in enumerate(zip(result.tokens, result.finish_reasons)):
+        print(f"sequence {b}: {seq} ({reason})")
+    new = sum(len(t) for t in result.tokens)
+    if new > len(prompts):
+        per = result.decode_s / max(max(len(t) for t in result.tokens) - 1, 1)
+        print(f"prefill {result.prefill_s * 1e3:.1f} ms; {per * 1e3:.3f} ms per decode step (wall clock, "
+              f"{result.launches} launch{'es' if result.launches != 1 else ''}), "
+              f"{(new - len(prompts)) / max(result.decode_s, 1e-9):.0f} tokens/s")
     session.close()
     return 0 if ok else 1
 
@@ -492,14 +505,19 @@ def add_commands(sub) -> None:
     def artifact_args(p):
         p.add_argument("artifact", help="artifact directory from `event-tensor compile`")
         p.add_argument("--weights", nargs="*", help=".safetensors files or directories (default: random weights)")
-        p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+        p.add_argument("--weight-seed", type=int, default=0, help="seed of the random weights")
         p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
 
-    p = sub.add_parser("run", help="greedy generation with a compiled model",
-                       description="Run a prompt and greedy decode steps with a compiled model artifact.")
+    p = sub.add_parser("run", help="generation with a compiled model",
+                       description="Run a prompt and generate with a compiled model artifact: greedy, or "
+                                   "sampled with --temperature; every decode step in one launch on one device.")
     artifact_args(p)
     p.add_argument("--prompt", default="1, 5, 9, 2", help="prompt token ids")
-    p.add_argument("--steps", type=int, default=16, help="new tokens per sequence (default 16)")
+    p.add_argument("--max-new-tokens", "--steps", dest="max_new_tokens", type=_positive_int, default=16,
+                   help="new tokens per sequence at most (default 16)")
+    p.add_argument("--stop", default="", help="token ids that end a sequence (comma-separated; kept in the output)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     p.add_argument("--check", action="store_true",
                    help="first compare every step with the numpy reference (exit 1 on a mismatch)")
     p.set_defaults(func=cmd_run)

@@ -404,8 +404,10 @@ class DecodeSession:
     def _stop_rows(self, stop, n: int) -> np.ndarray:
         """The stop ids per row [n, MAX_STOP_IDS], -1 where unused: `stop`
         is one sequence of ids for every row, or one per row."""
-        rows = [[]] * n if stop is None else list(stop)
-        if rows and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in rows):
+        rows = list(stop) if stop is not None else []
+        if not rows:
+            rows = [[]] * n
+        elif all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in rows):
             rows = [rows] * n
         if len(rows) != n:
             raise ValueError(f"stop must be one sequence of token ids or one per prompt ({n}), got {len(rows)}")
@@ -420,14 +422,47 @@ class DecodeSession:
             out[b, : len(ids)] = ids
         return out
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None) -> Generation:
-        """Greedy generation: prefills the prompts (of any lengths, prompt b
-        into cache slot b), then decodes them together until each row has
+    def _row_values(self, value, n: int, name: str, check) -> list:
+        """`value` for each of `n` rows: one for all, or a sequence of n."""
+        values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
+        if len(values) != n:
+            raise ValueError(f"{name} must be one value or one per prompt ({n}), got {len(values)}")
+        for v in values:
+            check(v)
+        return values
+
+    def _sampling_rows(self, temperature, seed, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the temperature (f32, 0 greedy) and the seed (i64 bits)."""
+        def check_temperature(t):
+            if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(t) or t < 0:
+                raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+
+        def check_seed(s):
+            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 1 << 64:
+                raise ValueError(f"seed must be an int in [0, 2**64), got {s!r}")
+        temps = np.array(self._row_values(temperature, n, "temperature", check_temperature), np.float32)
+        seeds = np.array([int(s) for s in self._row_values(seed, n, "seed", check_seed)], np.uint64).view(np.int64)
+        if (temps > 0).any() and "temperature" not in self.buffers:
+            raise ValueError("sampling (temperature > 0) needs a kernel on one device; this one runs on "
+                             f"{self.tp} devices (greedy only)")
+        return temps, seeds
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None,
+                 temperature=0.0, seed=0) -> Generation:
+        """Generation: prefills the prompts (of any lengths, prompt b into
+        cache slot b), then decodes them together until each row has
         `max_new_tokens` new tokens, produced a stop id (`stop`: one
         sequence of ids for every row, or one per row) or filled the
         compiled context. On one device the decode runs in the kernel: one
         launch runs every step, feeding each row's token back on the device,
-        and the host waits once. Returns a `Generation`."""
+        and the host waits once. Returns a `Generation`.
+
+        Tokens are greedy, or with `temperature` > 0 (one for all rows, or
+        one per row) sampled from softmax(logits / temperature) in the
+        kernel: a counter-based generator keyed by the row's `seed` and
+        position, so a generation repeats exactly for its seeds, whatever
+        the number of workers. The prefill's token is greedy."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
                 or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
@@ -436,13 +471,14 @@ class DecodeSession:
         n = len(prompts)
         if n > self.max_batch:
             raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        stop_ids = self._stop_rows(stop, n)
+        temps, seeds = self._sampling_rows(temperature, seed, n)
         lengths = np.array([len(p) for p in prompts], np.int64)
         longest = int((lengths + max_new_tokens - 1).max())
         if longest > self.max_context:
             raise ValueError(f"a prompt of {int(lengths[np.argmax(lengths)])} tokens and max_new_tokens "
                              f"{max_new_tokens} need a context of {longest}, past the compiled context "
                              f"{self.max_context}")
-        stop_ids = self._stop_rows(stop, n)
         start = time.perf_counter()
         first = self.prefill(prompts)
         prefill_s = time.perf_counter() - start
@@ -452,12 +488,20 @@ class DecodeSession:
         tokens = [[int(t)] for t in first]
         launches = 0
         if (finished == 0).any():
-            if self.steps_on_device:
-                finished = self._decode_on_device(first, lengths, max_new_tokens, stop_ids, finished, tokens)
-                launches = 1
-            else:
-                finished, launches = self._decode_stepwise(first, lengths, max_new_tokens, stop_ids, finished,
-                                                           tokens)
+            sampling = bool((temps > 0).any())
+            if sampling:
+                self._write_rows({"temperature": temps, "seed": seeds})
+            try:
+                if self.steps_on_device:
+                    finished = self._decode_on_device(first, lengths, max_new_tokens, stop_ids, finished, tokens)
+                    launches = 1
+                else:
+                    finished, launches = self._decode_stepwise(first, lengths, max_new_tokens, stop_ids,
+                                                               finished, tokens)
+            finally:
+                if sampling:
+                    # step() and prefill stay greedy.
+                    self._write_rows({"temperature": np.zeros(n, np.float32)})
         decode_s = time.perf_counter() - start
         bad = [b for b in range(n) if finished[b] == 4]
         if bad:

@@ -18,7 +18,7 @@ from .errors import ArtifactError
 
 __all__ = ["VERSION", "check", "expected", "parameters"]
 
-VERSION = 1
+VERSION = 2
 
 # Control buffer (i32 words).
 CONTROL_WORDS = 8
@@ -28,14 +28,15 @@ ERROR_CLAIMED = 3
 TRACE_CURSOR = 4
 
 # Error record (i64 words).
-ERROR_WORDS = 8
-ERROR_FIELDS = ("kind", "worker", "task", "tile", "event", "element", "expected", "observed")
+ERROR_WORDS = 9
+ERROR_FIELDS = ("kind", "worker", "task", "tile", "event", "element", "expected", "observed", "step")
 # Error kinds (the record's first word).
 TIMEOUT, CAPACITY, OUT_OF_BOUNDS, BAD_ENTRY = 1, 2, 3, 4
 
 # Trace record (i64 words).
-RECORD_WORDS = 6
-RECORD_FIELDS = ("worker", "task", "tile", "start", "ready", "end")
+RECORD_WORDS = 7
+RECORD_FIELDS = ("worker", "task", "tile", "start", "ready", "end", "step")
+RECORD_START, RECORD_END = RECORD_FIELDS.index("start"), RECORD_FIELDS.index("end")
 
 # Counter buffer (i32 words): two banks; on several devices each bank ends
 # with the counter where the devices meet, and the abort word follows both.

@@ -13,7 +13,7 @@ from .args import flatten_arguments, flatten_device_arguments
 from .artifact import Artifact
 from .errors import ArtifactError
 from . import abi
-from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
+from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_START, RECORD_WORDS, TRACE_CURSOR
 from .launch import check_timeout, decode_error, first_cause
 from .trace import Trace
 
@@ -116,7 +116,7 @@ class CPULauncher:
             if not failed:
                 if self.profile:
                     # One host clock: every device's times from the same origin.
-                    starts = [int(buf[3 + RECORD_WORDS * i]) for buf, control in zip(self._traces, self._control)
+                    starts = [int(buf[RECORD_START + RECORD_WORDS * i]) for buf, control in zip(self._traces, self._control)
                               for i in range(min(int(control[TRACE_CURSOR]), buf.shape[0] // RECORD_WORDS))]
                     self.last_traces = [
                         Trace.from_words(self.metadata, buf.tolist(), int(control[TRACE_CURSOR]),

@@ -37,7 +37,7 @@ def _name(names: list[str], index: int, what: str) -> str:
 def decode_error(metadata: dict[str, Any], record: list[int], device: int | None = None) -> KernelError:
     """The exception for an error record written by the kernel (on
     `device`, for a kernel on several devices)."""
-    kind, worker, task, tile, event, element, expected, observed = record[:ERROR_WORDS]
+    kind, worker, task, tile, event, element, expected, observed, step = record[:ERROR_WORDS]
     tasks = metadata.get("tasks", [])
     events = metadata.get("events", [])
     event_names = [e["name"] for e in events]
@@ -50,9 +50,12 @@ def decode_error(metadata: dict[str, Any], record: list[int], device: int | None
         "tile": tile if tile >= 0 else None,
         "event": _name(event_names, event, "event") if event >= 0 else None,
         "element": element if element >= 0 else None,
-        "expected": expected, "observed": observed,
+        "expected": expected, "observed": observed, "step": step,
     }
     where = f"worker {worker}"
+    if metadata.get("steps"):
+        # A kernel that runs several steps per launch (et.repeat).
+        where = f"step {step}, {where}"
     if device is not None:
         info["device"] = device
         where = f"device {device}, {where}"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .abi import RECORD_WORDS
+from .abi import RECORD_END, RECORD_START, RECORD_WORDS
 
 __all__ = ["Trace"]
 
@@ -29,6 +29,8 @@ class Trace:
     dropped: int = 0  # records that did not fit in the trace buffer
     mode: str = "static"
     extra: dict[str, Any] = field(default_factory=dict)
+    # The step of each record (kernels with several steps per launch; else 0).
+    steps: list[int] = field(default_factory=list)
 
     @classmethod
     def from_words(cls, metadata: dict, words: list[int], count: int, capacity: int,
@@ -40,13 +42,14 @@ class Trace:
         each worker fills its own region of capacity / workers slots, the
         buffer cleared before the launch), wherever their end is nonzero."""
         if per_worker:
-            ends = words[RECORD_WORDS - 1:capacity * RECORD_WORDS:RECORD_WORDS]
+            ends = words[RECORD_END:capacity * RECORD_WORDS:RECORD_WORDS]
             raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i, e in enumerate(ends) if e]
         else:
             raw = [tuple(words[i * RECORD_WORDS:(i + 1) * RECORD_WORDS]) for i in range(min(count, capacity))]
-        t0 = min((r[3] for r in raw), default=0) if origin is None else origin
-        records = [(w, t, tile, s - t0, r - t0, e - t0) for w, t, tile, s, r, e in raw]
-        records.sort(key=lambda r: (r[3], r[0]))
+        t0 = min((r[RECORD_START] for r in raw), default=0) if origin is None else origin
+        stepped = [((w, t, tile, s - t0, r - t0, e - t0), step) for w, t, tile, s, r, e, step in raw]
+        stepped.sort(key=lambda x: (x[0][3], x[0][0]))
+        records = [rec for rec, _ in stepped]
         dropped = max(0, count - len(raw))
         if dropped:
             where = (f"the workers' regions of {capacity // max(int(metadata['workers']), 1)} records each"
@@ -54,7 +57,7 @@ class Trace:
             warnings.warn(f"profile of {metadata['kernel']}: {dropped} of {count} tile records did not fit in "
                           f"{where}; pass a larger trace_capacity to the launcher", RuntimeWarning, stacklevel=3)
         return cls(metadata["kernel"], int(metadata["workers"]), list(metadata.get("tasks", [])), records,
-                   dropped=dropped, mode=metadata.get("mode", "static"))
+                   dropped=dropped, mode=metadata.get("mode", "static"), steps=[step for _, step in stepped])
 
     @property
     def makespan_ns(self) -> int:
@@ -68,12 +71,13 @@ class Trace:
         busy = [0.0] * self.workers
         tiles = []
         counts = [0] * len(self.tasks)
-        for w, t, tile, s, r, e in self.records:
+        steps = self.steps or [0] * len(self.records)
+        for (w, t, tile, s, r, e), step in zip(self.records, steps):
             busy[w] += e - s
             if 0 <= t < len(counts):
                 counts[t] += 1
             name = self.tasks[t] if 0 <= t < len(self.tasks) else f"task{t}"
-            tiles.append(TileRecord(name, t, tile, w, float(s), float(r), float(e)))
+            tiles.append(TileRecord(name, t, tile, w, float(s), float(r), float(e), step=step))
         span = float(self.makespan_ns)
         util = [b / span if span else 0.0 for b in busy]
         infos = [TaskInfo(n, counts[i], 0.0, 0.0) for i, n in enumerate(self.tasks)]

@@ -670,6 +670,35 @@ et.kernel @argmax_from(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1x
 }
 // -----
 
+et.kernel @argmax_sample_from(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %f: memref<1x8xi32>,
+                               %t: memref<1xf32>, %s: memref<1xi64>, %n: memref<1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{samples in its first stage only (the tiles' keys), not with 'from'}}
+    et.argmax %x, %v, %i cols(%c, %c) slot(%c) from(%f) sample(%t, %s, %n : memref<1xf32>, memref<1xi64>, memref<1xi32>) : memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, memref<1x8xi32>
+  }
+}
+// -----
+
+et.kernel @argmax_sample_rows(%x: memref<2x8xf32>, %v: memref<2x1xf32>, %i: memref<2x1xi32>,
+                              %t: memref<3xf32>, %s: memref<2xi64>, %n: memref<2xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{sample's temperature, seed and counter must have one entry per token of x, got 'memref<3xf32>' for 'memref<2x8xf32>'}}
+    et.argmax %x, %v, %i cols(%c, %c) slot(%c) sample(%t, %s, %n : memref<3xf32>, memref<2xi64>, memref<2xi32>) : memref<2x8xf32>, memref<2x1xf32>, memref<2x1xi32>
+  }
+}
+// -----
+
+et.kernel @argmax_sample_partial(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %t: memref<1xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{sample needs a temperature, a seed and a counter per token}}
+    "et.argmax"(%x, %v, %i, %c, %c, %c, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 1, 0, 0>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
+  }
+}
+// -----
+
 et.kernel @embedding_outside(%t: memref<5x8xbf16>, %ids: memref<1xi32>, %y: memref<1x8xf32>) {
   %c = arith.constant 1 : index
   // expected-error @+1 {{'et.embedding' op must be nested in an 'et.task' body}}

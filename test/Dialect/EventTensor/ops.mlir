@@ -365,3 +365,17 @@ et.kernel @steps(%n: index, %stop: memref<1xi32>, %log: memref<16xindex>) {
     et.event.signal %done[] : !et.event<>
   }
 }
+
+// The argmax that samples (per token: temperature, seed, counter).
+// CHECK-LABEL: et.kernel @sample
+// CHECK: et.argmax %{{.*}}, %{{.*}}, %{{.*}} cols(%{{.*}}, %{{.*}}) slot(%{{.*}}) sample(%{{.*}}, %{{.*}}, %{{.*}} : memref<?xf32>, memref<?xi64>, memref<?xi32>) : memref<?x64xf32>, memref<?x2xf32>, memref<?x2xi32>
+et.kernel @sample(%x: memref<?x64xf32>, %v: memref<?x2xf32>, %i: memref<?x2xi32>, %t: memref<?xf32>,
+                  %s: memref<?xi64>, %n: memref<?xi32>) {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  et.task @draw tiles(%k) in (%c2) {
+    %col0 = arith.muli %k, %c32 : index
+    et.argmax %x, %v, %i cols(%col0, %c32) slot(%k) sample(%t, %s, %n : memref<?xf32>, memref<?xi64>, memref<?xi32>) : memref<?x64xf32>, memref<?x2xf32>, memref<?x2xi32>
+  }
+}

@@ -464,9 +464,9 @@ def ET_RoPEIntoOp : ET_Op<"rope_into", [
   let hasVerifier = 1;
 }
 
-def ET_ArgmaxOp : ET_Op<"argmax", [
+def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
-  let summary = "argmax of a column range of each token row (greedy decoding)";
+  let summary = "argmax of a column range of each token row (greedy decoding or sampling)";
   let description = [{
     For every token `m`, finds the largest `x[m, j]` over `j` in
     `[col0, col0 + cols)` (below the row length), ties to the smallest `j`,
@@ -475,22 +475,43 @@ def ET_ArgmaxOp : ET_Op<"argmax", [
     instead of `j`: a second argmax over the per-tile results of a first
     one then yields the column of the whole vocabulary.
 
+    With `sample(%temperature, %seed, %counter)` (per token: f32, i64, i32),
+    a token whose temperature `T` is above 0 takes the largest
+    `x[m, j] / T + g(j)` instead, where `g(j) = -log(-log(u))` is Gumbel
+    noise from `u` in (0, 1): Philox4x32-10 keyed by the token's seed, its
+    counter `(j, counter[m], 0, 0)`, first word, 24 bits. The winner is then
+    a sample of `softmax(x[m, :] / T)` over the columns (the Gumbel-max
+    trick), the same for every split of the columns into tiles and every
+    number of threads, and repeatable for a seed and counter (the decode
+    kernel passes the row's position, so every step draws anew). The value
+    written is the winning key; a second argmax (without `sample`) over the
+    tiles' results finishes the sample. A token with `T <= 0` is greedy,
+    bit for bit as without `sample`.
+
     Example:
 
     ```mlir
     // one tile per 4096 columns, then one tile over the partial results
     et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) : memref<1x128256xf32>, memref<1x32xf32>, memref<1x32xi32>
     et.argmax %pv, %v, %i cols(%z, %c32) slot(%z) from(%pi) : memref<1x32xf32>, memref<1x1xf32>, memref<1x1xi32>, memref<1x32xi32>
+    // sampling: temperature, seed and counter per token
+    et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) sample(%temp, %seed, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) : memref<?x128256xf32>, memref<?x32xf32>, memref<?x32xi32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
                        Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$values,
                        Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$indices,
                        Index:$col0, Index:$cols, Index:$slot,
-                       Optional<MemRefRankOf<[I32], [2]>>:$from);
+                       Optional<MemRefRankOf<[I32], [2]>>:$from,
+                       Optional<MemRefRankOf<[F32], [1]>>:$temperature,
+                       Optional<MemRefRankOf<[I64], [1]>>:$seed,
+                       Optional<MemRefRankOf<[I32], [1]>>:$counter);
   let assemblyFormat = [{
     $x `,` $values `,` $indices `cols` `(` $col0 `,` $cols `)` `slot` `(` $slot `)`
-    (`from` `(` $from^ `)`)? attr-dict `:` type($x) `,` type($values) `,` type($indices)
+    (`from` `(` $from^ `)`)?
+    (`sample` `(` $temperature^ `,` $seed `,` $counter `:` type($temperature) `,` type($seed) `,`
+      type($counter) `)`)?
+    attr-dict `:` type($x) `,` type($values) `,` type($indices)
     (`,` type($from)^)?
   }];
   let hasVerifier = 1;

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..layout import MAX_STOP_IDS
 from ..options import NORM_TASKS
 from .tiles import norm_scratch_rows
+from ...ir import IntegerType
 from .views import DYN, model_arguments, mr
 
 __all__ = ["decode_arguments", "plan_scratch"]
@@ -67,12 +68,16 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
     symmetric = ()
     if tp == 1:
-        # Steps in one launch (`kernel.steps`): the step budget, the stop
+        # Sampling (a row's temperature, 0 for greedy, and seed). Steps in
+        # one launch (`kernel.steps`): the step budget, the stop
         # flag, each row's budget of new tokens, stop ids and finish
-        # reason, and every cache slot's tokens by position.
+        # reason, and every cache slot's tokens by position (the caches'
+        # storage shape, so that every kernel variant shares them).
+        i64 = IntegerType.get_signless(64)
+        args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64))]
         args += [("steps", idx), ("stop", mr([1], i32)), ("remaining", mr([DYN], i32)),
                  ("stop_ids", mr([DYN, MAX_STOP_IDS], i32)), ("finished", mr([DYN], i32)),
-                 ("out_tokens", mr([B, lay.max_context + 1], i32))]
+                 ("out_tokens", mr([lay.cache_slots, lay.cache_len + 1], i32))]
     if tp > 1:
         # Partial sums of the row-parallel layers, read by every device;
         # every device's argmax candidates, gathered into all_val/all_idx.

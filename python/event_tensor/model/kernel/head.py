@@ -1,5 +1,6 @@
 """The end of the decode step: the final norm (in the LM head's tiles with
-fused norms), the LM head, and the greedy token, an argmax in two stages
+fused norms), the LM head, and the next token (greedy, or sampled at the
+row's temperature on one device), an argmax in two stages
 (one tile per vocabulary chunk, then one over the chunks' candidates; on
 several devices every device's candidates are gathered between)."""
 
@@ -37,9 +38,12 @@ def head_tasks(ctx, prev: str) -> None:
         task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
              flops=lm_flops)
     chunk = -(-V_lm // lay.argmax_chunks)
+    # On one device a row whose temperature is above 0 samples (Gumbel-max
+    # keys from its seed and position); the others take the greedy token.
+    sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"]) if tp == 1 else {}
     task("argmax_part", [lay.argmax_chunks], ["lm_head"],
          lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
-                             arith.MulIOp(t, const(chunk)).result, const(chunk), t),
+                             arith.MulIOp(t, const(chunk)).result, const(chunk), t, **sample),
          nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
     candidates, cand_val, cand_idx = lay.argmax_chunks, A["part_val"], A["part_idx"]
     if tp > 1:
