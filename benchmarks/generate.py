@@ -11,6 +11,9 @@ decode seconds / (new - 1). Three ways, in the same process:
 
 - `device`: `DecodeSession.generate`: one launch runs every decode step, the
   kernel feeding each row's token back (steps on the device);
+- `stream_<k>`: `DecodeSession.stream(chunk=k)`: launches of k steps, the
+  tokens handed out after each (--chunks);
+- `sampled`: `generate` at --temperature (Gumbel-max sampling in the kernel);
 - `host_loop`: `DecodeSession.step` per token, the host feeding the token
   back (one launch, copies and a synchronization per token);
 - `peer`: transformers + torch.compile(mode="reduce-overhead") with a static
@@ -65,6 +68,8 @@ def main():
     parser.add_argument("--peer", default="compiled", help="'compiled' or '' for none")
     parser.add_argument("--peer-batches", default="1")
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--chunks", default="16", help="stream() chunks to time ('' for none)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="temperature of the sampled run (0: none)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -85,6 +90,7 @@ def main():
             row = {"artifact": d.name, "batch": batch, "prompt": args.prompt, "new": args.new, "gpu": device_name}
             session.reset()
             session.generate(prompts, 8)  # warm-up
+            per = args.new - 1
             device_s, loop_s, device_tokens, loop_tokens = [], [], [], []
             for _ in range(args.repeats):
                 session.reset()
@@ -94,9 +100,23 @@ def main():
                 tokens, seconds = host_loop(session, prompts, args.new)
                 loop_s.append(seconds)
                 loop_tokens.append(tokens)
-            per = args.new - 1
             row["device_ms"] = 1e3 * float(np.median(device_s)) / per
             row["host_loop_ms"] = 1e3 * float(np.median(loop_s)) / per
+            for k in [int(c) for c in args.chunks.split(",") if c]:
+                times = []
+                for _ in range(args.repeats):
+                    session.reset()
+                    stream = session.stream(prompts, args.new, chunk=k)
+                    for _ in stream:
+                        pass
+                    times.append(stream.result.decode_s)
+                row[f"stream_{k}_ms"] = 1e3 * float(np.median(times)) / per
+            if args.temperature > 0:
+                times = []
+                for r in range(args.repeats):
+                    session.reset()
+                    times.append(session.generate(prompts, args.new, temperature=args.temperature, seed=r).decode_s)
+                row["sampled_ms"] = 1e3 * float(np.median(times)) / per
             row["same_tokens"] = g.tokens == tokens
             # Where the two first differ (rows' positions), and whether each
             # way repeats itself: relaxed atomic adds (o_per_head) make the

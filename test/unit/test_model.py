@@ -146,6 +146,41 @@ def test_generate_samples_in_the_kernel(compiled, monkeypatch):
     session.close()
 
 
+def test_stream_hands_out_the_tokens_of_generate(compiled, monkeypatch):
+    """stream() yields the prefill's tokens, then each launch's (up to
+    `chunk` steps): together the tokens of generate(), greedy or sampled,
+    with each row stopping on its own."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+    for kwargs in ({}, {"temperature": 3.0, "seed": [5, 6]}):
+        session.reset()
+        want = session.generate(prompts, 9, **kwargs)
+        session.reset()
+        stream = session.stream(prompts, 9, chunk=3, **kwargs)
+        items = list(stream)
+        assert len(items) == 1 + 3 and all(len(item) == 2 for item in items)
+        assert items[0] == [[t[0]] for t in want.tokens]
+        assert [sum((item[b] for item in items), []) for b in range(2)] == want.tokens
+        assert stream.result.tokens == want.tokens and stream.result.launches == 3
+    # A row that stops early gets nothing from the later launches.
+    stop_at = want.tokens[0][2]
+    session.reset()
+    items = list(session.stream(prompts, 9, chunk=2, stop=[[stop_at], []], temperature=3.0, seed=[5, 6]))
+    row0 = sum((item[0] for item in items), [])
+    assert row0 == want.tokens[0][: want.tokens[0].index(stop_at) + 1]
+    # One launch per step on the host: the same stream, a launch per item.
+    session.reset()
+    with monkeypatch.context() as m:
+        m.setattr(type(session), "steps_on_device", property(lambda self: False))
+        host = list(session.stream(prompts, 9, chunk=3, temperature=3.0, seed=[5, 6]))
+    assert len(host) == 9 and [sum((i[b] for i in host), []) for b in range(2)] == want.tokens
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="chunk must be a positive int"):
+            session.stream(prompts, 4, chunk=bad)
+    session.close()
+
+
 def test_generate_rejects_bad_input_before_any_launch(compiled):
     config, weights, path = compiled
     session = model.DecodeSession(path, weights)

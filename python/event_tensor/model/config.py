@@ -283,6 +283,14 @@ def _qwen3_0_6b() -> ModelConfig:
                        architecture="Qwen3ForCausalLM")
 
 
+def _qwen3_1_7b() -> ModelConfig:
+    """The shapes of Qwen3-1.7B (its published config.json)."""
+    return ModelConfig(family="qwen3", hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16,
+                       num_kv_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       rope_scaling=None, tie_word_embeddings=True, max_position_embeddings=40960,
+                       architecture="Qwen3ForCausalLM")
+
+
 def _llama_3_1_8b() -> ModelConfig:
     """The shapes of Llama-3.1-8B (its published config.json)."""
     return ModelConfig(family="llama", hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
@@ -307,6 +315,7 @@ PRESETS = {
     "tiny-qwen3": lambda: tiny_config("qwen3"),
     "llama-3.2-1b": _llama_3_2_1b,
     "qwen3-0.6b": _qwen3_0_6b,
+    "qwen3-1.7b": _qwen3_1_7b,
     "llama-3.1-8b": _llama_3_1_8b,
     "qwen3-8b": _qwen3_8b,
 }

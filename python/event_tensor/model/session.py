@@ -18,7 +18,7 @@ from .layout import FINISH_REASONS, MAX_STOP_IDS
 from .options import KernelOptions
 from .weights import BF16, PACKED_ORDER, pack, tp_shards
 
-__all__ = ["DecodeSession", "Generation", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
+__all__ = ["DecodeSession", "Generation", "GenerationStream", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
 PREFILL_DIR = "prefill"  # the prefill kernel's subdirectory (compile_model(prefill_rows=...))
@@ -56,6 +56,20 @@ class Generation:
     prefill_s: float
     decode_s: float
     launches: int
+
+
+class GenerationStream:
+    """A generation handed out as it runs (`DecodeSession.stream`):
+    iterating yields each row's new tokens after the prefill and after
+    every launch; `result` is the `Generation` once the iteration ended."""
+
+    def __init__(self, run):
+        self._run = run
+        self.result: Generation | None = None
+
+    def __iter__(self):
+        self.result = yield from self._run
+        return self.result
 
 
 class DecodeSession:
@@ -463,6 +477,27 @@ class DecodeSession:
         kernel: a counter-based generator keyed by the row's `seed` and
         position, so a generation repeats exactly for its seeds, whatever
         the number of workers. The prefill's token is greedy."""
+        run = self._generation(prompts, max_new_tokens, stop, temperature, seed, chunk=None)
+        for _ in run:
+            pass
+        return run.result
+
+    def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None, temperature=0.0,
+               seed=0, chunk: int = 16) -> "GenerationStream":
+        """`generate`, handing the tokens out as they come: iterating yields,
+        after the prefill and then after every launch of up to `chunk`
+        decode steps, each row's new tokens since the last item (a list per
+        row, empty for a row with none); `.result` is the `Generation` once
+        the iteration ends. The host waits once per launch, not per token
+        (about 0.5 ms a launch: `chunk` trades that against how soon tokens
+        arrive)."""
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+            raise ValueError(f"chunk must be a positive int (decode steps per launch), got {chunk!r}")
+        return self._generation(prompts, max_new_tokens, stop, temperature, seed, chunk=int(chunk))
+
+    def _generation(self, prompts, max_new_tokens, stop, temperature, seed, chunk) -> "GenerationStream":
+        """Checks every argument (before any launch) and returns the
+        generation as a stream of launches (`chunk` steps each; None: all)."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
                 or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
@@ -479,6 +514,14 @@ class DecodeSession:
             raise ValueError(f"a prompt of {int(lengths[np.argmax(lengths)])} tokens and max_new_tokens "
                              f"{max_new_tokens} need a context of {longest}, past the compiled context "
                              f"{self.max_context}")
+        for p in prompts:
+            self._check_tokens(np.asarray(p, np.int64))
+        return GenerationStream(self._run(prompts, int(max_new_tokens), stop_ids, temps, seeds, lengths, chunk))
+
+    def _run(self, prompts, max_new_tokens, stop_ids, temps, seeds, lengths, chunk):
+        """The generation (see `stream`): yields each row's new tokens after
+        the prefill and after each launch; returns the `Generation`."""
+        n = len(prompts)
         start = time.perf_counter()
         first = self.prefill(prompts)
         prefill_s = time.perf_counter() - start
@@ -486,18 +529,19 @@ class DecodeSession:
         stopped = np.array([int(first[b]) in stop_ids[b] for b in range(n)])
         finished = np.where(stopped, 1, np.where(max_new_tokens == 1, 2, 0)).astype(np.int32)
         tokens = [[int(t)] for t in first]
+        yield [list(t) for t in tokens]
         launches = 0
         if (finished == 0).any():
             sampling = bool((temps > 0).any())
             if sampling:
                 self._write_rows({"temperature": temps, "seed": seeds})
             try:
-                if self.steps_on_device:
-                    finished = self._decode_on_device(first, lengths, max_new_tokens, stop_ids, finished, tokens)
-                    launches = 1
-                else:
-                    finished, launches = self._decode_stepwise(first, lengths, max_new_tokens, stop_ids,
-                                                               finished, tokens)
+                decode = self._decode_on_device if self.steps_on_device else self._decode_stepwise
+                for new in decode(first, lengths, max_new_tokens, stop_ids, finished, chunk):
+                    launches += 1
+                    for b, t in enumerate(new):
+                        tokens[b] += t
+                    yield new
             finally:
                 if sampling:
                     # step() and prefill stay greedy.
@@ -508,51 +552,63 @@ class DecodeSession:
             raise NonFiniteLogitsError(bad)
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
 
-    def _decode_on_device(self, first, lengths, max_new_tokens, stop_ids, finished, tokens) -> np.ndarray:
-        """One launch of every decode step: the rows' first tokens at their
-        prompts' ends; appends each row's new tokens; returns `finished`."""
+    def _decode_on_device(self, first, lengths, max_new_tokens, stop_ids, finished, chunk):
+        """Launches of up to `chunk` steps (None: one launch of every step),
+        the kernel feeding the tokens back; the rows' first tokens are at
+        their prompts' ends. Yields each row's new tokens per launch and
+        keeps `finished` (updated in place) current."""
         n = len(first)
         running = finished == 0
         self._write_rows({"tokens": first.astype(np.int32), "positions": lengths.astype(np.int32),
                           "slots": np.arange(n, dtype=np.int32),
                           "remaining": np.full(n, max_new_tokens - 1, np.int32), "finished": finished,
-                          "stop_ids": stop_ids})
-        self._write_rows({"stop": np.zeros(1, np.int32)})
+                          "stop_ids": stop_ids, "stop": np.zeros(1, np.int32)})
         self._variant = self._choose(n, int((lengths + max_new_tokens - 1).max()))
         self.launcher = self.launchers[self._variant]
-        self.launcher(*self._arguments(n, steps=max_new_tokens - 1))
         self.batch = n
-        finished = self._read("finished", n)
-        positions = self._read("positions", n)
-        history = self._read("out_tokens", n)
-        for b in np.flatnonzero(running):
-            # The row's tokens after the first are at positions lengths[b] + 1
-            # on; a finished row's last one was not fed back (it is one past
-            # its last position).
-            end = positions[b] + (2 if finished[b] else 1)
-            tokens[b] += history[b, lengths[b] + 1: end].tolist()
-        return finished
+        # The position after each row's last token handed out.
+        done = lengths + 1
+        left = max_new_tokens - 1
+        while left > 0 and (finished == 0).any():
+            steps = left if chunk is None else min(chunk, left)
+            # The stop flag stays 0 between launches: it is raised only once
+            # every row has finished, and then no launch follows.
+            self.launcher(*self._arguments(n, steps=steps))
+            left -= steps
+            finished[:] = self._read("finished", n)
+            positions = self._read("positions", n)
+            history = self._read("out_tokens", n)
+            new = [[] for _ in range(n)]
+            for b in np.flatnonzero(running):
+                # A finished row's last token is one past its last position
+                # (it was not fed back); a running row's is at it.
+                end = positions[b] + (2 if finished[b] else 1)
+                new[b] = history[b, done[b]:end].tolist()
+                done[b] = max(done[b], end)
+            yield new
 
-    def _decode_stepwise(self, first, lengths, max_new_tokens, stop_ids, finished, tokens):
-        """The decode as a host loop of one-step launches (kernels without
-        steps: several devices); returns (`finished`, launches)."""
-        n, launches = len(first), 0
-        nxt, pos = first.copy(), lengths.copy()
+    def _decode_stepwise(self, first, lengths, max_new_tokens, stop_ids, finished, chunk):
+        """One-step launches, the host feeding the tokens back (kernels
+        without steps: several devices). Yields each row's new token per
+        launch and keeps `finished` (updated in place) current."""
+        n = len(first)
+        nxt, pos, count = first.copy(), lengths.copy(), np.ones(n, np.int64)
         while (finished == 0).any():
             live = np.flatnonzero(finished == 0)
             out = self.step(nxt[live], pos[live], live)
-            launches += 1
+            new = [[] for _ in range(n)]
             for b, t in zip(live, out):
-                tokens[b].append(int(t))
+                new[b] = [int(t)]
+                count[b] += 1
                 pos[b] += 1
                 if int(t) in stop_ids[b]:
                     finished[b] = 1
-                elif len(tokens[b]) >= max_new_tokens:
+                elif count[b] >= max_new_tokens:
                     finished[b] = 2
                 elif pos[b] >= self.max_context:
                     finished[b] = 3
                 nxt[b] = t
-        return finished, launches
+            yield new
 
     def _read(self, name: str, n: int) -> np.ndarray:
         """The first `n` rows of buffer `name` on the host."""
