@@ -81,7 +81,12 @@ def main():
         info = json.loads((d / "model.json").read_text())
         config = ModelConfig.from_dict(info["config"])
         weights_t = random_model_weights(config, seed=0)
-        session = DecodeSession(d, to_numpy_bf16(weights_t))
+        try:
+            session = DecodeSession(d, to_numpy_bf16(weights_t))
+        except Exception as err:  # an artifact that does not load: say so, go on with the others
+            rows.append({"artifact": d.name, "gpu": device_name, "error": f"{type(err).__name__}: {err}"})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
         rng = np.random.default_rng(0)
         for batch in [int(b) for b in args.batches.split(",")]:
             if batch > session.max_batch:

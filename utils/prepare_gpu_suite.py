@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import event_tensor as et
-from event_tensor.testing import planted_deadlock, reference_plan
+from event_tensor.testing import STEPS_KERNEL, planted_deadlock, reference_plan
 from event_tensor import reference as numpy_refs
 from event_tensor.dag import random_kernel, reference, with_bodies
 
@@ -84,6 +84,10 @@ def suite(out: Path, seeds: int, cache: Path) -> None:
             "  et.task @consumer tiles(%i) in (%n) {\n    et.event.wait %e[] : !et.event<>\n  }\n}\n")
     art = et.compile(wide, target="cuda", workers=528, mode="static", threads_per_worker=1024, cache_dir=cache)
     _copy_artifact(art, out / "oversubscribed")
+    # Steps in one launch (et.repeat), over a static and a dynamic schedule.
+    for mode, workers in (("static", 8), ("dynamic", 32)):
+        art = et.compile(STEPS_KERNEL, target="cuda", workers=workers, mode=mode, cache_dir=cache)
+        _copy_artifact(art, out / f"steps-{mode}")
     deadlock = planted_deadlock(4)
     art = et.compile(deadlock, target="cuda", workers=4, mode="keep", verify=False, cache_dir=cache)
     _copy_artifact(art, out / "planted-deadlock")

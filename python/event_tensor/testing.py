@@ -7,7 +7,8 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["cuda_available", "cuda_skip_reason", "planted_deadlock", "ptxas_path", "reference_plan", "run"]
+__all__ = ["STEPS_CASES", "STEPS_KERNEL", "cuda_available", "cuda_skip_reason", "planted_deadlock", "ptxas_path", "reference_plan",
+           "run", "steps_reference"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,3 +87,76 @@ et.kernel @deadlock(%n: index) {{
 {entries}  }}
 }}
 """
+
+
+#: A kernel with steps (`et.repeat`), for the CPU tests and the GPU suite:
+#: every step, tile i of @add adds (step + 1) * (i + 1) to acc[i] after
+#: reading it (what the step before wrote, possibly on another worker);
+#: @finish sums acc into log[step] and raises the stop flag once the sum
+#: reaches limit[0]. Thread 0 of a worker does the memory work.
+STEPS_KERNEL = """
+et.kernel @steps(%n: index, %stop: memref<1xi32>, %acc: memref<8xi64>, %log: memref<64xi64>,
+                 %limit: memref<1xi64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %added = et.event.create() : !et.event<>
+  %done = et.event.create() : !et.event<>
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @add tiles(%i) in (%c8) {
+    %s = et.step
+    %t = et.thread_id
+    %first = arith.cmpi eq, %t, %c0 : index
+    scf.if %first {
+      %s1 = arith.addi %s, %c1 : index
+      %i1 = arith.addi %i, %c1 : index
+      %inc = arith.muli %s1, %i1 : index
+      %inc64 = arith.index_cast %inc : index to i64
+      %v = memref.load %acc[%i] : memref<8xi64>
+      %w = arith.addi %v, %inc64 : i64
+      memref.store %w, %acc[%i] : memref<8xi64>
+    }
+    et.event.signal %added[] : !et.event<>
+  }
+  et.task @finish tiles(%j) in (%c1) {
+    et.event.wait %added[] : !et.event<>
+    %s = et.step
+    %t = et.thread_id
+    %first = arith.cmpi eq, %t, %c0 : index
+    scf.if %first {
+      %zero = arith.constant 0 : i64
+      %sum = scf.for %i = %c0 to %c8 step %c1 iter_args(%a = %zero) -> (i64) {
+        %v = memref.load %acc[%i] : memref<8xi64>
+        %u = arith.addi %a, %v : i64
+        scf.yield %u : i64
+      }
+      memref.store %sum, %log[%s] : memref<64xi64>
+      %lim = memref.load %limit[%c0] : memref<1xi64>
+      %reached = arith.cmpi sge, %sum, %lim : i64
+      scf.if %reached {
+        %one = arith.constant 1 : i32
+        memref.store %one, %stop[%c0] : memref<1xi32>
+      }
+    }
+    et.event.signal %done[] : !et.event<>
+  }
+}
+"""
+
+#: (step budget, limit) pairs that STEPS_KERNEL is run with: the budget
+#: reached, the stop flag after a few steps, one step, none.
+STEPS_CASES = [(10, 1 << 40), (40, 2000), (1, 0), (0, 0), (64, 1 << 40), (5, 36)]
+
+
+def steps_reference(steps: int, limit: int):
+    """What STEPS_KERNEL leaves for a step budget and limit: (acc, the logged
+    sums of the steps that ran)."""
+    import numpy as np
+
+    acc, log = np.zeros(8, np.int64), []
+    for s in range(steps):
+        acc += (s + 1) * np.arange(1, 9)
+        log.append(int(acc.sum()))
+        if log[-1] >= limit:
+            break
+    return acc, log

@@ -8,61 +8,11 @@ import numpy as np
 import pytest
 
 import event_tensor as et
+from event_tensor.testing import STEPS_CASES
+from event_tensor.testing import STEPS_KERNEL as KERNEL
+from event_tensor.testing import steps_reference as reference
 
-# Every step: tile i of @add adds (step + 1) * (i + 1) to acc[i] after reading
-# it (what the step before wrote, possibly on another worker); @finish sums
-# acc into log[step] and sets the stop flag once the sum reaches limit[0].
-KERNEL = """
-et.kernel @steps(%n: index, %stop: memref<1xi32>, %acc: memref<8xi64>, %log: memref<64xi64>,
-                 %limit: memref<1xi64>) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c8 = arith.constant 8 : index
-  %added = et.event.create() : !et.event<>
-  %done = et.event.create() : !et.event<>
-  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
-  et.task @add tiles(%i) in (%c8) {
-    %s = et.step
-    %s1 = arith.addi %s, %c1 : index
-    %i1 = arith.addi %i, %c1 : index
-    %inc = arith.muli %s1, %i1 : index
-    %inc64 = arith.index_cast %inc : index to i64
-    %v = memref.load %acc[%i] : memref<8xi64>
-    %w = arith.addi %v, %inc64 : i64
-    memref.store %w, %acc[%i] : memref<8xi64>
-    et.event.signal %added[] : !et.event<>
-  }
-  et.task @finish tiles(%j) in (%c1) {
-    et.event.wait %added[] : !et.event<>
-    %s = et.step
-    %zero = arith.constant 0 : i64
-    %sum = scf.for %i = %c0 to %c8 step %c1 iter_args(%a = %zero) -> (i64) {
-      %v = memref.load %acc[%i] : memref<8xi64>
-      %t = arith.addi %a, %v : i64
-      scf.yield %t : i64
-    }
-    memref.store %sum, %log[%s] : memref<64xi64>
-    %lim = memref.load %limit[%c0] : memref<1xi64>
-    %reached = arith.cmpi sge, %sum, %lim : i64
-    scf.if %reached {
-      %one = arith.constant 1 : i32
-      memref.store %one, %stop[%c0] : memref<1xi32>
-    }
-    et.event.signal %done[] : !et.event<>
-  }
-}
-"""
 POISON = -1
-
-
-def reference(steps: int, limit: int):
-    acc, log = np.zeros(8, np.int64), []
-    for s in range(steps):
-        acc += (s + 1) * np.arange(1, 9)
-        log.append(int(acc.sum()))
-        if log[-1] >= limit:
-            break
-    return acc, log
 
 
 def run(launch, steps: int, limit: int):
@@ -74,11 +24,13 @@ def run(launch, steps: int, limit: int):
 
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
-@pytest.mark.parametrize("workers", [1, 3, 8])
+@pytest.mark.parametrize("workers", [1, 3, 8, 24])
 def test_steps_run_until_budget_or_stop(workers, mode, tmp_path):
+    # 24 workers take the tickets of a dynamic schedule (9 tiles a step)
+    # steps ahead: those past a stop must not wait for steps that never run.
     launch = et.compile(KERNEL, target="cpu", workers=workers, mode=mode, cache_dir=tmp_path).launcher(
         timeout_s=20)
-    for steps, limit in [(10, 1 << 40), (40, 2000), (1, 0), (0, 0), (64, 1 << 40), (5, 36)]:
+    for steps, limit in STEPS_CASES:
         stop, acc, log = run(launch, steps, limit)
         want_acc, want_log = reference(steps, limit)
         assert acc.tolist() == want_acc.tolist(), (workers, steps, limit)

@@ -31,7 +31,11 @@ std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, s, idx(0));
   cf::CondBranchOp::create(b, loc, first, run, ValueRange{}, gate, ValueRange{});
 
-  // Every signal of steps 0 .. s - 1 to `after`.
+  // Every signal of steps 0 .. s - 1 to `after`, or the stop flag: a step
+  // before s - 1 may have stopped the launch (a dynamic schedule hands out
+  // tickets of later steps before the earlier ones end), and then step
+  // s - 1 never ends. When the flag is up, every ticket of the steps that
+  // ran has run: the flag is written by a tile that waits on all the others.
   b.setInsertionPointToEnd(gate);
   EventLayout &layout = layouts[repeat.getAfter()];
   auto [lin, counter] = locate(top, layout, {}, idx(-1), idx(-1));
@@ -39,14 +43,15 @@ std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
   // The count of a rank-0 event from kernel arguments: verified by
   // et-verify-event-graph (no device counts in a repeat kernel).
   Value expected = arith::MulIOp::create(b, loc, *count, s);
-  emitSpin(top, counter, expected, idx(-1), idx(-1), idx(layout.id), lin, target.syncscope());
+  Value stopPtr = elementPointer(basePointer(eager.lookup(repeat.getStop())), idx(0), b.getI32Type());
+  emitSpin(top, counter, expected, idx(-1), idx(-1), idx(layout.id), lin, target.syncscope(),
+           /*localOnly=*/false, stopPtr);
   // The stop flag, written before those signals: a relaxed load at device
   // scope after the acquire (it bypasses a stale L1 line of the last gate).
-  Value stopBase = basePointer(eager.lookup(repeat.getStop()));
-  Value flag = LLVM::LoadOp::create(b, loc, b.getI32Type(), elementPointer(stopBase, idx(0), b.getI32Type()),
-                                    /*alignment=*/4, false, false, false, false, LLVM::AtomicOrdering::monotonic,
-                                    target.syncscope());
-  Value go = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, flag, i32(0));
+  // Thread 0's reading decides for the worker.
+  Value flag = LLVM::LoadOp::create(b, loc, b.getI32Type(), stopPtr, /*alignment=*/4, false, false, false, false,
+                                    LLVM::AtomicOrdering::monotonic, target.syncscope());
+  Value go = broadcast(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, flag, i32(0)));
   scf::YieldOp::create(b, loc, ValueRange{i1(true), go});
   b.setInsertionPointAfter(region);
   return {region.getResult(0), region.getResult(1)};

@@ -119,7 +119,7 @@ void WorkerEmitter::recordError(WorkerError kind, Value task, Value tile, Value 
 
 void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, Value task,
               Value tile, Value event, Value element,
-              StringRef syncscope, bool localOnly) {
+              StringRef syncscope, bool localOnly, Value orFlag) {
   Type i64Type = b.getI64Type(), i1Type = b.getI1Type();
   Block *spin = newBlock(scope, {i64Type});
   Block *check = newBlock(scope, {i64Type});
@@ -159,6 +159,12 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
       syncscope);
   Value ready = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
                                       observed, expected32);
+  if (orFlag) {
+    Value flag = LLVM::LoadOp::create(b, loc, b.getI32Type(), orFlag, /*alignment=*/4, false, false, false, false,
+                                      LLVM::AtomicOrdering::monotonic, target.syncscope());
+    ready = arith::OrIOp::create(b, loc, ready,
+                                 arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, flag, i32(0)));
+  }
   cf::CondBranchOp::create(b, loc, ready, join, ValueRange{i1(true)}, check,
                            ValueRange{spin->getArgument(0)});
 

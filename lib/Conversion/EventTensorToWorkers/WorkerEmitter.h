@@ -126,9 +126,11 @@ private:
   /// the outcome is shared by the CTA. On timeout or abort, branches to the
   /// scope's failure block. Continues in a new current block.
   /// A timeout with `localOnly` stops only this device (see recordError).
+  /// With `orFlag` (a pointer to an i32 word), a nonzero word ends the wait
+  /// too.
   void emitSpin(Scope &scope, Value counterIndex, Value expected, Value task,
                 Value tile, Value event, Value element,
-                StringRef syncscope, bool localOnly = false);
+                StringRef syncscope, bool localOnly = false, Value orFlag = {});
 
   //===--------------------------------------------------------------------===//
   // Kernel-level values
@@ -306,8 +308,9 @@ private:
   /// The step budget of the kernel's et.repeat, in the worker (index).
   FailureOr<Value> stepCount();
   /// At the start of step `s` > 0: waits for every signal of step s - 1 to
-  /// the repeat's `after` event, then reads the stop flag. Returns (whether
-  /// the wait succeeded, whether the step runs), both i1 for every thread.
+  /// the repeat's `after` event, or for the stop flag, then reads the stop
+  /// flag. Returns (whether the wait succeeded, whether the step runs), both
+  /// i1 for every thread.
   std::pair<Value, Value> emitStepGate(Value s);
 
   //===--------------------------------------------------------------------===//

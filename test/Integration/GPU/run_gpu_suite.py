@@ -283,6 +283,34 @@ def run_graph_capture(root: Path) -> bool:
     return ok
 
 
+def run_steps(root: Path) -> bool:
+    """Kernels with steps (et.repeat) on the GPU: every (budget, limit) of
+    the CPU tests gives the reference's sums, and no step past the stop."""
+    from event_tensor.testing import STEPS_CASES, steps_reference
+
+    ok = True
+    for mode in ("static", "dynamic"):
+        if not (root / f"steps-{mode}").exists():
+            continue
+        launch = runtime.load(root / f"steps-{mode}").launcher(timeout_s=5)
+        for steps, limit in STEPS_CASES:
+            stop = torch.zeros(1, dtype=torch.int32, device="cuda")
+            acc = torch.zeros(8, dtype=torch.int64, device="cuda")
+            log = torch.full((64,), -1, dtype=torch.int64, device="cuda")
+            launch(steps, stop, acc, log, torch.tensor([limit], dtype=torch.int64, device="cuda"))
+            want_acc, want_log = steps_reference(steps, limit)
+            got = log.cpu().numpy()
+            good = (acc.cpu().numpy().tolist() == want_acc.tolist() and got[: len(want_log)].tolist() == want_log
+                    and (got[len(want_log):] == -1).all())
+            if not good:
+                print(f"steps ({mode}): FAIL at budget {steps}, limit {limit}: {got[:12].tolist()}")
+                ok = False
+        launch.close()
+        print(f"steps in one launch ({mode} schedule): {len(STEPS_CASES)} budgets and stops "
+              f"{'match' if ok else 'FAIL'}")
+    return ok
+
+
 def run_oversubscribed(root: Path) -> bool:
     """A static kernel with waits and more workers than the GPU holds at
     once: the launcher refuses it, naming the limit, before any launch."""
@@ -405,6 +433,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("graph capture")
     if not run_oversubscribed(root):
         failures.append("oversubscribed")
+    if not run_steps(root):
+        failures.append("steps")
     if not run_profiled(root, out):
         failures.append("profiled")
     if not run_tile_numerics(root):
