@@ -4,13 +4,15 @@
 // Workgroup allocas marked et.dynamic_shared all start at the beginning of
 // the kernel's dynamic shared memory (an external zero-sized workgroup
 // global, sized at launch), each viewed with its own type; the other
-// allocas keep static workgroup buffers. The kernel states the bytes its
-// launch must provide, the largest such buffer's (256), in a global the
-// runtime reads.
+// allocas are views into one static workgroup arena of bytes that every
+// task lays its buffers out in from 0 (here 8 x f32: 32 bytes). The kernel
+// states the bytes its launch must provide, the largest such buffer's
+// (256), in a global the runtime reads.
 // CHECK: gpu.module @two_module
 // CHECK: memref.global "public" @__et_dynamic_shared : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // CHECK: llvm.mlir.global external constant @__et_dynamic_shared_bytes(256 : i32) {addr_space = 1 : i32, alignment = 4 : i64} : i32
-// CHECK: gpu.func @two({{.*}}) workgroup(%{{.*}} : memref<4xi64, #gpu.address_space<workgroup>>, %{{.*}} : memref<8xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// CHECK: gpu.func @two({{.*}}) workgroup(%{{.*}} : memref<4xi64, #gpu.address_space<workgroup>>, %[[ARENA:.*]] : memref<32xi8, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// CHECK: memref.view %[[ARENA]][%{{.*}}][] : memref<32xi8, #gpu.address_space<workgroup>> to memref<8xf32, #gpu.address_space<workgroup>>
 // CHECK: %[[DYN:.*]] = memref.get_global @__et_dynamic_shared : memref<0xi8, #gpu.address_space<workgroup>>
 // CHECK: %[[A:.*]] = memref.reinterpret_cast %[[DYN]] to offset: [0], sizes: [256], strides: [1]
 // CHECK: memref.view %[[A]][%{{.*}}][] : memref<256xi8, #gpu.address_space<workgroup>> to memref<128xbf16, #gpu.address_space<workgroup>>

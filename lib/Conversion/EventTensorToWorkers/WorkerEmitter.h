@@ -40,6 +40,9 @@ namespace mlir::et::workers {
 /// The most shared memory a worker's copy of its static program may take.
 constexpr int64_t kSharedProgramBytes = 4096;
 
+/// The alignment of each tile buffer in the workgroup arena the tasks share.
+constexpr int64_t kWorkgroupAlign = 16;
+
 /// The attribute of a workgroup alloca that lives in the kernel's dynamic
 /// shared memory (sized at launch) instead of a static buffer.
 constexpr llvm::StringLiteral kDynamicShared = EventTensorDialect::getDynamicSharedAttrName();
