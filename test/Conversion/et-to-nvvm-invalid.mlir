@@ -34,3 +34,22 @@ et.kernel @staged_too_big(%w: memref<256x1024xbf16>) {
     }
   }
 }
+
+// -----
+
+// More shared memory than an SM gives one CTA: refused here, not at launch.
+// expected-error @+1 {{'et.kernel' op needs 240064 bytes of shared memory per worker (240064 static: tile buffers, the program; 0 dynamic: prefetched and staged weights, tile buffers marked et.dynamic_shared), more than the 232448 an SM gives one CTA on sm_90}}
+et.kernel @too_much_shared(%x: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    %s = memref.alloca() : memref<60000xf32, #gpu.address_space<workgroup>>
+    %v = memref.load %x[%c0] : memref<4xf32>
+    memref.store %v, %s[%c0] : memref<60000xf32, #gpu.address_space<workgroup>>
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @t tiles [0]
+    }
+  }
+}

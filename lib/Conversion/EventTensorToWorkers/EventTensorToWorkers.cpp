@@ -258,6 +258,7 @@ LogicalResult WorkerEmitter::layoutDynamicShared(Operation *fn) {
                                                     ArrayRef<int64_t>{need}, ArrayRef<int64_t>{1});
   }
   if (dynamicShared) {
+    dynamicSharedBytes = need;
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(fn);
     LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/true, LLVM::Linkage::External,
@@ -486,7 +487,35 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   // Thread ids, the device id and peer buffers in the tile bodies and the
   // kernel-level values.
   replaceWorkerOps();
-  return success();
+  return checkSharedMemory(entryBlock->getParentOp());
+}
+
+LogicalResult WorkerEmitter::checkSharedMemory(Operation *fn) {
+  if (!target.hasWorkgroupMemory())
+    return success();
+  auto bytesOf = [](Type t) {
+    auto type = cast<MemRefType>(t);
+    return type.getNumElements() * type.getElementTypeBitWidth() / 8;
+  };
+  int64_t staticBytes = 0;
+  if (auto gpuFn = dyn_cast<gpu::GPUFuncOp>(fn))
+    for (BlockArgument a : gpuFn.getWorkgroupAttributions())
+      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(a.getType()), kWorkgroupAlign));
+  // Workgroup globals other than the dynamic one (the worker's program).
+  container->walk([&](memref::GlobalOp global) {
+    auto type = global.getType();
+    if (type.getMemorySpace() && type.getNumElements() > 0 &&
+        type.getMemorySpace() == target.getWorkgroupMemorySpace(kernel.getContext()))
+      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(type), kWorkgroupAlign));
+  });
+  if (staticBytes + dynamicSharedBytes <= kMaxSharedPerWorker)
+    return success();
+  return kernel.emitOpError("needs ")
+         << staticBytes + dynamicSharedBytes << " bytes of shared memory per worker (" << staticBytes
+         << " static: tile buffers, the program; " << dynamicSharedBytes
+         << " dynamic: prefetched and staged weights, tile buffers marked et.dynamic_shared), more than the "
+         << kMaxSharedPerWorker << " an SM gives one CTA on sm_90: it could not be launched (lower the tile "
+            "lowering's stage-bytes or prefetch-bytes)";
 }
 
 //===----------------------------------------------------------------------===//

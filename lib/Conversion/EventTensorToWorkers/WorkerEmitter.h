@@ -43,6 +43,10 @@ constexpr int64_t kSharedProgramBytes = 4096;
 /// The alignment of each tile buffer in the workgroup arena the tasks share.
 constexpr int64_t kWorkgroupAlign = 16;
 
+/// The most shared memory one CTA may have on sm_90 (H100, H200), static
+/// and dynamic together.
+constexpr int64_t kMaxSharedPerWorker = 227 * 1024;
+
 /// The attribute of a workgroup alloca that lives in the kernel's dynamic
 /// shared memory (sized at launch) instead of a static buffer.
 constexpr llvm::StringLiteral kDynamicShared = EventTensorDialect::getDynamicSharedAttrName();
@@ -235,6 +239,9 @@ private:
   void emitCapacityCheckAndClear(Block *exit);
   /// Places the two counter banks in the counter buffer.
   void layoutBanks();
+  /// On the GPU: fails when the worker's static and dynamic shared memory
+  /// together exceed what an SM gives one CTA (a launch would be refused).
+  LogicalResult checkSharedMemory(Operation *fn);
   /// Replaces the et ops that stand for the worker's threads, its device and
   /// its peers' buffers in the tile bodies and the kernel-level values.
   void replaceWorkerOps();
@@ -439,6 +446,8 @@ private:
   /// when nothing is staged).
   llvm::DenseSet<Operation *> stagedTasks;
   int64_t stageRegionBytes = 0, stageStart = 0;
+  /// The dynamic shared memory the worker states it needs (bytes).
+  int64_t dynamicSharedBytes = 0;
   Value stageShared, stageBarriers, currentStage;
   /// Tasks' staging plans (by task id).
   SmallVector<std::optional<StagePlan>> stagePlans;
