@@ -164,15 +164,16 @@ def test_watchdog_names_the_device_that_waited():
 
 def test_error_of_the_barrier_and_the_first_cause():
     meta = {"kernel": "k", "devices": 2, "tasks": ["t"], "events": [{"name": "e"}]}
-    barrier = [TIMEOUT, 0, -1, -1, 1, 0, 4, 2]
-    on_event = [TIMEOUT, 3, 0, 5, 0, 0, 1, 0]
+    # (kind, worker, task, tile, event, element, expected, observed, step)
+    barrier = [TIMEOUT, 0, -1, -1, 1, 0, 4, 2, 0]
+    on_event = [TIMEOUT, 3, 0, 5, 0, 0, 1, 0, 0]
     err = decode_error(meta, barrier, device=0)
     assert isinstance(err, WatchdogError)
     assert "device 0, worker 0 waited at the end of the launch for the workers of the other devices; 2 of 4" \
         in str(err)
     assert err.record["device"] == 0
     assert first_cause({0: barrier, 1: on_event}, meta) == 1
-    assert first_cause({0: on_event, 1: [2, 0, -1, -1, -1, -1, 8, 4]}, meta) == 1
+    assert first_cause({0: on_event, 1: [2, 0, -1, -1, -1, -1, 8, 4, 0]}, meta) == 1
     assert first_cause({0: barrier, 1: barrier}, meta) == 0
 
 
