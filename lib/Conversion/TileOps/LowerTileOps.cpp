@@ -17,6 +17,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 #include "mlir/Rewrite/PatternApplicator.h"
@@ -183,21 +184,39 @@ struct LowerTileOpsPass
         return signalPassFailure();
     }
     // The linear ops last: the other tile ops are lowered by now, and the
-    // barriers between dependent ops remain.
-    SmallVector<LinearOp> linears;
-    getOperation().walk([&](LinearOp op) { linears.push_back(op); });
-    if (gpu)
-      planLinearOps(getOperation(), options, dynamicSharedBytes());
-    if (gpu && options.weightsL2)
+    // barriers between dependent ops remain. On the GPU, when the kernel
+    // then needs more shared memory than an SM gives one CTA (its static
+    // tile buffers are only known once lowered), they are planned and
+    // lowered again, from a copy taken here, with a staging budget smaller
+    // by what was too much (two staging regions).
+    Operation *root = getOperation();
+    bool refit = gpu && options.stageBytes > 0;
+    OwningOpRef<Operation *> before(refit ? root->clone() : nullptr);
+    TileLoweringOptions linearOptions = options;
+    int64_t dynamicShared = dynamicSharedBytes();
+    for (;;) {
+      SmallVector<LinearOp> linears;
+      root->walk([&](LinearOp op) { linears.push_back(op); });
+      if (gpu)
+        planLinearOps(root, linearOptions, dynamicShared);
+      if (gpu && options.weightsL2)
+        for (LinearOp op : linears)
+          if (inNamedTask(op, options.prefetchTasks))
+            prefetchWeightsL2(op);
+      if (gpu && options.normsL2)
+        for (LinearOp op : linears)
+          prefetchNormL2(op);
       for (LinearOp op : linears)
-        if (inNamedTask(op, options.prefetchTasks))
-          prefetchWeightsL2(op);
-    if (gpu && options.normsL2)
-      for (LinearOp op : linears)
-        prefetchNormL2(op);
-    for (LinearOp op : linears)
-      if (failed(lower(op)))
-        return signalPassFailure();
+        if (failed(lower(op)))
+          return signalPassFailure();
+      int64_t over = refit ? sharedBytesPerWorker(root) - kMaxSharedPerCTA : 0;
+      if (over <= 0 || linearOptions.stageBytes == 0)
+        break;
+      linearOptions.stageBytes = std::max<int64_t>(
+          0, linearOptions.stageBytes - static_cast<int64_t>(llvm::alignTo((over + 1) / 2, 1024)));
+      OwningOpRef<Operation *> copy((*before)->clone());
+      root->getRegion(0).takeBody(copy.get()->getRegion(0));
+    }
   }
 };
 

@@ -26,6 +26,12 @@ constexpr int64_t kWarp = 32;
 // Dynamic shared memory a Hopper CTA may have beside the kernel's static
 // buffers (227 KB in all).
 constexpr int64_t kMaxDynamicShared = 200 * 1024;
+/// Shared memory, static and dynamic together, that an sm_90 SM (H100,
+/// H200) gives one CTA.
+constexpr int64_t kMaxSharedPerCTA = 227 * 1024;
+/// What the worker lowering adds to the tiles' static buffers at most: the
+/// copy of a worker's program (4 KiB) and its small words.
+constexpr int64_t kWorkerSharedBytes = 4096 + 64;
 /// bf16 elements per 16-byte load.
 constexpr int64_t kVector = 8;
 
@@ -107,6 +113,13 @@ constexpr int64_t kMinStageBytes = 16 * 1024;
 /// largest dynamic shared buffer: `dynamicShared` bytes taken by the
 /// tile ops lowered so far, or the shared weight prefetch.
 void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
+
+/// The shared memory one worker of the lowered kernel(s) under `root`
+/// needs (GPU): the largest task's static tile buffers (tasks share one
+/// arena), the worker lowering's own words, and the dynamic part (the
+/// largest buffer marked et.dynamic_shared, then two staging regions), as
+/// the worker lowering lays them out.
+int64_t sharedBytesPerWorker(Operation *root);
 
 /// Plans `op` (GPU options) unless it has an et.attention_plan already:
 /// the first of its forms that applies (staged, tensor cores, one warp per

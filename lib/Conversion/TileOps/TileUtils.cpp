@@ -327,4 +327,34 @@ Value opaqueThreadId(OpBuilder &b, Location loc) {
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), moved);
 }
 
+
+int64_t sharedBytesPerWorker(Operation *root) {
+  auto bytesOf = [](Type t) {
+    auto type = cast<MemRefType>(t);
+    return type.getNumElements() * type.getElementTypeBitWidth() / 8;
+  };
+  int64_t arena = 0, dynamic = 0, region = 0;
+  root->walk([&](TaskOp task) {
+    int64_t offset = 0, staged = 0;
+    for (Operation &op : task.getBody().front()) {
+      if (auto alloca = dyn_cast<memref::AllocaOp>(op)) {
+        auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(alloca.getType().getMemorySpace());
+        if (!space || space.getValue() != gpu::AddressSpace::Workgroup)
+          continue;
+        if (alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()))
+          dynamic = std::max(dynamic, bytesOf(alloca.getType()));
+        else
+          offset = static_cast<int64_t>(llvm::alignTo(offset, 16)) + bytesOf(alloca.getType());
+      } else if (auto rows = dyn_cast<StagedRowsOp>(op)) {
+        staged = std::max<int64_t>(staged, rows.getOffset() + bytesOf(rows.getView().getType()));
+      }
+    }
+    arena = std::max(arena, offset);
+    region = std::max<int64_t>(region, llvm::alignTo(staged, 128));
+  });
+  if (region)
+    dynamic = static_cast<int64_t>(llvm::alignTo(dynamic, 128)) + 2 * region;
+  return arena + kWorkerSharedBytes + dynamic;
+}
+
 } // namespace mlir::et::tile
