@@ -42,53 +42,48 @@ def test_steps_run_until_budget_or_stop(workers, mode, tmp_path):
 
 
 
-# Tile 0 of @work spins at step 1 (an LCG loop of spin[0] iterations), so the
-# tiles waiting on it (or the gate of step 2) time out during step 1 or at
-# the start of step 2.
-SLOW = """
-et.kernel @slow(%n: index, %stop: memref<1xi32>, %spin: memref<1xi64>, %out: memref<2xi64>) {
-  %c0 = arith.constant 0 : index
+# @finish waits on element `step` of an event of two: at step 2 the index is
+# out of bounds, and the kernel's error record names the step.
+OUT_OF_BOUNDS = """
+et.kernel @oob(%n: index, %stop: memref<1xi32>) {
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
-  %worked = et.event.create() : !et.event<>
+  %e = et.event.create() : !et.event<2>
   %done = et.event.create() : !et.event<>
   et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
   et.task @work tiles(%i) in (%c2) {
-    %s = et.step
-    %at1 = arith.cmpi eq, %s, %c1 : index
-    %first = arith.cmpi eq, %i, %c0 : index
-    %slow = arith.andi %at1, %first : i1
-    %long = memref.load %spin[%c0] : memref<1xi64>
-    %zero = arith.constant 0 : i64
-    %iters = arith.select %slow, %long, %zero : i64
-    %a = arith.constant 6364136223846793005 : i64
-    %one = arith.constant 1 : i64
-    %x = scf.for %k = %zero to %iters step %one iter_args(%v = %one) -> (i64) : i64 {
-      %m = arith.muli %v, %a : i64
-      %y = arith.addi %m, %one : i64
-      scf.yield %y : i64
-    }
-    memref.store %x, %out[%i] : memref<2xi64>
-    et.event.signal %worked[] : !et.event<>
+    et.event.signal %e[%i] : !et.event<2>
   }
   et.task @finish tiles(%j) in (%c1) {
-    et.event.wait %worked[] : !et.event<>
+    %s = et.step
+    et.event.wait %e[%s] : !et.event<2>
     et.event.signal %done[] : !et.event<>
   }
 }
 """
 
 
-def test_watchdog_names_the_step(tmp_path):
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_error_records_name_the_step(mode, tmp_path):
+    """Every error record of a kernel with steps carries the step (the
+    watchdog's, the bounds check's: one record); its message begins with
+    it."""
     from event_tensor import runtime
 
-    launch = et.compile(SLOW, target="cpu", workers=2, mode="static", cache_dir=tmp_path).launcher()
-    stop, out = np.zeros(1, np.int32), np.zeros(2, np.int64)
-    launch(3, stop, np.array([0], np.int64), out, timeout_s=5)  # no spin: all three steps run
-    with pytest.raises(runtime.WatchdogError) as info:
-        launch(3, stop, np.array([1_000_000_000], np.int64), out, timeout_s=0.2)
-    assert info.value.record["step"] in (1, 2), info.value.record
-    assert f"step {info.value.record['step']}, worker" in str(info.value)
+    launch = et.compile(OUT_OF_BOUNDS, target="cpu", workers=2, mode=mode, cache_dir=tmp_path).launcher()
+    launch(2, np.zeros(1, np.int32))  # steps 0 and 1 wait on elements 0 and 1
+    with pytest.raises(runtime.KernelError) as info:
+        launch(3, np.zeros(1, np.int32))
+    assert info.value.record["step"] == 2 and info.value.record["task"] == "finish"
+    assert str(info.value).startswith("kernel oob: step 2, worker ")
+    # A watchdog timeout's report names the step the same way.
+    from event_tensor.runtime.abi import TIMEOUT
+    from event_tensor.runtime.launch import decode_error
+
+    meta = {"kernel": "k", "steps": True, "tasks": ["t"], "events": [{"name": "e"}]}
+    err = decode_error(meta, [TIMEOUT, 1, 0, 3, 0, 0, 8, 7, 5])
+    assert isinstance(err, runtime.WatchdogError) and err.record["step"] == 5
+    assert "watchdog timeout: step 5, worker 1, task @t tile 3 waited on e[0]" in str(err)
 
 
 def test_trace_records_the_steps(tmp_path):

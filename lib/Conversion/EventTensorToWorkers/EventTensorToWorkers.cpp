@@ -163,18 +163,10 @@ FailureOr<Block *> WorkerEmitter::createWorkerFunction(FunctionType type) {
   SmallVector<Type> workgroup;
   SmallVector<std::pair<Operation *, int64_t>> allocas;
   int64_t arenaBytes = 0;
-  for (TaskOp task : tasks) {
-    int64_t offset = 0;
-    for (Operation &op : task.getBody().front()) {
-      if (!isWorkgroupAlloca(&op) || op.hasAttr(kDynamicShared))
-        continue;
-      auto memref = cast<MemRefType>(op.getResult(0).getType());
-      offset = static_cast<int64_t>(llvm::alignTo(offset, kWorkgroupAlign));
-      allocas.push_back({&op, offset});
-      offset += memref.getNumElements() * memref.getElementTypeBitWidth() / 8;
-    }
-    arenaBytes = std::max(arenaBytes, offset);
-  }
+  for (TaskOp task : tasks)
+    arenaBytes = std::max(arenaBytes, tile::layoutTileBuffers(task, [&](Operation *op, int64_t offset) {
+                            allocas.push_back({op, offset});
+                          }));
   unsigned arenaAt = workgroup.size();
   if (arenaBytes)
     workgroup.push_back(MemRefType::get({arenaBytes}, b.getI8Type(), MemRefLayoutAttrInterface(), workgroupSpace));
@@ -500,21 +492,21 @@ LogicalResult WorkerEmitter::checkSharedMemory(Operation *fn) {
   int64_t staticBytes = 0;
   if (auto gpuFn = dyn_cast<gpu::GPUFuncOp>(fn))
     for (BlockArgument a : gpuFn.getWorkgroupAttributions())
-      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(a.getType()), kWorkgroupAlign));
+      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(a.getType()), tile::kTileBufferAlign));
   // Workgroup globals other than the dynamic one (the worker's program).
   container->walk([&](memref::GlobalOp global) {
     auto type = global.getType();
     if (type.getMemorySpace() && type.getNumElements() > 0 &&
         type.getMemorySpace() == target.getWorkgroupMemorySpace(kernel.getContext()))
-      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(type), kWorkgroupAlign));
+      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(type), tile::kTileBufferAlign));
   });
-  if (staticBytes + dynamicSharedBytes <= kMaxSharedPerWorker)
+  if (staticBytes + dynamicSharedBytes <= tile::kMaxSharedPerCTA)
     return success();
   return kernel.emitOpError("needs ")
          << staticBytes + dynamicSharedBytes << " bytes of shared memory per worker (" << staticBytes
          << " static: tile buffers, the program; " << dynamicSharedBytes
          << " dynamic: prefetched and staged weights, tile buffers marked et.dynamic_shared), more than the "
-         << kMaxSharedPerWorker << " an SM gives one CTA on sm_90: it could not be launched (lower the tile "
+         << tile::kMaxSharedPerCTA << " an SM gives one CTA on sm_90: it could not be launched (lower the tile "
             "lowering's stage-bytes or prefetch-bytes)";
 }
 

@@ -40,12 +40,6 @@ namespace mlir::et::workers {
 /// The most shared memory a worker's copy of its static program may take.
 constexpr int64_t kSharedProgramBytes = 4096;
 
-/// The alignment of each tile buffer in the workgroup arena the tasks share.
-constexpr int64_t kWorkgroupAlign = 16;
-
-/// The most shared memory one CTA may have on sm_90 (H100, H200), static
-/// and dynamic together.
-constexpr int64_t kMaxSharedPerWorker = 227 * 1024;
 
 /// The attribute of a workgroup alloca that lives in the kernel's dynamic
 /// shared memory (sized at launch) instead of a static buffer.

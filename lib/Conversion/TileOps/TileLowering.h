@@ -114,6 +114,16 @@ constexpr int64_t kMinStageBytes = 16 * 1024;
 /// tile ops lowered so far, or the shared weight prefetch.
 void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
 
+/// The alignment of each static tile buffer in the arena the tasks share.
+constexpr int64_t kTileBufferAlign = 16;
+
+/// Lays the static workgroup buffers of `task` (the shared memory its tile
+/// ops allocate at the top of its body, not marked et.dynamic_shared) out
+/// in the arena that every task shares, since a worker's tiles run one
+/// after another: each from offset 0, kTileBufferAlign-aligned, calling
+/// `place(alloca, offset)` for each. Returns the bytes they take.
+int64_t layoutTileBuffers(TaskOp task, function_ref<void(Operation *, int64_t)> place = nullptr);
+
 /// The shared memory one worker of the lowered kernel(s) under `root`
 /// needs (GPU): the largest task's static tile buffers (tasks share one
 /// arena), the worker lowering's own words, and the dynamic part (the

@@ -328,29 +328,41 @@ Value opaqueThreadId(OpBuilder &b, Location loc) {
 }
 
 
+static int64_t bytesOf(MemRefType type) {
+  return type.getNumElements() * type.getElementTypeBitWidth() / 8;
+}
+
+/// A statically shaped alloca in workgroup memory.
+static bool isWorkgroupBuffer(memref::AllocaOp alloca) {
+  auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(alloca.getType().getMemorySpace());
+  return space && space.getValue() == gpu::AddressSpace::Workgroup && alloca.getType().hasStaticShape();
+}
+
+int64_t layoutTileBuffers(TaskOp task, function_ref<void(Operation *, int64_t)> place) {
+  int64_t offset = 0;
+  for (Operation &op : task.getBody().front()) {
+    auto alloca = dyn_cast<memref::AllocaOp>(op);
+    if (!alloca || !isWorkgroupBuffer(alloca) || alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()))
+      continue;
+    offset = static_cast<int64_t>(llvm::alignTo(offset, kTileBufferAlign));
+    if (place)
+      place(alloca, offset);
+    offset += bytesOf(alloca.getType());
+  }
+  return offset;
+}
+
 int64_t sharedBytesPerWorker(Operation *root) {
-  auto bytesOf = [](Type t) {
-    auto type = cast<MemRefType>(t);
-    return type.getNumElements() * type.getElementTypeBitWidth() / 8;
-  };
   int64_t arena = 0, dynamic = 0, region = 0;
   root->walk([&](TaskOp task) {
-    int64_t offset = 0, staged = 0;
+    arena = std::max(arena, layoutTileBuffers(task));
     for (Operation &op : task.getBody().front()) {
-      if (auto alloca = dyn_cast<memref::AllocaOp>(op)) {
-        auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(alloca.getType().getMemorySpace());
-        if (!space || space.getValue() != gpu::AddressSpace::Workgroup)
-          continue;
-        if (alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()))
-          dynamic = std::max(dynamic, bytesOf(alloca.getType()));
-        else
-          offset = static_cast<int64_t>(llvm::alignTo(offset, 16)) + bytesOf(alloca.getType());
-      } else if (auto rows = dyn_cast<StagedRowsOp>(op)) {
-        staged = std::max<int64_t>(staged, rows.getOffset() + bytesOf(rows.getView().getType()));
-      }
+      if (auto alloca = dyn_cast<memref::AllocaOp>(op);
+          alloca && isWorkgroupBuffer(alloca) && alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()))
+        dynamic = std::max(dynamic, bytesOf(alloca.getType()));
+      else if (auto rows = dyn_cast<StagedRowsOp>(op))
+        region = std::max<int64_t>(region, llvm::alignTo(rows.getOffset() + bytesOf(rows.getView().getType()), 128));
     }
-    arena = std::max(arena, offset);
-    region = std::max<int64_t>(region, llvm::alignTo(staged, 128));
   });
   if (region)
     dynamic = static_cast<int64_t>(llvm::alignTo(dynamic, 128)) + 2 * region;
