@@ -327,6 +327,57 @@ def test_weight_errors(tmp_path):
         model.load_weights(config, [empty])
 
 
+def _safetensors(path, header, data: bytes):
+    import struct
+
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data, match", [
+    ([1, 2], b"", "the header is a JSON list, not an object of tensors"),
+    ({"w": "F32"}, b"", "tensor 'w' is a JSON str, not an object"),
+    ({"w": {"dtype": "F32", "shape": [2]}}, b"\0" * 8, r"data_offsets None, not \[start, end\]"),
+    ({"w": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]}}, b"\0" * 8, "shape \\['2'\\], not a list"),
+    ({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, b"\0" * 8, "not a list of non-negative"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}}, b"\0" * 8, "0 <= start <= end"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4, r"\(4 bytes\) for float32 \[2\]"),
+    ({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8, "bfloat16 \\[2\\] \\(4 bytes\\)"),
+    ({"w": {"dtype": "I8", "shape": [2], "data_offsets": [0, 2]}}, b"\0" * 2, "unsupported dtype 'I8'"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, "'b' .* overlaps the tensor"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8, "leaves bytes 0..4 unused"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 8, "take 4 bytes but the data section"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"", "take 4 bytes but the data section has 0"),
+    ({"__metadata__": {"format": 1}}, b"", "__metadata__ must map strings to strings"),
+])
+def test_safetensors_reader_refuses_bad_files(tmp_path, header, data, match):
+    """Like the format's reference reader: every entry checked, the data
+    section tiled exactly; a WeightError naming the tensor, no traceback."""
+    with pytest.raises(model.WeightError, match=match):
+        read_safetensors(_safetensors(tmp_path / "bad.safetensors", header, data))
+
+
+def test_safetensors_reader_names_an_index_file(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 8}, "weight_map": {"w": "model.safetensors"}}))
+    with pytest.raises(model.WeightError, match="a JSON file, not a .safetensors file"):
+        read_safetensors(index)
+    # Random bytes anywhere in a valid file's header give a WeightError too.
+    rng = np.random.default_rng(0)
+    good = _safetensors(tmp_path / "good.safetensors",
+                        {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8).read_bytes()
+    for _ in range(200):
+        raw = bytearray(good)
+        raw[rng.integers(8, len(raw) - 8)] = int(rng.integers(0, 256))
+        (tmp_path / "fuzz.safetensors").write_bytes(bytes(raw))
+        try:
+            read_safetensors(tmp_path / "fuzz.safetensors")
+        except model.WeightError:
+            pass
+
+
 def test_safetensors_round_trip(tmp_path):
     w = model.random_weights(model.tiny_config("llama"), seed=5)
     write_safetensors(tmp_path / "w.safetensors", w)

@@ -27,8 +27,63 @@ class WeightError(ValueError):
     """Missing, unexpected or mis-shaped tensors (names the tensor)."""
 
 
+# The largest header the format allows (its reference reader's limit).
+_MAX_HEADER = 100_000_000
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_header(path: Path, header, data_bytes: int) -> list[tuple[str, np.dtype, tuple, int, int]]:
+    """The tensors of a parsed safetensors header as (name, dtype, shape,
+    start, end), checked the way the format's reference reader checks
+    them: an object of entries with a known dtype, a shape of non-negative
+    ints and [start, end] offsets whose span holds exactly the shape's
+    bytes, the entries' spans tiling the data section (no gap, no overlap,
+    nothing past the file). Raises WeightError naming the tensor."""
+    if not isinstance(header, dict):
+        raise WeightError(f"{path}: the header is a JSON {type(header).__name__}, not an object of tensors")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise WeightError(f"{path}: __metadata__ must map strings to strings")
+    tensors = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(info, dict):
+            raise WeightError(f"{path}: tensor '{name}' is a JSON {type(info).__name__}, not an object")
+        dtype = _DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+        if dtype is None:
+            raise WeightError(f"{path}: tensor '{name}' has unsupported dtype {info.get('dtype')!r}")
+        shape, offsets = info.get("shape"), info.get("data_offsets")
+        if not isinstance(shape, list) or not all(_int(d) and d >= 0 for d in shape):
+            raise WeightError(f"{path}: tensor '{name}' has shape {shape!r}, not a list of non-negative ints")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_int(o) for o in offsets) \
+                or not 0 <= offsets[0] <= offsets[1]:
+            raise WeightError(f"{path}: tensor '{name}' has data_offsets {offsets!r}, not [start, end] with "
+                              "0 <= start <= end")
+        start, end = offsets
+        if end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise WeightError(f"{path}: tensor '{name}' has data_offsets {offsets} ({end - start} bytes) for "
+                              f"{dtype.name if dtype != BF16 else 'bfloat16'} {shape} "
+                              f"({int(np.prod(shape, dtype=np.int64)) * dtype.itemsize} bytes)")
+        tensors.append((name, dtype, tuple(shape), start, end))
+    # The spans, in order, tile the data section.
+    at = 0
+    for name, _, _, start, end in sorted(tensors, key=lambda t: (t[3], t[4])):
+        if start != at:
+            what = "overlaps the tensor before it" if start < at else f"leaves bytes {at}..{start} unused"
+            raise WeightError(f"{path}: tensor '{name}' at data_offsets [{start}, {end}] {what}")
+        at = end
+    if at != data_bytes:
+        raise WeightError(f"{path}: the tensors take {at} bytes but the data section has {data_bytes}")
+    return tensors
+
+
 def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """Reads every tensor of a `.safetensors` file (memory-mapped)."""
+    """Reads every tensor of a `.safetensors` file (memory-mapped), checked
+    as the format's reference reader checks it (`_check_header`)."""
     path = Path(path)
     try:
         raw = np.memmap(path, dtype=np.uint8, mode="r")
@@ -37,26 +92,19 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     if raw.size < 8:
         raise WeightError(f"{path}: too short for a safetensors header")
     (n,) = struct.unpack("<Q", bytes(raw[:8]))
-    if n > raw.size - 8:
-        raise WeightError(f"{path}: header length {n} exceeds the file")
+    if n > raw.size - 8 or n > _MAX_HEADER:
+        if bytes(raw[:1]) in (b"{", b"["):
+            raise WeightError(f"{path}: a JSON file, not a .safetensors file (pass the .safetensors files, or "
+                              "their directory, rather than an index)")
+        raise WeightError(f"{path}: header length {n} exceeds the file (or the format's limit): not a "
+                          ".safetensors file, or a truncated one")
     try:
         header = json.loads(bytes(raw[8:8 + n]))
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise WeightError(f"{path}: bad header: {err}") from None
     base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _DTYPES.get(info.get("dtype"))
-        if dtype is None:
-            raise WeightError(f"{path}: tensor '{name}' has unsupported dtype {info.get('dtype')!r}")
-        start, end = info["data_offsets"]
-        shape = tuple(info["shape"])
-        if end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize or base + end > raw.size:
-            raise WeightError(f"{path}: tensor '{name}' has inconsistent offsets {info['data_offsets']}")
-        out[name] = raw[base + start:base + end].view(dtype).reshape(shape)
-    return out
+    return {name: raw[base + start:base + end].view(dtype).reshape(shape)
+            for name, dtype, shape, start, end in _check_header(path, header, raw.size - base)}
 
 
 def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
