@@ -133,9 +133,17 @@ def test_cache_and_bad_arguments(tmp_path):
         launch(runtime.Buffer(0, [8], "int64", device="cuda"), 3)
     # A strided view or a broadcast (stride 0) of an identity-layout memref
     # would be read and written as if dense: refused.
-    for strided in (np.full(16, -1, np.int64)[::2], np.broadcast_to(np.int64(0), (8,))):
+    broadcast = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), (8,), (0,))
+    for strided in (np.full(16, -1, np.int64)[::2], broadcast):
         with pytest.raises(runtime.ArgumentError, match="expected a contiguous row-major array, got strides"):
             launch(strided, 3)
+    # A read-only array (np.broadcast_to's, a read-only memory map) would be
+    # written: refused.
+    read_only = np.full(8, -1, np.int64)
+    read_only.setflags(write=False)
+    for frozen in (read_only, np.broadcast_to(np.int64(0), (8,))):
+        with pytest.raises(runtime.ArgumentError, match=r"argument arg0 \(memref<8xi64>\): a read-only numpy array"):
+            launch(frozen, 3)
     # A watchdog timeout that is not a finite positive number of seconds
     # (NaN, inf, 0, a bool, 1e13) is refused before any launch.
     for bad in (float("nan"), float("inf"), 0, -1.0, True, 1e13, "5"):

@@ -105,3 +105,31 @@ def test_trace_records_the_steps(tmp_path):
     pytest.importorskip("matplotlib")
     trace.gantt_png(tmp_path / "steps.png")
     assert (tmp_path / "steps.png").stat().st_size > 0
+
+
+def test_one_launcher_from_several_threads(tmp_path):
+    """A launcher called from several Python threads at once launches one
+    at a time (its counters and launch number are shared): every launch's
+    results are right."""
+    import threading
+
+    launch = et.compile(KERNEL, target="cpu", workers=3, mode="static", cache_dir=tmp_path).launcher(timeout_s=20)
+    wrong, errors = [], []
+
+    def client(k: int):
+        try:
+            for i in range(40):
+                steps, limit = STEPS_CASES[(k + i) % len(STEPS_CASES)]
+                _, acc, log = run(launch, steps, limit)
+                want_acc, want_log = reference(steps, limit)
+                if acc.tolist() != want_acc.tolist() or log[: len(want_log)].tolist() != want_log:
+                    wrong.append((k, i))
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not wrong, (errors[:1], wrong[:5])

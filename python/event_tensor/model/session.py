@@ -165,7 +165,10 @@ class DecodeSession:
 
     def _to_device(self, array, device: int = 0):
         if self.device == "cpu":
-            return np.ascontiguousarray(array)
+            a = np.ascontiguousarray(array)
+            # A read-only array (weights memory-mapped from a file): a copy,
+            # since the kernel takes every buffer as writable.
+            return a if a.flags.writeable else a.copy()
         import torch
 
         if isinstance(array, torch.Tensor):

@@ -68,6 +68,10 @@ def _view(value: Any, name: str) -> _View:
         return _View(value.data_ptr(), tuple(value.shape), tuple(value.stride()), dtype,
                      value.device.type, value)
     if module == "numpy":
+        if not value.flags.writeable:
+            # The kernel may write any buffer it takes.
+            raise ArgumentError(f"argument {name}: a read-only numpy array; pass a writable one (numpy.array "
+                                "copies it)")
         item = value.itemsize
         if any(s % item for s in value.strides):
             raise ArgumentError(f"argument {name}: strides {value.strides} are not multiples of the element size")

@@ -14,7 +14,7 @@ from .artifact import Artifact
 from .errors import ArtifactError
 from . import abi
 from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_START, RECORD_WORDS, TRACE_CURSOR
-from .launch import check_timeout, decode_error, first_cause
+from .launch import check_timeout, decode_error, first_cause, locked, new_lock
 from .trace import Trace
 
 __all__ = ["CPULauncher"]
@@ -46,6 +46,7 @@ class CPULauncher:
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.timeout_s = check_timeout(timeout_s)
+        self._lock = new_lock()
         try:
             self._lib = ctypes.CDLL(str(artifact.binary_path))
             self._fn = getattr(self._lib, self.metadata["entry"])
@@ -82,6 +83,7 @@ class CPULauncher:
     def error(self) -> np.ndarray:
         return self._error[0]
 
+    @locked
     def __call__(self, *args: Any, timeout_s: float | None = None) -> None:
         if self.devices == 1:
             flat, keep = flatten_arguments(self.metadata, args, "cpu")

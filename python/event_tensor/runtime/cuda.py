@@ -12,7 +12,7 @@ from .artifact import Artifact
 from .errors import ArtifactError, DeviceError
 from . import abi
 from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
-from .launch import check_timeout, decode_error, first_cause
+from .launch import check_timeout, decode_error, first_cause, locked, new_lock
 from .trace import Trace
 
 __all__ = ["CUDALauncher", "MultiDeviceCUDALauncher"]
@@ -87,6 +87,7 @@ class CUDALauncher:
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.timeout_s = check_timeout(timeout_s)
+        self._lock = new_lock()
         drv = self.driver = _driver()
         _check(drv.cuInit(0), "cuInit")
         dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
@@ -242,13 +243,15 @@ class CUDALauncher:
         def launch() -> None:
             # Packed again only when the launcher's own buffers were replaced
             # (after an error or a counter-buffer resize).
-            if state["generation"] != self._generation:
-                state["packed"] = self._pack(flat, timeout_s)
-                state["generation"] = self._generation
-            self._launch_packed(state["packed"], stream)
+            with self._lock:
+                if state["generation"] != self._generation:
+                    state["packed"] = self._pack(flat, timeout_s)
+                    state["generation"] = self._generation
+                self._launch_packed(state["packed"], stream)
 
         return launch
 
+    @locked
     def check(self, stream: int = 0) -> None:
         """Waits for `stream` and raises the error the kernel recorded, if any."""
         self._current()
@@ -265,6 +268,7 @@ class CUDALauncher:
         self._reset(self._buffers["counters"][1])
         raise decode_error(self.metadata, record)
 
+    @locked
     def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
         flat, keep = flatten_arguments(self.metadata, args, "cuda")
         for attempt in range(2):
@@ -328,6 +332,7 @@ class MultiDeviceCUDALauncher:
                              f"got device ordinals {ordinals}")
         self.artifact = artifact
         self.metadata = artifact.metadata
+        self._lock = new_lock()
         self.ordinals = ordinals
         self.devices = n
         self.launchers = [CUDALauncher(artifact, device=o, timeout_s=timeout_s, trace_capacity=trace_capacity,
@@ -382,11 +387,13 @@ class MultiDeviceCUDALauncher:
         state = {"generation": None, "packed": None, "keep": keep}
 
         def launch() -> None:
-            generation = tuple(l._generation for l in self.launchers)
-            if state["generation"] != generation:
-                state["packed"] = [l._pack(p, timeout_s) for l, p in zip(self.launchers, self._params(per_device))]
-                state["generation"] = generation
-            self._launch(state["packed"], stream)
+            with self._lock:
+                generation = tuple(l._generation for l in self.launchers)
+                if state["generation"] != generation:
+                    state["packed"] = [l._pack(p, timeout_s)
+                                       for l, p in zip(self.launchers, self._params(per_device))]
+                    state["generation"] = generation
+                self._launch(state["packed"], stream)
 
         return launch
 
@@ -402,6 +409,7 @@ class MultiDeviceCUDALauncher:
                 records[d] = l._read("error", 8, ctypes.c_int64)
         return records
 
+    @locked
     def check(self, stream: int = 0) -> None:
         """Waits for every device and raises the error a copy recorded."""
         self.synchronize(stream)
@@ -414,6 +422,7 @@ class MultiDeviceCUDALauncher:
             self._reset_all()
             raise decode_error(self.metadata, records[d], device=d)
 
+    @locked
     def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
         per_device, keep = flatten_device_arguments(self.metadata, args, "cuda")
         for attempt in range(2):

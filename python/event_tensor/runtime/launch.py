@@ -4,12 +4,31 @@ protocol, and decoding of error records."""
 
 from __future__ import annotations
 
+import functools
+import threading
 from typing import Any
 
 from .abi import BAD_ENTRY, CAPACITY, ERROR_WORDS, OUT_OF_BOUNDS, TIMEOUT
 from .errors import KernelError, WatchdogError
 
-__all__ = ["check_timeout", "decode_error", "first_cause", "MAX_TIMEOUT_S"]
+__all__ = ["check_timeout", "decode_error", "first_cause", "locked", "new_lock", "MAX_TIMEOUT_S"]
+
+
+def new_lock() -> threading.RLock:
+    """A launcher's lock: one launch at a time through it. Its state (the
+    launch number that picks the counter bank, the counters, the error
+    record) is shared by every call, so two threads launching at once
+    through one launcher would mix their launches' counters."""
+    return threading.RLock()
+
+
+def locked(method):
+    """`method` of a launcher, holding the launcher's lock (`_lock`)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
 
 
 #: The longest watchdog timeout a launch takes (a day): the kernels count
