@@ -253,6 +253,48 @@ def test_reference_without_bf16_rounding_stays_close(compiled):
         assert _rel(session.last_logits(), want) < 3e-2
 
 
+def test_config_reader_fuzz():
+    """Random edits of a valid config.json (values of every JSON kind, keys
+    dropped, rope_scaling fields changed): each is accepted or a
+    ConfigError, never another exception."""
+    import copy
+    import random
+
+    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "head_dim": 32, "vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "tie_word_embeddings": False, "max_position_embeddings": 128, "hidden_act": "silu",
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 64}}
+    model.ModelConfig.from_hf(base)
+    values = [None, True, False, 0, -1, 1, 2**70, 1.5, float("nan"), float("inf"), "", "x", "8", [], [1], {},
+              {"a": 1}, ["x"], 1e300, -0.0]
+    rng = random.Random(0)
+    scaling_keys = ["rope_scaling." + k for k in base["rope_scaling"]]
+    for _ in range(3000):
+        d = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 3)):
+            key, v = rng.choice(list(d) + scaling_keys + ["new"]), rng.choice(values)
+            if key.startswith("rope_scaling."):
+                if isinstance(d.get("rope_scaling"), dict):
+                    d["rope_scaling"][key.split(".")[1]] = v
+            elif rng.random() < 0.15:
+                d.pop(key, None)
+            else:
+                d[key] = v
+        try:
+            model.ModelConfig.from_hf(d)
+        except model.ConfigError:
+            pass
+    bad_scaling = dict(base["rope_scaling"], high_freq_factor=1.0)
+    with pytest.raises(model.ConfigError, match=r"'high_freq_factor' \(1\) must exceed 'low_freq_factor' \(1\)"):
+        model.ModelConfig.from_hf({**base, "rope_scaling": bad_scaling})
+    with pytest.raises(model.ConfigError, match="rope_scaling 'factor' must be a positive finite number, got 'x'"):
+        model.ModelConfig.from_hf({**base, "rope_scaling": dict(base["rope_scaling"], factor="x")})
+    with pytest.raises(model.ConfigError, match="unsupported architecture"):
+        model.ModelConfig.from_hf({k: v for k, v in {**base, "model_type": ["x"]}.items() if k != "architectures"})
+
+
 def test_config_errors(tmp_path):
     bad = {
         "arch": (_hf("llama", architectures=["GPT2LMHeadModel"]), "unsupported architecture"),

@@ -107,7 +107,7 @@ class ModelConfig:
         if not isinstance(hf, dict):
             raise ConfigError(f"{where}: a config must be a JSON object, got {type(hf).__name__}")
         archs = hf.get("architectures")
-        if archs is None and hf.get("model_type") in MODEL_TYPES:
+        if archs is None and isinstance(hf.get("model_type"), str) and hf["model_type"] in MODEL_TYPES:
             archs = [MODEL_TYPES[hf["model_type"]]]
         if not isinstance(archs, list):
             archs = [archs] if archs else []
@@ -173,16 +173,22 @@ class ModelConfig:
             kind = rs.get("rope_type", rs.get("type"))
             if kind != "llama3":
                 raise ConfigError(f"{where}: unsupported rope_scaling type {kind!r} (only 'llama3')")
-            try:
-                scaling = (float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"]),
-                           float(rs["original_max_position_embeddings"]))
-            except KeyError as err:
-                raise ConfigError(f"{where}: rope_scaling lacks {err.args[0]!r}") from None
+            fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+            for field in fields:
+                if field not in rs:
+                    raise ConfigError(f"{where}: rope_scaling lacks {field!r}")
+                v = rs[field]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                    raise ConfigError(f"{where}: rope_scaling {field!r} must be a positive finite number, got {v!r}")
+            scaling = tuple(float(rs[field]) for field in fields)
+            if scaling[2] <= scaling[1]:
+                raise ConfigError(f"{where}: rope_scaling 'high_freq_factor' ({scaling[2]:g}) must exceed "
+                                  f"'low_freq_factor' ({scaling[1]:g})")
         for name in ("attention_bias", "mlp_bias"):
             if flag(name):
                 raise ConfigError(f"{where}: '{name}' = true is not supported")
         act = hf.get("hidden_act", "silu")
-        if act not in SILU_NAMES:
+        if not isinstance(act, str) or act not in SILU_NAMES:
             raise ConfigError(f"{where}: hidden_act {act!r} is not supported (only 'silu', also named 'swish')")
         config = cls(
             family=ARCHITECTURES[arch],
