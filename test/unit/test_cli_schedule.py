@@ -33,5 +33,5 @@ def test_schedule_errors(capsys):
     assert main(["schedule", path]) == 1
     assert "no value for extent #1 of @attn_split (arg3)" in capsys.readouterr().err
     assert main(["schedule", path, "--workers", "0"]) == 1
-    assert "needs a positive worker count, got 0" in capsys.readouterr().err
+    assert "needs a worker count in [1, 1048576], got 0" in capsys.readouterr().err
     assert main(["schedule", "/nonexistent.mlir"]) == 2

@@ -87,6 +87,12 @@ LogicalResult KernelOp::verify() {
   if (!getFunctionType().getResults().empty())
     return emitOpError("expected no results, got ")
            << getFunctionType().getNumResults();
+  // Every device's copy of each symmetric buffer and counter buffer is a
+  // parameter of the worker.
+  constexpr int64_t kMaxDevices = 64;
+  if (getNumDevices() > kMaxDevices)
+    return emitOpError("runs on ") << getNumDevices() << " devices, more than the " << kMaxDevices
+                                   << " a kernel supports";
   StringRef symmetric = EventTensorDialect::getSymmetricAttrName();
   for (unsigned i = 0, e = getNumArguments(); i < e; ++i) {
     Attribute attr = getArgAttr(i, symmetric);

@@ -1116,6 +1116,14 @@ et.kernel @no_devices() attributes {devices = 0} {
 
 // -----
 
+// Test: more devices than a kernel supports.
+// expected-error @+1 {{'et.kernel' op runs on 4294967296 devices, more than the 64 a kernel supports}}
+et.kernel @too_many_devices() attributes {devices = 4294967296} {
+  %c0 = arith.constant 0 : index
+}
+
+// -----
+
 // Test: a symmetric argument that is not a memref.
 // expected-error @+1 {{'et.kernel' op argument #0: only a memref can be 'et.symmetric' (allocated on every device), got 'index'}}
 et.kernel @symmetric_index(%n: index {et.symmetric}) attributes {devices = 2} {
