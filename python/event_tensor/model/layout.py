@@ -26,8 +26,12 @@ MIN_SPLIT_LEN_ONE_ROW = 128
 #: user's; unused entries are -1).
 MAX_STOP_IDS = 8
 #: A row's `finished` word in such a kernel: 0 while it runs, else why it
-#: stopped (kernel/steps.py writes it, the session reads it).
-FINISH_REASONS = {1: "stop", 2: "length", 3: "context", 4: "nonfinite"}
+#: stopped (kernel/steps.py writes it, the session reads it): a stop id, its
+#: budget of new tokens, the compiled context, a token outside the
+#: vocabulary (NaN logits).
+FINISH_STOP, FINISH_LENGTH, FINISH_CONTEXT, FINISH_NONFINITE = 1, 2, 3, 4
+FINISH_REASONS = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_CONTEXT: "context",
+                  FINISH_NONFINITE: "nonfinite"}
 
 
 @dataclass(frozen=True)

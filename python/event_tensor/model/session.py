@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import runtime
 from .config import ModelConfig
-from .layout import FINISH_REASONS, MAX_STOP_IDS
+from .layout import (FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_REASONS, FINISH_STOP,
+                     MAX_STOP_IDS)
 from .options import KernelOptions
 from .weights import BF16, PACKED_ORDER, pack, tp_shards
 
@@ -318,8 +319,7 @@ class DecodeSession:
         """The greedy token of each row of the last step; raises
         NonFiniteLogitsError for rows without one (the argmax finds no
         logit above -inf and leaves an id outside the vocabulary)."""
-        t = self.buffers["next_token"][: self.batch, 0]
-        tokens = np.asarray(t if self.device == "cpu" else t.cpu().numpy()).astype(np.int64)
+        tokens = self._read("next_token", self.batch)[:, 0].astype(np.int64)
         bad = np.flatnonzero((tokens < 0) | (tokens >= self.config.vocab_size))
         if bad.size:
             raise NonFiniteLogitsError(bad.tolist())
@@ -530,7 +530,7 @@ class DecodeSession:
         prefill_s = time.perf_counter() - start
         start = time.perf_counter()
         stopped = np.array([int(first[b]) in stop_ids[b] for b in range(n)])
-        finished = np.where(stopped, 1, np.where(max_new_tokens == 1, 2, 0)).astype(np.int32)
+        finished = np.where(stopped, FINISH_STOP, np.where(max_new_tokens == 1, FINISH_LENGTH, 0)).astype(np.int32)
         tokens = [[int(t)] for t in first]
         yield [list(t) for t in tokens]
         launches = 0
@@ -550,7 +550,7 @@ class DecodeSession:
                     # step() and prefill stay greedy.
                     self._write_rows({"temperature": np.zeros(n, np.float32)})
         decode_s = time.perf_counter() - start
-        bad = [b for b in range(n) if finished[b] == 4]
+        bad = [b for b in range(n) if finished[b] == FINISH_NONFINITE]
         if bad:
             raise NonFiniteLogitsError(bad)
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
@@ -605,11 +605,11 @@ class DecodeSession:
                 count[b] += 1
                 pos[b] += 1
                 if int(t) in stop_ids[b]:
-                    finished[b] = 1
+                    finished[b] = FINISH_STOP
                 elif count[b] >= max_new_tokens:
-                    finished[b] = 2
+                    finished[b] = FINISH_LENGTH
                 elif pos[b] >= self.max_context:
-                    finished[b] = 3
+                    finished[b] = FINISH_CONTEXT
                 nxt[b] = t
             yield new
 

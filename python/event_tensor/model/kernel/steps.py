@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint, IntegerType
-from ..layout import MAX_STOP_IDS
+from ..layout import FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_STOP, MAX_STOP_IDS
 
 __all__ = ["steps_task"]
 
@@ -47,32 +47,32 @@ def steps_task(ctx) -> None:
                 stop_hit = arith.OrIOp(stop_hit, arith.ExtUIOp(i32, hit).result).result
             outside = arith.OrIOp(cmp("slt", token, c32(0)), cmp("sge", token, c32(ctx.V))).result
             # The first reason that applies, most urgent first.
-            reason = select(cmp("sge", pos, c32(ctx.S)), c32(3), c32(0))
-            reason = select(cmp("sle", left, c32(0)), c32(2), reason)
-            reason = select(cmp("ne", stop_hit, c32(0)), c32(1), reason)
-            reason = select(outside, c32(4), reason)
+            reason = select(cmp("sge", pos, c32(ctx.S)), c32(FINISH_CONTEXT), c32(0))
+            reason = select(cmp("sle", left, c32(0)), c32(FINISH_LENGTH), reason)
+            reason = select(cmp("ne", stop_hit, c32(0)), c32(FINISH_STOP), reason)
+            reason = select(outside, c32(FINISH_NONFINITE), reason)
             memref.StoreOp(reason, A["finished"], [b])
             goes_on = cmp("eq", reason, c32(0))
-            feed = scf.IfOp(goes_on)
-            with InsertionPoint(feed.then_block):
+
+            def feed():
                 memref.StoreOp(token, A["tokens"], [b])
                 memref.StoreOp(pos, A["positions"], [b])
-                scf.YieldOp([])
+            ctx.guarded(goes_on, feed)
             scf.YieldOp([arith.XOrIOp(goes_on, arith.ConstantOp(goes_on.type, 1).result).result])
         with InsertionPoint(step.else_block):
             scf.YieldOp([arith.ConstantOp(IntegerType.get_signless(1), 1).result])
         return arith.AndIOp(all_done, step.results[0]).result
 
+    def rows():
+        i1 = IntegerType.get_signless(1)
+        loop = scf.ForOp(const(0), ctx.batch, const(1), [arith.ConstantOp(i1, 1).result])
+        with InsertionPoint(loop.body):
+            scf.YieldOp([advance_row(loop.induction_variable, loop.inner_iter_args[0])])
+        ctx.guarded(loop.results[0], lambda: memref.StoreOp(c32(1), A["stop"], [const(0)]))
+
     def body(t):
-        first = cmp("eq", et.ThreadIdOp(ctx.idx).result, const(0))
-        once = scf.IfOp(first)
-        with InsertionPoint(once.then_block):
-            i1 = IntegerType.get_signless(1)
-            loop = scf.ForOp(const(0), ctx.batch, const(1), [arith.ConstantOp(i1, 1).result])
-            with InsertionPoint(loop.body):
-                scf.YieldOp([advance_row(loop.induction_variable, loop.inner_iter_args[0])])
-            ctx.guarded(loop.results[0], lambda: memref.StoreOp(c32(1), A["stop"], [const(0)]))
-            scf.YieldOp([])
+        # Thread 0 of the worker goes over the rows.
+        ctx.guarded(cmp("eq", et.ThreadIdOp(ctx.idx).result, const(0)), rows)
 
     ctx.task("advance", [1], ["argmax"], body, nbytes=0, flops=0)
     et.RepeatOp(A["steps"], A["stop"], ctx.events["advance"])
