@@ -104,8 +104,10 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(gate.thenBlock());
-      auto [ok, runs] = emitStepGate(s);
-      scf::YieldOp::create(b, loc, ValueRange{ok, runs});
+      FailureOr<std::pair<Value, Value>> opened = emitStepGate(s);
+      if (failed(opened))
+        return failure();
+      scf::YieldOp::create(b, loc, ValueRange{opened->first, opened->second});
       b.setInsertionPointToStart(gate.elseBlock());
       scf::YieldOp::create(b, loc, ValueRange{i1(true), i1(true)});
     }

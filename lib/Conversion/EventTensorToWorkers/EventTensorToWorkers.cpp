@@ -215,7 +215,7 @@ LogicalResult WorkerEmitter::layoutDynamicShared(Operation *fn) {
       if (!isWorkgroupAlloca(&op) || !op.hasAttr(kDynamicShared))
         continue;
       auto type = cast<MemRefType>(op.getResult(0).getType());
-      int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
+      int64_t bytes = tile::bytesOf(type);
       auto bytesType = MemRefType::get({bytes}, b.getI8Type(), MemRefLayoutAttrInterface(),
                                        workgroupSpace);
       // Only this buffer's bytes from the start (reinterpret_cast),
@@ -231,12 +231,7 @@ LogicalResult WorkerEmitter::layoutDynamicShared(Operation *fn) {
   // largest buffer, since all start at 0; then the two staging regions)
   // in a global the runtime reads before the launch
   // (abi::kDynamicSharedBytesGlobal).
-  int64_t need = 0;
-  for (auto &[op, view] : tileShared)
-    if (op->hasAttr(kDynamicShared)) {
-      auto type = cast<MemRefType>(op->getResult(0).getType());
-      need = std::max<int64_t>(need, type.getNumElements() * type.getElementTypeBitWidth() / 8);
-    }
+  int64_t need = tile::largestDynamicBuffer(kernel);
   if (stageRegionBytes) {
     stageStart = static_cast<int64_t>(llvm::alignTo(need, 128));
     need = stageStart + 2 * stageRegionBytes;
@@ -485,20 +480,17 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
 LogicalResult WorkerEmitter::checkSharedMemory(Operation *fn) {
   if (!target.hasWorkgroupMemory())
     return success();
-  auto bytesOf = [](Type t) {
-    auto type = cast<MemRefType>(t);
-    return type.getNumElements() * type.getElementTypeBitWidth() / 8;
-  };
   int64_t staticBytes = 0;
   if (auto gpuFn = dyn_cast<gpu::GPUFuncOp>(fn))
     for (BlockArgument a : gpuFn.getWorkgroupAttributions())
-      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(a.getType()), tile::kTileBufferAlign));
+      staticBytes +=
+          static_cast<int64_t>(llvm::alignTo(tile::bytesOf(cast<MemRefType>(a.getType())), tile::kTileBufferAlign));
   // Workgroup globals other than the dynamic one (the worker's program).
   container->walk([&](memref::GlobalOp global) {
     auto type = global.getType();
     if (type.getMemorySpace() && type.getNumElements() > 0 &&
         type.getMemorySpace() == target.getWorkgroupMemorySpace(kernel.getContext()))
-      staticBytes += static_cast<int64_t>(llvm::alignTo(bytesOf(type), tile::kTileBufferAlign));
+      staticBytes += static_cast<int64_t>(llvm::alignTo(tile::bytesOf(type), tile::kTileBufferAlign));
   });
   if (staticBytes + dynamicSharedBytes <= tile::kMaxSharedPerCTA)
     return success();

@@ -9,6 +9,8 @@
 
 #include "WorkerEmitter.h"
 
+#include "../TileOps/TileLowering.h"
+
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 using namespace mlir;
@@ -73,7 +75,7 @@ void WorkerEmitter::emitProgramTables(StaticProgram &program) {
   int64_t &longest = program.longest;
   for (int64_t w = 0; w < workerCount; ++w)
     longest = std::max<int64_t>(longest, offsets[w + 1] - offsets[w]);
-  program.sharedFits = target.hasWorkgroupMemory() && longest > 0 && (longest + 1) * 3 * 4 <= kSharedProgramBytes;
+  program.sharedFits = target.hasWorkgroupMemory() && longest > 0 && (longest + 1) * 3 * 4 <= tile::kSharedProgramBytes;
   const int64_t rows = static_cast<int64_t>(entries.size() / 3);
   program.padded = program.sharedFits && workerCount * longest <= 2 * rows + workerCount;
   SmallVector<int32_t> counts;

@@ -16,7 +16,7 @@ using namespace mlir;
 using namespace mlir::et;
 using namespace mlir::et::workers;
 
-std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
+FailureOr<std::pair<Value, Value>> WorkerEmitter::emitStepGate(Value s) {
   Type i1Type = b.getI1Type();
   auto [region, top] = openRegion(TypeRange{i1Type, i1Type},
                                   [&] { return SmallVector<Value>{i1(false), i1(false)}; });
@@ -39,9 +39,11 @@ std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
   b.setInsertionPointToEnd(gate);
   EventLayout &layout = layouts[repeat.getAfter()];
   auto [lin, counter] = locate(top, layout, {}, idx(-1), idx(-1));
+  // The count of a rank-0 event from kernel arguments (verified: no device
+  // counts in a repeat kernel).
   FailureOr<Value> count = expectedCount(layout, {}, lin, top);
-  // The count of a rank-0 event from kernel arguments: verified by
-  // et-verify-event-graph (no device counts in a repeat kernel).
+  if (failed(count))
+    return failure();
   Value expected = arith::MulIOp::create(b, loc, *count, s);
   Value stopPtr = elementPointer(basePointer(eager.lookup(repeat.getStop())), idx(0), b.getI32Type());
   emitSpin(top, counter, expected, idx(-1), idx(-1), idx(layout.id), lin, target.syncscope(),
@@ -54,7 +56,7 @@ std::pair<Value, Value> WorkerEmitter::emitStepGate(Value s) {
   Value go = broadcast(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, flag, i32(0)));
   scf::YieldOp::create(b, loc, ValueRange{i1(true), go});
   b.setInsertionPointAfter(region);
-  return {region.getResult(0), region.getResult(1)};
+  return std::make_pair(region.getResult(0), region.getResult(1));
 }
 
 FailureOr<Value> WorkerEmitter::stepCount() {
@@ -86,7 +88,10 @@ FailureOr<Value> WorkerEmitter::emitSteps(function_ref<FailureOr<Value>()> body)
   Value s = after->getArgument(0);
   // Errors at the gate and in the tiles name this step.
   step = s;
-  auto [gateOk, runs] = emitStepGate(s);
+  FailureOr<std::pair<Value, Value>> gate = emitStepGate(s);
+  if (failed(gate))
+    return failure();
+  auto [gateOk, runs] = *gate;
   auto ifOp = scf::IfOp::create(b, loc, TypeRange{i1Type}, runs, /*withElse=*/true);
   b.setInsertionPointToStart(ifOp.thenBlock());
   FailureOr<Value> ran = body();

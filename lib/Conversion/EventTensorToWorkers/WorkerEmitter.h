@@ -37,10 +37,6 @@
 
 namespace mlir::et::workers {
 
-/// The most shared memory a worker's copy of its static program may take.
-constexpr int64_t kSharedProgramBytes = 4096;
-
-
 /// The attribute of a workgroup alloca that lives in the kernel's dynamic
 /// shared memory (sized at launch) instead of a static buffer.
 constexpr llvm::StringLiteral kDynamicShared = EventTensorDialect::getDynamicSharedAttrName();
@@ -315,7 +311,7 @@ private:
   /// the repeat's `after` event, or for the stop flag, then reads the stop
   /// flag. Returns (whether the wait succeeded, whether the step runs), both
   /// i1 for every thread.
-  std::pair<Value, Value> emitStepGate(Value s);
+  FailureOr<std::pair<Value, Value>> emitStepGate(Value s);
 
   //===--------------------------------------------------------------------===//
   // Weights staged across tiles (StagedRows.cpp)

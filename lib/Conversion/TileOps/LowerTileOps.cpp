@@ -93,18 +93,6 @@ struct LowerTileOpsPass
     return options;
   }
 
-  /// The largest buffer in the kernel's dynamic shared memory so far (they
-  /// all start at its beginning: tiles run one after another).
-  int64_t dynamicSharedBytes() {
-    int64_t bytes = 0;
-    getOperation().walk([&](memref::AllocaOp alloca) {
-      MemRefType type = alloca.getType();
-      if (alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()) && type.hasStaticShape())
-        bytes = std::max<int64_t>(bytes, type.getNumElements() * type.getElementTypeBitWidth() / 8);
-    });
-    return bytes;
-  }
-
   void runOnOperation() override {
     FailureOr<TileLoweringOptions> checked = checkedOptions();
     if (failed(checked))
@@ -114,7 +102,7 @@ struct LowerTileOpsPass
       if (options.gpu) {
         TileLoweringState planned;
         planAttentionOps(getOperation(), options, planned);
-        planLinearOps(getOperation(), options, dynamicSharedBytes());
+        planLinearOps(getOperation(), options, largestDynamicBuffer(getOperation()));
       }
       return;
     }
@@ -193,7 +181,7 @@ struct LowerTileOpsPass
     bool refit = gpu && options.stageBytes > 0;
     OwningOpRef<Operation *> before(refit ? root->clone() : nullptr);
     TileLoweringOptions linearOptions = options;
-    int64_t dynamicShared = dynamicSharedBytes();
+    int64_t dynamicShared = largestDynamicBuffer(getOperation());
     for (;;) {
       SmallVector<LinearOp> linears;
       root->walk([&](LinearOp op) { linears.push_back(op); });

@@ -29,9 +29,12 @@ constexpr int64_t kMaxDynamicShared = 200 * 1024;
 /// Shared memory, static and dynamic together, that an sm_90 SM (H100,
 /// H200) gives one CTA.
 constexpr int64_t kMaxSharedPerCTA = 227 * 1024;
+/// The most shared memory a worker's copy of its static program may take
+/// (the worker lowering copies shorter programs into shared memory).
+constexpr int64_t kSharedProgramBytes = 4096;
 /// What the worker lowering adds to the tiles' static buffers at most: the
-/// copy of a worker's program (4 KiB) and its small words.
-constexpr int64_t kWorkerSharedBytes = 4096 + 64;
+/// copy of a worker's program and its small words.
+constexpr int64_t kWorkerSharedBytes = kSharedProgramBytes + 64;
 /// bf16 elements per 16-byte load.
 constexpr int64_t kVector = 8;
 
@@ -116,6 +119,13 @@ void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t 
 
 /// The alignment of each static tile buffer in the arena the tasks share.
 constexpr int64_t kTileBufferAlign = 16;
+
+/// The bytes of a statically shaped memref.
+int64_t bytesOf(MemRefType type);
+
+/// The largest buffer marked et.dynamic_shared under `root`: they all start
+/// at the beginning of the kernel's dynamic shared memory.
+int64_t largestDynamicBuffer(Operation *root);
 
 /// Lays the static workgroup buffers of `task` (the shared memory its tile
 /// ops allocate at the top of its body, not marked et.dynamic_shared) out

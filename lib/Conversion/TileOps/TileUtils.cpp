@@ -328,9 +328,7 @@ Value opaqueThreadId(OpBuilder &b, Location loc) {
 }
 
 
-static int64_t bytesOf(MemRefType type) {
-  return type.getNumElements() * type.getElementTypeBitWidth() / 8;
-}
+int64_t bytesOf(MemRefType type) { return type.getNumElements() * type.getElementTypeBitWidth() / 8; }
 
 /// A statically shaped alloca in workgroup memory.
 static bool isWorkgroupBuffer(memref::AllocaOp alloca) {
@@ -352,18 +350,23 @@ int64_t layoutTileBuffers(TaskOp task, function_ref<void(Operation *, int64_t)> 
   return offset;
 }
 
+int64_t largestDynamicBuffer(Operation *root) {
+  int64_t bytes = 0;
+  root->walk([&](memref::AllocaOp alloca) {
+    if (alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()) && alloca.getType().hasStaticShape())
+      bytes = std::max(bytes, bytesOf(alloca.getType()));
+  });
+  return bytes;
+}
+
 int64_t sharedBytesPerWorker(Operation *root) {
-  int64_t arena = 0, dynamic = 0, region = 0;
+  int64_t arena = 0, region = 0;
   root->walk([&](TaskOp task) {
     arena = std::max(arena, layoutTileBuffers(task));
-    for (Operation &op : task.getBody().front()) {
-      if (auto alloca = dyn_cast<memref::AllocaOp>(op);
-          alloca && isWorkgroupBuffer(alloca) && alloca->hasAttr(EventTensorDialect::getDynamicSharedAttrName()))
-        dynamic = std::max(dynamic, bytesOf(alloca.getType()));
-      else if (auto rows = dyn_cast<StagedRowsOp>(op))
-        region = std::max<int64_t>(region, llvm::alignTo(rows.getOffset() + bytesOf(rows.getView().getType()), 128));
-    }
+    for (StagedRowsOp rows : task.getBody().front().getOps<StagedRowsOp>())
+      region = std::max<int64_t>(region, llvm::alignTo(rows.getOffset() + bytesOf(rows.getView().getType()), 128));
   });
+  int64_t dynamic = largestDynamicBuffer(root);
   if (region)
     dynamic = static_cast<int64_t>(llvm::alignTo(dynamic, 128)) + 2 * region;
   return arena + kWorkerSharedBytes + dynamic;
