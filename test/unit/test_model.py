@@ -572,7 +572,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["run", str(art), "--temperature", "-1"]) == 2
     assert "temperature must be a finite number >= 0" in capsys.readouterr().err
     assert main(["run", str(art), "--stop", "3, x"]) == 2
-    assert "--stop must be comma-separated token ids" in capsys.readouterr().err
+    assert "--stop must be token ids separated by commas or spaces, got '3, x'" in capsys.readouterr().err
     assert main(["run", str(art), "--stop", "99999"]) == 2
     assert "stop id 99999 is not a token id" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2

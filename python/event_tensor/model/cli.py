@@ -116,18 +116,15 @@ def _weights(config, paths: list[str] | None, seed: int):
 
 
 def _parse_ids(text: str, flag: str) -> list[int]:
-    """Comma-separated token ids (empty: none)."""
+    """Token ids separated by commas or spaces (empty: none)."""
     try:
         return [int(t) for t in text.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f"{flag} must be comma-separated token ids, got {text!r}") from None
+        raise ValueError(f"{flag} must be token ids separated by commas or spaces, got {text!r}") from None
 
 
 def _parse_prompt(text: str, vocab: int, batch: int) -> list[list[int]]:
-    try:
-        ids = [int(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise ValueError(f"--prompt must be token ids separated by commas or spaces, got {text!r}") from None
+    ids = _parse_ids(text, "--prompt")
     if not ids:
         raise ValueError("--prompt is empty")
     bad = [t for t in ids if not 0 <= t < vocab]
