@@ -167,6 +167,23 @@ public:
   virtual void barrier(WorkerBuilder &w) const = 0;
   /// Makes thread 0's value of `v` (i1 or i64) every thread's value.
   virtual Value broadcast(WorkerBuilder &w, Value v) const = 0;
+  /// Whether `pred` (i1) holds on every thread of the worker, as every
+  /// thread's value (a barrier of the worker's threads).
+  virtual Value allOf(WorkerBuilder &w, Value pred) const = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Polling a counter
+  //===--------------------------------------------------------------------===//
+
+  /// The threads that poll a counter during a wait (thread 0 among them).
+  virtual Value isPoller(WorkerBuilder &w) const = 0;
+  /// With several pollers: a pointer to the worker's i64 word in which the
+  /// poller that saw a wait through leaves the wait's key for the others;
+  /// null with one poller.
+  virtual Value pollKeyPointer(WorkerBuilder &w) const = 0;
+  /// A poller, before its first poll of a wait (the pollers' polls
+  /// staggered over a round trip).
+  virtual void beforeFirstPoll(WorkerBuilder &w) const = 0;
 
   //===--------------------------------------------------------------------===//
   // Memory order
@@ -201,8 +218,9 @@ private:
 
 /// The GPU worker: a gpu.func kernel in a gpu.module, one CTA of `threads`
 /// threads (0: chosen at launch) per worker, `backoffNs` of nanosleep between
-/// polls.
-std::unique_ptr<WorkerTarget> createNVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads);
+/// polls, `pollWarps` warps polling each wait.
+std::unique_ptr<WorkerTarget> createNVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads,
+                                                     int64_t pollWarps);
 
 /// The host worker: a func.func `<kernel>_worker` that one thread per worker
 /// calls with its worker id.
