@@ -36,9 +36,7 @@ def _copy_artifact(art, dest: Path) -> None:
     art.copy_to(dest)
 
 
-def suite(out: Path, seeds: int, cache: Path, poll_warps: int = 1) -> None:
-    """The random-graph cases and the runtime's edge cases, waits polled by
-    `poll_warps` warps."""
+def suite(out: Path, seeds: int, cache: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cases = []
     for seed in range(seeds):
@@ -49,8 +47,7 @@ def suite(out: Path, seeds: int, cache: Path, poll_warps: int = 1) -> None:
         outs, data = reference(plan)
         for mode in ("static", "dynamic"):
             workers = rng.choice([8, 32, 132])
-            art = et.compile(text, target="cuda", workers=workers, mode=mode, poll_warps=poll_warps,
-                             cache_dir=cache)
+            art = et.compile(text, target="cuda", workers=workers, mode=mode, cache_dir=cache)
             name = f"graph{seed:03d}-{mode}-w{workers}"
             _copy_artifact(art, out / name)
             np.savez(out / name / "case.npz",
@@ -62,15 +59,13 @@ def suite(out: Path, seeds: int, cache: Path, poll_warps: int = 1) -> None:
             cases.append(name)
         if seed == 2:
             # A cubin built here by ptxas (format=bin) instead of PTX.
-            art = et.compile(text, target="cuda", workers=64, mode="static", format="bin", poll_warps=poll_warps,
-                             cache_dir=cache)
+            art = et.compile(text, target="cuda", workers=64, mode="static", format="bin", cache_dir=cache)
             _copy_artifact(art, out / f"graph{seed:03d}-cubin")
             shutil.copy(out / name / "case.npz", out / f"graph{seed:03d}-cubin" / "case.npz")
             cases.append(f"graph{seed:03d}-cubin")
         if seed == 1:
             # The same graph with in-kernel profiling.
-            art = et.compile(text, target="cuda", workers=32, mode="dynamic", profile=True, poll_warps=poll_warps,
-                             cache_dir=cache)
+            art = et.compile(text, target="cuda", workers=32, mode="dynamic", profile=True, cache_dir=cache)
             _copy_artifact(art, out / "profiled")
             shutil.copy(out / name / "case.npz", out / "profiled" / "case.npz")
     # A split-K GEMM, whose event elements grow with M: a bound launch at a
@@ -91,12 +86,10 @@ def suite(out: Path, seeds: int, cache: Path, poll_warps: int = 1) -> None:
     _copy_artifact(art, out / "oversubscribed")
     # Steps in one launch (et.repeat), over a static and a dynamic schedule.
     for mode, workers in (("static", 8), ("dynamic", 32)):
-        art = et.compile(STEPS_KERNEL, target="cuda", workers=workers, mode=mode, poll_warps=poll_warps,
-                         cache_dir=cache)
+        art = et.compile(STEPS_KERNEL, target="cuda", workers=workers, mode=mode, cache_dir=cache)
         _copy_artifact(art, out / f"steps-{mode}")
     deadlock = planted_deadlock(4)
-    art = et.compile(deadlock, target="cuda", workers=4, mode="keep", verify=False, poll_warps=poll_warps,
-                     cache_dir=cache)
+    art = et.compile(deadlock, target="cuda", workers=4, mode="keep", verify=False, cache_dir=cache)
     _copy_artifact(art, out / "planted-deadlock")
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
     print(f"suite: {len(cases)} random-graph cases and a planted deadlock in {out}")
@@ -136,13 +129,12 @@ et.kernel @dispatch(%n: index) {
 """
 
 
-def bench(out: Path, workers: int, cache: Path, poll_warps: int = 1) -> None:
+def bench(out: Path, workers: int, cache: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rounds = 2
     for waits in (True, False):
         name = "hops-chain" if waits else "hops-free"
         art = et.compile(_hop_chain(workers, rounds, waits), target="cuda", workers=workers, mode="keep",
-                         poll_warps=poll_warps,
                          cache_dir=cache)
         _copy_artifact(art, out / name)
     for mode in ("static", "dynamic"):
@@ -798,8 +790,6 @@ def main() -> None:
     parser.add_argument("--tile-linear", default="rows", choices=["rows", "spread"], help="et.linear lowering")
     parser.add_argument("--prefill-rows", type=int, default=0,
                         help="also compile a prefill kernel for this many prompt tokens per launch into each model")
-    parser.add_argument("--poll-warps", type=int, default=1,
-                        help="warps that poll each wait in the suite and bench kernels")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm, "
                              "gemm-numerics, prefill)")
@@ -811,9 +801,9 @@ def main() -> None:
     out = Path(args.out)
     cache = out / "cache"
     if "suite" in parts:
-        suite(out / "suite", args.seeds, cache, args.poll_warps)
+        suite(out / "suite", args.seeds, cache)
     if "bench" in parts:
-        bench(out / "bench", args.workers, cache, args.poll_warps)
+        bench(out / "bench", args.workers, cache)
     if "linear" in parts:
         linear(out / "linear", args.workers, cache)
     if "tiles" in parts:

@@ -66,7 +66,6 @@ void mlir::et::buildLowerToNVVMPipeline(OpPassManager &pm, const LowerToNVVMPipe
   pm.nest<KernelOp>().addPass(createLowerTileOpsPass(tile));
   ConvertEventTensorToNVVMPassOptions o;
   o.backoffNs = options.backoffNs;
-  o.pollWarps = options.pollWarps;
   o.profile = options.profile;
   o.threads = options.threads;
   pm.addPass(createConvertEventTensorToNVVMPass(o));

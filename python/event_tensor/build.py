@@ -125,7 +125,7 @@ def _ptx_from_binary(module) -> bytes:
 
 def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, mode: str = "static",
                    optimize: bool = True, verify: bool = True, profile: bool = False, chip: str = "sm_90a", features: str = "+ptx80",
-                   format: str = "isa", backoff_ns: int = 64, poll_warps: int = 1, threads_per_worker: int = 128,
+                   format: str = "isa", backoff_ns: int = 64, threads_per_worker: int = 128,
                    tile_unroll: int = 4, tile_prefetch: str = "none", tile_linear: str = "rows",
                    tile_prefetch_bytes: int = PREFETCH_BYTES, tile_kv_prefetch: str = "none",
                    tile_kv_mma_bytes: int = 0, tile_prefetch_tasks: tuple = (), tile_stage_bytes: int = 0,
@@ -143,10 +143,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     raise `EventTensorCompileError` with the diagnostics and an et-opt repro
     line. A CUDA cubin (`format="bin"`) records what ptxas gave the kernel in
     the metadata's `resources`: registers and stack-frame bytes per thread
-    (`event_tensor.cubin`; spills grow the frame). On CUDA a wait polls its
-    counter from the first thread of `poll_warps` warps, their polls
-    staggered over a round trip, with `backoff_ns` of nanosleep between two
-    polls of one thread.
+    (`event_tensor.cubin`; spills grow the frame).
 
     CUDA tile lowering: `tile_unroll` 16-byte weight loads per lane in
     flight; `tile_linear` lays out et.linear ("rows": a warp per row;
@@ -200,8 +197,6 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         workers = 4 if target == "cpu" else 132
     if target == "cuda" and (threads_per_worker < 32 or threads_per_worker > 1024 or threads_per_worker % 32):
         raise ValueError(f"threads_per_worker must be a multiple of 32 in [32, 1024], got {threads_per_worker}")
-    if target == "cuda":
-        _check_int_in("poll_warps", poll_warps, 1, min(32, threads_per_worker // 32))
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     text = module if isinstance(module, str) else module.operation.get_asm(print_generic_op_form=True)
@@ -209,8 +204,6 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     options = {"target": target, "workers": workers, "mode": mode, "optimize": optimize, "verify": verify,
                "profile": profile}
     if target == "cuda":
-        if poll_warps != 1:
-            options["poll_warps"] = poll_warps
         options.update(chip=chip, features=features, format=format, backoff_ns=backoff_ns,
                        threads_per_worker=threads_per_worker, tile_unroll=tile_unroll,
                        tile_prefetch=tile_prefetch, opt_level=opt_level)
@@ -269,7 +262,6 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         else:
             pipeline = pipeline_spec("et-lower-to-nvvm-pipeline", {
                 **common, "chip": chip, "features": features, "format": format, "backoff-ns": backoff_ns,
-                "poll-warps": poll_warps,
                 "tile-unroll": tile_unroll, "tile-prefetch": tile_prefetch, "tile-kv-prefetch": tile_kv_prefetch,
                 "tile-prefetch-tasks": tile_prefetch_tasks, "tile-prefetch-bytes": tile_prefetch_bytes,
                 "tile-kv-mma-bytes": tile_kv_mma_bytes, "tile-stage-bytes": tile_stage_bytes,

@@ -2,11 +2,6 @@
 // RUN: et-opt %s --convert-et-to-nvvm=threads=256 | FileCheck %s --check-prefix=THREADS
 // RUN: et-opt %s --convert-et-to-nvvm | FileCheck %s --check-prefix=SPIN
 // RUN: not et-opt %s --convert-et-to-nvvm=threads=100 2>&1 | FileCheck %s --check-prefix=BADTHREADS
-// RUN: et-opt %s --convert-et-to-nvvm="poll-warps=4 threads=128" | FileCheck %s --check-prefix=POLL
-// RUN: not et-opt %s --convert-et-to-nvvm=poll-warps=0 2>&1 | FileCheck %s --check-prefix=BADPOLL0
-// RUN: not et-opt %s --convert-et-to-nvvm="poll-warps=5 threads=128" 2>&1 | FileCheck %s --check-prefix=BADPOLL5
-// BADPOLL0: error: 'convert-et-to-nvvm' poll-warps must be in [1, 32] and fit in the worker's threads, got 0 for 0 threads
-// BADPOLL5: error: 'convert-et-to-nvvm' poll-warps must be in [1, 32] and fit in the worker's threads, got 5 for 128 threads
 // THREADS: known_block_size = array<i32: 256, 1, 1>
 // BADTHREADS: error: 'convert-et-to-nvvm' threads must be 0 or a multiple of 32 up to 1024, got 100
 // RUN: et-opt %s --pass-pipeline="builtin.module(et-lower-to-nvvm-pipeline{mode=keep})" -o %t
@@ -45,28 +40,6 @@
 // SPIN: %[[ALL:.*]] = nvvm.barrier #nvvm.reduction<and> %{{.*}} -> i32
 // SPIN: arith.cmpi ne, %[[ALL]]
 // SPIN-NEXT: cf.cond_br
-
-// Four pollers (lane 0 of warps 0-3): the key word cleared at the start,
-// each poller's first poll k * 64 ns late, the key checked before each poll
-// and left by the poller that sees the count; thread 0 alone keeps the
-// watchdog.
-// POLL: memref.store %c-1_i64, %{{.*}}[%{{.*}}] : memref<4xi64, #gpu.address_space<workgroup>>
-// POLL-NEXT: }
-// POLL-NEXT: gpu.barrier
-// POLL: %[[KEY:.*]] = arith.ori %{{.*}}, %{{.*}} : i64
-// POLL: arith.remui %thread_id_x, %c32
-// POLL: arith.cmpi ult, %thread_id_x, %c128
-// POLL: arith.divui %thread_id_x, %c32
-// POLL: arith.muli %{{.*}}, %c64_i32
-// POLL-NEXT: nvvm.nanosleep
-// POLL: %[[LEFT:.*]] = llvm.load volatile %{{.*}} {alignment = 8 : i64} : !llvm.ptr<3> -> i64
-// POLL-NEXT: arith.cmpi eq, %[[LEFT]], %[[KEY]]
-// POLL: llvm.load %{{.*}} atomic syncscope("device") acquire
-// POLL: llvm.store volatile %[[KEY]], %{{.*}} {alignment = 8 : i64} : i64, !llvm.ptr<3>
-// POLL: %[[EXPIRED:.*]] = arith.cmpi sge, %{{.*}}, %arg1
-// POLL: %[[T0:.*]] = arith.cmpi eq, %thread_id_x
-// POLL-NEXT: arith.andi %[[EXPIRED]], %[[T0]]
-// POLL: nvvm.barrier #nvvm.reduction<and>
 
 // In the PTX text, acquire loads at GPU scope and the release reduction.
 // PTX: gpu.binary @chain_module

@@ -20,17 +20,15 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
     (memref<?xi32>: tickets, abort and error flags), `error`
     (memref<?xi64>: the error record), then the kernel's own arguments.
 
-    Synchronization: a wait is the first thread of `poll-warps` warps
-    spinning on an acquire load at GPU scope (`ld.acquire.gpu`) with
-    `nanosleep` backoff, their first polls staggered over a round trip (the
-    first to see the count leaves the wait's key in shared memory for the
-    others), then one CTA barrier whose AND reduction carries the outcome;
-    a signal is a CTA barrier, then thread 0's release reduction at GPU
-    scope (`red.release.gpu`, written out because LLVM 22's NVPTX backend
-    drops the ordering of `atomicrmw`). Every spin is bounded by
-    `spin_limit` (thread 0 counts); on timeout the worker records (kind,
-    worker, task, tile, event, element, expected, observed) in `error`,
-    raises the abort flag that stops every other worker, and exits.
+    Synchronization: a wait is thread 0 spinning on an acquire load at GPU
+    scope (`ld.acquire.gpu`) with `nanosleep` backoff, then one CTA barrier
+    whose AND reduction carries the outcome (`bar.red.and`); a signal is a
+    CTA barrier, then thread 0's release reduction at GPU scope
+    (`red.release.gpu`, written out because LLVM 22's NVPTX backend drops
+    the ordering of `atomicrmw`). Every spin is bounded by `spin_limit`; on
+    timeout the worker records (kind, worker, task, tile, event, element,
+    expected, observed) in `error`, raises the abort flag that stops every
+    other worker, and exits.
 
     Weights staged across tiles (`et.staged_rows`, static schedules): the
     program table's third column marks each single-tile entry whose task
@@ -54,9 +52,6 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
            "Threads per worker, fixed at compile time (the kernel's "
            "known_block_size, so ptxas can budget registers for it); 0 "
            "leaves it to the launch">,
-    Option<"pollWarps", "poll-warps", "int64_t", /*default=*/"1",
-           "Warps whose first thread polls a counter during a wait, their "
-           "polls staggered over a round trip (1: thread 0 alone)">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",

@@ -107,9 +107,6 @@ struct LowerToNVVMPipelineOptions : public CommonPipelineOptions<LowerToNVVMPipe
       llvm::cl::init(1)};
   PassOptions::Option<int64_t> backoffNs{*this, "backoff-ns", llvm::cl::desc("nanosleep between polls"),
                                          llvm::cl::init(64)};
-  PassOptions::Option<int64_t> pollWarps{*this, "poll-warps",
-                                         llvm::cl::desc("Warps that poll a counter during a wait"),
-                                         llvm::cl::init(1)};
 };
 
 struct LowerToCPUPipelineOptions : public CommonPipelineOptions<LowerToCPUPipelineOptions> {

@@ -537,15 +537,7 @@ struct ConvertEventTensorToNVVMPass
           << static_cast<int64_t>(threads);
       return signalPassFailure();
     }
-    // Pollers are warps of the worker (at most 32 of them, and no more than
-    // its threads hold when they are fixed).
-    if (pollWarps < 1 || pollWarps > 32 || (threads > 0 && pollWarps * 32 > threads)) {
-      getOperation().emitError("'convert-et-to-nvvm' poll-warps must be in [1, 32] and fit in the "
-                               "worker's threads, got ")
-          << static_cast<int64_t>(pollWarps) << " for " << static_cast<int64_t>(threads) << " threads";
-      return signalPassFailure();
-    }
-    if (failed(lowerKernels(getOperation(), *createNVVMWorkerTarget(profile, backoffNs, threads, pollWarps))))
+    if (failed(lowerKernels(getOperation(), *createNVVMWorkerTarget(profile, backoffNs, threads))))
       signalPassFailure();
   }
 };

@@ -78,11 +78,6 @@ public:
   Value broadcast(WorkerBuilder &, Value v) const override { return v; }
   Value allOf(WorkerBuilder &, Value pred) const override { return pred; }
 
-  /// The worker's one thread.
-  Value isPoller(WorkerBuilder &w) const override { return w.i1(true); }
-  Value pollKeyPointer(WorkerBuilder &) const override { return Value(); }
-  void beforeFirstPoll(WorkerBuilder &) const override {}
-
   /// System scope.
   StringRef syncscope() const override { return ""; }
 

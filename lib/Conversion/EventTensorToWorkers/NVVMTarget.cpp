@@ -5,15 +5,12 @@
 // others, which meet it at CTA barriers and read the values it shares
 // through a shared-memory word. Counter atomics are at device scope; the
 // signals are written as PTX reductions because NVPTX drops the ordering and
-// scope of an atomicrmw. A wait is polled by the first thread of `poll-warps`
-// warps, their polls staggered over a round trip; the outcome reaches every
-// thread through one barrier with an AND reduction.
+// scope of an atomicrmw. A wait's outcome reaches every thread through one
+// barrier with an AND reduction.
 //
 //===----------------------------------------------------------------------===//
 
 #include "WorkerTarget.h"
-
-#include "../TileOps/TileLowering.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
@@ -37,8 +34,8 @@ void ptxAddOne(WorkerBuilder &w, Value ptr, StringRef red) {
 
 class NVVMWorkerTarget final : public WorkerTarget {
 public:
-  NVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads, int64_t pollWarps)
-      : WorkerTarget(profile), backoffNs(backoffNs), threads(threads), pollWarps(pollWarps) {}
+  NVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads)
+      : WorkerTarget(profile), backoffNs(backoffNs), threads(threads) {}
 
   void declareRuntimeFunctions(OpBuilder &, ModuleOp) const override {}
 
@@ -58,8 +55,7 @@ public:
   }
   StringRef getLoweringName() const override { return "GPU worker lowering"; }
 
-  /// The kernel's workgroup attributions: the words of broadcast (0) and of
-  /// the pollers' key (1), the
+  /// The kernel's workgroup attributions: the word of broadcast, the
   /// buffers asked for, then (profiled) the worker's trace slots.
   WorkerFunction createWorkerFunction(WorkerBuilder &w, StringRef kernelName, FunctionType type,
                                       ArrayRef<Type> workgroup) const override {
@@ -96,17 +92,6 @@ public:
     w.workerId = gpu::BlockIdOp::create(w.b, w.loc, gpu::Dimension::x);
     w.threadId = gpu::ThreadIdOp::create(w.b, w.loc, gpu::Dimension::x);
     w.numThreads = gpu::BlockDimOp::create(w.b, w.loc, gpu::Dimension::x);
-    if (pollWarps > 1) {
-      // The pollers' key starts as no wait's (shared memory holds whatever
-      // the SM's last kernel left there).
-      auto ifOp = scf::IfOp::create(w.b, w.loc, w.isThread0(), /*withElse=*/false);
-      {
-        OpBuilder::InsertionGuard guard(w.b);
-        w.b.setInsertionPointToStart(ifOp.thenBlock());
-        memref::StoreOp::create(w.b, w.loc, w.i64(-1), w.sharedScratch, ValueRange{w.idx(1)});
-      }
-      barrier(w);
-    }
   }
 
   /// The worker's region of the trace: records [worker * per, (worker + 1) *
@@ -158,38 +143,10 @@ public:
   /// One barrier whose AND reduction carries the predicate.
   Value allOf(WorkerBuilder &w, Value pred) const override {
     Value asI32 = arith::ExtUIOp::create(w.b, w.loc, w.b.getI32Type(), pred);
-    auto bar = NVVM::BarrierOp::create(w.b, w.loc, w.b.getI32Type(), Value(), Value(),
-                                       NVVM::BarrierReductionAttr::get(w.b.getContext(),
-                                                                       NVVM::BarrierReduction::AND),
-                                       asI32);
+    auto bar = NVVM::BarrierOp::create(
+        w.b, w.loc, w.b.getI32Type(), /*barrierId=*/Value(), /*numberOfThreads=*/Value(),
+        NVVM::BarrierReductionAttr::get(w.b.getContext(), NVVM::BarrierReduction::AND), asI32);
     return arith::CmpIOp::create(w.b, w.loc, arith::CmpIPredicate::ne, bar.getRes(), w.i32(0));
-  }
-
-  /// Lane 0 of warps [0, poll-warps).
-  Value isPoller(WorkerBuilder &w) const override {
-    if (pollWarps == 1)
-      return w.isThread0();
-    OpBuilder &b = w.b;
-    Value lane0 = arith::CmpIOp::create(b, w.loc, arith::CmpIPredicate::eq,
-                                        arith::RemUIOp::create(b, w.loc, w.threadId, w.idx(32)), w.idx(0));
-    Value inside = arith::CmpIOp::create(b, w.loc, arith::CmpIPredicate::ult, w.threadId, w.idx(32 * pollWarps));
-    return arith::AndIOp::create(b, w.loc, lane0, inside);
-  }
-
-  Value pollKeyPointer(WorkerBuilder &w) const override {
-    if (pollWarps == 1)
-      return Value();
-    return tile::elementPointer(w.b, w.loc, w.sharedScratch, w.idx(1), 8, 3);
-  }
-
-  /// Poller k sleeps k / poll-warps of a poll's round trip first.
-  void beforeFirstPoll(WorkerBuilder &w) const override {
-    if (pollWarps == 1)
-      return;
-    OpBuilder &b = w.b;
-    Value k = arith::IndexCastOp::create(b, w.loc, b.getI32Type(),
-                                         arith::DivUIOp::create(b, w.loc, w.threadId, w.idx(32)));
-    NVVM::NanosleepOp::create(b, w.loc, arith::MulIOp::create(b, w.loc, k, w.i32(kPollRoundTripNs / pollWarps)));
   }
 
   StringRef syncscope() const override { return "device"; }
@@ -239,18 +196,12 @@ public:
   }
 
 private:
-  /// About one poll of a counter in L2 and back (measured on the H100:
-  /// docs/experiments/2026-11-26-poll-depth.md).
-  static constexpr int64_t kPollRoundTripNs = 256;
-
   int64_t backoffNs;
   int64_t threads;
-  int64_t pollWarps;
 };
 
 } // namespace
 
-std::unique_ptr<WorkerTarget> workers::createNVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads,
-                                                              int64_t pollWarps) {
-  return std::make_unique<NVVMWorkerTarget>(profile, backoffNs, threads, pollWarps);
+std::unique_ptr<WorkerTarget> workers::createNVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads) {
+  return std::make_unique<NVVMWorkerTarget>(profile, backoffNs, threads);
 }

@@ -121,10 +121,7 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
               Value tile, Value event, Value element,
               StringRef syncscope, bool localOnly, Value orFlag) {
   Type i64Type = b.getI64Type(), i1Type = b.getI1Type();
-  Block *first = newBlock(scope);
   Block *spin = newBlock(scope, {i64Type});
-  Block *poll = newBlock(scope, {i64Type});
-  Block *found = newBlock(scope);
   Block *check = newBlock(scope, {i64Type});
   Block *timeout = newBlock(scope, {i64Type});
   Block *record = newBlock(scope);
@@ -135,38 +132,14 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
   Value ptr = counterPointer(counterIndex);
   Value expected32 =
       arith::TruncIOp::create(b, loc, b.getI32Type(), toI64(expected));
-  // With several pollers, the first to see the wait through leaves its key
-  // (counter, expected count) for the others. A counter only grows within a
-  // launch (and a wait of step s expects (s + 1) times the count), so a key
-  // left by an earlier wait of the same counter and count is true again.
-  Value keyPtr = target.pollKeyPointer(*this);
-  Value key;
-  if (keyPtr)
-    key = arith::OrIOp::create(
-        b, loc, arith::ShLIOp::create(b, loc, toI64(counterIndex), i64(32)),
-        arith::ExtUIOp::create(b, loc, i64Type, expected32));
-  cf::CondBranchOp::create(b, loc, target.isPoller(*this), first, ValueRange{},
+  cf::CondBranchOp::create(b, loc, isThread0(), spin, ValueRange{i64(0)},
                            join, ValueRange{i1(true)});
-
-  b.setInsertionPointToEnd(first);
-  target.beforeFirstPoll(*this);
-  cf::BranchOp::create(b, loc, spin, ValueRange{i64(0)});
-
-  b.setInsertionPointToEnd(spin);
-  if (keyPtr) {
-    Value left = LLVM::LoadOp::create(b, loc, i64Type, keyPtr, /*alignment=*/8, /*isVolatile=*/true);
-    Value seen = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, left, key);
-    cf::CondBranchOp::create(b, loc, seen, join, ValueRange{i1(true)}, poll,
-                             ValueRange{spin->getArgument(0)});
-  } else {
-    cf::BranchOp::create(b, loc, poll, ValueRange{spin->getArgument(0)});
-  }
 
   // The abort flag is read before the counter, with no ordering: both
   // loads are in flight together, so a poll costs one L2 round trip (read
   // after a short counter, the flag was a second one per poll, and the
   // wake-up of a waiter after the last signal took up to two).
-  b.setInsertionPointToEnd(poll);
+  b.setInsertionPointToEnd(spin);
   Value abortFlag = LLVM::LoadOp::create(
       b, loc, b.getI32Type(), controlPointer(abi::kControlAbort), /*alignment=*/4,
       false, false, false, false, LLVM::AtomicOrdering::monotonic,
@@ -192,13 +165,8 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
     ready = arith::OrIOp::create(b, loc, ready,
                                  arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, flag, i32(0)));
   }
-  cf::CondBranchOp::create(b, loc, ready, found, ValueRange{}, check,
-                           ValueRange{poll->getArgument(0)});
-
-  b.setInsertionPointToEnd(found);
-  if (keyPtr)
-    LLVM::StoreOp::create(b, loc, key, keyPtr, /*alignment=*/8, /*isVolatile=*/true);
-  cf::BranchOp::create(b, loc, join, ValueRange{i1(true)});
+  cf::CondBranchOp::create(b, loc, ready, join, ValueRange{i1(true)}, check,
+                           ValueRange{spin->getArgument(0)});
 
   b.setInsertionPointToEnd(check);
   Value aborted = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
@@ -206,15 +174,11 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
   cf::CondBranchOp::create(b, loc, aborted, join, ValueRange{i1(false)},
                            timeout, ValueRange{check->getArgument(0)});
 
-  // Thread 0 keeps the watchdog; another poller that has spun as long
-  // polls on until thread 0's error raises the abort flag.
   b.setInsertionPointToEnd(timeout);
   Value next =
       arith::AddIOp::create(b, loc, timeout->getArgument(0), i64(1));
   Value expired = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
                                         next, spinLimit);
-  if (keyPtr)
-    expired = arith::AndIOp::create(b, loc, expired, isThread0());
   cf::CondBranchOp::create(b, loc, expired, record, ValueRange{}, sleep,
                            ValueRange{next});
 

@@ -119,10 +119,9 @@ private:
                    Value element, Value expected, Value observed,
                    bool localOnly = false);
 
-  /// Waits until counter `index` reaches `expected` (i32). The target's
-  /// pollers spin (thread 0 among them, which keeps the watchdog); the
-  /// outcome is shared by the CTA. On timeout or abort, branches to the
-  /// scope's failure block. Continues in a new current block.
+  /// Waits until counter `index` reaches `expected` (i32). Thread 0 spins;
+  /// the outcome is shared by the CTA (one barrier). On timeout or abort,
+  /// branches to the scope's failure block. Continues in a new current block.
   /// A timeout with `localOnly` stops only this device (see recordError).
   /// With `orFlag` (a pointer to an i32 word), a nonzero word ends the wait
   /// too.

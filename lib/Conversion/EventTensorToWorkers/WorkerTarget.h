@@ -172,20 +172,6 @@ public:
   virtual Value allOf(WorkerBuilder &w, Value pred) const = 0;
 
   //===--------------------------------------------------------------------===//
-  // Polling a counter
-  //===--------------------------------------------------------------------===//
-
-  /// The threads that poll a counter during a wait (thread 0 among them).
-  virtual Value isPoller(WorkerBuilder &w) const = 0;
-  /// With several pollers: a pointer to the worker's i64 word in which the
-  /// poller that saw a wait through leaves the wait's key for the others;
-  /// null with one poller.
-  virtual Value pollKeyPointer(WorkerBuilder &w) const = 0;
-  /// A poller, before its first poll of a wait (the pollers' polls
-  /// staggered over a round trip).
-  virtual void beforeFirstPoll(WorkerBuilder &w) const = 0;
-
-  //===--------------------------------------------------------------------===//
   // Memory order
   //===--------------------------------------------------------------------===//
 
@@ -218,9 +204,8 @@ private:
 
 /// The GPU worker: a gpu.func kernel in a gpu.module, one CTA of `threads`
 /// threads (0: chosen at launch) per worker, `backoffNs` of nanosleep between
-/// polls, `pollWarps` warps polling each wait.
-std::unique_ptr<WorkerTarget> createNVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads,
-                                                     int64_t pollWarps);
+/// polls.
+std::unique_ptr<WorkerTarget> createNVVMWorkerTarget(bool profile, int64_t backoffNs, int64_t threads);
 
 /// The host worker: a func.func `<kernel>_worker` that one thread per worker
 /// calls with its worker id.
