@@ -370,11 +370,16 @@ void EventGraph::deriveCounts(EventInfo &info) {
 
   // Exact counts by enumeration when everything is static.
   if (kind == CountKind::Static && type.hasStaticShape()) {
+    // (Elements counted up to the enumeration's limit: the product of
+    // the dimensions is never formed past it.)
     int64_t numElements = 1;
-    for (int64_t d : type.getShape())
-      numElements *= d;
-    SmallVector<int64_t> counts(numElements, 0);
-    bool ok = numElements <= kMaxEnumeratedTiles;
+    bool ok = true;
+    for (int64_t d : type.getShape()) {
+      ok = ok && d <= kMaxEnumeratedTiles / numElements;
+      if (ok)
+        numElements *= d;
+    }
+    SmallVector<int64_t> counts(ok ? numElements : 0, 0);
     for (EventAccess *signal : info.signals) {
       if (!ok)
         break;

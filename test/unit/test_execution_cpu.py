@@ -298,3 +298,22 @@ def test_cache_key_follows_the_compiler_build(tmp_path, monkeypatch):
     assert build._compiler_fingerprint(), "the compiler library was not found"
     monkeypatch.setattr(build, "_compiler_fingerprint", lambda: "another build")
     assert et.compile(CHAIN, target="cpu", cache_dir=tmp_path).path != first.path
+
+
+def test_extent_load_cycle_is_a_compile_error(tmp_path):
+    # A task whose tile count is loaded after an event that the task itself
+    # signals: the lowerings recursed until the stack overflowed (and the
+    # Python process died); the kernel verifier names the cycle.
+    cyclic = """
+    et.kernel @cyc(%n: memref<1xi32>) {
+      %ready = et.event.create() : !et.event<>
+      %c0 = arith.constant 0 : index
+      %m = et.extent.load %n[%c0] : memref<1xi32> after %ready[] : !et.event<>
+      et.task @a tiles(%i) in (%m) {
+        et.event.signal %ready[] : !et.event<>
+      }
+    }
+    """
+    for mode in ("static", "dynamic"):
+        with pytest.raises(compiler.EventTensorCompileError, match="depends on this load's value: a cycle"):
+            et.compile(cyclic, target="cpu", mode=mode, cache_dir=tmp_path)

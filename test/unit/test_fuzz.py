@@ -52,7 +52,9 @@ def mutate(text, rng):
         nums = list(re.finditer(r"\b\d+\b", text))
         if nums:
             m = rng.choice(nums)
-            new = str(rng.choice([0, 1, 2, 3, 7, 64, -1, 1 << 40]))
+            # (The limits of tile counts and event sizes, 2^31 - 1, and
+            # one past them.)
+            new = str(rng.choice([0, 1, 2, 3, 7, 64, -1, 1 << 40, (1 << 31) - 1, 1 << 31]))
             return text[: m.start()] + new + text[m.end():]
     elif kind == 4:  # replace one SSA name by another
         names = sorted(set(re.findall(r"%[A-Za-z_][A-Za-z0-9_]*", text)))

@@ -19,6 +19,9 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/FunctionImplementation.h"
 
+#include <functional>
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::et;
 
@@ -83,6 +86,8 @@ bool KernelOp::isSymmetricArgument(unsigned i) {
       getArgAttr(i, EventTensorDialect::getSymmetricAttrName()));
 }
 
+static LogicalResult verifyExtentLoadCycles(KernelOp kernel);
+
 LogicalResult KernelOp::verify() {
   if (!getFunctionType().getResults().empty())
     return emitOpError("expected no results, got ")
@@ -113,6 +118,71 @@ LogicalResult KernelOp::verify() {
     if (schedule.getOperation() != &body.back())
       return schedule.emitOpError(
           "must be the last op of its kernel (a kernel has one schedule)");
+  return verifyExtentLoadCycles(*this);
+}
+
+/// The et.extent.load ops that the kernel-level value `v` is computed from.
+static void extentLoadsOf(Value v, SmallVectorImpl<ExtentLoadOp> &loads,
+                          llvm::SmallPtrSetImpl<Operation *> &seen) {
+  Operation *def = v.getDefiningOp();
+  if (!def || !seen.insert(def).second)
+    return;
+  if (auto load = dyn_cast<ExtentLoadOp>(def)) {
+    loads.push_back(load);
+    return;
+  }
+  for (Value operand : def->getOperands())
+    extentLoadsOf(operand, loads, seen);
+}
+
+/// An extent load `after` an event waits until the event reaches its
+/// count, the tiles that signal it; if those tiles' number depends on the
+/// load itself (directly or through other extent loads), neither can be
+/// known first. Reports the first such cycle on the load.
+static LogicalResult verifyExtentLoadCycles(KernelOp kernel) {
+  Block &body = kernel.getBody().front();
+  // The extent loads that the count of each load's `after` event depends on.
+  DenseMap<Operation *, SmallVector<ExtentLoadOp>> dependsOn;
+  DenseMap<Operation *, TaskOp> through;
+  SmallVector<ExtentLoadOp> loads(body.getOps<ExtentLoadOp>());
+  for (ExtentLoadOp load : loads) {
+    Value event = load.getAfterEvent();
+    if (!event)
+      continue;
+    SmallVector<ExtentLoadOp> &deps = dependsOn[load];
+    for (TaskOp task : body.getOps<TaskOp>()) {
+      bool signals = false;
+      task.walk([&](EventSignalOp signal) { signals |= signal.getEvent() == event; });
+      if (!signals)
+        continue;
+      llvm::SmallPtrSet<Operation *, 8> seen;
+      size_t before = deps.size();
+      for (Value extent : task.getExtents())
+        extentLoadsOf(extent, deps, seen);
+      if (deps.size() > before && !through.count(load))
+        through[load] = task;
+    }
+  }
+  // Depth-first search for a load that reaches itself.
+  enum class Mark { Open, Done };
+  DenseMap<Operation *, Mark> marks;
+  std::function<bool(ExtentLoadOp)> cyclic = [&](ExtentLoadOp load) {
+    auto [it, fresh] = marks.try_emplace(load, Mark::Open);
+    if (!fresh)
+      return it->second == Mark::Open;
+    for (ExtentLoadOp next : dependsOn.lookup(load))
+      if (cyclic(next))
+        return true;
+    marks[load] = Mark::Done;
+    return false;
+  };
+  for (ExtentLoadOp load : loads) {
+    marks.clear();
+    if (load.getAfterEvent() && cyclic(load))
+      return load.emitOpError("waits for an event whose count (the tiles of task @")
+             << through.lookup(load).getSymName()
+             << " that signal it) depends on this load's value: a cycle that no worker can resolve";
+  }
   return success();
 }
 
@@ -201,22 +271,39 @@ LogicalResult TaskOp::verify() {
     return emitOpError("expected ")
            << getExtents().size() << " 'max_extents' (one per extent), got "
            << bounds->size();
+  // The tiles a task can have: the dynamic schedules hand them out as
+  // 32-bit tickets. Checked here where the extents (or their declared
+  // bounds) are known, without overflowing the product.
+  constexpr int64_t kMaxTiles = std::numeric_limits<int32_t>::max();
+  int64_t knownTiles = 1;
   for (auto [i, extent] : llvm::enumerate(getExtents())) {
     APInt value;
     bool isConstant = matchPattern(extent, m_ConstantInt(&value));
     if (isConstant && value.getSExtValue() < 1)
       return emitOpError("tile extent #")
              << i << " must be positive, got " << value.getSExtValue();
-    if (!bounds)
+    std::optional<int64_t> known;
+    if (isConstant)
+      known = value.getSExtValue();
+    if (bounds) {
+      int64_t bound = (*bounds)[i];
+      if (bound < 1)
+        return emitOpError("max_extents #")
+               << i << " must be positive, got " << bound;
+      if (isConstant && value.getSExtValue() > bound)
+        return emitOpError("tile extent #")
+               << i << " (" << value.getSExtValue()
+               << ") exceeds its declared bound " << bound;
+      if (!known)
+        known = bound;
+    }
+    if (!known)
       continue;
-    int64_t bound = (*bounds)[i];
-    if (bound < 1)
-      return emitOpError("max_extents #")
-             << i << " must be positive, got " << bound;
-    if (isConstant && value.getSExtValue() > bound)
-      return emitOpError("tile extent #")
-             << i << " (" << value.getSExtValue()
-             << ") exceeds its declared bound " << bound;
+    if (*known > kMaxTiles / knownTiles)
+      return emitOpError("has more than ")
+             << kMaxTiles << " tiles (2^31 - 1, the most a task can have): extent #" << i << " ("
+             << *known << ") times the extents before it (" << knownTiles << ")";
+    knownTiles *= *known;
   }
   return success();
 }

@@ -13,6 +13,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::et;
 
@@ -37,10 +39,21 @@ int64_t EventType::getNumDynamicDims() const {
 LogicalResult
 EventType::verify(function_ref<InFlightDiagnostic()> emitError,
                   ArrayRef<int64_t> shape) {
+  // One counter word per element and bank: at most 2^31 - 1 elements
+  // (the product of the static dimensions, formed without overflow).
+  constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+  int64_t elements = 1;
   for (auto [dim, size] : llvm::enumerate(shape)) {
-    if (!ShapedType::isDynamic(size) && size < 1)
+    if (ShapedType::isDynamic(size))
+      continue;
+    if (size < 1)
       return emitError() << "event tensor dimension " << dim
                          << " must be positive or '?', got " << size;
+    if (size > kMaxElements / elements)
+      return emitError() << "event tensor of more than " << kMaxElements
+                         << " elements (2^31 - 1, one counter word each): dimension " << dim << " (" << size
+                         << ") times the dimensions before it (" << elements << ")";
+    elements *= size;
   }
   return success();
 }

@@ -1415,3 +1415,90 @@ et.kernel @step_at_kernel_level(%n: index, %stop: memref<1xi32>) {
   // expected-error @+1 {{'et.step' op must be nested in an 'et.task' body}}
   %s = et.step
 }
+
+// -----
+
+// Test: a task whose tile count is an extent loaded after an event that the
+// task itself signals (the event's count needs the load, the load waits for
+// the count).
+et.kernel @extent_after_own_signal(%n: memref<1xi32>) {
+  %ready = et.event.create() : !et.event<>
+  %c0 = arith.constant 0 : index
+  // expected-error @+1 {{'et.extent.load' op waits for an event whose count (the tiles of task @a that signal it) depends on this load's value: a cycle that no worker can resolve}}
+  %m = et.extent.load %n[%c0] : memref<1xi32> after %ready[] : !et.event<>
+  et.task @a tiles(%i) in (%m) {
+    et.event.signal %ready[] : !et.event<>
+  }
+}
+
+// -----
+
+// Test: the same cycle through two loads (each one's event counted by tiles
+// whose number is the other load's value, computed through arith).
+et.kernel @extent_cycle_of_two(%n: memref<2xi32>) {
+  %ea = et.event.create() : !et.event<>
+  %eb = et.event.create() : !et.event<>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'et.extent.load' op waits for an event whose count (the tiles of task @b that signal it) depends on this load's value: a cycle that no worker can resolve}}
+  %ma = et.extent.load %n[%c0] : memref<2xi32> after %ea[] : !et.event<>
+  %mb = et.extent.load %n[%c1] : memref<2xi32> after %eb[] : !et.event<>
+  %mb2 = arith.addi %mb, %c1 : index
+  et.task @a tiles(%i) in (%ma) {
+    et.event.signal %eb[] : !et.event<>
+  }
+  et.task @b tiles(%i) in (%mb2) {
+    et.event.signal %ea[] : !et.event<>
+  }
+}
+
+// -----
+
+// Test: more tiles than a task can have (2^62 + 1 times 4 would overflow
+// the product; the schedules' tickets are 32-bit).
+et.kernel @too_many_tiles() {
+  %a = arith.constant 4611686018427387905 : index
+  %b = arith.constant 4 : index
+  // expected-error @+1 {{'et.task' op has more than 2147483647 tiles (2^31 - 1, the most a task can have): extent #0 (4611686018427387905) times the extents before it (1)}}
+  et.task @t tiles(%i, %j) in (%a, %b) {
+  }
+}
+
+// -----
+
+// Test: the same through the declared bound of a runtime extent.
+et.kernel @too_many_tiles_bounded(%n: index) {
+  %b = arith.constant 65536 : index
+  // expected-error @+1 {{'et.task' op has more than 2147483647 tiles (2^31 - 1, the most a task can have): extent #1 (65536) times the extents before it (65536)}}
+  et.task @t tiles(%i, %j) in (%n, %b) attributes {max_extents = array<i64: 65536, 65536>} {
+  }
+}
+
+// -----
+
+// Test: extents that fit alone but not together (the product is checked
+// as it grows, never overflowing).
+et.kernel @too_many_tiles_product() {
+  %a = arith.constant 65536 : index
+  %b = arith.constant 32768 : index
+  // expected-error @+1 {{'et.task' op has more than 2147483647 tiles (2^31 - 1, the most a task can have): extent #1 (32768) times the extents before it (65536)}}
+  et.task @t tiles(%i, %j) in (%a, %b) {
+  }
+}
+
+// -----
+
+// Test: an event tensor of more elements than it can have counter words
+// for (dimensions near 2^63: the product is checked as it grows).
+et.kernel @huge_event() {
+  // expected-error @+1 {{event tensor of more than 2147483647 elements (2^31 - 1, one counter word each): dimension 1 (9223372036854775000) times the dimensions before it (2)}}
+  %e = et.event.create() : !et.event<2x9223372036854775000>
+}
+
+// -----
+
+// Test: the same with the dimensions each small enough alone.
+et.kernel @huge_event_product(%n: index) {
+  // expected-error @+1 {{event tensor of more than 2147483647 elements (2^31 - 1, one counter word each): dimension 2 (65536) times the dimensions before it (65536)}}
+  %e = et.event.create(%n) : !et.event<?x65536x65536>
+}
