@@ -19,7 +19,6 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/FunctionImplementation.h"
 
-#include <functional>
 #include <limits>
 
 using namespace mlir;
@@ -163,26 +162,25 @@ static LogicalResult verifyExtentLoadCycles(KernelOp kernel) {
         through[load] = task;
     }
   }
-  // Depth-first search for a load that reaches itself.
-  enum class Mark { Open, Done };
-  DenseMap<Operation *, Mark> marks;
-  std::function<bool(ExtentLoadOp)> cyclic = [&](ExtentLoadOp load) {
-    auto [it, fresh] = marks.try_emplace(load, Mark::Open);
-    if (!fresh)
-      return it->second == Mark::Open;
-    for (ExtentLoadOp next : dependsOn.lookup(load))
-      if (cyclic(next))
+  // A load whose dependencies lead back to itself (a load merely
+  // downstream of another load's cycle is not reported on).
+  auto reachesItself = [&](ExtentLoadOp start) {
+    SmallVector<ExtentLoadOp> stack(dependsOn.lookup(start));
+    llvm::SmallPtrSet<Operation *, 8> visited;
+    while (!stack.empty()) {
+      ExtentLoadOp next = stack.pop_back_val();
+      if (next == start)
         return true;
-    marks[load] = Mark::Done;
+      if (visited.insert(next).second)
+        llvm::append_range(stack, dependsOn.lookup(next));
+    }
     return false;
   };
-  for (ExtentLoadOp load : loads) {
-    marks.clear();
-    if (load.getAfterEvent() && cyclic(load))
+  for (ExtentLoadOp load : loads)
+    if (load.getAfterEvent() && reachesItself(load))
       return load.emitOpError("waits for an event whose count (the tiles of task @")
              << through.lookup(load).getSymName()
              << " that signal it) depends on this load's value: a cycle that no worker can resolve";
-  }
   return success();
 }
 

@@ -1502,3 +1502,26 @@ et.kernel @huge_event_product(%n: index) {
   // expected-error @+1 {{event tensor of more than 2147483647 elements (2^31 - 1, one counter word each): dimension 2 (65536) times the dimensions before it (65536)}}
   %e = et.event.create(%n) : !et.event<?x65536x65536>
 }
+
+// -----
+
+// Test: a load downstream of another load's cycle is not the one blamed
+// (%first's event is counted by tiles that %second sizes; %second's own
+// event is counted by tiles that %second sizes).
+et.kernel @extent_cycle_downstream(%n: memref<2xi32>) {
+  %ea = et.event.create() : !et.event<>
+  %eb = et.event.create() : !et.event<>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %first = et.extent.load %n[%c0] : memref<2xi32> after %ea[] : !et.event<>
+  // expected-error @+1 {{'et.extent.load' op waits for an event whose count (the tiles of task @b that signal it) depends on this load's value: a cycle that no worker can resolve}}
+  %second = et.extent.load %n[%c1] : memref<2xi32> after %eb[] : !et.event<>
+  et.task @a tiles(%i) in (%second) {
+    et.event.signal %ea[] : !et.event<>
+  }
+  et.task @b tiles(%i) in (%second) {
+    et.event.signal %eb[] : !et.event<>
+  }
+  et.task @c tiles(%i) in (%first) {
+  }
+}
