@@ -140,47 +140,54 @@ static void extentLoadsOf(Value v, SmallVectorImpl<ExtentLoadOp> &loads,
 /// known first. Reports the first such cycle on the load.
 static LogicalResult verifyExtentLoadCycles(KernelOp kernel) {
   Block &body = kernel.getBody().front();
-  // The extent loads that the count of each load's `after` event depends on.
-  DenseMap<Operation *, SmallVector<ExtentLoadOp>> dependsOn;
-  DenseMap<Operation *, TaskOp> through;
   SmallVector<ExtentLoadOp> loads(body.getOps<ExtentLoadOp>());
+  if (llvm::none_of(loads, [](ExtentLoadOp load) { return load.getAfterEvent(); }))
+    return success();
+  // The tasks that signal each event (one walk of the kernel).
+  DenseMap<Value, SmallVector<TaskOp>> signallers;
+  for (TaskOp task : kernel.getTasks()) {
+    llvm::SmallPtrSet<Value, 4> events;
+    task.walk([&](EventSignalOp signal) {
+      if (events.insert(signal.getEvent()).second)
+        signallers[signal.getEvent()].push_back(task);
+    });
+  }
+  // For each load `after` an event: the loads that the event's count
+  // depends on, each with the signalling task whose extents read it.
+  DenseMap<Operation *, SmallVector<std::pair<ExtentLoadOp, TaskOp>>> dependsOn;
   for (ExtentLoadOp load : loads) {
-    Value event = load.getAfterEvent();
-    if (!event)
+    if (!load.getAfterEvent())
       continue;
-    SmallVector<ExtentLoadOp> &deps = dependsOn[load];
-    for (TaskOp task : body.getOps<TaskOp>()) {
-      bool signals = false;
-      task.walk([&](EventSignalOp signal) { signals |= signal.getEvent() == event; });
-      if (!signals)
-        continue;
+    for (TaskOp task : signallers.lookup(load.getAfterEvent())) {
+      SmallVector<ExtentLoadOp> read;
       llvm::SmallPtrSet<Operation *, 8> seen;
-      size_t before = deps.size();
       for (Value extent : task.getExtents())
-        extentLoadsOf(extent, deps, seen);
-      if (deps.size() > before && !through.count(load))
-        through[load] = task;
+        extentLoadsOf(extent, read, seen);
+      for (ExtentLoadOp dep : read)
+        dependsOn[load].push_back({dep, task});
     }
   }
-  // A load whose dependencies lead back to itself (a load merely
-  // downstream of another load's cycle is not reported on).
-  auto reachesItself = [&](ExtentLoadOp start) {
-    SmallVector<ExtentLoadOp> stack(dependsOn.lookup(start));
+  // Whether `from` leads back to `start` (a load merely downstream of
+  // another load's cycle is not reported on).
+  auto leadsTo = [&](ExtentLoadOp from, ExtentLoadOp start) {
+    SmallVector<ExtentLoadOp> stack{from};
     llvm::SmallPtrSet<Operation *, 8> visited;
     while (!stack.empty()) {
       ExtentLoadOp next = stack.pop_back_val();
       if (next == start)
         return true;
       if (visited.insert(next).second)
-        llvm::append_range(stack, dependsOn.lookup(next));
+        for (auto [dep, task] : dependsOn.lookup(next))
+          stack.push_back(dep);
     }
     return false;
   };
   for (ExtentLoadOp load : loads)
-    if (load.getAfterEvent() && reachesItself(load))
-      return load.emitOpError("waits for an event whose count (the tiles of task @")
-             << through.lookup(load).getSymName()
-             << " that signal it) depends on this load's value: a cycle that no worker can resolve";
+    for (auto [dep, task] : dependsOn.lookup(load))
+      if (leadsTo(dep, load))
+        return load.emitOpError("waits for an event whose count (the tiles of task @")
+               << task.getSymName()
+               << " that signal it) depends on this load's value: a cycle that no worker can resolve";
   return success();
 }
 
