@@ -22,6 +22,8 @@ MODULES = [
     ("event_tensor.cubin", ["cubin_resources", "CubinError"]),
     ("event_tensor.model", None),
     ("event_tensor.model.builder", ["KernelLayout", "kernel_layout", "build_decode_kernel"]),
+    ("event_tensor.serving", None),
+    ("event_tensor.serving.server", ["create_app", "serve"]),
     ("event_tensor.tuning", None),
     ("event_tensor.tuner", None),
     ("event_tensor.analysis", None),

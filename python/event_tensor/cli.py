@@ -164,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_schedule)
 
     from .model.cli import add_commands
+    from .serving.cli import add_commands as add_serving_commands
 
     add_commands(sub)
+    add_serving_commands(sub)
     return parser
 
 

@@ -338,29 +338,60 @@ class DecodeSession:
     def last_trace(self):
         return getattr(self.launcher, "last_trace", None)
 
-    def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
-        """Feeds the prompts (sequence b into cache slot b). With a prefill
-        kernel (compile_model(prefill_rows=...)), each prompt in launches of
-        up to `prefill_rows` tokens on the prompt tiles; else launches of up
-        to `max_batch` rows of the decode kernel: position-major chunks in
-        which the rows of one prompt attend causally to each other. Returns
-        the greedy token after each prompt."""
+    def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int] | None = None) -> np.ndarray:
+        """Feeds the prompts (prompt b into cache slot `slots[b]`, default
+        b). With a prefill kernel (compile_model(prefill_rows=...)), each
+        prompt in launches of up to `prefill_rows` tokens on the prompt
+        tiles; else launches of up to `max_batch` rows of the decode kernel:
+        position-major chunks in which the rows of one prompt attend
+        causally to each other. Returns the greedy token after each prompt."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("prompts must be non-empty")
         if len(prompts) > self.max_batch:
             raise ValueError(f"{len(prompts)} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        slots = list(range(len(prompts))) if slots is None else [int(s) for s in slots]
+        if len(slots) != len(prompts) or len(set(slots)) != len(slots):
+            raise ValueError(f"{len(prompts)} prompts need as many distinct cache slots, got {slots}")
         if self.prefill_launcher is not None:
-            return np.array([self._prefill_prompt(b, p) for b, p in enumerate(prompts)], np.int64)
+            return np.array([self._prefill_prompt(s, p) for s, p in zip(slots, prompts)], np.int64)
         rows = [(t, b, int(tok)) for b, p in enumerate(prompts) for t, tok in enumerate(p)]
         rows.sort()
         out = np.zeros(len(prompts), np.int64)
         for i in range(0, len(rows), self.max_batch):
             chunk = rows[i:i + self.max_batch]
-            nxt = self.step([r[2] for r in chunk], [r[0] for r in chunk], [r[1] for r in chunk])
+            nxt = self.step([r[2] for r in chunk], [r[0] for r in chunk], [slots[r[1]] for r in chunk])
             for (t, b, _), token in zip(chunk, nxt):
                 if t == len(prompts[b]) - 1:
                     out[b] = token
         return out
+
+    def prefill_part(self, slot: int, prompt: Sequence[int], start: int, budget: int) -> tuple[int, int | None]:
+        """Part of one prompt's prefill: one launch feeding the prompt's
+        tokens from position `start` on, at most `budget` of them (and at
+        most `prefill_rows` with a prefill kernel, `max_batch` without),
+        into cache slot `slot`. Returns (positions fed, the greedy token
+        after the prompt once its last token was fed, else None): a server
+        interleaves these with decode launches so that a long prompt does
+        not stall the rows that decode."""
+        prompt = np.asarray(prompt, np.int64)
+        if not 0 <= start < len(prompt):
+            raise ValueError(f"start {start} is not a position of the {len(prompt)}-token prompt")
+        if len(prompt) > self.max_context:
+            raise ValueError(f"prompt length {len(prompt)} exceeds the compiled context {self.max_context}")
+        if budget < 1:
+            raise ValueError(f"budget must be at least 1, got {budget}")
+        rows = self.prefill_rows if self.prefill_launcher is not None else self.max_batch
+        chunk = prompt[start: start + min(budget, rows)]
+        if self.prefill_launcher is not None:
+            self._check_tokens(chunk)
+            self.prefill_launcher(*self.prefill_arguments(slot, start, chunk))
+            self.batch = 1
+            token = int(self.next_tokens()[0])
+        else:
+            n = len(chunk)
+            token = int(self.step(chunk, np.arange(start, start + n), [slot] * n)[-1])
+        fed = len(chunk)
+        return fed, (token if start + fed == len(prompt) else None)
 
     def _prefill_prompt(self, slot: int, prompt: Sequence[int]) -> int:
         """One prompt through the prefill kernel, in chunks of at most
@@ -534,89 +565,123 @@ class DecodeSession:
         tokens = [[int(t)] for t in first]
         yield [list(t) for t in tokens]
         launches = 0
-        if (finished == 0).any():
-            sampling = bool((temps > 0).any())
-            if sampling:
-                self._write_rows({"temperature": temps, "seed": seeds})
-            try:
-                decode = self._decode_on_device if self.steps_on_device else self._decode_stepwise
-                for new in decode(first, lengths, max_new_tokens, stop_ids, finished, chunk):
-                    launches += 1
-                    for b, t in enumerate(new):
-                        tokens[b] += t
-                    yield new
-            finally:
-                if sampling:
-                    # step() and prefill stay greedy.
-                    self._write_rows({"temperature": np.zeros(n, np.float32)})
+        # The rows still running: their last token, its position, the new
+        # tokens they may still produce.
+        last, pos, left = first.copy(), lengths.copy(), np.full(n, max_new_tokens - 1, np.int64)
+        steps = max_new_tokens - 1 if chunk is None or not self.steps_on_device else chunk
+        if not self.steps_on_device:
+            steps = 1
+        while (finished == 0).any():
+            live = np.flatnonzero(finished == 0)
+            rows = self.decode_launch(live, last[live], pos[live], left[live], stop_ids[live], steps,
+                                      temperature=temps[live], seed=seeds[live])
+            launches += 1
+            new = [[] for _ in range(n)]
+            for b, (got, reason) in zip(live, rows):
+                new[b] = got
+                tokens[b] += got
+                finished[b] = reason
+                if got:
+                    last[b], pos[b], left[b] = got[-1], pos[b] + len(got), left[b] - len(got)
+            yield new
         decode_s = time.perf_counter() - start
         bad = [b for b in range(n) if finished[b] == FINISH_NONFINITE]
         if bad:
             raise NonFiniteLogitsError(bad)
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
 
-    def _decode_on_device(self, first, lengths, max_new_tokens, stop_ids, finished, chunk):
-        """Launches of up to `chunk` steps (None: one launch of every step),
-        the kernel feeding the tokens back; the rows' first tokens are at
-        their prompts' ends. Yields each row's new tokens per launch and
-        keeps `finished` (updated in place) current."""
-        n = len(first)
-        running = finished == 0
-        self._write_rows({"tokens": first.astype(np.int32), "positions": lengths.astype(np.int32),
-                          "slots": np.arange(n, dtype=np.int32),
-                          "remaining": np.full(n, max_new_tokens - 1, np.int32), "finished": finished,
-                          "stop_ids": stop_ids, "stop": np.zeros(1, np.int32)})
-        self._variant = self._choose(n, int((lengths + max_new_tokens - 1).max()))
+    def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, temperature=None,
+                      seed=None) -> list[tuple[list[int], int]]:
+        """One launch of up to `steps` decode steps over rows (on several
+        devices, where the kernel runs one step per launch, one step): row
+        b feeds token `tokens[b]` at position `positions[b]` of cache slot
+        `slots[b]`, then each token it produces, and stops after
+        `remaining[b]` (>= 1) new tokens, a token of `stop_ids[b]` (up to
+        MAX_STOP_IDS ids, -1 padding), or the compiled context's end.
+        `temperature` and `seed` per row sample (see `generate`; default
+        greedy). Returns for each row its new tokens and finish code (0:
+        it goes on, its last token to be fed at `positions[b]` plus the
+        number of new tokens; else a FINISH_* code). The arguments are
+        checked by the callers (`generate`, the serving engine)."""
+        n = len(slots)
+        slots = np.asarray(slots, np.int32)
+        tokens = np.asarray(tokens, np.int32)
+        positions = np.asarray(positions, np.int64)
+        remaining = np.asarray(remaining, np.int64)
+        stops = np.full((n, MAX_STOP_IDS), -1, np.int32)
+        stops[:, : np.shape(stop_ids)[1] if n else 0] = stop_ids
+        temps = np.zeros(n, np.float32) if temperature is None else np.asarray(temperature, np.float32)
+        sampling = bool((temps > 0).any())
+        if sampling:
+            self._write_rows({"temperature": temps, "seed": np.asarray(seed, np.int64)})
+        try:
+            if not self.steps_on_device:
+                return self._decode_step(slots, tokens, positions, remaining, stops)
+            return self._decode_steps(slots, tokens, positions, remaining, stops, steps)
+        finally:
+            if sampling:
+                # step() and prefill stay greedy.
+                self._write_rows({"temperature": np.zeros(n, np.float32)})
+
+    def _decode_steps(self, slots, tokens, positions, remaining, stops, steps) -> list[tuple[list[int], int]]:
+        """`decode_launch` on a kernel that runs the steps itself."""
+        n = len(slots)
+        self._write_rows({"tokens": tokens, "positions": positions.astype(np.int32), "slots": slots,
+                          "remaining": remaining.astype(np.int32), "finished": np.zeros(n, np.int32),
+                          "stop_ids": stops,
+                          # Raised by the kernel once every row has finished;
+                          # a launch starts with it down.
+                          "stop": np.zeros(1, np.int32)})
+        self._variant = self._choose(n, int((positions + np.minimum(remaining, steps)).max()))
         self.launcher = self.launchers[self._variant]
         self.batch = n
-        # The position after each row's last token handed out.
-        done = lengths + 1
-        left = max_new_tokens - 1
-        while left > 0 and (finished == 0).any():
-            steps = left if chunk is None else min(chunk, left)
-            # The stop flag stays 0 between launches: it is raised only once
-            # every row has finished, and then no launch follows.
-            self.launcher(*self._arguments(n, steps=steps))
-            left -= steps
-            finished[:] = self._read("finished", n)
-            positions = self._read("positions", n)
-            history = self._read("out_tokens", n)
-            new = [[] for _ in range(n)]
-            for b in np.flatnonzero(running):
-                # A finished row's last token is one past its last position
-                # (it was not fed back); a running row's is at it.
-                end = positions[b] + (2 if finished[b] else 1)
-                new[b] = history[b, done[b]:end].tolist()
-                done[b] = max(done[b], end)
-            yield new
+        self.launcher(*self._arguments(n, steps=steps))
+        finished = self._read("finished", n)
+        after = self._read("positions", n)
+        # Each row's new tokens: the history of its slot after its position.
+        width = steps + 1
+        cols = np.minimum(positions[:, None] + 1 + np.arange(width), self.max_context)
+        window = self._gather("out_tokens", np.repeat(slots[:, None], width, axis=1), cols)
+        out = []
+        for b in range(n):
+            # A row that goes on has its last token at its position; a
+            # finished row's last token is one past it (not fed back).
+            count = int(after[b] + (2 if finished[b] else 1) - (positions[b] + 1))
+            out.append((window[b, :count].tolist(), int(finished[b])))
+        return out
 
-    def _decode_stepwise(self, first, lengths, max_new_tokens, stop_ids, finished, chunk):
-        """One-step launches, the host feeding the tokens back (kernels
-        without steps: several devices). Yields each row's new token per
-        launch and keeps `finished` (updated in place) current."""
-        n = len(first)
-        nxt, pos, count = first.copy(), lengths.copy(), np.ones(n, np.int64)
-        while (finished == 0).any():
-            live = np.flatnonzero(finished == 0)
-            out = self.step(nxt[live], pos[live], live)
-            new = [[] for _ in range(n)]
-            for b, t in zip(live, out):
-                new[b] = [int(t)]
-                count[b] += 1
-                pos[b] += 1
-                if int(t) in stop_ids[b]:
-                    finished[b] = FINISH_STOP
-                elif count[b] >= max_new_tokens:
-                    finished[b] = FINISH_LENGTH
-                elif pos[b] >= self.max_context:
-                    finished[b] = FINISH_CONTEXT
-                nxt[b] = t
-            yield new
+    def _decode_step(self, slots, tokens, positions, remaining, stops) -> list[tuple[list[int], int]]:
+        """`decode_launch` for kernels without steps (several devices): one
+        step, the host deciding which rows finished."""
+        got = self.step(tokens, positions, slots)
+        out = []
+        for b, t in enumerate(got.tolist()):
+            if t in stops[b]:
+                reason = FINISH_STOP
+            elif remaining[b] <= 1:
+                reason = FINISH_LENGTH
+            elif positions[b] + 1 >= self.max_context:
+                reason = FINISH_CONTEXT
+            else:
+                reason = 0
+            out.append(([t], reason))
+        return out
 
     def _read(self, name: str, n: int) -> np.ndarray:
         """The first `n` rows of buffer `name` on the host."""
         t = self.buffers[name][:n]
         return np.asarray(t if self.device == "cpu" else t.cpu().numpy())
+
+    def _gather(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Elements [rows[i, j], cols[i, j]] of 2-D buffer `name` on the host
+        (one gather and one copy on a GPU)."""
+        t = self.buffers[name]
+        if self.device == "cpu":
+            return np.asarray(t[rows, cols])
+        import torch
+
+        index = [torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(t.device) for a in (rows, cols)]
+        return t[index[0], index[1]].cpu().numpy()
 
     def generate_stepwise(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
         """Greedy decoding one launch per step (the host feeds each token

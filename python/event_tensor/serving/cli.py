@@ -1,0 +1,125 @@
+"""`event-tensor generate | serve`: text generation and the OpenAI-compatible
+server over a Hugging Face model directory (see event_tensor/cli.py for
+the parser)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+
+__all__ = ["add_commands"]
+
+
+def _err(msg: str) -> int:
+    print(f"event-tensor: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _open(args: argparse.Namespace):
+    from ..model.cli import _device
+    from .model import open_model
+
+    device = _device(args.device)
+    served = open_model(args.model_dir, device=device, max_batch=args.max_batch, max_context=args.max_context,
+                        workers=args.workers, prefill_rows=args.prefill_rows, chunk=args.chunk,
+                        cache_dir=args.cache_dir)
+    print(f"{served.name}: {served.config.num_layers} layers on {device}, max batch {args.max_batch}, context "
+          f"{args.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
+    return served
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .engine import SamplingParams
+    from .text import StopStrings, TextError
+
+    try:
+        served = _open(args)
+    except (ValueError, OSError) as err:
+        return _err(str(err))
+    try:
+        codec = served.codec
+        ids = codec.chat([{"role": "user", "content": args.prompt}]) if args.chat else codec.encode(args.prompt)
+        params = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        text, stops, done = codec.stream(ids), StopStrings(args.stop), threading.Event()
+        state = {"finish": None, "error": None, "hit": False}
+
+        def on_output(req, tokens, finish):
+            if tokens and not state["hit"]:
+                out, hit = stops.feed(text.push(tokens))
+                sys.stdout.write(out)
+                sys.stdout.flush()
+                if hit:
+                    state["hit"], state["finish"] = True, "stop"
+                    served.engine.cancel(req)
+            if finish is not None:
+                if not state["hit"]:
+                    sys.stdout.write(stops.flush())
+                    state["finish"] = finish
+                state["error"] = req.error
+                done.set()
+        served.engine.submit(ids, params, on_output)
+        done.wait()
+        sys.stdout.write("\n")
+        if state["error"]:
+            return _err(state["error"])
+        print(f"({state['finish']})", file=sys.stderr)
+    except (ValueError, TextError) as err:
+        return _err(str(err))
+    finally:
+        served.close()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server import serve
+    except ImportError as err:
+        return _err(f"serving needs FastAPI and uvicorn ({err}); pip install fastapi uvicorn")
+    try:
+        served = _open(args)
+    except (ValueError, OSError) as err:
+        return _err(str(err))
+    serve(served, host=args.host, port=args.port)
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Adds `generate` and `serve` to the CLI's subparsers."""
+    from ..model.cli import _positive_int
+
+    def model_args(p):
+        p.add_argument("model_dir", help="a Hugging Face model directory: config.json, *.safetensors, tokenizer.json "
+                       "(and tokenizer_config.json for the chat template)")
+        p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                       help="where to run: cpu (host worker threads), cuda, or auto (cuda when available)")
+        p.add_argument("--max-batch", type=_positive_int, default=4, help="sequences served at once (default 4)")
+        p.add_argument("--max-context", type=_positive_int, default=1024,
+                       help="tokens per sequence, prompt and output (default 1024)")
+        p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")
+        p.add_argument("--prefill-rows", type=int, default=None,
+                       help="prompt positions per prefill launch (default 128 on cuda; 0: prompts go through "
+                       "the decode kernel, the default on cpu)")
+        p.add_argument("--chunk", type=_positive_int, default=8,
+                       help="decode steps per launch (default 8): the host reads tokens once per launch")
+        p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
+
+    p = sub.add_parser("generate", help="generate text from a prompt with a Hugging Face model directory",
+                       description="Tokenize the prompt with the model's tokenizer, generate on the compiled "
+                       "megakernel (compiled into the cache on first use) and print the text as it comes.")
+    model_args(p)
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=64, help="new tokens at most (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable; not printed)")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over a Hugging Face model directory",
+                       description="Serve /v1/completions, /v1/chat/completions (streaming as server-sent "
+                       "events), /v1/models and /health, batching concurrent requests in one megakernel.")
+    model_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.set_defaults(func=cmd_serve)

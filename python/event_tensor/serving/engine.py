@@ -1,0 +1,287 @@
+"""Continuous batching over one `DecodeSession`: requests join and leave the
+running batch between launches, without recompiling and without draining
+it.
+
+One thread owns the session. Each turn of its loop admits waiting requests
+into free KV-cache slots, feeds one part of one prompt (at most
+`prefill_budget` positions, so a long prompt does not stall the rows that
+decode), and runs one decode launch of up to `chunk` steps over every
+running row: the kernel feeds each row's tokens back itself, and the host
+reads the new tokens once per launch and hands them to each request's
+callback. A request's last prompt token is fed by the decode launch, not
+the prefill, so its first new token is drawn by the kernel's sampler like
+every later one. A finished or cancelled request frees its slot at the
+next turn."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..model.layout import FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_STOP, MAX_STOP_IDS
+
+__all__ = ["Engine", "EngineClosed", "QueueFull", "Request", "SamplingParams"]
+
+
+class QueueFull(RuntimeError):
+    """More requests wait than the engine accepts (`max_waiting`)."""
+
+
+class EngineClosed(RuntimeError):
+    """A request to an engine that was closed."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request generates: at most `max_tokens` new tokens (None:
+    until the compiled context is full); `temperature` 0 is greedy, above
+    0 samples softmax(logits / temperature) with the generator keyed by
+    `seed` (None: a random seed); the generation ends at one of
+    `stop_ids` or, unless `ignore_eos`, at one of the model's end ids."""
+
+    max_tokens: int | None = 16
+    temperature: float = 0.0
+    seed: int | None = None
+    stop_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def check(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+        m = self.max_tokens
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
+        s = self.seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 1 << 64):
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {s!r}")
+
+
+# The host's words for the kernel's finish codes (OpenAI's finish_reason:
+# "stop" or "length"; "error" for a row without a token).
+_REASONS = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_CONTEXT: "length", FINISH_NONFINITE: "error"}
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation in the engine. `on_output(request, tokens, finish)`
+    is called from the engine's thread with each launch's new tokens and,
+    last, the finish reason ("stop", "length", "error" with `error` set,
+    or "abort" after `Engine.cancel`)."""
+
+    prompt: list[int]
+    params: SamplingParams
+    on_output: Callable[["Request", list[int], str | None], None]
+    max_tokens: int = 0
+    seed: int = 0
+    stop_ids: list[int] = field(default_factory=list)
+    slot: int = -1
+    fed: int = 0  # prompt positions in the cache
+    tokens: list[int] = field(default_factory=list)
+    finish: str | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+
+class Engine:
+    """Serves requests with the session's kernel; `submit` and `cancel` may
+    be called from any thread. `chunk` is the decode steps per launch (the
+    host waits once per launch: more steps, fewer waits, later tokens);
+    `prefill_budget` the prompt positions fed per turn (default: the
+    prefill kernel's rows, else the decode kernel's max_batch);
+    `max_waiting` how many requests may wait for a slot before `submit`
+    raises QueueFull."""
+
+    def __init__(self, session, *, eos_ids: Sequence[int] = (), chunk: int = 8, prefill_budget: int | None = None,
+                 max_waiting: int = 256):
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+        self.session = session
+        self.vocab = session.config.vocab_size
+        self.eos_ids = [int(i) for i in eos_ids if 0 <= int(i) < self.vocab]
+        self.chunk = chunk
+        self.prefill_budget = prefill_budget or getattr(session, "prefill_rows", None) or session.max_batch
+        self.max_waiting = max_waiting
+        self.max_context = session.max_context
+        self._cv = threading.Condition()
+        self._waiting: deque[Request] = deque()
+        self._prefilling: deque[Request] = deque()
+        self._running: list[Request] = []
+        self._free = list(range(session.max_batch))
+        self._closed = False
+        self.launches = 0
+        # Requests ended, by finish reason.
+        self.finished = {"stop": 0, "length": 0, "abort": 0, "error": 0}
+        self._thread = threading.Thread(target=self._loop, name="event-tensor-engine", daemon=True)
+        self._thread.start()
+
+    # -- requests ------------------------------------------------------------
+
+    def check(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, list[int]]:
+        """(the request's max new tokens, its stop ids) or a ValueError
+        naming what is wrong."""
+        params.check()
+        if len(prompt) == 0:
+            raise ValueError("the prompt is empty")
+        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+               or not 0 <= t < self.vocab]
+        if bad:
+            raise ValueError(f"token id {bad[0]!r} is outside the vocabulary [0, {self.vocab})")
+        room = self.max_context + 1 - len(prompt)
+        if room < 1:
+            raise ValueError(f"the prompt has {len(prompt)} tokens; this model's context is {self.max_context} "
+                             "tokens")
+        max_tokens = room if params.max_tokens is None else params.max_tokens
+        if max_tokens > room:
+            raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
+                             f"context of {self.max_context} tokens (at most {room} new tokens)")
+        for t in params.stop_ids:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < self.vocab:
+                raise ValueError(f"stop id {t!r} is not a token id in [0, {self.vocab})")
+        stops = list(dict.fromkeys([*params.stop_ids, *([] if params.ignore_eos else self.eos_ids)]))
+        if len(stops) > MAX_STOP_IDS:
+            raise ValueError(f"at most {MAX_STOP_IDS} stop ids (with the model's end ids), got {len(stops)}")
+        return max_tokens, stops
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams,
+               on_output: Callable[[Request, list[int], str | None], None]) -> Request:
+        max_tokens, stops = self.check(prompt, params)
+        seed = secrets.randbits(64) if params.seed is None else params.seed
+        req = Request([int(t) for t in prompt], params, on_output, max_tokens=max_tokens, seed=seed,
+                      stop_ids=stops)
+        with self._cv:
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            if len(self._waiting) >= self.max_waiting:
+                raise QueueFull(f"{len(self._waiting)} requests are waiting already (max_waiting); try again later")
+            self._waiting.append(req)
+            self._cv.notify()
+        return req
+
+    def cancel(self, req: Request) -> None:
+        """Ends `req` at the next turn (its callback gets "abort") and frees
+        its slot; nothing for a finished request."""
+        with self._cv:
+            req.cancelled = True
+            self._cv.notify()
+
+    def close(self) -> None:
+        """Stops the loop after the current launch; requests still open end
+        with "abort"."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+    @property
+    def busy(self) -> int:
+        with self._cv:
+            return len(self._waiting) + len(self._prefilling) + len(self._running)
+
+    # -- the loop ------------------------------------------------------------
+
+    def _finish(self, req: Request, reason: str, error: str | None = None) -> None:
+        """Ends `req` (called with the lock held or from the loop thread)."""
+        if req.finish is not None:
+            return
+        req.finish, req.error = reason, error
+        self.finished[reason] += 1
+        if req.slot >= 0:
+            self._free.append(req.slot)
+            req.slot = -1
+        self._emit(req, [], reason)
+
+    @staticmethod
+    def _emit(req: Request, tokens: list[int], finish: str | None) -> None:
+        try:
+            req.on_output(req, tokens, finish)
+        except Exception:  # noqa: BLE001 - a consumer's error must not stop the engine
+            req.cancelled = True
+
+    def _turn_start(self) -> bool:
+        """Under the lock: waits for work, drops cancelled requests, admits
+        waiting ones into free slots. False once closed."""
+        with self._cv:
+            while not self._closed and not (self._waiting or self._prefilling or self._running):
+                self._cv.wait()
+            if self._closed:
+                for req in [*self._waiting, *self._prefilling, *self._running]:
+                    self._finish(req, "abort")
+                self._waiting.clear(), self._prefilling.clear(), self._running.clear()
+                return False
+            for queue in (self._waiting, self._prefilling):
+                for req in [r for r in queue if r.cancelled]:
+                    queue.remove(req)
+                    self._finish(req, "abort")
+            for req in [r for r in self._running if r.cancelled]:
+                self._running.remove(req)
+                self._finish(req, "abort")
+            while self._waiting and self._free:
+                req = self._waiting.popleft()
+                req.slot = self._free.pop(0)
+                # The last prompt token is fed by the decode launch.
+                (self._prefilling if len(req.prompt) > 1 else self._running).append(req)
+            return True
+
+    def _loop(self) -> None:
+        while self._turn_start():
+            if self._prefilling:
+                self._prefill_part(self._prefilling[0])
+            if self._running:
+                self._decode()
+
+    def _prefill_part(self, req: Request) -> None:
+        """Feeds the next part of `req`'s prompt but its last token."""
+        end = len(req.prompt) - 1
+        try:
+            fed, _ = self.session.prefill_part(req.slot, req.prompt[:end], req.fed,
+                                               min(self.prefill_budget, end - req.fed))
+        except Exception as err:  # noqa: BLE001 - reported to the request, the engine goes on
+            with self._cv:
+                self._prefilling.remove(req)
+                self._finish(req, "error", f"prefill failed: {err}")
+            return
+        req.fed += fed
+        if req.fed == end:
+            with self._cv:
+                self._prefilling.remove(req)
+                if not req.cancelled:
+                    self._running.append(req)
+                else:
+                    self._finish(req, "abort")
+
+    def _decode(self) -> None:
+        rows = list(self._running)
+        stops = np.full((len(rows), MAX_STOP_IDS), -1, np.int32)
+        for b, req in enumerate(rows):
+            stops[b, : len(req.stop_ids)] = req.stop_ids
+        last = [r.tokens[-1] if r.tokens else r.prompt[-1] for r in rows]
+        positions = [len(r.prompt) - 1 + len(r.tokens) for r in rows]
+        remaining = [r.max_tokens - len(r.tokens) for r in rows]
+        try:
+            out = self.session.decode_launch([r.slot for r in rows], last, positions, remaining, stops, self.chunk,
+                                             temperature=[r.params.temperature for r in rows],
+                                             seed=[r.seed for r in rows])
+        except Exception as err:  # noqa: BLE001 - every row of the launch fails; the engine goes on
+            with self._cv:
+                for req in rows:
+                    self._running.remove(req)
+                    self._finish(req, "error", f"decode launch failed: {err}")
+            return
+        self.launches += 1
+        for req, (tokens, code) in zip(rows, out):
+            req.tokens += tokens
+            if tokens and not req.cancelled:
+                self._emit(req, tokens, None)
+            if code:
+                with self._cv:
+                    self._running.remove(req)
+                    if code == FINISH_NONFINITE:
+                        self._finish(req, "error", "the logits are NaN (or all -inf): check the weights")
+                    else:
+                        self._finish(req, _REASONS[code])

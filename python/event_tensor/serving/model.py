@@ -1,0 +1,69 @@
+"""A Hugging Face model directory made ready to serve: its config compiled
+into a decode kernel (into the compile cache on first use, so a second
+start is warm), its safetensors weights loaded into a `DecodeSession`, its
+tokenizer, and the engine that batches requests over the session."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.compile import compile_model
+from ..model.config import ModelConfig
+from ..model.session import DecodeSession
+from ..model.weights import load_weights
+from .engine import Engine
+from .text import TextCodec
+
+__all__ = ["ServedModel", "open_model"]
+
+
+@dataclass
+class ServedModel:
+    """What `open_model` returns: the session, the text codec, the engine
+    (already running), and the seconds its start took (compile or cache
+    hit, weights, tokenizer)."""
+
+    name: str
+    config: ModelConfig
+    session: DecodeSession
+    codec: TextCodec
+    engine: Engine
+    start_s: float
+
+    def close(self) -> None:
+        self.engine.close()
+        self.session.close()
+
+
+def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int = 1024,
+               workers: int | None = None, prefill_rows: int | None = None, chunk: int = 8,
+               cache_dir: str | Path | None = None, name: str | None = None,
+               timeout_s: float = 30.0) -> ServedModel:
+    """Compiles (or finds in the cache) the decode kernel of the model in
+    `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
+    sequences and `max_context` tokens each, and starts an `Engine` on it.
+    `prefill_rows` (default 128 on cuda, none on cpu) adds the prefill
+    kernel that feeds prompts in launches of that many positions.
+    Raises ConfigError, WeightError or TextError (ValueErrors) naming what
+    is wrong with the directory."""
+    start = time.perf_counter()
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ValueError(f"{path}: not a directory (a Hugging Face model directory: config.json, *.safetensors, "
+                         "tokenizer.json)")
+    config = ModelConfig.from_hf(path)
+    codec = TextCodec(path)
+    if codec.vocab_size > config.vocab_size:
+        raise ValueError(f"{path}: the tokenizer has {codec.vocab_size} tokens, the model's vocabulary "
+                         f"{config.vocab_size}")
+    weights = load_weights(config, [path])
+    if prefill_rows is None:
+        prefill_rows = 128 if device == "cuda" else 0
+    options = {"format": "bin"} if device == "cuda" else {}
+    artifact = compile_model(config, target=device, max_batch=max_batch, max_context=max_context, workers=workers,
+                             prefill_rows=prefill_rows, cache_dir=cache_dir, **options)
+    session = DecodeSession(artifact, weights, timeout_s=timeout_s)
+    engine = Engine(session, eos_ids=codec.eos_ids, chunk=chunk)
+    return ServedModel(name or path.resolve().name, config, session, codec, engine, time.perf_counter() - start)

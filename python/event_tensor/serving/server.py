@@ -1,0 +1,288 @@
+"""An OpenAI-compatible HTTP API over a `ServedModel` (FastAPI + uvicorn):
+`/v1/completions`, `/v1/chat/completions` (both with `stream: true` as
+server-sent events), `/v1/models`, `/health`.
+
+Each request goes to the engine's thread; its tokens come back through an
+asyncio queue, are detokenized as they arrive and checked for stop
+strings. A client that goes away cancels its request, which frees its
+KV-cache slot at the engine's next turn. Errors are OpenAI's error objects:
+400 for a request this model cannot serve (named field and value), 404 for
+another model's name, 503 when the wait queue is full."""
+
+# No `from __future__ import annotations`: FastAPI reads the handlers'
+# annotations, which name the request models built inside `create_app`.
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator, Literal
+
+from .engine import EngineClosed, QueueFull, SamplingParams
+from .text import StopStrings, TextError
+
+__all__ = ["create_app", "serve"]
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+
+def _models():
+    """The request bodies (pydantic), built on first use so that importing
+    this module needs no web stack."""
+    from pydantic import BaseModel, ConfigDict
+
+    class _Base(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        model: str
+        max_tokens: int | None = None
+        temperature: float | None = None
+        top_p: float | None = None
+        top_k: int | None = None
+        n: int | None = None
+        stop: str | list[str] | None = None
+        seed: int | None = None
+        stream: bool = False
+        stream_options: dict[str, Any] | None = None
+        logprobs: Any = None
+        stop_token_ids: list[int] | None = None
+        ignore_eos: bool = False
+
+    class Completion(_Base):
+        prompt: str | list[int] | list[str]
+        max_tokens: int | None = 16
+        echo: bool = False
+
+    class Message(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        role: Literal["system", "user", "assistant", "tool", "developer"]
+        content: str | list[dict[str, Any]] | None = None
+
+    class Chat(_Base):
+        messages: list[Message]
+        max_completion_tokens: int | None = None
+
+    return Completion, Chat
+
+
+def _params(body, max_tokens: int | None) -> SamplingParams:
+    """The engine's sampling parameters of a request body, or an APIError
+    naming the field this server does not take."""
+    if body.n not in (None, 1):
+        raise APIError(400, f"n must be 1 (one choice per request), got {body.n}", "n")
+    if body.logprobs not in (None, False):
+        raise APIError(400, "logprobs are not supported", "logprobs")
+    if body.top_p is not None and body.top_p != 1:
+        raise APIError(400, f"top_p {body.top_p} is not supported yet (the kernel samples from the whole "
+                       "distribution: top_p 1)", "top_p")
+    if body.top_k not in (None, 0, -1):
+        raise APIError(400, f"top_k {body.top_k} is not supported yet (the kernel samples from the whole "
+                       "distribution: top_k 0 or -1)", "top_k")
+    temperature = 1.0 if body.temperature is None else body.temperature
+    if not 0 <= temperature <= 100:
+        raise APIError(400, f"temperature must be in [0, 100], got {temperature}", "temperature")
+    seed = None if body.seed is None else body.seed % (1 << 64)
+    try:
+        params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
+                                stop_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos)
+        params.check()
+    except ValueError as err:
+        raise APIError(400, str(err)) from None
+    return params
+
+
+def _stops(body) -> list[str]:
+    stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    if len(stops) > 16:
+        raise APIError(400, f"at most 16 stop strings, got {len(stops)}", "stop")
+    return stops
+
+
+class _Generation:
+    """One request in flight: the engine's tokens through an asyncio queue,
+    detokenized and cut at a stop string."""
+
+    def __init__(self, served, prompt: list[int], params: SamplingParams, stops: list[str]):
+        self.served = served
+        self.prompt = prompt
+        self.queue: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        self.text = served.codec.stream(prompt)
+        self.stops = StopStrings(stops)
+        self.tokens = 0
+        self.finish: str | None = None
+
+        def on_output(req, tokens, finish):
+            loop.call_soon_threadsafe(self.queue.put_nowait, (list(tokens), finish, req.error))
+        try:
+            self.req = served.engine.submit(prompt, params, on_output)
+        except QueueFull as err:
+            raise APIError(503, str(err), kind="server_overloaded") from None
+        except EngineClosed as err:
+            raise APIError(503, str(err), kind="server_shutting_down") from None
+        except ValueError as err:
+            raise APIError(400, str(err)) from None
+
+    async def pieces(self) -> AsyncIterator[str]:
+        """The text as it comes; `finish` is set when it ends."""
+        try:
+            while self.finish is None:
+                tokens, finish, error = await self.queue.get()
+                if tokens:
+                    self.tokens += len(tokens)
+                    text, hit = self.stops.feed(self.text.push(tokens))
+                    if text:
+                        yield text
+                    if hit:
+                        self.finish = "stop"
+                        break
+                if finish == "error":
+                    raise APIError(500, error or "the generation failed", kind="server_error")
+                if finish is not None:
+                    self.finish = finish
+                    rest = self.stops.flush()
+                    if rest:
+                        yield rest
+        finally:
+            if self.req.finish is None:
+                # A stop string, or the client went away: free the slot.
+                self.served.engine.cancel(self.req)
+
+    def usage(self) -> dict[str, int]:
+        return {"prompt_tokens": len(self.prompt), "completion_tokens": self.tokens,
+                "total_tokens": len(self.prompt) + self.tokens}
+
+
+def _sse(data) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def create_app(served):
+    """The FastAPI application serving `served` (a `ServedModel`)."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    Completion, Chat = _models()
+    app = FastAPI(title="EventTensor", description="An OpenAI-compatible API over one EventTensor megakernel")
+    created = int(time.time())
+
+    def error(status: int, message: str, param=None, kind="invalid_request_error"):
+        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                            status_code=status)
+
+    @app.exception_handler(APIError)
+    async def api_error(_, err: APIError):
+        return error(err.status, err.message, err.param, err.kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_, err: RequestValidationError):
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return error(400, f"{where or 'body'}: {first.get('msg', 'invalid request')}", where or None)
+
+    def check_model(name: str):
+        if name != served.name:
+            raise APIError(404, f"the model `{name}` does not exist (this server serves `{served.name}`)", "model",
+                           kind="model_not_found")
+
+    @app.get("/health")
+    async def health():
+        engine = served.engine
+        return {"status": "ok", "model": served.name, "requests": engine.busy, "launches": engine.launches,
+                "finished": dict(engine.finished)}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": served.name, "object": "model", "created": created,
+                                            "owned_by": "event-tensor",
+                                            "max_model_len": served.session.max_context}]}
+
+    async def run(gen: _Generation, stream: bool, body, chunk, final):
+        """The response of `gen`: one JSON object, or server-sent events of
+        `chunk(text)` objects, then `final(finish)` and, if asked, usage."""
+        if not stream:
+            text = "".join([piece async for piece in gen.pieces()])
+            return final(text, gen.finish, gen.usage())
+
+        async def events():
+            try:
+                async for piece in gen.pieces():
+                    yield _sse(chunk(piece, None))
+                yield _sse(chunk("", gen.finish))
+                if (body.stream_options or {}).get("include_usage"):
+                    yield _sse({**chunk("", None), "choices": [], "usage": gen.usage()})
+            except APIError as err:
+                yield _sse({"error": {"message": err.message, "type": err.kind, "code": err.status}})
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(body: Completion, request: Request):
+        check_model(body.model)
+        if body.echo:
+            raise APIError(400, "echo is not supported", "echo")
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            if len(prompt) != 1:
+                raise APIError(400, f"one prompt per request, got {len(prompt)}", "prompt")
+            prompt = prompt[0]
+        ids = served.codec.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        gen = _Generation(served, ids, _params(body, body.max_tokens), _stops(body))
+        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        head = {"id": rid, "object": "text_completion", "created": now, "model": served.name}
+
+        def chunk(text, finish):
+            return {**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+
+        def final(text, finish, usage):
+            return {**chunk(text, finish), "usage": usage}
+        return await run(gen, body.stream, body, chunk, final)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: Chat, request: Request):
+        check_model(body.model)
+        messages = []
+        for m in body.messages:
+            content = m.content
+            if isinstance(content, list):
+                # Content parts: the text ones.
+                if any(part.get("type") != "text" for part in content):
+                    raise APIError(400, "only text content parts are supported", "messages")
+                content = "".join(str(part.get("text", "")) for part in content)
+            messages.append({**m.model_dump(exclude_none=True), "content": content or ""})
+        try:
+            ids = served.codec.chat(messages)
+        except TextError as err:
+            raise APIError(400, str(err), "messages") from None
+        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        gen = _Generation(served, ids, _params(body, max_tokens), _stops(body))
+        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        head = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served.name}
+        first = [True]
+
+        def chunk(text, finish):
+            delta = {"role": "assistant", "content": text} if first[0] else ({"content": text} if text else {})
+            first[0] = False
+            return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        def final(text, finish, usage):
+            return {**head, "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                                 "finish_reason": finish}], "usage": usage}
+        return await run(gen, body.stream, body, chunk, final)
+
+    return app
+
+
+def serve(served, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Runs the API on `host:port` until interrupted, then closes the model."""
+    import uvicorn
+
+    try:
+        uvicorn.run(create_app(served), host=host, port=port, log_level=log_level)
+    finally:
+        served.close()

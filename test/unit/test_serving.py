@@ -1,0 +1,355 @@
+"""Serving on the CPU target: a tiny Hugging Face model directory (config,
+random safetensors, a byte-level BPE tokenizer trained here with the
+`tokenizers` library, a chat template), the text codec, the engine's
+continuous batching against one request at a time, and the OpenAI-
+compatible server driven by the official `openai` client."""
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from event_tensor import model
+from event_tensor.serving import Engine, SamplingParams, StopStrings, TextCodec, TextError, open_model
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+CORPUS = ["the quick brown fox jumps over the lazy dog", "a megakernel runs the whole step",
+          "tokens stream out of the kernel as they are made", "héllo wörld, ünïcode text"] * 20
+
+
+def _write_model_dir(root, vocab=320):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<|user|>", "<|assistant|>",
+                                                                   "<|system|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tok.save(str(root / "tokenizer.json"))
+    (root / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
+                                                            "chat_template": CHAT_TEMPLATE}))
+    (root / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    config = model.tiny_config("llama", vocab_size=vocab)
+    (root / "config.json").write_text(json.dumps(config.to_hf()))
+    model.save_weights(root / "model.safetensors", model.random_weights(config, seed=5))
+    return config
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-model")
+    _write_model_dir(root)
+    s = open_model(root, device="cpu", max_batch=2, max_context=48, workers=3, chunk=3,
+                   cache_dir=root / "cache", name="tiny")
+    yield s
+    s.close()
+
+
+def test_text_codec(served):
+    codec = served.codec
+    ids = codec.encode("the lazy fox")
+    assert ids[0] == 0 and codec.decode(ids) == "the lazy fox"
+    assert codec.eos_ids == [1]
+    text = codec.render_chat([{"role": "user", "content": "hi"}])
+    assert text == "<|user|>hi</s><|assistant|>"
+    assert codec.chat([{"role": "user", "content": "hi"}]) == codec.encode(text, special=False)
+    # Streaming decode: pieces that join to the whole decode, a multi-byte
+    # character held back until it is complete.
+    words = codec.encode("héllo wörld the fox", special=False)
+    stream = codec.stream()
+    pieces = [stream.push([t]) for t in words]
+    assert "".join(pieces) == codec.decode(words)
+    assert all("\ufffd" not in p for p in pieces)
+    with pytest.raises(TextError, match="refused"):
+        bad = TextCodec(served.codec.path)
+        bad.chat_template = "{{ raise_exception('no system role') }}"
+        bad.render_chat([{"role": "system", "content": "x"}])
+
+
+def test_stop_strings_hold_back_a_possible_start():
+    s = StopStrings(["STOP", "##"])
+    assert s.feed("abc S") == ("abc ", False)
+    assert s.feed("TO") == ("", False)
+    assert s.feed("x") == ("STOx", False)
+    assert s.feed("y#") == ("y", False)
+    assert s.feed("#tail") == ("", True)
+    assert StopStrings([]).feed("STOP") == ("STOP", False)
+    t = StopStrings(["end"])
+    assert t.feed("the en") == ("the ", False) and t.flush() == "en"
+
+
+def test_model_dir_errors(tmp_path):
+    with pytest.raises(ValueError, match="not a directory"):
+        open_model(tmp_path / "missing")
+    _write_model_dir(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(TextError, match="no tokenizer.json"):
+        open_model(tmp_path)
+    _write_model_dir(tmp_path, vocab=256)  # the tokenizer has 300 tokens
+    with pytest.raises(ValueError, match="300 tokens"):
+        open_model(tmp_path)
+
+
+def _collect(engine, prompt, params):
+    """Submits and returns a function that waits for (tokens, finish)."""
+    out, done = [], threading.Event()
+    state = {}
+
+    def on_output(req, tokens, finish):
+        out.extend(tokens)
+        if finish is not None:
+            state["finish"] = finish
+            done.set()
+    engine.submit(prompt, params, on_output)
+
+    def wait():
+        assert done.wait(120)
+        return out, state["finish"]
+    return wait
+
+
+def test_engine_batches_requests_as_if_each_ran_alone(served):
+    """Requests of different lengths join and leave the batch (two slots,
+    four requests: some wait, some join mid-generation); greedy tokens
+    match each request alone, and `DecodeSession.generate`."""
+    engine, session = served.engine, served.session
+    prompts = [[5, 6, 7], [9] * 11, [3], list(range(20, 40))]
+    limits = [12, 5, 9, 7]
+    params = [SamplingParams(max_tokens=m, ignore_eos=True) for m in limits]
+    alone = [_collect(engine, p, q)() for p, q in zip(prompts, params)]
+    for (tokens, finish), m in zip(alone, limits):
+        assert len(tokens) == m and finish == "length"
+    launches = engine.launches
+    waits = [_collect(engine, p, q) for p, q in zip(prompts, params)]
+    together = [w() for w in waits]
+    assert together == alone
+    # Fewer launches than one after another: rows shared launches.
+    assert engine.launches - launches < sum(-(-m // engine.chunk) for m in limits)
+    # The same tokens as the one-call generation.
+    for p, m, (tokens, _) in zip(prompts, limits, alone):
+        gen_tokens = _run_alone(served, lambda: session.generate([p], m).tokens[0])
+        assert gen_tokens == tokens
+    assert engine.busy == 0
+
+
+def _run_alone(served, fn):
+    """Runs `fn` on the session while the engine is idle (the engine's thread
+    owns the session; it waits for work while idle)."""
+    while served.engine.busy:
+        time.sleep(0.01)
+    return fn()
+
+
+def test_engine_stops_samples_and_checks(served):
+    engine = served.engine
+    base, _ = _collect(engine, [4, 4, 2], SamplingParams(max_tokens=10, ignore_eos=True))()
+    stop = base[4]
+    cut, finish = _collect(engine, [4, 4, 2], SamplingParams(max_tokens=10, stop_ids=(stop,)))()
+    assert cut == base[: base.index(stop) + 1] and finish == "stop"
+    hot = SamplingParams(max_tokens=10, temperature=5.0, seed=7, ignore_eos=True)
+    a, _ = _collect(engine, [4, 4, 2], hot)()
+    b, _ = _collect(engine, [4, 4, 2], hot)()
+    assert a == b and a != base
+    # Up to the compiled context (48): a 40-token prompt takes 9 new tokens.
+    full, finish = _collect(engine, [2] * 40, SamplingParams(max_tokens=None, ignore_eos=True))()
+    assert len(full) == 9 and finish == "length"
+    for bad, match in [(SamplingParams(max_tokens=0), "max_tokens"), (SamplingParams(temperature=-1), "temperature"),
+                       (SamplingParams(seed=-1), "seed"),
+                       (SamplingParams(max_tokens=1, stop_ids=(320,)), "stop id"),
+                       (SamplingParams(max_tokens=1, stop_ids=tuple(range(2, 10))), "at most 8"),
+                       (SamplingParams(max_tokens=10), "exceed this model's context")]:
+        with pytest.raises(ValueError, match=match):
+            engine.submit([1] * 40, bad, lambda *a: None)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.submit([1, 999], SamplingParams(), lambda *a: None)
+    with pytest.raises(ValueError, match="empty"):
+        engine.submit([], SamplingParams(), lambda *a: None)
+
+
+def test_cancel_frees_the_slot(served):
+    engine = served.engine
+    seen = threading.Event()
+    finishes = []
+
+    def on_output(req, tokens, finish):
+        if tokens:
+            seen.set()
+        if finish:
+            finishes.append(finish)
+    req = engine.submit([7, 8], SamplingParams(max_tokens=40, ignore_eos=True), on_output)
+    assert seen.wait(60)
+    engine.cancel(req)
+    deadline = time.time() + 60
+    while engine.busy and time.time() < deadline:
+        time.sleep(0.01)
+    assert engine.busy == 0 and finishes == ["abort"] and len(req.tokens) < 40
+    assert sorted(engine._free) == [0, 1]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    import uvicorn
+
+    from event_tensor.serving.server import create_app
+
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(served), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.02)
+    assert srv.started
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(30)
+
+
+def _text(served, prompt, tokens):
+    """The text of `tokens` as the server hands it out: a character whose
+    bytes are not all there at the end is left out."""
+    text = served.codec.stream(prompt).push(tokens)
+    assert served.codec.decode(tokens).startswith(text)
+    return text
+
+
+def test_openai_client_completions_chat_and_stream(served, server):
+    import openai
+
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    done = client.completions.create(model="tiny", prompt="the quick brown", max_tokens=6, temperature=0,
+                                     extra_body={"ignore_eos": True})
+    choice = done.choices[0]
+    assert choice.finish_reason == "length" and done.usage.completion_tokens == 6
+    prompt_ids = served.codec.encode("the quick brown")
+    assert done.usage.prompt_tokens == len(prompt_ids)
+    want, _ = _collect(served.engine, prompt_ids, SamplingParams(max_tokens=6, ignore_eos=True))()
+    assert choice.text == _text(served, prompt_ids, want)
+    # Streamed: the same text in pieces, then the finish reason and usage.
+    chunks = list(client.completions.create(model="tiny", prompt="the quick brown", max_tokens=6, temperature=0,
+                                            stream=True, stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == choice.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 6
+    # Chat: the template's prompt, an assistant message.
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                          temperature=0, extra_body={"ignore_eos": True})
+    ids = served.codec.chat([{"role": "user", "content": "hi"}])
+    want, _ = _collect(served.engine, ids, SamplingParams(max_tokens=5, ignore_eos=True))()
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == _text(served, ids, want)
+    assert chat.usage.prompt_tokens == len(ids)
+    pieces = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                 max_tokens=5, temperature=0, stream=True,
+                                                 extra_body={"ignore_eos": True}))
+    assert pieces[0].choices[0].delta.role == "assistant"
+    assert "".join(p.choices[0].delta.content or "" for p in pieces) == chat.choices[0].message.content
+    # A stop string cuts the text before it.
+    text = choice.text
+    if len(text) > 2:
+        stop = text[1:3]
+        cut = client.completions.create(model="tiny", prompt="the quick brown", max_tokens=6, temperature=0,
+                                        stop=[stop], extra_body={"ignore_eos": True})
+        assert cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
+
+
+def test_concurrent_http_requests_match_each_alone(served, server):
+    import openai
+
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    prompts = ["the fox", "a megakernel runs the whole step and", "tokens", "héllo wörld the lazy dog"]
+    limits = [9, 4, 7, 5]
+
+    def one(p, m):
+        return client.completions.create(model="tiny", prompt=p, max_tokens=m, temperature=0,
+                                         extra_body={"ignore_eos": True}).choices[0].text
+    alone = [one(p, m) for p, m in zip(prompts, limits)]
+    results = [None] * len(prompts)
+
+    def worker(i):
+        results[i] = one(prompts[i], limits[i])
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == alone
+
+
+def test_http_errors(served, server):
+    import openai
+
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="context"):
+        client.completions.create(model="tiny", prompt="the fox " * 40, max_tokens=20)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="other", prompt="x")
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        client.completions.create(model="tiny", prompt="x", top_p=0.5)
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        client.completions.create(model="tiny", prompt="x", n=2)
+    r = httpx.post(server + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "error" in r.json()
+    r = httpx.post(server + "/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "wizard"}]})
+    assert r.status_code == 400 and "role" in r.json()["error"]["message"]
+    r = httpx.post(server + "/v1/completions", json={"model": "tiny", "prompt": "x", "temperature": -1})
+    assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
+    assert httpx.get(server + "/health").json()["status"] == "ok"
+
+
+def test_client_that_disconnects_frees_its_slot(served, server, monkeypatch):
+    """A client that closes its stream after the first event: its request
+    ends as "abort" long before its 40 tokens (launches slowed to 50 ms)
+    and its slot is free again."""
+    launch = served.session.decode_launch
+
+    def slow(*args, **kwargs):
+        time.sleep(0.05)
+        return launch(*args, **kwargs)
+    monkeypatch.setattr(served.session, "decode_launch", slow)
+    aborted = served.engine.finished["abort"]
+    body = {"model": "tiny", "prompt": "the fox", "max_tokens": 40, "stream": True, "ignore_eos": True,
+            "temperature": 0}
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", server + "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            first = next(r.iter_lines())
+            assert first.startswith("data: ")
+    deadline = time.time() + 60
+    while served.engine.busy and time.time() < deadline:
+        time.sleep(0.02)
+    health = httpx.get(server + "/health").json()
+    assert health["requests"] == 0 and health["finished"]["abort"] == aborted + 1
+    assert sorted(served.engine._free) == [0, 1]
+
+
+def test_cli_generate(tmp_path, capsys):
+    from event_tensor.cli import main
+
+    _write_model_dir(tmp_path)
+    argv = ["generate", str(tmp_path), "--device", "cpu", "--prompt", "the quick", "--max-new-tokens", "5",
+            "--max-context", "32", "--max-batch", "1", "--workers", "2", "--cache-dir", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    codec = TextCodec(tmp_path)
+    assert "ready in" in out.err and out.out.endswith("\n")
+    assert main(argv + ["--chat"]) == 0
+    assert main(["generate", str(tmp_path / "nope"), "--device", "cpu", "--prompt", "x"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert codec.vocab_size == 300
