@@ -49,18 +49,23 @@ class TextCodec:
     (generation_config.json, else config.json, else the tokenizer's
     `eos_token`)."""
 
-    def __init__(self, model_dir: str | Path):
+    def __init__(self, model_dir: str | Path, *, tokenizer=None):
+        """Reads `model_dir`'s tokenizer files; `tokenizer` (a
+        `tokenizers.Tokenizer`) stands in for its tokenizer.json."""
         from tokenizers import Tokenizer
 
         self.path = Path(model_dir)
         file = self.path / "tokenizer.json"
-        if not file.is_file():
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+        elif not file.is_file():
             raise TextError(f"{self.path}: no tokenizer.json (text in and out needs the model's Hugging Face "
                             "tokenizer; token ids work without it)")
-        try:
-            self.tokenizer = Tokenizer.from_file(str(file))
-        except Exception as err:  # noqa: BLE001 - the library raises its own exception types
-            raise TextError(f"{file}: not a tokenizer the `tokenizers` library reads ({err})") from None
+        else:
+            try:
+                self.tokenizer = Tokenizer.from_file(str(file))
+            except Exception as err:  # noqa: BLE001 - the library raises its own exception types
+                raise TextError(f"{file}: not a tokenizer the `tokenizers` library reads ({err})") from None
         config = _read_json(self.path / "tokenizer_config.json")
         self.bos_token = _token_text(config.get("bos_token"))
         self.eos_token = _token_text(config.get("eos_token"))

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Serving on a CUDA machine (no MLIR; an artifact compiled here, with a
+prefill kernel and max_batch >= the largest concurrency): random bf16
+weights, token-id prompts, wall clock on the host.
+
+1. batch 1, one --prompt-token prompt, --new tokens (end ids ignored):
+   - `decode_loop`: `DecodeSession.generate` (one launch for every step),
+     decode seconds / (new - 1): the decode-loop benchmark's figure;
+   - `engine_<k>`: the serving `Engine` with k decode steps per launch:
+     time to first token from `submit`, time per output token from the
+     first token to the last (callbacks' arrival times);
+   - `http_<k>`: the same through the OpenAI-compatible server (uvicorn in
+     this process, a streamed /v1/completions over httpx), from the request
+     to each server-sent event (with --http; needs fastapi and uvicorn).
+2. concurrency c (--concurrency): c clients, each sending its next request
+   when the last one ended, --requests in all; prompt lengths drawn from
+   64..--max-prompt, outputs from 64..--max-new (a chat-like mix): time to
+   first token and time per output token (p50, p99) and output tokens per
+   second, through the engine.
+The bandwidth floor of a step (weight bytes / copy bandwidth) is printed
+beside.
+
+    PYTHONPATH=python:benchmarks python3 benchmarks/serve.py .device/serve/llama-3.2-1b --json results.json
+"""
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from event_tensor.model import DecodeSession, ModelConfig
+from event_tensor.serving import Engine, SamplingParams
+from gpu_timing import copy_bandwidth, random_model_weights, to_numpy_bf16
+
+
+def run_one(engine, prompt, new, t0=None):
+    """Submits one request; returns (ttft s, tpot s, tokens) once it ends."""
+    times, count, done = [], [0], threading.Event()
+
+    def on_output(req, tokens, finish):
+        if tokens:
+            now = time.perf_counter()
+            times.append((now, len(tokens)))
+            count[0] += len(tokens)
+        if finish is not None:
+            done.set()
+    start = time.perf_counter() if t0 is None else t0
+    engine.submit(prompt, SamplingParams(max_tokens=new, ignore_eos=True), on_output)
+    done.wait()
+    first, last = times[0][0], times[-1][0]
+    # The first launch's tokens arrive together: the first one at `first`.
+    return first - start, (last - first) / max(count[0] - times[0][1], 1) if len(times) > 1 else 0.0, count[0]
+
+
+def http_one(url, prompt, new):
+    """A streamed completion: (ttft s, tpot s, events)."""
+    import httpx
+
+    body = {"model": "bench", "prompt": prompt, "max_tokens": new, "stream": True, "ignore_eos": True,
+            "temperature": 0}
+    stamps = []
+    start = time.perf_counter()
+    with httpx.Client(timeout=600) as c, c.stream("POST", url + "/v1/completions", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                if event["choices"] and event["choices"][0]["text"]:
+                    stamps.append(time.perf_counter())
+    return stamps[0] - start, (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1), len(stamps)
+
+
+def word_codec(vocab: int, where: Path):
+    """A stand-in tokenizer: id i is the word "t<i>" (a WordLevel model of
+    the whole vocabulary), so that every token decodes to text."""
+    from tokenizers import Tokenizer, models
+
+    from event_tensor.serving import TextCodec
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    return TextCodec(where, tokenizer=tok)
+
+
+def percentile(values, q):
+    return float(np.percentile(values, q)) if values else None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("artifact")
+    parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--new", type=int, default=256)
+    parser.add_argument("--chunks", default="8,32")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--http", action="store_true")
+    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--max-prompt", type=int, default=1024)
+    parser.add_argument("--max-new", type=int, default=256)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    path = Path(args.artifact)
+    config = ModelConfig.from_dict(json.loads((path / "model.json").read_text())["config"])
+    weights = random_model_weights(config, seed=0)
+    session = DecodeSession(path, to_numpy_bf16(weights))
+    gpu = torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth()
+    result = {"artifact": path.name, "gpu": gpu, "max_batch": session.max_batch, "prompt": args.prompt,
+              "new": args.new, "copy_GBps": bandwidth / 1e9,
+              "floor_ms": 1e3 * config.weight_bytes() / bandwidth}
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, config.vocab_size, args.prompt).tolist()
+    session.generate([prompt], 8)
+    loop = []
+    for _ in range(args.repeats):
+        session.reset()
+        loop.append(session.generate([prompt], args.new).decode_s / (args.new - 1))
+    result["decode_loop_ms"] = 1e3 * float(np.median(loop))
+    print(json.dumps(result), flush=True)
+    for k in [int(c) for c in args.chunks.split(",") if c]:
+        engine = Engine(session, chunk=k)
+        run_one(engine, prompt, 16)  # warm-up
+        runs = [run_one(engine, prompt, args.new) for _ in range(args.repeats)]
+        result[f"engine_{k}"] = {"ttft_ms": 1e3 * float(np.median([r[0] for r in runs])),
+                                 "tpot_ms": 1e3 * float(np.median([r[1] for r in runs])),
+                                 "tokens": runs[0][2]}
+        if args.http:
+            import uvicorn
+
+            from event_tensor.serving.model import ServedModel
+            from event_tensor.serving.server import create_app
+
+            served = ServedModel("bench", config, session, word_codec(config.vocab_size, path), engine, 0.0)
+            server = uvicorn.Server(uvicorn.Config(create_app(served), host="127.0.0.1", port=18431,
+                                                   log_level="warning"))
+            thread = threading.Thread(target=server.run, daemon=True)
+            thread.start()
+            while not server.started:
+                time.sleep(0.05)
+            url = "http://127.0.0.1:18431"
+            http_one(url, prompt, 16)
+            runs = [http_one(url, prompt, args.new) for _ in range(args.repeats)]
+            result[f"http_{k}"] = {"ttft_ms": 1e3 * float(np.median([r[0] for r in runs])),
+                                   "tpot_ms": 1e3 * float(np.median([r[1] for r in runs])),
+                                   "events": runs[0][2]}
+            server.should_exit = True
+            thread.join()
+        print(json.dumps({key: result[key] for key in result if key.endswith(f"_{k}")}), flush=True)
+        if k == max(int(c) for c in args.chunks.split(",") if c):
+            mix = []
+            for c in [int(x) for x in args.concurrency.split(",") if x]:
+                if c > session.max_batch:
+                    continue
+                todo = [(rng.integers(0, config.vocab_size, int(rng.integers(64, args.max_prompt + 1))).tolist(),
+                         int(rng.integers(64, args.max_new + 1))) for _ in range(args.requests)]
+                lock, out = threading.Lock(), []
+
+                def client():
+                    while True:
+                        with lock:
+                            if not todo:
+                                return
+                            p, n = todo.pop()
+                        out.append(run_one(engine, p, n))
+                start = time.perf_counter()
+                clients = [threading.Thread(target=client) for _ in range(c)]
+                for t in clients:
+                    t.start()
+                for t in clients:
+                    t.join()
+                wall = time.perf_counter() - start
+                row = {"concurrency": c, "requests": len(out), "wall_s": wall,
+                       "ttft_p50_ms": 1e3 * percentile([r[0] for r in out], 50),
+                       "ttft_p99_ms": 1e3 * percentile([r[0] for r in out], 99),
+                       "tpot_p50_ms": 1e3 * percentile([r[1] for r in out], 50),
+                       "tpot_p99_ms": 1e3 * percentile([r[1] for r in out], 99),
+                       "output_tokens_per_s": sum(r[2] for r in out) / wall}
+                print(json.dumps(row), flush=True)
+                mix.append(row)
+            result["concurrency"] = mix
+        engine.close()
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+    session.close()
+
+
+if __name__ == "__main__":
+    main()
