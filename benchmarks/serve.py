@@ -17,6 +17,10 @@ weights, token-id prompts, wall clock on the host.
    64..--max-prompt, outputs from 64..--max-new (a chat-like mix): time to
    first token and time per output token (p50, p99) and output tokens per
    second, through the engine.
+3. the peer, transformers + torch.compile(reduce-overhead) with a static
+   cache, in the same process: static batches (--peer-batches) of
+   --prompt / --new, time to first token (the prefill), time per output
+   token and output tokens per second.
 The bandwidth floor of a step (weight bytes / copy bandwidth) is printed
 beside.
 
@@ -57,7 +61,8 @@ def run_one(engine, prompt, new, t0=None):
 
 
 def http_one(url, prompt, new):
-    """A streamed completion: (ttft s, tpot s, events)."""
+    """A streamed completion: (ttft s, tpot s, tokens); the stand-in
+    tokenizer's words count the tokens of each event."""
     import httpx
 
     body = {"model": "bench", "prompt": prompt, "max_tokens": new, "stream": True, "ignore_eos": True,
@@ -69,8 +74,10 @@ def http_one(url, prompt, new):
             if line.startswith("data: {"):
                 event = json.loads(line[6:])
                 if event["choices"] and event["choices"][0]["text"]:
-                    stamps.append(time.perf_counter())
-    return stamps[0] - start, (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1), len(stamps)
+                    stamps.append((time.perf_counter(), len(event["choices"][0]["text"].split())))
+    tokens = sum(n for _, n in stamps)
+    tpot = (stamps[-1][0] - stamps[0][0]) / max(tokens - stamps[0][1], 1) if len(stamps) > 1 else 0.0
+    return stamps[0][0] - start, tpot, tokens
 
 
 def word_codec(vocab: int, where: Path):
@@ -93,13 +100,16 @@ def main():
     parser.add_argument("artifact")
     parser.add_argument("--prompt", type=int, default=1024)
     parser.add_argument("--new", type=int, default=256)
-    parser.add_argument("--chunks", default="8,32")
+    parser.add_argument("--chunks", default="8,32,64")
+    parser.add_argument("--mix-chunk", type=int, default=32, help="steps per launch of the concurrency runs")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--max-prompt", type=int, default=1024)
     parser.add_argument("--max-new", type=int, default=256)
+    parser.add_argument("--peer-batches", default="1,8",
+                        help="transformers + torch.compile static batches of --prompt / --new ('' for none)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -146,11 +156,11 @@ def main():
             runs = [http_one(url, prompt, args.new) for _ in range(args.repeats)]
             result[f"http_{k}"] = {"ttft_ms": 1e3 * float(np.median([r[0] for r in runs])),
                                    "tpot_ms": 1e3 * float(np.median([r[1] for r in runs])),
-                                   "events": runs[0][2]}
+                                   "tokens": runs[0][2]}
             server.should_exit = True
             thread.join()
         print(json.dumps({key: result[key] for key in result if key.endswith(f"_{k}")}), flush=True)
-        if k == max(int(c) for c in args.chunks.split(",") if c):
+        if k == args.mix_chunk:
             mix = []
             for c in [int(x) for x in args.concurrency.split(",") if x]:
                 if c > session.max_batch:
@@ -186,6 +196,26 @@ def main():
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1))
     session.close()
+    del session
+    torch.cuda.empty_cache()
+    peers = []
+    for b in [int(x) for x in args.peer_batches.split(",") if x]:
+        from hf_models import PeerGenerator
+
+        prompts = torch.tensor(rng.integers(0, config.vocab_size, (b, args.prompt)).tolist())
+        peer = PeerGenerator(config, weights, prompts, args.new, compiled=True)
+        peer.generate()  # compilation and graph capture
+        runs = [peer.generate() for _ in range(args.repeats)]
+        prefill = float(np.median([r[1] for r in runs]))
+        decode = float(np.median([r[2] for r in runs]))
+        peers.append({"batch": b, "ttft_ms": 1e3 * prefill, "tpot_ms": 1e3 * decode / (args.new - 1),
+                      "output_tokens_per_s": b * args.new / (prefill + decode)})
+        print(json.dumps({"peer": peers[-1]}), flush=True)
+        del peer
+        torch.cuda.empty_cache()
+    result["peer"] = peers
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

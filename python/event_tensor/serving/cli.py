@@ -98,10 +98,10 @@ def add_commands(sub) -> None:
                        help="tokens per sequence, prompt and output (default 1024)")
         p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")
         p.add_argument("--prefill-rows", type=int, default=None,
-                       help="prompt positions per prefill launch (default 128 on cuda; 0: prompts go through "
+                       help="prompt positions per prefill launch (default 512 on cuda; 0: prompts go through "
                        "the decode kernel, the default on cpu)")
-        p.add_argument("--chunk", type=_positive_int, default=8,
-                       help="decode steps per launch (default 8): the host reads tokens once per launch")
+        p.add_argument("--chunk", type=_positive_int, default=32,
+                       help="decode steps per launch (default 32): the host reads tokens once per launch")
         p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
 
     p = sub.add_parser("generate", help="generate text from a prompt with a Hugging Face model directory",

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.compile import compile_model
+from ..model import compile_model
 from ..model.config import ModelConfig
 from ..model.session import DecodeSession
 from ..model.weights import load_weights
@@ -38,13 +38,13 @@ class ServedModel:
 
 
 def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int = 1024,
-               workers: int | None = None, prefill_rows: int | None = None, chunk: int = 8,
+               workers: int | None = None, prefill_rows: int | None = None, chunk: int = 32,
                cache_dir: str | Path | None = None, name: str | None = None,
                timeout_s: float = 30.0) -> ServedModel:
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
     sequences and `max_context` tokens each, and starts an `Engine` on it.
-    `prefill_rows` (default 128 on cuda, none on cpu) adds the prefill
+    `prefill_rows` (default 512 on cuda, none on cpu) adds the prefill
     kernel that feeds prompts in launches of that many positions.
     Raises ConfigError, WeightError or TextError (ValueErrors) naming what
     is wrong with the directory."""
@@ -60,7 +60,7 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                          f"{config.vocab_size}")
     weights = load_weights(config, [path])
     if prefill_rows is None:
-        prefill_rows = 128 if device == "cuda" else 0
+        prefill_rows = 512 if device == "cuda" else 0
     options = {"format": "bin"} if device == "cuda" else {}
     artifact = compile_model(config, target=device, max_batch=max_batch, max_context=max_context, workers=workers,
                              prefill_rows=prefill_rows, cache_dir=cache_dir, **options)
