@@ -28,6 +28,9 @@ _WEIGHTS = {*PACKED_ORDER, "q_norm", "k_norm"}
 VARIANTS_JSON = "variants.json"
 # The decode kernel's index arguments: the rows of a launch, its step budget.
 _SCALARS = ("batch", "steps")
+# Buffers the host reads while a launch runs: on a GPU, in host memory
+# mapped into the device (the token history, streamed out per step).
+_HOST_VISIBLE = ("out_tokens",)
 
 
 class ModelArtifactError(ValueError):
@@ -192,6 +195,7 @@ class DecodeSession:
         (KV caches, token rows, activations) from the artifacts' argument
         shapes, a dynamic first dimension taking `max_batch` rows; the
         buffers of `device`, one dict per kernel variant."""
+        self._mapped: dict[str, Any] = {}  # runtime.cuda.MappedHost per name
         self._per_row = [[(a["name"], bool(a.get("shape")) and a["shape"][0] == -1)
                           for a in art.metadata["arguments"]] for art in self.artifacts]
         pool: dict[tuple, Any] = {}
@@ -214,6 +218,11 @@ class DecodeSession:
                     key = (name, tuple(shape), spec["dtype"])
                 if key in pool:
                     buffers[name] = pool[key]
+                elif name in _HOST_VISIBLE and self.device == "cuda":
+                    # The kernel's stores reach the host while it runs.
+                    # (The session keeps the allocation: it is freed with it.)
+                    mapped = self._mapped[name] = self.launchers[0].mapped_host(shape, spec["dtype"])
+                    buffers[name] = pool[key] = mapped.buffer
                 elif name in packed:
                     array = packed[name]
                     if list(array.shape) != spec["shape"]:
@@ -591,7 +600,7 @@ class DecodeSession:
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
 
     def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, temperature=None,
-                      seed=None) -> list[tuple[list[int], int]]:
+                      seed=None, on_tokens=None, interrupt_when=None) -> list[tuple[list[int], int]]:
         """One launch of up to `steps` decode steps over rows (on several
         devices, where the kernel runs one step per launch, one step): row
         b feeds token `tokens[b]` at position `positions[b]` of cache slot
@@ -602,7 +611,14 @@ class DecodeSession:
         greedy). Returns for each row its new tokens and finish code (0:
         it goes on, its last token to be fed at `positions[b]` plus the
         number of new tokens; else a FINISH_* code). The arguments are
-        checked by the callers (`generate`, the serving engine)."""
+        checked by the callers (`generate`, the serving engine).
+
+        While the launch runs (a kernel with steps), `on_tokens(b, new)`
+        gets row b's tokens as they are made (read from the token history,
+        which the kernel writes into host memory), a prefix of what the
+        launch returns; and once `interrupt_when()` is true, the launch
+        ends after the step in flight (the rows as after any launch: those
+        that go on continue in the next)."""
         n = len(slots)
         slots = np.asarray(slots, np.int32)
         tokens = np.asarray(tokens, np.int32)
@@ -616,39 +632,79 @@ class DecodeSession:
             self._write_rows({"temperature": temps, "seed": np.asarray(seed, np.int64)})
         try:
             if not self.steps_on_device:
-                return self._decode_step(slots, tokens, positions, remaining, stops)
-            return self._decode_steps(slots, tokens, positions, remaining, stops, steps)
+                out = self._decode_step(slots, tokens, positions, remaining, stops)
+                if on_tokens is not None:
+                    for b, (new, _) in enumerate(out):
+                        on_tokens(b, new)
+                return out
+            return self._decode_steps(slots, tokens, positions, remaining, stops, steps, on_tokens,
+                                      interrupt_when)
         finally:
             if sampling:
                 # step() and prefill stay greedy.
                 self._write_rows({"temperature": np.zeros(n, np.float32)})
 
-    def _decode_steps(self, slots, tokens, positions, remaining, stops, steps) -> list[tuple[list[int], int]]:
+    def _decode_steps(self, slots, tokens, positions, remaining, stops, steps, on_tokens,
+                      interrupt_when) -> list[tuple[list[int], int]]:
         """`decode_launch` on a kernel that runs the steps itself."""
         n = len(slots)
+        width = steps + 1
+        # Each row's new tokens: the history of its slot after its position.
+        rows = np.repeat(slots[:, None], width, axis=1)
+        cols = np.minimum(positions[:, None] + 1 + np.arange(width), self.max_context)
+        host = self._host_array("out_tokens")
+        if host is not None:
+            host[rows, cols] = -1  # not yet made
         self._write_rows({"tokens": tokens, "positions": positions.astype(np.int32), "slots": slots,
                           "remaining": remaining.astype(np.int32), "finished": np.zeros(n, np.int32),
                           "stop_ids": stops,
-                          # Raised by the kernel once every row has finished;
-                          # a launch starts with it down.
-                          "stop": np.zeros(1, np.int32)})
+                          # Raised by the kernel once every row has finished
+                          # or the host interrupted; a launch starts with both
+                          # down.
+                          "stop": np.zeros(1, np.int32), "interrupt": np.zeros(1, np.int32)})
         self._variant = self._choose(n, int((positions + np.minimum(remaining, steps)).max()))
         self.launcher = self.launchers[self._variant]
         self.batch = n
-        self.launcher(*self._arguments(n, steps=steps))
+        seen = np.zeros(n, np.int64)
+        # The most tokens a row makes (its budget, the steps, the context).
+        most = np.minimum(np.minimum(remaining, steps), self.max_context + 1 - (positions + 1))
+        interrupted = [False]
+
+        def poll():
+            if on_tokens is not None:
+                window = host[rows, cols]
+                made = np.cumprod((window >= 0) & (window < self.config.vocab_size), axis=1).sum(axis=1)
+                made = np.minimum(made, most)
+                for b in np.flatnonzero(made > seen):
+                    on_tokens(int(b), window[b, seen[b]:made[b]].tolist())
+                    seen[b] = made[b]
+            if interrupt_when is not None and not interrupted[0] and interrupt_when():
+                interrupted[0] = True
+                self._interrupt()
+        watch = host is not None and (on_tokens is not None or interrupt_when is not None)
+        self.launcher(*self._arguments(n, steps=steps), **({"poll": poll} if watch else {}))
         finished = self._read("finished", n)
         after = self._read("positions", n)
-        # Each row's new tokens: the history of its slot after its position.
-        width = steps + 1
-        cols = np.minimum(positions[:, None] + 1 + np.arange(width), self.max_context)
-        window = self._gather("out_tokens", np.repeat(slots[:, None], width, axis=1), cols)
+        window = self._gather("out_tokens", rows, cols)
         out = []
         for b in range(n):
             # A row that goes on has its last token at its position; a
             # finished row's last token is one past it (not fed back).
             count = int(after[b] + (2 if finished[b] else 1) - (positions[b] + 1))
-            out.append((window[b, :count].tolist(), int(finished[b])))
+            new = window[b, :count].tolist()
+            rest = [t for t in new[seen[b]:] if 0 <= t < self.config.vocab_size]
+            if on_tokens is not None and rest:
+                on_tokens(b, rest)
+            out.append((new, int(finished[b])))
         return out
+
+    def _interrupt(self) -> None:
+        """Asks the running launch to end after its current step."""
+        word = self.buffers["interrupt"]
+        if self.device == "cpu":
+            word[0] = 1
+        else:
+            self.launcher.write_word(word.data_ptr(), 1)
 
     def _decode_step(self, slots, tokens, positions, remaining, stops) -> list[tuple[list[int], int]]:
         """`decode_launch` for kernels without steps (several devices): one
@@ -672,12 +728,20 @@ class DecodeSession:
         t = self.buffers[name][:n]
         return np.asarray(t if self.device == "cpu" else t.cpu().numpy())
 
+    def _host_array(self, name: str) -> np.ndarray | None:
+        """Buffer `name` as a host array the kernel writes into (host
+        memory on the CPU target, mapped host memory on a GPU), or None."""
+        if name in self._mapped:
+            return self._mapped[name].array
+        return self.buffers[name] if self.device == "cpu" else None
+
     def _gather(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Elements [rows[i, j], cols[i, j]] of 2-D buffer `name` on the host
         (one gather and one copy on a GPU)."""
+        host = self._host_array(name)
+        if host is not None:
+            return np.array(host[rows, cols])
         t = self.buffers[name]
-        if self.device == "cpu":
-            return np.asarray(t[rows, cols])
         import torch
 
         index = [torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(t.device) for a in (rows, cols)]

@@ -14,7 +14,7 @@ from .artifact import Artifact
 from .errors import ArtifactError
 from . import abi
 from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_START, RECORD_WORDS, TRACE_CURSOR
-from .launch import check_timeout, decode_error, first_cause, locked, new_lock
+from .launch import POLL_S, check_timeout, decode_error, first_cause, locked, new_lock
 from .trace import Trace
 
 __all__ = ["CPULauncher"]
@@ -84,7 +84,10 @@ class CPULauncher:
         return self._error[0]
 
     @locked
-    def __call__(self, *args: Any, timeout_s: float | None = None) -> None:
+    def __call__(self, *args: Any, timeout_s: float | None = None, poll=None) -> None:
+        """Launches and waits; `poll` (optional) is called from this thread
+        once as the launch starts, then about every POLL_S while the workers
+        run."""
         if self.devices == 1:
             flat, keep = flatten_arguments(self.metadata, args, "cpu")
             per_device = [flat]
@@ -110,9 +113,17 @@ class CPULauncher:
                 self._fn.argtypes = [ctypes.c_int64] + [_CTYPES[t] for t, _ in params]
                 values = [v for _, v in params]
                 threads += [threading.Thread(target=self._fn, args=(w, *values)) for w in range(self.workers)]
+            if poll is not None:
+                # Once before the workers start: on a machine with fewer
+                # cores than workers, they may run to the end before this
+                # thread runs again.
+                poll()
             for t in threads:
                 t.start()
             for t in threads:
+                while poll is not None and t.is_alive():
+                    poll()
+                    t.join(POLL_S)
                 t.join()
             failed = [d for d in range(self.devices) if self._control[d][ERROR_CLAIMED]]
             if not failed:

@@ -5,14 +5,19 @@ and launches one CTA per worker."""
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
-from .args import flatten_arguments, flatten_device_arguments
+import numpy as np
+
+from .args import Buffer, flatten_arguments, flatten_device_arguments
 from .artifact import Artifact
 from .errors import ArtifactError, DeviceError
 from . import abi
 from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_WORDS, TRACE_CURSOR
-from .launch import check_timeout, decode_error, first_cause, locked, new_lock
+from .launch import POLL_S, check_timeout, decode_error, first_cause, locked, new_lock
 from .trace import Trace
 
 __all__ = ["CUDALauncher", "MultiDeviceCUDALauncher"]
@@ -72,6 +77,17 @@ def residency_error(metadata: dict, signalled: bool, per_sm: int, sms: int) -> s
             f"be resident: compile it with workers <= {per_sm * sms}, or mode='dynamic'")
 
 
+@dataclass(eq=False)
+class MappedHost:
+    """Host memory mapped into the device (`CUDALauncher.mapped_host`):
+    `array` on the host, `buffer` for kernel arguments, `host` its host
+    address."""
+
+    array: np.ndarray
+    buffer: Buffer
+    host: int
+
+
 class CUDALauncher:
     """Launches a CUDA artifact on `device`; `timeout_s` bounds every wait."""
 
@@ -120,6 +136,7 @@ class CUDALauncher:
             raise ValueError(f"{artifact.path}: compiled for {self.threads} threads per worker, got {threads}")
         self._buffers: dict[str, tuple[int, int]] = {}
         self._generation = 0
+        self._side = None  # the stream of write_word
         self.profile = bool(self.metadata.get("profile"))
         self.last_trace: Trace | None = None
         self.signals_events = signals_events(self.metadata)
@@ -269,11 +286,20 @@ class CUDALauncher:
         raise decode_error(self.metadata, record)
 
     @locked
-    def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
+    def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0,
+                 poll: Callable[[], None] | None = None) -> None:
+        """Launches and waits; `poll` (optional) is called from this thread
+        about every POLL_S while the launch runs (to read mapped host
+        memory the kernel writes, or to `write_word` into it)."""
         flat, keep = flatten_arguments(self.metadata, args, "cuda")
         for attempt in range(2):
             self._enqueue(flat, timeout_s, stream)
             self._current()
+            if poll is not None:
+                not_ready = self.driver.CUresult.CUDA_ERROR_NOT_READY
+                while self.driver.cuStreamQuery(stream)[0] == not_ready:
+                    poll()
+                    time.sleep(POLL_S)
             _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
             control = self._read("control", 4, ctypes.c_int32)
             if not control[ERROR_CLAIMED]:
@@ -290,6 +316,41 @@ class CUDALauncher:
             raise decode_error(self.metadata, record)
         del keep
 
+    def mapped_host(self, shape: Sequence[int], dtype: str = "int32") -> "MappedHost":
+        """Page-locked host memory the kernel can read and write (mapped
+        into the device's address space): a numpy view for the host, a
+        `Buffer` for the kernel's arguments. A kernel's stores to it reach
+        the host while the launch runs (see `__call__`'s `poll`). The
+        memory is freed with the returned object: keep it while the view or
+        the buffer is in use."""
+        self._current()
+        array = np.zeros(shape, np.dtype(dtype))
+        nbytes = max(array.nbytes, 4)
+        flags = self.driver.CU_MEMHOSTALLOC_DEVICEMAP | self.driver.CU_MEMHOSTALLOC_PORTABLE
+        host = int(_check(self.driver.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
+        # With unified addressing (every 64-bit platform CUDA supports) the
+        # device reaches the allocation at its host address.
+        device = host
+        view = np.frombuffer((ctypes.c_char * nbytes).from_address(host), dtype=array.dtype,
+                             count=array.size).reshape(array.shape)
+        view[...] = 0
+        mapped = MappedHost(view, Buffer(device, tuple(array.shape), str(array.dtype), "cuda"), host)
+        weakref.finalize(mapped, self.driver.cuMemFreeHost, host)
+        return mapped
+
+    def write_word(self, pointer: int, value: int) -> None:
+        """Writes the 32-bit `value` to device address `pointer` with a copy
+        on a stream of its own, which does not wait for a running launch
+        (a kernel that polls the word sees it change)."""
+        self._current()
+        if self._side is None:
+            self._side = _check(self.driver.cuStreamCreate(int(self.driver.CUstream_flags.CU_STREAM_NON_BLOCKING)),
+                                "cuStreamCreate")
+            self._word = self.mapped_host((1,), "int32")
+        self._word.array[0] = value
+        _check(self.driver.cuMemcpyHtoDAsync(pointer, self._word.host, 4, self._side), "cuMemcpyHtoDAsync")
+        _check(self.driver.cuStreamSynchronize(self._side), "cuStreamSynchronize")
+
     def counters_descriptor(self) -> list[tuple[str, int]]:
         """The memref descriptor of this device's counter buffer."""
         return self._descriptor("counters")
@@ -298,6 +359,9 @@ class CUDALauncher:
         self._current()
         for ptr, _ in self._buffers.values():
             self.driver.cuMemFree(ptr)
+        if self._side is not None:
+            self.driver.cuStreamDestroy(self._side)
+            self._side = None
         self._buffers.clear()
         if getattr(self, "module", None) is not None:
             self.driver.cuModuleUnload(self.module)

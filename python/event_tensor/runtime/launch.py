@@ -11,7 +11,7 @@ from typing import Any
 from .abi import BAD_ENTRY, CAPACITY, ERROR_WORDS, OUT_OF_BOUNDS, TIMEOUT
 from .errors import KernelError, WatchdogError
 
-__all__ = ["check_timeout", "decode_error", "first_cause", "locked", "new_lock", "MAX_TIMEOUT_S"]
+__all__ = ["check_timeout", "decode_error", "first_cause", "locked", "new_lock", "MAX_TIMEOUT_S", "POLL_S"]
 
 
 def new_lock() -> threading.RLock:
@@ -34,6 +34,9 @@ def locked(method):
 #: The longest watchdog timeout a launch takes (a day): the kernels count
 #: polls in 64-bit words, and far longer bounds mean no watchdog at all.
 MAX_TIMEOUT_S = 86400.0
+
+#: Seconds between two calls of a launcher's `poll` while a launch runs.
+POLL_S = 1e-4
 
 
 def check_timeout(timeout_s: Any) -> float:

@@ -100,8 +100,9 @@ def add_commands(sub) -> None:
         p.add_argument("--prefill-rows", type=int, default=None,
                        help="prompt positions per prefill launch (default 512 on cuda; 0: prompts go through "
                        "the decode kernel, the default on cpu)")
-        p.add_argument("--chunk", type=_positive_int, default=32,
-                       help="decode steps per launch (default 32): the host reads tokens once per launch")
+        p.add_argument("--chunk", type=_positive_int, default=256,
+                       help="decode steps per launch at most (default 256): a launch also ends when a request "
+                       "joins or leaves; tokens stream out as they are made")
         p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
 
     p = sub.add_parser("generate", help="generate text from a prompt with a Hugging Face model directory",

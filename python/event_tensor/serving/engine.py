@@ -6,10 +6,11 @@ One thread owns the session. Each turn of its loop admits waiting requests
 into free KV-cache slots, feeds one part of one prompt (at most
 `prefill_budget` positions, so a long prompt does not stall the rows that
 decode), and runs one decode launch of up to `chunk` steps over every
-running row (one step while a row has no token yet, a few while prompts
-wait to be fed): the kernel feeds each row's tokens back itself, and the
-host reads the new tokens once per launch and hands them to each request's
-callback. A request's last prompt token is fed by the decode launch, not
+running row (a few while prompts wait to be fed): the kernel feeds each
+row's tokens back itself and writes them into host memory, where the
+engine's thread reads them while the launch runs and hands them to each
+request's callback. The launch ends early, after the step in flight, once
+a waiting request could take a free slot or a running one was cancelled. A request's last prompt token is fed by the decode launch, not
 the prefill, so its first new token is drawn by the kernel's sampler like
 every later one. A finished or cancelled request frees its slot at the
 next turn."""
@@ -91,11 +92,10 @@ class Request:
 
 class Engine:
     """Serves requests with the session's kernel; `submit` and `cancel` may
-    be called from any thread. `chunk` is the decode steps per launch (the
-    host waits once per launch, about 0.5 ms on a GPU: more steps, fewer
-    waits, tokens handed out later; a launch with a row that has no token
-    yet runs one step, and one while prompts wait to be fed
-    PREFILL_STEPS);
+    be called from any thread. `chunk` is the most decode steps per launch
+    (PREFILL_STEPS while prompts wait to be fed); tokens are handed out as
+    the kernel makes them, and a launch ends early once a waiting request
+    could join or a running one was cancelled;
     `prefill_budget` the prompt positions fed per turn (default: the
     prefill kernel's rows, else the decode kernel's max_batch);
     `max_waiting` how many requests may wait for a slot before `submit`
@@ -104,7 +104,7 @@ class Engine:
     #: Decode steps per launch while prompts wait to be fed.
     PREFILL_STEPS = 4
 
-    def __init__(self, session, *, eos_ids: Sequence[int] = (), chunk: int = 32, prefill_budget: int | None = None,
+    def __init__(self, session, *, eos_ids: Sequence[int] = (), chunk: int = 256, prefill_budget: int | None = None,
                  max_waiting: int = 256):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
@@ -270,15 +270,21 @@ class Engine:
         last = [r.tokens[-1] if r.tokens else r.prompt[-1] for r in rows]
         positions = [len(r.prompt) - 1 + len(r.tokens) for r in rows]
         remaining = [r.max_tokens - len(r.tokens) for r in rows]
-        # A row without a token yet gets it after one step (time to first
-        # token); while prompts wait to be fed, launches stay short so that
-        # their parts go in between.
-        steps = 1 if any(not r.tokens for r in rows) else (
-            min(self.chunk, self.PREFILL_STEPS) if self._prefilling else self.chunk)
+        # While prompts wait to be fed, launches stay short so that their
+        # parts go in between; otherwise a launch runs until a request
+        # could join or leave (`_interrupting`).
+        steps = min(self.chunk, self.PREFILL_STEPS) if self._prefilling else self.chunk
+
+        def stream(b, tokens):
+            req = rows[b]
+            req.tokens += tokens
+            if not req.cancelled:
+                self._emit(req, tokens, None)
         try:
             out = self.session.decode_launch([r.slot for r in rows], last, positions, remaining, stops, steps,
                                              temperature=[r.params.temperature for r in rows],
-                                             seed=[r.seed for r in rows])
+                                             seed=[r.seed for r in rows], on_tokens=stream,
+                                             interrupt_when=self._interrupting)
         except Exception as err:  # noqa: BLE001 - every row of the launch fails; the engine goes on
             with self._cv:
                 for req in rows:
@@ -286,10 +292,7 @@ class Engine:
                     self._finish(req, "error", f"decode launch failed: {err}")
             return
         self.launches += 1
-        for req, (tokens, code) in zip(rows, out):
-            req.tokens += tokens
-            if tokens and not req.cancelled:
-                self._emit(req, tokens, None)
+        for req, (_, code) in zip(rows, out):
             if code:
                 with self._cv:
                     self._running.remove(req)
@@ -297,3 +300,10 @@ class Engine:
                         self._finish(req, "error", "the logits are NaN (or all -inf): check the weights")
                     else:
                         self._finish(req, _REASONS[code])
+
+    def _interrupting(self) -> bool:
+        """Whether the running launch should end early: a waiting request
+        could take a free slot, or a running one was cancelled."""
+        with self._cv:
+            return bool((self._waiting and self._free) or self._closed
+                        or any(r.cancelled for r in self._running))

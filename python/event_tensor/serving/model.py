@@ -38,7 +38,7 @@ class ServedModel:
 
 
 def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int = 1024,
-               workers: int | None = None, prefill_rows: int | None = None, chunk: int = 32,
+               workers: int | None = None, prefill_rows: int | None = None, chunk: int = 256,
                cache_dir: str | Path | None = None, name: str | None = None,
                timeout_s: float = 30.0) -> ServedModel:
     """Compiles (or finds in the cache) the decode kernel of the model in

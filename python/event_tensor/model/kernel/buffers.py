@@ -70,12 +70,13 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
     if tp == 1:
         # Sampling (a row's temperature, 0 for greedy, and seed). Steps in
         # one launch (`kernel.steps`): the step budget, the stop
-        # flag, each row's budget of new tokens, stop ids and finish
+        # flag, the host's request to end the launch after the current
+        # step, each row's budget of new tokens, stop ids and finish
         # reason, and every cache slot's tokens by position (the caches'
         # storage shape, so that every kernel variant shares them).
         i64 = IntegerType.get_signless(64)
         args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64))]
-        args += [("steps", idx), ("stop", mr([1], i32)), ("remaining", mr([DYN], i32)),
+        args += [("steps", idx), ("stop", mr([1], i32)), ("interrupt", mr([1], i32)), ("remaining", mr([DYN], i32)),
                  ("stop_ids", mr([DYN, MAX_STOP_IDS], i32)), ("finished", mr([DYN], i32)),
                  ("out_tokens", mr([lay.cache_slots, lay.cache_len + 1], i32))]
     if tp > 1:

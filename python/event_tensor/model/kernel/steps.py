@@ -3,9 +3,10 @@
 in the token history, decides whether the row goes on (stop ids, its budget
 of new tokens, the compiled context, a token that is not in the vocabulary)
 and, if it does, makes the token and its position the row's input of the
-next step. Once every row has finished it raises the stop flag, and the
-launch ends at the next step's gate (docs/models.md, "Generation on the
-device")."""
+next step. Once every row has finished, or the host asked for the launch
+to end (the `interrupt` word, which the host writes while the launch
+runs), it raises the stop flag, and the launch ends at the next step's gate
+(docs/models.md, "Generation on the device")."""
 
 from __future__ import annotations
 
@@ -68,7 +69,11 @@ def steps_task(ctx) -> None:
         loop = scf.ForOp(const(0), ctx.batch, const(1), [arith.ConstantOp(i1, 1).result])
         with InsertionPoint(loop.body):
             scf.YieldOp([advance_row(loop.induction_variable, loop.inner_iter_args[0])])
-        ctx.guarded(loop.results[0], lambda: memref.StoreOp(c32(1), A["stop"], [const(0)]))
+        # The host's interrupt, which it writes while the launch runs: an
+        # atomic read (a plain load could hit a stale cache line).
+        asked = memref.AtomicRMWOp(arith.AtomicRMWKind.addi, c32(0), A["interrupt"], [const(0)]).result
+        ends = arith.OrIOp(loop.results[0], cmp("ne", asked, c32(0))).result
+        ctx.guarded(ends, lambda: memref.StoreOp(c32(1), A["stop"], [const(0)]))
 
     def body(t):
         # Thread 0 of the worker goes over the rows.
