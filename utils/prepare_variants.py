@@ -69,7 +69,8 @@ def main() -> None:
                                   profile=profile,
                                   **({"threads_per_worker": args.threads} if args.threads else {}), **options)
                     took = time.perf_counter() - start
-                    res = json.loads((target / "metadata.json").read_text()).get("resources")
+                    meta = target / "metadata.json"  # (kernel variants: one per subdirectory)
+                    res = json.loads(meta.read_text()).get("resources") if meta.exists() else None
                     ptxas = f", {res['registers']} registers, {res['frame_bytes']}-byte frame" if res else ""
                     print(f"{target.name}: {took:.1f} s{ptxas}", flush=True)
     finally:

@@ -862,6 +862,30 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
                                        np.asarray(plain.buffers[name], np.float32)[:, 0, :40], rtol=1e-2, atol=1e-2)
 
 
+def test_kernel_variants_share_one_prefill_kernel(tmp_path):
+    """Kernel variants with prefill_rows: one prefill kernel for the caches'
+    storage layout beside them; prompts through it give the decode-kernel
+    prefill's token, caches and generation, in any slot."""
+    import json
+
+    c = model.tiny_config("llama")
+    w = model.random_weights(c, seed=3)
+    out = model.compile_model(c, target="cpu", max_batch=2, max_context=64, specialize={"batches": [1]},
+                              prefill_rows=24, out_dir=tmp_path / "art", cache_dir=tmp_path / "cache")
+    info = json.loads((out / "model.json").read_text())
+    assert len(info["variants"]) == 2 and info["prefill"]["rows"] == 24 and (out / "prefill").is_dir()
+    fast = model.DecodeSession(out, w)
+    plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=2, max_context=64,
+                                                    cache_dir=tmp_path / "cache"), w)
+    prompt = np.random.default_rng(2).integers(0, c.vocab_size, 40).tolist()
+    assert fast.prefill([prompt], slots=[1]).tolist() == plain.prefill([prompt], slots=[1]).tolist()
+    for name in ("k_cache", "v_cache"):
+        np.testing.assert_allclose(np.asarray(fast.buffers[name], np.float32)[:, 1, :40],
+                                   np.asarray(plain.buffers[name], np.float32)[:, 1, :40], rtol=1e-2, atol=1e-2)
+    prompts = [prompt, prompt[:7]]
+    assert fast.generate(prompts, 4).tokens == plain.generate(prompts, 4).tokens
+
+
 def test_prefill_last_layer_runs_the_last_row_alone(tmp_path):
     """last_layer="row" (the default): the last layer's o, MLP and down
     are one-row tasks over the output rows, its every-row tasks stop a
@@ -1069,9 +1093,6 @@ def test_specialize_errors(tmp_path):
     with pytest.raises(ValueError, match="need an out_dir"):
         model.compile_model(config, target="cpu", max_batch=2, max_context=16, specialize=True,
                             cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="prefill_rows is not supported with kernel variants"):
-        model.compile_model(config, target="cpu", max_batch=2, max_context=16, specialize=True, prefill_rows=8,
-                            out_dir=tmp_path / "x", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="cache_batch must be an int of at least 2"):
         model.compile_model(config, target="cpu", max_batch=2, max_context=16, cache_batch=1, cache_dir=tmp_path)
     with pytest.raises(ValueError, match="cache_batch / cache_context are set by the kernel variants"):

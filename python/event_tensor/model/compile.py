@@ -182,6 +182,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `prefill/` subdirectory; `DecodeSession.prefill` then feeds each prompt
     through it in launches of up to `prefill_rows` tokens; `prefill_tiles`
     (a dict) overrides the tile choices of `model.prefill.PrefillTiles`.
+    Kernel variants share one prefill kernel, compiled for the caches'
+    storage shape.
 
     `tp` = N > 1 compiles a tensor-parallel kernel for N devices
     (`build_decode_kernel(tp=N)`); model.json records `tp`, and
@@ -233,9 +235,6 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     if kernel.linear_tile == "auto" and max_batch < mma_from_batch(config) and not specialize:
         kernel = replace(kernel, linear_tile="rows")  # nothing to choose between
     variants = bool(specialize) or batch_variants or kernel.linear_tile == "auto"
-    if prefill_rows and variants:
-        raise ValueError("prefill_rows is not supported with kernel variants (specialize, batch_variants, "
-                         "linear_tile='auto')")
     if tp != 1 and (prefill_rows or batch_variants):
         raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
     if kernel.linear_tile == "auto" and (batch_variants or tuning_table is not None):
@@ -249,7 +248,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                                        workers=workers, split_len=split_len, out_dir=out_dir, cache_dir=cache_dir,
                                        use_cache=use_cache, tuning_table=tuning_table,
                                        batch_variants=batch_variants, specialize=specialize,
-                                       table_batch=table_batch, jobs=jobs, **options)
+                                       table_batch=table_batch, jobs=jobs, prefill_rows=prefill_rows,
+                                       prefill_tiles=prefill_tiles, **options)
     return _compile_kernel(config, kernel, target=target, max_batch=max_batch, max_context=max_context,
                            workers=workers, split_len=split_len, min_batch=min_batch, cache_batch=cache_batch,
                            cache_context=cache_context, out_dir=out_dir, cache_dir=cache_dir, use_cache=use_cache,
@@ -591,7 +591,7 @@ def _compile_in_processes(config: ModelConfig, jobs_args: list[dict], jobs: int)
 
 def _compile_shape_variants(config: ModelConfig, kernel: KernelOptions, *, max_batch: int, max_context: int,
                             out_dir, workers: int, specialize, batch_variants: bool, tuning_table, jobs: int | None,
-                            **kwargs) -> Path:
+                            prefill_rows: int = 0, prefill_tiles: dict | None = None, **kwargs) -> Path:
     """One kernel per (range of batch sizes, context bucket), each compiled
     for its own largest batch and context (tiles, splits, scratch) with the
     KV caches' storage shape of (max_batch, max_context), so that all share
@@ -599,7 +599,8 @@ def _compile_shape_variants(config: ModelConfig, kernel: KernelOptions, *, max_b
     `specialize`, below `mma_from_batch(config)` for linear_tile="auto"
     (`rows` kernels below it, `mma` from it), and where the tuning table's choices
     change (`batch_variants`). The kernels compile in `jobs` processes
-    (default: one per core)."""
+    (default: one per core). With `prefill_rows`, one prefill kernel for
+    the caches' storage layout serves every variant."""
     if out_dir is None:
         raise ValueError("kernel variants (specialize, linear_tile='auto', batch_variants) need an out_dir")
     batches, contexts = shape_buckets(max_batch, max_context, specialize)
@@ -653,8 +654,14 @@ def _compile_shape_variants(config: ModelConfig, kernel: KernelOptions, *, max_b
             _compile_one(config, a)
     info = json.loads((out / variants[0]["dir"] / MODEL_JSON).read_text())
     # The storage layout: what the session allocates and checks against.
-    info["layout"] = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
-                                   split_len=kwargs.get("split_len")).to_dict()
+    storage = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,
+                            split_len=kwargs.get("split_len"))
+    info["layout"] = storage.to_dict()
+    if prefill_rows:
+        info["prefill"] = _compile_prefill(config, storage, out / PREFILL_DIR, target=kwargs["target"],
+                                           workers=workers, rows=prefill_rows, cache_dir=kwargs.get("cache_dir"),
+                                           use_cache=kwargs.get("use_cache", True), options=kwargs,
+                                           tiles=prefill_tiles or {})
     info.update(linear_tile=kernel.linear_tile, linear_tiles=None, variants=variants, compile_jobs=jobs,
                 compile_s=round(time.perf_counter() - start, 3))
     (out / MODEL_JSON).write_text(json.dumps(info, indent=2))

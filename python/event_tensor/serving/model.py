@@ -61,9 +61,22 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
     weights = load_weights(config, [path])
     if prefill_rows is None:
         prefill_rows = 512 if device == "cuda" else 0
-    options = {"format": "bin"} if device == "cuda" else {}
+    options, out_dir = {}, None
+    if device == "cuda":
+        # Cubins (no driver compile at load); tensor-core tiles for the
+        # batches where they win, as kernel variants in a directory of
+        # the cache (each variant's kernel itself comes from the compile
+        # cache when its IR is unchanged).
+        from ..build import default_cache_dir
+        from ..model.compile import mma_from_batch
+
+        options = {"format": "bin", "linear_tile": "auto"}
+        if max_batch >= mma_from_batch(config):
+            root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            out_dir = root / "models" / (f"{path.resolve().name}-b{max_batch}-c{max_context}-p{prefill_rows}"
+                                         f"-w{workers or 'default'}")
     artifact = compile_model(config, target=device, max_batch=max_batch, max_context=max_context, workers=workers,
-                             prefill_rows=prefill_rows, cache_dir=cache_dir, **options)
+                             prefill_rows=prefill_rows, cache_dir=cache_dir, out_dir=out_dir, **options)
     session = DecodeSession(artifact, weights, timeout_s=timeout_s)
     engine = Engine(session, eos_ids=codec.eos_ids, chunk=chunk)
     return ServedModel(name or path.resolve().name, config, session, codec, engine, time.perf_counter() - start)
