@@ -109,6 +109,8 @@ def main():
     parser.add_argument("--max-new", type=int, default=256)
     parser.add_argument("--peer-batches", default="1,8",
                         help="transformers + torch.compile static batches of --prompt / --new ('' for none)")
+    parser.add_argument("--check-batch", type=int, default=0,
+                        help="first compare the logits of this many rows in one step with each row alone")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -122,6 +124,21 @@ def main():
               "new": args.new, "copy_GBps": bandwidth / 1e9,
               "floor_ms": 1e3 * config.weight_bytes() / bandwidth}
     rng = np.random.default_rng(0)
+    if args.check_batch:
+        # The logits of a batch's rows against each row alone (another
+        # kernel variant at batch 1): the relative error.
+        n = min(args.check_batch, session.max_batch)
+        tokens = rng.integers(0, config.vocab_size, n)
+        session.step(tokens, [0] * n, list(range(n)))
+        together = session.last_logits()
+        alone = []
+        for b in range(n):
+            session.step(tokens[b:b + 1], [0], [b])
+            alone.append(session.last_logits()[0])
+        alone = np.stack(alone)
+        result["check_batch"] = {"batch": n, "variant": Path(session.variant_for(n, 1)).name,
+                                 "relative_error": float(np.abs(together - alone).max() / np.abs(alone).max())}
+        print(json.dumps(result["check_batch"]), flush=True)
     prompt = rng.integers(0, config.vocab_size, args.prompt).tolist()
     session.generate([prompt], 8)
     loop = []

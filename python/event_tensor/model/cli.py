@@ -467,7 +467,8 @@ def add_commands(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="artifact directory to write")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="target: cpu, cuda (no GPU needed to compile for it), or auto (cuda when one is present)")
-    p.add_argument("--max-batch", type=int, default=1, help="largest batch (1-16, default 1)")
+    p.add_argument("--max-batch", type=int, default=1,
+                   help="largest batch (1-64, default 1; above 16 with --linear-tile mma or auto)")
     p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
     p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")
     p.add_argument("--threads", type=int, default=None,

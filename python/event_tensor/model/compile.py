@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .builder import build_decode_kernel
 from .config import ModelConfig, tp_config
-from .layout import kernel_layout
+from .layout import MAX_LINEAR_ROWS, kernel_layout
 from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions  # noqa: F401 -- NORM_IN_LINEAR_MAX_HIDDEN: re-exported
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
@@ -292,6 +292,9 @@ def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, 
     from ..ir import Context
 
     kernel = kernel.resolve(config, target=target, max_batch=max_batch, mode=options.get("mode"))
+    if kernel.linear_tile == "rows" and max_batch > MAX_LINEAR_ROWS:
+        raise ValueError(f"max_batch {max_batch} needs tensor-core tiles (linear_tile 'mma' or 'auto'): the "
+                         f"et.linear row tiles serve at most {MAX_LINEAR_ROWS} tokens")
     if target == "cuda":
         _cuda_defaults(config, max_batch, kernel.tp, options)
     layout = kernel_layout(config, max_batch=max_batch, max_context=max_context, workers=workers,

@@ -80,6 +80,12 @@ class KernelLayout:
                     cache_context=self.cache_len)
 
 
+#: The most rows of a decode kernel (the tensor-core tiles' kernels; the
+#: `et.linear` row tiles take up to MAX_LINEAR_ROWS).
+MAX_BATCH = 64
+MAX_LINEAR_ROWS = 16
+
+
 def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, workers: int,
                   split_len: int | None = None, cache_batch: int | None = None,
                   cache_context: int | None = None, min_batch: int = 1) -> KernelLayout:
@@ -89,8 +95,8 @@ def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, work
     `min_batch` is the smallest batch the kernel is meant for (a kernel
     variant's range starts there); it only steers the default split
     length."""
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= 16:
-        raise ValueError(f"max_batch must be an int in [1, 16] (et.linear serves at most 16 tokens), got {max_batch!r}")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
+        raise ValueError(f"max_batch must be an int in [1, {MAX_BATCH}], got {max_batch!r}")
     if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
         raise ValueError(f"max_context must be a positive int, got {max_context!r}")
     if max_context > config.max_position_embeddings:

@@ -93,7 +93,7 @@ def add_commands(sub) -> None:
                        "(and tokenizer_config.json for the chat template)")
         p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                        help="where to run: cpu (host worker threads), cuda, or auto (cuda when available)")
-        p.add_argument("--max-batch", type=_positive_int, default=4, help="sequences served at once (default 4)")
+        p.add_argument("--max-batch", type=_positive_int, default=4, help="sequences served at once (default 4; up to 64, above 16 on cuda only)")
         p.add_argument("--max-context", type=_positive_int, default=1024,
                        help="tokens per sequence, prompt and output (default 1024)")
         p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")

@@ -3,15 +3,16 @@ running batch between launches, without recompiling and without draining
 it.
 
 One thread owns the session. Each turn of its loop admits waiting requests
-into free KV-cache slots, feeds one part of one prompt (at most
-`prefill_budget` positions, so a long prompt does not stall the rows that
-decode), and runs one decode launch of up to `chunk` steps over every
+into free KV-cache slots, feeds prompt parts (at most `prefill_budget`
+positions, oldest prompt first, so that long prompts do not stall the rows
+that decode), and runs one decode launch of up to `chunk` steps over every
 running row (a few while prompts wait to be fed): the kernel feeds each
 row's tokens back itself and writes them into host memory, where the
 engine's thread reads them while the launch runs and hands them to each
 request's callback. The launch ends early, after the step in flight, once
-a waiting request could take a free slot or a running one was cancelled. A request's last prompt token is fed by the decode launch, not
-the prefill, so its first new token is drawn by the kernel's sampler like
+a waiting request could take a free slot or a running one was cancelled.
+A request's last prompt token is fed by the decode launch, not the
+prefill, so its first new token is drawn by the kernel's sampler like
 every later one. A finished or cancelled request frees its slot at the
 next turn."""
 
@@ -96,13 +97,17 @@ class Engine:
     (PREFILL_STEPS while prompts wait to be fed); tokens are handed out as
     the kernel makes them, and a launch ends early once a waiting request
     could join or a running one was cancelled;
-    `prefill_budget` the prompt positions fed per turn (default: the
-    prefill kernel's rows, else the decode kernel's max_batch);
+    `prefill_budget` the prompt positions fed per turn, over the waiting
+    prompts oldest first (default: PREFILL_LAUNCHES launches of the prefill
+    kernel's rows, else of the decode kernel's max_batch);
     `max_waiting` how many requests may wait for a slot before `submit`
     raises QueueFull."""
 
-    #: Decode steps per launch while prompts wait to be fed.
+    #: Decode steps per launch while prompts wait to be fed, and the prompt
+    #: launches' worth of positions (each of the prefill kernel's rows) fed
+    #: between two decode launches by default.
     PREFILL_STEPS = 4
+    PREFILL_LAUNCHES = 4
 
     def __init__(self, session, *, eos_ids: Sequence[int] = (), chunk: int = 256, prefill_budget: int | None = None,
                  max_waiting: int = 256):
@@ -112,7 +117,8 @@ class Engine:
         self.vocab = session.config.vocab_size
         self.eos_ids = [int(i) for i in eos_ids if 0 <= int(i) < self.vocab]
         self.chunk = chunk
-        self.prefill_budget = prefill_budget or getattr(session, "prefill_rows", None) or session.max_batch
+        rows = getattr(session, "prefill_rows", None) or session.max_batch
+        self.prefill_budget = prefill_budget or self.PREFILL_LAUNCHES * rows
         self.max_waiting = max_waiting
         self.max_context = session.max_context
         self._cv = threading.Condition()
@@ -237,22 +243,26 @@ class Engine:
 
     def _loop(self) -> None:
         while self._turn_start():
-            if self._prefilling:
-                self._prefill_part(self._prefilling[0])
+            budget = self.prefill_budget
+            # Prompt positions up to the turn's budget, oldest request first.
+            for req in list(self._prefilling):
+                if budget <= 0:
+                    break
+                budget -= self._prefill_part(req, budget)
             if self._running:
                 self._decode()
 
-    def _prefill_part(self, req: Request) -> None:
-        """Feeds the next part of `req`'s prompt but its last token."""
+    def _prefill_part(self, req: Request, budget: int) -> int:
+        """Feeds the next part of `req`'s prompt but its last token (at most
+        `budget` positions); returns the positions fed."""
         end = len(req.prompt) - 1
         try:
-            fed, _ = self.session.prefill_part(req.slot, req.prompt[:end], req.fed,
-                                               min(self.prefill_budget, end - req.fed))
+            fed, _ = self.session.prefill_part(req.slot, req.prompt[:end], req.fed, min(budget, end - req.fed))
         except Exception as err:  # noqa: BLE001 - reported to the request, the engine goes on
             with self._cv:
                 self._prefilling.remove(req)
                 self._finish(req, "error", f"prefill failed: {err}")
-            return
+            return 0
         req.fed += fed
         if req.fed == end:
             with self._cv:
@@ -261,6 +271,7 @@ class Engine:
                     self._running.append(req)
                 else:
                     self._finish(req, "abort")
+        return fed
 
     def _decode(self) -> None:
         rows = list(self._running)

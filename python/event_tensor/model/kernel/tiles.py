@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from ..config import ModelConfig, tp_config
 
-__all__ = ["MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_scratch_tiles",
+__all__ = ["MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_m_block",
+           "mma_scratch_tiles",
            "norm_scratch_rows", "rows_per_tile", "scratch_tiles", "sum_block"]
 
 #: The most warps' worth of heads (a warp per query or key head) that the
@@ -71,6 +72,12 @@ def norm_scratch_rows(config: ModelConfig, workers: int, *, tp: int = 1, linear_
         return mma_scratch_tiles(c, lm_rows, workers)
     rows_for = rows_for or (lambda n, k: min(rows_per_tile(n, workers), n))
     return scratch_tiles(replace(c, vocab_size=lm_rows), rows_for)
+
+
+def mma_m_block(batch: int) -> int:
+    """BM of the decode et.matmul tiles: every row of a `batch`-row kernel
+    in one block (16 rows per 16 of the batch)."""
+    return 16 * -(-batch // 16)
 
 
 def mma_k_block(k: int) -> int:
