@@ -472,8 +472,8 @@ def test_kernel_layout_limits():
     from event_tensor.model.builder import kernel_layout
 
     config = model.tiny_config("llama")
-    with pytest.raises(ValueError, match=r"max_batch must be an int in \[1, 16\]"):
-        kernel_layout(config, max_batch=17, max_context=32, workers=4)
+    with pytest.raises(ValueError, match=r"max_batch must be an int in \[1, 64\]"):
+        kernel_layout(config, max_batch=65, max_context=32, workers=4)
     with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
         kernel_layout(config, max_batch=1, max_context=10_000, workers=4)
     for bad in (0, 3, True):
@@ -884,6 +884,28 @@ def test_kernel_variants_share_one_prefill_kernel(tmp_path):
                                    np.asarray(plain.buffers[name], np.float32)[:, 1, :40], rtol=1e-2, atol=1e-2)
     prompts = [prompt, prompt[:7]]
     assert fast.generate(prompts, 4).tokens == plain.generate(prompts, 4).tokens
+
+
+def test_tensor_core_kernels_take_up_to_64_rows(tmp_path):
+    """Above 16 rows the decode kernel needs tensor-core tiles, whose row
+    block covers the batch (32 rows for max_batch 24): 20 rows match the
+    reference; row tiles and more than 64 rows are refused."""
+    config = model.tiny_config("qwen3")
+    weights = model.random_weights(config, seed=9)
+    path = model.compile_model(config, target="cpu", max_batch=24, max_context=32, workers=3, split_len=8,
+                               linear_tile="mma", cache_dir=tmp_path)
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=24, max_context=32)
+    rng = np.random.default_rng(4)
+    for pos in range(2):
+        tokens = rng.integers(0, config.vocab_size, 20)
+        session.step(tokens, [pos] * 20)
+        assert _rel(session.last_logits(), ref.step(tokens, [pos] * 20)) < 2e-3
+    with pytest.raises(ValueError, match="max_batch 24 needs tensor-core tiles"):
+        model.compile_model(config, target="cpu", max_batch=24, max_context=32, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"max_batch must be an int in \[1, 64\], got 65"):
+        model.compile_model(config, target="cpu", max_batch=65, max_context=32, linear_tile="mma",
+                            cache_dir=tmp_path)
 
 
 def test_prefill_last_layer_runs_the_last_row_alone(tmp_path):
