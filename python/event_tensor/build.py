@@ -20,6 +20,7 @@ from typing import Any
 
 from . import __version__
 from .runtime.artifact import FORMAT_VERSION, METADATA, Artifact, load
+from .runtime.cpu import host_isa_flags
 
 __all__ = ["compile_kernel", "default_cache_dir"]
 
@@ -223,7 +224,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
         options["tile_mma"] = tile_mma
         if tile_rows_in_flight != 1:
             options["tile_rows_in_flight"] = tile_rows_in_flight
-    key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text],
+    # A host artifact is compiled for this CPU's instruction set: part of
+    # its key, so that a cache shared between machines holds one per CPU.
+    isa = host_isa_flags() if target == "cpu" else None
+    key = hashlib.sha256(json.dumps([TOOLCHAIN, _compiler_fingerprint(), options, text, isa],
                                     sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
@@ -273,7 +277,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
             if target == "cpu":
                 _emit_shared_object(mod, tmp / "kernel.o", tmp / "kernel.so")
                 metadata.update(binary="kernel.so", entry=name + abi["entry_suffix"], threads_per_worker=1,
-                                shared_memory_bytes=0)
+                                shared_memory_bytes=0, host_isa=isa)
             else:
                 binary = _ptx_from_binary(mod)
                 suffix = {"isa": "ptx", "bin": "cubin", "fatbin": "fatbin"}[format]

@@ -300,6 +300,33 @@ def test_cache_key_follows_the_compiler_build(tmp_path, monkeypatch):
     assert et.compile(CHAIN, target="cpu", cache_dir=tmp_path).path != first.path
 
 
+def test_host_artifact_records_the_instruction_set(tmp_path, monkeypatch):
+    """A host artifact records the CPU's instruction-set extensions it was
+    compiled with; a CPU without one of them refuses to load it (instead of
+    dying of SIGILL), and the compile cache keeps one artifact per
+    instruction set."""
+    import shutil
+
+    from event_tensor import build
+    from event_tensor.runtime import cpu
+
+    art = et.compile(CHAIN, target="cpu", workers=2, cache_dir=tmp_path / "cache")
+    here = cpu.host_isa_flags()
+    assert art.metadata["host_isa"] == here
+    if here is None:
+        pytest.skip("no /proc/cpuinfo: the instruction set is not known here")
+    moved = tmp_path / "copied"
+    shutil.copytree(art.path, moved)
+    meta = json.loads((moved / "metadata.json").read_text())
+    meta["host_isa"] = sorted(here + ["avx512_imaginary"])
+    (moved / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(runtime.ArtifactError, match="compiled on a CPU with avx512_imaginary, which this CPU "
+                                                    "lacks: compile the kernel on this machine"):
+        runtime.load(moved).launcher()
+    monkeypatch.setattr(build, "host_isa_flags", lambda: here + ["avx512_imaginary"])
+    assert et.compile(CHAIN, target="cpu", workers=2, cache_dir=tmp_path / "cache").path != art.path
+
+
 def test_extent_load_cycle_is_a_compile_error(tmp_path):
     # A task whose tile count is loaded after an event that the task itself
     # signals: the lowerings recursed until the stack overflowed (and the

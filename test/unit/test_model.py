@@ -607,19 +607,25 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert "greedy tokens agree 8/8" in out, out
     assert main(["bench", str(spec), "--iters", "2", "--warmup", "1", "--batch", "1"]) == 0
     assert "ms per step" in capsys.readouterr().out
-    # Compiling for CUDA needs no GPU (PTX is emitted here).
+    # Compiling for CUDA needs no GPU (PTX, or a cubin by default where
+    # ptxas is found); --prefill-rows adds the prefill kernel.
     cuda_art = tmp_path / "cuda"
     assert main(["compile", "tiny-llama", "-o", str(cuda_art), "--device", "cuda", "--max-context", "16",
-                 "--workers", "8", "--threads", "128"]) == 0
-    assert json.loads((cuda_art / "metadata.json").read_text())["target"] == "cuda"
+                 "--workers", "8", "--threads", "128", "--format", "isa", "--prefill-rows", "16"]) == 0
+    meta = json.loads((cuda_art / "metadata.json").read_text())
+    assert meta["target"] == "cuda" and meta["binary"] == "kernel.ptx"
+    assert json.loads((cuda_art / "model.json").read_text())["prefill"]["rows"] == 16
+    assert (cuda_art / "prefill" / "metadata.json").exists()
+    assert main(["compile", "tiny-llama", "-o", str(cuda_art), "--device", "cpu", "--prefill-rows", "-1"]) == 2
+    assert "--prefill-rows must be >= 0" in capsys.readouterr().err
     from event_tensor.testing import ptxas_path
 
     if ptxas_path():
         bin_art = tmp_path / "cubin"
         assert main(["compile", "tiny-llama", "-o", str(bin_art), "--device", "cuda", "--max-context", "16",
-                     "--workers", "8", "--threads", "128", "--format", "bin"]) == 0
+                     "--workers", "8", "--threads", "128"]) == 0
         meta = json.loads((bin_art / "metadata.json").read_text())
-        assert (bin_art / meta["binary"]).read_bytes()[:4] == b"\x7fELF"
+        assert meta["binary"] == "kernel.cubin" and (bin_art / meta["binary"]).read_bytes()[:4] == b"\x7fELF"
 
 
 def test_cli_demo_runs_and_checks(tmp_path, capsys, monkeypatch):

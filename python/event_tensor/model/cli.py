@@ -256,7 +256,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     workers = args.workers or (4 if device == "cpu" else 132)
     start = time.perf_counter()
     try:
-        cuda = {"format": args.format} if device == "cuda" else {}
+        if args.prefill_rows < 0:
+            raise ValueError(f"--prefill-rows must be >= 0, got {args.prefill_rows}")
+        fmt = args.format
+        if fmt == "auto":
+            from ..testing import ptxas_path
+
+            fmt = "bin" if ptxas_path() else "isa"
+        cuda = {"format": fmt} if device == "cuda" else {}
         if device == "cuda" and args.threads is not None:
             cuda["threads_per_worker"] = args.threads
         out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
@@ -264,7 +271,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
                             linear_tile=args.linear_tile, specialize=args.specialize,
-                            o_per_head=False if args.deterministic else None, **cuda)
+                            o_per_head=False if args.deterministic else None, prefill_rows=args.prefill_rows,
+                            **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
@@ -474,9 +482,13 @@ def add_commands(sub) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="threads per worker on cuda (default: 512, or 384 for max batch 1 of models with a hidden "
                    "size up to 1024; model_threads)")
-    p.add_argument("--format", choices=["isa", "bin"], default="isa",
-                   help="cuda: PTX (the driver compiles it at first load, tens of seconds for a whole model) or a "
-                   "cubin for sm_90a (ptxas runs here, loads in well under a second)")
+    p.add_argument("--format", choices=["auto", "isa", "bin"], default="auto",
+                   help="cuda: a cubin for sm_90a (bin: ptxas runs here, loads in well under a second), PTX (isa: "
+                   "the driver compiles it at first load, tens of seconds for a whole model, for any GPU), or "
+                   "auto (the default): a cubin where ptxas is found, else PTX")
+    p.add_argument("--prefill-rows", type=int, default=0,
+                   help="also a prefill kernel of tensor-core tiles that feeds prompts in launches of this many "
+                   "tokens (the fast time to first token; default 0: prompts go through the decode kernel)")
     p.add_argument("--profile", action="store_true", help="record per-tile times (for `trace`)")
     p.add_argument("--tuning-table", help="a table from `event-tensor tune`, or the name of a GPU with a shipped "
                    "table (such as 'NVIDIA H200'): rows per tile of each linear layer")

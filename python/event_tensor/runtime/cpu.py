@@ -17,7 +17,26 @@ from .abi import CAPACITY, CONTROL_WORDS, ERROR_CLAIMED, ERROR_WORDS, RECORD_STA
 from .launch import POLL_S, check_timeout, decode_error, first_cause, locked, new_lock
 from .trace import Trace
 
-__all__ = ["CPULauncher"]
+__all__ = ["CPULauncher", "host_isa_flags"]
+
+# The instruction-set extensions of /proc/cpuinfo's flags that compiled code
+# may use (the host compiler targets the CPU it runs on).
+_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "lzcnt", "abm", "movbe", "sha",
+                 "aes", "pclmul", "vaes", "vpclmul", "gfni", "adx", "rdrand", "rdseed")
+
+
+def host_isa_flags() -> list[str] | None:
+    """The instruction-set extensions this CPU has, sorted (from
+    /proc/cpuinfo), or None where that is not known (not Linux)."""
+    try:
+        text = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted(f for f in value.split() if f.startswith(_ISA_PREFIXES))
+    return None
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "f32": ctypes.c_float, "f64": ctypes.c_double}
@@ -47,6 +66,13 @@ class CPULauncher:
         self.metadata = artifact.metadata
         self.timeout_s = check_timeout(timeout_s)
         self._lock = new_lock()
+        # Code compiled for extensions this CPU lacks would die of SIGILL.
+        built, here = self.metadata.get("host_isa"), host_isa_flags()
+        if built is not None and here is not None and set(built) - set(here):
+            missing = sorted(set(built) - set(here))
+            raise ArtifactError(f"{artifact.path}: compiled on a CPU with {', '.join(missing[:6])}"
+                                f"{' and more' if len(missing) > 6 else ''}, which this CPU lacks: compile the "
+                                "kernel on this machine (or one with the same instruction set)")
         try:
             self._lib = ctypes.CDLL(str(artifact.binary_path))
             self._fn = getattr(self._lib, self.metadata["entry"])
