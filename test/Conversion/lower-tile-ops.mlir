@@ -673,6 +673,30 @@ et.kernel @argmax(%x: memref<2x1000xf32>, %v: memref<2x4xf32>, %i: memref<2x4xi3
   }
 }
 
+// et.sample_threshold: the worker's threads add key counts and mass into
+// shared bins with atomics between barriers (four 8-bit levels for top-k,
+// four for top-p, after one atomic max for max(y)), thread 0 picks the bin;
+// on the CPU, one thread does the same in local buffers.
+// GPU-LABEL: et.kernel @sample_threshold
+// GPU: memref.alloca() : memref<256xi32, #gpu.address_space<workgroup>>
+// GPU: memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
+// GPU: memref.atomic_rmw maxu
+// GPU-COUNT-4: memref.atomic_rmw addi
+// GPU-COUNT-4: memref.atomic_rmw addf
+// GPU: arith.maximumf
+// GPU-NOT: et.sample_threshold
+// CPU-LABEL: et.kernel @sample_threshold
+// ROWS-LABEL: et.kernel @sample_threshold
+// CPU: memref.alloca() : memref<256xi32>
+// CPU-NOT: gpu.barrier
+// CPU: memref.atomic_rmw maxu
+et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memref<?xi32>, %p: memref<?xf32>,
+                            %mp: memref<?xf32>, %tau: memref<?xf32>, %rows: index) {
+  et.task @t tiles(%m) in (%rows) {
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) : memref<?x1000xbf16>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+  }
+}
+
 // et.prefetch: on the GPU, thread 0 issues one bulk L2 prefetch of the
 // rows (bytes = rows clamped to N, times K x 2); on the CPU, nothing.
 // GPU-LABEL: et.kernel @l2_hint

@@ -143,6 +143,23 @@ def test_generate_samples_in_the_kernel(compiled, monkeypatch):
     session.prefill([prompts[0]])
     after = session.step([greedy.tokens[0][0]], [3], [0])
     assert int(after[0]) == greedy.tokens[0][1]
+    # Filters that keep only the most likely token draw the greedy tokens
+    # at any temperature; looser ones draw others, repeatably.
+    for filters in (dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)):
+        session.reset()
+        assert session.generate(prompts, 10, temperature=4.0, seed=[11, 12], **filters).tokens == greedy.tokens
+    session.reset()
+    loose = session.generate(prompts, 10, temperature=[4.0, 0.0], seed=[11, 12], top_k=50, top_p=0.9, min_p=0.01)
+    session.reset()
+    assert loose.tokens == session.generate(prompts, 10, temperature=[4.0, 0.0], seed=[11, 12], top_k=50,
+                                            top_p=0.9, min_p=0.01).tokens
+    assert loose.tokens[1] == greedy.tokens[1] and loose.tokens[0] != greedy.tokens[0]
+    for bad, match in ((dict(top_k=-1), "top_k must be an int >= 0"), (dict(top_k=1.5), "top_k must be an int"),
+                       (dict(top_p=0.0), r"top_p must be a number in \(0, 1\]"), (dict(top_p=1.5), "top_p"),
+                       (dict(min_p=-0.1), r"min_p must be a number in \[0, 1\]"), (dict(min_p=float("nan")), "min_p"),
+                       (dict(top_k=[1, 2, 3]), "top_k must be one value or one per prompt")):
+        with pytest.raises(ValueError, match=match):
+            session.generate(prompts, 2, temperature=1.0, **bad)
     session.close()
 
 

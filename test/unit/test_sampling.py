@@ -88,3 +88,116 @@ def test_zero_temperature_is_greedy(draw):
     tie = LOGITS.copy()
     tie[1] = 3.0
     assert (draw(0.0, np.arange(10), 1, logits=tie) == 1).all()
+
+
+# The filters: a threshold tile per row, then the two stages sampling above it.
+FILTERED = """
+et.kernel @draw_filtered(%x: memref<?x8xf32>, %pv: memref<?x4xf32>, %pi: memref<?x4xi32>,
+                         %v: memref<?x1xf32>, %i: memref<?x1xi32>, %t: memref<?xf32>, %s: memref<?xi64>,
+                         %c: memref<?xi32>, %k: memref<?xi32>, %p: memref<?xf32>, %mp: memref<?xf32>,
+                         %tau: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  %filtered = et.event.create() : !et.event<>
+  et.task @filter tiles(%m) in (%n) {
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau)
+        : memref<?x8xf32>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+    et.event.signal %filtered[] : !et.event<>
+  }
+  %parts = et.event.create() : !et.event<>
+  et.task @part tiles(%q) in (%c4) {
+    et.event.wait %filtered[] : !et.event<>
+    %col0 = arith.muli %q, %c2 : index
+    et.argmax %x, %pv, %pi cols(%col0, %c2) slot(%q)
+        sample(%t, %s, %c : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%tau : memref<?xf32>)
+        : memref<?x8xf32>, memref<?x4xf32>, memref<?x4xi32>
+    et.event.signal %parts[] : !et.event<>
+  }
+  et.task @final tiles(%q) in (%c1) {
+    et.event.wait %parts[] : !et.event<>
+    et.argmax %pv, %v, %i cols(%c0, %c4) slot(%c0) from(%pi)
+        : memref<?x4xf32>, memref<?x1xf32>, memref<?x1xi32>, memref<?x4xi32>
+  }
+}
+"""
+
+
+def filtered_probs(logits, temperature, top_k=0, top_p=1.0, min_p=0.0):
+    """The distribution the filters leave, as Hugging Face transformers'
+    warpers compute it (temperature, top-k, top-p, min-p)."""
+    y = logits / temperature
+    keep = np.isfinite(y)
+    if 0 < top_k < len(y):
+        keep &= y >= np.sort(y)[-top_k]
+    if 0 < top_p < 1:
+        w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
+        w /= w.sum()
+        order = np.argsort(-y, kind="stable")
+        above = np.concatenate([[0.0], np.cumsum(w[order])[:-1]])
+        nucleus = np.zeros_like(keep)
+        nucleus[order] = above < top_p
+        keep &= nucleus
+    if min_p > 0:
+        keep &= y >= y[np.isfinite(y)].max() + np.log(min_p)
+    w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
+    return w / w.sum()
+
+
+@pytest.fixture(scope="module")
+def draw_filtered(tmp_path_factory):
+    launch = et.compile(FILTERED, target="cpu", workers=3,
+                        cache_dir=tmp_path_factory.mktemp("filtered")).launcher(timeout_s=30)
+
+    def run(temperature, seeds, top_k=0, top_p=1.0, min_p=0.0, logits=LOGITS):
+        n = len(seeds)
+        x = np.tile(logits, (n, 1)).astype(np.float32)
+        out = np.full((n, 1), -1, np.int32)
+        tau = np.zeros(n, np.float32)
+        full = lambda v, dt: np.full(n, v, dt)  # noqa: E731
+        launch(x, np.zeros((n, 4), np.float32), np.zeros((n, 4), np.int32), np.zeros((n, 1), np.float32), out,
+               full(temperature, np.float32), np.asarray(seeds, np.int64), full(5, np.int32),
+               full(top_k, np.int32), full(top_p, np.float32), full(min_p, np.float32), tau, n)
+        return out[:, 0], tau
+
+    return run
+
+
+@pytest.mark.parametrize("filters", [dict(top_k=3), dict(top_p=0.8), dict(min_p=0.2),
+                                     dict(top_k=4, top_p=0.9), dict(top_k=5, top_p=0.95, min_p=0.1)])
+def test_filtered_draws_follow_the_filtered_softmax(draw_filtered, filters):
+    """Over many seeds the draws follow the distribution the filters leave
+    (chi-square), and a token they drop is never drawn."""
+    n, temperature = 12000, 0.7
+    tokens, tau = draw_filtered(temperature, np.arange(n) * 7919 + 1, **filters)
+    want = filtered_probs(LOGITS, temperature, **filters)
+    counts = np.bincount(tokens, minlength=8)
+    assert (counts[want == 0] == 0).all(), (counts.tolist(), want.round(3).tolist())
+    live = want > 0
+    assert live.sum() >= 2
+    chi2 = float((((counts - n * want) ** 2)[live] / (n * want)[live]).sum())
+    # The 0.1% points of chi-square with 1..6 degrees of freedom.
+    assert chi2 < [10.83, 13.82, 16.27, 18.47, 20.52, 22.46][live.sum() - 2], (counts.tolist(), chi2)
+    # The threshold is the least kept y.
+    kept = (LOGITS / temperature)[live]
+    np.testing.assert_allclose(tau, kept.min() if "min_p" not in filters else tau[0], rtol=1e-6)
+    assert (tau <= kept.min() + 1e-6).all()
+
+
+def test_filters_off_or_greedy_leave_no_threshold(draw_filtered):
+    seeds = np.arange(4000)
+    plain, tau = draw_filtered(0.7, seeds, top_k=8, top_p=1.0, min_p=0.0)
+    assert np.isneginf(tau).all()
+    assert len(set(plain.tolist())) >= 6  # every token with a finite logit
+    greedy, tau = draw_filtered(0.0, seeds[:50], top_k=3, top_p=0.5)
+    assert np.isneginf(tau).all() and (greedy == 6).all()
+    # top-k 1, a tiny top-p and min-p 1 keep only the most likely token.
+    for filters in (dict(top_k=1), dict(top_p=1e-4), dict(min_p=1.0)):
+        tokens, _ = draw_filtered(3.0, seeds[:500], **filters)
+        assert (tokens == 6).all(), filters
+    # Ties at the k-th value are kept.
+    tie = LOGITS.copy()
+    tie[0] = 3.0
+    tokens, tau = draw_filtered(1.0, seeds, top_k=1, logits=tie)
+    assert set(tokens.tolist()) == {0, 6} and np.allclose(tau, 3.0)

@@ -167,11 +167,14 @@ def test_engine_stops_samples_and_checks(served):
     a, _ = _collect(engine, [4, 4, 2], hot)()
     b, _ = _collect(engine, [4, 4, 2], hot)()
     assert a == b and a != base
+    # top-k 1 at any temperature: the greedy tokens.
+    top1 = SamplingParams(max_tokens=10, temperature=5.0, seed=7, top_k=1, ignore_eos=True)
+    assert _collect(engine, [4, 4, 2], top1)()[0] == base
     # Up to the compiled context (48): a 40-token prompt takes 9 new tokens.
     full, finish = _collect(engine, [2] * 40, SamplingParams(max_tokens=None, ignore_eos=True))()
     assert len(full) == 9 and finish == "length"
     for bad, match in [(SamplingParams(max_tokens=0), "max_tokens"), (SamplingParams(temperature=-1), "temperature"),
-                       (SamplingParams(seed=-1), "seed"),
+                       (SamplingParams(seed=-1), "seed"), (SamplingParams(top_p=0), "top_p"),
                        (SamplingParams(max_tokens=1, stop_ids=(320,)), "stop id"),
                        (SamplingParams(max_tokens=1, stop_ids=tuple(range(2, 10))), "at most 8"),
                        (SamplingParams(max_tokens=10), "exceed this model's context")]:
@@ -336,8 +339,10 @@ def test_http_errors(served, server):
         client.completions.create(model="tiny", prompt="the fox " * 40, max_tokens=20)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="other", prompt="x")
-    with pytest.raises(openai.BadRequestError, match="top_p"):
-        client.completions.create(model="tiny", prompt="x", top_p=0.5)
+    with pytest.raises(openai.BadRequestError, match=r"top_p must be a number in \(0, 1\]"):
+        client.completions.create(model="tiny", prompt="x", top_p=1.5)
+    with pytest.raises(openai.BadRequestError, match="top_k must be -1 or 0"):
+        client.completions.create(model="tiny", prompt="x", extra_body={"top_k": -2})
     with pytest.raises(openai.BadRequestError, match="n must be 1"):
         client.completions.create(model="tiny", prompt="x", n=2)
     r = httpx.post(server + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})

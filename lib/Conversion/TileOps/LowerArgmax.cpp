@@ -2,7 +2,9 @@
 //
 // The greedy token of each row: a scan per thread, then butterflies; with
 // `sample`, the scan adds Gumbel noise from a counter-based generator
-// (Philox4x32-10) to the tempered logits of the rows that sample.
+// (Philox4x32-10) to the tempered logits of the rows that sample, leaving
+// out those below the row's threshold (`above`). et.sample_threshold: the
+// threshold of the top-k, top-p and min-p filters, by radix selects.
 //
 //===----------------------------------------------------------------------===//
 
@@ -78,6 +80,7 @@ struct SampleRow {
   Value invT;
   std::array<Value, 2> key;
   Value counter;
+  Value threshold; // the least x / T kept (et.sample_threshold), or null
 };
 
 /// x / T + Gumbel noise of column `j` (i32): u from the top 24 bits of
@@ -94,7 +97,14 @@ static Value sampleKey(OpBuilder &b, Location loc, const SampleRow &row, Value x
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(std::ldexp(1.0f, -24))));
   Value gumbel = arith::NegFOp::create(
       b, loc, math::LogOp::create(b, loc, arith::NegFOp::create(b, loc, math::LogOp::create(b, loc, u))));
-  return arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, x, row.invT), gumbel);
+  Value y = arith::MulFOp::create(b, loc, x, row.invT);
+  Value key = arith::AddFOp::create(b, loc, y, gumbel);
+  if (!row.threshold)
+    return key;
+  Value below = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, y, row.threshold);
+  Value negInf = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                                APFloat(-std::numeric_limits<float>::infinity()));
+  return arith::SelectOp::create(b, loc, below, negInf, key);
 }
 
 /// The best (value, index) of token `tok`'s columns first, first + step,
@@ -147,6 +157,8 @@ static std::pair<Value, Value> tokenScan(OpBuilder &b, Location loc, ArgmaxOp op
                                        arith::ShRUIOp::create(b, loc, seed,
                                                               arith::ConstantIntOp::create(b, loc, b.getI64Type(), 32)))};
     row.counter = memref::LoadOp::create(b, loc, op.getCounter(), ValueRange{tok});
+    if (op.getThreshold())
+      row.threshold = memref::LoadOp::create(b, loc, op.getThreshold(), ValueRange{tok});
     auto [v, i] = argmaxScan(b, loc, op, tok, first, end, step, &row);
     scf::YieldOp::create(b, loc, ValueRange{v, i});
     b.setInsertionPointToStart(branch.elseBlock());
@@ -248,7 +260,253 @@ static void lowerArgmaxBlock(ArgmaxOp op) {
   op.erase();
 }
 
+static Value i32c(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+}
+
+/// The order-preserving unsigned key of an f32 (as i32): larger floats
+/// have larger keys (-inf's is above 0, NaN's at the ends).
+static Value orderedKey(OpBuilder &b, Location loc, Value f) {
+  Type i32 = b.getI32Type();
+  Value bits = arith::BitcastOp::create(b, loc, i32, f);
+  Value negative = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, bits, i32c(b, loc, 0));
+  Value flipped = arith::XOrIOp::create(b, loc, bits, i32c(b, loc, -1));
+  Value marked = arith::OrIOp::create(b, loc, bits, i32c(b, loc, std::numeric_limits<int32_t>::min()));
+  return arith::SelectOp::create(b, loc, negative, flipped, marked);
+}
+
+/// The f32 of an orderedKey.
+static Value fromOrderedKey(OpBuilder &b, Location loc, Value key) {
+  Value high = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, key, i32c(b, loc, 0)); // top bit set
+  Value positive = arith::AndIOp::create(b, loc, key, i32c(b, loc, std::numeric_limits<int32_t>::max()));
+  Value negative = arith::XOrIOp::create(b, loc, key, i32c(b, loc, -1));
+  return arith::BitcastOp::create(b, loc, b.getF32Type(), arith::SelectOp::create(b, loc, high, positive, negative));
+}
+
+/// et.sample_threshold: radix selects over the keys of y = x / T, 8 bits a
+/// level from the top, the worker's threads adding each key range's count
+/// (top-k) or mass (top-p) into shared memory (a local buffer on the host,
+/// one thread), thread 0 choosing the range that holds the target.
+static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
+  constexpr int64_t kBins = 256;
+  auto task = op->getParentOfType<TaskOp>();
+  auto scratch = [&](int64_t n, Type t) -> Value {
+    if (gpu)
+      return workgroupBuffer(task, loc, {n}, t);
+    return memref::AllocaOp::create(b, loc, MemRefType::get({n}, t));
+  };
+  Value counts = scratch(kBins, i32), mass = scratch(kBins, f32);
+  // Words the threads share: [0] the max key, [1] the chosen bin, [2] the
+  // count left (top-k); [0] the mass left (top-p), f32.
+  Value words = scratch(4, i32), fwords = scratch(2, f32);
+  Value tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
+  Value threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
+  Value isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0));
+  auto barrier = [&] {
+    if (gpu)
+      gpu::BarrierOp::create(b, loc);
+  };
+  auto onFirst = [&](function_ref<void()> body) {
+    auto ifOp = scf::IfOp::create(b, loc, isFirst, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    body();
+  };
+  auto word = [&](int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}).getResult(); };
+  auto setWord = [&](Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); };
+
+  Value m = op.getToken();
+  Value x = op.getX();
+  Value width = memref::DimOp::create(b, loc, x, 1);
+  Value t = memref::LoadOp::create(b, loc, op.getTemperature(), ValueRange{m});
+  Value k = memref::LoadOp::create(b, loc, op.getTopK(), ValueRange{m});
+  Value p = memref::LoadOp::create(b, loc, op.getTopP(), ValueRange{m});
+  Value minP = memref::LoadOp::create(b, loc, op.getMinP(), ValueRange{m});
+  Value zero = h.f32(0.0), one = h.f32(1.0);
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  Value widthI32 = arith::IndexCastOp::create(b, loc, i32, width);
+  Value kOn = arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, k, i32c(b, loc, 0)),
+                                    arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, k, widthI32));
+  Value pOn = arith::AndIOp::create(b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, p, zero),
+                                    arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, p, one));
+  Value minOn = arith::AndIOp::create(b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, minP, zero),
+                                      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, minP, one));
+  Value sampled = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, t, zero);
+  Value any = arith::AndIOp::create(b, loc, sampled,
+                                    arith::OrIOp::create(b, loc, kOn, arith::OrIOp::create(b, loc, pOn, minOn)));
+  // Greedy tokens and tokens without a filter: -inf, nothing read.
+  auto work = scf::IfOp::create(b, loc, TypeRange{f32}, any, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(work.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{negInf});
+    b.setInsertionPointToStart(work.thenBlock());
+  }
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(work.thenBlock());
+  Value invT = arith::DivFOp::create(b, loc, one, t);
+  auto yAt = [&](OpBuilder &b, Value j) {
+    Value v = toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{m, j}));
+    return arith::MulFOp::create(b, loc, v, invT).getResult();
+  };
+  auto overColumns = [&](function_ref<void(OpBuilder &, Value)> body) {
+    scf::ForOp::create(b, loc, tid, width, threads, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+                         body(b, j);
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+  auto zeroBins = [&] {
+    scf::ForOp::create(b, loc, tid, h.idx(kBins), threads, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+                         memref::StoreOp::create(b, loc, i32c(b, loc, 0), counts, ValueRange{i});
+                         memref::StoreOp::create(b, loc, arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                                                                        APFloat(0.0f)),
+                                                 mass, ValueRange{i});
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+
+  // The largest key: max(y).
+  onFirst([&] { setWord(i32c(b, loc, 0), 0); });
+  barrier();
+  overColumns([&](OpBuilder &b, Value j) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, yAt(b, j)), words,
+                                ValueRange{h.idx(0)});
+  });
+  barrier();
+  Value maxY = fromOrderedKey(b, loc, word(0));
+
+  // One radix select: the key whose range holds the target (the k-th
+  // largest count, or the mass reaching p), among the keys at or above
+  // `floor`. Returns the key (0: no filter).
+  auto select = [&](Value on, bool byMass, Value floor) -> Value {
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange{i32}, on, /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{i32c(b, loc, 0)});
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value prefix = i32c(b, loc, 0);
+    for (int level = 0; level < 4; ++level) {
+      int shift = 24 - 8 * level;
+      int32_t highMask = level == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu << (shift + 8));
+      zeroBins();
+      barrier();
+      overColumns([&](OpBuilder &b, Value j) {
+        Value y = yAt(b, j);
+        Value key = orderedKey(b, loc, y);
+        Value inRange = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq, arith::AndIOp::create(b, loc, key, i32c(b, loc, highMask)), prefix);
+        Value aboveFloor = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, key, floor);
+        auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, inRange, aboveFloor), false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(add.thenBlock());
+        Value bin = arith::IndexCastOp::create(
+            b, loc, b.getIndexType(),
+            arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, key, i32c(b, loc, shift)),
+                                  i32c(b, loc, kBins - 1)));
+        if (byMass)
+          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
+                                      math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, y, maxY)), mass,
+                                      ValueRange{bin});
+        else
+          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), counts, ValueRange{bin});
+      });
+      barrier();
+      onFirst([&] {
+        // The target: k tokens, or p of the mass of the keys in play (the
+        // first level's bins hold all of it).
+        Value target;
+        if (byMass) {
+          Value total = scf::ForOp::create(b, loc, h.idx(0), h.idx(kBins), h.idx(1), ValueRange{zero},
+                                           [&](OpBuilder &b, Location loc, Value i, ValueRange acc) {
+                                             Value v = memref::LoadOp::create(b, loc, mass, ValueRange{i});
+                                             scf::YieldOp::create(b, loc,
+                                                                  ValueRange{arith::AddFOp::create(b, loc, acc[0], v)});
+                                           })
+                            .getResult(0);
+          target = level == 0 ? arith::MulFOp::create(b, loc, p, total).getResult()
+                              : memref::LoadOp::create(b, loc, fwords, ValueRange{h.idx(0)}).getResult();
+        } else {
+          target = level == 0 ? k : word(2);
+        }
+        // From the top bin down: the first whose running total reaches the
+        // target (the lowest non-empty one if rounding never gets there).
+        Type acc = byMass ? f32 : i32;
+        Value none = i32c(b, loc, -1);
+        auto scan = scf::ForOp::create(
+            b, loc, h.idx(0), h.idx(kBins), h.idx(1),
+            ValueRange{byMass ? zero : i32c(b, loc, 0), none, target, none},
+            [&](OpBuilder &b, Location loc, Value i, ValueRange st) {
+              Value bin = arith::SubIOp::create(b, loc, h.idx(kBins - 1), i);
+              Value v = byMass ? memref::LoadOp::create(b, loc, mass, ValueRange{bin}).getResult()
+                               : memref::LoadOp::create(b, loc, counts, ValueRange{bin}).getResult();
+              Value sum = byMass ? arith::AddFOp::create(b, loc, st[0], v).getResult()
+                                 : arith::AddIOp::create(b, loc, st[0], v).getResult();
+              Value open = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, st[1], none);
+              Value reaches = byMass ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, sum, st[2]).getResult()
+                                     : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, sum, st[2]).getResult();
+              Value nonEmpty = byMass ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, zero).getResult()
+                                      : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, v,
+                                                              i32c(b, loc, 0)).getResult();
+              Value binI32 = arith::IndexCastOp::create(b, loc, i32, bin);
+              Value take = arith::AndIOp::create(b, loc, open, reaches);
+              // What is left of the target inside the chosen bin.
+              Value left = byMass ? arith::SubFOp::create(b, loc, st[2], st[0]).getResult()
+                                  : arith::SubIOp::create(b, loc, st[2], st[0]).getResult();
+              Value chosen = arith::SelectOp::create(b, loc, take, binI32, st[1]);
+              Value rest = arith::SelectOp::create(b, loc, take, left, st[2]);
+              Value lowest = arith::SelectOp::create(b, loc, nonEmpty, binI32, st[3]);
+              Value total = arith::SelectOp::create(b, loc, open, sum, st[0]);
+              scf::YieldOp::create(b, loc, ValueRange{total, chosen, rest, lowest});
+            });
+        (void)acc;
+        Value found = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, scan.getResult(1), none);
+        Value lowest = arith::MaxSIOp::create(b, loc, scan.getResult(3), i32c(b, loc, 0));
+        setWord(arith::SelectOp::create(b, loc, found, scan.getResult(1), lowest), 1);
+        if (byMass)
+          memref::StoreOp::create(b, loc, scan.getResult(2), fwords, ValueRange{h.idx(0)});
+        else
+          setWord(scan.getResult(2), 2);
+      });
+      barrier();
+      Value chosen = word(1);
+      prefix = arith::OrIOp::create(b, loc, prefix, arith::ShLIOp::create(b, loc, chosen, i32c(b, loc, shift)));
+      // Every thread has read the words before the next level writes them.
+      barrier();
+    }
+    scf::YieldOp::create(b, loc, ValueRange{prefix});
+    return ifOp.getResult(0);
+  };
+  Value keyK = select(kOn, /*byMass=*/false, i32c(b, loc, 0));
+  Value keyP = select(pOn, /*byMass=*/true, keyK);
+  Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
+  Value tau = arith::SelectOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key,
+                                                                    i32c(b, loc, 0)),
+                                      negInf, fromOrderedKey(b, loc, key));
+  Value tauMin = arith::SelectOp::create(
+      b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
+  scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, tau, tauMin)});
+  b.setInsertionPointAfter(work);
+  onFirst([&] { memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m}); });
+  op.erase();
+}
+
 namespace {
+
+/// et.sample_threshold: all threads of the worker on the GPU, one on the
+/// host.
+struct SampleThresholdLowering : public TileOpLowering<SampleThresholdOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(SampleThresholdOp op, PatternRewriter &) const override {
+    lowerSampleThreshold(op, options.gpu);
+    return success();
+  }
+};
 
 /// et.argmax: the whole worker on each row inside a task on the GPU, else a
 /// thread per row.
@@ -266,6 +524,6 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering>(patterns.getContext(), options);
+  patterns.add<ArgmaxLowering, SampleThresholdLowering>(patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

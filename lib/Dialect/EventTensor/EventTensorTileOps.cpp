@@ -304,6 +304,8 @@ LogicalResult ArgmaxOp::verify() {
   if (Value f = getFrom())
     if (cast<MemRefType>(f.getType()).getShape() != x.getShape())
       return emitOpError("from must have x's shape, got ") << f.getType();
+  if (getThreshold() && !getTemperature())
+    return emitOpError("above (a sampling threshold) needs sample");
   if (!getTemperature())
     return success();
   if (!getSeed() || !getCounter())
@@ -313,6 +315,22 @@ LogicalResult ArgmaxOp::verify() {
   for (Value perToken : {getTemperature(), getSeed(), getCounter()})
     if (!sameDim(cast<MemRefType>(perToken.getType()).getDimSize(0), x.getDimSize(0)))
       return emitOpError("sample's temperature, seed and counter must have one entry per token of x, got ")
+             << perToken.getType() << " for " << x;
+  if (Value t = getThreshold())
+    if (!sameDim(cast<MemRefType>(t.getType()).getDimSize(0), x.getDimSize(0)))
+      return emitOpError("above's threshold must have one entry per token of x, got ") << t.getType() << " for "
+                                                                                        << x;
+  return success();
+}
+
+LogicalResult SampleThresholdOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType();
+  for (Value perToken : {getTemperature(), getTopK(), getTopP(), getMinP(), getThreshold()})
+    if (!sameDim(cast<MemRefType>(perToken.getType()).getDimSize(0), x.getDimSize(0)))
+      return emitOpError("temperature, top_k, top_p, min_p and threshold must have one entry per token of x, "
+                         "got ")
              << perToken.getType() << " for " << x;
   return success();
 }

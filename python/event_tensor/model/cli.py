@@ -319,7 +319,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             session.reset()
         stop = _parse_ids(args.stop, "--stop")
         result = session.generate(prompts, args.max_new_tokens, stop=stop, temperature=args.temperature,
-                                  seed=args.seed)
+                                  seed=args.seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
     except (ModelArtifactError, NonFiniteLogitsError, ValueError) as err:
         return _err(str(err))
     for b, (seq, reason) in enumerate(zip(result.tokens, result.finish_reasons)):
@@ -446,6 +446,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def sampling_args(p) -> None:
+    """The sampling flags of `run` and `generate`."""
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (default 0: off)")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="sample among the fewest most likely tokens that hold this share of the probability "
+                   "(default 1: off)")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="sample among the tokens at least this share as likely as the most likely one "
+                   "(default 0: off)")
+
+
 def add_commands(sub) -> None:
     """Adds the model commands to the CLI's subparsers."""
     device_help = "where to run: cpu (host worker threads), cuda, or auto (cuda when available)"
@@ -520,14 +533,14 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("run", help="generation with a compiled model",
                        description="Run a prompt and generate with a compiled model artifact: greedy, or "
-                                   "sampled with --temperature; every decode step in one launch on one device.")
+                                   "sampled with --temperature (and --top-k, --top-p, --min-p); every decode step "
+                                   "in one launch on one device.")
     artifact_args(p)
     p.add_argument("--prompt", default="1, 5, 9, 2", help="prompt token ids")
     p.add_argument("--max-new-tokens", "--steps", dest="max_new_tokens", type=_positive_int, default=16,
                    help="new tokens per sequence at most (default 16)")
     p.add_argument("--stop", default="", help="token ids that end a sequence (comma-separated; kept in the output)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    sampling_args(p)
     p.add_argument("--check", action="store_true",
                    help="first compare every step with the numpy reference (exit 1 on a mismatch)")
     p.set_defaults(func=cmd_run)

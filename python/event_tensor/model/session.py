@@ -488,25 +488,47 @@ class DecodeSession:
             check(v)
         return values
 
-    def _sampling_rows(self, temperature, seed, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: the temperature (f32, 0 greedy) and the seed (i64 bits)."""
-        def check_temperature(t):
-            if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)) \
-                    or not np.isfinite(t) or t < 0:
-                raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+    def sampling_rows(self, n: int, *, temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0) -> dict:
+        """The sampling arguments of `n` rows, checked (each one value for
+        all rows or a sequence of one per row), as the kernel's row buffers:
+        `temperature` (f32, 0 greedy), `seed` (i64 bits), and the filters
+        applied before the draw, in this order: `top_k` (the k most likely
+        tokens; 0 off), `top_p` (the fewest most likely tokens that hold
+        that share of the probability; 1 off), `min_p` (the tokens at least
+        that share as likely as the most likely one; 0 off)."""
+        def number(name, ok, what):
+            def check(v):
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                        or not np.isfinite(v) or not ok(v):
+                    raise ValueError(f"{name} must be {what}, got {v!r}")
+            return check
 
         def check_seed(s):
             if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 1 << 64:
                 raise ValueError(f"seed must be an int in [0, 2**64), got {s!r}")
-        temps = np.array(self._row_values(temperature, n, "temperature", check_temperature), np.float32)
-        seeds = np.array([int(s) for s in self._row_values(seed, n, "seed", check_seed)], np.uint64).view(np.int64)
-        if (temps > 0).any() and "temperature" not in self.buffers:
+
+        def check_top_k(k):
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+                raise ValueError(f"top_k must be an int >= 0 (0: off), got {k!r}")
+        rows = {
+            "temperature": np.array(self._row_values(temperature, n, "temperature", number(
+                "temperature", lambda t: t >= 0, "a finite number >= 0 (0: greedy)")), np.float32),
+            "seed": np.array([int(s) for s in self._row_values(seed, n, "seed", check_seed)],
+                             np.uint64).view(np.int64),
+            "top_k": np.array(self._row_values(top_k, n, "top_k", check_top_k), np.int64).clip(0, 2**31 - 1)
+                       .astype(np.int32),
+            "top_p": np.array(self._row_values(top_p, n, "top_p", number(
+                "top_p", lambda p: 0 < p <= 1, "a number in (0, 1] (1: off)")), np.float32),
+            "min_p": np.array(self._row_values(min_p, n, "min_p", number(
+                "min_p", lambda p: 0 <= p <= 1, "a number in [0, 1] (0: off)")), np.float32),
+        }
+        if (rows["temperature"] > 0).any() and "temperature" not in self.buffers:
             raise ValueError("sampling (temperature > 0) needs a kernel on one device; this one runs on "
                              f"{self.tp} devices (greedy only)")
-        return temps, seeds
+        return rows
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None,
-                 temperature=0.0, seed=0) -> Generation:
+                 temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0) -> Generation:
         """Generation: prefills the prompts (of any lengths, prompt b into
         cache slot b), then decodes them together until each row has
         `max_new_tokens` new tokens, produced a stop id (`stop`: one
@@ -517,16 +539,18 @@ class DecodeSession:
 
         Tokens are greedy, or with `temperature` > 0 (one for all rows, or
         one per row) sampled from softmax(logits / temperature) in the
-        kernel: a counter-based generator keyed by the row's `seed` and
-        position, so a generation repeats exactly for its seeds, whatever
-        the number of workers. The prefill's token is greedy."""
-        run = self._generation(prompts, max_new_tokens, stop, temperature, seed, chunk=None)
+        kernel, after the `top_k`, `top_p` and `min_p` filters
+        (`sampling_rows`): a counter-based generator keyed by the row's
+        `seed` and position, so a generation repeats exactly for its seeds,
+        whatever the number of workers. The prefill's token is greedy."""
+        sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p)
+        run = self._generation(prompts, max_new_tokens, stop, sampling, chunk=None)
         for _ in run:
             pass
         return run.result
 
     def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None, temperature=0.0,
-               seed=0, chunk: int = 16) -> "GenerationStream":
+               seed=0, top_k=0, top_p=1.0, min_p=0.0, chunk: int = 16) -> "GenerationStream":
         """`generate`, handing the tokens out as they come: iterating yields,
         after the prefill and then after every launch of up to `chunk`
         decode steps, each row's new tokens since the last item (a list per
@@ -536,9 +560,10 @@ class DecodeSession:
         arrive)."""
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
             raise ValueError(f"chunk must be a positive int (decode steps per launch), got {chunk!r}")
-        return self._generation(prompts, max_new_tokens, stop, temperature, seed, chunk=int(chunk))
+        sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p)
+        return self._generation(prompts, max_new_tokens, stop, sampling, chunk=int(chunk))
 
-    def _generation(self, prompts, max_new_tokens, stop, temperature, seed, chunk) -> "GenerationStream":
+    def _generation(self, prompts, max_new_tokens, stop, sampling, chunk) -> "GenerationStream":
         """Checks every argument (before any launch) and returns the
         generation as a stream of launches (`chunk` steps each; None: all)."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
@@ -550,7 +575,7 @@ class DecodeSession:
         if n > self.max_batch:
             raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
         stop_ids = self._stop_rows(stop, n)
-        temps, seeds = self._sampling_rows(temperature, seed, n)
+        rows = self.sampling_rows(n, **sampling)
         lengths = np.array([len(p) for p in prompts], np.int64)
         longest = int((lengths + max_new_tokens - 1).max())
         if longest > self.max_context:
@@ -559,9 +584,9 @@ class DecodeSession:
                              f"{self.max_context}")
         for p in prompts:
             self._check_tokens(np.asarray(p, np.int64))
-        return GenerationStream(self._run(prompts, int(max_new_tokens), stop_ids, temps, seeds, lengths, chunk))
+        return GenerationStream(self._run(prompts, int(max_new_tokens), stop_ids, rows, lengths, chunk))
 
-    def _run(self, prompts, max_new_tokens, stop_ids, temps, seeds, lengths, chunk):
+    def _run(self, prompts, max_new_tokens, stop_ids, sampling, lengths, chunk):
         """The generation (see `stream`): yields each row's new tokens after
         the prefill and after each launch; returns the `Generation`."""
         n = len(prompts)
@@ -583,7 +608,7 @@ class DecodeSession:
         while (finished == 0).any():
             live = np.flatnonzero(finished == 0)
             rows = self.decode_launch(live, last[live], pos[live], left[live], stop_ids[live], steps,
-                                      temperature=temps[live], seed=seeds[live])
+                                      sampling={k: v[live] for k, v in sampling.items()})
             launches += 1
             new = [[] for _ in range(n)]
             for b, (got, reason) in zip(live, rows):
@@ -599,16 +624,15 @@ class DecodeSession:
             raise NonFiniteLogitsError(bad)
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
 
-    def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, temperature=None,
-                      seed=None, on_tokens=None, interrupt_when=None) -> list[tuple[list[int], int]]:
+    def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, sampling=None,
+                      on_tokens=None, interrupt_when=None) -> list[tuple[list[int], int]]:
         """One launch of up to `steps` decode steps over rows (on several
         devices, where the kernel runs one step per launch, one step): row
         b feeds token `tokens[b]` at position `positions[b]` of cache slot
         `slots[b]`, then each token it produces, and stops after
         `remaining[b]` (>= 1) new tokens, a token of `stop_ids[b]` (up to
         MAX_STOP_IDS ids, -1 padding), or the compiled context's end.
-        `temperature` and `seed` per row sample (see `generate`; default
-        greedy). Returns for each row its new tokens and finish code (0:
+        `sampling` (the rows' `sampling_rows`; default greedy) samples. Returns for each row its new tokens and finish code (0:
         it goes on, its last token to be fed at `positions[b]` plus the
         number of new tokens; else a FINISH_* code). The arguments are
         checked by the callers (`generate`, the serving engine).
@@ -626,10 +650,9 @@ class DecodeSession:
         remaining = np.asarray(remaining, np.int64)
         stops = np.full((n, MAX_STOP_IDS), -1, np.int32)
         stops[:, : np.shape(stop_ids)[1] if n else 0] = stop_ids
-        temps = np.zeros(n, np.float32) if temperature is None else np.asarray(temperature, np.float32)
-        sampling = bool((temps > 0).any())
-        if sampling:
-            self._write_rows({"temperature": temps, "seed": np.asarray(seed, np.int64)})
+        sampled = sampling is not None and bool((sampling["temperature"] > 0).any())
+        if sampled:
+            self._write_rows(sampling)
         try:
             if not self.steps_on_device:
                 out = self._decode_step(slots, tokens, positions, remaining, stops)
@@ -640,7 +663,7 @@ class DecodeSession:
             return self._decode_steps(slots, tokens, positions, remaining, stops, steps, on_tokens,
                                       interrupt_when)
         finally:
-            if sampling:
+            if sampled:
                 # step() and prefill stay greedy.
                 self._write_rows({"temperature": np.zeros(n, np.float32)})
 

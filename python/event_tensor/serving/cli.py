@@ -40,7 +40,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         codec = served.codec
         ids = codec.chat([{"role": "user", "content": args.prompt}]) if args.chat else codec.encode(args.prompt)
-        params = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        params = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                                top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
         text, stops, done = codec.stream(ids), StopStrings(args.stop), threading.Event()
         state = {"finish": None, "error": None, "hit": False}
 
@@ -86,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Adds `generate` and `serve` to the CLI's subparsers."""
-    from ..model.cli import _positive_int
+    from ..model.cli import _positive_int, sampling_args
 
     def model_args(p):
         p.add_argument("model_dir", help="a Hugging Face model directory: config.json, *.safetensors, tokenizer.json "
@@ -112,8 +113,7 @@ def add_commands(sub) -> None:
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     p.add_argument("--max-new-tokens", type=_positive_int, default=64, help="new tokens at most (default 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    sampling_args(p)
     p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable; not printed)")
     p.set_defaults(func=cmd_generate)
 

@@ -43,26 +43,19 @@ class EngineClosed(RuntimeError):
 class SamplingParams:
     """How one request generates: at most `max_tokens` new tokens (None:
     until the compiled context is full); `temperature` 0 is greedy, above
-    0 samples softmax(logits / temperature) with the generator keyed by
-    `seed` (None: a random seed); the generation ends at one of
+    0 samples softmax(logits / temperature), after the `top_k`, `top_p` and
+    `min_p` filters (`DecodeSession.sampling_rows`), with the generator
+    keyed by `seed` (None: a random seed); the generation ends at one of
     `stop_ids` or, unless `ignore_eos`, at one of the model's end ids."""
 
     max_tokens: int | None = 16
     temperature: float = 0.0
     seed: int | None = None
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
     stop_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
-
-    def check(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
-        m = self.max_tokens
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
-        s = self.seed
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 1 << 64):
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {s!r}")
 
 
 # The host's words for the kernel's finish codes (OpenAI's finish_reason:
@@ -81,7 +74,7 @@ class Request:
     params: SamplingParams
     on_output: Callable[["Request", list[int], str | None], None]
     max_tokens: int = 0
-    seed: int = 0
+    sampling: dict = field(default_factory=dict)  # one row of DecodeSession.sampling_rows
     stop_ids: list[int] = field(default_factory=list)
     slot: int = -1
     fed: int = 0  # prompt positions in the cache
@@ -135,10 +128,15 @@ class Engine:
 
     # -- requests ------------------------------------------------------------
 
-    def check(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, list[int]]:
-        """(the request's max new tokens, its stop ids) or a ValueError
-        naming what is wrong."""
-        params.check()
+    def check(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, list[int], dict]:
+        """(the request's max new tokens, its stop ids, its sampling row) or
+        a ValueError naming what is wrong."""
+        m = params.max_tokens
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
+        seed = secrets.randbits(64) if params.seed is None else params.seed
+        sampling = self.session.sampling_rows(1, temperature=params.temperature, seed=seed, top_k=params.top_k,
+                                              top_p=params.top_p, min_p=params.min_p)
         if len(prompt) == 0:
             raise ValueError("the prompt is empty")
         bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, (int, np.integer))
@@ -159,13 +157,12 @@ class Engine:
         stops = list(dict.fromkeys([*params.stop_ids, *([] if params.ignore_eos else self.eos_ids)]))
         if len(stops) > MAX_STOP_IDS:
             raise ValueError(f"at most {MAX_STOP_IDS} stop ids (with the model's end ids), got {len(stops)}")
-        return max_tokens, stops
+        return max_tokens, stops, sampling
 
     def submit(self, prompt: Sequence[int], params: SamplingParams,
                on_output: Callable[[Request, list[int], str | None], None]) -> Request:
-        max_tokens, stops = self.check(prompt, params)
-        seed = secrets.randbits(64) if params.seed is None else params.seed
-        req = Request([int(t) for t in prompt], params, on_output, max_tokens=max_tokens, seed=seed,
+        max_tokens, stops, sampling = self.check(prompt, params)
+        req = Request([int(t) for t in prompt], params, on_output, max_tokens=max_tokens, sampling=sampling,
                       stop_ids=stops)
         with self._cv:
             if self._closed:
@@ -292,10 +289,9 @@ class Engine:
             if not req.cancelled:
                 self._emit(req, tokens, None)
         try:
+            sampling = {k: np.concatenate([r.sampling[k] for r in rows]) for k in rows[0].sampling}
             out = self.session.decode_launch([r.slot for r in rows], last, positions, remaining, stops, steps,
-                                             temperature=[r.params.temperature for r in rows],
-                                             seed=[r.seed for r in rows], on_tokens=stream,
-                                             interrupt_when=self._interrupting)
+                                             sampling=sampling, on_tokens=stream, interrupt_when=self._interrupting)
         except Exception as err:  # noqa: BLE001 - every row of the launch fails; the engine goes on
             with self._cv:
                 for req in rows:

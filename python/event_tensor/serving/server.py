@@ -42,6 +42,7 @@ def _models():
         temperature: float | None = None
         top_p: float | None = None
         top_k: int | None = None
+        min_p: float | None = None
         n: int | None = None
         stop: str | list[str] | None = None
         seed: int | None = None
@@ -75,23 +76,16 @@ def _params(body, max_tokens: int | None) -> SamplingParams:
         raise APIError(400, f"n must be 1 (one choice per request), got {body.n}", "n")
     if body.logprobs not in (None, False):
         raise APIError(400, "logprobs are not supported", "logprobs")
-    if body.top_p is not None and body.top_p != 1:
-        raise APIError(400, f"top_p {body.top_p} is not supported yet (the kernel samples from the whole "
-                       "distribution: top_p 1)", "top_p")
-    if body.top_k not in (None, 0, -1):
-        raise APIError(400, f"top_k {body.top_k} is not supported yet (the kernel samples from the whole "
-                       "distribution: top_k 0 or -1)", "top_k")
     temperature = 1.0 if body.temperature is None else body.temperature
     if not 0 <= temperature <= 100:
         raise APIError(400, f"temperature must be in [0, 100], got {temperature}", "temperature")
+    if body.top_k is not None and body.top_k < -1:
+        raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {body.top_k}", "top_k")
     seed = None if body.seed is None else body.seed % (1 << 64)
-    try:
-        params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
-                                stop_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos)
-        params.check()
-    except ValueError as err:
-        raise APIError(400, str(err)) from None
-    return params
+    return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
+                          top_k=max(body.top_k or 0, 0), top_p=1.0 if body.top_p is None else float(body.top_p),
+                          min_p=float(body.min_p or 0.0), stop_ids=tuple(body.stop_token_ids or ()),
+                          ignore_eos=body.ignore_eos)
 
 
 def _stops(body) -> list[str]:

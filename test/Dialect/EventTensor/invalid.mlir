@@ -690,11 +690,48 @@ et.kernel @argmax_sample_rows(%x: memref<2x8xf32>, %v: memref<2x1xf32>, %i: memr
 }
 // -----
 
+et.kernel @argmax_above_without_sample(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %tau: memref<1xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{above (a sampling threshold) needs sample}}
+    "et.argmax"(%x, %v, %i, %c, %c, %c, %tau) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
+  }
+}
+// -----
+
+et.kernel @argmax_above_rows(%x: memref<2x8xf32>, %v: memref<2x1xf32>, %i: memref<2x1xi32>,
+                             %t: memref<2xf32>, %s: memref<2xi64>, %n: memref<2xi32>, %tau: memref<3xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{above's threshold must have one entry per token of x, got 'memref<3xf32>' for 'memref<2x8xf32>'}}
+    et.argmax %x, %v, %i cols(%c, %c) slot(%c) sample(%t, %s, %n : memref<2xf32>, memref<2xi64>, memref<2xi32>) above(%tau : memref<3xf32>) : memref<2x8xf32>, memref<2x1xf32>, memref<2x1xi32>
+  }
+}
+// -----
+
+et.kernel @sample_threshold_rows(%x: memref<2x8xf32>, %t: memref<2xf32>, %k: memref<2xi32>, %p: memref<4xf32>,
+                                 %mp: memref<2xf32>, %tau: memref<2xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{temperature, top_k, top_p, min_p and threshold must have one entry per token of x, got 'memref<4xf32>' for 'memref<2x8xf32>'}}
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) : memref<2x8xf32>, memref<2xf32>, memref<2xi32>, memref<4xf32>, memref<2xf32>, memref<2xf32>
+  }
+}
+// -----
+
+et.kernel @sample_threshold_outside(%x: memref<2x8xf32>, %t: memref<2xf32>, %k: memref<2xi32>, %p: memref<2xf32>,
+                                    %mp: memref<2xf32>, %tau: memref<2xf32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.sample_threshold' op must be nested in an 'et.task' body}}
+  et.sample_threshold %x token(%c) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) : memref<2x8xf32>, memref<2xf32>, memref<2xi32>, memref<2xf32>, memref<2xf32>, memref<2xf32>
+}
+// -----
+
 et.kernel @argmax_sample_partial(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %t: memref<1xf32>) {
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {
     // expected-error @+1 {{sample needs a temperature, a seed and a counter per token}}
-    "et.argmax"(%x, %v, %i, %c, %c, %c, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 1, 0, 0>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
+    "et.argmax"(%x, %v, %i, %c, %c, %c, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
   }
 }
 // -----

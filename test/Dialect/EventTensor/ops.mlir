@@ -366,6 +366,24 @@ et.kernel @steps(%n: index, %stop: memref<1xi32>, %log: memref<16xindex>) {
   }
 }
 
+// The sampling filters' threshold, and the argmax that samples above it.
+// CHECK-LABEL: et.kernel @filtered
+// CHECK: et.sample_threshold %{{.*}} token(%{{.*}}) temperature(%{{.*}}) top_k(%{{.*}}) top_p(%{{.*}}) min_p(%{{.*}}) into(%{{.*}}) : memref<?x64xbf16>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+// CHECK: et.argmax {{.*}} sample(%{{.*}}, %{{.*}}, %{{.*}} : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%{{.*}} : memref<?xf32>) : memref<?x64xbf16>
+et.kernel @filtered(%x: memref<?x64xbf16>, %v: memref<?x2xf32>, %i: memref<?x2xi32>, %t: memref<?xf32>,
+                    %s: memref<?xi64>, %n: memref<?xi32>, %k: memref<?xi32>, %p: memref<?xf32>, %mp: memref<?xf32>,
+                    %tau: memref<?xf32>, %rows: index) {
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  et.task @filter tiles(%m) in (%rows) {
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) : memref<?x64xbf16>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+  }
+  et.task @draw tiles(%j) in (%c2) {
+    %col0 = arith.muli %j, %c32 : index
+    et.argmax %x, %v, %i cols(%col0, %c32) slot(%j) sample(%t, %s, %n : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%tau : memref<?xf32>) : memref<?x64xbf16>, memref<?x2xf32>, memref<?x2xi32>
+  }
+}
+
 // The argmax that samples (per token: temperature, seed, counter).
 // CHECK-LABEL: et.kernel @sample
 // CHECK: et.argmax %{{.*}}, %{{.*}}, %{{.*}} cols(%{{.*}}, %{{.*}}) slot(%{{.*}}) sample(%{{.*}}, %{{.*}}, %{{.*}} : memref<?xf32>, memref<?xi64>, memref<?xi32>) : memref<?x64xf32>, memref<?x2xf32>, memref<?x2xi32>

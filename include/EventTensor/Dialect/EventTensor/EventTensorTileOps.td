@@ -488,6 +488,11 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
     tiles' results finishes the sample. A token with `T <= 0` is greedy,
     bit for bit as without `sample`.
 
+    With `above(%threshold)` (f32 per token, from `et.sample_threshold`), a
+    sampling token's columns whose `x[m, j] / T` is below `threshold[m]`
+    are left out (their key is -inf): the sample is then one of the
+    distribution that the top-k, top-p and min-p filters leave.
+
     Example:
 
     ```mlir
@@ -496,6 +501,8 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
     et.argmax %pv, %v, %i cols(%z, %c32) slot(%z) from(%pi) : memref<1x32xf32>, memref<1x1xf32>, memref<1x1xi32>, memref<1x32xi32>
     // sampling: temperature, seed and counter per token
     et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) sample(%temp, %seed, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) : memref<?x128256xf32>, memref<?x32xf32>, memref<?x32xi32>
+    // sampling from what the filters leave
+    et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) sample(%temp, %seed, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%tau : memref<?xf32>) : memref<?x128256xf32>, memref<?x32xf32>, memref<?x32xi32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
@@ -505,14 +512,63 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
                        Optional<MemRefRankOf<[I32], [2]>>:$from,
                        Optional<MemRefRankOf<[F32], [1]>>:$temperature,
                        Optional<MemRefRankOf<[I64], [1]>>:$seed,
-                       Optional<MemRefRankOf<[I32], [1]>>:$counter);
+                       Optional<MemRefRankOf<[I32], [1]>>:$counter,
+                       Optional<MemRefRankOf<[F32], [1]>>:$threshold);
   let assemblyFormat = [{
     $x `,` $values `,` $indices `cols` `(` $col0 `,` $cols `)` `slot` `(` $slot `)`
     (`from` `(` $from^ `)`)?
     (`sample` `(` $temperature^ `,` $seed `,` $counter `:` type($temperature) `,` type($seed) `,`
       type($counter) `)`)?
+    (`above` `(` $threshold^ `:` type($threshold) `)`)?
     attr-dict `:` type($x) `,` type($values) `,` type($indices)
     (`,` type($from)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "the logit threshold of a token's top-k, top-p and min-p sampling filters";
+  let description = [{
+    For token `m` of `x` (its logits, one row per token), sampled at
+    temperature `T = temperature[m]`, writes to `threshold[m]` the least
+    `y = x[m, j] / T` that the filters keep, applied in this order (that of
+    Hugging Face transformers' logits warpers):
+
+    - top-k (`top_k[m]` in `(0, V)`): the `k`-th largest `y` (ties kept);
+    - top-p (`top_p[m]` in `(0, 1)`): of the tokens top-k keeps, the least
+      `y` whose tokens with a larger `y` hold less than `p` of their
+      probability mass (softmax of `y`): the smallest set of the most likely
+      tokens that holds `p` of it;
+    - min-p (`min_p[m]` in `(0, 1]`): `max(y) + log(min_p)`, the tokens
+      at least `min_p` times as likely as the most likely one.
+
+    A filter outside its range is off; with none on, or `T <= 0`, the
+    threshold is -inf. `et.argmax ... sample(...) above(%threshold)` then
+    samples from what is left. The op runs on all threads of the worker
+    (a task tile per token): radix selects over the order-preserving 32-bit
+    keys of `y`, 8 bits a pass, with the counts (top-k) and the mass (top-p)
+    of each key range in shared memory, so the threshold is exact up to the
+    order of f32 additions of the mass.
+
+    Example:
+
+    ```mlir
+    et.sample_threshold %logits token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau)
+        : memref<?x151936xf32>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
+                       Index:$token,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$temperature,
+                       Arg<MemRefRankOf<[I32], [1]>, "", [MemRead]>:$top_k,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$top_p,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$min_p,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemWrite]>:$threshold);
+  let assemblyFormat = [{
+    $x `token` `(` $token `)` `temperature` `(` $temperature `)` `top_k` `(` $top_k `)` `top_p` `(` $top_p `)`
+    `min_p` `(` $min_p `)` `into` `(` $threshold `)` attr-dict `:` type($x) `,` type($temperature) `,`
+    type($top_k) `,` type($top_p) `,` type($min_p) `,` type($threshold)
   }];
   let hasVerifier = 1;
 }

@@ -68,14 +68,17 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
     symmetric = ()
     if tp == 1:
-        # Sampling (a row's temperature, 0 for greedy, and seed). Steps in
+        # Sampling (a row's temperature, 0 for greedy, seed, filters and
+        # the threshold they give: et.sample_threshold). Steps in
         # one launch (`kernel.steps`): the step budget, the stop
         # flag, the host's request to end the launch after the current
         # step, each row's budget of new tokens, stop ids and finish
         # reason, and every cache slot's tokens by position (the caches'
         # storage shape, so that every kernel variant shares them).
         i64 = IntegerType.get_signless(64)
-        args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64))]
+        args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64)),
+                 ("top_k", mr([DYN], i32)), ("top_p", mr([DYN], f32)), ("min_p", mr([DYN], f32)),
+                 ("threshold", mr([DYN], f32))]
         args += [("steps", idx), ("stop", mr([1], i32)), ("interrupt", mr([1], i32)), ("remaining", mr([DYN], i32)),
                  ("stop_ids", mr([DYN, MAX_STOP_IDS], i32)), ("finished", mr([DYN], i32)),
                  ("out_tokens", mr([lay.cache_slots, lay.cache_len + 1], i32))]

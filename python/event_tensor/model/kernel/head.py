@@ -1,6 +1,7 @@
 """The end of the decode step: the final norm (in the LM head's tiles with
 fused norms), the LM head, and the next token (greedy, or sampled at the
-row's temperature on one device), an argmax in two stages
+row's temperature from what its top-k, top-p and min-p filters leave, on
+one device), an argmax in two stages
 (one tile per vocabulary chunk, then one over the chunks' candidates; on
 several devices every device's candidates are gathered between)."""
 
@@ -39,9 +40,23 @@ def head_tasks(ctx, prev: str) -> None:
              flops=lm_flops)
     chunk = -(-V_lm // lay.argmax_chunks)
     # On one device a row whose temperature is above 0 samples (Gumbel-max
-    # keys from its seed and position); the others take the greedy token.
-    sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"]) if tp == 1 else {}
-    task("argmax_part", [lay.argmax_chunks], ["lm_head"],
+    # keys from its seed and position) from what its top-k, top-p and min-p
+    # filters leave (a tile per row finds the least logit they keep); the
+    # others take the greedy token.
+    sample, before = {}, "lm_head"
+    if tp == 1:
+        # A tile per row of the compiled batch (static tile counts keep the
+        # layered kernel's tile graph checkable); rows past the launch's
+        # batch only signal.
+        def sample_filter_body(m):
+            live = arith.CmpIOp(arith.CmpIPredicate.ult, m, ctx.batch).result
+            ctx.guarded(live, lambda: et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"],
+                                                          A["min_p"], A["threshold"]))
+        task("sample_filter", [ctx.B], ["lm_head"], sample_filter_body, nbytes=4 * V_lm, flops=V_lm)
+        sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
+                      threshold=A["threshold"])
+        before = "sample_filter"
+    task("argmax_part", [lay.argmax_chunks], [before],
          lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
                              arith.MulIOp(t, const(chunk)).result, const(chunk), t, **sample),
          nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
