@@ -525,6 +525,12 @@ class DecodeSession:
         if (rows["temperature"] > 0).any() and "temperature" not in self.buffers:
             raise ValueError("sampling (temperature > 0) needs a kernel on one device; this one runs on "
                              f"{self.tp} devices (greedy only)")
+        filtered = (rows["top_k"] > 0).any() or (rows["top_p"] < 1).any() or (rows["min_p"] > 0).any()
+        if filtered and "top_k" not in self.buffers:
+            raise ValueError(f"{self.path}: this kernel samples without filters (compiled before top_k, top_p "
+                             "and min_p were in the kernel): recompile it")
+        if "top_k" not in self.buffers:
+            rows = {k: rows[k] for k in ("temperature", "seed")}
         return rows
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None,

@@ -45,14 +45,17 @@ def head_tasks(ctx, prev: str) -> None:
     # others take the greedy token.
     sample, before = {}, "lm_head"
     if tp == 1:
-        # A tile per row of the compiled batch (static tile counts keep the
-        # layered kernel's tile graph checkable); rows past the launch's
-        # batch only signal.
+        # A tile per row (the compiled batch's rows, or one per argmax_part
+        # tile if there are more of those, so that each of them follows a
+        # filter tile on its worker: with one filter tile as the only
+        # producer, the static schedule stacked argmax_part tiles on its
+        # worker); tiles past the launch's batch only signal. Static tile
+        # counts keep the layered kernel's tile graph checkable.
         def sample_filter_body(m):
             live = arith.CmpIOp(arith.CmpIPredicate.ult, m, ctx.batch).result
             ctx.guarded(live, lambda: et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"],
                                                           A["min_p"], A["threshold"]))
-        task("sample_filter", [ctx.B], ["lm_head"], sample_filter_body, nbytes=4 * V_lm, flops=V_lm)
+        task("sample_filter", [max(ctx.B, lay.argmax_chunks)], ["lm_head"], sample_filter_body, nbytes=0, flops=0)
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
                       threshold=A["threshold"])
         before = "sample_filter"
