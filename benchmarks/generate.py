@@ -12,7 +12,7 @@ decode seconds / (new - 1). Three ways, in the same process:
 - `device`: `DecodeSession.generate`: one launch runs every decode step, the
   kernel feeding each row's token back (steps on the device);
 - `stream_<k>`: `DecodeSession.stream(chunk=k)`: launches of k steps, the
-  tokens handed out after each (--chunks);
+  tokens handed out as the kernel makes them (--chunks);
 - `sampled`: `generate` at --temperature (Gumbel-max sampling in the kernel);
 - `host_loop`: `DecodeSession.step` per token, the host feeding the token
   back (one launch, copies and a synchronization per token);

@@ -164,22 +164,26 @@ def test_generate_samples_in_the_kernel(compiled, monkeypatch):
 
 
 def test_stream_hands_out_the_tokens_of_generate(compiled, monkeypatch):
-    """stream() yields the prefill's tokens, then each launch's (up to
-    `chunk` steps): together the tokens of generate(), greedy or sampled,
-    with each row stopping on its own."""
+    """stream() yields the prefill's tokens, then the tokens as the kernel
+    makes them (read while each launch of up to `chunk` steps runs):
+    together the tokens of generate(), greedy or sampled, with each row
+    stopping on its own."""
     config, weights, path = compiled
     session = model.DecodeSession(path, weights)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     for kwargs in ({}, {"temperature": 3.0, "seed": [5, 6]}):
         session.reset()
         want = session.generate(prompts, 9, **kwargs)
-        session.reset()
-        stream = session.stream(prompts, 9, chunk=3, **kwargs)
-        items = list(stream)
-        assert len(items) == 1 + 3 and all(len(item) == 2 for item in items)
-        assert items[0] == [[t[0]] for t in want.tokens]
-        assert [sum((item[b] for item in items), []) for b in range(2)] == want.tokens
-        assert stream.result.tokens == want.tokens and stream.result.launches == 3
+        for chunk, launches in ((3, 3), (None, 1)):
+            session.reset()
+            stream = session.stream(prompts, 9, chunk=chunk, **kwargs)
+            items = list(stream)
+            # At least an item per launch; how many more depends on when the
+            # host reads the history.
+            assert len(items) >= 1 + launches and all(len(item) == 2 for item in items)
+            assert items[0] == [[t[0]] for t in want.tokens]
+            assert [sum((item[b] for item in items), []) for b in range(2)] == want.tokens
+            assert stream.result.tokens == want.tokens and stream.result.launches == launches
     # A row that stops early gets nothing from the later launches.
     stop_at = want.tokens[0][2]
     session.reset()
@@ -195,6 +199,12 @@ def test_stream_hands_out_the_tokens_of_generate(compiled, monkeypatch):
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="chunk must be a positive int"):
             session.stream(prompts, 4, chunk=bad)
+    # An error in the launch's thread reaches the caller's.
+    with monkeypatch.context() as m:
+        m.setattr(session, "decode_launch", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("launch failed")))
+        session.reset()
+        with pytest.raises(RuntimeError, match="launch failed"):
+            list(session.stream(prompts, 4))
     session.close()
 
 

@@ -5,6 +5,8 @@ the runtime (no MLIR), so it runs where the artifact was copied to."""
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +66,9 @@ class Generation:
 
 class GenerationStream:
     """A generation handed out as it runs (`DecodeSession.stream`):
-    iterating yields each row's new tokens after the prefill and after
-    every launch; `result` is the `Generation` once the iteration ended."""
+    iterating yields each row's new tokens after the prefill and then as
+    the kernel makes them; `result` is the `Generation` once the iteration
+    ended."""
 
     def __init__(self, run):
         self._run = run
@@ -550,28 +553,34 @@ class DecodeSession:
         `seed` and position, so a generation repeats exactly for its seeds,
         whatever the number of workers. The prefill's token is greedy."""
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p)
-        run = self._generation(prompts, max_new_tokens, stop, sampling, chunk=None)
+        run = self._generation(prompts, max_new_tokens, stop, sampling, chunk=None, streamed=False)
         for _ in run:
             pass
         return run.result
 
     def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None, temperature=0.0,
-               seed=0, top_k=0, top_p=1.0, min_p=0.0, chunk: int = 16) -> "GenerationStream":
+               seed=0, top_k=0, top_p=1.0, min_p=0.0, chunk: int | None = None) -> "GenerationStream":
         """`generate`, handing the tokens out as they come: iterating yields,
-        after the prefill and then after every launch of up to `chunk`
-        decode steps, each row's new tokens since the last item (a list per
-        row, empty for a row with none); `.result` is the `Generation` once
-        the iteration ends. The host waits once per launch, not per token
-        (about 0.5 ms a launch: `chunk` trades that against how soon tokens
-        arrive)."""
-        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-            raise ValueError(f"chunk must be a positive int (decode steps per launch), got {chunk!r}")
+        after the prefill and then as the kernel makes them, each row's new
+        tokens since the last item (a list per row, empty for a row with
+        none); `.result` is the `Generation` once the iteration ends. The
+        launch runs in a thread of its own and the tokens are read from the
+        token history while it runs (host memory the GPU writes into): the
+        host waits for no launch to end before handing them out. `chunk`
+        bounds the decode steps of a launch (default: every step in one);
+        a kernel without steps (several devices) hands out a step's tokens
+        after each launch."""
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
+            raise ValueError(f"chunk must be a positive int (decode steps per launch) or None, got {chunk!r}")
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p)
-        return self._generation(prompts, max_new_tokens, stop, sampling, chunk=int(chunk))
+        return self._generation(prompts, max_new_tokens, stop, sampling, chunk=None if chunk is None else int(chunk),
+                                streamed=True)
 
-    def _generation(self, prompts, max_new_tokens, stop, sampling, chunk) -> "GenerationStream":
+    def _generation(self, prompts, max_new_tokens, stop, sampling, chunk, streamed) -> "GenerationStream":
         """Checks every argument (before any launch) and returns the
-        generation as a stream of launches (`chunk` steps each; None: all)."""
+        generation as a stream of launches (`chunk` steps each; None: all),
+        handing the tokens out as they are made if `streamed`, else after
+        each launch."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
                 or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
@@ -590,11 +599,12 @@ class DecodeSession:
                              f"{self.max_context}")
         for p in prompts:
             self._check_tokens(np.asarray(p, np.int64))
-        return GenerationStream(self._run(prompts, int(max_new_tokens), stop_ids, rows, lengths, chunk))
+        return GenerationStream(self._run(prompts, int(max_new_tokens), stop_ids, rows, lengths, chunk, streamed))
 
-    def _run(self, prompts, max_new_tokens, stop_ids, sampling, lengths, chunk):
+    def _run(self, prompts, max_new_tokens, stop_ids, sampling, lengths, chunk, streamed):
         """The generation (see `stream`): yields each row's new tokens after
-        the prefill and after each launch; returns the `Generation`."""
+        the prefill, then as they are made (`streamed`) or after each
+        launch; returns the `Generation`."""
         n = len(prompts)
         start = time.perf_counter()
         first = self.prefill(prompts)
@@ -613,8 +623,12 @@ class DecodeSession:
             steps = 1
         while (finished == 0).any():
             live = np.flatnonzero(finished == 0)
-            rows = self.decode_launch(live, last[live], pos[live], left[live], stop_ids[live], steps,
-                                      sampling={k: v[live] for k, v in sampling.items()})
+            args = (live, last[live], pos[live], left[live], stop_ids[live], steps)
+            live_sampling = {k: v[live] for k, v in sampling.items()}
+            if streamed:
+                rows = yield from self._streamed_launch(n, live, args, live_sampling)
+            else:
+                rows = self.decode_launch(*args, sampling=live_sampling)
             launches += 1
             new = [[] for _ in range(n)]
             for b, (got, reason) in zip(live, rows):
@@ -623,12 +637,51 @@ class DecodeSession:
                 finished[b] = reason
                 if got:
                     last[b], pos[b], left[b] = got[-1], pos[b] + len(got), left[b] - len(got)
-            yield new
+            if not streamed:
+                yield new
         decode_s = time.perf_counter() - start
         bad = [b for b in range(n) if finished[b] == FINISH_NONFINITE]
         if bad:
             raise NonFiniteLogitsError(bad)
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
+
+    def _streamed_launch(self, n: int, live, args, sampling):
+        """`decode_launch(*args)` in a thread of its own, yielding each of the
+        `n` rows' tokens (row `live[b]` for the launch's row b) as the kernel
+        makes them; returns the launch's result."""
+        items: queue.SimpleQueue = queue.SimpleQueue()
+        out: dict = {}
+
+        def run():
+            try:
+                out["rows"] = self.decode_launch(*args, sampling=sampling,
+                                                 on_tokens=lambda b, t: items.put((int(live[b]), list(t))))
+            except BaseException as err:  # noqa: BLE001 - raised in the caller's thread
+                out["error"] = err
+            finally:
+                items.put(None)
+        worker = threading.Thread(target=run, name="event-tensor-stream", daemon=True)
+        worker.start()
+        done = False
+        while not done:
+            batch = [items.get()]
+            while True:
+                try:
+                    batch.append(items.get_nowait())
+                except queue.Empty:
+                    break
+            new = [[] for _ in range(n)]
+            for item in batch:
+                if item is None:
+                    done = True
+                else:
+                    new[item[0]] += item[1]
+            if any(new):
+                yield new
+        worker.join()
+        if "error" in out:
+            raise out["error"]
+        return out["rows"]
 
     def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, sampling=None,
                       on_tokens=None, interrupt_when=None) -> list[tuple[list[int], int]]:
