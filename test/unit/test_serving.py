@@ -89,6 +89,21 @@ def test_stop_strings_hold_back_a_possible_start():
     assert t.feed("the en") == ("the ", False) and t.flush() == "en"
 
 
+def test_queue_full_and_closed(served):
+    """Past `max_waiting` waiting requests `submit` raises QueueFull; a
+    closed engine refuses requests (HTTP 503 both)."""
+    from event_tensor.serving import EngineClosed, QueueFull
+
+    engine = Engine(served.session, chunk=4, max_waiting=0)
+    try:
+        with pytest.raises(QueueFull, match="waiting already"):
+            engine.submit([1, 2], SamplingParams(max_tokens=2), lambda *a: None)
+    finally:
+        engine.close()
+    with pytest.raises(EngineClosed, match="closed"):
+        engine.submit([1, 2], SamplingParams(max_tokens=2), lambda *a: None)
+
+
 def test_model_dir_errors(tmp_path):
     with pytest.raises(ValueError, match="not a directory"):
         open_model(tmp_path / "missing")
@@ -394,4 +409,9 @@ def test_cli_generate(tmp_path, capsys):
     assert main(argv + ["--chat"]) == 0
     assert main(["generate", str(tmp_path / "nope"), "--device", "cpu", "--prompt", "x"]) == 2
     assert "not a directory" in capsys.readouterr().err
+    assert main(["serve", str(tmp_path / "nope"), "--device", "cpu"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    # More than 16 sequences on the host: the tensor-core tiles' loops.
+    assert main(argv[:-4] + ["--max-batch", "20", "--workers", "2", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "max batch 20" in capsys.readouterr().err
     assert codec.vocab_size == 300

@@ -62,6 +62,10 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
     if prefill_rows is None:
         prefill_rows = 512 if device == "cuda" else 0
     options, out_dir = {}, None
+    if device != "cuda" and max_batch > 16:
+        # More rows than the et.linear row tiles take: the tensor-core
+        # tiles' loops on the host.
+        options = {"linear_tile": "mma"}
     if device == "cuda":
         # Cubins (no driver compile at load); tensor-core tiles for the
         # batches where they win, as kernel variants in a directory of
