@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from event_tensor.reference import sampling_filter_probs
+
 WIDTH, PARTS = 1024, 8
 KERNEL = f"""
 et.kernel @draw_filtered(%x: memref<?x{WIDTH}xf32>, %pv: memref<?x{PARTS}xf32>, %pi: memref<?x{PARTS}xi32>,
@@ -47,27 +49,6 @@ et.kernel @draw_filtered(%x: memref<?x{WIDTH}xf32>, %pv: memref<?x{PARTS}xf32>, 
 }}
 """
 CASES = [dict(top_k=20), dict(top_p=0.5), dict(min_p=0.05), dict(top_k=40, top_p=0.8), dict(top_p=0.9, min_p=0.02)]
-
-
-def filtered_probs(logits, temperature, top_k=0, top_p=1.0, min_p=0.0):
-    """What Hugging Face transformers' warpers leave (temperature, top-k,
-    top-p, min-p), as probabilities."""
-    y = logits.astype(np.float64) / temperature
-    keep = np.isfinite(y)
-    if 0 < top_k < len(y):
-        keep &= y >= np.sort(y)[-top_k]
-    if 0 < top_p < 1:
-        w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
-        w /= w.sum()
-        order = np.argsort(-y, kind="stable")
-        above = np.concatenate([[0.0], np.cumsum(w[order])[:-1]])
-        nucleus = np.zeros_like(keep)
-        nucleus[order] = above < top_p
-        keep &= nucleus
-    if min_p > 0:
-        keep &= y >= y.max() + np.log(min_p)
-    w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
-    return w / w.sum()
 
 
 def main():
@@ -110,7 +91,7 @@ def main():
             counts += np.bincount(out[:, 0].cpu().numpy(), minlength=WIDTH)
             taus.append(tau.cpu().numpy())
         total = int(counts.sum())
-        want = filtered_probs(logits, args.temperature, **case)
+        want = sampling_filter_probs(logits, args.temperature, **case)
         live = want > 0
         # Tokens expected fewer than 5 times are pooled into one cell.
         big = live & (total * want >= 5)

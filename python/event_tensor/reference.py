@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "head_rmsnorm", "prefill_attention", "rope"]
+__all__ = ["attention", "head_rmsnorm", "prefill_attention", "rope", "sampling_filter_probs"]
 
 
 def rope(x, positions, theta, llama3_scaling=None):
@@ -50,3 +50,24 @@ def prefill_attention(q, k, v, pos0):
     hold the prompt's keys and values; scale 1/sqrt(D)."""
     return np.stack([attention(q[t], k, v, pos0 + t + 1) for t in range(q.shape[0])])
 
+
+def sampling_filter_probs(logits, temperature, top_k=0, top_p=1.0, min_p=0.0):
+    """The distribution that sampling at `temperature` after the top-k,
+    top-p and min-p filters draws from, as Hugging Face transformers'
+    warpers compute it (in that order; ties at the k-th value kept)."""
+    y = np.asarray(logits, np.float64) / temperature
+    keep = np.isfinite(y)
+    if 0 < top_k < len(y):
+        keep &= y >= np.sort(y)[-top_k]
+    if 0 < top_p < 1:
+        w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
+        w /= w.sum()
+        order = np.argsort(-y, kind="stable")
+        above = np.concatenate([[0.0], np.cumsum(w[order])[:-1]])
+        nucleus = np.zeros_like(keep)
+        nucleus[order] = above < top_p
+        keep &= nucleus
+    if min_p > 0:
+        keep &= y >= y[np.isfinite(y)].max() + np.log(min_p)
+    w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
+    return w / w.sum()

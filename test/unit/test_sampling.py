@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import event_tensor as et
+from event_tensor.reference import sampling_filter_probs
 
 # One row per draw: stage 1 over `tiles` column blocks of 8 / tiles columns
 # each, stage 2 over the blocks' keys.
@@ -124,27 +125,6 @@ et.kernel @draw_filtered(%x: memref<?x8xf32>, %pv: memref<?x4xf32>, %pi: memref<
 """
 
 
-def filtered_probs(logits, temperature, top_k=0, top_p=1.0, min_p=0.0):
-    """The distribution the filters leave, as Hugging Face transformers'
-    warpers compute it (temperature, top-k, top-p, min-p)."""
-    y = logits / temperature
-    keep = np.isfinite(y)
-    if 0 < top_k < len(y):
-        keep &= y >= np.sort(y)[-top_k]
-    if 0 < top_p < 1:
-        w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
-        w /= w.sum()
-        order = np.argsort(-y, kind="stable")
-        above = np.concatenate([[0.0], np.cumsum(w[order])[:-1]])
-        nucleus = np.zeros_like(keep)
-        nucleus[order] = above < top_p
-        keep &= nucleus
-    if min_p > 0:
-        keep &= y >= y[np.isfinite(y)].max() + np.log(min_p)
-    w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
-    return w / w.sum()
-
-
 @pytest.fixture(scope="module")
 def draw_filtered(tmp_path_factory):
     launch = et.compile(FILTERED, target="cpu", workers=3,
@@ -171,7 +151,7 @@ def test_filtered_draws_follow_the_filtered_softmax(draw_filtered, filters):
     (chi-square), and a token they drop is never drawn."""
     n, temperature = 12000, 0.7
     tokens, tau = draw_filtered(temperature, np.arange(n) * 7919 + 1, **filters)
-    want = filtered_probs(LOGITS, temperature, **filters)
+    want = sampling_filter_probs(LOGITS, temperature, **filters)
     counts = np.bincount(tokens, minlength=8)
     assert (counts[want == 0] == 0).all(), (counts.tolist(), want.round(3).tolist())
     live = want > 0
