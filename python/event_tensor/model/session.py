@@ -394,16 +394,17 @@ class DecodeSession:
             raise ValueError(f"budget must be at least 1, got {budget}")
         rows = self.prefill_rows if self.prefill_launcher is not None else self.max_batch
         chunk = prompt[start: start + min(budget, rows)]
+        last = start + len(chunk) == len(prompt)
         if self.prefill_launcher is not None:
-            self._check_tokens(chunk)
+            # (prefill_arguments checks the chunk's tokens.)
             self.prefill_launcher(*self.prefill_arguments(slot, start, chunk))
             self.batch = 1
-            token = int(self.next_tokens()[0])
+            token = int(self.next_tokens()[0]) if last else None
         else:
             n = len(chunk)
-            token = int(self.step(chunk, np.arange(start, start + n), [slot] * n)[-1])
-        fed = len(chunk)
-        return fed, (token if start + fed == len(prompt) else None)
+            out = self.step(chunk, np.arange(start, start + n), [slot] * n)
+            token = int(out[-1]) if last else None
+        return len(chunk), token
 
     def _prefill_prompt(self, slot: int, prompt: Sequence[int]) -> int:
         """One prompt through the prefill kernel, in chunks of at most
@@ -414,11 +415,12 @@ class DecodeSession:
             raise ValueError(f"prompt length {len(prompt)} exceeds the compiled context {self.max_context}")
         self._check_tokens(prompt)
         start = time.perf_counter()
-        for pos0 in range(0, len(prompt), self.prefill_rows):
-            self.prefill_launcher(*self.prefill_arguments(slot, pos0, prompt[pos0: pos0 + self.prefill_rows]))
+        fed, token = 0, None
+        while token is None:
+            n, token = self.prefill_part(slot, prompt, fed, len(prompt))
+            fed += n
         self.last_prefill_s = time.perf_counter() - start
-        self.batch = 1
-        return int(self.next_tokens()[0])
+        return token
 
     def prefill_arguments(self, slot: int, pos0: int, chunk: Sequence[int]) -> list:
         """The prefill kernel's arguments for the tokens `chunk` (at most
@@ -461,9 +463,10 @@ class DecodeSession:
         """Whether the decode kernel runs many steps per launch (one device)."""
         return all(any(a["name"] == "steps" for a in art.metadata["arguments"]) for art in self.artifacts)
 
-    def _stop_rows(self, stop, n: int) -> np.ndarray:
-        """The stop ids per row [n, MAX_STOP_IDS], -1 where unused: `stop`
-        is one sequence of ids for every row, or one per row."""
+    def stop_rows(self, stop, n: int) -> np.ndarray:
+        """The stop ids of `n` rows, checked, as the kernel's row buffer
+        [n, MAX_STOP_IDS] (-1 where unused): `stop` is one sequence of ids
+        for every row, or one per row."""
         rows = list(stop) if stop is not None else []
         if not rows:
             rows = [[]] * n
@@ -589,7 +592,7 @@ class DecodeSession:
         n = len(prompts)
         if n > self.max_batch:
             raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
-        stop_ids = self._stop_rows(stop, n)
+        stop_ids = self.stop_rows(stop, n)
         rows = self.sampling_rows(n, **sampling)
         lengths = np.array([len(p) for p in prompts], np.int64)
         longest = int((lengths + max_new_tokens - 1).max())
