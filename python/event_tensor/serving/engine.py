@@ -75,7 +75,7 @@ class Request:
     on_output: Callable[["Request", list[int], str | None], None]
     max_tokens: int = 0
     sampling: dict = field(default_factory=dict)  # one row of DecodeSession.sampling_rows
-    stop_ids: list[int] = field(default_factory=list)
+    stop_ids: np.ndarray | None = None  # the kernel's row (DecodeSession.stop_rows)
     slot: int = -1
     fed: int = 0  # prompt positions in the cache
     tokens: list[int] = field(default_factory=list)
@@ -128,9 +128,9 @@ class Engine:
 
     # -- requests ------------------------------------------------------------
 
-    def check(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, list[int], dict]:
-        """(the request's max new tokens, its stop ids, its sampling row) or
-        a ValueError naming what is wrong."""
+    def check(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, np.ndarray, dict]:
+        """(the request's max new tokens, its stop-id row, its sampling row)
+        or a ValueError naming what is wrong."""
         m = params.max_tokens
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
@@ -151,13 +151,12 @@ class Engine:
         if max_tokens > room:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")
-        for t in params.stop_ids:
-            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < self.vocab:
-                raise ValueError(f"stop id {t!r} is not a token id in [0, {self.vocab})")
+        # The session checks the request's ids; the model's end ids join them.
+        self.session.stop_rows([list(params.stop_ids)], 1)
         stops = list(dict.fromkeys([*params.stop_ids, *([] if params.ignore_eos else self.eos_ids)]))
         if len(stops) > MAX_STOP_IDS:
             raise ValueError(f"at most {MAX_STOP_IDS} stop ids (with the model's end ids), got {len(stops)}")
-        return max_tokens, stops, sampling
+        return max_tokens, self.session.stop_rows([stops], 1)[0], sampling
 
     def submit(self, prompt: Sequence[int], params: SamplingParams,
                on_output: Callable[[Request, list[int], str | None], None]) -> Request:
@@ -272,9 +271,7 @@ class Engine:
 
     def _decode(self) -> None:
         rows = list(self._running)
-        stops = np.full((len(rows), MAX_STOP_IDS), -1, np.int32)
-        for b, req in enumerate(rows):
-            stops[b, : len(req.stop_ids)] = req.stop_ids
+        stops = np.stack([r.stop_ids for r in rows])
         last = [r.tokens[-1] if r.tokens else r.prompt[-1] for r in rows]
         positions = [len(r.prompt) - 1 + len(r.tokens) for r in rows]
         remaining = [r.max_tokens - len(r.tokens) for r in rows]
