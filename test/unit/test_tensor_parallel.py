@@ -95,17 +95,23 @@ def test_tp_rejects_what_it_cannot_split(tmp_path):
         tp_shards(model.tiny_config("llama"), {}, 2)
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_tensor_core_linear_tiles_match_reference(tp, tmp_path):
+@pytest.mark.parametrize("tp,fuse_norms", [(1, None), (1, True), (2, None)])
+def test_tensor_core_linear_tiles_match_reference(tp, fuse_norms, tmp_path):
     """linear_tile="mma": every linear layer as et.matmul tiles of 16 rows
     (q, k and v blocks as tiles of their own, two GEMM tiles and the SiLU
-    in one mlp tile), at batch 1 to 4, on one device and split over two."""
+    in one mlp tile), at batch 1 to 4, on one device and split over two.
+    On one device the norms are tasks of a tile per row by default
+    (rows past the launch's batch only signal); fused on request, and on
+    two devices."""
     config = _config("qwen3")
     weights = model.random_weights(config, seed=9)
     path = model.compile_model(config, target="cpu", max_batch=4, max_context=32, workers=3, split_len=8,
-                               tp=tp, linear_tile="mma", cache_dir=tmp_path)
+                               tp=tp, linear_tile="mma", fuse_norms=fuse_norms, cache_dir=tmp_path)
     info = json.loads((path / "model.json").read_text())
-    assert info["linear_tile"] == "mma"
+    fused = fuse_norms or tp > 1
+    assert info["linear_tile"] == "mma" and info["fuse_norms"] is fused
+    tasks = json.loads((path / "metadata.json").read_text())["tasks"]
+    assert ("norm1" in tasks and "norm2" in tasks and "final_norm" in tasks) is not fused
     session = model.DecodeSession(path, weights)
     ref = model.ReferenceModel(config, weights, max_batch=4, max_context=32)
     for tokens, positions in [([5, 9, 3, 7], [0, 0, 0, 0]), ([17, 200, 1, 2], [1, 1, 1, 1]), ([33], [2]),
@@ -119,9 +125,9 @@ def test_linear_tile_choice_is_checked(tmp_path):
     with pytest.raises(ValueError, match="linear_tile must be 'rows', 'mma' or 'auto', got 'wide'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=32, linear_tile="wide",
                             cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="linear_tile='mma' needs fused norms"):
+    with pytest.raises(ValueError, match="fuse_norms must be a bool or None, got 'yes'"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=32, linear_tile="mma",
-                            fuse_norms=False, cache_dir=tmp_path)
+                            fuse_norms="yes", cache_dir=tmp_path)
 
 
 @pytest.mark.parametrize("tp", [1, 2])

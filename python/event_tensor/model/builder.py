@@ -69,11 +69,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     (for example from a tuning table); by default about one tile per
     worker.
 
-    With `fuse_norms` (the default), every tile of a linear layer that
-    reads a normalized residual stream (qkv, gate/up, LM head) normalizes
-    it itself into its own rows of a scratch buffer `xs` [tiles, max_batch,
-    hidden], instead of waiting for a one-tile RMSNorm task: two fewer
-    dependent phases per layer. A tile's scratch rows are free again by the
+    With `fuse_norms` (the default of `et.linear` tiles), every tile of a
+    linear layer that reads a normalized residual stream (qkv, gate/up,
+    LM head) normalizes it itself into its own rows of a scratch buffer
+    `xs` [tiles, max_batch, hidden], instead of waiting for an RMSNorm task
+    (a tile per row, into `xn`): two fewer dependent phases per layer. A tile's scratch rows are free again by the
     time the next task uses them, since each such task waits on all tiles
     of the one before. (Merging every head's attention splits inside each
     `o` tile the same way measured no faster at batch 1 and slower at batch
@@ -106,8 +106,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     `linear_tile="mma"` computes the linear layers with `et.matmul` tiles
     of 16 x BN rows of w (`mma.sync` tensor-core tiles, the batch padded to
     16 rows) instead of `et.linear`: a tile reads its weights once for all
-    rows of the batch (fused norms only). q, k and v get tiles of their
-    own in the `qkv` task; BN per layer from `mma_block`.
+    rows of the batch; its norms are tasks of their own by default. q, k
+    and v get tiles of their own in the `qkv` task; BN per layer from
+    `mma_block`.
 
     With `gated_mlp` (the default), an `mlp` tile of `et.linear` rows
     computes its activation in one `et.linear ... gated(%wu)` (each warp's

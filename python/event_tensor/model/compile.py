@@ -126,7 +126,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   workers: int | None = None, split_len: int | None = None, out_dir: str | Path | None = None,
                   cache_dir: str | Path | None = None, use_cache: bool = True, layered: bool | None = None,
                   tuning_table=None, batch_variants: bool = False, table_batch: int | None = None,
-                  fuse_norms: bool = True, scratch_rows: int | None = None, prefill_rows: int = 0,
+                  fuse_norms: bool | None = None, scratch_rows: int | None = None, prefill_rows: int = 0,
                   prefill_tiles: dict | None = None, tp: int = 1, linear_tile: str = "rows",
                   specialize=False, cache_batch: int | None = None, cache_context: int | None = None,
                   jobs: int | None = None, min_batch: int = 1, qk_heads: int | None = None,
@@ -146,8 +146,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     kind over (layer, tile) instead of one per layer (see
     `build_decode_kernel`); it needs the static schedule, and is the
     default (None) unless `mode="dynamic"`. `fuse_norms`
-    (default) has each linear tile normalize its own input instead of a
-    one-tile RMSNorm task per norm. `tuning_table` (a
+    (default for `et.linear` tiles) has each linear tile normalize its own
+    input instead of an RMSNorm task of a tile per row. `tuning_table` (a
     path, `event_tensor.tuning.TuningTable`, or the name of a GPU with a
     shipped table, such as "NVIDIA H200") picks the rows per tile of
     every linear layer for M = max_batch; shapes it lacks use the heuristic,

@@ -48,7 +48,9 @@ class KernelOptions:
     norm_in_linear: bool | tuple | None = None
     #: "global" or "shared".
     norm_scratch: str | None = None
-    fuse_norms: bool = True
+    #: Each linear tile normalizes its own input (True), or one tile per
+    #: row normalizes it once per norm (False); None: chosen by `resolve`.
+    fuse_norms: bool | None = None
     #: KV heads per `qk` tile.
     qk_heads: int | None = None
     #: Rows of the norm scratch `xs` (at least what the kernel's tiles need).
@@ -58,7 +60,10 @@ class KernelOptions:
         # A choice that the tile kind rules out is checked once the kind is
         # known ("auto" is resolved per kernel variant).
         mma = self.linear_tile == "mma"
-        if self.tp != 1 and (self.layered is not None and not self.layered or not self.fuse_norms):
+        if self.fuse_norms is not None and not isinstance(self.fuse_norms, bool):
+            raise ValueError(f"fuse_norms must be a bool or None, got {self.fuse_norms!r}")
+        unfused = self.fuse_norms is False
+        if self.tp != 1 and (self.layered is not None and not self.layered or unfused):
             raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
         if self.linear_tile not in ("rows", "mma", "auto"):
             raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {self.linear_tile!r}")
@@ -78,14 +83,12 @@ class KernelOptions:
                 not isinstance(norm_in_linear, tuple) or not set(norm_in_linear) <= set(NORM_TASKS)):
             raise ValueError(f"norm_in_linear must be a bool or a list of {', '.join(NORM_TASKS)}, "
                              f"got {norm_in_linear!r}")
-        if self.norm_tasks and (mma or not self.fuse_norms):
+        if self.norm_tasks and (mma or unfused):
             raise ValueError("norm_in_linear needs fuse_norms and linear_tile 'rows'")
         if self.norm_scratch not in (None, "global", "shared"):
             raise ValueError(f"norm_scratch must be 'global' or 'shared', got {self.norm_scratch!r}")
-        if self.norm_scratch == "shared" and (mma or not self.fuse_norms):
+        if self.norm_scratch == "shared" and (mma or unfused):
             raise ValueError("norm_scratch='shared' needs fuse_norms and linear_tile 'rows'")
-        if mma and not self.fuse_norms:
-            raise ValueError("linear_tile='mma' needs fused norms")
 
     @property
     def norm_tasks(self) -> tuple:
@@ -98,7 +101,8 @@ class KernelOptions:
     def resolved(self) -> bool:
         """Whether every choice that `resolve` makes is made (what
         `build_decode_kernel` needs)."""
-        return None not in (self.layered, self.o_per_head, self.norm_in_linear, self.norm_scratch) and \
+        return None not in (self.layered, self.o_per_head, self.norm_in_linear, self.norm_scratch,
+                            self.fuse_norms) and \
             self.linear_tile != "auto"
 
     def check(self, num_kv_heads: int) -> None:
@@ -125,12 +129,18 @@ class KernelOptions:
           2.8-3% faster on the H200, 1-4% on the H100; Llama-3.2-1B's
           kernel, at 512 threads, spills; docs/experiments/2026-11-26-norm-in-linear.md);
         - `norm_scratch`: "shared" for one-row kernels of `et.linear` tiles
-          (1-3% faster there, same values), else "global".
+          (1-3% faster there, same values), else "global";
+        - `fuse_norms`: for `et.linear` tiles and on several devices; the
+          tensor-core tiles of one device take a norm task of a tile per
+          row instead (every one of their tiles normalized all the rows it
+          multiplies: Llama-3.2-1B on the H100 at batch 16, 2004 LM-head
+          tiles of 36 us each; docs/experiments/2026-11-28-norm-once-mma.md).
 
         `linear_tile="auto"` stays (compile_model picks it per variant)."""
         rows = self.linear_tile == "rows"
-        one_row = max_batch == 1 and rows and self.fuse_norms
-        chosen = dict(layered=mode != "dynamic", o_per_head=target == "cuda" and self.tp == 1 and rows,
+        fuse = self.fuse_norms if self.fuse_norms is not None else (rows or self.tp != 1)
+        one_row = max_batch == 1 and rows and fuse
+        chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=target == "cuda" and self.tp == 1 and rows,
                       norm_in_linear=target == "cuda" and one_row and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN,
                       norm_scratch="shared" if one_row else "global")
         return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})

@@ -46,19 +46,19 @@ class Attention:
         # v rows riding in the q tiles.
         qkv_rows = ctx.qkv_rows
         by_matrix = ctx.qkv_by_matrix and not mma
-        self.q_lin = linear_body(ctx, "wq", Hq * D, H, A["xn"], None, A["q"], rows=qkv_rows if by_matrix else None)
+        self.q_lin = linear_body(ctx, "wq", Hq * D, H, ctx.normalized_rows, None, A["q"], rows=qkv_rows if by_matrix else None)
         self.separate = mma or by_matrix
         if self.separate:
-            self.k_lin = linear_body(ctx, "wk", Hkv * D, H, A["xn"], None, A["k"], rows=qkv_rows if by_matrix else None)
-            self.v_lin = linear_body(ctx, "wv", Hkv * D, H, A["xn"], None, A["v"], rows=qkv_rows if by_matrix else None)
+            self.k_lin = linear_body(ctx, "wk", Hkv * D, H, ctx.normalized_rows, None, A["k"], rows=qkv_rows if by_matrix else None)
+            self.v_lin = linear_body(ctx, "wv", Hkv * D, H, ctx.normalized_rows, None, A["v"], rows=qkv_rows if by_matrix else None)
             self.qkv_tiles = self.q_lin[1] + self.k_lin[1] + self.v_lin[1]
         else:
             # K and V rows ride in the q tiles: one task, one tile per
             # worker, three independent linear layers per tile.
             self.qkv_tiles = self.q_lin[1]
             kv_rows = -(-(Hkv * D) // self.qkv_tiles)
-            self.k_lin = linear_body(ctx, "wk", Hkv * D, H, A["xn"], None, A["k"], rows=kv_rows)
-            self.v_lin = linear_body(ctx, "wv", Hkv * D, H, A["xn"], None, A["v"], rows=kv_rows)
+            self.k_lin = linear_body(ctx, "wk", Hkv * D, H, ctx.normalized_rows, None, A["k"], rows=kv_rows)
+            self.v_lin = linear_body(ctx, "wv", Hkv * D, H, ctx.normalized_rows, None, A["v"], rows=kv_rows)
         tp = options.tp
         self.o_lin = linear_body(ctx, "wo", H, Hq * D, lambda: ctx.collapse(A["attn"], Hq * D),
                                  ctx.batch_rows(A["part_o"]) if tp > 1 else A["h"], accumulate=tp == 1)
@@ -86,7 +86,7 @@ class Attention:
         ctx = self.ctx
         if ctx.options.fuse_norms:
             return self.qkv_task()._replace(waits=[])
-        return LayerTask("norm1", self.norm1_body, [1], False, [], 2 * ctx.H, 5 * ctx.H)
+        return LayerTask("norm1", self.norm1_body, [ctx.B], False, [], 2 * ctx.H, 5 * ctx.H)
 
     def qkv_task(self) -> LayerTask:
         q_lin, k_lin, v_lin = self.q_lin, self.k_lin, self.v_lin
@@ -119,9 +119,8 @@ class Attention:
 
     # -- norm1 and qkv -----------------------------------------------------
 
-    def norm1_body(self, l, t):
-        ctx = self.ctx
-        et.rmsnorm(ctx.A["h"], vec_view(ctx.A["ln1"], l, ctx.H), ctx.A["xn"], ctx.eps)
+    def norm1_body(self, l, b):
+        self.ctx.norm_row(vec_view(self.ctx.A["ln1"], l, self.ctx.H), b)
 
     def qkv_body(self, l, t):
         ctx = self.ctx
@@ -175,7 +174,7 @@ class Attention:
         y = pick(*(memref.cast(y_type, ctx.collapse(A[name], n))
                    for name, n in (("q", Hq * D), ("k", Hkv * D), ("v", Hkv * D))))
         tile = pick(t, arith.SubIOp(t, const(first_k)).result, arith.SubIOp(t, const(first_v)).result)
-        et.linear(x if x is not None else A["xn"], w, y, arith.MulIOp(tile, const(qkv_rows)).result,
+        et.linear(x if x is not None else ctx.normalized_rows(), w, y, arith.MulIOp(tile, const(qkv_rows)).result,
                   const(qkv_rows), **norm)
 
     # -- qk: RoPE and the KV append ----------------------------------------

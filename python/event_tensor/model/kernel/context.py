@@ -173,9 +173,24 @@ class DecodeContext:
         return memref.subview(cache, [layer, slot, 0, h0, 0], [1, 1, S, n, D], [1] * 5,
                               result_type=strided([S, n, D], self.bf16, [Hkv * D, D, 1]))
 
-    def batch_rows(self, buf):
-        """The first `batch` rows of a [max_batch, H] buffer."""
+    def batch_rows(self, buf, elt=None):
+        """The first `batch` rows of a [max_batch, H] buffer (f32, or `elt`)."""
         H = self.H
         return memref.SubViewOp(
-            MemRefType.get([DYN, H], self.f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
+            MemRefType.get([DYN, H], elt or self.f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
             buf, [], [self.batch], [], static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
+
+    def norm_row(self, w, b):
+        """xn[b] = rmsnorm(h[b]) * w where row b is in the batch: the body of
+        a norm task's tile b (norms not fused into the linear tiles)."""
+        H = self.H
+
+        def one(buf, elt):
+            return memref.subview(buf, [b, 0], [1, H], [1, 1], result_type=strided([1, H], elt, [H, 1]))
+        live = arith.CmpIOp(arith.CmpIPredicate.ult, b, self.batch).result
+        self.guarded(live, lambda: et.rmsnorm(one(self.A["h"], self.f32), w, one(self.A["xn"], self.bf16), self.eps))
+
+    def normalized_rows(self):
+        """What the linear tiles read without fused norms: the `batch`
+        rows of xn (tensor-core tiles), or all of xn (et.linear's rows)."""
+        return self.batch_rows(self.A["xn"], self.bf16) if self.mma else self.A["xn"]

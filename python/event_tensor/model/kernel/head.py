@@ -24,7 +24,8 @@ def head_tasks(ctx, prev: str) -> None:
         if layered:
             et.wait(ctx.events[ctx.layer_done], [const(L - 1)])
 
-    lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(ctx, lambda l: A["lm_head"], V_lm, H, A["xn"], A["logits"])
+    lm_body, lm_tiles, lm_bytes, lm_flops = linear_body(ctx, lambda l: A["lm_head"], V_lm, H, ctx.normalized_rows,
+                                                       A["logits"])
     if ctx.options.fuse_norms:
         def lm_head_body(t):
             wait_for_layers()
@@ -32,10 +33,10 @@ def head_tasks(ctx, prev: str) -> None:
         task("lm_head", [lm_tiles], [prev] if not layered else [], lm_head_body, nbytes=lm_bytes,
              flops=lm_flops)
     else:
-        def final_norm_body(t):
+        def final_norm_body(b):
             wait_for_layers()
-            et.rmsnorm(A["h"], A["final_norm"], A["xn"], ctx.eps)
-        task("final_norm", [1], [prev] if not layered else [], final_norm_body, nbytes=2 * H, flops=5 * H)
+            ctx.norm_row(A["final_norm"], b)
+        task("final_norm", [ctx.B], [prev] if not layered else [], final_norm_body, nbytes=2 * H, flops=5 * H)
         task("lm_head", [lm_tiles], ["final_norm"], lambda t: lm_body(None, t), nbytes=lm_bytes,
              flops=lm_flops)
     chunk = -(-V_lm // lay.argmax_chunks)

@@ -21,8 +21,8 @@ class Mlp:
     def __init__(self, ctx):
         self.ctx = ctx
         A, H, I, tp = ctx.A, ctx.H, ctx.I, ctx.options.tp
-        self.gate_lin = linear_body(ctx, "wg", I, H, A["xn"], A["g"])
-        self.up_lin = linear_body(ctx, "wu", I, H, A["xn"], A["u"])
+        self.gate_lin = linear_body(ctx, "wg", I, H, ctx.normalized_rows, A["g"])
+        self.up_lin = linear_body(ctx, "wu", I, H, ctx.normalized_rows, A["u"])
         self.down_lin = linear_body(ctx, "wd", H, I, A["act"], ctx.batch_rows(A["part_d"]) if tp > 1 else A["h"],
                                     accumulate=tp == 1)
         # Gate and up rows of one block and their activation in one tile:
@@ -35,15 +35,14 @@ class Mlp:
         tasks of the same layer."""
         H, gate_lin, down_lin = self.ctx.H, self.gate_lin, self.down_lin
         return [
-            LayerTask("norm2", self.norm2_body, [1], False, ["o"], 2 * H, 5 * H),
+            LayerTask("norm2", self.norm2_body, [self.ctx.B], False, ["o"], 2 * H, 5 * H),
             LayerTask("mlp", self.mlp_body, [self.mlp_tiles], False, ["norm2"], 2 * gate_lin[2],
                       2 * gate_lin[3] + 6 * self.mlp_rows),
             LayerTask("down", down_lin[0], [down_lin[1]], False, ["mlp"], down_lin[2], down_lin[3]),
         ]
 
-    def norm2_body(self, l, t):
-        ctx = self.ctx
-        et.rmsnorm(ctx.A["h"], vec_view(ctx.A["ln2"], l, ctx.H), ctx.A["xn"], ctx.eps)
+    def norm2_body(self, l, b):
+        self.ctx.norm_row(vec_view(self.ctx.A["ln2"], l, self.ctx.H), b)
 
     def mlp_body(self, l, t):
         ctx = self.ctx
@@ -52,7 +51,7 @@ class Mlp:
         if ctx.options.gated_mlp and not ctx.mma:
             # One pass: a warp's gate row, its up row, then its act
             # element (no g and u round trip, no barrier).
-            et.linear(x if x is not None else A["xn"], layer_view(A["wg"], l, I, H), A["act"],
+            et.linear(x if x is not None else ctx.normalized_rows(), layer_view(A["wg"], l, I, H), A["act"],
                       arith.MulIOp(t, const(mlp_rows)).result, const(mlp_rows),
                       gated=layer_view(A["wu"], l, I, H), **norm)
             return
