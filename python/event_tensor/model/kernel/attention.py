@@ -103,8 +103,7 @@ class Attention:
             self.qkv_task(),
             LayerTask("qk", self.qk_body, [Hkv // qk_heads], True, ["qkv"], 4 * D * (c.group_size + 4) * qk_heads,
                       8 * D * (c.group_size + 1) * qk_heads),
-            LayerTask("attn", self.attn_body, [Hkv, lay.splits], True, ["qk"], 4 * lay.split_len * D,
-                      4 * lay.split_len * D * c.group_size, pre=self.attn_pre),
+            self.attn_task(),
         ]
         if ctx.options.o_per_head:
             tasks.append(LayerTask("o", self.o_head_body, [Hq * self.o_blocks], False, ["attn"],
@@ -116,6 +115,27 @@ class Attention:
                                 pre=self.merge_pre),
                       LayerTask("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3])]
         return tasks
+
+    def attn_task(self) -> LayerTask:
+        """The attention tiles: per (row, KV head, split) in one-row
+        kernels; in kernels of several rows the split goes slowest, tiles
+        (split, row, KV head), so that the splits a launch leaves empty
+        (a context below the kernel's, or the launch's split length,
+        `split_of`) are the last tiles rather than every few, which the
+        static schedule dealt out to the same workers: at batch 16 half
+        the workers ran four long tiles each, the other half none
+        (docs/experiments/2026-11-28-norm-once-mma.md)."""
+        ctx = self.ctx
+        c, lay, D, Hkv = ctx.c, ctx.layout, ctx.D, ctx.Hkv
+        nbytes, flops = 4 * lay.split_len * D, 4 * lay.split_len * D * c.group_size
+        if ctx.B == 1:
+            return LayerTask("attn", self.attn_body, [Hkv, lay.splits], True, ["qk"], nbytes, flops,
+                             pre=self.attn_pre)
+
+        def pre(l, s, b, g, live=None):
+            return self.attn_pre(l, b, g, s, live=arith.CmpIOp(arith.CmpIPredicate.ult, b, ctx.batch).result)
+        return LayerTask("attn", lambda l, s, b, g, pre: self.attn_body(l, b, g, s, pre),
+                         [lay.splits, ctx.B, Hkv], False, ["qk"], nbytes, flops, pre=pre)
 
     # -- norm1 and qkv -----------------------------------------------------
 
