@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...dialects import arith, et, memref
 from ...ir import DenseI64ArrayAttr, Location, MemRefType, StridedLayoutAttr
-from .tiles import mma_block, mma_k_block, mma_m_block, mma_stages
+from .tiles import MMA_STAGES, mma_block, mma_k_block, mma_m_block
 from .views import DYN, layer_view, shared
 
 __all__ = ["linear_body", "norm_input", "normalized"]
@@ -30,9 +30,8 @@ def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
         out = ctx.collapse(y3, n) if y3 is not None else y
         xv = x_in if x_in is not None else (x() if callable(x) else x)
         if mma:
-            bm, bk = mma_m_block(ctx.B), mma_k_block(k)
-            et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([bm, rows, bk]),
-                      stages=mma_stages(bm, rows, bk), accumulate=True if accumulate else None)
+            et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([mma_m_block(ctx.B), rows, mma_k_block(k)]),
+                      stages=MMA_STAGES, accumulate=True if accumulate else None)
         else:
             et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate, **(norm or {}))
     return body, -(-n // rows), rows * k * 2, 2 * rows * k

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..config import ModelConfig, tp_config
 
-__all__ = ["MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_m_block", "mma_stages",
+__all__ = ["MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_m_block",
            "mma_scratch_tiles",
            "norm_scratch_rows", "rows_per_tile", "scratch_tiles", "sum_block"]
 
@@ -28,26 +28,11 @@ def sum_block(hidden: int) -> int:
     raise ValueError(f"hidden_size {hidden} is not a multiple of 4")
 
 
-#: The et.matmul tiles of `linear_tile="mma"`: a tile's fixed cost (ring
-#: fill, epilogue, barriers) in rows of w, measured: tiles of 16 rows ran
-#: far slower in the decode step than tiles of 64.
+#: The et.matmul tiles of `linear_tile="mma"`: ring stages, and a tile's
+#: fixed cost (ring fill, epilogue, barriers) in rows of w, measured: tiles
+#: of 16 rows ran far slower in the decode step than tiles of 64.
+MMA_STAGES = 4
 MMA_TILE_COST_ROWS = 32
-#: Bytes of w a decode et.matmul tile keeps in flight (its ring's stages
-#: but the one being multiplied), and the most shared memory its ring takes.
-MMA_WEIGHTS_IN_FLIGHT = 32 * 1024
-MMA_RING_BYTES = 128 * 1024
-
-
-def mma_stages(bm: int, bn: int, bk: int) -> int:
-    """Ring stages of a decode et.matmul tile of BM x BN x BK: enough that
-    MMA_WEIGHTS_IN_FLIGHT bytes of w are in flight (a 16-row tile's slice
-    is 4 KB: with 4 stages its worker streamed at half the copy rate), 4
-    to 8, within MMA_RING_BYTES."""
-    slice_w, slice_all = bn * bk * 2, (bm + bn) * bk * 2
-    stages = min(8, max(4, 1 + -(-MMA_WEIGHTS_IN_FLIGHT // slice_w)))
-    while stages > 3 and stages * slice_all > MMA_RING_BYTES:
-        stages -= 1
-    return stages
 
 
 def mma_block(n: int, workers: int) -> int:
