@@ -118,24 +118,36 @@ class Attention:
 
     def attn_task(self) -> LayerTask:
         """The attention tiles: per (row, KV head, split) in one-row
-        kernels; in kernels of several rows the split goes slowest, tiles
-        (split, row, KV head), so that the splits a launch leaves empty
-        (a context below the kernel's, or the launch's split length,
-        `split_of`) are the last tiles rather than every few, which the
-        static schedule dealt out to the same workers: at batch 16 half
-        the workers ran four long tiles each, the other half none
+        kernels. In kernels of several rows tile i of the task's
+        (split, row, KV head) takes work item i of the launch's rows
+        (split, row < batch, KV head), the split slowest: the tiles with
+        work are the first ones, whatever the launch's batch and split
+        length (`split_of`) leave empty, so that the static schedule
+        spreads them over the workers. In (row, KV head, split) order the
+        empty splits of a batch-16 launch were every other pair of tiles,
+        and the schedule dealt them to the same workers: half of them ran
+        four long tiles, the other half none
         (docs/experiments/2026-11-28-norm-once-mma.md)."""
         ctx = self.ctx
-        c, lay, D, Hkv = ctx.c, ctx.layout, ctx.D, ctx.Hkv
+        c, lay, D, Hkv, B, const = ctx.c, ctx.layout, ctx.D, ctx.Hkv, ctx.B, ctx.const
         nbytes, flops = 4 * lay.split_len * D, 4 * lay.split_len * D * c.group_size
-        if ctx.B == 1:
+        if B == 1:
             return LayerTask("attn", self.attn_body, [Hkv, lay.splits], True, ["qk"], nbytes, flops,
                              pre=self.attn_pre)
 
         def pre(l, s, b, g, live=None):
-            return self.attn_pre(l, b, g, s, live=arith.CmpIOp(arith.CmpIPredicate.ult, b, ctx.batch).result)
-        return LayerTask("attn", lambda l, s, b, g, pre: self.attn_body(l, b, g, s, pre),
-                         [lay.splits, ctx.B, Hkv], False, ["qk"], nbytes, flops, pre=pre)
+            i = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(s, const(B)).result, b).result,
+                                          const(Hkv)).result, g).result
+            # (A launch of no rows: every tile dead, no division by 0.)
+            per = arith.MaxUIOp(arith.MulIOp(ctx.batch, const(Hkv)).result, const(1)).result
+            s = arith.DivUIOp(i, per).result
+            r = arith.RemUIOp(i, per).result
+            b, g = arith.DivUIOp(r, const(Hkv)).result, arith.RemUIOp(r, const(Hkv)).result
+            live = arith.AndIOp(arith.CmpIOp(arith.CmpIPredicate.ult, s, const(lay.splits)).result,
+                                arith.CmpIOp(arith.CmpIPredicate.ult, b, ctx.batch).result).result
+            return dict(self.attn_pre(l, b, g, s, live=live), item=(b, g, s))
+        return LayerTask("attn", lambda l, s, b, g, pre: self.attn_body(l, *pre["item"], pre),
+                         [lay.splits, B, Hkv], False, ["qk"], nbytes, flops, pre=pre)
 
     # -- norm1 and qkv -----------------------------------------------------
 
