@@ -8,9 +8,6 @@
 // its operands with ldmatrix and multiplies with mma.sync.m16n8k16 (bf16,
 // f32 accumulators in registers). Rows are padded by 16 bytes in shared
 // memory so the eight row addresses of an ldmatrix fall in distinct banks.
-// Where the sub-blocks leave warps idle (a decode tile of few rows), the
-// warps form K groups that share each slice's k16 steps and add up their
-// partial sums in the ring at the end.
 //
 // CPU: scalar loops.
 //
@@ -677,24 +674,9 @@ void tile::copyChunks(OpBuilder &b, Location loc, Value tid, int64_t threads, in
 
 namespace {
 
-/// Warps that split each k-slice's k16 steps between them (K groups) when
-/// the tiling leaves warps idle: the largest power of two that the idle
-/// warps allow and that divides the slice's k16 steps, within what the
-/// ring holds of the groups' partial sums (every group but the first
-/// writes its accumulators there for the first to add). A decode tile of
-/// 16 x 16 on 16 warps had one warp multiply a 2048-wide K alone.
-int64_t chooseKGroups(const WarpTiling &t, int64_t threads, int64_t kSteps, int64_t ringBytes) {
-  const int64_t warps = threads / kWarp;
-  auto partialBytes = [&](int64_t groups) { return (groups - 1) * t.used() * t.accumulators() * kWarp * 4; };
-  int64_t groups = 1;
-  while (groups * 2 * t.used() <= warps && kSteps % (groups * 2) == 0 && partialBytes(groups * 2) <= ringBytes)
-    groups *= 2;
-  return groups;
-}
-
 /// lowerMatmulGPU's steps with mma.sync and the values they share: the
 /// tile's shapes, the ring of k-slices in shared memory, this warp's
-/// sub-block, K group and ldmatrix offsets.
+/// sub-block and ldmatrix offsets.
 struct MmaSyncMatmul {
   MatmulOp op;
   OpBuilder &b;
@@ -707,8 +689,6 @@ struct MmaSyncMatmul {
   const int64_t sliceA = bm * stride, sliceB = bn * stride; // elements
   const int64_t mTiles = t.wm / 16, nTiles = t.wn / 8, kSteps = bk / 16;
   const int64_t numAcc = mTiles * nTiles * 4;
-  const int64_t ringBytes = stages * (sliceA + sliceB) * 2;
-  const int64_t kGroups = chooseKGroups(t, threads, kSteps, ringBytes);
   TaskOp task; // where the ring is allocated
 
   Value buffer, shared;
@@ -716,11 +696,7 @@ struct MmaSyncMatmul {
   KSlices kr;
   GemmSources src;
   Value m, n, m0, n0;
-  // This warp's sub-block, its place among the warps of its K group
-  // (`inGroup`) and the group (`kGroup`); `computing`: the warp
-  // multiplies (all warps of every K group), `active`: it stores (the
-  // first K group).
-  Value warpM, warpN, inGroup, kGroup, lane, offA, offB, active, computing;
+  Value warpM, warpN, lane, offA, offB, active;
 
   MmaSyncMatmul(MatmulOp op, OpBuilder &b, int64_t threads, WarpTiling t)
       : op(op), b(b), loc(op.getLoc()), h{b, loc}, threads(threads), bm(op.getTile()[0]), bn(op.getTile()[1]),
@@ -770,25 +746,18 @@ struct MmaSyncMatmul {
   /// 0-7 at k 8 / rows 8-15 at k 0 / rows 8-15 at k 8 (B fragments of two
   /// n8 tiles).
   void warpOffsets() {
-    inGroup = kGroups > 1 ? arith::RemUIOp::create(b, loc, g.group, h.idx(t.used())).getResult() : g.group;
-    kGroup = kGroups > 1 ? arith::DivUIOp::create(b, loc, g.group, h.idx(t.used())).getResult() : h.idx(0);
-    warpM = arith::DivUIOp::create(b, loc, inGroup, h.idx(t.warpsN));
-    warpN = arith::RemUIOp::create(b, loc, inGroup, h.idx(t.warpsN));
+    warpM = arith::DivUIOp::create(b, loc, g.group, h.idx(t.warpsN));
+    warpN = arith::RemUIOp::create(b, loc, g.group, h.idx(t.warpsN));
     lane = g.lane;
-    // K group q starts at the slice's k16 step q and takes every kGroups-th.
-    Value groupCol = arith::MulIOp::create(b, loc, kGroup, h.idx(16));
     Value laneRowA = arith::RemUIOp::create(b, loc, lane, h.idx(16));
-    Value laneColA = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8)), groupCol);
+    Value laneColA = arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8));
     Value laneRowB = arith::AddIOp::create(
         b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(8)),
         arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(16)), h.idx(8)));
-    Value laneColB = arith::AddIOp::create(
+    Value laneColB = arith::MulIOp::create(
         b, loc,
-        arith::MulIOp::create(
-            b, loc, arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2)),
-            h.idx(8)),
-        groupCol);
+        arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, h.idx(8)), h.idx(2)),
+        h.idx(8));
     auto offsetOf = [&](Value row, Value col) {
       return toI32(b, loc, arith::MulIOp::create(
                                b, loc,
@@ -801,13 +770,9 @@ struct MmaSyncMatmul {
         b, loc, i32(b, loc, stages * sliceA * 2),
         offsetOf(arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warpN, h.idx(t.wn)), laneRowB),
                  laneColB));
-    auto below = [&](int64_t warps) {
-      return warps < threads / kWarp
-                 ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(warps)).getResult()
+    active = t.used() < threads / kWarp
+                 ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.used())).getResult()
                  : Value();
-    };
-    active = below(t.used());
-    computing = below(t.used() * kGroups);
   }
 
   /// The multiply-adds of ring slot `slot` into `acc` (mTiles x nTiles x 4).
@@ -820,7 +785,7 @@ struct MmaSyncMatmul {
     Value baseB = sharedAt(b, loc, shared,
                            arith::AddIOp::create(b, loc, offB,
                                                  arith::MulIOp::create(b, loc, slotI32, i32(b, loc, sliceB * 2))));
-    for (int64_t ks = 0; ks < kSteps; ks += kGroups) {
+    for (int64_t ks = 0; ks < kSteps; ++ks) {
       SmallVector<SmallVector<Value, 4>> a, bFrag;
       for (int64_t mi = 0; mi < mTiles; ++mi)
         a.push_back(ldmatrixX4(b, loc, sharedAt(b, loc, baseA, i32(b, loc, (mi * 16 * stride + ks * 16) * 2)), false));
@@ -842,9 +807,9 @@ struct MmaSyncMatmul {
 
   /// Only warps with a sub-block multiply; the others copy and wait.
   SmallVector<Value> computeIfActive(OpBuilder &b, Value slot, ValueRange acc) {
-    if (!computing)
+    if (!active)
       return compute(b, slot, acc);
-    auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), computing, /*withElse=*/true);
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), active, /*withElse=*/true);
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(ifOp.thenBlock());
@@ -898,55 +863,6 @@ struct MmaSyncMatmul {
       NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     }
     return loop.getResults();
-  }
-
-  /// With K groups: the first group's accumulators plus the others'
-  /// partial sums, which they write into the ring (after every warp's
-  /// last ldmatrix), in group order; the other warps keep theirs.
-  SmallVector<Value> addKGroups(ValueRange acc) {
-    if (kGroups == 1)
-      return SmallVector<Value>(acc.begin(), acc.end());
-    // Partial sums at [(kGroup - 1) * used + inGroup][accumulator][lane].
-    auto at = [&](OpBuilder &b, Value group, int64_t i) {
-      TileBuilder h{b, loc};
-      Value slotIndex = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, group, h.idx(t.used())), inGroup);
-      Value element = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, slotIndex, h.idx(numAcc * kWarp)), h.idx(i * kWarp));
-      element = arith::AddIOp::create(b, loc, element, lane);
-      return sharedAt(b, loc, shared, toI32(b, loc, arith::MulIOp::create(b, loc, element, h.idx(4))));
-    };
-    gpu::BarrierOp::create(b, loc);
-    Value writes = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, kGroup, h.idx(0));
-    if (computing)
-      writes = arith::AndIOp::create(b, loc, writes, computing);
-    {
-      auto ifOp = scf::IfOp::create(b, loc, writes, /*withElse=*/false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      Value group = arith::SubIOp::create(b, loc, kGroup, h.idx(1));
-      for (int64_t i = 0; i < numAcc; ++i)
-        LLVM::StoreOp::create(b, loc, acc[i], at(b, group, i), 4);
-    }
-    gpu::BarrierOp::create(b, loc);
-    auto sum = [&](OpBuilder &b) {
-      SmallVector<Value> out(acc.begin(), acc.end());
-      for (int64_t q = 1; q < kGroups; ++q)
-        for (int64_t i = 0; i < numAcc; ++i) {
-          Value part = LLVM::LoadOp::create(b, loc, b.getF32Type(), at(b, h.idx(q - 1), i), 4);
-          out[i] = arith::AddFOp::create(b, loc, out[i], part);
-        }
-      return out;
-    };
-    if (!active)
-      return sum(b);
-    auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), active, /*withElse=*/true);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    scf::YieldOp::create(b, loc, sum(b));
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    scf::YieldOp::create(b, loc, acc);
-    return SmallVector<Value>(ifOp.getResults());
   }
 
   /// Epilogue: this warp's WM x WN sub-block, through the ring where it
@@ -1003,7 +919,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   mm.task = *task;
   mm.setUp();
   mm.warpOffsets();
-  SmallVector<Value> acc = mm.addKGroups(mm.kLoop());
+  ValueRange acc = mm.kLoop();
   mm.epilogue(acc, sharedBytes);
   return success();
 }
