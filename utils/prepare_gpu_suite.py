@@ -664,7 +664,15 @@ GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False, "sync"),
                  (300, 200, 200, (128, 128, 128), 3, 256, "bf16", False, "wgmma"),
                  # the prefill's split-K `down` half that adds into h: 128 x 256
                  # blocks, the epilogue's grouped reads of y (partial rows)
-                 (257, 512, 512, (128, 256, 64), 4, 256, "f32", True, "wgmma")]
+                 (257, 512, 512, (128, 256, 64), 4, 256, "f32", True, "wgmma"),
+                 # `registers` tiles (decode: few rows, BK 32): 16 x 16 blocks on
+                 # 16 warps sharing K, a partial M, accumulate, a partial N, K of
+                 # fewer chunks than warps, 64 rows with the blocks of w split
+                 (16, 2048, 96, (16, 16, 32), 1, 512, "f32", False, "registers"),
+                 (13, 8192, 64, (16, 16, 32), 1, 512, "f32", True, "registers"),
+                 (37, 256, 200, (48, 32, 32), 1, 256, "bf16", False, "registers"),
+                 (5, 96, 40, (16, 16, 32), 1, 128, "f32", True, "registers"),
+                 (64, 2048, 128, (64, 64, 32), 1, 512, "bf16", False, "registers")]
 
 
 def gemm(out: Path, workers: int, cache: Path, kernels: bool = True) -> None:
@@ -688,9 +696,10 @@ def gemm(out: Path, workers: int, cache: Path, kernels: bool = True) -> None:
                          workers=workers, mode="static", threads_per_worker=256, profile=True, cache_dir=cache)
         _copy_artifact(art, out / f"profiled-{n}x{k}")
     for i, (m, k, n, tile, stages, threads, dtype, acc, mma) in enumerate(GEMM_NUMERICS):
-        art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc), target="cuda",
-                         workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
-                         cache_dir=cache)
+        registers = mma == "registers"
+        art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc, registers=registers),
+                         target="cuda", workers=workers, mode="static", threads_per_worker=threads,
+                         tile_mma="sync" if registers else mma, cache_dir=cache)
         _copy_artifact(art, out / f"numerics{i}")
         rng = np.random.default_rng(i)
         x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)

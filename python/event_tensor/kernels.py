@@ -40,7 +40,7 @@ def gemm_tiles(m: int, n: int, tile: tuple[int, int, int]) -> int:
 
 def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), stages: int = 4,
                 out: str = "f32", accumulate: bool = False, order: str = "auto", split_k: int = 1,
-                name: str = "gemm") -> str:
+                registers: bool = False, name: str = "gemm") -> str:
     """`et.kernel @name(%x: memref<?xKxbf16>, %w: memref<NxKxbf16>,
     %y: memref<?xNx(out)>, %rows: index)`: one task over the
     ceildiv(rows, BM) x ceildiv(N, BN) blocks, each an `et.matmul`, with no
@@ -62,6 +62,9 @@ def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), 
     the block's S signals and writes y = the sum of the S partial blocks
     (added to y with `accumulate`). More tiles than blocks keep workers busy
     when M is small and K long.
+
+    `registers` makes the tiles `et.matmul ... registers` (w and x straight
+    into the tensor cores' operand registers: tiles of few rows, BK 32).
 
     The tile shape is checked by the op's verifier when the kernel is
     compiled. Returns the IR text (for `event_tensor.compile`)."""
@@ -111,7 +114,7 @@ def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), 
                     with InsertionPoint(task.entry_block):
                         m0, n0 = block_origin(task.tile_ids[0])
                         et.matmul(x, w, y, m0, n0, [], tile_attr, stages=stages,
-                                  accumulate=True if accumulate else None)
+                                  registers=True if registers else None, accumulate=True if accumulate else None)
                 else:
                     _split_k_tasks(kernel.arguments[4], x, w, y, rows, k, n, tile, stages, accumulate, split_k,
                                    blocks, block_origin, tile_attr, flops)

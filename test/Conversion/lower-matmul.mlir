@@ -220,3 +220,42 @@ et.kernel @acc_groups(%x: memref<?x256xbf16>, %w: memref<128x256xbf16>, %y: memr
     et.matmul %x, %w, %y at(%c0, %c0) tile [128, 128, 64] stages 3 accumulate : memref<?x256xbf16>, memref<128x256xbf16>, memref<?x128xf32>
   }
 }
+
+// `registers`: no ring. 16 x 16 blocks on 8 warps: the tile's two 8-row
+// blocks of w in every warp (8 accumulators), the 8 warps taking the 4
+// 32-column chunks of K in turn (one chunk each, half of them none), so the
+// loop makes one trip: a 16-byte load (vector<4xi32>) of each block of w
+// (zeros past K) and of rows g and g + 8 of x, then 2 k16 steps x 2
+// blocks of mma.sync. Warps 1-7 write their partial sums into the dynamic
+// shared memory (7 x 8 x 32 f32), warp 0 adds them after a barrier (a loop
+// over the 7), stores
+// into y (accumulate: y read first), and a barrier frees the memory.
+// GPU-LABEL: et.kernel @registers
+// GPU: memref.alloca() {et.dynamic_shared} : memref<3584xbf16, #gpu.address_space<workgroup>>
+// GPU-NOT: nvvm.cp.async
+// GPU: scf.for {{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// GPU-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// GPU-COUNT-4: nvvm.mma.sync
+// GPU-NOT: nvvm.mma.sync
+// GPU: scf.yield
+// GPU: scf.if
+// GPU-COUNT-8: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : f32, !llvm.ptr<3>
+// GPU: gpu.barrier
+// GPU: scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// GPU: scf.for %{{.*}} = %{{.*}} to %c7{{.*}} iter_args
+// GPU-COUNT-8: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr<3> -> f32
+// GPU: vector.load %{{.*}} : memref<?x40xf32>, vector<2xf32>
+// GPU: gpu.barrier
+// GPU-NOT: et.matmul
+// CPU-LABEL: et.kernel @registers
+// CPU: scf.for {{.*}} iter_args({{.*}}) -> (f32)
+// CPU-NOT: et.matmul
+et.kernel @registers(%x: memref<?x128xbf16>, %w: memref<40x128xbf16>, %y: memref<?x40xf32>) {
+  %c0 = arith.constant 0 : index
+  %c3 = arith.constant 3 : index
+  %c16 = arith.constant 16 : index
+  et.task @gemm tiles(%j) in (%c3) {
+    %n0 = arith.muli %j, %c16 : index
+    et.matmul %x, %w, %y at(%c0, %n0) tile [16, 16, 32] registers accumulate : memref<?x128xbf16>, memref<40x128xbf16>, memref<?x40xf32>
+  }
+}

@@ -1517,3 +1517,29 @@ def test_cuda_threads_per_worker_default(tmp_path):
                                    out_dir=tmp_path / f"b{max_batch}-{given}", cache_dir=tmp_path / "cache", **extra)
         threads[(max_batch, given)] = json.loads((path / "metadata.json").read_text())["threads_per_worker"]
     assert threads == {(1, None): 384, (2, None): 512, (1, 256): 256}
+
+
+@pytest.mark.parametrize("max_batch,registers", [(16, {"qkv", "o", "down"}), (64, set())])
+def test_tensor_core_tiles_of_16_rows_take_registers(max_batch, registers):
+    """Decode et.matmul tiles of 16 rows of x and 16 of w take the
+    `registers` lowering (Llama-3.2-1B: q, k, v, o and down at up to 16
+    rows); gate/up and the LM head (64 rows of w) keep the ring of slices,
+    and so does every tile of a 64-row kernel. The norms are tasks of a
+    tile per row."""
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+
+    config = model.preset("llama-3.2-1b")
+    layout = kernel_layout(config, max_batch=max_batch, max_context=1024, workers=132)
+    with Context():
+        options = model.KernelOptions(linear_tile="mma").resolve(config, target="cuda", max_batch=max_batch)
+        text = str(build_decode_kernel(config, layout, options))
+    tasks, task = {}, None
+    for line in text.splitlines():
+        if "et.task @" in line:
+            task = line.split("et.task @")[1].split()[0]
+        if "et.matmul" in line:
+            tasks.setdefault(task, set()).add("registers" in line)
+    assert {t for t, kinds in tasks.items() if True in kinds} == registers
+    assert {"mlp", "lm_head"} <= {t for t, kinds in tasks.items() if False in kinds}
+    assert "et.task @norm1 " in text and "et.task @final_norm " in text

@@ -25,6 +25,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 using namespace mlir;
@@ -887,6 +888,194 @@ struct MmaSyncMatmul {
   }
 };
 
+/// The warps of a `registers` tile: `nSplit` groups of the tile's 8-row
+/// blocks of w (`nb` blocks each), each group's `kSplit` warps sharing its
+/// 32-column chunks of K; `mb` m16 blocks of x; `unroll` chunks a warp
+/// loads before it multiplies.
+struct RegisterTiling {
+  int64_t nSplit, kSplit, nb, mb, unroll;
+  int64_t accumulators() const { return mb * nb * 4; } // f32 per thread
+};
+
+/// At most 32 accumulators per thread where splitting the blocks of w
+/// between warps allows it (more warps on a block of w would each take
+/// fewer chunks of K); about 48 registers of loads in flight per thread.
+RegisterTiling chooseRegisterTiling(int64_t bm, int64_t bn, int64_t threads) {
+  const int64_t warps = threads / kWarp, mb = bm / 16, blocks = bn / 8;
+  int64_t nSplit = 1;
+  while (mb * (blocks / nSplit) * 4 > 32 && blocks % (nSplit * 2) == 0 && warps % (nSplit * 2) == 0)
+    nSplit *= 2;
+  const int64_t nb = blocks / nSplit;
+  const int64_t perChunk = nb * 4 + mb * 8; // i32 registers of one chunk's loads
+  return {nSplit, warps / nSplit, nb, mb, std::clamp<int64_t>(48 / perChunk, 1, 4)};
+}
+
+/// 16 bytes (four i32) of bf16 `base`[`offset`] (elements), 16-byte aligned.
+Value load16(OpBuilder &b, Location loc, Value base, Value offset) {
+  Value at = LLVM::GEPOp::create(b, loc, base.getType(), b.getBF16Type(), base,
+                                 ValueRange{arith::IndexCastOp::create(b, loc, b.getI64Type(), offset)});
+  return LLVM::LoadOp::create(b, loc, VectorType::get({4}, b.getI32Type()), at, 16);
+}
+
+/// et.matmul ... registers on the GPU: no ring. Lane (g, t) = (lane / 4,
+/// lane % 4) of a warp loads, per 32-column chunk of K, columns 8 t .. 8 t
+/// + 7 of row g of each of its 8-row blocks of w and of rows g and g + 8
+/// of each m16 block of x, 16 bytes each, and multiplies them with two
+/// mma.sync.m16n8k16: the chunk's columns 8 t + 4 s .. 8 t + 4 s + 3 are
+/// step s's k positions 2 t, 2 t + 1, 2 t + 8, 2 t + 9 in both operands (a
+/// permutation of K, which the sum does not see), so each register of a
+/// 16-byte load is an operand register as loaded. The warps of a group of
+/// blocks take its chunks in turn (chunk c to warp c % kSplit); the
+/// partial sums of all but the group's first warp go through dynamic
+/// shared memory, and the first adds them in warp order and stores.
+LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  ArrayRef<int64_t> tileSizes = op.getTile();
+  const RegisterTiling t = chooseRegisterTiling(tileSizes[0], tileSizes[1], threads);
+  const int64_t numAcc = t.accumulators();
+  const int64_t partialBytes = (t.kSplit - 1) * t.nSplit * numAcc * kWarp * 4;
+  Value shared;
+  if (partialBytes) {
+    FailureOr<TaskOp> task = takeDynamicShared(op, partialBytes, sharedTaken);
+    if (failed(task))
+      return failure();
+    Value buffer = workgroupBuffer(*task, loc, {partialBytes / 2}, b.getBF16Type());
+    buffer.getDefiningOp()->setAttr(EventTensorDialect::getDynamicSharedAttrName(), b.getUnitAttr());
+    shared = elementPointer(b, loc, buffer, h.idx(0), 2, 3);
+  }
+  Groups g = h.groups(kWarp);
+  GemmSources src = gemmSources(b, loc, op);
+  const int64_t chunks = staticK(op) / 32, perWarp = (chunks + t.kSplit - 1) / t.kSplit;
+  const int64_t unroll = std::min(t.unroll, perWarp);
+  Value nPart = arith::RemUIOp::create(b, loc, g.group, h.idx(t.nSplit));
+  Value kPart = arith::DivUIOp::create(b, loc, g.group, h.idx(t.nSplit));
+  Value lane = g.lane;
+  Value laneRow = arith::DivUIOp::create(b, loc, lane, h.idx(4));
+  Value laneCol = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(4)), h.idx(8));
+  // Element offsets of this lane's rows at column laneCol; rows past N or
+  // M read row 0 (their sums are not stored).
+  auto rowOffset = [&](Value row, Value limit, Value stride) {
+    Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, limit);
+    Value safe = arith::SelectOp::create(b, loc, inside, row, h.idx(0));
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, safe, stride), laneCol).getResult();
+  };
+  Value blockRow0 = arith::AddIOp::create(b, loc, op.getN0(),
+                                          arith::MulIOp::create(b, loc, nPart, h.idx(t.nb * 8)));
+  SmallVector<Value> wOffsets, xOffsets; // per block of w; per (m16 block, half)
+  for (int64_t j = 0; j < t.nb; ++j)
+    wOffsets.push_back(rowOffset(
+        arith::AddIOp::create(b, loc, arith::AddIOp::create(b, loc, blockRow0, h.idx(j * 8)), laneRow), src.n,
+        src.wStride));
+  for (int64_t i = 0; i < t.mb; ++i)
+    for (int64_t half = 0; half < 2; ++half)
+      xOffsets.push_back(rowOffset(arith::AddIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getM0(),
+                                                                                       h.idx(i * 16 + half * 8)),
+                                                         laneRow),
+                                   src.m, src.xStride));
+  Value zeros = arith::ConstantOp::create(b, loc, DenseElementsAttr::get(VectorType::get({4}, b.getI32Type()),
+                                                                         b.getI32IntegerAttr(0).getValue()));
+  SmallVector<Value> init(numAcc, h.f32(0));
+  auto trips = scf::ForOp::create(
+      b, loc, h.idx(0), h.idx(perWarp), h.idx(unroll), init,
+      [&](OpBuilder &b, Location loc, Value it0, ValueRange acc) {
+        TileBuilder h{b, loc};
+        // Every load of the trip first, then the multiplies.
+        SmallVector<SmallVector<Value>> w(unroll), x(unroll);
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value c = arith::AddIOp::create(
+              b, loc, kPart,
+              arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, it0, h.idx(u)), h.idx(t.kSplit)));
+          Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, c, h.idx(chunks));
+          // A chunk past K reads chunk 0 and multiplies zeros for w.
+          Value col = arith::MulIOp::create(b, loc, arith::SelectOp::create(b, loc, has, c, h.idx(0)), h.idx(32));
+          for (Value off : wOffsets)
+            w[u].push_back(arith::SelectOp::create(
+                b, loc, has, load16(b, loc, src.wBase, arith::AddIOp::create(b, loc, off, col)), zeros));
+          for (Value off : xOffsets)
+            x[u].push_back(load16(b, loc, src.xBase, arith::AddIOp::create(b, loc, off, col)));
+        }
+        SmallVector<Value> out(acc.begin(), acc.end());
+        auto reg = [&](Value v, int64_t e) {
+          return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{e}).getResult();
+        };
+        for (int64_t u = 0; u < unroll; ++u)
+          for (int64_t step = 0; step < 2; ++step)
+            for (int64_t i = 0; i < t.mb; ++i) {
+              Value lo = x[u][2 * i], hi = x[u][2 * i + 1];
+              SmallVector<Value> a{reg(lo, 2 * step), reg(hi, 2 * step), reg(lo, 2 * step + 1),
+                                   reg(hi, 2 * step + 1)};
+              for (int64_t j = 0; j < t.nb; ++j) {
+                int64_t at = (i * t.nb + j) * 4;
+                SmallVector<Value, 4> d = mmaBf16(b, loc, a, {reg(w[u][j], 2 * step), reg(w[u][j], 2 * step + 1)},
+                                                  ArrayRef<Value>(out).slice(at, 4));
+                llvm::copy(d, out.begin() + at);
+              }
+            }
+        scf::YieldOp::create(b, loc, out);
+      });
+  SmallVector<Value> acc(trips.getResults());
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, kPart, h.idx(0));
+  Value active = arith::AndIOp::create(
+      b, loc, first, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.nSplit * t.kSplit)));
+  if (partialBytes) {
+    // Partial sums at [(kPart - 1) * nSplit + nPart][accumulator][lane].
+    auto at = [&](OpBuilder &b, Value part, int64_t e) {
+      TileBuilder h{b, loc};
+      Value slot = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, part, h.idx(t.nSplit)), nPart);
+      Value element = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, slot, h.idx(numAcc * kWarp)), h.idx(e * kWarp));
+      element = arith::AddIOp::create(b, loc, element, lane);
+      return sharedAt(b, loc, shared, toI32(b, loc, arith::MulIOp::create(b, loc, element, h.idx(4))));
+    };
+    Value writes = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, kPart, h.idx(0)),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.nSplit * t.kSplit)));
+    {
+      auto ifOp = scf::IfOp::create(b, loc, writes, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value part = arith::SubIOp::create(b, loc, kPart, h.idx(1));
+      for (int64_t e = 0; e < numAcc; ++e)
+        LLVM::StoreOp::create(b, loc, acc[e], at(b, part, e), 4);
+    }
+    gpu::BarrierOp::create(b, loc);
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange(ValueRange(acc)), active, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      // A loop over the other warps' sums (unrolled, their loads all went
+      // out ahead of the adds and spilled).
+      auto parts = scf::ForOp::create(
+          b, loc, h.idx(0), h.idx(t.kSplit - 1), h.idx(1), acc,
+          [&](OpBuilder &b, Location loc, Value part, ValueRange sum) {
+            SmallVector<Value> next;
+            for (int64_t e = 0; e < numAcc; ++e)
+              next.push_back(arith::AddFOp::create(
+                  b, loc, sum[e], LLVM::LoadOp::create(b, loc, b.getF32Type(), at(b, part, e), 4)));
+            scf::YieldOp::create(b, loc, next);
+          });
+      scf::YieldOp::create(b, loc, parts.getResults());
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      scf::YieldOp::create(b, loc, acc);
+    }
+    acc.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  }
+  {
+    auto ifOp = scf::IfOp::create(b, loc, active, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    storeFragments(b, loc, op, op.getM0(), blockRow0, lane, src.m, src.n, t.mb, t.nb,
+                   [&](int64_t mi, int64_t nj, int64_t e) { return acc[(mi * t.nb + nj) * 4 + e]; });
+  }
+  // The partial sums' shared memory is free for the task's next op.
+  if (partialBytes)
+    gpu::BarrierOp::create(b, loc);
+  op.erase();
+  return success();
+}
+
 } // namespace
 
 LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
@@ -897,6 +1086,8 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   if (threads <= 0)
     return op.emitOpError("on the GPU needs the threads per worker fixed at compile time (the "
                           "pass's `threads` option)");
+  if (op.getRegisters())
+    return lowerMatmulRegisters(op, threads, sharedTaken);
   if (wgmma)
     if (std::optional<WgmmaTiling> groups = chooseWgmmaTiling(bm, bn, bk, stages, threads))
       return lowerMatmulWgmma(op, threads, *groups, sharedTaken);

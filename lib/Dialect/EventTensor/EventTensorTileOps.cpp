@@ -119,6 +119,16 @@ LogicalResult MatmulOp::verify() {
     if (getAccumulate())
       return emitOpError("gated tiles cannot accumulate (the activation applies to the whole sum)");
   }
+  if (getRegisters()) {
+    if (tile[0] > 64)
+      return emitOpError("registers tiles take BM up to 64, got ") << tile[0];
+    if (tile[2] != 32)
+      return emitOpError("registers tiles take BK 32 (a warp's 16-byte loads cover 32 columns), got ") << tile[2];
+    if (k % 32 != 0)
+      return emitOpError("registers tiles need K a multiple of 32, got ") << k;
+    if (getUp() || !getKRange().empty())
+      return emitOpError("registers tiles take the whole K of one weight (no k range, not gated)");
+  }
   if (!getKRange().empty()) {
     if (getKRange().size() != 2)
       return emitOpError("k range takes two bounds (k0, k1), got ") << getKRange().size();

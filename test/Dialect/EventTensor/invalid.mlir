@@ -1037,6 +1037,51 @@ et.kernel @matmul_k_range_alignment(%x: memref<?x64xbf16>, %w: memref<32x64xbf16
 
 // -----
 
+et.kernel @matmul_registers_bm(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{registers tiles take BM up to 64, got 128}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [128, 16, 32] registers : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_registers_bk(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{registers tiles take BK 32 (a warp's 16-byte loads cover 32 columns), got 64}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 64] registers : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_registers_k(%x: memref<?x48xbf16>, %w: memref<32x48xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{registers tiles need K a multiple of 32, got 48}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 32] registers : memref<?x48xbf16>, memref<32x48xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
+et.kernel @matmul_registers_k_range(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{registers tiles take the whole K of one weight (no k range, not gated)}}
+    et.matmul %x, %w, %y at(%c0, %c0) k(%c0, %c32) tile [16, 16, 32] registers : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}
+
+// -----
+
 et.kernel @prefill_outside_task(%q: memref<?x8x64xbf16>, %k: memref<64x2x64xbf16>, %v: memref<64x2x64xbf16>, %o: memref<?x8x64xbf16>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index

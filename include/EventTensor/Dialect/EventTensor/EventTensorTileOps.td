@@ -161,6 +161,17 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
     `mma.sync.m16n8k16`. Both accumulate in f32 registers. On the CPU,
     scalar loops.
 
+    With `registers` (a tile of few rows: a decode step's linear layers),
+    nothing goes through shared memory on the way in: each warp loads its
+    share of w with 16-byte loads straight into `mma.sync` operand
+    registers, and the rows of x it multiplies them with likewise, many
+    loads in flight per warp; the warps split the tile's 32-column chunks
+    of K between them (and its 8-row blocks of w where the accumulators
+    would not fit), and add up their partial sums in shared memory at the
+    end. `BM` at most 64, `BK` 32 (a warp's chunk: a 16-byte load per lane
+    covers 8 rows of w by 32 columns), K a multiple of 32, the whole K (no
+    `k` range), not gated; `stages` is not used.
+
     Example:
 
     ```mlir
@@ -174,6 +185,9 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
     // silu(x wg^T) * (x wu^T), 128 output columns from 128 rows of each weight
     et.matmul %x, %wg, %act at(%m0, %n0) gated(%wu : memref<8192x2048xbf16>) tile [128, 256, 64] stages 4
         : memref<?x2048xbf16>, memref<8192x2048xbf16>, memref<?x8192xbf16>
+    // a decode step's 16 rows of w for up to 16 tokens, added into h
+    et.matmul %xn, %wd, %h at(%c0, %n0) tile [16, 16, 32] registers accumulate
+        : memref<?x8192xbf16>, memref<2048x8192xbf16>, memref<?x2048xf32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
@@ -183,10 +197,11 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
                        Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$up,
                        DenseI64ArrayAttr:$tile,
                        DefaultValuedAttr<I64Attr, "3">:$stages,
+                       UnitAttr:$registers,
                        UnitAttr:$accumulate);
   let assemblyFormat = [{
     $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` (`k` `(` $k_range^ `)`)? (`gated` `(` $up^ `:` type($up) `)`)?
-    `tile` $tile (`stages` $stages^)? (`accumulate` $accumulate^)?
+    `tile` $tile (`stages` $stages^)? (`registers` $registers^)? (`accumulate` $accumulate^)?
     attr-dict `:` type($x) `,` type($w) `,` type($y)
   }];
   let hasVerifier = 1;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...dialects import arith, et, memref
 from ...ir import DenseI64ArrayAttr, Location, MemRefType, StridedLayoutAttr
-from .tiles import MMA_STAGES, mma_block, mma_k_block, mma_m_block
+from .tiles import MMA_STAGES, mma_block, mma_k_block, mma_m_block, mma_registers
 from .views import DYN, layer_view, shared
 
 __all__ = ["linear_body", "norm_input", "normalized"]
@@ -30,8 +30,13 @@ def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
         out = ctx.collapse(y3, n) if y3 is not None else y
         xv = x_in if x_in is not None else (x() if callable(x) else x)
         if mma:
-            et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([mma_m_block(ctx.B), rows, mma_k_block(k)]),
-                      stages=MMA_STAGES, accumulate=True if accumulate else None)
+            bm = mma_m_block(ctx.B)
+            if mma_registers(bm, rows):
+                et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([bm, rows, 32]),
+                          registers=True, accumulate=True if accumulate else None)
+            else:
+                et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([bm, rows, mma_k_block(k)]),
+                          stages=MMA_STAGES, accumulate=True if accumulate else None)
         else:
             et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate, **(norm or {}))
     return body, -(-n // rows), rows * k * 2, 2 * rows * k

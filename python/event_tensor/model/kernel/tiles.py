@@ -9,6 +9,7 @@ from dataclasses import replace
 from ..config import ModelConfig, tp_config
 
 __all__ = ["MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_m_block",
+           "mma_registers",
            "mma_scratch_tiles",
            "norm_scratch_rows", "rows_per_tile", "scratch_tiles", "sum_block"]
 
@@ -46,6 +47,18 @@ def mma_block(n: int, workers: int) -> int:
         if best is None or cost < best[0]:
             best = (cost, bn)
     return best[1]
+
+
+def mma_registers(bm: int, bn: int) -> bool:
+    """Whether a decode et.matmul tile of BM x BN rows takes `registers`
+    (w and x straight into the tensor cores' operand registers) instead of
+    the ring of shared-memory slices: 16 x 16 tiles only. Measured on the
+    H100 (Llama-3.2-1B, context 1024): with them the 16-row kernel took
+    2.0-2.4% less at batch 1, 4 and 16; `registers` tiles of 64 rows of x
+    (read from L2 once per 16 rows of w) made the 64-row kernel 4-11%
+    slower, and tiles of 64 rows of w (gate/up, LM head) streamed at about
+    half the ring's rate (docs/experiments/2026-11-28-decode-gemm.md)."""
+    return bm == 16 and bn == 16
 
 
 def mma_scratch_tiles(config: ModelConfig, lm_rows: int, workers: int) -> int:
