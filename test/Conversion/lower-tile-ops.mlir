@@ -644,15 +644,28 @@ et.kernel @wide_norm(%x: memref<?x2048xbf16>, %w: memref<2048xbf16>, %y: memref<
   }
 }
 
-// Argmax on the GPU uses every thread: threads stride over the columns
-// (step et.num_threads), warps combine with a butterfly of values and
-// indices, the warps' results meet in two shared buffers, and warp 0's
-// lane 0 stores; the CPU worker scans alone.
+// Argmax on the GPU, several rows: a row per warp at a time (rows w, w +
+// warps, ...), each warp's lanes loading 8 columns 32 apart per trip before
+// comparing them, a butterfly, lane 0 storing, no barrier. One row uses
+// every thread: threads stride over the columns (step et.num_threads),
+// warps combine with a butterfly of values and indices, the warps' results
+// meet in two shared buffers, and warp 0's lane 0 stores; the CPU worker
+// scans alone.
 // GPU-LABEL: et.kernel @argmax
 // GPU: et.task @t
 // GPU-NEXT: memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
 // GPU-NEXT: memref.alloca() : memref<32xi32, #gpu.address_space<workgroup>>
 // GPU: %[[NT:.*]] = et.num_threads
+// GPU: scf.if
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// GPU-COUNT-8: memref.load %{{.*}} : memref<2x1000xf32>
+// GPU-NOT: memref.load %{{.*}} : memref<2x1000xf32>
+// GPU: scf.yield
+// GPU-COUNT-10: gpu.shuffle  xor
+// GPU-NOT: gpu.barrier
+// GPU: memref.store %{{.*}} : memref<2x4xf32>
+// GPU: } else {
 // GPU: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[NT]] iter_args
 // GPU-COUNT-10: gpu.shuffle  xor
 // GPU: memref.store %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>

@@ -107,28 +107,59 @@ static Value sampleKey(OpBuilder &b, Location loc, const SampleRow &row, Value x
   return arith::SelectOp::create(b, loc, below, negInf, key);
 }
 
+/// Columns per lane and trip of a warp's scan of one row (warp-per-row
+/// argmax): their loads go out together.
+constexpr int64_t kArgmaxUnroll = 8;
+
 /// The best (value, index) of token `tok`'s columns first, first + step,
 /// ... below `end` (the index from `from` when the op has it); with
-/// `sample`, of the sampling keys (sampleKey).
+/// `sample`, of the sampling keys (sampleKey). With `unroll` above 1, a
+/// trip loads `unroll` columns (step apart) before it compares them.
 static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp op, Value tok, Value first, Value end,
-                                   Value step, const SampleRow *sample = nullptr) {
+                                   Value step, const SampleRow *sample = nullptr, int64_t unroll = 1) {
   Type i32 = b.getI32Type();
   Value negInf = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
                                                 APFloat(-std::numeric_limits<float>::infinity()));
   Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
+  auto element = [&](OpBuilder &b, Location loc, Value j) -> std::pair<Value, Value> {
+    Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
+    Value idx = op.getFrom() ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
+                             : arith::IndexCastOp::create(b, loc, i32, j).getResult();
+    return {v, idx};
+  };
+  Value tripStep = unroll == 1 ? step : arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, unroll));
   auto scan = scf::ForOp::create(
-      b, loc, first, end, step, ValueRange{negInf, noIndex},
+      b, loc, first, end, tripStep, ValueRange{negInf, noIndex},
       [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
-        Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
-        Value idx = op.getFrom()
-                        ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
-                        : arith::IndexCastOp::create(b, loc, i32, j).getResult();
-        if (sample)
-          v = sampleKey(b, loc, *sample, v, idx);
-        Value take = argmaxBetter(b, loc, v, idx, best[0], best[1]);
-        scf::YieldOp::create(b, loc,
-                             ValueRange{arith::SelectOp::create(b, loc, take, v, best[0]),
-                                        arith::SelectOp::create(b, loc, take, idx, best[1])});
+        // Every load of the trip (a column past `end` reads column j), then
+        // the comparisons in column order.
+        SmallVector<std::pair<Value, Value>> got;
+        SmallVector<Value> inside;
+        Value col = j;
+        for (int64_t u = 0; u < unroll; ++u) {
+          if (u) {
+            col = arith::AddIOp::create(b, loc, col, step);
+            inside.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, col, end));
+            got.push_back(element(b, loc, arith::SelectOp::create(b, loc, inside.back(), col, j)));
+          } else {
+            inside.push_back(Value());
+            got.push_back(element(b, loc, j));
+          }
+        }
+        Value bv = best[0], bi = best[1];
+        for (int64_t u = 0; u < unroll; ++u) {
+          auto [v, idx] = got[u];
+          if (sample)
+            v = sampleKey(b, loc, *sample, v, idx);
+          if (inside[u]) {
+            v = arith::SelectOp::create(b, loc, inside[u], v, negInf);
+            idx = arith::SelectOp::create(b, loc, inside[u], idx, noIndex);
+          }
+          Value take = argmaxBetter(b, loc, v, idx, bv, bi);
+          bv = arith::SelectOp::create(b, loc, take, v, bv);
+          bi = arith::SelectOp::create(b, loc, take, idx, bi);
+        }
+        scf::YieldOp::create(b, loc, ValueRange{bv, bi});
       });
   return {scan.getResult(0), scan.getResult(1)};
 }
@@ -137,9 +168,9 @@ static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp o
 /// where the token's temperature is above 0, the greedy one elsewhere (a
 /// branch per token, so greedy rows pay nothing for the generator).
 static std::pair<Value, Value> tokenScan(OpBuilder &b, Location loc, ArgmaxOp op, Value tok, Value first, Value end,
-                                  Value step) {
+                                  Value step, int64_t unroll = 1) {
   if (!op.getTemperature())
-    return argmaxScan(b, loc, op, tok, first, end, step);
+    return argmaxScan(b, loc, op, tok, first, end, step, nullptr, unroll);
   Type i32 = b.getI32Type();
   FloatType f32 = b.getF32Type();
   Value t = memref::LoadOp::create(b, loc, op.getTemperature(), ValueRange{tok});
@@ -159,10 +190,10 @@ static std::pair<Value, Value> tokenScan(OpBuilder &b, Location loc, ArgmaxOp op
     row.counter = memref::LoadOp::create(b, loc, op.getCounter(), ValueRange{tok});
     if (op.getThreshold())
       row.threshold = memref::LoadOp::create(b, loc, op.getThreshold(), ValueRange{tok});
-    auto [v, i] = argmaxScan(b, loc, op, tok, first, end, step, &row);
+    auto [v, i] = argmaxScan(b, loc, op, tok, first, end, step, &row, unroll);
     scf::YieldOp::create(b, loc, ValueRange{v, i});
     b.setInsertionPointToStart(branch.elseBlock());
-    auto [gv, gi] = argmaxScan(b, loc, op, tok, first, end, step);
+    auto [gv, gi] = argmaxScan(b, loc, op, tok, first, end, step, nullptr, unroll);
     scf::YieldOp::create(b, loc, ValueRange{gv, gi});
   }
   return {branch.getResult(0), branch.getResult(1)};
@@ -208,10 +239,31 @@ static void lowerArgmax(ArgmaxOp op, bool gpu) {
   op.erase();
 }
 
-/// GPU argmax with every thread of the worker: threads stride over the
-/// columns, each warp combines its lanes with a butterfly, the warps'
-/// results meet in shared memory, and warp 0 combines them (one warp
-/// scanning a 1000-column chunk took one L2 round trip per 32 columns).
+/// GPU argmax of a row per warp at a time (rows w, w + warps, ... on warp
+/// w): the warp's lanes stride over the row's columns, kArgmaxUnroll loads
+/// in flight each, and combine with a butterfly; no barrier.
+static void argmaxWarpRows(OpBuilder &b, Location loc, ArgmaxOp op, const Groups &g, Value m, Value end) {
+  TileBuilder h{b, loc};
+  Value first = arith::AddIOp::create(b, loc, op.getCol0(), g.lane);
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  scf::ForOp::create(b, loc, g.group, m, g.groups, ValueRange{},
+                     [&](OpBuilder &b, Location loc, Value tok, ValueRange) {
+                       TileBuilder h{b, loc};
+                       auto [sv, si] = tokenScan(b, loc, op, tok, first, end, h.idx(kWarp), kArgmaxUnroll);
+                       auto [bv, bi] = argmaxButterfly(b, loc, sv, si, kWarp);
+                       storeArgmax(b, loc, op, isLane0, tok, bv, bi);
+                       scf::YieldOp::create(b, loc);
+                     });
+}
+
+/// GPU argmax with every thread of the worker: one row (a step's single
+/// token) has all of them, threads striding over the columns, each warp
+/// combining its lanes with a butterfly, the warps' results meeting in
+/// shared memory and warp 0 combining them (one warp scanning a
+/// 1000-column chunk took one L2 round trip per 32 columns). Several rows
+/// go a row per warp at a time (argmaxWarpRows): a row after another on
+/// the whole worker, two barriers each, took 22 us for 16 rows of a
+/// 1018-column chunk on the H100.
 static void lowerArgmaxBlock(ArgmaxOp op) {
   auto task = op->getParentOfType<TaskOp>();
   OpBuilder b(op);
@@ -229,6 +281,14 @@ static void lowerArgmaxBlock(ArgmaxOp op) {
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
   Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
+  auto rows = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, m, h.idx(1)),
+                                /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(rows.thenBlock());
+    argmaxWarpRows(b, loc, op, g, m, end);
+  }
+  b.setInsertionPointToStart(rows.elseBlock());
   scf::ForOp::create(
       b, loc, h.idx(0), m, h.idx(1), ValueRange{},
       [&](OpBuilder &b, Location loc, Value tok, ValueRange) {

@@ -42,9 +42,9 @@ __all__ = ["KernelLayout", "PLAIN_KERNEL", "build_decode_kernel", "kernel_layout
 
 #: The choices of `build_decode_kernel` called with keywords that its
 #: callers leave out: a plain kernel (one task per layer, the `merge` task,
-#: `et.rmsnorm` into the global scratch); `KernelOptions.resolve` gives
+#: every linear tile normalizing into the global scratch); `KernelOptions.resolve` gives
 #: those of a target instead.
-PLAIN_KERNEL = dict(layered=False, o_per_head=False, norm_in_linear=False, norm_scratch="global")
+PLAIN_KERNEL = dict(layered=False, o_per_head=False, norm_in_linear=False, norm_scratch="global", fuse_norms=True)
 
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: KernelOptions | None = None, *,
