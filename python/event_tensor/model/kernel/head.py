@@ -8,8 +8,9 @@ several devices every device's candidates are gathered between)."""
 from __future__ import annotations
 
 from ...collectives import gather_candidates
-from ...dialects import arith, et
+from ...dialects import arith, et, memref
 from .linear import linear_body, norm_input
+from .views import strided
 
 __all__ = ["head_tasks"]
 
@@ -60,8 +61,16 @@ def head_tasks(ctx, prev: str) -> None:
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
                       threshold=A["threshold"])
         before = "sample_filter"
+    def rows(name, width, elt):
+        # One-row kernels give the argmax a static row, so that its
+        # lowering keeps only its one-row path (the whole worker on the row).
+        if ctx.B > 1:
+            return A[name]
+        return memref.subview(A[name], [0, 0], [1, width], [1, 1], result_type=strided([1, width], elt, [width, 1], 0))
+
     task("argmax_part", [lay.argmax_chunks], [before],
-         lambda t: et.argmax(A["logits"], A["part_val"], A["part_idx"],
+         lambda t: et.argmax(rows("logits", V_lm, ctx.f32), rows("part_val", lay.argmax_chunks, ctx.f32),
+                             rows("part_idx", lay.argmax_chunks, ctx.i32),
                              arith.MulIOp(t, const(chunk)).result, const(chunk), t, **sample),
          nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
     candidates, cand_val, cand_idx = lay.argmax_chunks, A["part_val"], A["part_idx"]
@@ -73,7 +82,11 @@ def head_tasks(ctx, prev: str) -> None:
                                          lay.argmax_chunks, tp, V_lm),
              nbytes=8 * tp * lay.argmax_chunks, flops=0)
         candidates, cand_val, cand_idx = tp * lay.argmax_chunks, A["all_val"], A["all_idx"]
-    task("argmax", [1], ["gather" if tp > 1 else "argmax_part"],
-         lambda t: et.argmax(cand_val, A["next_val"], A["next_token"], const(0),
-                             const(candidates), const(0), from_=cand_idx),
-         nbytes=8 * candidates, flops=candidates)
+    def final_argmax(t):
+        val, idx = cand_val, cand_idx
+        if tp == 1:
+            val, idx = rows("part_val", candidates, ctx.f32), rows("part_idx", candidates, ctx.i32)
+        et.argmax(val, rows("next_val", 1, ctx.f32), rows("next_token", 1, ctx.i32), const(0), const(candidates),
+                  const(0), from_=idx)
+    task("argmax", [1], ["gather" if tp > 1 else "argmax_part"], final_argmax, nbytes=8 * candidates,
+         flops=candidates)
