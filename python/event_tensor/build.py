@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .runtime.artifact import FORMAT_VERSION, METADATA, Artifact, load
+from .runtime.artifact import FORMAT_VERSION, METADATA, Artifact, binary_digest, load
 from .runtime.cpu import host_isa_flags
+from .runtime.errors import ArtifactError
 
 __all__ = ["compile_kernel", "default_cache_dir"]
 
@@ -232,7 +233,10 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     out_dir = cache / key
     if use_cache and (out_dir / METADATA).exists():
-        return load(out_dir)
+        try:
+            return load(out_dir)
+        except ArtifactError:
+            pass  # an entry of an older format, or damaged: compiled again below
 
     with Context():
         mod = parse(text)
@@ -294,6 +298,7 @@ def compile_kernel(module, *, target: str = "cpu", workers: int | None = None, m
                     from .cubin import cubin_resources
 
                     metadata["resources"] = cubin_resources(binary, name)
+            metadata["binary_sha256"] = binary_digest((tmp / metadata["binary"]).read_bytes())
             (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
             if out_dir.exists():
                 shutil.rmtree(out_dir)

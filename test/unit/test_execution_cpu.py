@@ -164,6 +164,39 @@ def test_cache_and_bad_arguments(tmp_path):
         runtime.load(tmp_path / "nowhere")
 
 
+def test_artifact_binary_is_checked(tmp_path):
+    """An artifact's binary must be the one its metadata describes (SHA-256)
+    and a file of its own directory; the compile cache recompiles an entry
+    that fails to load instead of raising."""
+    import shutil
+
+    art = et.compile(CHAIN, target="cpu", workers=2, cache_dir=tmp_path / "cache")
+    assert len(art.metadata["binary_sha256"]) == 64
+    copy = tmp_path / "copy"
+    shutil.copytree(art.path, copy)
+    runtime.load(copy)
+    binary = copy / art.metadata["binary"]
+    binary.write_bytes(binary.read_bytes() + b"\0")
+    with pytest.raises(runtime.ArtifactError, match="is not the one its metadata describes"):
+        runtime.load(copy)
+    meta_path = copy / "metadata.json"
+    for bad in ("../kernel.so", "/etc/passwd", "..", ""):
+        meta = json.loads(meta_path.read_text())
+        meta["binary"] = bad
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(runtime.ArtifactError, match="is not a file name in the artifact directory"):
+            runtime.load(copy)
+    meta["format"] = 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(runtime.ArtifactError, match="artifact format 1 is not supported"):
+        runtime.load(copy)
+    # A damaged cache entry is compiled again.
+    cached = art.path / art.metadata["binary"]
+    cached.write_bytes(b"not a shared object")
+    again = et.compile(CHAIN, target="cpu", workers=2, cache_dir=tmp_path / "cache")
+    assert again.path == art.path and runtime.load(again.path).metadata["binary_sha256"] == art.metadata["binary_sha256"]
+
+
 def test_compile_errors_carry_diagnostics(tmp_path):
     device_count = """
     et.kernel @dev(%counts: memref<1xindex>) {

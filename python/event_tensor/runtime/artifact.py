@@ -1,8 +1,16 @@
 """Compiled artifacts: a binary (PTX/cubin for CUDA, a shared object for the
-host) plus JSON metadata. Loading one needs no MLIR."""
+host) plus JSON metadata. Loading one needs no MLIR.
+
+Loading an artifact runs its native code (a shared object in this process,
+or a kernel on the GPU): load only artifacts you built or trust. What the
+loader checks is that the directory is self-consistent: the binary is a
+file of the directory (no path leads out of it) whose SHA-256 is the one
+the compiler recorded, so a binary replaced or damaged after compiling (a
+swapped file, a truncated cache entry) is refused instead of run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -12,10 +20,16 @@ from typing import Any
 from . import abi
 from .errors import ArtifactError
 
-__all__ = ["Artifact", "FORMAT_VERSION", "load"]
+__all__ = ["Artifact", "FORMAT_VERSION", "binary_digest", "load"]
 
-FORMAT_VERSION = 1
+#: 2: the metadata records the binary's SHA-256 (`binary_sha256`).
+FORMAT_VERSION = 2
 METADATA = "metadata.json"
+
+
+def binary_digest(data: bytes) -> str:
+    """The hex SHA-256 of a binary, as `metadata.json` records it."""
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -67,13 +81,19 @@ class Artifact:
 
 
 def _check(metadata: dict[str, Any], path: Path, toolchain: str | None) -> None:
-    for key in ("format", "target", "kernel", "entry", "workers", "arguments", "binary", "toolchain"):
+    if not isinstance(metadata, dict):
+        raise ArtifactError(f"{path / METADATA}: not a JSON object")
+    if "format" in metadata and metadata["format"] != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{path}: artifact format {metadata['format']!r} is not supported (expected {FORMAT_VERSION}); recompile it"
+        )
+    for key in ("format", "target", "kernel", "entry", "workers", "arguments", "binary", "binary_sha256",
+                "toolchain"):
         if key not in metadata:
             raise ArtifactError(f"{path / METADATA}: missing key {key!r}")
-    if metadata["format"] != FORMAT_VERSION:
-        raise ArtifactError(
-            f"{path}: artifact format {metadata['format']} is not supported (expected {FORMAT_VERSION})"
-        )
+    binary = metadata["binary"]
+    if not isinstance(binary, str) or not binary or Path(binary).name != binary or binary in (".", ".."):
+        raise ArtifactError(f"{path / METADATA}: binary {binary!r} is not a file name in the artifact directory")
     if toolchain is not None and metadata["toolchain"] != toolchain:
         raise ArtifactError(
             f"{path}: built by toolchain {metadata['toolchain']!r}, this runtime is {toolchain!r}; recompile it"
@@ -99,6 +119,9 @@ def load(path: str | Path, *, expect_toolchain: str | None = "current") -> Artif
         expect_toolchain = f"event_tensor {__version__}"
     _check(metadata, path, expect_toolchain)
     artifact = Artifact(path, metadata)
-    if not artifact.binary_path.exists():
+    if not artifact.binary_path.is_file():
         raise ArtifactError(f"{path}: binary {metadata['binary']!r} is missing")
+    if binary_digest(artifact.binary_path.read_bytes()) != metadata["binary_sha256"]:
+        raise ArtifactError(f"{path}: binary {metadata['binary']!r} is not the one its metadata describes (its "
+                            f"SHA-256 differs): replaced or damaged after compiling; recompile it")
     return artifact
