@@ -1543,3 +1543,33 @@ def test_tensor_core_tiles_of_16_rows_take_registers(max_batch, registers):
     assert {t for t, kinds in tasks.items() if True in kinds} == registers
     assert {"mlp", "lm_head"} <= {t for t, kinds in tasks.items() if False in kinds}
     assert "et.task @norm1 " in text and "et.task @final_norm " in text
+
+
+def test_edited_model_json_layout_is_refused(tmp_path):
+    """A model.json whose layout claims more rows, slots or positions than
+    the kernels were compiled for is refused at load (the session checks
+    rows and slots against it: a launch would write past the KV caches);
+    claiming fewer rows is harmless."""
+    import shutil
+
+    config = model.tiny_config("llama")
+    weights = model.random_weights(config, seed=1)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=32, workers=2,
+                               cache_dir=tmp_path / "cache", out_dir=tmp_path / "a")
+    cases = [({"max_batch": 4, "cache_batch": 4}, r"KV caches of 2 slots x 32 positions, the layout 4 x 32"),
+             ({"max_batch": 4}, r"max_batch 4 / max_context 32 above the caches' 2 slots x 32 positions"),
+             ({"max_context": 64}, r"max_context 64 above the caches' 2 slots x 32 positions")]
+    for i, (edit, match) in enumerate(cases):
+        copy = tmp_path / f"edited{i}"
+        shutil.copytree(path, copy)
+        info = json.loads((copy / "model.json").read_text())
+        info["layout"].update(edit)
+        (copy / "model.json").write_text(json.dumps(info))
+        with pytest.raises(model.ModelArtifactError, match=match):
+            model.DecodeSession(copy, weights)
+    fewer = tmp_path / "fewer"
+    shutil.copytree(path, fewer)
+    info = json.loads((fewer / "model.json").read_text())
+    info["layout"]["max_batch"] = 1
+    (fewer / "model.json").write_text(json.dumps(info))
+    assert model.DecodeSession(fewer, weights).max_batch == 1

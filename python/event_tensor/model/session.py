@@ -126,6 +126,7 @@ class DecodeSession:
         # or the one kernel here.
         variants = info.get("variants") or [{"min_batch": 1, "max_batch": self.max_batch, "dir": "."}]
         self.artifacts = [runtime.load(self.path / v["dir"]) for v in variants]
+        self._check_layout(variants)
         self.launchers = [art.launcher(**options) for art in self.artifacts]
         # The choice per launch: for each batch size, the variants serving
         # it as (largest context, index), smallest context first.
@@ -184,6 +185,30 @@ class DecodeSession:
         if a.dtype == BF16:
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(f"cuda:{device}")
         return torch.from_numpy(a).to(f"cuda:{device}")
+
+    def _check_layout(self, variants: list[dict]) -> None:
+        """model.json's layout against what the kernels were compiled for:
+        the KV caches' slots and positions (the static shape of `k_cache`)
+        and each variant's rows (the static rows of its norm scratch `xs`).
+        The session checks rows, slots and positions against the layout,
+        so a layout that claims more than the kernels hold (an edited
+        model.json) would let a launch write past the caches."""
+        lay = self.layout
+        slots, length = int(lay.get("cache_batch") or self.max_batch), int(lay.get("cache_context") or self.max_context)
+        for v, art in zip(variants, self.artifacts):
+            shapes = {a["name"]: a.get("shape") for a in art.metadata["arguments"]}
+            cache, xs = shapes.get("k_cache"), shapes.get("xs")
+            problems = []
+            if cache and len(cache) == 5 and cache[1] != -1 and (cache[1], cache[2]) != (slots, length):
+                problems.append(f"KV caches of {cache[1]} slots x {cache[2]} positions, the layout {slots} x {length}")
+            if slots < self.max_batch or length < self.max_context:
+                problems.append(f"max_batch {self.max_batch} / max_context {self.max_context} above the caches' "
+                                f"{slots} slots x {length} positions")
+            if xs and len(xs) == 3 and xs[1] != -1 and int(v["max_batch"]) > xs[1]:
+                problems.append(f"variant {v['dir']!r} serves up to {v['max_batch']} rows, its kernel {xs[1]}")
+            if problems:
+                raise ModelArtifactError(f"{self.path}: {MODEL_JSON} does not match the compiled kernels "
+                                         f"({'; '.join(problems)}): edited or from another build; recompile")
 
     def _zeros(self, shape, dtype: str, device: int = 0):
         """Zeros of a kernel argument's dtype name (float32, bfloat16, int32)."""
