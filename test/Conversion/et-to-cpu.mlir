@@ -1,4 +1,5 @@
 // RUN: et-opt %s --split-input-file --convert-et-to-cpu | FileCheck %s
+// RUN: et-opt %s --split-input-file --convert-et-to-cpu | FileCheck %s --check-prefix=WAIT
 
 // A static schedule: the program table, the worker function and its
 // parameters, the wait (acquire load, bounded spin, sched_yield) and the
@@ -7,6 +8,7 @@
 // CHECK-DAG: memref.global "private" constant @__et_chain_starts : memref<3xi32> = dense<[0, 2, 4]>
 // CHECK-DAG: memref.global "private" constant @__et_chain_program : memref<4x3xi32> = dense<{{\[\[}}0, 0, -1], [1, 0, -1], [0, 1, -1], [1, 1, -1]]>
 // CHECK-DAG: func.func private @sched_yield() -> i32
+// CHECK-DAG: func.func private @clock_gettime(i32, !llvm.ptr) -> i32
 // CHECK-LABEL: func.func @chain_worker(
 // CHECK-SAME: %[[W:.*]]: index, %[[EPOCH:.*]]: i64, %[[SPIN:.*]]: i64, %[[COUNTERS:.*]]: memref<?xi32>, %[[CONTROL:.*]]: memref<?xi32>, %[[ERROR:.*]]: memref<?xi64>, %{{.*}}: memref<2xi64>)
 // The capacity check, then the next launch's bank is cleared, then the
@@ -16,18 +18,33 @@
 // CHECK: scf.while
 // CHECK: scf.execute_region -> i1
 // CHECK: cf.switch
-// The wait: thread 0 polls with an acquire load at system scope, checks the
-// abort flag, gives up after spin_limit polls (recording the error and
+// The wait: thread 0 reads the monotonic clock, polls with an acquire load
+// at system scope, checks the abort flag, gives up once spin_limit
+// nanoseconds have passed since the wait began (recording the error and
 // raising the abort flag), else yields its thread. The signal: a release
 // fence, then a relaxed atomic add.
 // CHECK-DAG: llvm.load %{{.*}} atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
 // CHECK-DAG: llvm.load %{{.*}} atomic monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
+// CHECK-DAG: func.call @clock_gettime(%{{.*}}, %{{.*}}) : (i32, !llvm.ptr) -> i32
 // CHECK-DAG: arith.cmpi sge, %{{.*}}, %[[SPIN]] : i64
 // CHECK-DAG: llvm.cmpxchg %{{.*}}, %{{.*}}, %{{.*}} acq_rel monotonic
 // CHECK-DAG: llvm.store %{{.*}}, %{{.*}} atomic release
 // CHECK-DAG: func.call @sched_yield()
 // CHECK-DAG: llvm.fence release
 // CHECK-DAG: llvm.atomicrmw add %{{.*}}, %{{.*}} monotonic
+// The wait's watchdog in order: after a short poll (no abort), the clock,
+// its distance from the wait's start against spin_limit, and the start
+// carried on to the next poll; the start is the clock read where thread 0
+// begins to poll, handed to the poll loop's block.
+// WAIT-LABEL: func.func @chain_worker(
+// WAIT: func.call @clock_gettime
+// WAIT: %[[NS:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
+// WAIT-NEXT: %[[WAITED:.*]] = arith.subi %[[NS]], %[[START:[0-9]+]] : i64
+// WAIT-NEXT: %[[EXPIRED:.*]] = arith.cmpi sge, %[[WAITED]], %arg2 : i64
+// WAIT-NEXT: cf.cond_br %[[EXPIRED]], ^bb{{[0-9]+}}, ^bb{{[0-9]+}}(%[[START]] : i64)
+// WAIT: func.call @clock_gettime
+// WAIT: %[[T0:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
+// WAIT-NEXT: cf.br ^bb{{[0-9]+}}(%[[T0]] : i64)
 et.kernel @chain(%out: memref<2xi64>) {
   %c2 = arith.constant 2 : index
   %e = et.event.create() : !et.event<2>

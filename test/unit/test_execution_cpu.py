@@ -82,6 +82,22 @@ def test_planted_deadlock_raises_watchdog_error(tmp_path):
         launch(4, timeout_s=0.2)
 
 
+def test_host_watchdog_measures_wall_clock(tmp_path):
+    """With more waiting workers than cores the host watchdog still fires
+    about its timeout after the wait began: it reads the clock, where a
+    count of yielding polls stretched with the load (a 2 s timeout fired
+    after 208 s with four workers on two cores)."""
+    workers = 4 * (os.cpu_count() or 1)
+    art = et.compile(planted_deadlock(workers), target="cpu", workers=workers, mode="keep", verify=False,
+                     cache_dir=tmp_path)
+    launch = art.launcher()
+    start = time.monotonic()
+    with pytest.raises(runtime.WatchdogError):
+        launch(4, timeout_s=0.5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 2.0, f"the watchdog took {elapsed:.2f} s for a 0.5 s timeout with {workers} workers"
+
+
 CHAIN = """
 et.kernel @chain(%out: memref<8xi64>, %n: index) {
   %c4 = arith.constant 4 : index

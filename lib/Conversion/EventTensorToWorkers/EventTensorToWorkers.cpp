@@ -508,6 +508,13 @@ LogicalResult WorkerEmitter::checkSharedMemory(Operation *fn) {
 
 WorkerTarget::~WorkerTarget() = default;
 
+Value WorkerTarget::waitStart(WorkerBuilder &w) const { return w.i64(0); }
+
+std::pair<Value, Value> WorkerTarget::waitExpired(WorkerBuilder &w, Value measure) const {
+  Value next = arith::AddIOp::create(w.b, w.loc, measure, w.i64(1));
+  return {next, arith::CmpIOp::create(w.b, w.loc, arith::CmpIPredicate::sge, next, w.spinLimit)};
+}
+
 static LogicalResult lowerKernels(ModuleOp module, const WorkerTarget &target) {
   SmallVector<KernelOp> kernels(module.getOps<KernelOp>());
   if (kernels.empty())

@@ -132,8 +132,12 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
   Value ptr = counterPointer(counterIndex);
   Value expected32 =
       arith::TruncIOp::create(b, loc, b.getI32Type(), toI64(expected));
-  cf::CondBranchOp::create(b, loc, isThread0(), spin, ValueRange{i64(0)},
-                           join, ValueRange{i1(true)});
+  // Thread 0 polls; its watchdog measure starts here (a poll count, or on
+  // the host the wait's start time).
+  Block *poll = newBlock(scope);
+  cf::CondBranchOp::create(b, loc, isThread0(), poll, ValueRange{}, join, ValueRange{i1(true)});
+  b.setInsertionPointToEnd(poll);
+  cf::BranchOp::create(b, loc, spin, ValueRange{target.waitStart(*this)});
 
   // The abort flag is read before the counter, with no ordering: both
   // loads are in flight together, so a poll costs one L2 round trip (read
@@ -175,10 +179,7 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
                            timeout, ValueRange{check->getArgument(0)});
 
   b.setInsertionPointToEnd(timeout);
-  Value next =
-      arith::AddIOp::create(b, loc, timeout->getArgument(0), i64(1));
-  Value expired = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
-                                        next, spinLimit);
+  auto [next, expired] = target.waitExpired(*this, timeout->getArgument(0));
   cf::CondBranchOp::create(b, loc, expired, record, ValueRange{}, sleep,
                            ValueRange{next});
 

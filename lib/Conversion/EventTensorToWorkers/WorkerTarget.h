@@ -186,6 +186,12 @@ public:
   virtual void systemAdd(WorkerBuilder &w, Value ptr) const = 0;
   /// Between two polls of a wait.
   virtual void backoff(WorkerBuilder &w) const = 0;
+  /// The watchdog's measure of one wait, against the launch's spin limit:
+  /// the i64 a wait starts from, and after a poll that came back short, the
+  /// next value and whether the limit is reached. By default it counts
+  /// polls (the GPU's polls take a steady time).
+  virtual Value waitStart(WorkerBuilder &w) const;
+  virtual std::pair<Value, Value> waitExpired(WorkerBuilder &w, Value measure) const;
 
   //===--------------------------------------------------------------------===//
   // The trace

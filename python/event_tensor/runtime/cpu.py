@@ -40,9 +40,9 @@ def host_isa_flags() -> list[str] | None:
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "f32": ctypes.c_float, "f64": ctypes.c_double}
-# A waiting host worker yields its thread between polls: roughly this many
-# polls per second.
-POLLS_PER_SECOND = 1_000_000
+# A waiting host worker yields its thread between polls and measures its
+# wait on the monotonic clock: the spin limit is the timeout in nanoseconds.
+NS_PER_SECOND = 1_000_000_000
 
 
 def _descriptor(array: np.ndarray) -> list[tuple[str, int]]:
@@ -120,7 +120,7 @@ class CPULauncher:
         else:
             per_device, keep = flatten_device_arguments(self.metadata, args, "cpu")
         timeout = self.timeout_s if timeout_s is None else check_timeout(timeout_s)
-        spin_limit = max(1, int(timeout * POLLS_PER_SECOND))
+        spin_limit = max(1, int(timeout * NS_PER_SECOND))
         for attempt in range(2):
             self.epoch += 1
             threads = []
