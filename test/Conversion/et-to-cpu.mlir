@@ -32,19 +32,19 @@
 // CHECK-DAG: func.call @sched_yield()
 // CHECK-DAG: llvm.fence release
 // CHECK-DAG: llvm.atomicrmw add %{{.*}}, %{{.*}} monotonic
-// The wait's watchdog in order: after a short poll (no abort), the clock,
-// its distance from the wait's start against spin_limit, and the start
-// carried on to the next poll; the start is the clock read where thread 0
-// begins to poll, handed to the poll loop's block.
+// The wait's watchdog in order: the clock read before the wait's first
+// poll, handed to the poll loop's block; after a short poll (no abort),
+// the clock again, its distance from that start against spin_limit, and
+// the start carried on to the next poll.
 // WAIT-LABEL: func.func @chain_worker(
+// WAIT: func.call @clock_gettime
+// WAIT: %[[T0:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
+// WAIT: cf.cond_br %{{.*}}, ^bb{{[0-9]+}}(%[[T0]] : i64), ^bb{{[0-9]+}}(%{{.*}} : i1)
 // WAIT: func.call @clock_gettime
 // WAIT: %[[NS:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
 // WAIT-NEXT: %[[WAITED:.*]] = arith.subi %[[NS]], %[[START:[0-9]+]] : i64
 // WAIT-NEXT: %[[EXPIRED:.*]] = arith.cmpi sge, %[[WAITED]], %arg2 : i64
 // WAIT-NEXT: cf.cond_br %[[EXPIRED]], ^bb{{[0-9]+}}, ^bb{{[0-9]+}}(%[[START]] : i64)
-// WAIT: func.call @clock_gettime
-// WAIT: %[[T0:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
-// WAIT-NEXT: cf.br ^bb{{[0-9]+}}(%[[T0]] : i64)
 et.kernel @chain(%out: memref<2xi64>) {
   %c2 = arith.constant 2 : index
   %e = et.event.create() : !et.event<2>

@@ -132,12 +132,10 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
   Value ptr = counterPointer(counterIndex);
   Value expected32 =
       arith::TruncIOp::create(b, loc, b.getI32Type(), toI64(expected));
-  // Thread 0 polls; its watchdog measure starts here (a poll count, or on
-  // the host the wait's start time).
-  Block *poll = newBlock(scope);
-  cf::CondBranchOp::create(b, loc, isThread0(), poll, ValueRange{}, join, ValueRange{i1(true)});
-  b.setInsertionPointToEnd(poll);
-  cf::BranchOp::create(b, loc, spin, ValueRange{target.waitStart(*this)});
+  // Thread 0 polls; the watchdog's measure starts here (a poll count, or
+  // on the host, one thread per worker, the wait's start time).
+  cf::CondBranchOp::create(b, loc, isThread0(), spin, ValueRange{target.waitStart(*this)},
+                           join, ValueRange{i1(true)});
 
   // The abort flag is read before the counter, with no ordering: both
   // loads are in flight together, so a poll costs one L2 round trip (read
