@@ -1573,3 +1573,26 @@ def test_edited_model_json_layout_is_refused(tmp_path):
     info["layout"]["max_batch"] = 1
     (fewer / "model.json").write_text(json.dumps(info))
     assert model.DecodeSession(fewer, weights).max_batch == 1
+
+
+@pytest.mark.parametrize("o_per_head", [True, False])
+def test_attention_work_items_follow_the_launch_rows(o_per_head, tmp_path):
+    """The attention tiles of a several-row kernel take the launch's work
+    items (split, row < batch, KV head): launches of 1-4 rows of uneven
+    lengths (some splits empty) match the reference, with the merge task
+    and with the merge inside the `o` tiles (whose empty splits mark their
+    lse -inf)."""
+    config = model.tiny_config("llama")
+    weights = model.random_weights(config, seed=3)
+    path = model.compile_model(config, target="cpu", max_batch=4, max_context=64, workers=3, split_len=8,
+                               o_per_head=o_per_head, cache_dir=tmp_path)
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=4, max_context=64)
+    rng = np.random.default_rng(0)
+    lengths = [0, 0, 0, 0]
+    for step in range(12):
+        n = [4, 2, 3, 1][step % 4]
+        tokens, positions = rng.integers(0, config.vocab_size, n).tolist(), lengths[:n]
+        session.step(tokens, positions)
+        assert _rel(session.last_logits(), ref.step(tokens, positions)) < 5e-3, f"step {step}, {n} rows"
+        lengths = [length + (b < n) for b, length in enumerate(lengths)]
