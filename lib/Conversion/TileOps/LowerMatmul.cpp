@@ -1016,9 +1016,9 @@ LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads, llvm::DenseSet<
         scf::YieldOp::create(b, loc, out);
       });
   SmallVector<Value> acc(trips.getResults());
-  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, kPart, h.idx(0));
-  Value active = arith::AndIOp::create(
-      b, loc, first, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.nSplit * t.kSplit)));
+  // Every warp is in a group (nSplit x kSplit = the warps); the first of
+  // each group stores.
+  Value active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, kPart, h.idx(0));
   if (partialBytes) {
     // Partial sums at [(kPart - 1) * nSplit + nPart][accumulator][lane].
     auto at = [&](OpBuilder &b, Value part, int64_t e) {
@@ -1029,11 +1029,9 @@ LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads, llvm::DenseSet<
       element = arith::AddIOp::create(b, loc, element, lane);
       return sharedAt(b, loc, shared, toI32(b, loc, arith::MulIOp::create(b, loc, element, h.idx(4))));
     };
-    Value writes = arith::AndIOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, kPart, h.idx(0)),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.group, h.idx(t.nSplit * t.kSplit)));
     {
-      auto ifOp = scf::IfOp::create(b, loc, writes, /*withElse=*/false);
+      auto ifOp = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, kPart, h.idx(0)),
+                                    /*withElse=*/false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(ifOp.thenBlock());
       Value part = arith::SubIOp::create(b, loc, kPart, h.idx(1));

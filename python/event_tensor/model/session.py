@@ -195,15 +195,16 @@ class DecodeSession:
         model.json) would let a launch write past the caches."""
         lay = self.layout
         slots, length = int(lay.get("cache_batch") or self.max_batch), int(lay.get("cache_context") or self.max_context)
+        within = [] if slots >= self.max_batch and length >= self.max_context else [
+            f"max_batch {self.max_batch} / max_context {self.max_context} above the caches' "
+            f"{slots} slots x {length} positions"]
         for v, art in zip(variants, self.artifacts):
             shapes = {a["name"]: a.get("shape") for a in art.metadata["arguments"]}
             cache, xs = shapes.get("k_cache"), shapes.get("xs")
             problems = []
             if cache and len(cache) == 5 and cache[1] != -1 and (cache[1], cache[2]) != (slots, length):
                 problems.append(f"KV caches of {cache[1]} slots x {cache[2]} positions, the layout {slots} x {length}")
-            if slots < self.max_batch or length < self.max_context:
-                problems.append(f"max_batch {self.max_batch} / max_context {self.max_context} above the caches' "
-                                f"{slots} slots x {length} positions")
+            problems += within
             if xs and len(xs) == 3 and xs[1] != -1 and int(v["max_batch"]) > xs[1]:
                 problems.append(f"variant {v['dir']!r} serves up to {v['max_batch']} rows, its kernel {xs[1]}")
             if problems:

@@ -180,15 +180,21 @@ class DecodeContext:
             MemRefType.get([DYN, H], elt or self.f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
             buf, [], [self.batch], [], static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
 
+    @staticmethod
+    def one_row(buf, b, width: int, elt):
+        """Row b of a [rows, width] buffer as a [1, width] view (a static
+        view when b is the int 0)."""
+        offset = 0 if isinstance(b, int) and b == 0 else DYN
+        return memref.subview(buf, [b, 0], [1, width], [1, 1],
+                              result_type=strided([1, width], elt, [width, 1], offset))
+
     def norm_row(self, w, b):
         """xn[b] = rmsnorm(h[b]) * w where row b is in the batch: the body of
         a norm task's tile b (norms not fused into the linear tiles)."""
-        H = self.H
-
-        def one(buf, elt):
-            return memref.subview(buf, [b, 0], [1, H], [1, 1], result_type=strided([1, H], elt, [H, 1]))
+        H, A = self.H, self.A
         live = arith.CmpIOp(arith.CmpIPredicate.ult, b, self.batch).result
-        self.guarded(live, lambda: et.rmsnorm(one(self.A["h"], self.f32), w, one(self.A["xn"], self.bf16), self.eps))
+        self.guarded(live, lambda: et.rmsnorm(self.one_row(A["h"], b, H, self.f32), w,
+                                              self.one_row(A["xn"], b, H, self.bf16), self.eps))
 
     def normalized_rows(self):
         """What the linear tiles read without fused norms: the `batch`

@@ -8,9 +8,8 @@ several devices every device's candidates are gathered between)."""
 from __future__ import annotations
 
 from ...collectives import gather_candidates
-from ...dialects import arith, et, memref
+from ...dialects import arith, et
 from .linear import linear_body, norm_input
-from .views import strided
 
 __all__ = ["head_tasks"]
 
@@ -61,16 +60,14 @@ def head_tasks(ctx, prev: str) -> None:
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
                       threshold=A["threshold"])
         before = "sample_filter"
-    def rows(name, width, elt):
+    def rows(buf, width, elt):
         # One-row kernels give the argmax a static row, so that its
         # lowering keeps only its one-row path (the whole worker on the row).
-        if ctx.B > 1:
-            return A[name]
-        return memref.subview(A[name], [0, 0], [1, width], [1, 1], result_type=strided([1, width], elt, [width, 1], 0))
+        return buf if ctx.B > 1 else ctx.one_row(buf, 0, width, elt)
 
     task("argmax_part", [lay.argmax_chunks], [before],
-         lambda t: et.argmax(rows("logits", V_lm, ctx.f32), rows("part_val", lay.argmax_chunks, ctx.f32),
-                             rows("part_idx", lay.argmax_chunks, ctx.i32),
+         lambda t: et.argmax(rows(A["logits"], V_lm, ctx.f32), rows(A["part_val"], lay.argmax_chunks, ctx.f32),
+                             rows(A["part_idx"], lay.argmax_chunks, ctx.i32),
                              arith.MulIOp(t, const(chunk)).result, const(chunk), t, **sample),
          nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
     candidates, cand_val, cand_idx = lay.argmax_chunks, A["part_val"], A["part_idx"]
@@ -83,10 +80,10 @@ def head_tasks(ctx, prev: str) -> None:
              nbytes=8 * tp * lay.argmax_chunks, flops=0)
         candidates, cand_val, cand_idx = tp * lay.argmax_chunks, A["all_val"], A["all_idx"]
     def final_argmax(t):
-        val, idx = cand_val, cand_idx
-        if tp == 1:
-            val, idx = rows("part_val", candidates, ctx.f32), rows("part_idx", candidates, ctx.i32)
-        et.argmax(val, rows("next_val", 1, ctx.f32), rows("next_token", 1, ctx.i32), const(0), const(candidates),
-                  const(0), from_=idx)
+        # (On several devices the gathered candidates keep their rows.)
+        val, idx = (rows(cand_val, candidates, ctx.f32), rows(cand_idx, candidates, ctx.i32)) if tp == 1 \
+            else (cand_val, cand_idx)
+        et.argmax(val, rows(A["next_val"], 1, ctx.f32), rows(A["next_token"], 1, ctx.i32), const(0),
+                  const(candidates), const(0), from_=idx)
     task("argmax", [1], ["gather" if tp > 1 else "argmax_part"], final_argmax, nbytes=8 * candidates,
          flops=candidates)

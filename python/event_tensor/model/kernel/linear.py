@@ -31,12 +31,11 @@ def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
         xv = x_in if x_in is not None else (x() if callable(x) else x)
         if mma:
             bm = mma_m_block(ctx.B)
-            if mma_registers(bm, rows):
-                et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([bm, rows, 32]),
-                          registers=True, accumulate=True if accumulate else None)
-            else:
-                et.matmul(xv, w(l), out, const(0), r0, [], DenseI64ArrayAttr.get([bm, rows, mma_k_block(k)]),
-                          stages=MMA_STAGES, accumulate=True if accumulate else None)
+            registers = mma_registers(bm, rows)  # BK 32 and no ring stages, else the ring's
+            et.matmul(xv, w(l), out, const(0), r0, [],
+                      DenseI64ArrayAttr.get([bm, rows, 32 if registers else mma_k_block(k)]),
+                      stages=None if registers else MMA_STAGES, registers=registers or None,
+                      accumulate=True if accumulate else None)
         else:
             et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate, **(norm or {}))
     return body, -(-n // rows), rows * k * 2, 2 * rows * k
