@@ -20,7 +20,8 @@ def hf_model(config: ModelConfig, weights: dict, *, dtype=torch.float32, attn: s
 
     hf = config.to_hf()
     arch = hf["architectures"][0]
-    cfg_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
+    cfg_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config,
+               "Qwen3MoeForCausalLM": transformers.Qwen3MoeConfig}[arch]
     model_cls = getattr(transformers, arch)
     kwargs = {k: v for k, v in hf.items() if k not in ("architectures", "model_type", "torch_dtype")}
     # Newer transformers take RoPE settings as one `rope_parameters` dict.
@@ -43,7 +44,7 @@ def hf_model(config: ModelConfig, weights: dict, *, dtype=torch.float32, attn: s
     model = model.to(dtype)
     for n, b in kept.items():
         setattr(rotary, n, b)
-    state = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
+    state = _fused_experts(model, {k: v.to(device=device, dtype=dtype) for k, v in weights.items()})
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
@@ -58,6 +59,26 @@ def hf_model(config: ModelConfig, weights: dict, *, dtype=torch.float32, attn: s
     if not np.allclose(inv, ours, rtol=1e-5):
         raise RuntimeError(f"transformers' RoPE frequencies differ from ours: {inv[:4]} vs {ours[:4]}")
     return model.eval()
+
+
+def _fused_experts(model, state: dict) -> dict:
+    """The checkpoint's per-expert tensors (mlp.experts.E.gate_proj, ...) in
+    the form of `model`'s parameters, where it holds an expert layer's
+    weights as two 3-D tensors (gate_up_proj [E, 2I, H], the gate rows
+    first, and down_proj [E, H, I])."""
+    params = dict(model.named_parameters())
+    out = dict(state)
+    for name in params:
+        if not name.endswith(".mlp.experts.gate_up_proj"):
+            continue
+        prefix = name[: -len("gate_up_proj")]
+        experts = params[name].shape[0]
+        gate = [out.pop(f"{prefix}{e}.gate_proj.weight") for e in range(experts)]
+        up = [out.pop(f"{prefix}{e}.up_proj.weight") for e in range(experts)]
+        down = [out.pop(f"{prefix}{e}.down_proj.weight") for e in range(experts)]
+        out[name] = torch.stack([torch.cat([g, u]) for g, u in zip(gate, up)])
+        out[prefix + "down_proj"] = torch.stack(down)
+    return out
 
 
 class PeerDecoder:

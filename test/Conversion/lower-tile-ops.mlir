@@ -686,6 +686,36 @@ et.kernel @argmax(%x: memref<2x1000xf32>, %v: memref<2x4xf32>, %i: memref<2x4xi3
   }
 }
 
+// The router's top-k, on the GPU a warp per token: the maximum first
+// (a butterfly of values and indices), the softmax denominator (a
+// butterfly sum), then one more round for the second expert, lane 0
+// storing both; no barrier. The CPU worker scans alone.
+// GPU-LABEL: et.kernel @router_topk
+// GPU: scf.for
+// GPU: scf.for {{.*}} iter_args
+// GPU: memref.load %{{.*}} : memref<?x64xf32>
+// GPU-COUNT-10: gpu.shuffle  xor
+// GPU: math.exp
+// GPU-COUNT-5: gpu.shuffle  xor
+// GPU: scf.for {{.*}} iter_args
+// GPU-COUNT-10: gpu.shuffle  xor
+// GPU-NOT: gpu.barrier
+// GPU: scf.if
+// GPU-COUNT-2: memref.store %{{.*}} : memref<?x2xi32>
+// GPU-NOT: et.router_topk
+// CPU-LABEL: et.kernel @router_topk
+// CPU-NOT: gpu.shuffle
+// CPU: math.exp
+// CPU: arith.divf
+// CPU: memref.store %{{.*}} : memref<?x2xi32>
+// CPU-NOT: et.router_topk
+et.kernel @router_topk(%s: memref<?x64xf32>, %ids: memref<?x2xi32>, %w: memref<?x2xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%b) in (%c1) {
+    et.router_topk %s, %ids, %w normalize : memref<?x64xf32>, memref<?x2xi32>, memref<?x2xf32>
+  }
+}
+
 // et.sample_threshold: the worker's threads add key counts and mass into
 // shared bins with atomics between barriers (four 8-bit levels for top-k,
 // four for top-p, after one atomic max for max(y)), thread 0 picks the bin;

@@ -147,6 +147,7 @@ struct LowerTileOpsPass
     populateEmbeddingLoweringPatterns(patterns, options);
     populateRoPELoweringPatterns(patterns, options);
     populateArgmaxLoweringPatterns(patterns, options);
+    populateRouterLoweringPatterns(patterns, options);
     populateLinearLoweringPatterns(patterns, options, state);
     FrozenRewritePatternSet frozen(std::move(patterns));
     PatternApplicator applicator(frozen);

@@ -174,6 +174,7 @@ void populateNormLoweringPatterns(RewritePatternSet &patterns, const TileLowerin
 void populateEmbeddingLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateRoPELoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
+void populateRouterLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateLinearLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
                                     TileLoweringState &state);
 

@@ -1,7 +1,7 @@
 //===- EventTensorTileOps.cpp - The et dialect's tile compute ops ---------===//
 //
 // Verifiers of the tile compute ops (et.linear, et.matmul, the attention,
-// norm, RoPE, embedding, KV-append and argmax tiles, et.prefetch and
+// norm, RoPE, embedding, KV-append, argmax and router tiles, et.prefetch and
 // et.staged_rows), declared in EventTensorTileOps.td and lowered by
 // et-lower-tile-ops.
 //
@@ -342,6 +342,23 @@ LogicalResult SampleThresholdOp::verify() {
       return emitOpError("temperature, top_k, top_p, min_p and threshold must have one entry per token of x, "
                          "got ")
              << perToken.getType() << " for " << x;
+  return success();
+}
+
+LogicalResult RouterTopKOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getLogits().getType(), ids = getIds().getType(), w = getWeights().getType();
+  int64_t k = ids.getDimSize(1);
+  if (ShapedType::isDynamic(k) || k < 1 || w.getDimSize(1) != k)
+    return emitOpError("ids and weights need the same static number of experts per token (K >= 1), got ")
+           << ids << " and " << w;
+  if (!sameDim(x.getDimSize(0), ids.getDimSize(0)) || !sameDim(x.getDimSize(0), w.getDimSize(0)))
+    return emitOpError("logits, ids and weights must have one row per token, got ") << x << ", " << ids
+                                                                                      << " and " << w;
+  int64_t e = x.getDimSize(1);
+  if (!ShapedType::isDynamic(e) && e < k)
+    return emitOpError("chooses ") << k << " experts of " << e;
   return success();
 }
 

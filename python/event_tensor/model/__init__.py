@@ -1,4 +1,4 @@
-"""Decoder-only models (Llama-3, Qwen3) compiled to one decode-step
+"""Decoder-only models (Llama-3, Qwen3, Qwen3-MoE) compiled to one decode-step
 megakernel.
 
     from event_tensor import model
@@ -12,7 +12,7 @@ megakernel.
 alone (numpy, and torch for CUDA).
 """
 
-from .config import ARCHITECTURES, PRESETS, ConfigError, ModelConfig, demo_config, preset, tiny_config
+from .config import ARCHITECTURES, PRESETS, ConfigError, ModelConfig, demo_config, preset, tiny_config, tiny_moe_config
 from .options import KernelOptions
 from .reference import ReferenceModel
 from .session import DecodeSession, Generation, ModelArtifactError, NonFiniteLogitsError
@@ -20,7 +20,7 @@ from .weights import WeightError, hf_tensor_shapes, load_weights, random_weights
 
 __all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "Generation", "KernelOptions", "ModelArtifactError",
            "NonFiniteLogitsError", "ModelConfig", "ReferenceModel", "WeightError", "compile_model", "demo_config", "hf_tensor_shapes",
-           "load_weights", "random_weights", "save_weights", "tiny_config"]
+           "load_weights", "random_weights", "save_weights", "tiny_config", "tiny_moe_config"]
 
 
 def compile_model(*args, **kwargs):

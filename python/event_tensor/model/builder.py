@@ -33,6 +33,7 @@ from .kernel.embedding import embedding_task
 from .kernel.head import head_tasks
 from .kernel.layers import Layers
 from .kernel.mlp import Mlp
+from .kernel.moe import Experts
 from .kernel.steps import steps_task
 from .layout import KernelLayout, kernel_layout
 from .options import KernelOptions
@@ -174,7 +175,7 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
         # The blocks first (the values computed once, at the kernel's top),
         # then the tasks in the order they run.
         attention = Attention(ctx)
-        mlp = Mlp(ctx)
+        mlp = Experts(ctx) if config.moe else Mlp(ctx)
         layers = Layers(ctx, attention, mlp)
         embedding_task(ctx)
         done = layers.emit()

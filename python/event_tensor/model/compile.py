@@ -237,6 +237,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     variants = bool(specialize) or batch_variants or kernel.linear_tile == "auto"
     if tp != 1 and (prefill_rows or batch_variants):
         raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
+    if config.moe and prefill_rows:
+        raise ValueError("a model with experts has no prefill kernel yet: prefill_rows must be 0 (prompts go "
+                         "through the decode kernel)")
     if kernel.linear_tile == "auto" and (batch_variants or tuning_table is not None):
         raise ValueError("linear_tile='auto' is not supported with batch_variants or a tuning_table")
     if isinstance(prefill_rows, bool) or not isinstance(prefill_rows, int) or prefill_rows < 0:

@@ -1,4 +1,5 @@
-"""Decoder-only model configurations (Llama-3 and Qwen3 families) read from
+"""Decoder-only model configurations (Llama-3 and Qwen3 families, Qwen3's
+mixture-of-experts form among them) read from
 Hugging Face `config.json` files, with the checks that keep a wrong config
 from compiling into a silently wrong kernel. No MLIR here."""
 
@@ -10,15 +11,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "PRESETS", "tiny_config", "demo_config", "preset",
-           "tp_config"]
+__all__ = ["ConfigError", "ModelConfig", "ARCHITECTURES", "PRESETS", "tiny_config", "tiny_moe_config", "demo_config",
+           "preset", "tp_config"]
 
 #: Hugging Face architectures and the family each belongs to.
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3"}
 
 #: The architecture of a config that names none, by its `model_type` (what
 #: `PretrainedConfig.save_pretrained` writes without a model class).
-MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 #: `hidden_act` values that are SiLU in transformers' activation table.
 SILU_NAMES = ("silu", "swish")
@@ -50,21 +51,41 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 8192
     architecture: str = field(default="", compare=False)
+    #: Mixture of experts (Qwen3-MoE): every layer's MLP is `num_experts`
+    #: gated MLPs of `moe_intermediate_size`, of which a router picks
+    #: `num_experts_per_tok` per token, weighted by their softmax
+    #: probabilities (renormalized over the chosen with
+    #: `norm_topk_prob`). 0 experts: a dense MLP of `intermediate_size`.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
 
     @property
     def group_size(self) -> int:
         return self.num_heads // self.num_kv_heads
 
     @property
+    def moe(self) -> bool:
+        """Whether the MLPs are mixtures of experts."""
+        return self.num_experts > 0
+
+    @property
     def qk_norm(self) -> bool:
         """Qwen3 normalizes each query and key head before RoPE."""
         return self.family == "qwen3"
 
-    def weight_bytes(self) -> int:
+    def weight_bytes(self, experts: int | None = None) -> int:
         """bf16 bytes of the weights one decode step reads (the embedding row
-        gather excluded; the LM head counted once even when tied)."""
+        gather excluded; the LM head counted once even when tied). With
+        experts, `experts` distinct ones per layer (default: one token's
+        `num_experts_per_tok`) and the router."""
         h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
-        per_layer = h * d * (self.num_heads * 2 + self.num_kv_heads * 2) + 3 * h * i + 2 * h
+        mlp = 3 * h * i
+        if self.moe:
+            used = self.num_experts_per_tok if experts is None else experts
+            mlp = self.num_experts * h + used * 3 * h * self.moe_intermediate_size
+        per_layer = h * d * (self.num_heads * 2 + self.num_kv_heads * 2) + mlp + 2 * h
         if self.qk_norm:
             per_layer += 2 * d
         return 2 * (self.num_layers * per_layer + self.vocab_size * h + h)
@@ -72,8 +93,11 @@ class ModelConfig:
     def linear_shapes(self) -> list[tuple[int, int]]:
         """The (N, K) of every linear layer of a decode step, sorted."""
         h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
-        return sorted({(self.num_heads * d, h), (self.num_kv_heads * d, h), (h, self.num_heads * d), (i, h),
-                       (h, i), (self.vocab_size, h)})
+        if self.moe:
+            i = self.moe_intermediate_size
+        mlp = {(i, h), (h, i)} | ({(self.num_experts, h)} if self.moe else set())
+        return sorted({(self.num_heads * d, h), (self.num_kv_heads * d, h), (h, self.num_heads * d),
+                       (self.vocab_size, h)} | mlp)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -190,6 +214,24 @@ class ModelConfig:
         act = hf.get("hidden_act", "silu")
         if not isinstance(act, str) or act not in SILU_NAMES:
             raise ConfigError(f"{where}: hidden_act {act!r} is not supported (only 'silu', also named 'swish')")
+        moe = {}
+        if arch == "Qwen3MoeForCausalLM":
+            # transformers writes num_local_experts; published configs
+            # num_experts.
+            experts = "num_experts" if hf.get("num_experts") is not None else "num_local_experts"
+            moe = dict(num_experts=get(experts), num_experts_per_tok=get("num_experts_per_tok"),
+                       moe_intermediate_size=get("moe_intermediate_size"), norm_topk_prob=flag("norm_topk_prob"))
+            sparse_step = get("decoder_sparse_step", int, 1)
+            dense_layers = hf.get("mlp_only_layers") or []
+            if not isinstance(dense_layers, list):
+                raise ConfigError(f"{where}: 'mlp_only_layers' must be a list, got {dense_layers!r}")
+            if sparse_step != 1 or dense_layers:
+                raise ConfigError(f"{where}: dense MLP layers among the expert layers are not supported "
+                                  f"(decoder_sparse_step {sparse_step}, mlp_only_layers {dense_layers}; "
+                                  "only every layer with experts)")
+            for name in ("shared_expert_intermediate_size",):
+                if hf.get(name):
+                    raise ConfigError(f"{where}: '{name}' (shared experts) is not supported")
         config = cls(
             family=ARCHITECTURES[arch],
             hidden_size=hidden,
@@ -205,6 +247,7 @@ class ModelConfig:
             tie_word_embeddings=flag("tie_word_embeddings"),
             max_position_embeddings=get("max_position_embeddings", int, 8192),
             architecture=arch,
+            **moe,
         )
         config.validate(where)
         return config
@@ -226,11 +269,23 @@ class ModelConfig:
                                   f"got {getattr(self, name)}")
         if (self.num_heads * self.head_dim) % 8:
             raise ConfigError(f"{where}: num_attention_heads * head_dim must be a multiple of 8")
+        if self.moe:
+            if self.family != "qwen3":
+                raise ConfigError(f"{where}: experts are supported in Qwen3 models only, got family {self.family!r}")
+            if not 1 <= self.num_experts_per_tok <= self.num_experts:
+                raise ConfigError(f"{where}: num_experts_per_tok must be in [1, num_experts {self.num_experts}], "
+                                  f"got {self.num_experts_per_tok}")
+            if self.moe_intermediate_size < 1 or self.moe_intermediate_size % 8:
+                raise ConfigError(f"{where}: moe_intermediate_size must be a positive multiple of 8 (16-byte "
+                                  f"bf16 rows), got {self.moe_intermediate_size}")
+        elif self.num_experts_per_tok or self.moe_intermediate_size or self.num_experts < 0:
+            raise ConfigError(f"{where}: num_experts_per_tok and moe_intermediate_size need num_experts >= 1")
 
     def to_hf(self) -> dict[str, Any]:
         """A Hugging Face config dict for this model (for transformers)."""
         hf = {
-            "architectures": [self.architecture or {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[self.family]],
+            "architectures": [self.architecture or ("Qwen3MoeForCausalLM" if self.moe else
+                                                    {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[self.family])],
             "model_type": self.family,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -247,6 +302,10 @@ class ModelConfig:
             "attention_bias": False,
             "torch_dtype": "bfloat16",
         }
+        if self.moe:
+            hf.update(model_type="qwen3_moe", num_experts=self.num_experts, num_experts_per_tok=self.num_experts_per_tok,
+                      moe_intermediate_size=self.moe_intermediate_size, norm_topk_prob=self.norm_topk_prob,
+                      decoder_sparse_step=1, mlp_only_layers=[])
         if self.rope_scaling:
             f, lo, hi, orig = self.rope_scaling
             hf["rope_scaling"] = {"rope_type": "llama3", "factor": f, "low_freq_factor": lo,
@@ -315,15 +374,35 @@ def _qwen3_8b() -> ModelConfig:
                        architecture="Qwen3ForCausalLM")
 
 
+def _qwen3_30b_a3b() -> ModelConfig:
+    """The shapes of Qwen3-30B-A3B (its published config.json): 128
+    experts of 768, 8 per token."""
+    return ModelConfig(family="qwen3", hidden_size=2048, intermediate_size=6144, num_layers=48, num_heads=32,
+                       num_kv_heads=4, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       tie_word_embeddings=False, max_position_embeddings=40960,
+                       architecture="Qwen3MoeForCausalLM", num_experts=128, num_experts_per_tok=8,
+                       moe_intermediate_size=768, norm_topk_prob=True)
+
+
+def tiny_moe_config(**overrides) -> ModelConfig:
+    """A 2-layer Qwen3-MoE model for tests: 8 experts of 32, 2 per token."""
+    base = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+                architecture="Qwen3MoeForCausalLM", tie_word_embeddings=False)
+    base.update(overrides)
+    return tiny_config("qwen3", **base)
+
+
 PRESETS = {
     "demo": demo_config,
     "tiny-llama": lambda: tiny_config("llama"),
     "tiny-qwen3": lambda: tiny_config("qwen3"),
+    "tiny-qwen3-moe": tiny_moe_config,
     "llama-3.2-1b": _llama_3_2_1b,
     "qwen3-0.6b": _qwen3_0_6b,
     "qwen3-1.7b": _qwen3_1_7b,
     "llama-3.1-8b": _llama_3_1_8b,
     "qwen3-8b": _qwen3_8b,
+    "qwen3-30b-a3b": _qwen3_30b_a3b,
 }
 
 
@@ -342,6 +421,8 @@ def tp_config(config: ModelConfig, tp: int) -> ModelConfig:
     c = config
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tp must be a positive int, got {tp!r}")
+    if tp > 1 and c.moe:
+        raise ConfigError("tensor parallelism of a model with experts is not supported")
     for what, n in (("num_kv_heads", c.num_kv_heads), ("num_heads", c.num_heads),
                     ("intermediate_size", c.intermediate_size), ("vocab_size", c.vocab_size)):
         if n % tp:

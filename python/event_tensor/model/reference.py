@@ -1,4 +1,4 @@
-"""A numpy (float32) reference of the Llama-3 / Qwen3 decode step, for
+"""A numpy (float32) reference of the Llama-3 / Qwen3 (and Qwen3-MoE) decode step, for
 checks in CI. With `bf16_activations=True` it rounds where the megakernel
 rounds (linear-layer inputs and the KV cache are bf16), so the two agree
 to float32 accumulation-order error; without it, activations stay
@@ -65,6 +65,8 @@ class ReferenceModel:
         self.k_cache = np.zeros(shape, np.float32)
         self.v_cache = np.zeros(shape, np.float32)
         self.inv_freq = _inv_freq(c)
+        #: With experts: the experts each row of the last step chose, per layer.
+        self.routes: dict[int, np.ndarray] = {}
 
     def _norm(self, h: np.ndarray, w: np.ndarray, kind: str) -> np.ndarray:
         """A linear layer's normalized input: rmsnorm(h) * w rounded, or
@@ -76,6 +78,34 @@ class ReferenceModel:
         h = h.astype(np.float32)
         inv = 1 / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + np.float32(self.config.rms_norm_eps))
         return self.round(h * w) * inv
+
+    def route(self, layer: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The experts each row of x (normalized, rounded) goes to, best
+        first (ties to the smaller index), and their weights: softmax
+        probabilities, renormalized over the chosen with norm_topk_prob."""
+        c = self.config
+        logits = x @ self.w["router"][layer].T
+        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        ids = np.argsort(-p, axis=-1, kind="stable")[:, :c.num_experts_per_tok]
+        weights = np.take_along_axis(p, ids, axis=-1)
+        if c.norm_topk_prob:
+            weights = weights / weights.sum(axis=-1, keepdims=True)
+        return ids, weights.astype(np.float32)
+
+    def _experts(self, layer: int, x: np.ndarray) -> np.ndarray:
+        """The MLP of a layer with experts: each row's chosen experts'
+        outputs times their weights, added in the router's order."""
+        w, r = self.w, self.round
+        ids, weights = self.route(layer, x)
+        self.routes[layer] = ids
+        out = np.zeros((x.shape[0], self.config.hidden_size), np.float32)
+        for b in range(x.shape[0]):
+            for e, weight in zip(ids[b], weights[b]):
+                gate, up = x[b] @ w["exp_gate"][layer, e].T, x[b] @ w["exp_up"][layer, e].T
+                act = r(gate / (1 + np.exp(-gate)) * up)
+                out[b] += weight * (act @ w["exp_down"][layer, e].T)
+        return out
 
     def step(self, tokens, positions, slots=None) -> np.ndarray:
         """One launch's rows: token, position and cache slot per row (slots
@@ -114,6 +144,9 @@ class ReferenceModel:
                     attn[b, head] = e @ vals[:, head // g] / e.sum()
             h = h + r(attn).reshape(b_count, hq * d) @ w["wo"][layer].T
             x = self._norm(h, w["ln2"][layer], "mlp")
+            if c.moe:
+                h = h + self._experts(layer, x)
+                continue
             gate, up = x @ w["wg"][layer].T, x @ w["wu"][layer].T
             act = r(gate / (1 + np.exp(-gate)) * up)
             h = h + act @ w["wd"][layer].T

@@ -19,14 +19,14 @@ from .config import ModelConfig
 from .layout import (FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_REASONS, FINISH_STOP,
                      MAX_STOP_IDS)
 from .options import KernelOptions
-from .weights import BF16, PACKED_ORDER, pack, tp_shards
+from .weights import BF16, MOE_PACKED, PACKED_ORDER, pack, tp_shards
 
 __all__ = ["DecodeSession", "Generation", "GenerationStream", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
 PREFILL_DIR = "prefill"  # the prefill kernel's subdirectory (compile_model(prefill_rows=...))
 # Kernel arguments that are weights (Qwen3 adds the per-head q/k norms).
-_WEIGHTS = {*PACKED_ORDER, "q_norm", "k_norm"}
+_WEIGHTS = {*PACKED_ORDER, *MOE_PACKED, "q_norm", "k_norm"}
 VARIANTS_JSON = "variants.json"
 # The decode kernel's index arguments: the rows of a launch, its step budget.
 _SCALARS = ("batch", "steps")

@@ -16,7 +16,7 @@ import numpy as np
 from .config import ModelConfig, tp_config
 
 __all__ = ["tp_shards", "WeightError", "read_safetensors", "write_safetensors", "hf_tensor_shapes", "random_weights",
-           "load_weights", "save_weights", "pack", "PACKED_ORDER"]
+           "load_weights", "save_weights", "pack", "PACKED_ORDER", "MOE_PACKED"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32), "F64": np.dtype(np.float64)}
@@ -140,8 +140,17 @@ def hf_tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
             p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
             p + "self_attn.q_proj.weight": (hq, h), p + "self_attn.k_proj.weight": (hkv, h),
             p + "self_attn.v_proj.weight": (hkv, h), p + "self_attn.o_proj.weight": (h, hq),
-            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i),
         })
+        if config.moe:
+            im = config.moe_intermediate_size
+            shapes[p + "mlp.gate.weight"] = (config.num_experts, h)
+            for e in range(config.num_experts):
+                x = f"{p}mlp.experts.{e}."
+                shapes.update({x + "gate_proj.weight": (im, h), x + "up_proj.weight": (im, h),
+                               x + "down_proj.weight": (h, im)})
+        else:
+            shapes.update({p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h),
+                           p + "mlp.down_proj.weight": (h, i)})
         if config.qk_norm:
             shapes[p + "self_attn.q_norm.weight"] = (d,)
             shapes[p + "self_attn.k_norm.weight"] = (d,)
@@ -198,13 +207,18 @@ def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
     write_safetensors(path, weights)
 
 
-#: The packed tensors in kernel-argument order (Qwen3 adds q_norm, k_norm).
+#: The packed tensors in kernel-argument order (Qwen3 adds q_norm, k_norm;
+#: a model with experts has MOE_PACKED in place of wg, wu, wd).
 PACKED_ORDER = ["embed", "ln1", "wq", "wk", "wv", "wo", "ln2", "wg", "wu", "wd", "final_norm", "lm_head"]
+#: A model with experts: the router [L, E, H] and the experts' gate and up
+#: [L, E, I, H] and down [L, E, H, I] projections.
+MOE_PACKED = ["router", "exp_gate", "exp_up", "exp_down"]
 
 
 def pack(config: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Stacks per-layer tensors into the megakernel's layout (bf16,
-    contiguous): ln1/ln2 [L, H], wq [L, Hq*D, H], ..., wd [L, H, I]."""
+    contiguous): ln1/ln2 [L, H], wq [L, Hq*D, H], ..., wd [L, H, I]; with
+    experts, MOE_PACKED (router [L, E, H], exp_gate [L, E, I, H], ...)."""
     def bf(a):
         return np.ascontiguousarray(np.asarray(a).astype(BF16))
 
@@ -219,11 +233,17 @@ def pack(config: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, np.nd
         "wv": stack("self_attn.v_proj.weight"),
         "wo": stack("self_attn.o_proj.weight"),
         "ln2": stack("post_attention_layernorm.weight"),
-        "wg": stack("mlp.gate_proj.weight"),
-        "wu": stack("mlp.up_proj.weight"),
-        "wd": stack("mlp.down_proj.weight"),
         "final_norm": bf(weights["model.norm.weight"]),
     }
+    if config.moe:
+        def experts(proj):
+            return bf(np.stack([np.stack([np.asarray(weights[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"])
+                                          for e in range(config.num_experts)]) for i in range(config.num_layers)]))
+        packed.update(router=stack("mlp.gate.weight"), exp_gate=experts("gate_proj"), exp_up=experts("up_proj"),
+                      exp_down=experts("down_proj"))
+    else:
+        packed.update(wg=stack("mlp.gate_proj.weight"), wu=stack("mlp.up_proj.weight"),
+                      wd=stack("mlp.down_proj.weight"))
     packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else bf(weights["lm_head.weight"])
     if config.qk_norm:
         packed["q_norm"] = stack("self_attn.q_norm.weight")

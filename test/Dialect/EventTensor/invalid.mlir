@@ -1607,3 +1607,44 @@ et.kernel @extent_cycle_downstream(%n: memref<2xi32>) {
   et.task @c tiles(%i) in (%first) {
   }
 }
+
+et.kernel @router_k(%s: memref<1x8xf32>, %i: memref<1x2xi32>, %w: memref<1x3xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{ids and weights need the same static number of experts per token (K >= 1)}}
+    et.router_topk %s, %i, %w : memref<1x8xf32>, memref<1x2xi32>, memref<1x3xf32>
+  }
+}
+// -----
+
+et.kernel @router_k_dynamic(%s: memref<1x8xf32>, %i: memref<1x?xi32>, %w: memref<1x?xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{ids and weights need the same static number of experts per token (K >= 1)}}
+    et.router_topk %s, %i, %w : memref<1x8xf32>, memref<1x?xi32>, memref<1x?xf32>
+  }
+}
+// -----
+
+et.kernel @router_rows(%s: memref<2x8xf32>, %i: memref<1x2xi32>, %w: memref<1x2xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{logits, ids and weights must have one row per token}}
+    et.router_topk %s, %i, %w : memref<2x8xf32>, memref<1x2xi32>, memref<1x2xf32>
+  }
+}
+// -----
+
+et.kernel @router_more_than_experts(%s: memref<1x4xf32>, %i: memref<1x8xi32>, %w: memref<1x8xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{chooses 8 experts of 4}}
+    et.router_topk %s, %i, %w : memref<1x4xf32>, memref<1x8xi32>, memref<1x8xf32>
+  }
+}
+// -----
+
+et.kernel @router_outside_task(%s: memref<1x8xf32>, %i: memref<1x2xi32>, %w: memref<1x2xf32>) {
+  // expected-error @+1 {{must be nested in an 'et.task' body}}
+  et.router_topk %s, %i, %w : memref<1x8xf32>, memref<1x2xi32>, memref<1x2xf32>
+}

@@ -275,6 +275,18 @@ et.kernel @decode_ops(%table: memref<128256x2048xbf16>, %ids: memref<1xi32>, %h:
   }
 }
 
+// A router's top 8 of 128 experts, with and without renormalized weights.
+// CHECK-LABEL: et.kernel @router
+// CHECK: et.router_topk %{{.*}}, %{{.*}}, %{{.*}} normalize : memref<?x128xf32>, memref<?x8xi32>, memref<?x8xf32>
+// CHECK: et.router_topk %{{.*}}, %{{.*}}, %{{.*}} : memref<?x128xf32>, memref<?x8xi32>, memref<?x8xf32>
+et.kernel @router(%scores: memref<?x128xf32>, %ids: memref<?x8xi32>, %w: memref<?x8xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @topk tiles(%b) in (%c1) {
+    et.router_topk %scores, %ids, %w normalize : memref<?x128xf32>, memref<?x8xi32>, memref<?x8xf32>
+    et.router_topk %scores, %ids, %w : memref<?x128xf32>, memref<?x8xi32>, memref<?x8xf32>
+  }
+}
+
 // -----
 
 // CHECK-LABEL: et.kernel @attention_ops

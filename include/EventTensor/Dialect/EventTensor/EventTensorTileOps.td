@@ -588,6 +588,44 @@ def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
   let hasVerifier = 1;
 }
 
+def ET_RouterTopKOp : ET_Op<"router_topk", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a mixture-of-experts router: the top-k experts of each token and their weights";
+  let description = [{
+    For every token `m` of `logits` (`M x E` f32, the router's scores of E
+    experts), with `p = softmax(logits[m, :])` in f32, writes the K experts
+    of highest `p` to `ids[m, 0..K)` (`M x K` i32), highest first, ties to
+    the smaller expert index, and their probabilities to `weights[m, 0..K)`
+    (`M x K` f32); with `normalize`, each divided by the sum of the K (the
+    `norm_topk_prob` of Qwen3-MoE configs). K is the static second
+    dimension of `ids` and `weights`, at most E. A NaN score never wins.
+
+    Example:
+
+    ```mlir
+    // token b's 8 of 128 experts, weights summing to 1
+    et.router_topk %scores, %ids, %weights normalize
+        : memref<1x128xf32, strided<[128, 1], offset: ?>>, memref<1x8xi32, strided<[8, 1], offset: ?>>,
+          memref<1x8xf32, strided<[8, 1], offset: ?>>
+    ```
+
+    Lowering (`et-lower-tile-ops`): a group of lanes per token (a warp on
+    the GPU, the one thread on the CPU), each lane scanning every 32nd
+    expert: the maximum and the softmax denominator by butterflies, then K
+    rounds that each take the best expert after the previous round's in
+    the order (probability descending, index ascending); lane 0 writes.
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$logits,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$ids,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$weights,
+                       UnitAttr:$normalize);
+  let assemblyFormat = [{
+    $logits `,` $ids `,` $weights (`normalize` $normalize^)? attr-dict `:`
+    type($logits) `,` type($ids) `,` type($weights)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_AttentionSplitOp : ET_Op<"attention_split", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "decode attention of one KV head's query group over one split of the KV cache";

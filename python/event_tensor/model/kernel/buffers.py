@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..layout import MAX_STOP_IDS
 from ..options import NORM_TASKS
+from .moe import expert_buffers
 from .tiles import norm_scratch_rows
 from ...ir import IntegerType
 from .views import DYN, model_arguments, mr
@@ -62,7 +63,8 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
              ("q", mr([DYN, Hq, D], f32)), ("k", mr([DYN, Hkv, D], f32)), ("v", mr([DYN, Hkv, D], f32)),
              ("o_part", mr([DYN, lay.splits, Hq, D], f32)), ("lse", mr([DYN, lay.splits, Hq], f32)),
              ("attn", mr([DYN, Hq, D], bf16)),
-             ("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16)),
+             *(expert_buffers(ctx) if ctx.c.moe else
+               [("g", mr([DYN, I], f32)), ("u", mr([DYN, I], f32)), ("act", mr([DYN, I], bf16))]),
              ("logits", mr([DYN, V_lm], f32)),
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]

@@ -58,9 +58,14 @@ def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
     bf16 = BF16Type.get()
     args = [("embed", mr([V, H], bf16)), ("ln1", mr([L, H], bf16)),
             ("wq", mr([L, Hq * D, H], bf16)), ("wk", mr([L, Hkv * D, H], bf16)), ("wv", mr([L, Hkv * D, H], bf16)),
-            ("wo", mr([L, H, Hq * D], bf16)), ("ln2", mr([L, H], bf16)),
-            ("wg", mr([L, I, H], bf16)), ("wu", mr([L, I, H], bf16)), ("wd", mr([L, H, I], bf16)),
-            ("final_norm", mr([H], bf16)), ("lm_head", mr([V, H], bf16))]
+            ("wo", mr([L, H, Hq * D], bf16)), ("ln2", mr([L, H], bf16))]
+    if c.moe:
+        E, Im = c.num_experts, c.moe_intermediate_size
+        args += [("router", mr([L, E, H], bf16)), ("exp_gate", mr([L, E, Im, H], bf16)),
+                 ("exp_up", mr([L, E, Im, H], bf16)), ("exp_down", mr([L, E, H, Im], bf16))]
+    else:
+        args += [("wg", mr([L, I, H], bf16)), ("wu", mr([L, I, H], bf16)), ("wd", mr([L, H, I], bf16))]
+    args += [("final_norm", mr([H], bf16)), ("lm_head", mr([V, H], bf16))]
     if c.qk_norm:
         args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
     return args + [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16))]

@@ -1,0 +1,160 @@
+"""The MLP block of a decode layer with experts (Qwen3-MoE): routing and the
+chosen experts inside the kernel.
+
+Each row b of the batch goes to K of E experts. The tiles of the experts
+run over a static space of *positions* p = b * K + k (row b's k-th
+choice), not over the experts: position p's tiles read the weights of the
+expert that the router chose for it, loaded from memory, so only chosen
+experts' weights are read, and every event count stays static (the data
+decides which weights a tile reads, not how many tiles signal). Tiles of
+positions past the launch's rows only signal.
+
+  `moe_norm`  a tile per row: xn[b] = rmsnorm(h[b]) * ln2
+  `router`    blocks of experts: scores = xn router^T (f32)
+  `topk`      a tile per row: the K best experts and their weights
+              (`et.router_topk`)
+  `experts`   (position, block of the expert's intermediate rows): the
+              gated activation of the position's expert for its row
+  `exp_down`  (position, block of H): that expert's down projection
+  `combine`   a tile per row: h[b] += sum over k of weight * output, in
+              the router's order (the same bits for any schedule)
+
+docs/models.md ("Mixture of experts") says what is left: an expert's
+weights are read once per position that chose it (a batch whose rows
+share an expert reads it from L2 the second time), and `combine` waits on
+every `exp_down` tile of the layer, not only its own positions'."""
+
+from __future__ import annotations
+
+from ...dialects import arith, et, memref, scf
+from ...ir import InsertionPoint
+from .layers import LayerTask
+from .tiles import rows_per_tile
+from .views import DYN, layer_view, mr, strided, vec_view
+
+__all__ = ["Experts", "expert_buffers"]
+
+
+class Experts:
+    """The expert MLP block's tasks of the `DecodeContext` `ctx`."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        c, workers = ctx.c, ctx.layout.workers
+        self.E, self.K, self.Im = c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
+        self.positions = ctx.B * self.K
+        # About one tile per worker over the positions of a full batch.
+        share = max(1, workers // self.positions)
+        self.up_rows = rows_per_tile(self.Im, share)
+        self.down_rows = rows_per_tile(ctx.H, share)
+        self.router_rows = ctx.rows_for(self.E, ctx.H)
+
+    def tasks(self) -> list[LayerTask]:
+        ctx, E, K, Im, H = self.ctx, self.E, self.K, self.Im, self.ctx.H
+        up_tiles, down_tiles = -(-Im // self.up_rows), -(-H // self.down_rows)
+        return [
+            LayerTask("moe_norm", self.norm_body, [ctx.B], False, ["o"], 2 * H, 5 * H),
+            LayerTask("router", self.router_body, [-(-E // self.router_rows)], False, ["moe_norm"],
+                      2 * self.router_rows * H, 2 * self.router_rows * H * ctx.B),
+            LayerTask("topk", self.topk_body, [ctx.B], False, ["router"], 8 * E, 4 * E * K),
+            LayerTask("experts", self.up_body, [self.positions, up_tiles], False, ["topk"],
+                      4 * self.up_rows * H, 4 * self.up_rows * H),
+            LayerTask("exp_down", self.down_body, [self.positions, down_tiles], False, ["experts"],
+                      2 * self.down_rows * Im, 2 * self.down_rows * Im),
+            LayerTask("combine", self.combine_body, [ctx.B], False, ["exp_down"], 4 * H * (K + 2), 2 * H * K),
+        ]
+
+    # -- helpers ---------------------------------------------------------
+
+    def live_row(self, b):
+        return arith.CmpIOp(arith.CmpIPredicate.ult, b, self.ctx.batch).result
+
+    def position(self, p):
+        """(live, row, expert) of position p: whether it is one of the
+        launch's rows' choices, its row, and the expert chosen there
+        (clamped into range: a router fed NaNs chooses no valid one)."""
+        ctx, K = self.ctx, self.K
+        live = arith.CmpIOp(arith.CmpIPredicate.ult, p, arith.MulIOp(ctx.batch, ctx.const(K)).result).result
+        b = arith.DivUIOp(p, ctx.const(K)).result
+        k = arith.RemUIOp(p, ctx.const(K)).result
+        return live, b, k
+
+    def expert(self, b, k):
+        ctx = self.ctx
+        e = arith.IndexCastOp(ctx.idx, memref.LoadOp(ctx.A["expert_ids"], [b, k]).result).result
+        return arith.MinUIOp(e, ctx.const(self.E - 1)).result
+
+    def expert_view(self, name, l, e, rows: int, cols: int):
+        """Expert e's [rows, cols] matrix of the stacked [L, E, rows, cols]
+        weight `name` in layer l."""
+        return memref.subview(self.ctx.A[name], [l, e, 0, 0], [1, 1, rows, cols], [1, 1, 1, 1],
+                              result_type=strided([rows, cols], self.ctx.bf16, [cols, 1]))
+
+    # -- bodies ----------------------------------------------------------
+
+    def norm_body(self, l, b):
+        self.ctx.norm_row(vec_view(self.ctx.A["ln2"], l, self.ctx.H), b)
+
+    def router_body(self, l, t):
+        ctx, rows = self.ctx, self.router_rows
+        et.linear(ctx.normalized_rows(), layer_view(ctx.A["router"], l, self.E, ctx.H), ctx.A["scores"],
+                  arith.MulIOp(t, ctx.const(rows)).result, ctx.const(rows))
+
+    def topk_body(self, l, b):
+        ctx, A, K = self.ctx, self.ctx.A, self.K
+        ctx.guarded(self.live_row(b), lambda: et.router_topk(
+            ctx.one_row(A["scores"], b, self.E, ctx.f32), ctx.one_row(A["expert_ids"], b, K, ctx.i32),
+            ctx.one_row(A["expert_w"], b, K, ctx.f32), normalize=ctx.c.norm_topk_prob or None))
+
+    def up_body(self, l, p, t):
+        ctx, A, H, Im, rows = self.ctx, self.ctx.A, self.ctx.H, self.Im, self.up_rows
+        live, b, k = self.position(p)
+
+        def run():
+            e = self.expert(b, k)
+            et.linear(ctx.one_row(A["xn"], b, H, ctx.bf16), self.expert_view("exp_gate", l, e, Im, H),
+                      ctx.one_row(A["exp_act"], p, Im, ctx.bf16), arith.MulIOp(t, ctx.const(rows)).result,
+                      ctx.const(rows), gated=self.expert_view("exp_up", l, e, Im, H))
+        ctx.guarded(live, run)
+
+    def down_body(self, l, p, t):
+        ctx, A, H, Im, rows = self.ctx, self.ctx.A, self.ctx.H, self.Im, self.down_rows
+        live, b, k = self.position(p)
+
+        def run():
+            e = self.expert(b, k)
+            et.linear(ctx.one_row(A["exp_act"], p, Im, ctx.bf16), self.expert_view("exp_down", l, e, H, Im),
+                      ctx.one_row(A["exp_out"], p, H, ctx.f32), arith.MulIOp(t, ctx.const(rows)).result,
+                      ctx.const(rows))
+        ctx.guarded(live, run)
+
+    def combine_body(self, l, b):
+        """h[b, i] += sum over k of w[b, k] * out[b K + k, i] (the sum
+        first, in k's order), the columns strided over the worker's
+        threads."""
+        ctx, A, K = self.ctx, self.ctx.A, self.K
+
+        def run():
+            weights = [memref.LoadOp(A["expert_w"], [b, ctx.const(k)]).result for k in range(K)]
+            first = arith.MulIOp(b, ctx.const(K)).result
+            rows = [arith.AddIOp(first, ctx.const(k)).result for k in range(K)]
+            loop = scf.ForOp(et.ThreadIdOp(ctx.idx).result, ctx.const(ctx.H), et.NumThreadsOp(ctx.idx).result)
+            with InsertionPoint(loop.body):
+                i = loop.induction_variable
+                total = None
+                for weight, row in zip(weights, rows):
+                    y = arith.MulFOp(weight, memref.LoadOp(A["exp_out"], [row, i]).result).result
+                    total = y if total is None else arith.AddFOp(total, y).result
+                memref.StoreOp(arith.AddFOp(memref.LoadOp(A["h"], [b, i]).result, total).result, A["h"], [b, i])
+                scf.YieldOp([])
+        ctx.guarded(self.live_row(b), run)
+
+
+def expert_buffers(ctx) -> list:
+    """The block's activation buffers (name, type)."""
+    c, B = ctx.c, ctx.B
+    E, K = c.num_experts, c.num_experts_per_tok
+    return [("scores", mr([DYN, E], ctx.f32)), ("expert_ids", mr([DYN, K], ctx.i32)),
+            ("expert_w", mr([DYN, K], ctx.f32)), ("exp_act", mr([B * K, c.moe_intermediate_size], ctx.bf16)),
+            ("exp_out", mr([B * K, ctx.H], ctx.f32))]
+
