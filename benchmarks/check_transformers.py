@@ -18,6 +18,15 @@ largest logit difference of that step. Then a free-running greedy generation
 of as many tokens through `DecodeSession.generate` (every step in one launch),
 held to the reference's greedy token after the sequence so far.
 
+A model with experts chooses its experts by comparing router scores, so a
+bf16 rounding that swaps two nearly equal scores sends a token to another
+expert: a different output, not a rounding of the same one, and from then
+on a different KV history. For such models the tolerance applies to the
+steps before the first *routing near-tie*: a step where, in some layer,
+the reference's K-th and (K+1)-th router logits are within ROUTING_MARGIN
+(every step's smallest gap is reported). Later steps are reported, and the
+decisive greedy tokens must still agree.
+
     PYTHONPATH=python:benchmarks python3 benchmarks/check_transformers.py .device/models --json results.json
 """
 
@@ -34,6 +43,9 @@ from gpu_timing import random_model_weights, to_numpy_bf16
 from hf_models import hf_model
 
 TOLERANCE = 1e-2
+#: Router logit gap (K-th to (K+1)-th) below which the kernel's bf16
+#: activations may choose another expert than the float32 reference.
+ROUTING_MARGIN = 0.05
 
 
 def check(path: Path, steps: int, seed: int) -> dict:
@@ -58,12 +70,14 @@ def check(path: Path, steps: int, seed: int) -> dict:
 
     cache = DynamicCache()
     rows = []
+    routed = {"output_router_logits": True} if config.moe else {}
     for t in range(steps):
         got_token = int(ours.step([int(tokens[t])], [t])[0])
         logits = torch.from_numpy(ours.last_logits()[0]).double()
         with torch.no_grad():
             out = ref(input_ids=torch.tensor([[int(tokens[t])]], device="cuda"),
-                      position_ids=torch.tensor([[t]], device="cuda"), past_key_values=cache, use_cache=True)
+                      position_ids=torch.tensor([[t]], device="cuda"), past_key_values=cache, use_cache=True,
+                      **routed)
         want = out.logits[0, -1].double().cpu()
         cache = out.past_key_values
         rel = float((logits - want).norm() / want.norm())
@@ -74,21 +88,33 @@ def check(path: Path, steps: int, seed: int) -> dict:
         max_diff = float((logits - want).abs().max())
         decisive = margin > 2 * max_diff
         agree = got_token == int(want.argmax())
-        rows.append({"step": t, "rel_error": rel, "rel_error_rounded_ref": rel_rounded,
-                     "max_abs_diff": max_diff, "margin": margin,
-                     "decisive": decisive, "argmax_agrees": agree, "step_ms": ours.last_step_s * 1e3})
+        row = {"step": t, "rel_error": rel, "rel_error_rounded_ref": rel_rounded,
+               "max_abs_diff": max_diff, "margin": margin,
+               "decisive": decisive, "argmax_agrees": agree, "step_ms": ours.last_step_s * 1e3}
+        if config.moe:
+            # The smallest gap between the K-th and (K+1)-th router logit
+            # of this token over the layers.
+            gaps = [float(s[0, config.num_experts_per_tok - 1] - s[0, config.num_experts_per_tok])
+                    for s in (torch.sort(layer.reshape(-1, config.num_experts)[-1:].float(), descending=True)[0]
+                              for layer in out.router_logits)]
+            row["routing_margin"] = min(gaps)
+        rows.append(row)
     generation = check_generation(ours, ref, tokens[:8].tolist(), steps,
                                   2 * max(r["max_abs_diff"] for r in rows))
     ours.close()
     del ref
     torch.cuda.empty_cache()
-    worst = max(r["rel_error"] for r in rows)
+    # With experts: the steps before the first routing near-tie.
+    tie = next((r["step"] for r in rows if r.get("routing_margin", np.inf) < ROUTING_MARGIN), len(rows))
+    held = rows[:max(tie, 1)]
+    worst = max(r["rel_error"] for r in held)
     worst_rounded = max(r["rel_error_rounded_ref"] for r in rows)
     decisive = [r for r in rows if r["decisive"]]
     ok = worst < TOLERANCE and all(r["argmax_agrees"] for r in decisive) and generation["ok"]
     return {"model": path.name, "family": config.family, "layers": config.num_layers, "steps": steps,
             "worst_rel_error": worst, "mean_rel_error": float(np.mean([r["rel_error"] for r in rows])),
-            "worst_rel_error_rounded_ref": worst_rounded,
+            "worst_rel_error_rounded_ref": worst_rounded, "steps_held": len(held),
+            "worst_rel_error_all_steps": max(r["rel_error"] for r in rows),
             "decisive_steps": len(decisive), "decisive_agree": sum(r["argmax_agrees"] for r in decisive),
             "all_agree": sum(r["argmax_agrees"] for r in rows),
             "median_step_ms": float(np.median([r["step_ms"] for r in rows[2:]])), "generation": generation,
@@ -142,7 +168,10 @@ def main():
         r = check(path, args.steps, args.seed)
         results["models"].append(r)
         ok &= r["ok"]
-        print(f"{r['model']}: {r['steps']} teacher-forced steps, logits relative error worst {r['worst_rel_error']:.1e} "
+        held = "" if r["steps_held"] == r["steps"] else (
+            f" (first {r['steps_held']} steps, before a routing near-tie; all steps "
+            f"{r['worst_rel_error_all_steps']:.1e})")
+        print(f"{r['model']}: {r['steps']} teacher-forced steps, logits relative error worst {r['worst_rel_error']:.1e}{held} "
               f"(mean {r['mean_rel_error']:.1e}, tolerance {TOLERANCE:g}); against the bf16-rounding numpy model "
               f"{r['worst_rel_error_rounded_ref']:.1e}; greedy token agrees on "
               f"{r['decisive_agree']}/{r['decisive_steps']} decisive steps ({r['all_agree']}/{r['steps']} overall); "

@@ -38,8 +38,8 @@ import torch
 
 from event_tensor import runtime
 from event_tensor.model import DecodeSession, ModelConfig
-from gpu_timing import (copy_bandwidth, launch_seconds, median_seconds, random_model_weights, save_trace,
-                        to_numpy_bf16)
+from gpu_timing import (copy_bandwidth, launch_seconds, median_seconds, random_model_weights,
+                        random_packed_weights, save_trace, to_numpy_bf16)
 
 
 def time_megakernel(session: DecodeSession, batch: int, position: int, iters: int) -> float:
@@ -101,7 +101,9 @@ def main():
             Path(args.json).write_text(json.dumps(results, indent=2))
 
     def record(row, config, t):
-        nbytes = config.weight_bytes() + kv_bytes(config, row["batch"], row["context"])
+        # A model with experts: the weights of the distinct experts the
+        # step's last layer chose, for every layer.
+        nbytes = config.weight_bytes(row.get("distinct_experts")) + kv_bytes(config, row["batch"], row["context"])
         row.update(ms_per_step=t * 1e3, bytes=nbytes, floor_ms=nbytes / copy_bw * 1e3,
                    fraction_of_copy=nbytes / t / copy_bw)
         results["rows"].append(row)
@@ -124,8 +126,14 @@ def main():
         results.setdefault("warmup", {})[path.name] = warm
         print(f"{path.name}: compiled in {info.get('compile_s')} s (2-core machine); artifact load + launcher "
               f"{load_s:.2f} s on the device")
-        weights = random_model_weights(config, 0)
-        session = DecodeSession(path, to_numpy_bf16(weights))
+        if config.moe:
+            # Too large to hold twice (named and packed): packed on the GPU.
+            first = runtime.load(path / (info.get("variants") or [{"dir": "."}])[0]["dir"])
+            weights = None
+            session = DecodeSession(path, random_packed_weights(first.metadata["arguments"], 0))
+        else:
+            weights = random_model_weights(config, 0)
+            session = DecodeSession(path, to_numpy_bf16(weights))
         for name in ("k_cache", "v_cache"):
             buf = session.buffers[name]
             buf.copy_(torch.randn(buf.shape, device="cuda").to(torch.bfloat16))
@@ -137,8 +145,11 @@ def main():
                 if batch > session.max_batch:
                     continue
                 t = time_megakernel(session, batch, context - 1, args.iters)
-                record({"model": path.name, "system": "eventtensor", "profiled": profiled, "batch": batch,
-                        "context": context}, config, t)
+                row = {"model": path.name, "system": "eventtensor", "profiled": profiled, "batch": batch,
+                       "context": context}
+                if config.moe:
+                    row["distinct_experts"] = int(session.buffers["expert_ids"][:batch].unique().numel())
+                record(row, config, t)
         if profiled and args.out:
             context = min(contexts[0], session.max_context)
             tb = min(args.trace_batch, session.max_batch)
@@ -149,7 +160,9 @@ def main():
         del session
         torch.cuda.empty_cache()
         key = json.dumps(info["config"], sort_keys=True)
-        if profiled or key in peers_done:
+        if config.moe:
+            print(f"{path.name}: no peers for models with experts yet")
+        if profiled or key in peers_done or config.moe:
             continue
         peers_done.add(key)
         for peer in peers:

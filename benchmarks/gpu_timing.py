@@ -83,6 +83,35 @@ def pack_torch(config, weights):
     return packed
 
 
+#: The packed weights that are vectors per layer (norm weights).
+PACKED_NORMS = ("ln1", "ln2", "final_norm", "q_norm", "k_norm")
+
+
+def random_packed_weights(arguments, seed):
+    """Random bf16 weights on the GPU in the kernel's packed layout, for
+    the weight arguments among an artifact's `arguments` (metadata), with
+    the distribution of random_model_weights (std 1/sqrt(fan-in), the last
+    dimension; norms around 1): for models too large to hold twice (under
+    Hugging Face names and packed)."""
+    from event_tensor.model.weights import MOE_PACKED, PACKED_ORDER
+
+    names = set(PACKED_ORDER) | set(MOE_PACKED) | set(PACKED_NORMS)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = {}
+    for spec in arguments:
+        name, shape = spec["name"], spec.get("shape")
+        if name not in names or not shape:
+            continue
+        t = torch.empty(shape, device="cuda", dtype=torch.bfloat16)
+        for part in t.view(-1, shape[-1]).split(1 << 14):  # bounded float32 temporaries
+            if name in PACKED_NORMS:
+                part.copy_(1.0 + 0.1 * torch.randn(part.shape, device="cuda", generator=g))
+            else:
+                part.copy_(torch.randn(part.shape, device="cuda", generator=g) / shape[-1] ** 0.5)
+        out[name] = t
+    return out
+
+
 def to_numpy_bf16(tensors):
     """torch bf16 tensors -> numpy arrays of ml_dtypes.bfloat16 (host)."""
     from event_tensor.model.weights import BF16

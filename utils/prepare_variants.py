@@ -14,6 +14,7 @@ compiles a profiling build of each (NAME-profiled)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads per worker (default: compile_model's)")
     parser.add_argument("--variant", action="append", required=True, help="NAME=JSON (repeatable)")
     parser.add_argument("--profiled", action="store_true", help="also a profiling build of each variant")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="only the first N layers of each model (its shapes, fewer layers; names get -Nl)")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variant]
     if len({n for n, _ in variants}) != len(variants):
@@ -58,6 +61,9 @@ def main() -> None:
     try:
         for model in [m for m in args.models.split(",") if m]:
             config = preset(model)
+            if args.layers:
+                config = dataclasses.replace(config, num_layers=args.layers)
+                model = f"{model}-{args.layers}l"
             for name, options in variants:
                 for profile in (False, True) if args.profiled else (False,):
                     target = out / f"{model}-{name}{'-profiled' if profile else ''}"

@@ -686,25 +686,35 @@ et.kernel @argmax(%x: memref<2x1000xf32>, %v: memref<2x4xf32>, %i: memref<2x4xi3
   }
 }
 
-// The router's top-k, on the GPU a warp per token: the maximum first
-// (a butterfly of values and indices), the softmax denominator (a
-// butterfly sum), then one more round for the second expert, lane 0
-// storing both; no barrier. The CPU worker scans alone.
+// The router's top-k, on the GPU a warp per token: each lane loads its 2
+// of 64 scores once (static experts, few per lane), then the maximum (a
+// butterfly of values and indices), the softmax denominator (a butterfly
+// sum) and one more round for the second expert, all on registers; lane 0
+// stores both; no barrier. A dynamic number of experts: every round scans
+// memory. The CPU worker (one lane, 64 scores) scans memory alone.
 // GPU-LABEL: et.kernel @router_topk
 // GPU: scf.for
-// GPU: scf.for {{.*}} iter_args
-// GPU: memref.load %{{.*}} : memref<?x64xf32>
+// GPU-COUNT-2: memref.load %{{.*}} : memref<?x64xf32>
+// GPU-NOT: memref.load %{{.*}} : memref<?x64xf32>
 // GPU-COUNT-10: gpu.shuffle  xor
 // GPU: math.exp
 // GPU-COUNT-5: gpu.shuffle  xor
-// GPU: scf.for {{.*}} iter_args
 // GPU-COUNT-10: gpu.shuffle  xor
 // GPU-NOT: gpu.barrier
 // GPU: scf.if
 // GPU-COUNT-2: memref.store %{{.*}} : memref<?x2xi32>
 // GPU-NOT: et.router_topk
+// GPU-LABEL: et.kernel @router_topk_dynamic
+// GPU: scf.for {{.*}} iter_args
+// GPU: memref.load %{{.*}} : memref<?x?xf32>
+// GPU-COUNT-10: gpu.shuffle  xor
+// GPU: scf.for {{.*}} iter_args
+// GPU: math.exp
+// GPU: scf.for {{.*}} iter_args
+// GPU: memref.load %{{.*}} : memref<?x?xf32>
 // CPU-LABEL: et.kernel @router_topk
 // CPU-NOT: gpu.shuffle
+// CPU: scf.for {{.*}} iter_args
 // CPU: math.exp
 // CPU: arith.divf
 // CPU: memref.store %{{.*}} : memref<?x2xi32>
@@ -713,6 +723,12 @@ et.kernel @router_topk(%s: memref<?x64xf32>, %ids: memref<?x2xi32>, %w: memref<?
   %c1 = arith.constant 1 : index
   et.task @t tiles(%b) in (%c1) {
     et.router_topk %s, %ids, %w normalize : memref<?x64xf32>, memref<?x2xi32>, memref<?x2xf32>
+  }
+}
+et.kernel @router_topk_dynamic(%s: memref<?x?xf32>, %ids: memref<?x2xi32>, %w: memref<?x2xf32>) {
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%b) in (%c1) {
+    et.router_topk %s, %ids, %w : memref<?x?xf32>, memref<?x2xi32>, memref<?x2xf32>
   }
 }
 

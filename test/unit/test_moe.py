@@ -189,3 +189,20 @@ def test_moe_configs_refused(tmp_path):
                             cache_dir=tmp_path / "cache")
     (tmp_path / "config.json").write_text(json.dumps(hf))
     assert model.ModelConfig.from_hf(tmp_path).moe
+
+
+@pytest.mark.parametrize("options", [dict(layered=True, o_per_head=True), dict(layered=True, linear_tile="mma")])
+def test_layered_kernels_match_reference(checkpoint, tmp_path, options):
+    """The layered kernel (one task per kind over the layers, as the GPU
+    builds it), with o_per_head or tensor-core tiles."""
+    config = model.ModelConfig.from_hf(checkpoint)
+    weights = model.load_weights(config, [checkpoint])
+    path = model.compile_model(config, target="cpu", max_batch=3, max_context=16, workers=3, split_len=8,
+                               cache_dir=tmp_path / "cache", **options)
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=3, max_context=16)
+    for step, rows in enumerate([3, 2, 3]):
+        tokens = [(17 * step + 5 * r) % config.vocab_size for r in range(rows)]
+        session.step(tokens, [step] * rows)
+        assert _rel(session.last_logits(), ref.step(tokens, [step] * rows)) < 2e-3, step
+    session.close()

@@ -770,3 +770,35 @@ def test_prefill_attention_kernel_rejects_bad_heads():
     assert prefill_attention_tile(32, 8, 64) == (48, 384) and prefill_attention_tile(16, 8, 128) == (64, 256)
     with pytest.raises(ValueError, match="must divide 128"):
         prefill_attention_tile(48, 1, 128)
+
+
+@pytest.mark.parametrize("experts,k,normalize", [(8, 2, True), (64, 8, True), (64, 3, False), (128, 8, True)])
+def test_router_topk_matches_numpy(experts, k, normalize, tmp_path):
+    """et.router_topk on the CPU worker: from registers (8 experts: up to 16
+    per lane) and from memory (64, 128); ties to the smaller index."""
+    tokens = 5
+    text = f"""
+et.kernel @route(%s: memref<{tokens}x{experts}xf32>, %ids: memref<{tokens}x{k}xi32>, %w: memref<{tokens}x{k}xf32>) {{
+  %c{tokens} = arith.constant {tokens} : index
+  et.task @topk tiles(%b) in (%c{tokens}) {{
+    %row = memref.subview %s[%b, 0] [1, {experts}] [1, 1] : memref<{tokens}x{experts}xf32> to memref<1x{experts}xf32, strided<[{experts}, 1], offset: ?>>
+    %ir = memref.subview %ids[%b, 0] [1, {k}] [1, 1] : memref<{tokens}x{k}xi32> to memref<1x{k}xi32, strided<[{k}, 1], offset: ?>>
+    %wr = memref.subview %w[%b, 0] [1, {k}] [1, 1] : memref<{tokens}x{k}xf32> to memref<1x{k}xf32, strided<[{k}, 1], offset: ?>>
+    et.router_topk %row, %ir, %wr {"normalize" if normalize else ""} : memref<1x{experts}xf32, strided<[{experts}, 1], offset: ?>>, memref<1x{k}xi32, strided<[{k}, 1], offset: ?>>, memref<1x{k}xf32, strided<[{k}, 1], offset: ?>>
+  }}
+}}"""
+    rng = np.random.default_rng(experts + k)
+    scores = rng.standard_normal((tokens, experts)).astype(np.float32)
+    scores[1] = 0.5  # every expert ties: the first k win
+    scores[2, [3, 5, 7]] = scores[2].max() + 1  # a three-way tie at the top
+    ids = np.zeros((tokens, k), np.int32)
+    w = np.zeros((tokens, k), np.float32)
+    et.compile(text, target="cpu", workers=2, cache_dir=tmp_path).launcher()(scores, ids, w)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    want_w = np.take_along_axis(p, want, -1)
+    if normalize:
+        want_w /= want_w.sum(-1, keepdims=True)
+    assert np.array_equal(ids, want)
+    np.testing.assert_allclose(w, want_w, rtol=1e-5)

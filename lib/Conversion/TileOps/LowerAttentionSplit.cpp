@@ -885,6 +885,19 @@ static void lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads,
 /// (lowerAttentionSplitGPU) applies to `op` for a worker of `threads`
 /// threads (0: at launch): a static group size, D in {64, 128, 256}, a bf16
 /// cache, and the warps' partial results within 40 KiB of shared memory.
+/// Shared memory for the warps' partial results of the CUDA-core split
+/// form (each warp's accumulator and (m, l) per query head of the group).
+constexpr int64_t kWarpCombineBytes = 40 * 1024;
+
+/// The warps of a worker of `threads` threads that the CUDA-core split form
+/// computes with: all of them, or as many as have room for their partial
+/// results in kWarpCombineBytes (the others idle: Qwen3-30B-A3B's 8 query
+/// heads of 128 per KV head leave room for 9 of 16).
+static int64_t splitWarps(int64_t threads, int64_t groupSize, int64_t dim) {
+  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
+  return std::min(maxWarps, kWarpCombineBytes / (groupSize * (dim + 2) * 4));
+}
+
 static bool warpSplitFits(AttentionSplitOp op, int64_t threads) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
@@ -895,10 +908,7 @@ static bool warpSplitFits(AttentionSplitOp op, int64_t threads) {
   if (!task)
     return false;
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
-  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
-  if (maxWarps < 1 || maxWarps * groupSize * (dim + 2) * 4 > 40 * 1024)
-    return false;
-  return true;
+  return splitWarps(threads, groupSize, dim) >= 1;
 }
 
 /// GPU split-KV attention for a static group size and D in {64, 128, 256}.
@@ -914,13 +924,14 @@ static bool warpSplitFits(AttentionSplitOp op, int64_t threads) {
 /// log2(e) folded into q. The position slots of a warp combine with
 /// shuffles; the warps combine through shared memory (a workgroup alloca at
 /// the task's top level, which the worker lowering turns into a workgroup
-/// buffer). The shapes must fit (warpSplitFits).
+/// buffer), the warps past those it has room for (splitWarps) idle. The
+/// shapes must fit (warpSplitFits).
 static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
   auto task = op->getParentOfType<TaskOp>();
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
-  int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
+  int64_t maxWarps = splitWarps(threads, groupSize, dim);
   int64_t perPos = dim / kVector, slots = kWarp / perPos;
   // Positions per lane per block: more hide more latency but need more
   // registers (K and V of two blocks, q and the accumulator of each head);
@@ -953,7 +964,9 @@ static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
   Value smemML = workgroupBuffer(task, loc, {maxWarps, groupSize, 2}, f32);
 
   Groups warpsOf = h.groups(kWarp);
-  Value lane = warpsOf.lane, warp = warpsOf.group, warps = warpsOf.groups;
+  Value lane = warpsOf.lane, warp = warpsOf.group;
+  Value warps = arith::MinUIOp::create(b, loc, warpsOf.groups, h.idx(maxWarps));
+  Value working = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp, warps);
   Value slot = arith::DivUIOp::create(b, loc, lane, h.idx(perPos));
   Value d0 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, h.idx(perPos)), h.idx(kVector));
   Value cacheLen = memref::DimOp::create(b, loc, op.getK(), 0);
@@ -1028,8 +1041,10 @@ static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
           init.append({floor, h.f32(0), zeroVec});
         llvm::append_range(init, loadBlock(b, warp));
         int64_t nState = 3 * groupSize;
+        // An idle warp starts past the last block.
+        Value first = arith::SelectOp::create(b, loc, working, warp, blocks);
         auto loop = scf::ForOp::create(
-            b, loc, warp, blocks, warps, init,
+            b, loc, first, blocks, warps, init,
             [&](OpBuilder &b, Location loc, Value blk, ValueRange st) {
               SmallVector<Value> next = loadBlock(b, arith::AddIOp::create(b, loc, blk, warps));
               SmallVector<Value> ks, vs, valid;
@@ -1063,8 +1078,10 @@ static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
               scf::YieldOp::create(b, loc, out);
             });
         // Combine the position slots of the warp, then publish per warp.
-        Value isSlot0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, slot, h.idx(0));
-        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0));
+        Value isSlot0 = arith::AndIOp::create(
+            b, loc, working, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, slot, h.idx(0)));
+        Value isLane0 = arith::AndIOp::create(
+            b, loc, working, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, h.idx(0)));
         for (int64_t g = 0; g < groupSize; ++g) {
           Value m = loop.getResult(3 * g), l = loop.getResult(3 * g + 1), acc = loop.getResult(3 * g + 2);
           for (int64_t off = perPos; off < kWarp; off *= 2) {
@@ -1139,7 +1156,7 @@ static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
   if (mmaBytes <= 0 || threads < kWarp || !task || sharedTaken.contains(task) || !MmaSplitTile::fits(op))
     return false;
   MmaRings r(op, threads, mmaBytes);
-  return r.used >= 1 && r.used * r.groupSize * (r.dim + 2) * 4 <= 40 * 1024;
+  return r.used >= 1 && r.used * r.groupSize * (r.dim + 2) * 4 <= kWarpCombineBytes;
 }
 
 /// GPU split-KV attention on tensor cores (MmaSplitTile), for `threads`
