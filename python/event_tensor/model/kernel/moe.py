@@ -2,20 +2,24 @@
 chosen experts inside the kernel.
 
 Each row b of the batch goes to K of E experts. The tiles of the experts
-run over a static space of *positions* p = b * K + k (row b's k-th
-choice), not over the experts: position p's tiles read the weights of the
-expert that the router chose for it, loaded from memory, so only chosen
-experts' weights are read, and every event count stays static (the data
-decides which weights a tile reads, not how many tiles signal). Tiles of
-positions past the launch's rows only signal.
+work on *positions* p = b * K + k (row b's k-th choice), not on the
+experts: position p's tiles read the weights of the expert that the router
+chose for it, loaded from memory, so only chosen experts' weights are
+read, and every event count stays static (the data decides which weights a
+tile reads, not how many tiles signal). A task has a static number T of
+tiles (about one per worker, at least a full batch's positions); a launch
+of P = batch * K positions cuts each position's rows into D = T / P
+blocks, so that a launch of any batch keeps about T tiles busy: tile t
+takes block t mod D of position t / D. Tiles past the launch's positions
+only signal.
 
   `moe_norm`  a tile per row: xn[b] = rmsnorm(h[b]) * ln2
   `router`    blocks of experts: scores = xn router^T (f32)
   `topk`      a tile per row: the K best experts and their weights
               (`et.router_topk`)
-  `experts`   (position, block of the expert's intermediate rows): the
-              gated activation of the position's expert for its row
-  `exp_down`  (position, block of H): that expert's down projection
+  `experts`   T tiles, each a block of a position's expert's intermediate
+              rows: the gated activation of that expert for the row
+  `exp_down`  T tiles, each a block of H: the expert's down projection
   `combine`   a tile per row: h[b] += sum over k of weight * output, in
               the router's order (the same bits for any schedule)
 
@@ -29,7 +33,6 @@ from __future__ import annotations
 from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint
 from .layers import LayerTask
-from .tiles import rows_per_tile
 from .views import DYN, layer_view, mr, strided, vec_view
 
 __all__ = ["Experts", "expert_buffers"]
@@ -42,25 +45,24 @@ class Experts:
         self.ctx = ctx
         c, workers = ctx.c, ctx.layout.workers
         self.E, self.K, self.Im = c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
-        self.positions = ctx.B * self.K
-        # About one tile per worker over the positions of a full batch.
-        share = max(1, workers // self.positions)
-        self.up_rows = rows_per_tile(self.Im, share)
-        self.down_rows = rows_per_tile(ctx.H, share)
+        # About one tile per worker, and at least one per position of a
+        # full batch.
+        self.tiles = max(ctx.B * self.K, workers // self.K * self.K)
         self.router_rows = ctx.rows_for(self.E, ctx.H)
 
     def tasks(self) -> list[LayerTask]:
         ctx, E, K, Im, H = self.ctx, self.E, self.K, self.Im, self.ctx.H
-        up_tiles, down_tiles = -(-Im // self.up_rows), -(-H // self.down_rows)
+        # Bytes and flops of a tile at batch 1 (the most blocks per position).
+        blocks = self.tiles // K
+        up_rows, down_rows = -(-Im // blocks), -(-H // blocks)
         return [
             LayerTask("moe_norm", self.norm_body, [ctx.B], False, ["o"], 2 * H, 5 * H),
             LayerTask("router", self.router_body, [-(-E // self.router_rows)], False, ["moe_norm"],
                       2 * self.router_rows * H, 2 * self.router_rows * H * ctx.B),
             LayerTask("topk", self.topk_body, [ctx.B], False, ["router"], 8 * E, 4 * E * K),
-            LayerTask("experts", self.up_body, [self.positions, up_tiles], False, ["topk"],
-                      4 * self.up_rows * H, 4 * self.up_rows * H),
-            LayerTask("exp_down", self.down_body, [self.positions, down_tiles], False, ["experts"],
-                      2 * self.down_rows * Im, 2 * self.down_rows * Im),
+            LayerTask("experts", self.up_body, [self.tiles], False, ["topk"], 4 * up_rows * H, 4 * up_rows * H),
+            LayerTask("exp_down", self.down_body, [self.tiles], False, ["experts"], 2 * down_rows * Im,
+                      2 * down_rows * Im),
             LayerTask("combine", self.combine_body, [ctx.B], False, ["exp_down"], 4 * H * (K + 2), 2 * H * K),
         ]
 
@@ -69,17 +71,21 @@ class Experts:
     def live_row(self, b):
         return arith.CmpIOp(arith.CmpIPredicate.ult, b, self.ctx.batch).result
 
-    def position(self, p):
-        """(live, row, expert) of position p: whether it is one of the
-        launch's rows' choices, its row, and the expert chosen there
-        (clamped into range: a router fed NaNs chooses no valid one)."""
+    def block(self, t, n: int):
+        """(live, position, row b, choice k, first row, rows) of tile t of a
+        task over an expert's n output rows, in this launch."""
         ctx, K = self.ctx, self.K
-        live = arith.CmpIOp(arith.CmpIPredicate.ult, p, arith.MulIOp(ctx.batch, ctx.const(K)).result).result
-        b = arith.DivUIOp(p, ctx.const(K)).result
-        k = arith.RemUIOp(p, ctx.const(K)).result
-        return live, b, k
+        positions = arith.MulIOp(ctx.batch, ctx.const(K)).result
+        blocks = arith.MaxUIOp(arith.DivUIOp(ctx.const(self.tiles), positions).result, ctx.const(1)).result
+        p = arith.DivUIOp(t, blocks).result
+        live = arith.CmpIOp(arith.CmpIPredicate.ult, p, positions).result
+        rows = arith.CeilDivUIOp(ctx.const(n), blocks).result
+        r0 = arith.MulIOp(arith.RemUIOp(t, blocks).result, rows).result
+        return live, p, arith.DivUIOp(p, ctx.const(K)).result, arith.RemUIOp(p, ctx.const(K)).result, r0, rows
 
     def expert(self, b, k):
+        """The expert row b's k-th choice went to (clamped into range: a
+        router fed NaNs chooses no valid one)."""
         ctx = self.ctx
         e = arith.IndexCastOp(ctx.idx, memref.LoadOp(ctx.A["expert_ids"], [b, k]).result).result
         return arith.MinUIOp(e, ctx.const(self.E - 1)).result
@@ -106,26 +112,25 @@ class Experts:
             ctx.one_row(A["scores"], b, self.E, ctx.f32), ctx.one_row(A["expert_ids"], b, K, ctx.i32),
             ctx.one_row(A["expert_w"], b, K, ctx.f32), normalize=ctx.c.norm_topk_prob or None))
 
-    def up_body(self, l, p, t):
-        ctx, A, H, Im, rows = self.ctx, self.ctx.A, self.ctx.H, self.Im, self.up_rows
-        live, b, k = self.position(p)
+    def up_body(self, l, t):
+        ctx, A, H, Im = self.ctx, self.ctx.A, self.ctx.H, self.Im
+        live, p, b, k, r0, rows = self.block(t, Im)
 
         def run():
             e = self.expert(b, k)
             et.linear(ctx.one_row(A["xn"], b, H, ctx.bf16), self.expert_view("exp_gate", l, e, Im, H),
-                      ctx.one_row(A["exp_act"], p, Im, ctx.bf16), arith.MulIOp(t, ctx.const(rows)).result,
-                      ctx.const(rows), gated=self.expert_view("exp_up", l, e, Im, H))
+                      ctx.one_row(A["exp_act"], p, Im, ctx.bf16), r0, rows,
+                      gated=self.expert_view("exp_up", l, e, Im, H))
         ctx.guarded(live, run)
 
-    def down_body(self, l, p, t):
-        ctx, A, H, Im, rows = self.ctx, self.ctx.A, self.ctx.H, self.Im, self.down_rows
-        live, b, k = self.position(p)
+    def down_body(self, l, t):
+        ctx, A, H, Im = self.ctx, self.ctx.A, self.ctx.H, self.Im
+        live, p, b, k, r0, rows = self.block(t, H)
 
         def run():
             e = self.expert(b, k)
             et.linear(ctx.one_row(A["exp_act"], p, Im, ctx.bf16), self.expert_view("exp_down", l, e, H, Im),
-                      ctx.one_row(A["exp_out"], p, H, ctx.f32), arith.MulIOp(t, ctx.const(rows)).result,
-                      ctx.const(rows))
+                      ctx.one_row(A["exp_out"], p, H, ctx.f32), r0, rows)
         ctx.guarded(live, run)
 
     def combine_body(self, l, b):
