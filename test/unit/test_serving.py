@@ -23,7 +23,7 @@ CORPUS = ["the quick brown fox jumps over the lazy dog", "a megakernel runs the 
           "tokens stream out of the kernel as they are made", "héllo wörld, ünïcode text"] * 20
 
 
-def _write_model_dir(root, vocab=320):
+def _write_model_dir(root, vocab=320, config=None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
@@ -38,7 +38,7 @@ def _write_model_dir(root, vocab=320):
     (root / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
                                                             "chat_template": CHAT_TEMPLATE}))
     (root / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
-    config = model.tiny_config("llama", vocab_size=vocab)
+    config = config or model.tiny_config("llama", vocab_size=vocab)
     (root / "config.json").write_text(json.dumps(config.to_hf()))
     model.save_weights(root / "model.safetensors", model.random_weights(config, seed=5))
     return config
@@ -415,3 +415,29 @@ def test_cli_generate(tmp_path, capsys):
     assert main(argv[:-4] + ["--max-batch", "20", "--workers", "2", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert "max batch 20" in capsys.readouterr().err
     assert codec.vocab_size == 300
+
+
+def test_cli_generate_with_experts(tmp_path, capsys):
+    """A Qwen3-MoE model directory through `event-tensor generate`: the
+    text of the greedy tokens that the numpy reference chooses."""
+    from event_tensor.cli import main
+
+    config = _write_model_dir(tmp_path, config=model.tiny_moe_config(vocab_size=320))
+    argv = ["generate", str(tmp_path), "--device", "cpu", "--prompt", "the quick", "--max-new-tokens", "4",
+            "--max-context", "32", "--max-batch", "1", "--workers", "2", "--cache-dir", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    codec = TextCodec(tmp_path)
+    prompt = codec.encode("the quick")
+    ref = model.ReferenceModel(config, model.load_weights(config, [tmp_path]), max_batch=1, max_context=32)
+    tokens = []
+    for pos, t in enumerate(prompt):
+        logits = ref.step([t], [pos])
+    for i in range(4):
+        token = int(logits[0].argmax())
+        if token == 1:  # the end-of-sequence id (generation_config.json) ends it, unprinted
+            break
+        tokens.append(token)
+        logits = ref.step([token], [len(prompt) + i])
+    # (An incomplete UTF-8 sequence at the end is held back, not printed.)
+    assert out.rstrip("\n") == codec.decode(tokens).rstrip("\ufffd")

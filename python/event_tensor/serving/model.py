@@ -44,8 +44,9 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
     sequences and `max_context` tokens each, and starts an `Engine` on it.
-    `prefill_rows` (default 512 on cuda, none on cpu) adds the prefill
-    kernel that feeds prompts in launches of that many positions.
+    `prefill_rows` (default 512 on cuda, none on cpu or for a model with
+    experts) adds the prefill kernel that feeds prompts in launches of
+    that many positions.
     Raises ConfigError, WeightError or TextError (ValueErrors) naming what
     is wrong with the directory."""
     start = time.perf_counter()
@@ -60,7 +61,9 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                          f"{config.vocab_size}")
     weights = load_weights(config, [path])
     if prefill_rows is None:
-        prefill_rows = 512 if device == "cuda" else 0
+        # (Models with experts have no prefill kernel yet: prompts go
+        # through the decode kernel.)
+        prefill_rows = 512 if device == "cuda" and not config.moe else 0
     options, out_dir = {}, None
     if device != "cuda" and max_batch > 16:
         # More rows than the et.linear row tiles take: the tensor-core
