@@ -1174,6 +1174,19 @@ def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
     assert options[1]["tile_linear"] == MODEL_TILE_LINEAR and options[8]["tile_linear"] == "rows"
 
 
+def test_wide_query_groups_take_the_tensor_core_attention(tmp_path):
+    """Models of 8 or more query heads per KV head get tile_kv_mma_bytes by
+    default on cuda; narrower groups keep the CUDA-core tile."""
+    from event_tensor.model.compile import MODEL_KV_MMA_BYTES
+
+    for heads, want in ((8, MODEL_KV_MMA_BYTES), (4, None)):
+        config = model.tiny_config("qwen3", num_heads=heads, num_kv_heads=1, head_dim=64)
+        out = model.compile_model(config, target="cuda", max_batch=2, max_context=64, workers=8,
+                                  out_dir=tmp_path / f"g{heads}", cache_dir=tmp_path / "cache")
+        options = json.loads((out / "metadata.json").read_text())["options"]
+        assert options.get("tile_kv_mma_bytes") == want, heads
+
+
 def test_cuda_prefill_kernel_options(tmp_path):
     """On CUDA the prefill kernel's row-wise ops take 4 rows in flight and
     its LM head unrolls 8 loads per lane (model.json records both); the

@@ -61,6 +61,17 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 # place of the `o` prefetch was slower for both (docs/experiments/2026-11-27-staging-mlp-down.md,
 # docs/experiments/2026-11-27-staged-defaults-h200.md).
 MODEL_STAGE_BYTES = 69632
+
+# Models of at least MODEL_KV_MMA_MIN_GROUP query heads per KV head compute
+# the split attention on tensor cores (`tile_kv_mma_bytes`, the group's
+# heads as the rows of an m16n8k16 tile): the CUDA-core tile's partial
+# results leave room for 9 of 16 warps there. Qwen3-30B-A3B (8 heads of
+# 128 per KV head) on the H100: 4.45-4.50 ms per step against 5.33 ms at
+# batch 1 (docs/experiments/2026-11-28-qwen3-moe.md). Narrower groups keep
+# the CUDA cores (the tensor-core tile did not help Llama-3.2-1B or
+# Qwen3-0.6B in the model: docs/experiments/2026-11-26-attention-tensor-cores.md).
+MODEL_KV_MMA_MIN_GROUP = 8
+MODEL_KV_MMA_BYTES = 98304
 MODEL_STAGE_TASKS = ("mlp", "down")
 
 # One-row kernels of models with a hidden size up to MODEL_NARROW_HIDDEN
@@ -268,6 +279,8 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
     options.setdefault("threads_per_worker", model_threads(config, max_batch))
     options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
     options.setdefault("opt_level", MODEL_OPT_LEVEL)
+    if config.group_size >= MODEL_KV_MMA_MIN_GROUP:
+        options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BYTES)
     if max_batch != 1:
         return
     options.setdefault("tile_linear", MODEL_TILE_LINEAR)
