@@ -206,3 +206,20 @@ def test_layered_kernels_match_reference(checkpoint, tmp_path, options):
         session.step(tokens, [step] * rows)
         assert _rel(session.last_logits(), ref.step(tokens, [step] * rows)) < 2e-3, step
     session.close()
+
+
+def test_one_row_kernel_works_on_positions(checkpoint, tmp_path):
+    """A kernel of one row: a `topk` tile, the expert tiles of its K
+    positions."""
+    config = model.ModelConfig.from_hf(checkpoint)
+    weights = model.load_weights(config, [checkpoint])
+    path = model.compile_model(config, target="cpu", max_batch=1, max_context=16, workers=3,
+                               cache_dir=tmp_path / "cache")
+    kinds = {t.rstrip("0123456789").rstrip("_") for t in json.loads((path / "metadata.json").read_text())["tasks"]}
+    assert {"moe_norm", "router", "topk", "experts", "exp_down", "combine"} <= kinds
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=1, max_context=16)
+    for step, token in enumerate([3, 99, 250, 7]):
+        session.step([token], [step])
+        assert _rel(session.last_logits(), ref.step([token], [step])) < 2e-3, step
+    session.close()
