@@ -127,16 +127,31 @@ def check_generation(ours: DecodeSession, ref, prompt: list, new: int, decisive_
     token after the sequence so far wherever the reference's top-1/top-2
     margin exceeds `decisive_margin` (twice the largest logit difference of
     the teacher-forced steps). Also compared with one launch per step
-    (`generate_stepwise`): equal up to rounding that flips a near tie."""
+    (`generate_stepwise`): equal up to rounding that flips a near tie.
+    With experts, only the tokens before the first position of the
+    sequence with a routing near-tie count (see the module's text)."""
+    config = ours.config
     ours.reset()
     got = ours.generate([prompt], new)
     tokens = got.tokens[0]
     ours.reset()
     stepwise = ours.generate_stepwise([prompt], new)[0][0].tolist()
     with torch.no_grad():
-        logits = ref(input_ids=torch.tensor([prompt + tokens], device="cuda")).logits[0].double().cpu()
+        out = ref(input_ids=torch.tensor([prompt + tokens], device="cuda"),
+                  **({"output_router_logits": True} if config.moe else {}))
+    logits = out.logits[0].double().cpu()
+    held = len(tokens)
+    if config.moe:
+        k = config.num_experts_per_tok
+        gaps = torch.stack([s[:, k - 1] - s[:, k] for s in
+                            (torch.sort(layer.reshape(-1, config.num_experts).float(), descending=True)[0]
+                             for layer in out.router_logits)]).min(0).values.cpu()
+        # Token i is chosen after position len(prompt) - 1 + i: a near-tie
+        # there or at any position before ends the held tokens.
+        near = [p for p in range(len(prompt) - 1 + len(tokens)) if float(gaps[p]) < ROUTING_MARGIN]
+        held = max(0, min(len(tokens), near[0] - len(prompt) + 1)) if near else len(tokens)
     agree = decisive = 0
-    for i, t in enumerate(tokens):
+    for i, t in enumerate(tokens[:held]):
         want = logits[len(prompt) - 1 + i]
         top2 = torch.topk(want, 2).values
         if float(top2[0] - top2[1]) > decisive_margin:
@@ -144,7 +159,8 @@ def check_generation(ours: DecodeSession, ref, prompt: list, new: int, decisive_
             agree += int(t == int(want.argmax()))
     first_diff = next((i for i, (a, b) in enumerate(zip(tokens, stepwise)) if a != b), None)
     return {"new_tokens": len(tokens), "launches": got.launches, "finish_reason": got.finish_reasons[0],
-            "decisive": decisive, "decisive_agree": agree, "same_as_stepwise": first_diff is None,
+            "decisive": decisive, "decisive_agree": agree, "tokens_held": held,
+            "same_as_stepwise": first_diff is None,
             "first_difference_from_stepwise": first_diff,
             "ok": agree == decisive and len(tokens) == new and got.launches == 1}
 

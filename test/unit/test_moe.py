@@ -223,3 +223,28 @@ def test_one_row_kernel_works_on_positions(checkpoint, tmp_path):
         session.step([token], [step])
         assert _rel(session.last_logits(), ref.step([token], [step])) < 2e-3, step
     session.close()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_router_through_its_norm_matches_reference(checkpoint, tmp_path, rows):
+    """norm_in_linear's "router" kind: the router reads h through its norm
+    (no `moe_norm` phase; `topk` writes the experts' rows); the reference
+    rounds its input the same way. One-row cuda kernels take it by
+    default, kernels of several rows do not."""
+    config = model.ModelConfig.from_hf(checkpoint)
+    weights = model.load_weights(config, [checkpoint])
+    path = model.compile_model(config, target="cpu", max_batch=rows, max_context=16, workers=3,
+                               norm_in_linear=["router"], cache_dir=tmp_path / "cache")
+    kinds = {t.rstrip("0123456789").rstrip("_") for t in json.loads((path / "metadata.json").read_text())["tasks"]}
+    assert "moe_norm" not in kinds
+    session = model.DecodeSession(path, weights)
+    ref = model.ReferenceModel(config, weights, max_batch=rows, max_context=16, norm_in_linear=["router"])
+    for step in range(3):
+        tokens = [(31 * step + 7 * r) % config.vocab_size for r in range(rows)]
+        session.step(tokens, [step] * rows)
+        assert _rel(session.last_logits(), ref.step(tokens, [step] * rows)) < 2e-3, step
+    session.close()
+    out = model.compile_model(config, target="cuda", max_batch=rows, max_context=16, workers=8,
+                              out_dir=tmp_path / "cuda", cache_dir=tmp_path / "cache")
+    options = model.KernelOptions.from_dict(json.loads((out / "model.json").read_text()))
+    assert ("router" in options.norm_tasks) == (rows == 1)

@@ -148,7 +148,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     parallelism or `linear_tile="mma"`.
 
     `norm_in_linear` (with `fuse_norms`, `et.linear` tiles only; True for
-    the qkv, mlp and LM-head tiles, or a list of "qkv", "mlp", "lm_head")
+    the qkv, mlp and LM-head tiles and a model's router, or a list of "qkv",
+    "mlp", "lm_head", "router")
     folds those tiles' norms into their linear ops (`et.linear ... norm`):
     a tile reads the f32 residual stream h itself, rounds h times the norm
     weights to bf16 and scales its finished sums by each row's inverse RMS,

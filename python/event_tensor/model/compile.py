@@ -218,14 +218,16 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     logits repeat bit for bit.
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
-    read them (`et.linear ... norm`; True for all three, or a list of
-    "qkv", "mlp", "lm_head"; `build_decode_kernel`): in a one-row kernel a
+    read them (`et.linear ... norm`; True for all, or a list of "qkv",
+    "mlp", "lm_head" and, in a model with experts, "router";
+    `build_decode_kernel`): in a one-row kernel a
     tile reads h once into its shared memory (h times the norm weights,
     bf16) with one barrier, its first weights already in flight. None (the
     default) turns it on for cuda kernels of `max_batch` 1 with `et.linear`
     tiles and a hidden size up to 1024 (Qwen3-0.6B: 2.8-3% faster on the
     H200, 1-4% on the H100), off elsewhere (Llama-3.2-1B's kernel, at 512 threads, spills;
-    docs/experiments/2026-11-26-norm-in-linear.md).
+    docs/experiments/2026-11-26-norm-in-linear.md), and for the router of
+    a model with experts in every one-row cuda kernel (KernelOptions.resolve).
     `norm_scratch` ("global" or "shared") is where the other fused norms'
     tiles keep their normalized rows; None (the default) picks "shared" for
     `max_batch` 1 kernels of `et.linear` tiles (measured 1-3% faster there,

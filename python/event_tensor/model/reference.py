@@ -3,7 +3,7 @@ checks in CI. With `bf16_activations=True` it rounds where the megakernel
 rounds (linear-layer inputs and the KV cache are bf16), so the two agree
 to float32 accumulation-order error; without it, activations stay
 float32 throughout. `norm_in_linear` (True, or a list of "qkv", "mlp",
-"lm_head") matches kernels whose linear tiles read the residual stream
+"lm_head", "router") matches kernels whose linear tiles read the residual stream
 through their norm (`compile_model(..., norm_in_linear=...)`: `et.linear
 ... norm`): there the rounded input of those layers is h times the norm
 weights, and the inverse RMS scales the result in float32. No MLIR
@@ -80,7 +80,7 @@ class ReferenceModel:
         return self.round(h * w) * inv
 
     def route(self, layer: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The experts each row of x (normalized, rounded) goes to, best
+        """The experts each row of the router input x goes to, best
         first (ties to the smaller index), and their weights: softmax
         probabilities, renormalized over the chosen with norm_topk_prob."""
         c = self.config
@@ -93,11 +93,14 @@ class ReferenceModel:
             weights = weights / weights.sum(axis=-1, keepdims=True)
         return ids, weights.astype(np.float32)
 
-    def _experts(self, layer: int, x: np.ndarray) -> np.ndarray:
+    def _experts(self, layer: int, h: np.ndarray) -> np.ndarray:
         """The MLP of a layer with experts: each row's chosen experts'
-        outputs times their weights, added in the router's order."""
+        outputs times their weights, added in the router's order. The
+        router's input is that of the "router" kind of `norm_in_linear`,
+        the experts' the normalized rows, rounded."""
         w, r = self.w, self.round
-        ids, weights = self.route(layer, x)
+        ids, weights = self.route(layer, self._norm(h, w["ln2"][layer], "router"))
+        x = r(_rmsnorm(h, w["ln2"][layer], self.config.rms_norm_eps))
         self.routes[layer] = ids
         out = np.zeros((x.shape[0], self.config.hidden_size), np.float32)
         for b in range(x.shape[0]):
@@ -143,10 +146,10 @@ class ReferenceModel:
                     e = np.exp(sc - sc.max())
                     attn[b, head] = e @ vals[:, head // g] / e.sum()
             h = h + r(attn).reshape(b_count, hq * d) @ w["wo"][layer].T
-            x = self._norm(h, w["ln2"][layer], "mlp")
             if c.moe:
-                h = h + self._experts(layer, x)
+                h = h + self._experts(layer, h)
                 continue
+            x = self._norm(h, w["ln2"][layer], "mlp")
             gate, up = x @ w["wg"][layer].T, x @ w["wu"][layer].T
             act = r(gate / (1 + np.exp(-gate)) * up)
             h = h + act @ w["wd"][layer].T

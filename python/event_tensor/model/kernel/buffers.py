@@ -6,7 +6,6 @@ that it depends on."""
 from __future__ import annotations
 
 from ..layout import MAX_STOP_IDS
-from ..options import NORM_TASKS
 from .moe import expert_buffers
 from .tiles import norm_scratch_rows
 from ...ir import IntegerType
@@ -24,7 +23,8 @@ def plan_scratch(ctx) -> tuple[int, int, bool]:
     # Tiles that normalize into the global scratch (fuse_norms): qkv,
     # gate/up, LM head, unless they read h through their norms or keep
     # their rows in shared memory.
-    global_xs = options.fuse_norms and options.norm_scratch == "global" and len(norm_in_linear) < len(NORM_TASKS)
+    global_xs = options.fuse_norms and options.norm_scratch == "global" and \
+        not {"qkv", "mlp", "lm_head"} <= set(norm_in_linear)
     xs_rows = norm_scratch_rows(ctx.config, lay.workers, tp=options.tp, linear_tile=options.linear_tile,
                                 rows_for=rows_for) if global_xs else 1
     # qkv tiles by matrix: the rows per tile of q, k and v together.

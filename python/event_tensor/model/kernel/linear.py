@@ -13,7 +13,7 @@ from ...ir import DenseI64ArrayAttr, Location, MemRefType, StridedLayoutAttr
 from .tiles import MMA_STAGES, mma_block, mma_k_block, mma_m_block, mma_registers
 from .views import DYN, layer_view, shared
 
-__all__ = ["linear_body", "norm_input", "normalized"]
+__all__ = ["linear_body", "norm_input", "normalized", "through_norm"]
 
 
 def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
@@ -59,16 +59,22 @@ def normalized(ctx, norm_w, t):
     return xs_t
 
 
+def through_norm(ctx, norm_w):
+    """(x, et.linear keywords) of a linear op that reads the residual
+    stream h through its RMSNorm with weights `norm_w` (`et.linear ...
+    norm`). One-row kernels read a static row (the GPU lowering then reads
+    x once per worker, into shared memory)."""
+    H, res = ctx.H, ctx.A["h"]
+    x = ctx.batch_rows(res) if ctx.B > 1 else memref.SubViewOp(
+        MemRefType.get([1, H], ctx.f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
+        res, [], [], [], static_offsets=[0, 0], static_sizes=[1, H], static_strides=[1, 1]).result
+    return x, dict(norm=norm_w, eps=ctx.eps)
+
+
 def norm_input(ctx, norm_w, t, kind):
     """What a linear tile of task `kind` reading rmsnorm(h) * norm_w
     takes: (x, et.linear keywords): h and its norm (kinds in
     `norm_in_linear`), or tile t's rows of the scratch, normalized."""
     if kind in ctx.options.norm_tasks:
-        # One-row kernels read a static row (the GPU lowering then
-        # reads x once per worker, into shared memory).
-        H, res = ctx.H, ctx.A["h"]
-        x = ctx.batch_rows(res) if ctx.B > 1 else memref.SubViewOp(
-            MemRefType.get([1, H], ctx.f32, StridedLayoutAttr.get(0, [H, 1]), loc=Location.unknown()),
-            res, [], [], [], static_offsets=[0, 0], static_sizes=[1, H], static_strides=[1, 1]).result
-        return x, dict(norm=norm_w, eps=ctx.eps)
+        return through_norm(ctx, norm_w)
     return normalized(ctx, norm_w, t), {}

@@ -14,7 +14,10 @@ takes block t mod D of position t / D. Tiles past the launch's positions
 only signal.
 
   `moe_norm`  a tile per row: xn[b] = rmsnorm(h[b]) * ln2
-  `router`    blocks of experts: scores = xn router^T (f32)
+  `router`    blocks of experts: the router's scores (f32) of xn, or (the
+              "router" kind of `norm_in_linear`) of h read through its norm
+              (`et.linear ... norm`), without `moe_norm`: `topk` then
+              writes xn for the experts
   `topk`      a tile per row: the K best experts and their weights
               (`et.router_topk`)
   `experts`   T tiles, each a block of a position's expert's intermediate
@@ -33,6 +36,7 @@ from __future__ import annotations
 from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint
 from .layers import LayerTask
+from .linear import through_norm
 from .views import DYN, layer_view, mr, strided, vec_view
 
 __all__ = ["Experts", "expert_buffers"]
@@ -49,6 +53,8 @@ class Experts:
         # full batch.
         self.tiles = max(ctx.B * self.K, workers // self.K * self.K)
         self.router_rows = ctx.rows_for(self.E, ctx.H)
+        # The router reads h through its norm (no `moe_norm` phase).
+        self.router_norm = "router" in ctx.options.norm_tasks
 
     def tasks(self) -> list[LayerTask]:
         ctx, E, K, Im, H = self.ctx, self.E, self.K, self.Im, self.ctx.H
@@ -56,10 +62,12 @@ class Experts:
         blocks = self.tiles // K
         up_rows, down_rows = -(-Im // blocks), -(-H // blocks)
         return [
-            LayerTask("moe_norm", self.norm_body, [ctx.B], False, ["o"], 2 * H, 5 * H),
-            LayerTask("router", self.router_body, [-(-E // self.router_rows)], False, ["moe_norm"],
-                      2 * self.router_rows * H, 2 * self.router_rows * H * ctx.B),
-            LayerTask("topk", self.topk_body, [ctx.B], False, ["router"], 8 * E, 4 * E * K),
+            *([] if self.router_norm else
+              [LayerTask("moe_norm", self.norm_body, [ctx.B], False, ["o"], 2 * H, 5 * H)]),
+            LayerTask("router", self.router_body, [-(-E // self.router_rows)], False,
+                      ["o" if self.router_norm else "moe_norm"], 2 * self.router_rows * H,
+                      2 * self.router_rows * H * ctx.B),
+            LayerTask("topk", self.topk_body, [ctx.B], False, ["router"], 8 * E + 4 * H, 4 * E * K + 5 * H),
             LayerTask("experts", self.up_body, [self.tiles], False, ["topk"], 4 * up_rows * H, 4 * up_rows * H),
             LayerTask("exp_down", self.down_body, [self.tiles], False, ["experts"], 2 * down_rows * Im,
                       2 * down_rows * Im),
@@ -103,11 +111,15 @@ class Experts:
 
     def router_body(self, l, t):
         ctx, rows = self.ctx, self.router_rows
-        et.linear(ctx.normalized_rows(), layer_view(ctx.A["router"], l, self.E, ctx.H), ctx.A["scores"],
-                  arith.MulIOp(t, ctx.const(rows)).result, ctx.const(rows))
+        x, norm = (through_norm(ctx, vec_view(ctx.A["ln2"], l, ctx.H)) if self.router_norm else
+                   (ctx.normalized_rows(), {}))
+        et.linear(x, layer_view(ctx.A["router"], l, self.E, ctx.H), ctx.A["scores"],
+                  arith.MulIOp(t, ctx.const(rows)).result, ctx.const(rows), **norm)
 
     def topk_body(self, l, b):
         ctx, A, K = self.ctx, self.ctx.A, self.K
+        if self.router_norm:
+            self.norm_body(l, b)
         ctx.guarded(self.live_row(b), lambda: et.router_topk(
             ctx.one_row(A["scores"], b, self.E, ctx.f32), ctx.one_row(A["expert_ids"], b, K, ctx.i32),
             ctx.one_row(A["expert_w"], b, K, ctx.f32), normalize=ctx.c.norm_topk_prob or None))
