@@ -204,21 +204,27 @@ def test_engine_stops_samples_and_checks(served):
 def test_cancel_frees_the_slot(served):
     """A request cancelled at its first tokens (from its callback, while the
     launch runs) ends the launch early: "abort", fewer tokens than asked,
-    its slot free again."""
+    its slot free again. (On a loaded machine the host may see the first
+    tokens only after the launch made all of them: the request then ends
+    with "length", and the test tries again, up to 5 times.)"""
     engine = served.engine
-    finishes = []
+    for _ in range(5):
+        finishes = []
 
-    def on_output(req, tokens, finish):
-        if tokens:
-            engine.cancel(req)
-        if finish:
-            finishes.append(finish)
-    req = engine.submit([7, 8], SamplingParams(max_tokens=40, ignore_eos=True), on_output)
-    deadline = time.time() + 60
-    while engine.busy and time.time() < deadline:
-        time.sleep(0.01)
-    assert engine.busy == 0 and finishes == ["abort"] and len(req.tokens) < 40
-    assert sorted(engine._free) == [0, 1]
+        def on_output(req, tokens, finish):
+            if tokens:
+                engine.cancel(req)
+            if finish:
+                finishes.append(finish)
+        req = engine.submit([7, 8], SamplingParams(max_tokens=40, ignore_eos=True), on_output)
+        deadline = time.time() + 60
+        while engine.busy and time.time() < deadline:
+            time.sleep(0.01)
+        assert engine.busy == 0 and len(finishes) == 1 and sorted(engine._free) == [0, 1]
+        if finishes == ["length"] and len(req.tokens) == 40:
+            continue
+        break
+    assert finishes == ["abort"] and len(req.tokens) < 40
 
 
 def test_tokens_stream_out_and_a_launch_ends_when_asked(served):
