@@ -248,3 +248,22 @@ def test_router_through_its_norm_matches_reference(checkpoint, tmp_path, rows):
                               out_dir=tmp_path / "cuda", cache_dir=tmp_path / "cache")
     options = model.KernelOptions.from_dict(json.loads((out / "model.json").read_text()))
     assert ("router" in options.norm_tasks) == (rows == 1)
+
+
+@pytest.mark.parametrize("layered", [False, True])
+def test_every_event_count_is_known_before_the_launch(layered):
+    """The routing decides which weights the expert tiles read, never how
+    many tiles signal: the event graph analysis finds no count that only
+    the device knows (docs/models.md, "Mixture of experts")."""
+    from event_tensor import analysis
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+
+    config = model.tiny_moe_config()
+    layout = kernel_layout(config, max_batch=4, max_context=32, workers=8)
+    with Context():
+        graph = analysis.event_graph(build_decode_kernel(config, layout, layered=layered))
+    kinds = {e["name"]: e["count_kind"] for e in graph["events"]}
+    assert kinds and "device" not in kinds.values(), kinds
+    tasks = {t["name"].rstrip("0123456789").rstrip("_") for t in graph["tasks"]}
+    assert {"router", "topk", "experts", "exp_down", "combine"} <= tasks
