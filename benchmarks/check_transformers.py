@@ -48,6 +48,16 @@ TOLERANCE = 1e-2
 ROUTING_MARGIN = 0.05
 
 
+def routing_gaps(config: ModelConfig, router_logits) -> torch.Tensor:
+    """Per position of a transformers forward (`output_router_logits`), the
+    smallest gap between the K-th and (K+1)-th router logit over the
+    layers."""
+    k = config.num_experts_per_tok
+    return torch.stack([s[:, k - 1] - s[:, k] for s in
+                        (torch.sort(layer.reshape(-1, config.num_experts).float(), descending=True)[0]
+                         for layer in router_logits)]).min(0).values.cpu()
+
+
 def check(path: Path, steps: int, seed: int) -> dict:
     info = json.loads((path / "model.json").read_text())
     config = ModelConfig.from_dict(info["config"])
@@ -92,12 +102,7 @@ def check(path: Path, steps: int, seed: int) -> dict:
                "max_abs_diff": max_diff, "margin": margin,
                "decisive": decisive, "argmax_agrees": agree, "step_ms": ours.last_step_s * 1e3}
         if config.moe:
-            # The smallest gap between the K-th and (K+1)-th router logit
-            # of this token over the layers.
-            gaps = [float(s[0, config.num_experts_per_tok - 1] - s[0, config.num_experts_per_tok])
-                    for s in (torch.sort(layer.reshape(-1, config.num_experts)[-1:].float(), descending=True)[0]
-                              for layer in out.router_logits)]
-            row["routing_margin"] = min(gaps)
+            row["routing_margin"] = float(routing_gaps(config, out.router_logits)[-1])
         rows.append(row)
     generation = check_generation(ours, ref, tokens[:8].tolist(), steps,
                                   2 * max(r["max_abs_diff"] for r in rows))
@@ -142,10 +147,7 @@ def check_generation(ours: DecodeSession, ref, prompt: list, new: int, decisive_
     logits = out.logits[0].double().cpu()
     held = len(tokens)
     if config.moe:
-        k = config.num_experts_per_tok
-        gaps = torch.stack([s[:, k - 1] - s[:, k] for s in
-                            (torch.sort(layer.reshape(-1, config.num_experts).float(), descending=True)[0]
-                             for layer in out.router_logits)]).min(0).values.cpu()
+        gaps = routing_gaps(config, out.router_logits)
         # Token i is chosen after position len(prompt) - 1 + i: a near-tie
         # there or at any position before ends the held tokens.
         near = [p for p in range(len(prompt) - 1 + len(tokens)) if float(gaps[p]) < ROUTING_MARGIN]

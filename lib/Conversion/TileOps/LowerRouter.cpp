@@ -144,8 +144,7 @@ void lowerRouterTopK(RouterTopKOp op, bool gpu) {
     SmallVector<Value> probs;
     Value chosen = h.f32(0.0);
     for (Ranked r : picks) {
-      Value p = arith::DivFOp::create(b, loc, math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, r.v, top)),
-                                      denominator);
+      Value p = arith::DivFOp::create(b, loc, term(b, loc, r.v), denominator);
       probs.push_back(p);
       chosen = arith::AddFOp::create(b, loc, chosen, p);
     }
