@@ -20,6 +20,7 @@ bandwidth), the copy bandwidth measured in the same run on GPU 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from pathlib import Path
@@ -30,20 +31,12 @@ CONTEXT = 1024
 
 # Artifacts per model: tag -> (tp, max_batch, compile options).
 CORE = {"tp2-b1": (2, 1, {}), "tp2-b16": (2, 16, {}), "tp1-b1": (1, 1, {})}
-# --extra: variants of the batch-1 TP kernel, timed at batch 1 (a profiled
-# one writes its trace).
-EXTRA = {"tp2-b1-registers": (2, 1, {"tile_prefetch": "registers"}),
-         "tp2-b1-shared": (2, 1, {"tile_prefetch": "shared"}),
-         "tp2-b1-profile": (2, 1, {"profile": True}),
-         "tp2-b1-mma": (2, 1, {"linear_tile": "mma"}),
-         "tp2-b16-mma": (2, 16, {"linear_tile": "mma"}),
-         "tp1-b1-mma": (1, 1, {"linear_tile": "mma"}),
+# --extra: profiled builds (their traces go to --out), and tensor-core tiles
+# from batch 4 on two GPUs and on one, timed at every batch.
+EXTRA = {"tp2-b1-profile": (2, 1, {"profile": True}),
+         "tp1-b1-profile": (1, 1, {"profile": True}),
          "tp2-b16-auto": (2, 16, {"linear_tile": "auto"}),
-         # Weight prefetch before the wait in some tasks only.
-         "tp2-b1-pf-o-shared": (2, 1, {"tile_prefetch": "shared", "tile_prefetch_tasks": ("o",)}),
-         "tp2-b1-pf-o-registers": (2, 1, {"tile_prefetch": "registers", "tile_prefetch_tasks": ("o",)}),
-         "tp2-b1-pf-oqkv-shared": (2, 1, {"tile_prefetch": "shared", "tile_prefetch_tasks": ("o", "qkv")}),
-         "tp2-b1-pf-down-shared": (2, 1, {"tile_prefetch": "shared", "tile_prefetch_tasks": ("down",)})}
+         "tp1-b16-auto": (1, 16, {"linear_tile": "auto"})}
 
 
 def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:
@@ -60,7 +53,8 @@ def prepare(out: Path, models, max_context: int, extra: bool, only: str | None =
             print(f"compiled {name} {tag} in {time.perf_counter() - start:.1f} s")
 
 
-def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, steps: int, out: Path | None) -> None:
+def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, steps: int, out: Path | None,
+        passes: int = 1, models=()) -> None:
     import numpy as np
     import torch
 
@@ -80,7 +74,7 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(results, indent=2))
 
-    for name in sorted(p.name for p in root.iterdir() if p.is_dir()):
+    for name in sorted(p.name for p in root.iterdir() if p.is_dir() and (not models or p.name in models)):
         from event_tensor.model import ModelConfig
 
         info = json.loads((root / name / "tp2-b1" / "model.json").read_text())
@@ -91,7 +85,7 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
         del weights
         sessions = {}
         extras = [tag for tag in EXTRA if (root / name / tag).is_dir()]
-        for tag in list(CORE) + extras:
+        for tag in [tag for tag in CORE if (root / name / tag).is_dir()] + extras:
             start = time.perf_counter()
             sessions[tag] = DecodeSession(root / name / tag, packed, timeout_s=20)
             for buffers in sessions[tag].device_buffers:
@@ -104,9 +98,8 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
         # Teacher-forced numerics: the same tokens through two kernels (fresh
         # caches), logits compared every step: TP=2 against one GPU, and
         # the tensor-core variants against the et.linear kernels.
-        pairs = [("tp2-b1", "tp1-b1", 1, steps), ("tp2-b1-mma", "tp1-b1", 1, steps),
-                 ("tp2-b16-mma", "tp2-b16", 16, min(steps, 8)), ("tp1-b1-mma", "tp1-b1", 1, steps),
-                 ("tp2-b16-auto", "tp2-b16", 16, min(steps, 8))]
+        pairs = [("tp2-b1", "tp1-b1", 1, steps),
+                 ("tp2-b16-auto", "tp2-b16", 16, min(steps, 8)), ("tp1-b16-auto", "tp2-b16", 16, min(steps, 8))]
         for got_tag, want_tag, batch, n_steps in pairs:
             if got_tag not in sessions or want_tag not in sessions or not n_steps:
                 continue
@@ -145,24 +138,33 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
                                                                          "tp1-b1")]
             entries.append(("megakernel TP=2 (max_batch 16)", "tp2-b16"))
             entries += [(f"megakernel {tag}", tag) for tag in extras if batch == 1 or "-b16" in tag]
-            for system, tag in entries:
-                t = timed(sessions[tag], batch)
-                row = {"model": name, "system": system, "batch": batch, "context": CONTEXT, "ms_per_step": t * 1e3,
-                       "aggregate_floor_ms": floor * 1e3, "fraction_of_floor": floor / t}
-                results["rows"].append(row)
-                save()
-                print(f"{name} [{system}] batch {batch}: {t * 1e3:.3f} ms per step; aggregate floor "
-                      f"{floor * 1e3:.3f} ms ({100 * floor / t:.1f}%)")
-        if "tp2-b1-profile" in sessions and out is not None:
-            session = sessions["tp2-b1-profile"]
+            for pass_ in range(passes):
+                for system, tag in entries:
+                    if tag not in sessions:
+                        continue
+                    t = timed(sessions[tag], batch)
+                    row = {"model": name, "system": system, "batch": batch, "context": CONTEXT,
+                           "ms_per_step": t * 1e3, "aggregate_floor_ms": floor * 1e3, "fraction_of_floor": floor / t,
+                           "pass": pass_}
+                    results["rows"].append(row)
+                    save()
+                    print(f"{name} [{system}] batch {batch}: {t * 1e3:.3f} ms per step; aggregate floor "
+                          f"{floor * 1e3:.3f} ms ({100 * floor / t:.1f}%)")
+        for tag in [tag for tag in sessions if tag.endswith("-profile")] if out is not None else []:
+            session = sessions[tag]
             session.step([1], [CONTEXT - 1])
-            for d, trace in enumerate(session.launcher.last_traces):
-                save_trace(trace, out, f"{name}-tp2-device{d}", f"{name}, TP=2, device {d}, batch 1, context "
-                           f"{CONTEXT}", results, f"{name}-device{d}")
+            for d, trace in enumerate(session.launcher.last_traces if session.tp > 1 else [session.last_trace]):
+                stem = f"{name}-{tag}-device{d}"
+                save_trace(trace, out, stem, f"{name}, {tag}, device {d}, batch 1, context {CONTEXT}", results,
+                           stem)
             save()
         for s in sessions.values():
             s.close()
-        del sessions
+        # (Closures and locals still hold sessions: collect them before
+        # the next model's weights.)
+        sessions.clear()
+        session = tp = one = s = buffers = None
+        gc.collect()
         torch.cuda.empty_cache()
         if peer:
             start = time.perf_counter()
@@ -191,6 +193,7 @@ def main() -> None:
     parser.add_argument("--extra", action="store_true", help="prepare: also the variants in EXTRA")
     parser.add_argument("--only", help="with --extra: only the variants whose tag contains one of these "
                                        "(comma-separated), e.g. mma")
+    parser.add_argument("--passes", type=int, default=1, help="time every kernel this many times, in turn")
     parser.add_argument("--out", type=Path, help="folder for the profiled variant's traces")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -200,7 +203,7 @@ def main() -> None:
     if not args.root:
         parser.error("give the prepared folder, or --prepare FOLDER")
     run(args.root, args.json, args.iters, [int(b) for b in args.batches.split(",")], not args.no_peer, args.steps,
-        args.out)
+        args.out, args.passes, [m for m in args.models.split(",") if m])
 
 
 if __name__ == "__main__":

@@ -1174,6 +1174,28 @@ def test_specialized_cuda_kernels_take_their_own_defaults(tmp_path):
     assert options[1]["tile_linear"] == MODEL_TILE_LINEAR and options[8]["tile_linear"] == "rows"
 
 
+def test_wide_models_keep_the_plain_one_row_tiles(tmp_path):
+    """One-row cuda kernels of models of hidden size >= WIDE_HIDDEN take
+    row tiles, no o_per_head and no weight staging (measured faster there);
+    narrower ones keep the spread tiles, o_per_head and staging; kernels of
+    more rows are unchanged."""
+    from event_tensor.model.compile import MODEL_STAGE_BYTES, MODEL_TILE_LINEAR
+    from event_tensor.model.options import WIDE_HIDDEN
+
+    def build(hidden, max_batch):
+        config = model.tiny_config("llama", hidden_size=hidden, intermediate_size=512, num_heads=4, num_kv_heads=2,
+                                   head_dim=64, num_layers=1)
+        out = model.compile_model(config, target="cuda", max_batch=max_batch, max_context=64, workers=8,
+                                  out_dir=tmp_path / f"h{hidden}-b{max_batch}", cache_dir=tmp_path / "cache")
+        options = json.loads((out / "metadata.json").read_text())["options"]
+        info = json.loads((out / "model.json").read_text())
+        return options.get("tile_linear", "rows"), options.get("tile_stage_bytes", 0), info["o_per_head"]
+
+    assert build(WIDE_HIDDEN, 1) == ("rows", 0, False)
+    assert build(WIDE_HIDDEN // 2, 1) == (MODEL_TILE_LINEAR, MODEL_STAGE_BYTES, True)
+    assert build(WIDE_HIDDEN, 4) == ("rows", 0, True)
+
+
 def test_wide_query_groups_take_the_tensor_core_attention(tmp_path):
     """Models of 8 or more query heads per KV head get tile_kv_mma_bytes by
     default on cuda; narrower groups keep the CUDA-core tile."""

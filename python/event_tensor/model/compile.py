@@ -13,7 +13,7 @@ from pathlib import Path
 from .builder import build_decode_kernel
 from .config import ModelConfig, tp_config
 from .layout import MAX_LINEAR_ROWS, kernel_layout
-from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions  # noqa: F401 -- NORM_IN_LINEAR_MAX_HIDDEN: re-exported
+from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions, wide_one_row  # noqa: F401 -- re-exported
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
 __all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH",
@@ -59,7 +59,9 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 # slower with it, so they keep none; staging `qkv` too was within the noise
 # for Qwen3-0.6B and 6-8% slower for Llama-3.2-1B, and staging every task in
 # place of the `o` prefetch was slower for both (docs/experiments/2026-11-27-staging-mlp-down.md,
-# docs/experiments/2026-11-27-staged-defaults-h200.md).
+# docs/experiments/2026-11-27-staged-defaults-h200.md). Wide models
+# (`options.wide_one_row`) and tensor-parallel kernels stage nothing: 0-3%
+# slower with it at 4096 (docs/experiments/2026-11-28-wide-models.md).
 MODEL_STAGE_BYTES = 69632
 
 # Models of at least MODEL_KV_MMA_MIN_GROUP query heads per KV head compute
@@ -91,7 +93,8 @@ MODEL_STAGE_TASKS_NARROW = ("qkv", "qkv_first", "mlp", "down")
 # chosen by the builder, that made the Qwen3-0.6B step 2.1-4.2% and the
 # Llama-3.2-1B step 1.9-3.4% faster (medians of four calls; docs/experiments/2026-11-26-spread-linear-tile.md);
 # kernels for more rows keep
-# "rows" (not measured there).
+# "rows" (not measured there), and so do one-row kernels of wide models
+# (`options.wide_one_row`: spread was 8-9% slower for Llama-3.1-8B).
 MODEL_TILE_LINEAR = "spread"
 
 # Threads per worker of the model kernels (when the caller gives none): 512,
@@ -285,14 +288,15 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
         options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BYTES)
     if max_batch != 1:
         return
-    options.setdefault("tile_linear", MODEL_TILE_LINEAR)
+    wide = wide_one_row(config, max_batch)
+    options.setdefault("tile_linear", "rows" if wide else MODEL_TILE_LINEAR)
     options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
     if "tile_prefetch" not in options:
         options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
         options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
-    # (Not measured on several GPUs: tensor-parallel kernels keep their
-    # weights unstaged unless asked.)
-    if "tile_stage_bytes" not in options and tp == 1:
+    # (Tensor-parallel kernels and wide models keep their weights unstaged
+    # unless asked: staging measured slower for both.)
+    if "tile_stage_bytes" not in options and tp == 1 and not wide:
         options["tile_stage_bytes"] = MODEL_STAGE_BYTES
         options.setdefault("tile_stage_tasks", model_stage_tasks(config, max_batch))
 

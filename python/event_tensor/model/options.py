@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["KernelOptions", "NORM_IN_LINEAR_MAX_HIDDEN", "NORM_TASKS"]
+__all__ = ["KernelOptions", "NORM_IN_LINEAR_MAX_HIDDEN", "NORM_TASKS", "WIDE_HIDDEN", "wide_one_row"]
 
 #: The tasks whose linear tiles read the normalized residual stream, and so
 #: can fold its norm into their linear op (`norm_in_linear`).
@@ -17,6 +17,25 @@ NORM_TASKS = ("qkv", "mlp", "lm_head", "router")
 #: The hidden sizes whose one-row cuda kernels read h through their norms by
 #: default (norm_in_linear): Qwen3-0.6B's 1024; Llama-3.2-1B's 2048 spills.
 NORM_IN_LINEAR_MAX_HIDDEN = 1024
+
+#: Models of at least this hidden size (Llama-3.1-8B, Qwen3-8B) are wide:
+#: their one-row cuda kernels keep the plainer tiles that the defaults of
+#: narrower models replaced (`wide_one_row`).
+WIDE_HIDDEN = 4096
+
+
+def wide_one_row(config, max_batch: int) -> bool:
+    """A one-row kernel of a wide model (hidden size >= WIDE_HIDDEN). Such
+    kernels take `tile_linear="rows"`, no `o_per_head` and no weight
+    staging across tiles: the choices measured faster for models of hidden
+    size 1024-2048 (Qwen3-0.6B, Llama-3.2-1B, Qwen3-1.7B) were each slower
+    at 4096. With all three, Llama-3.1-8B's step took 4.49 ms against
+    5.48 on the H200 and 5.94 against 6.94 on the H100, Qwen3-8B's 6.11
+    against 7.21 on the H100; on two GPUs (`tp=2`, which never took
+    `o_per_head` or staging) the row tiles alone made Llama-3.1-8B's step
+    2.93 against 3.05 ms on the H200 (docs/experiments/2026-11-28-wide-models.md).
+    Hidden sizes between 2048 and 4096 were not measured."""
+    return max_batch == 1 and config.hidden_size >= WIDE_HIDDEN
 
 
 @dataclass(frozen=True)
@@ -121,8 +140,8 @@ class KernelOptions:
           schedule);
         - `o_per_head`: on cuda, for the `et.linear` tiles of one device,
           where it measured faster at every batch (H100, context 1024: 4-6%
-          at batch 1, 1-3% at batches 2-16; docs/experiments/2026-11-26-o-per-head.md); the host's kernels keep the
-          merge
+          at batch 1, 1-3% at batches 2-16; docs/experiments/2026-11-26-o-per-head.md), except one-row kernels of
+          wide models (`wide_one_row`); the host's kernels keep the merge
           task, whose results keep their bits from run to run;
         - `norm_in_linear`: for one-row cuda kernels of `et.linear` tiles
           and a hidden size up to NORM_IN_LINEAR_MAX_HIDDEN (Qwen3-0.6B:
@@ -147,7 +166,8 @@ class KernelOptions:
         norm_in_linear = target == "cuda" and one_row and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN
         if not norm_in_linear and target == "cuda" and one_row and config.moe:
             norm_in_linear = ("router",)
-        chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=target == "cuda" and self.tp == 1 and rows,
+        o_per_head = target == "cuda" and self.tp == 1 and rows and not wide_one_row(config, max_batch)
+        chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=o_per_head,
                       norm_in_linear=norm_in_linear, norm_scratch="shared" if one_row else "global")
         return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})
 
