@@ -10,10 +10,12 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallBitVector.h"
 #include "llvm/Support/JSON.h"
 
 using namespace mlir;
@@ -527,6 +529,31 @@ LogicalResult mlir::et::verifySteps(const EventGraph &graph, bool checkOrder) {
   EventInfo *end = graph.lookup(repeat.getAfter());
   if (!end || end->signals.empty())
     return repeat.emitOpError("'after' event is signalled by no task: no step would end");
+  // On N devices a step ends on every device only once every device's
+  // tasks have signalled `after` there: then no copy starts step s + 1
+  // (and writes into another's symmetric buffers) before every copy has
+  // finished step s. So the signals must reach every peer offset.
+  int64_t devices = graph.getKernel().getNumDevices();
+  if (devices > 1) {
+    llvm::SmallBitVector reached(devices);
+    for (EventAccess *s : end->signals) {
+      Value peer = cast<EventSignalOp>(s->op).getPeer();
+      std::optional<int64_t> offset = peer ? getConstantIntValue(peer) : std::optional<int64_t>(0);
+      if (!offset)
+        return s->op->emitOpError("signals the end of a step (the 'after' event of 'et.repeat') at a peer offset "
+                                  "that is not a constant: the verifier cannot tell that every device is reached")
+                   .attachNote(repeat.getLoc())
+               << "steps declared here";
+      reached.set(((*offset % devices) + devices) % devices);
+    }
+    if (!reached.all()) {
+      int64_t missing = reached.find_first_unset();
+      return repeat.emitOpError("on ")
+             << devices << " devices needs its 'after' event signalled on every device (peer offsets 0.."
+             << devices - 1 << "); no signal reaches peer offset " << missing
+             << ": a device could start the next step while another still runs this one";
+    }
+  }
   if (!checkOrder)
     return failure(failed);
   // The tasks that reach a task signalling `after` (backwards over edges).

@@ -242,6 +242,34 @@ et.kernel @repeat_task_after_end(%n: index, %stop: memref<1xi32>) {
 
 // -----
 
+// Test: steps on two devices whose end is signalled on this device only.
+et.kernel @repeat_end_local(%n: index, %stop: memref<1xi32>) attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  %done = et.event.create() : !et.event<>
+  // expected-error @+1 {{'et.repeat' op on 2 devices needs its 'after' event signalled on every device (peer offsets 0..1); no signal reaches peer offset 1: a device could start the next step while another still runs this one}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @finish tiles(%i) in (%c1) {
+    et.event.signal %done[] : !et.event<>
+  }
+}
+
+// -----
+
+// Test: steps on two devices whose end is signalled at a computed peer offset.
+et.kernel @repeat_end_computed_peer(%n: index, %stop: memref<1xi32>) attributes {devices = 2} {
+  %c1 = arith.constant 1 : index
+  %done = et.event.create() : !et.event<>
+  // expected-note @+1 {{steps declared here}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @finish tiles(%i) in (%c1) {
+    et.event.signal %done[] : !et.event<>
+    // expected-error @+1 {{'et.event.signal' op signals the end of a step (the 'after' event of 'et.repeat') at a peer offset that is not a constant: the verifier cannot tell that every device is reached}}
+    et.event.signal %done[] peer(%i) : !et.event<>
+  }
+}
+
+// -----
+
 // Test: steps whose end nobody signals.
 et.kernel @repeat_never_ends(%n: index, %stop: memref<1xi32>) {
   %done = et.event.create() : !et.event<>

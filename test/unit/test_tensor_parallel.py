@@ -34,7 +34,7 @@ def test_tp2_matches_one_device_for_32_teacher_forced_steps(family, tmp_path):
     meta = json.loads((path / "metadata.json").read_text())
     assert info["tp"] == 2 and meta["devices"] == 2
     assert sorted(a["name"] for a in meta["arguments"] if a.get("symmetric")) == \
-        ["part_d", "part_idx", "part_o", "part_val"]
+        ["part_d", "part_idx", "part_o", "part_val", "stop"]
     assert {"sum_o", "sum_d", "gather"} <= set(meta["tasks"])
     tp = model.DecodeSession(path, weights)
     assert len(tp.device_buffers) == 2
@@ -60,6 +60,53 @@ def test_tp2_matches_one_device_for_32_teacher_forced_steps(family, tmp_path):
     np.testing.assert_array_equal(tp.device_buffers[0]["h"], tp.device_buffers[1]["h"])
     tp.close()
     one.close()
+
+
+def test_tp2_generates_on_the_device(tmp_path):
+    """A tensor-parallel kernel runs the decode loop itself on every device
+    (et.repeat across devices): one launch makes every token, the same
+    tokens as a launch per step, with stop ids and budgets decided on the
+    device; both devices end in the same state; an interrupt written on
+    device 0 ends every device's launch after the step in flight."""
+    config = _config("llama")
+    weights = model.random_weights(config, seed=7)
+    path = model.compile_model(config, target="cpu", max_batch=2, max_context=64, workers=3, split_len=16,
+                               tp=2, cache_dir=tmp_path)
+    tp = model.DecodeSession(path, weights)
+    assert tp.steps_on_device
+    prompts = [[1, 2, 3, 4], [9, 8, 7, 6]]
+    want, _ = tp.generate_stepwise(prompts, 12)
+    got = tp.generate(prompts, 12)
+    assert got.launches == 1
+    assert got.tokens == want.tolist() and got.finish_reasons == ["length", "length"]
+    for name in ("finished", "positions", "remaining", "tokens"):
+        np.testing.assert_array_equal(tp.device_buffers[0][name][:2], tp.device_buffers[1][name][:2])
+    # Row 0 stops at its fifth token; row 1 goes on to its budget.
+    stop = int(want[0, 4])
+    got = tp.generate(prompts, 12, stop=[[stop], []])
+    assert got.tokens[0] == want[0, : want[0].tolist().index(stop) + 1].tolist()
+    assert got.finish_reasons == ["stop", "length"] and got.tokens[1] == want[1].tolist()
+    # The host interrupts device 0 only; every device's launch ends after
+    # the step in flight (a device going on alone would wait for the other
+    # until the watchdog), and the row goes on in the next launch with the
+    # tokens it would have made in one.
+    from event_tensor.model import layout as model_layout
+
+    def launch(**kw):
+        return tp.decode_launch([0], [prompts[0][-1]], [len(prompts[0]) - 1], [40], [[-1]], 40, **kw)[0]
+    tp.prefill([prompts[0]])
+    full = launch()
+    for _ in range(5):  # (a launch may end before the host's first poll)
+        tp.prefill([prompts[0]])
+        part = launch(interrupt_when=lambda: True)
+        if len(part[0]) < 40:
+            break
+    assert part[1] == 0 and 0 < len(part[0]) < 40
+    np.testing.assert_array_equal(tp.device_buffers[0]["positions"][:1], tp.device_buffers[1]["positions"][:1])
+    pos = len(prompts[0]) - 1 + len(part[0])
+    rest = tp.decode_launch([0], [part[0][-1]], [pos], [40 - len(part[0])], [[-1]], 40)[0]
+    assert part[0] + rest[0] == full[0] and rest[1] == model_layout.FINISH_LENGTH
+    tp.close()
 
 
 def test_tp_shards_split_heads_columns_and_vocabulary():

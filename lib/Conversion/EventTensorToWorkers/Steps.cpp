@@ -46,13 +46,16 @@ FailureOr<std::pair<Value, Value>> WorkerEmitter::emitStepGate(Value s) {
     return failure();
   Value expected = arith::MulIOp::create(b, loc, *count, s);
   Value stopPtr = elementPointer(basePointer(eager.lookup(repeat.getStop())), idx(0), b.getI32Type());
-  emitSpin(top, counter, expected, idx(-1), idx(-1), idx(layout.id), lin, target.syncscope(),
-           /*localOnly=*/false, stopPtr);
-  // The stop flag, written before those signals: a relaxed load at device
-  // scope after the acquire (it bypasses a stale L1 line of the last gate).
-  // Thread 0's reading decides for the worker.
+  // On several devices `after` is signalled from every device (verified),
+  // and the flag may have been written by another device before its
+  // signal: both are read at system scope there.
+  StringRef scope = layout.remote ? StringRef() : target.syncscope();
+  emitSpin(top, counter, expected, idx(-1), idx(-1), idx(layout.id), lin, scope, /*localOnly=*/false, stopPtr);
+  // The stop flag, written before those signals: a relaxed load after the
+  // acquire (it bypasses a stale L1 line of the last gate). Thread 0's
+  // reading decides for the worker.
   Value flag = LLVM::LoadOp::create(b, loc, b.getI32Type(), stopPtr, /*alignment=*/4, false, false, false, false,
-                                    LLVM::AtomicOrdering::monotonic, target.syncscope());
+                                    LLVM::AtomicOrdering::monotonic, scope);
   Value go = broadcast(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, flag, i32(0)));
   scf::YieldOp::create(b, loc, ValueRange{i1(true), go});
   b.setInsertionPointAfter(region);

@@ -420,9 +420,6 @@ LogicalResult RepeatOp::verify() {
                << "first one here";
       break;
     }
-  if (kernel.getNumDevices() > 1)
-    return emitOpError("in a kernel on ") << kernel.getNumDevices()
-                                          << " devices: steps are supported on one device";
   if (cast<MemRefType>(getStop().getType()).getDimSize(0) != 1)
     return emitOpError("stop flag must be a memref<1xi32>, got ") << getStop().getType();
   if (cast<EventType>(getAfter().getType()).getRank() != 0)

@@ -96,8 +96,9 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     greedy token: each device's argmax over its vocabulary share, gathered
     from every device (`gather`) and reduced on each.
 
-    On one device the kernel runs up to `steps` decode steps per launch
-    (`et.repeat`, `kernel.steps`): after the greedy token, the `advance`
+    The kernel runs up to `steps` decode steps per launch (`et.repeat`,
+    `kernel.steps`; on several devices every copy runs them, in step):
+    after the greedy token, the `advance`
     task records each row's token in `out_tokens[slot, position]`, checks
     the row's stop ids, budget (`remaining`) and the compiled context
     (`finished` says why a row stopped), and feeds the token back as the
@@ -181,6 +182,5 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
         embedding_task(ctx)
         done = layers.emit()
         head_tasks(ctx, done)
-        if options.tp == 1:
-            steps_task(ctx)
+        steps_task(ctx)
     return ctx.module

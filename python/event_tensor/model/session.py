@@ -224,7 +224,8 @@ class DecodeSession:
         (KV caches, token rows, activations) from the artifacts' argument
         shapes, a dynamic first dimension taking `max_batch` rows; the
         buffers of `device`, one dict per kernel variant."""
-        self._mapped: dict[str, Any] = {}  # runtime.cuda.MappedHost per name
+        if device == 0:
+            self._mapped: dict[str, Any] = {}  # runtime.cuda.MappedHost per name
         self._per_row = [[(a["name"], bool(a.get("shape")) and a["shape"][0] == -1)
                           for a in art.metadata["arguments"]] for art in self.artifacts]
         pool: dict[tuple, Any] = {}
@@ -247,9 +248,10 @@ class DecodeSession:
                     key = (name, tuple(shape), spec["dtype"])
                 if key in pool:
                     buffers[name] = pool[key]
-                elif name in _HOST_VISIBLE and self.device == "cuda":
+                elif name in _HOST_VISIBLE and self.device == "cuda" and device == 0:
                     # The kernel's stores reach the host while it runs.
-                    # (The session keeps the allocation: it is freed with it.)
+                    # (The session keeps the allocation: it is freed with it.
+                    # On several devices the host reads device 0's.)
                     mapped = self._mapped[name] = self.launchers[0].mapped_host(shape, spec["dtype"])
                     buffers[name] = pool[key] = mapped.buffer
                 elif name in packed:
@@ -486,7 +488,8 @@ class DecodeSession:
 
     @property
     def steps_on_device(self) -> bool:
-        """Whether the decode kernel runs many steps per launch (one device)."""
+        """Whether the decode kernel runs many steps per launch (every
+        kernel compiled since steps joined the tensor-parallel ones too)."""
         return all(any(a["name"] == "steps" for a in art.metadata["arguments"]) for art in self.artifacts)
 
     def stop_rows(self, stop, n: int) -> np.ndarray:
@@ -571,9 +574,10 @@ class DecodeSession:
         cache slot b), then decodes them together until each row has
         `max_new_tokens` new tokens, produced a stop id (`stop`: one
         sequence of ids for every row, or one per row) or filled the
-        compiled context. On one device the decode runs in the kernel: one
-        launch runs every step, feeding each row's token back on the device,
-        and the host waits once. Returns a `Generation`.
+        compiled context. The decode runs in the kernel (on every device of
+        a tensor-parallel one): one launch runs every step, feeding each
+        row's token back on the device, and the host waits once. Returns a
+        `Generation`.
 
         Tokens are greedy, or with `temperature` > 0 (one for all rows, or
         one per row) sampled from softmax(logits / temperature) in the
@@ -597,7 +601,7 @@ class DecodeSession:
         token history while it runs (host memory the GPU writes into): the
         host waits for no launch to end before handing them out. `chunk`
         bounds the decode steps of a launch (default: every step in one);
-        a kernel without steps (several devices) hands out a step's tokens
+        a kernel without steps (compiled before they joined it) hands out a step's tokens
         after each launch."""
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
             raise ValueError(f"chunk must be a positive int (decode steps per launch) or None, got {chunk!r}")
@@ -714,8 +718,8 @@ class DecodeSession:
 
     def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, sampling=None,
                       on_tokens=None, interrupt_when=None) -> list[tuple[list[int], int]]:
-        """One launch of up to `steps` decode steps over rows (on several
-        devices, where the kernel runs one step per launch, one step): row
+        """One launch of up to `steps` decode steps over rows (a kernel
+        without steps, compiled before they joined it, runs one): row
         b feeds token `tokens[b]` at position `positions[b]` of cache slot
         `slots[b]`, then each token it produces, and stops after
         `remaining[b]` (>= 1) new tokens, a token of `stop_ids[b]` (up to
@@ -818,7 +822,7 @@ class DecodeSession:
             self.launcher.write_word(word.data_ptr(), 1)
 
     def _decode_step(self, slots, tokens, positions, remaining, stops) -> list[tuple[list[int], int]]:
-        """`decode_launch` for kernels without steps (several devices): one
+        """`decode_launch` for kernels without steps (compiled before they joined it): one
         step, the host deciding which rows finished."""
         got = self.step(tokens, positions, slots)
         out = []

@@ -487,11 +487,21 @@ class MultiDeviceCUDALauncher:
             raise decode_error(self.metadata, records[d], device=d)
 
     @locked
-    def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0) -> None:
+    def __call__(self, *args: Any, timeout_s: float | None = None, stream: int = 0,
+                 poll: Callable[[], None] | None = None) -> None:
+        """Launches on every device and waits; `poll` as in
+        `CUDALauncher.__call__` (called while device 0's launch runs)."""
         per_device, keep = flatten_device_arguments(self.metadata, args, "cuda")
         for attempt in range(2):
             packed = [l._pack(p, timeout_s) for l, p in zip(self.launchers, self._params(per_device))]
             self._launch(packed, stream)
+            if poll is not None:
+                first = self.launchers[0]
+                first._current()
+                not_ready = self.driver.CUresult.CUDA_ERROR_NOT_READY
+                while self.driver.cuStreamQuery(stream)[0] == not_ready:
+                    poll()
+                    time.sleep(POLL_S)
             self.synchronize(stream)
             records = self._errors()
             if not records:
@@ -511,6 +521,16 @@ class MultiDeviceCUDALauncher:
             d = first_cause(records, self.metadata)
             raise decode_error(self.metadata, records[d], device=d)
         del keep
+
+    def mapped_host(self, shape: Sequence[int], dtype: str = "int32") -> "MappedHost":
+        """`CUDALauncher.mapped_host` of device 0 (portable: every device's
+        copy could reach it, though a kernel's arguments pass it to device
+        0 only)."""
+        return self.launchers[0].mapped_host(shape, dtype)
+
+    def write_word(self, pointer: int, value: int) -> None:
+        """`CUDALauncher.write_word` on device 0 (`pointer` in its memory)."""
+        self.launchers[0].write_word(pointer, value)
 
     def close(self) -> None:
         for l in self.launchers:

@@ -1432,14 +1432,6 @@ et.kernel @two_repeats(%n: index, %stop: memref<1xi32>) {
   et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
 }
 
-// -----
-
-// Test: steps in a kernel on two devices.
-et.kernel @repeat_devices(%n: index, %stop: memref<1xi32>) attributes {devices = 2} {
-  %done = et.event.create() : !et.event<>
-  // expected-error @+1 {{'et.repeat' op in a kernel on 2 devices: steps are supported on one device}}
-  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
-}
 
 // -----
 

@@ -398,8 +398,15 @@ def ET_RepeatOp : ET_Op<"repeat", [
     Lowering: a loop over steps around the worker's program (a static
     schedule; a dynamic one numbers its tickets across steps); the counters of a launch keep counting across its steps, and
     a wait of step `s` waits for `s + 1` times the element's count. Event
-    counts must not depend on data read on the device, and the kernel runs
-    on one device.
+    counts must not depend on data read on the device.
+
+    On several devices (`devices = N`), `after` must be signalled on every
+    device: its signals' peer offsets (constants) cover 0 .. N-1, so a step
+    ends on a device only once every device's tasks have signalled it, and
+    no copy starts step `s + 1` while another still runs step `s`. Each
+    copy reads its own `stop` word; the tasks that signal `after` must make
+    every copy read the same value (write the same decision everywhere, or
+    write it into the other copies through `et.peer` before signalling).
   }];
   let arguments = (ins Index:$count, MemRefRankOf<[I32], [1]>:$stop, ET_EventType:$after);
   let assemblyFormat = [{

@@ -71,24 +71,25 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
     symmetric = ()
     if tp == 1:
         # Sampling (a row's temperature, 0 for greedy, seed, filters and
-        # the threshold they give: et.sample_threshold). Steps in
-        # one launch (`kernel.steps`): the step budget, the stop
-        # flag, the host's request to end the launch after the current
-        # step, each row's budget of new tokens, stop ids and finish
-        # reason, and every cache slot's tokens by position (the caches'
-        # storage shape, so that every kernel variant shares them).
+        # the threshold they give: et.sample_threshold).
         i64 = IntegerType.get_signless(64)
         args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64)),
                  ("top_k", mr([DYN], i32)), ("top_p", mr([DYN], f32)), ("min_p", mr([DYN], f32)),
                  ("threshold", mr([DYN], f32))]
-        args += [("steps", idx), ("stop", mr([1], i32)), ("interrupt", mr([1], i32)), ("remaining", mr([DYN], i32)),
-                 ("stop_ids", mr([DYN, MAX_STOP_IDS], i32)), ("finished", mr([DYN], i32)),
-                 ("out_tokens", mr([lay.cache_slots, lay.cache_len + 1], i32))]
+    # Steps in one launch (`kernel.steps`): the step budget, the stop flag,
+    # the host's request to end the launch after the current step, each
+    # row's budget of new tokens, stop ids and finish reason, and every
+    # cache slot's tokens by position (the caches' storage shape, so that
+    # every kernel variant shares them).
+    args += [("steps", idx), ("stop", mr([1], i32)), ("interrupt", mr([1], i32)), ("remaining", mr([DYN], i32)),
+             ("stop_ids", mr([DYN, MAX_STOP_IDS], i32)), ("finished", mr([DYN], i32)),
+             ("out_tokens", mr([lay.cache_slots, lay.cache_len + 1], i32))]
     if tp > 1:
         # Partial sums of the row-parallel layers, read by every device;
-        # every device's argmax candidates, gathered into all_val/all_idx.
+        # every device's argmax candidates, gathered into all_val/all_idx;
+        # the stop flag, which any copy raises on all.
         args += [("part_o", mr([B, H], f32)), ("part_d", mr([B, H], f32)),
                  ("all_val", mr([DYN, tp * lay.argmax_chunks], f32)),
                  ("all_idx", mr([DYN, tp * lay.argmax_chunks], i32))]
-        symmetric = ("part_o", "part_d", "part_val", "part_idx")
+        symmetric = ("part_o", "part_d", "part_val", "part_idx", "stop")
     return args, symmetric

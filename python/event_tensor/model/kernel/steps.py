@@ -6,7 +6,9 @@ and, if it does, makes the token and its position the row's input of the
 next step. Once every row has finished, or the host asked for the launch
 to end (the `interrupt` word, which the host writes while the launch
 runs), it raises the stop flag, and the launch ends at the next step's gate
-(docs/models.md, "Generation on the device")."""
+(docs/models.md, "Generation on the device"). On several devices every copy
+runs `advance` on the same tokens and signals its end of the step on every
+device."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ __all__ = ["steps_task"]
 def steps_task(ctx) -> None:
     """The `advance` task of the `DecodeContext` `ctx` (after the greedy
     token) and the kernel's `et.repeat` over it."""
-    A, const, i32 = ctx.A, ctx.const, ctx.i32
+    A, const, i32, tp = ctx.A, ctx.const, ctx.i32, ctx.options.tp
 
     def c32(v: int):
         return arith.ConstantOp(i32, v).result
@@ -73,11 +75,22 @@ def steps_task(ctx) -> None:
         # atomic read (a plain load could hit a stale cache line).
         asked = memref.AtomicRMWOp(arith.AtomicRMWKind.addi, c32(0), A["interrupt"], [const(0)]).result
         ends = arith.OrIOp(loop.results[0], cmp("ne", asked, c32(0))).result
-        ctx.guarded(ends, lambda: memref.StoreOp(c32(1), A["stop"], [const(0)]))
+
+        def stop():
+            # On several devices every copy decides the same for its rows
+            # (the same tokens everywhere), but the host interrupts device
+            # 0 only: a copy that ends raises every copy's flag, before
+            # its signals of `advance` reach them.
+            for k in range(max(tp, 1)):
+                flag = A["stop"] if k == 0 else et.peer(A["stop"], const(k))
+                memref.StoreOp(c32(1), flag, [const(0)])
+        ctx.guarded(ends, stop)
 
     def body(t):
         # Thread 0 of the worker goes over the rows.
         ctx.guarded(cmp("eq", et.ThreadIdOp(ctx.idx).result, const(0)), rows)
 
-    ctx.task("advance", [1], ["argmax"], body, nbytes=0, flops=0)
+    # On several devices `advance` ends the step on every device, so that
+    # no copy starts the next step before all have finished this one.
+    ctx.task("advance", [1], ["argmax"], body, nbytes=0, flops=0, peers=tp if tp > 1 else 0)
     et.RepeatOp(A["steps"], A["stop"], ctx.events["advance"])
