@@ -83,7 +83,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     pass their maximum).
 
     `tp` = N > 1 splits the model over N devices (tensor parallelism; a
-    kernel with `devices = N`, layered and with fused norms). Each device
+    kernel with `devices = N`, layered; norms not fused run after the
+    all-reduce). Each device
     holds its share of the heads, of the MLP's columns and of the LM head's
     vocabulary (`tp_config`; the weights are sharded by
     `weights.tp_shards`), and its share of the KV cache. The row-parallel

@@ -202,8 +202,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `tp` = N > 1 compiles a tensor-parallel kernel for N devices
     (`build_decode_kernel(tp=N)`); model.json records `tp`, and
     `DecodeSession` shards the weights and runs the N copies. It needs the
-    layered kernel and fused norms, and takes no prefill kernel or batch
-    variants yet.
+    layered kernel, and takes no prefill kernel or batch variants yet.
 
     `qk_heads` sets the KV heads per `qk` tile (default: chosen by
     `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up

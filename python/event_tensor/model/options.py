@@ -82,8 +82,8 @@ class KernelOptions:
         if self.fuse_norms is not None and not isinstance(self.fuse_norms, bool):
             raise ValueError(f"fuse_norms must be a bool or None, got {self.fuse_norms!r}")
         unfused = self.fuse_norms is False
-        if self.tp != 1 and (self.layered is not None and not self.layered or unfused):
-            raise ValueError("tensor parallelism (tp > 1) needs the layered kernel with fused norms")
+        if self.tp != 1 and self.layered is not None and not self.layered:
+            raise ValueError("tensor parallelism (tp > 1) needs the layered kernel")
         if self.linear_tile not in ("rows", "mma", "auto"):
             raise ValueError(f"linear_tile must be 'rows', 'mma' or 'auto', got {self.linear_tile!r}")
         if self.qkv_by_matrix is not None and not isinstance(self.qkv_by_matrix, bool):
@@ -153,15 +153,15 @@ class KernelOptions:
           then normalizing every row; docs/experiments/2026-11-28-qwen3-moe.md);
         - `norm_scratch`: "shared" for one-row kernels of `et.linear` tiles
           (1-3% faster there, same values), else "global";
-        - `fuse_norms`: for `et.linear` tiles and on several devices; the
-          tensor-core tiles of one device take a norm task of a tile per
-          row instead (every one of their tiles normalized all the rows it
-          multiplies: Llama-3.2-1B on the H100 at batch 16, 2004 LM-head
-          tiles of 36 us each; docs/experiments/2026-11-28-norm-once-mma.md).
+        - `fuse_norms`: for `et.linear` tiles; the tensor-core tiles take
+          a norm task of a tile per row instead, on one device or several
+          (every one of their tiles normalized all the rows it multiplies:
+          Llama-3.2-1B on the H100 at batch 16, 2004 LM-head tiles of 36 us
+          each; docs/experiments/2026-11-28-norm-once-mma.md).
 
         `linear_tile="auto"` stays (compile_model picks it per variant)."""
         rows = self.linear_tile == "rows"
-        fuse = self.fuse_norms if self.fuse_norms is not None else (rows or self.tp != 1)
+        fuse = self.fuse_norms if self.fuse_norms is not None else rows
         one_row = max_batch == 1 and rows and fuse
         norm_in_linear = target == "cuda" and one_row and config.hidden_size <= NORM_IN_LINEAR_MAX_HIDDEN
         if not norm_in_linear and target == "cuda" and one_row and config.moe:

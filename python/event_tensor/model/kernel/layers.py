@@ -46,16 +46,17 @@ class Layers:
             tasks = [spec for spec in tasks if spec.name not in ("qkv", "norm2")]
             tasks = [spec._replace(waits=["o"]) if spec.name == "mlp" else spec for spec in tasks]
         # Tensor parallelism: the all-reduces, h += the partial sums of
-        # every device (et.allreduce, one per layer); mlp waits on sum_o,
-        # the next layer on sum_d.
+        # every device (et.allreduce, one per layer); what waited on o (mlp,
+        # or norm2 with unfused norms) waits on sum_o, the next layer on
+        # sum_d.
         self.allreduces = {}
         if ctx.options.tp > 1:
             block = sum_block(ctx.H)
             self.allreduces = {"sum_o": ("part_o", block), "sum_d": ("part_d", block)}
             with_sums = []
             for spec in tasks:
-                if spec.name == "mlp":
-                    spec = spec._replace(waits=["sum_o"])
+                if "o" in spec.waits:
+                    spec = spec._replace(waits=["sum_o" if w == "o" else w for w in spec.waits])
                 with_sums.append(spec)
                 if spec.name in ("o", "down"):
                     with_sums.append(LayerTask(f"sum_{spec.name[0]}", None, [], False, [spec.name], 0, 0))
