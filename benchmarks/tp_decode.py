@@ -118,9 +118,22 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
                 agree += int((a == b).sum())
             row = {"model": name, "kernel": got_tag, "against": want_tag, "batch": batch, "steps": n_steps,
                    "worst_relative_logit_error": worst, "greedy_agree": agree, "greedy_total": n_steps * batch}
+            if batch == 1 and tp.steps_on_device and one.steps_on_device:
+                # Sampling at temperature 1 on both, the same seeds: the
+                # devices' keys are those of the whole vocabulary, so the
+                # draws agree until rounding flips one.
+                prompt = [rng.integers(0, config.vocab_size, 8).tolist()]
+                first = []
+                for seed in range(4):
+                    a_tokens = one.generate(prompt, n_steps, temperature=1.0, seed=seed).tokens[0]
+                    b_tokens = tp.generate(prompt, n_steps, temperature=1.0, seed=seed).tokens[0]
+                    first.append(next((i for i, (x, y) in enumerate(zip(a_tokens, b_tokens)) if x != y), n_steps))
+                row["sampled_agree_prefix"] = first
             results["numerics"].append(row)
             print(f"{name}: {got_tag} vs {want_tag}, batch {batch}, {n_steps} teacher-forced steps: worst relative "
-                  f"logit error {worst:.2e}, greedy tokens agree {agree}/{n_steps * batch}")
+                  f"logit error {worst:.2e}, greedy tokens agree {agree}/{n_steps * batch}"
+                  + (f"; sampled (T=1, 4 seeds) agree for the first {row['sampled_agree_prefix']} tokens"
+                     if "sampled_agree_prefix" in row else ""))
         for buffers in [b for s in sessions.values() for b in s.device_buffers]:
             buffers["k_cache"].normal_()
             buffers["v_cache"].normal_()

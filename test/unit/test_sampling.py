@@ -82,6 +82,44 @@ def test_draws_repeat_and_do_not_depend_on_the_tiles(draw):
     assert len(set(a.tolist())) > 4
 
 
+# The row's columns as two shares (a vocabulary over two devices): each
+# share's tile draws with `key_offset` at its first column.
+SHARDS = """
+et.kernel @draw_shards(%x0: memref<?x4xf32>, %x1: memref<?x4xf32>, %pv: memref<?x2xf32>, %pi: memref<?x2xi32>,
+                       %t: memref<?xf32>, %s: memref<?xi64>, %c: memref<?xi32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  et.task @part tiles(%k) in (%c1) {
+    et.argmax %x0, %pv, %pi cols(%c0, %c4) slot(%c0)
+        sample(%t, %s, %c : memref<?xf32>, memref<?xi64>, memref<?xi32>) key_offset(%c0)
+        : memref<?x4xf32>, memref<?x2xf32>, memref<?x2xi32>
+    et.argmax %x1, %pv, %pi cols(%c0, %c4) slot(%c1)
+        sample(%t, %s, %c : memref<?xf32>, memref<?xi64>, memref<?xi32>) key_offset(%c4)
+        : memref<?x4xf32>, memref<?x2xf32>, memref<?x2xi32>
+  }
+}
+"""
+
+
+def test_shares_of_a_row_draw_the_whole_rows_sample(draw, tmp_path):
+    """With key_offset, each share of the columns draws the noise its
+    columns have in the whole row: the best key of the shares' candidates
+    is the whole row's sample, seed for seed (what a tensor-parallel
+    kernel's devices gather); without it the shares would reuse the same
+    noise."""
+    launch = et.compile(SHARDS, target="cpu", workers=2, cache_dir=tmp_path).launcher(timeout_s=30)
+    n = 3000
+    seeds = np.arange(n) * 31 + 7
+    x = np.tile(LOGITS, (n, 1)).astype(np.float32)
+    pv, pi = np.zeros((n, 2), np.float32), np.zeros((n, 2), np.int32)
+    launch(np.ascontiguousarray(x[:, :4]), np.ascontiguousarray(x[:, 4:]), pv, pi,
+           np.full(n, 0.9, np.float32), seeds.astype(np.int64), np.full(n, 2, np.int32))
+    share = (pv[:, 1] > pv[:, 0]).astype(np.int64)  # a tie keeps the first share
+    got = pi[np.arange(n), share] + 4 * share
+    assert np.array_equal(got, draw(0.9, seeds, 2, tiles=1))
+
+
 def test_zero_temperature_is_greedy(draw):
     assert (draw(0.0, np.arange(50), 1) == 6).all()
     assert (draw(-1.0, np.arange(50), 1) == 6).all()

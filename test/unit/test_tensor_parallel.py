@@ -109,6 +109,35 @@ def test_tp2_generates_on_the_device(tmp_path):
     tp.close()
 
 
+def test_tp2_samples_as_one_device_does(tmp_path):
+    """With a temperature, each device draws the keys its share of the
+    vocabulary has in the whole (et.argmax key_offset): the generation
+    repeats for a seed, both devices end with the same tokens, and the
+    tokens are one device's for the same seed (the logits differ in
+    rounding only, so at a high temperature near ties are rare: 32 of 32
+    here; with the devices' own column numbers as keys, 4). The filters
+    are refused by name."""
+    config = _config("qwen3")
+    weights = model.random_weights(config, seed=5)
+    one = model.DecodeSession(model.compile_model(config, target="cpu", max_batch=2, max_context=64, workers=3,
+                                                  split_len=16, cache_dir=tmp_path), weights)
+    tp = model.DecodeSession(model.compile_model(config, target="cpu", max_batch=2, max_context=64, workers=3,
+                                                 split_len=16, tp=2, cache_dir=tmp_path), weights)
+    prompts = [[5, 6, 7], [8, 9, 10]]
+    a = tp.generate(prompts, 16, temperature=1.5, seed=[3, 4])
+    assert a.tokens == tp.generate(prompts, 16, temperature=1.5, seed=[3, 4]).tokens
+    assert a.tokens != tp.generate(prompts, 16, temperature=1.5, seed=[5, 6]).tokens
+    np.testing.assert_array_equal(tp.device_buffers[0]["tokens"][:2], tp.device_buffers[1]["tokens"][:2])
+    # Free-running: once a draw differs, the row goes its own way.
+    b = one.generate(prompts, 16, temperature=1.5, seed=[3, 4])
+    agree = sum(x == y for ra, rb in zip(a.tokens, b.tokens) for x, y in zip(ra, rb))
+    assert agree >= 28, (a.tokens, b.tokens)
+    with pytest.raises(ValueError, match="top_k, top_p and min_p need a kernel on one device; this one runs on 2"):
+        tp.generate(prompts, 4, temperature=1.0, top_k=5)
+    tp.close()
+    one.close()
+
+
 def test_tp_shards_split_heads_columns_and_vocabulary():
     config = _config("llama")
     packed = pack(config, model.random_weights(config, seed=1))

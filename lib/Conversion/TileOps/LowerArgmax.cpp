@@ -81,6 +81,7 @@ struct SampleRow {
   std::array<Value, 2> key;
   Value counter;
   Value threshold; // the least x / T kept (et.sample_threshold), or null
+  Value keyOffset; // i32 added to the column in the counter (key_offset), or null
 };
 
 /// x / T + Gumbel noise of column `j` (i32): u from the top 24 bits of
@@ -88,6 +89,8 @@ struct SampleRow {
 static Value sampleKey(OpBuilder &b, Location loc, const SampleRow &row, Value x, Value j) {
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   Value zero = arith::ConstantIntOp::create(b, loc, i32, 0);
+  if (row.keyOffset)
+    j = arith::AddIOp::create(b, loc, j, row.keyOffset);
   Value bits = philox(b, loc, {j, row.counter, zero, zero}, row.key);
   Value top = arith::ShRUIOp::create(b, loc, bits, arith::ConstantIntOp::create(b, loc, i32, 8));
   Value u = arith::MulFOp::create(
@@ -190,6 +193,8 @@ static std::pair<Value, Value> tokenScan(OpBuilder &b, Location loc, ArgmaxOp op
     row.counter = memref::LoadOp::create(b, loc, op.getCounter(), ValueRange{tok});
     if (op.getThreshold())
       row.threshold = memref::LoadOp::create(b, loc, op.getThreshold(), ValueRange{tok});
+    if (Value offset = op.getKeyOffset())
+      row.keyOffset = arith::IndexCastOp::create(b, loc, i32, offset);
     auto [v, i] = argmaxScan(b, loc, op, tok, first, end, step, &row, unroll);
     scf::YieldOp::create(b, loc, ValueRange{v, i});
     b.setInsertionPointToStart(branch.elseBlock());

@@ -316,6 +316,8 @@ LogicalResult ArgmaxOp::verify() {
       return emitOpError("from must have x's shape, got ") << f.getType();
   if (getThreshold() && !getTemperature())
     return emitOpError("above (a sampling threshold) needs sample");
+  if (getKeyOffset() && !getTemperature())
+    return emitOpError("key_offset (the noise's column offset) needs sample");
   if (!getTemperature())
     return success();
   if (!getSeed() || !getCounter())

@@ -558,9 +558,12 @@ class DecodeSession:
                 "min_p", lambda p: 0 <= p <= 1, "a number in [0, 1] (0: off)")), np.float32),
         }
         if (rows["temperature"] > 0).any() and "temperature" not in self.buffers:
-            raise ValueError("sampling (temperature > 0) needs a kernel on one device; this one runs on "
-                             f"{self.tp} devices (greedy only)")
+            raise ValueError(f"{self.path}: this kernel does not sample (a tensor-parallel kernel compiled "
+                             "before sampling was in it): recompile it")
         filtered = (rows["top_k"] > 0).any() or (rows["top_p"] < 1).any() or (rows["min_p"] > 0).any()
+        if filtered and self.tp > 1:
+            raise ValueError(f"top_k, top_p and min_p need a kernel on one device; this one runs on {self.tp} "
+                             "devices (temperature only)")
         if filtered and "top_k" not in self.buffers:
             raise ValueError(f"{self.path}: this kernel samples without filters (compiled before top_k, top_p "
                              "and min_p were in the kernel): recompile it")

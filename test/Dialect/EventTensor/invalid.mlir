@@ -694,7 +694,16 @@ et.kernel @argmax_above_without_sample(%x: memref<1x8xf32>, %v: memref<1x1xf32>,
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {
     // expected-error @+1 {{above (a sampling threshold) needs sample}}
-    "et.argmax"(%x, %v, %i, %c, %c, %c, %tau) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
+    "et.argmax"(%x, %v, %i, %c, %c, %c, %tau) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
+  }
+}
+// -----
+
+et.kernel @argmax_key_offset_without_sample(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%tt) in (%c) {
+    // expected-error @+1 {{key_offset (the noise's column offset) needs sample}}
+    "et.argmax"(%x, %v, %i, %c, %c, %c, %c) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, index) -> ()
   }
 }
 // -----
@@ -731,7 +740,7 @@ et.kernel @argmax_sample_partial(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: m
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {
     // expected-error @+1 {{sample needs a temperature, a seed and a counter per token}}
-    "et.argmax"(%x, %v, %i, %c, %c, %c, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
+    "et.argmax"(%x, %v, %i, %c, %c, %c, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0>} : (memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, index, index, index, memref<1xf32>) -> ()
   }
 }
 // -----

@@ -382,6 +382,7 @@ et.kernel @steps(%n: index, %stop: memref<1xi32>, %log: memref<16xindex>) {
 // CHECK-LABEL: et.kernel @filtered
 // CHECK: et.sample_threshold %{{.*}} token(%{{.*}}) temperature(%{{.*}}) top_k(%{{.*}}) top_p(%{{.*}}) min_p(%{{.*}}) into(%{{.*}}) : memref<?x64xbf16>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
 // CHECK: et.argmax {{.*}} sample(%{{.*}}, %{{.*}}, %{{.*}} : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%{{.*}} : memref<?xf32>) : memref<?x64xbf16>
+// CHECK: et.argmax {{.*}} sample(%{{.*}}, %{{.*}}, %{{.*}} : memref<?xf32>, memref<?xi64>, memref<?xi32>) key_offset(%{{.*}}) : memref<?x64xbf16>
 et.kernel @filtered(%x: memref<?x64xbf16>, %v: memref<?x2xf32>, %i: memref<?x2xi32>, %t: memref<?xf32>,
                     %s: memref<?xi64>, %n: memref<?xi32>, %k: memref<?xi32>, %p: memref<?xf32>, %mp: memref<?xf32>,
                     %tau: memref<?xf32>, %rows: index) {
@@ -393,6 +394,9 @@ et.kernel @filtered(%x: memref<?x64xbf16>, %v: memref<?x2xf32>, %i: memref<?x2xi
   et.task @draw tiles(%j) in (%c2) {
     %col0 = arith.muli %j, %c32 : index
     et.argmax %x, %v, %i cols(%col0, %c32) slot(%j) sample(%t, %s, %n : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%tau : memref<?xf32>) : memref<?x64xbf16>, memref<?x2xf32>, memref<?x2xi32>
+    // Keys of columns 64.. of a wider row (a device's share of a vocabulary).
+    %c64 = arith.constant 64 : index
+    et.argmax %x, %v, %i cols(%col0, %c32) slot(%j) sample(%t, %s, %n : memref<?xf32>, memref<?xi64>, memref<?xi32>) key_offset(%c64) : memref<?x64xbf16>, memref<?x2xf32>, memref<?x2xi32>
   }
 }
 

@@ -503,6 +503,13 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
     tiles' results finishes the sample. A token with `T <= 0` is greedy,
     bit for bit as without `sample`.
 
+    With `key_offset(%o)` as well, column `j`'s noise is that of column
+    `j + o` (the counter's first word): x holding columns `[o, o + n)` of a
+    wider row (a device's share of the vocabulary) then draws the keys
+    those columns have in the whole row, so the best key over every
+    share's candidates is the sample of the whole row, as if one op had
+    scanned it.
+
     With `above(%threshold)` (f32 per token, from `et.sample_threshold`), a
     sampling token's columns whose `x[m, j] / T` is below `threshold[m]`
     are left out (their key is -inf): the sample is then one of the
@@ -518,6 +525,8 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
     et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) sample(%temp, %seed, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) : memref<?x128256xf32>, memref<?x32xf32>, memref<?x32xi32>
     // sampling from what the filters leave
     et.argmax %logits, %pv, %pi cols(%c0, %c4096) slot(%t) sample(%temp, %seed, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%tau : memref<?xf32>) : memref<?x128256xf32>, memref<?x32xf32>, memref<?x32xi32>
+    // sampling over the second half of a vocabulary of 128256
+    et.argmax %shard, %pv, %pi cols(%c0, %c4096) slot(%t) sample(%temp, %seed, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) key_offset(%c64128) : memref<?x64128xf32>, memref<?x16xf32>, memref<?x16xi32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
@@ -528,12 +537,14 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
                        Optional<MemRefRankOf<[F32], [1]>>:$temperature,
                        Optional<MemRefRankOf<[I64], [1]>>:$seed,
                        Optional<MemRefRankOf<[I32], [1]>>:$counter,
-                       Optional<MemRefRankOf<[F32], [1]>>:$threshold);
+                       Optional<MemRefRankOf<[F32], [1]>>:$threshold,
+                       Optional<Index>:$key_offset);
   let assemblyFormat = [{
     $x `,` $values `,` $indices `cols` `(` $col0 `,` $cols `)` `slot` `(` $slot `)`
     (`from` `(` $from^ `)`)?
     (`sample` `(` $temperature^ `,` $seed `,` $counter `:` type($temperature) `,` type($seed) `,`
       type($counter) `)`)?
+    (`key_offset` `(` $key_offset^ `)`)?
     (`above` `(` $threshold^ `:` type($threshold) `)`)?
     attr-dict `:` type($x) `,` type($values) `,` type($indices)
     (`,` type($from)^)?

@@ -69,12 +69,12 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
              ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
              ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
     symmetric = ()
+    # Sampling (a row's temperature, 0 for greedy, and seed; on one device
+    # also the filters and the threshold they give: et.sample_threshold).
+    i64 = IntegerType.get_signless(64)
+    args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64))]
     if tp == 1:
-        # Sampling (a row's temperature, 0 for greedy, seed, filters and
-        # the threshold they give: et.sample_threshold).
-        i64 = IntegerType.get_signless(64)
-        args += [("temperature", mr([DYN], ctx.f32)), ("seed", mr([DYN], i64)),
-                 ("top_k", mr([DYN], i32)), ("top_p", mr([DYN], f32)), ("min_p", mr([DYN], f32)),
+        args += [("top_k", mr([DYN], i32)), ("top_p", mr([DYN], f32)), ("min_p", mr([DYN], f32)),
                  ("threshold", mr([DYN], f32))]
     # Steps in one launch (`kernel.steps`): the step budget, the stop flag,
     # the host's request to end the launch after the current step, each

@@ -1,6 +1,6 @@
 """The end of the decode step: the final norm (in the LM head's tiles with
 fused norms), the LM head, and the next token (greedy, or sampled at the
-row's temperature from what its top-k, top-p and min-p filters leave, on
+row's temperature, from what its top-k, top-p and min-p filters leave on
 one device), an argmax in two stages
 (one tile per vocabulary chunk, then one over the chunks' candidates; on
 several devices every device's candidates are gathered between)."""
@@ -60,16 +60,24 @@ def head_tasks(ctx, prev: str) -> None:
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
                       threshold=A["threshold"])
         before = "sample_filter"
+    else:
+        # On several devices, temperature without filters: each device's
+        # keys are those its share of the vocabulary has in the whole
+        # (key_offset), so the gathered best key is the sample one device
+        # would draw.
+        sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"])
     def rows(buf, width, elt):
         # One-row kernels give the argmax a static row, so that its
         # lowering keeps only its one-row path (the whole worker on the row).
         return buf if ctx.B > 1 else ctx.one_row(buf, 0, width, elt)
 
-    task("argmax_part", [lay.argmax_chunks], [before],
-         lambda t: et.argmax(rows(A["logits"], V_lm, ctx.f32), rows(A["part_val"], lay.argmax_chunks, ctx.f32),
-                             rows(A["part_idx"], lay.argmax_chunks, ctx.i32),
-                             arith.MulIOp(t, const(chunk)).result, const(chunk), t, **sample),
-         nbytes=4 * chunk, flops=chunk, peers=tp if tp > 1 else 0)
+    def argmax_part(t):
+        offset = dict(key_offset=arith.MulIOp(et.device_id(), const(V_lm)).result) if tp > 1 else {}
+        et.argmax(rows(A["logits"], V_lm, ctx.f32), rows(A["part_val"], lay.argmax_chunks, ctx.f32),
+                  rows(A["part_idx"], lay.argmax_chunks, ctx.i32), arith.MulIOp(t, const(chunk)).result,
+                  const(chunk), t, **sample, **offset)
+    task("argmax_part", [lay.argmax_chunks], [before], argmax_part, nbytes=4 * chunk, flops=chunk,
+         peers=tp if tp > 1 else 0)
     candidates, cand_val, cand_idx = lay.argmax_chunks, A["part_val"], A["part_idx"]
     if tp > 1:
         # Every device's candidates, device by device, with indices
