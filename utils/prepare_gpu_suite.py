@@ -5,10 +5,13 @@
                                  CUDA artifact, the inputs and the sequential
                                  reference (case.npz); plus a planted deadlock
     .device/bench/<name>/        the synchronization microbenchmarks' kernels
+    .device/families/<model>/    every dense shape family's decode kernels
+                                 (--parts families)
 
 Then on the GPU machine (device tool, carry .device):
     python3 test/Integration/GPU/run_gpu_suite.py .device/suite
     python3 benchmarks/sync_latency.py .device/bench
+    python3 test/Integration/GPU/run_families.py .device/families
 """
 
 from __future__ import annotations
@@ -633,6 +636,33 @@ def models(out: Path, workers: int, cache: Path, names: list[str], profiled: lis
         print(f"models: {target.name} compiled in {time.perf_counter() - start:.1f} s")
 
 
+#: The shape families every supported dense model falls into, compiled as a
+#: user would (`event-tensor compile NAME --device cuda --specialize` with
+#: tensor-core tiles from their batch): test/Integration/GPU/run_families.py
+#: loads each kernel and runs a step at batch 1, 4 and 16.
+FAMILIES = ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
+            "qwen3-14b")
+FAMILY_BATCHES = (1, 4, 16)
+FAMILY_CONTEXT = 2048
+
+
+def families(out: Path, cache: Path, names=FAMILIES) -> None:
+    """One artifact per shape family: a kernel per batch of FAMILY_BATCHES
+    (`specialize`), `linear_tile="auto"`, cubins (what must load on the
+    GPU is what the default compile writes)."""
+    from event_tensor.model import compile_model, preset
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        start = time.perf_counter()
+        compile_model(preset(name), target="cuda", max_batch=max(FAMILY_BATCHES), max_context=FAMILY_CONTEXT,
+                      linear_tile="auto", specialize={"batches": list(FAMILY_BATCHES)}, format="bin",
+                      out_dir=out / name, cache_dir=cache)
+        print(f"families: {name} compiled in {time.perf_counter() - start:.1f} s")
+    (out / "families.json").write_text(json.dumps({"models": list(names), "batches": list(FAMILY_BATCHES),
+                                                   "context": FAMILY_CONTEXT}))
+
+
 # GEMM (et.matmul) shapes, N x K: the linear layers of Llama-3.2-1B (qkv,
 # o, gate+up, down) and of Llama-3.1-8B.
 GEMM_SHAPES = [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192),
@@ -799,12 +829,13 @@ def main() -> None:
     parser.add_argument("--tile-linear", default="rows", choices=["rows", "spread"], help="et.linear lowering")
     parser.add_argument("--prefill-rows", type=int, default=0,
                         help="also compile a prefill kernel for this many prompt tokens per launch into each model")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="with --parts families: the presets")
     parser.add_argument("--parts", default="suite,bench,linear,tiles,models",
                         help="what to prepare (comma-separated: suite, bench, linear, tiles, models, gemm, "
-                             "gemm-numerics, prefill)")
+                             "gemm-numerics, prefill, families)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm", "gemm-numerics", "prefill"}
+    unknown = parts - {"suite", "bench", "linear", "tiles", "models", "gemm", "gemm-numerics", "prefill", "families"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     out = Path(args.out)
@@ -821,6 +852,8 @@ def main() -> None:
         gemm(out / "gemm", args.workers, cache, kernels="gemm" in parts)
     if "prefill" in parts:
         prefill(out / "prefill", args.workers, cache)
+    if "families" in parts:
+        families(out / "families", cache, [m for m in args.families.split(",") if m])
     if "models" in parts:
         models(out / "models", args.workers, cache, [m for m in args.models.split(",") if m],
                [m for m in args.profiled_models.split(",") if m], args.model_threads, not args.per_layer,

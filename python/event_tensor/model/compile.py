@@ -61,7 +61,7 @@ MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
 # place of the `o` prefetch was slower for both (docs/experiments/2026-11-27-staging-mlp-down.md,
 # docs/experiments/2026-11-27-staged-defaults-h200.md). Wide models
 # (`options.wide_one_row`) and tensor-parallel kernels stage nothing: 0-3%
-# slower with it at 4096 (docs/experiments/2026-11-28-wide-models.md).
+# slower with it at hidden size 4096 (docs/experiments/2026-11-28-wide-models.md).
 MODEL_STAGE_BYTES = 69632
 
 # Models of at least MODEL_KV_MMA_MIN_GROUP query heads per KV head compute
@@ -94,7 +94,8 @@ MODEL_STAGE_TASKS_NARROW = ("qkv", "qkv_first", "mlp", "down")
 # Llama-3.2-1B step 1.9-3.4% faster (medians of four calls; docs/experiments/2026-11-26-spread-linear-tile.md);
 # kernels for more rows keep
 # "rows" (not measured there), and so do one-row kernels of wide models
-# (`options.wide_one_row`: spread was 8-9% slower for Llama-3.1-8B).
+# (`options.wide_one_row`: from hidden size 2560; spread was 8-9% slower
+# for Llama-3.1-8B).
 MODEL_TILE_LINEAR = "spread"
 
 # Threads per worker of the model kernels (when the caller gives none): 512,

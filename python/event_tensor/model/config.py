@@ -364,8 +364,30 @@ def _llama_3_1_8b() -> ModelConfig:
                        max_position_embeddings=131072, architecture="LlamaForCausalLM")
 
 
-#: Named configurations: the CLI accepts these names wherever a config.json
-#: is expected.
+def _llama_3_2_3b() -> ModelConfig:
+    """The shapes of Llama-3.2-3B (its published config.json)."""
+    return ModelConfig(family="llama", hidden_size=3072, intermediate_size=8192, num_layers=28, num_heads=24,
+                       num_kv_heads=8, head_dim=128, vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0,
+                       rope_scaling=(32.0, 1.0, 4.0, 8192.0), tie_word_embeddings=True,
+                       max_position_embeddings=131072, architecture="LlamaForCausalLM")
+
+
+def _qwen3_4b() -> ModelConfig:
+    """The shapes of Qwen3-4B (its published config.json)."""
+    return ModelConfig(family="qwen3", hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32,
+                       num_kv_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       rope_scaling=None, tie_word_embeddings=True, max_position_embeddings=40960,
+                       architecture="Qwen3ForCausalLM")
+
+
+def _qwen3_14b() -> ModelConfig:
+    """The shapes of Qwen3-14B (its published config.json)."""
+    return ModelConfig(family="qwen3", hidden_size=5120, intermediate_size=17408, num_layers=40, num_heads=40,
+                       num_kv_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       rope_scaling=None, tie_word_embeddings=False, max_position_embeddings=40960,
+                       architecture="Qwen3ForCausalLM")
+
+
 def _qwen3_8b() -> ModelConfig:
     """The shapes of Qwen3-8B (its published config.json)."""
     return ModelConfig(family="qwen3", hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32,
@@ -392,6 +414,8 @@ def tiny_moe_config(**overrides) -> ModelConfig:
     return tiny_config("qwen3", **base)
 
 
+#: Named configurations: the CLI accepts these names wherever a config.json
+#: is expected.
 PRESETS = {
     "demo": demo_config,
     "tiny-llama": lambda: tiny_config("llama"),
@@ -400,8 +424,11 @@ PRESETS = {
     "llama-3.2-1b": _llama_3_2_1b,
     "qwen3-0.6b": _qwen3_0_6b,
     "qwen3-1.7b": _qwen3_1_7b,
+    "llama-3.2-3b": _llama_3_2_3b,
+    "qwen3-4b": _qwen3_4b,
     "llama-3.1-8b": _llama_3_1_8b,
     "qwen3-8b": _qwen3_8b,
+    "qwen3-14b": _qwen3_14b,
     "qwen3-30b-a3b": _qwen3_30b_a3b,
 }
 

@@ -18,10 +18,10 @@ NORM_TASKS = ("qkv", "mlp", "lm_head", "router")
 #: default (norm_in_linear): Qwen3-0.6B's 1024; Llama-3.2-1B's 2048 spills.
 NORM_IN_LINEAR_MAX_HIDDEN = 1024
 
-#: Models of at least this hidden size (Llama-3.1-8B, Qwen3-8B) are wide:
-#: their one-row cuda kernels keep the plainer tiles that the defaults of
-#: narrower models replaced (`wide_one_row`).
-WIDE_HIDDEN = 4096
+#: Models of at least this hidden size (Qwen3-4B, Llama-3.2-3B and up) are
+#: wide: their one-row cuda kernels keep the plainer tiles that the
+#: defaults of narrower models replaced (`wide_one_row`).
+WIDE_HIDDEN = 2560
 
 
 def wide_one_row(config, max_batch: int) -> bool:
@@ -29,12 +29,13 @@ def wide_one_row(config, max_batch: int) -> bool:
     kernels take `tile_linear="rows"`, no `o_per_head` and no weight
     staging across tiles: the choices measured faster for models of hidden
     size 1024-2048 (Qwen3-0.6B, Llama-3.2-1B, Qwen3-1.7B) were each slower
-    at 4096. With all three, Llama-3.1-8B's step took 4.49 ms against
-    5.48 on the H200 and 5.94 against 6.94 on the H100, Qwen3-8B's 6.11
-    against 7.21 on the H100; on two GPUs (`tp=2`, which never took
-    `o_per_head` or staging) the row tiles alone made Llama-3.1-8B's step
-    2.93 against 3.05 ms on the H200 (docs/experiments/2026-11-28-wide-models.md).
-    Hidden sizes between 2048 and 4096 were not measured."""
+    from 2560 (their kernels spill: 512-536-byte stack frames against 96).
+    With all three, on the H200, Llama-3.1-8B's step took 4.49 ms against
+    5.48, Llama-3.2-3B's 2.43 against 3.69 and Qwen3-4B's 3.17 against
+    4.43; on the H100 Llama-3.1-8B 5.94 against 6.94 and Qwen3-8B 6.11
+    against 7.21; on two GPUs (`tp=2`, which never took `o_per_head` or
+    staging) the row tiles alone made Llama-3.1-8B's step 2.93 against
+    3.05 ms on the H200 (docs/experiments/2026-11-28-wide-models.md)."""
     return max_batch == 1 and config.hidden_size >= WIDE_HIDDEN
 
 
