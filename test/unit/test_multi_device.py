@@ -231,3 +231,78 @@ def test_an_error_on_one_device_stops_the_others():
         launch([0, 5])
     assert time.perf_counter() - start < 3
     launch(0)
+
+
+# Steps on two devices: each device's `work` tiles count into their own
+# acc and signal both devices; `finish` ends the step on both. It stops
+# the launch at `limit` steps (the same decision on both devices), or when
+# `ask` is set, which only device 0's copy holds (as the host's interrupt):
+# that copy then raises the other's flag through et.peer before it signals.
+STEPS_TWO_DEVICES = """
+et.kernel @steps2(%n: index, %stop: memref<1xi32> {et.symmetric}, %acc: memref<2xi64>, %limit: memref<1xi64>,
+                  %ask: memref<1xi32>) attributes {devices = 2} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %work = et.event.create() : !et.event<>
+  %done = et.event.create() : !et.event<>
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @work tiles(%i) in (%c2) {
+    %t = et.thread_id
+    %first = arith.cmpi eq, %t, %c0 : index
+    scf.if %first {
+      %v = memref.load %acc[%i] : memref<2xi64>
+      %one = arith.constant 1 : i64
+      %w = arith.addi %v, %one : i64
+      memref.store %w, %acc[%i] : memref<2xi64>
+    }
+    et.event.signal %work[] peer(%c0) : !et.event<>
+    et.event.signal %work[] peer(%c1) : !et.event<>
+  }
+  et.task @finish tiles(%j) in (%c1) {
+    et.event.wait %work[] : !et.event<>
+    %t = et.thread_id
+    %first = arith.cmpi eq, %t, %c0 : index
+    scf.if %first {
+      %s = et.step
+      %s64 = arith.index_cast %s : index to i64
+      %one = arith.constant 1 : i64
+      %steps = arith.addi %s64, %one : i64
+      %lim = memref.load %limit[%c0] : memref<1xi64>
+      %reached = arith.cmpi sge, %steps, %lim : i64
+      %a = memref.load %ask[%c0] : memref<1xi32>
+      %zero = arith.constant 0 : i32
+      %asked = arith.cmpi ne, %a, %zero : i32
+      %end = arith.ori %reached, %asked : i1
+      scf.if %end {
+        %up = arith.constant 1 : i32
+        memref.store %up, %stop[%c0] : memref<1xi32>
+        %other = et.peer %stop[%c1] : memref<1xi32>
+        memref.store %up, %other[%c0] : memref<1xi32>
+      }
+    }
+    et.event.signal %done[] peer(%c0) : !et.event<>
+    et.event.signal %done[] peer(%c1) : !et.event<>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_steps_on_two_devices(mode):
+    """et.repeat across devices: both copies run the same steps (the end
+    of a step signalled on both), stop together at the limit, and stop
+    together when only device 0 is asked to (it raises the other's flag)."""
+    launch = compile_kernel(STEPS_TWO_DEVICES, target="cpu", workers=3, mode=mode).launcher(timeout_s=20)
+
+    def run(steps, limit, ask0):
+        stop = [np.zeros(1, np.int32) for _ in range(2)]
+        acc = [np.zeros(2, np.int64) for _ in range(2)]
+        launch(steps, stop, acc, [np.array([limit], np.int64)] * 2, [np.array([ask0], np.int32),
+                                                                     np.zeros(1, np.int32)])
+        return [s[0] for s in stop], [a.tolist() for a in acc]
+
+    assert run(10, 1 << 40, 0) == ([0, 0], [[10, 10], [10, 10]])  # the budget
+    assert run(10, 4, 0) == ([1, 1], [[4, 4], [4, 4]])             # the limit, decided on both
+    assert run(10, 1 << 40, 1) == ([1, 1], [[1, 1], [1, 1]])       # device 0 asked: both end
+    assert run(0, 1, 0) == ([0, 0], [[0, 0], [0, 0]])              # no step
