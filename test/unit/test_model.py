@@ -624,6 +624,18 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
                      "--workers", "8", *flag]) == 0
         assert json.loads((cu / "model.json").read_text())["o_per_head"] is atomic
         assert ("merge" in json.loads((cu / "metadata.json").read_text())["tasks"]) is not atomic
+    # --tp: one kernel over two (simulated) devices; run checks it against
+    # the numpy model; a split that does not divide is a clear error.
+    tp_art = tmp_path / "tp"
+    assert main(["compile", "tiny-qwen3", "-o", str(tp_art), "--device", "cpu", "--max-batch", "2",
+                 "--max-context", "16", "--workers", "2", "--tp", "2"]) == 0
+    assert "for cpu x 2" in capsys.readouterr().out
+    assert json.loads((tp_art / "metadata.json").read_text())["devices"] == 2
+    assert main(["run", str(tp_art), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
+    assert "greedy tokens agree" in capsys.readouterr().out
+    assert main(["compile", "tiny-qwen3", "-o", str(tmp_path / "tp3"), "--device", "cpu", "--max-context", "16",
+                 "--tp", "3"]) == 2
+    assert "needs num_kv_heads (2) divisible by 3" in capsys.readouterr().err
     # A kernel per shape bucket: run and bench go through the session's choice.
     spec = tmp_path / "spec"
     assert main(["compile", "tiny-llama", "-o", str(spec), "--device", "cpu", "--max-batch", "2",

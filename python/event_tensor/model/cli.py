@@ -272,11 +272,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
                             linear_tile=args.linear_tile, specialize=args.specialize,
                             o_per_head=False if args.deterministic else None, prefill_rows=args.prefill_rows,
-                            **cuda)
+                            tp=args.tp, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
-    print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}, "
-          f"max batch {args.max_batch}, max context {args.max_context}, {workers} workers in "
+    print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}"
+          + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, max context "
+          f"{args.max_context}, {workers} workers in "
           f"{time.perf_counter() - start:.2f} s -> {out}")
     return 0
 
@@ -502,6 +503,9 @@ def add_commands(sub) -> None:
     p.add_argument("--prefill-rows", type=int, default=0,
                    help="also a prefill kernel of tensor-core tiles that feeds prompts in launches of this many "
                    "tokens (the fast time to first token; default 0: prompts go through the decode kernel)")
+    p.add_argument("--tp", type=_positive_int, default=1,
+                   help="split the model over this many GPUs (tensor parallelism: heads, MLP columns and vocabulary; "
+                   "on cpu, groups of worker threads); default 1")
     p.add_argument("--profile", action="store_true", help="record per-tile times (for `trace`)")
     p.add_argument("--tuning-table", help="a table from `event-tensor tune`, or the name of a GPU with a shipped "
                    "table (such as 'NVIDIA H200'): rows per tile of each linear layer")
