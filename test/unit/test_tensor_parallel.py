@@ -138,6 +138,42 @@ def test_tp2_samples_as_one_device_does(tmp_path):
     one.close()
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_tp2_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
+    """compile_model(tp=2, prefill_rows=24): the prefill kernel runs on both
+    devices too (o and down as partial sums and a per-layer all-reduce,
+    every device's argmax candidates gathered): the same next token, last
+    logits and KV caches (each device its heads) as feeding the prompt
+    through the tensor-parallel decode kernel, and the same generation."""
+    config = _config(family)
+    weights = model.random_weights(config, seed=3)
+    common = dict(target="cpu", max_batch=2, max_context=64, workers=3, split_len=16, tp=2, cache_dir=tmp_path)
+    plain = model.DecodeSession(model.compile_model(config, **common), weights)
+    path = model.compile_model(config, prefill_rows=24, out_dir=tmp_path / "fast", **common)
+    meta = json.loads((path / "prefill" / "metadata.json").read_text())
+    assert meta["devices"] == 2 and {"sum_o", "sum_d", "gather"} <= set(meta["tasks"])
+    fast = model.DecodeSession(path, weights)
+    assert fast.prefill_launcher is not None
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(0, config.vocab_size, 40).tolist()
+    assert fast.prefill([prompt]).tolist() == plain.prefill([prompt]).tolist()
+    want = plain.last_logits()[-1]
+    assert _rel(fast.last_logits()[0], want) < 2e-3
+    for d in range(2):
+        for name in ("k_cache", "v_cache"):
+            ref = np.asarray(plain.device_buffers[d][name], np.float32)[:, 0, :40]
+            got = np.asarray(fast.device_buffers[d][name], np.float32)[:, 0, :40]
+            assert np.abs(ref).max() > 0
+            np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2, err_msg=f"device {d} {name}")
+    np.testing.assert_array_equal(fast.device_buffers[0]["p_h"], fast.device_buffers[1]["p_h"])
+    prompts = [prompt, rng.integers(0, config.vocab_size, 30).tolist()]
+    assert fast.generate(prompts, 6).tokens == plain.generate(prompts, 6).tokens
+    fast.close()
+    plain.close()
+    with pytest.raises(ValueError, match="a prefill kernel on several devices needs split_k 1 and last_layer 'full'"):
+        model.compile_model(config, prefill_rows=24, prefill_tiles={"last_layer": "row"}, **common)
+
+
 def test_tp_shards_split_heads_columns_and_vocabulary():
     config = _config("llama")
     packed = pack(config, model.random_weights(config, seed=1))
@@ -164,9 +200,9 @@ def test_tp_rejects_what_it_cannot_split(tmp_path):
     with pytest.raises(ValueError, match=r"tensor parallelism \(tp > 1\) needs the layered kernel"):
         model.compile_model(config, target="cpu", max_batch=1, max_context=32, tp=2, layered=False,
                             cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="tp > 1 is not supported with prefill_rows or batch_variants"):
-        model.compile_model(config, target="cpu", max_batch=1, max_context=32, tp=2, prefill_rows=16,
-                            cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="tp > 1 is not supported with batch_variants"):
+        model.compile_model(config, target="cpu", max_batch=1, max_context=32, tp=2, batch_variants=True,
+                            tuning_table="NVIDIA H200", cache_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"needs num_kv_heads \(1\) divisible by 2"):
         tp_shards(model.tiny_config("llama"), {}, 2)
 

@@ -203,7 +203,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `tp` = N > 1 compiles a tensor-parallel kernel for N devices
     (`build_decode_kernel(tp=N)`); model.json records `tp`, and
     `DecodeSession` shards the weights and runs the N copies. It needs the
-    layered kernel, and takes no prefill kernel or batch variants yet.
+    layered kernel; a prefill kernel runs on the N devices too; no batch
+    variants yet.
 
     `qk_heads` sets the KV heads per `qk` tile (default: chosen by
     `build_decode_kernel`); `gated_mlp=False` computes the MLP's gate and up
@@ -251,8 +252,8 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     if kernel.linear_tile == "auto" and max_batch < mma_from_batch(config) and not specialize:
         kernel = replace(kernel, linear_tile="rows")  # nothing to choose between
     variants = bool(specialize) or batch_variants or kernel.linear_tile == "auto"
-    if tp != 1 and (prefill_rows or batch_variants):
-        raise ValueError("tp > 1 is not supported with prefill_rows or batch_variants")
+    if tp != 1 and batch_variants:
+        raise ValueError("tp > 1 is not supported with batch_variants")
     if config.moe and prefill_rows:
         raise ValueError("a model with experts has no prefill kernel yet: prefill_rows must be 0 (prompts go "
                          "through the decode kernel)")
@@ -353,7 +354,7 @@ def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, 
     if prefill_rows:
         info["prefill"] = _compile_prefill(config, layout, src / PREFILL_DIR, target=target, workers=workers,
                                            rows=prefill_rows, cache_dir=cache_dir, use_cache=use_cache,
-                                           options=options, tiles=prefill_tiles or {})
+                                           options=options, tiles=prefill_tiles or {}, tp=kernel.tp)
     (src / MODEL_JSON).write_text(json.dumps(info, indent=2))
     if out_dir is None:
         return src
@@ -367,19 +368,23 @@ def _compile_kernel(config: ModelConfig, kernel: KernelOptions, *, target: str, 
 
 
 def _compile_prefill(config: ModelConfig, layout, dest: Path, *, target: str, workers: int, rows: int, cache_dir,
-                     use_cache: bool, options: dict, tiles: dict) -> dict:
+                     use_cache: bool, options: dict, tiles: dict, tp: int = 1) -> dict:
     """The prefill kernel beside the decode kernel: same weights and caches,
-    its own row buffers (`rows` tokens per launch)."""
+    its own row buffers (`rows` tokens per launch), on the decode kernel's
+    `tp` devices (its tiles chosen for one device's shapes)."""
     import shutil
 
     from .. import compile as et_compile
     from ..ir import Context
     from .prefill import PrefillTiles, build_prefill_kernel
 
-    tiles = PrefillTiles(config, max_rows=rows, target=target, workers=workers, **tiles)
+    if tp > 1:
+        # (o and down are all-reduced per layer, on every row.)
+        tiles = {"split_k": 1, "last_layer": "full", **tiles}
+    tiles = PrefillTiles(tp_config(config, tp), max_rows=rows, target=target, workers=workers, **tiles)
     start = time.perf_counter()
     with Context():
-        text = build_prefill_kernel(config, layout, tiles).operation.get_asm(print_generic_op_form=True)
+        text = build_prefill_kernel(config, layout, tiles, tp=tp).operation.get_asm(print_generic_op_form=True)
     keep = {k: v for k, v in options.items() if k in ("profile", "format", "opt_level")}
     if target == "cuda":
         keep["threads_per_worker"] = tiles.threads

@@ -30,7 +30,15 @@ by default (`PrefillTiles.last_layer="row"`) its attention runs only the
 token block of the last row, and its `o`, norm2, MLP and `down` run on that
 row alone as decode-style tiles (et.linear over a worker's share of the
 output rows). Then the final norm of the last row, the LM head (et.linear,
-one row) and the two-stage argmax. Must run inside an MLIR Context."""
+one row) and the two-stage argmax.
+
+On several devices (`tp` = N) each device holds the decode kernel's share
+of the heads, MLP columns and vocabulary: `o` and `down` store partial sums
+into the symmetric `p_part_o` / `p_part_d`, an `et.allreduce` per layer adds
+every device's into h (so the next norm waits for the whole layer, not a
+row block), every row runs the last layer (no row tail, no split K), and
+the argmax gathers every device's candidates as the decode kernel does.
+Must run inside an MLIR Context."""
 
 from __future__ import annotations
 
@@ -52,7 +60,9 @@ from ..ir import (
     ShapedType,
 )
 from ..build import ROWS_IN_FLIGHT
-from .config import ModelConfig
+from ..collectives import gather_candidates
+from .config import ModelConfig, tp_config
+from .kernel.tiles import sum_block
 from .kernel.views import layer_view, model_arguments, mr, new_kernel, strided, vec_view
 from .layout import KernelLayout
 
@@ -259,10 +269,11 @@ class PrefillTiles:
 
 
 def build_prefill_kernel(config: ModelConfig, layout: KernelLayout, tiles: PrefillTiles, *,
-                         name: str = "prefill") -> Module:
+                         name: str = "prefill", tp: int = 1) -> Module:
     """The prefill kernel of `config` (the decode kernel's `layout` gives the
-    cache shape and the argmax chunks)."""
-    k = _PrefillKernel(config, layout, tiles, name)
+    cache shape and the argmax chunks), on `tp` devices (`tiles` chosen for
+    one device's shapes, `tp_config`)."""
+    k = _PrefillKernel(config, layout, tiles, name, tp)
     with InsertionPoint(k.kernel.entry_block), Location.unknown():
         k.attributes()
         k.events_of_layers()
@@ -279,10 +290,11 @@ class _PrefillKernel:
     helpers its tasks are built with, and one method per phase (called in
     order, inside the kernel's body)."""
 
-    def __init__(self, config: ModelConfig, layout: KernelLayout, tiles: PrefillTiles, name: str):
-        c, lay = config, layout
-        self.c, self.lay, self.tiles = c, lay, tiles
-        self.L, self.H, self.I, self.V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
+    def __init__(self, config: ModelConfig, layout: KernelLayout, tiles: PrefillTiles, name: str, tp: int = 1):
+        c, lay = tp_config(config, tp), layout
+        self.c, self.lay, self.tiles, self.tp = c, lay, tiles, tp
+        # (V: this device's rows of the LM head.)
+        self.L, self.H, self.I, self.V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size // tp
         self.Hq, self.Hkv, self.D = c.num_heads, c.num_kv_heads, c.head_dim
         self.S, self.R, self.RB = lay.max_context, tiles.row_block, tiles.row_blocks
         self.TB = self.RB * (self.R // tiles.attn_block)  # attention token blocks
@@ -292,11 +304,17 @@ class _PrefillKernel:
                                                    IndexType.get())
         self.fused = tiles.gate_up == "fused"
         self.gu = self.bf16 if tiles.gate_up == "bf16" else self.f32
+        if tp > 1 and (max(tiles.split_k.values()) > 1 or tiles.last_layer == "row"):
+            raise ValueError("a prefill kernel on several devices needs split_k 1 and last_layer 'full' (its o and "
+                             f"down are all-reduced per layer), got split_k {tiles.split_k} and last_layer "
+                             f"{tiles.last_layer!r}")
         self.split = tiles.split_k
         self.row_tail_layer = tiles.last_layer == "row"
         # Layers whose o, norm2, MLP and down run on every row.
         self.LB = self.L - 1 if self.row_tail_layer else self.L
-        self.module, self.kernel, self.A = new_kernel(name, self.arguments())
+        symmetric = ("part_val", "part_idx", "p_part_o", "p_part_d") if tp > 1 else ()
+        self.module, self.kernel, self.A = new_kernel(name, self.arguments(), devices=tp if tp > 1 else None,
+                                                      symmetric=symmetric)
         self.rows = self.A["rows"]
         self.events = {}
 
@@ -306,7 +324,7 @@ class _PrefillKernel:
         bf16, f32, i32, idx, gu = self.bf16, self.f32, self.i32, self.idx, self.gu
         args = [("rows", idx), ("slot", idx), ("pos0", idx), ("p_tokens", mr([DYN], i32)),
                 ("p_positions", mr([DYN], i32))]
-        args += model_arguments(c, lay)
+        args += [(n, mr([V, H], bf16) if n == "lm_head" else t) for n, t in model_arguments(c, lay)]
         args += [("p_h", mr([DYN, H], f32)), ("p_xn", mr([DYN, H], bf16)),
                  ("p_q", mr([DYN, Hq, D], f32)), ("p_k", mr([DYN, Hkv, D], f32)), ("p_v", mr([DYN, Hkv, D], f32)),
                  ("p_attn", mr([DYN, Hq, D], bf16)),
@@ -324,6 +342,12 @@ class _PrefillKernel:
                  ("logits", mr([DYN, V], f32)),
                  ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
                  ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
+        if self.tp > 1:
+            # Partial sums of o and down (read by every device), and every
+            # device's argmax candidates (the decode kernel's buffers).
+            rows, chunks = self.tiles.max_rows, lay.argmax_chunks
+            args += [("p_part_o", mr([rows, H], f32)), ("p_part_d", mr([rows, H], f32)),
+                     ("all_val", mr([DYN, self.tp * chunks], f32)), ("all_idx", mr([DYN, self.tp * chunks], i32))]
         return args
 
     # -- helpers ---------------------------------------------------------
@@ -335,11 +359,12 @@ class _PrefillKernel:
     def plus_one(v):
         return affine.apply(AffineMap.get(1, 0, [AffineExpr.get_dim(0) + 1]), [v])
 
-    def task(self, tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0):
+    def task(self, tname, extents, body, *, waits=(), signal=None, live=None, nbytes=0, flops=0, peers=0):
         """A task over the static `extents`. `waits(*ids)` and
-        `signal(*ids)` give (event, indices) pairs; `live(*ids)`, if
-        given, is the condition under which the body runs (tiles past
-        the launch's rows only signal)."""
+        `signal(*ids)` give (event, indices) pairs (signalled on each of
+        the `peers` devices when given); `live(*ids)`, if given, is the
+        condition under which the body runs (tiles past the launch's rows
+        only signal)."""
         t = et.TaskOp(tname, [self.const(e) for e in extents])
         t.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
         with InsertionPoint(t.entry_block):
@@ -355,7 +380,8 @@ class _PrefillKernel:
                     scf.YieldOp([])
             if signal is not None:
                 ev, at = signal(*ids)
-                et.signal(self.events[ev], at)
+                for k in range(peers) if peers else [None]:
+                    et.signal(self.events[ev], at, peer=k)
 
     def live_from(self, r0):
         """Row r0 is a row of this launch."""
@@ -429,7 +455,8 @@ class _PrefillKernel:
     def rmsnorm(self, parts, w, y):
         et.rmsnorm(parts["x"], w, y, self.eps, residual=parts.get("residual"))
 
-    def gemm_task(self, tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None, layers=None):
+    def gemm_task(self, tname, x_of, weight, y_of, wait, accumulate=False, up=None, signal=None, layers=None,
+                  signal_at=None):
         """y (+)= x w^T over (layer, column block, row block) tiles of
         the first `layers` layers (default: all); tile (l, j, i) waits on
         `wait`[l, i] and signals `signal`[l, i] (default: tname).
@@ -439,7 +466,8 @@ class _PrefillKernel:
         With `up` (a second weight), gated tiles of BN / 2 output columns.
         With split_k 2 (accumulating layers), a second task `<tname>_part`
         takes the upper half of K into p_part and signals the same
-        element."""
+        element. `signal_at(l, j, i)`, if given, is the (event, indices)
+        a tile signals instead."""
         layers = self.L if layers is None else layers
         if layers == 0:
             return
@@ -470,7 +498,8 @@ class _PrefillKernel:
                       k - k_mid)]
         for pname, body, kk in parts:
             self.task(pname, [layers, blocks_n, self.RB], body, waits=lambda l, j, i: [(wait, [l, i])],
-                      signal=lambda l, j, i: (signal or tname, [l, i]), live=lambda l, j, i: self.block_live(i),
+                      signal=signal_at or (lambda l, j, i: (signal or tname, [l, i])),
+                      live=lambda l, j, i: self.block_live(i),
                       nbytes=2 * kk * (R + bn), flops=2 * R * bn * kk)
 
     def linear_task(self, tname, n, k, body, wait):
@@ -497,8 +526,13 @@ class _PrefillKernel:
         for ev, shape in (("norm1", [L, RB]), ("q", [L, RB]), ("k", [L, RB]), ("v", [L, RB]),
                           ("rope_kv", [L]), ("attn", [L, RB]), ("o", [LB, RB]), ("norm2", [LB, RB]),
                           ("gate", [LB, RB]), ("up", [LB, RB]), ("act", [LB, RB]), ("down", [LB, RB])):
-            if not (self.fused and ev in ("gate", "up")) and shape[0] > 0:
+            if not (self.fused and ev in ("gate", "up")) and not (self.tp > 1 and ev in ("o", "down")) and \
+                    shape[0] > 0:
                 self.events[ev] = et.event(shape)
+        if self.tp > 1:
+            # Per layer: the row-parallel layers' partials, and their sums.
+            for ev in ("o_part", "sum_o", "down_part", "sum_d"):
+                self.events[ev] = et.event([L])
 
     def layer_inputs(self) -> None:
         """norm1 (layer 0's gathering the embeddings), q, k and v, and
@@ -522,7 +556,7 @@ class _PrefillKernel:
                          vec_view(A["ln1"], self.plus_one(p), H), tile_rows(A["p_xn"], t, [H], bf16))
         if L > 1:
             self.task("norm1", [L - 1, RT], norm1_next,
-                      waits=lambda p, t: [("down", [p, block_of(t)])],
+                      waits=lambda p, t: [("sum_d", [p]) if self.tp > 1 else ("down", [p, block_of(t)])],
                       signal=lambda p, t: ("norm1", [self.plus_one(p), block_of(t)]),
                       live=lambda p, t: self.tile_live(t), nbytes=6 * rt * H)
         xn = lambda l: A["p_xn"]  # noqa: E731
@@ -578,13 +612,13 @@ class _PrefillKernel:
         A, H, I, Hq, D, LB, R, rt = self.A, self.H, self.I, self.Hq, self.D, self.LB, self.R, self.rt
         bf16, f32, gu, tile_rows, block_of = self.bf16, self.f32, self.gu, self.tile_rows, self.block_of
         xn = lambda l: A["p_xn"]  # noqa: E731
-        self.gemm_task("o", lambda l: self.collapse(A["p_attn"], Hq * D), "wo", lambda l: A["p_h"], "attn",
-                       accumulate=True, layers=LB)
+        self.row_parallel("o", lambda l: self.collapse(A["p_attn"], Hq * D), "wo", "attn")
         if LB:
             self.task("norm2", [LB, self.RT],
                       lambda l, t: self.rmsnorm(self.add_part("o", lambda buf: tile_rows(buf, t, [H], f32)),
                                                 vec_view(A["ln2"], l, H), tile_rows(A["p_xn"], t, [H], bf16)),
-                      waits=lambda l, t: [("o", [l, block_of(t)])], signal=lambda l, t: ("norm2", [l, block_of(t)]),
+                      waits=lambda l, t: [("sum_o", [l]) if self.tp > 1 else ("o", [l, block_of(t)])],
+                      signal=lambda l, t: ("norm2", [l, block_of(t)]),
                       live=lambda l, t: self.tile_live(t), nbytes=6 * rt * H)
         if self.fused:
             self.gemm_task("gate_up", xn, "wg", lambda l: A["p_act"], "norm2", up="wu", signal="act", layers=LB)
@@ -600,11 +634,28 @@ class _PrefillKernel:
                       waits=lambda l, i, j: [("gate", [l, i]), ("up", [l, i])],
                       signal=lambda l, i, j: ("act", [l, i]), live=lambda l, i, j: self.block_live(i),
                       nbytes=(2 * (2 if gu == bf16 else 4) + 2) * R * ac)
-        self.gemm_task("down", lambda l: A["p_act"], "wd", lambda l: A["p_h"], "act", accumulate=True, layers=LB)
+        self.row_parallel("down", lambda l: A["p_act"], "wd", "act")
+
+    def row_parallel(self, tname, x_of, weight, wait) -> None:
+        """o or down, added into h: on one device by the GEMM tiles; on
+        several, their partials into p_part_o / p_part_d, then the
+        all-reduce of each layer (task sum_o / sum_d)."""
+        A, LB = self.A, self.LB
+        if self.tp == 1:
+            self.gemm_task(tname, x_of, weight, lambda l: A["p_h"], wait, accumulate=True, layers=LB)
+            return
+        part = "p_part_" + tname[0]
+        self.gemm_task(tname, x_of, weight, lambda l: A[part], wait, layers=LB,
+                       signal_at=lambda l, j, i: (tname + "_part", [l]))
+        et.AllReduceOp(A[part], A["p_h"], self.rows, self.events[tname + "_part"], self.events["sum_" + tname[0]],
+                       sum_block(self.H), task="sum_" + tname[0])
 
     def down_of_last_row(self):
         """The end of the last row's residual stream without the row tail:
-        down[L - 1]'s element of its row block."""
+        down[L - 1]'s element of its row block (on several devices, the
+        sum of the last layer's down)."""
+        if self.tp > 1:
+            return ("sum_d", [self.const(self.L - 1)])
         return ("down", [self.const(self.L - 1), arith.DivUIOp(self.last(), self.const(self.R)).result])
 
     def row_tail(self):
@@ -654,19 +705,28 @@ class _PrefillKernel:
         self.linear_task("lm_head", V, H,
                          lambda r0, n: et.linear(self.xn0(), A["lm_head"], first_row(A["logits"], V, f32), r0, n),
                          lambda: ("final_norm", []))
-        chunk = -(-V // lay.argmax_chunks)
+        chunk, chunks, tp = -(-V // lay.argmax_chunks), lay.argmax_chunks, self.tp
         self.events["argmax_part"] = et.event([])
-        self.task("argmax_part", [lay.argmax_chunks],
-                  lambda t: et.argmax(first_row(A["logits"], V, f32), first_row(A["part_val"], lay.argmax_chunks, f32),
-                                      first_row(A["part_idx"], lay.argmax_chunks, i32),
+        self.task("argmax_part", [chunks],
+                  lambda t: et.argmax(first_row(A["logits"], V, f32), first_row(A["part_val"], chunks, f32),
+                                      first_row(A["part_idx"], chunks, i32),
                                       self.start(t, chunk), const(chunk), t),
-                  waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk)
+                  waits=[("lm_head", [])], signal=lambda t: ("argmax_part", []), nbytes=4 * chunk, flops=chunk,
+                  peers=tp if tp > 1 else 0)
+        before, cand_val, cand_idx = "argmax_part", A["part_val"], A["part_idx"]
+        if tp > 1:
+            # Every device's candidates, with indices into the whole vocabulary.
+            self.events["gather"] = et.event([])
+            self.task("gather", [1],
+                      lambda t: gather_candidates(A["part_val"], A["part_idx"], A["all_val"], A["all_idx"], const(1),
+                                                  chunks, tp, V),
+                      waits=[("argmax_part", [])], signal=lambda t: ("gather", []), nbytes=8 * tp * chunks)
+            before, cand_val, cand_idx, chunks = "gather", A["all_val"], A["all_idx"], tp * chunks
         self.task("argmax", [1],
-                  lambda t: et.argmax(first_row(A["part_val"], lay.argmax_chunks, f32),
-                                      first_row(A["next_val"], 1, f32), first_row(A["next_token"], 1, i32),
-                                      const(0), const(lay.argmax_chunks), const(0),
-                                      from_=first_row(A["part_idx"], lay.argmax_chunks, i32)),
-                  waits=[("argmax_part", [])], nbytes=8 * lay.argmax_chunks, flops=lay.argmax_chunks)
+                  lambda t: et.argmax(first_row(cand_val, chunks, f32), first_row(A["next_val"], 1, f32),
+                                      first_row(A["next_token"], 1, i32), const(0), const(chunks), const(0),
+                                      from_=first_row(cand_idx, chunks, i32)),
+                  waits=[(before, [])], nbytes=8 * chunks, flops=chunks)
 
 
 def _heads_rows(x, heads: int, dim: int):

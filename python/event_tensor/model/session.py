@@ -162,12 +162,13 @@ class DecodeSession:
             self.prefill_rows = int(self.prefill_info["rows"])
             self.prefill_launcher = pre.launcher(**options)
             self._prefill_args = pre.metadata["arguments"]
-            for spec in self._prefill_args:
-                name = spec["name"]
-                if name in ("rows", "slot", "pos0") or name in self.buffers:
-                    continue
-                shape = [self.prefill_rows if d == -1 else d for d in spec["shape"]]
-                self.buffers[name] = self._zeros(shape, spec["dtype"])
+            for d, buffers in enumerate(self.device_buffers):
+                for spec in self._prefill_args:
+                    name = spec["name"]
+                    if name in ("rows", "slot", "pos0") or name in buffers:
+                        continue
+                    shape = [self.prefill_rows if n == -1 else n for n in spec["shape"]]
+                    buffers[name] = self._zeros(shape, spec["dtype"], d)
 
     # -- buffers -----------------------------------------------------------
 
@@ -468,18 +469,24 @@ class DecodeSession:
         self._write_rows({"p_tokens": chunk.astype(np.int32),
                           "p_positions": np.arange(pos0, pos0 + n, dtype=np.int32)})
         scalars = {"rows": n, "slot": slot, "pos0": pos0}
-        args = []
-        for spec in self._prefill_args:
-            name = spec["name"]
-            if name in scalars:
-                args.append(scalars[name])
-            elif spec.get("shape") and spec["shape"][0] == -1 and name.startswith("p_"):
-                args.append(self.buffers[name][:n])
-            elif spec.get("shape") and spec["shape"][0] == -1:
-                args.append(self.buffers[name][:1])
-            else:
-                args.append(self.buffers[name])
-        return args
+
+        def one(buffers):
+            args = []
+            for spec in self._prefill_args:
+                name = spec["name"]
+                if name in scalars:
+                    args.append(scalars[name])
+                elif spec.get("shape") and spec["shape"][0] == -1 and name.startswith("p_"):
+                    args.append(buffers[name][:n])
+                elif spec.get("shape") and spec["shape"][0] == -1:
+                    args.append(buffers[name][:1])
+                else:
+                    args.append(buffers[name])
+            return args
+        if self.tp == 1:
+            return one(self.buffers)
+        # On several devices each argument is a list of every device's.
+        return [list(a) for a in zip(*[one(b) for b in self.device_buffers])]
 
     @property
     def last_prefill_trace(self):
