@@ -423,6 +423,37 @@ def test_cli_generate(tmp_path, capsys):
     assert codec.vocab_size == 300
 
 
+def test_engine_on_two_devices(tmp_path, capsys):
+    """open_model(tp=2) (and `generate --tp 2`): the engine serves a model
+    split over two devices (groups of host threads here), the prompts
+    through the prefill kernel on both, the decode loop on both; requests
+    that share launches get the tokens each gets alone, and the session's
+    own generation."""
+    from event_tensor.cli import main
+
+    _write_model_dir(tmp_path, config=model.tiny_config("llama", vocab_size=300, num_heads=4, num_kv_heads=2))
+    served = open_model(tmp_path, device="cpu", max_batch=2, max_context=48, workers=1, chunk=64, prefill_rows=16,
+                        cache_dir=tmp_path / "cache", tp=2)
+    try:
+        session, engine = served.session, served.engine
+        assert session.tp == 2 and session.prefill_launcher is not None
+        prompts = [[5, 6, 7], list(range(20, 40))]
+        params = [SamplingParams(max_tokens=m, ignore_eos=True) for m in (9, 6)]
+        alone = [_collect(engine, p, q)() for p, q in zip(prompts, params)]
+        waits = [_collect(engine, p, q) for p, q in zip(prompts, params)]
+        assert [w() for w in waits] == alone
+        for p, (tokens, finish) in zip(prompts, alone):
+            assert finish == "length"
+            assert _run_alone(served, lambda: session.generate([p], len(tokens)).tokens[0]) == tokens
+    finally:
+        served.close()
+    argv = ["generate", str(tmp_path), "--device", "cpu", "--prompt", "the quick", "--max-new-tokens", "4",
+            "--max-context", "32", "--max-batch", "1", "--workers", "2", "--cache-dir", str(tmp_path / "cache"),
+            "--tp", "2"]
+    assert main(argv) == 0
+    assert "on cpu x 2" in capsys.readouterr().err
+
+
 def test_cli_generate_with_experts(tmp_path, capsys):
     """A Qwen3-MoE model directory through `event-tensor generate`: the
     text of the greedy tokens that the numpy reference chooses."""

@@ -23,8 +23,9 @@ def _open(args: argparse.Namespace):
     device = _device(args.device)
     served = open_model(args.model_dir, device=device, max_batch=args.max_batch, max_context=args.max_context,
                         workers=args.workers, prefill_rows=args.prefill_rows, chunk=args.chunk,
-                        cache_dir=args.cache_dir)
-    print(f"{served.name}: {served.config.num_layers} layers on {device}, max batch {args.max_batch}, context "
+                        cache_dir=args.cache_dir, tp=args.tp)
+    print(f"{served.name}: {served.config.num_layers} layers on {device}"
+          + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, context "
           f"{args.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
     return served
 
@@ -105,6 +106,8 @@ def add_commands(sub) -> None:
                        help="decode steps per launch at most (default 256): a launch also ends when a request "
                        "joins or leaves; tokens stream out as they are made")
         p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
+        p.add_argument("--tp", type=_positive_int, default=1,
+                       help="split the model over this many GPUs (tensor parallelism; default 1)")
 
     p = sub.add_parser("generate", help="generate text from a prompt with a Hugging Face model directory",
                        description="Tokenize the prompt with the model's tokenizer, generate on the compiled "
