@@ -81,7 +81,7 @@ def steps_task(ctx) -> None:
             # (the same tokens everywhere), but the host interrupts device
             # 0 only: a copy that ends raises every copy's flag, before
             # its signals of `advance` reach them.
-            for k in range(max(tp, 1)):
+            for k in range(tp):
                 flag = A["stop"] if k == 0 else et.peer(A["stop"], const(k))
                 memref.StoreOp(c32(1), flag, [const(0)])
         ctx.guarded(ends, stop)
