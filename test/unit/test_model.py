@@ -617,13 +617,20 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
         model_cli.CHECK_TOLERANCE = tolerance
     captured = capsys.readouterr()
     assert "-> MISMATCH" in captured.out and "no --weights given: random bf16 weights" in captured.err
-    # cuda kernels add the query heads' shares atomically unless --deterministic.
+    # cuda kernels add the query heads' shares atomically unless --deterministic;
+    # a prefill kernel of up to 512 rows (here the context's 16) by default.
     for flag, atomic in (([], True), (["--deterministic"], False)):
         cu = tmp_path / f"cu{len(flag)}"
         assert main(["compile", "tiny-qwen3", "-o", str(cu), "--device", "cuda", "--max-context", "16",
                      "--workers", "8", *flag]) == 0
         assert json.loads((cu / "model.json").read_text())["o_per_head"] is atomic
         assert ("merge" in json.loads((cu / "metadata.json").read_text())["tasks"]) is not atomic
+        assert json.loads((cu / "model.json").read_text())["prefill"]["rows"] == 16
+    assert "a prefill kernel of 16 rows" in capsys.readouterr().out
+    moe = tmp_path / "moe"
+    assert main(["compile", "tiny-qwen3-moe", "-o", str(moe), "--device", "cuda", "--max-context", "16",
+                 "--workers", "8", "--format", "isa"]) == 0
+    assert "prefill" not in json.loads((moe / "model.json").read_text())
     # --tp: one kernel over two (simulated) devices; run checks it against
     # the numpy model; a split that does not divide is a clear error.
     tp_art = tmp_path / "tp"

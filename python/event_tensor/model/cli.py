@@ -256,8 +256,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     workers = args.workers or (4 if device == "cpu" else 132)
     start = time.perf_counter()
     try:
-        if args.prefill_rows < 0:
-            raise ValueError(f"--prefill-rows must be >= 0, got {args.prefill_rows}")
+        from .compile import default_prefill_rows
+
+        prefill_rows = args.prefill_rows
+        if prefill_rows is None:
+            prefill_rows = default_prefill_rows(config, device, args.max_context)
+        if prefill_rows < 0:
+            raise ValueError(f"--prefill-rows must be >= 0, got {prefill_rows}")
         fmt = args.format
         if fmt == "auto":
             from ..testing import ptxas_path
@@ -271,14 +276,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
                             linear_tile=args.linear_tile, specialize=args.specialize,
-                            o_per_head=False if args.deterministic else None, prefill_rows=args.prefill_rows,
+                            o_per_head=False if args.deterministic else None, prefill_rows=prefill_rows,
                             tp=args.tp, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}"
           + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, max context "
-          f"{args.max_context}, {workers} workers in "
-          f"{time.perf_counter() - start:.2f} s -> {out}")
+          f"{args.max_context}, {workers} workers" + (f", a prefill kernel of {prefill_rows} rows" if prefill_rows
+                                                      else "")
+          + f" in {time.perf_counter() - start:.2f} s -> {out}")
     return 0
 
 
@@ -500,9 +506,10 @@ def add_commands(sub) -> None:
                    help="cuda: a cubin for sm_90a (bin: ptxas runs here, loads in well under a second), PTX (isa: "
                    "the driver compiles it at first load, tens of seconds for a whole model, for any GPU), or "
                    "auto (the default): a cubin where ptxas is found, else PTX")
-    p.add_argument("--prefill-rows", type=int, default=0,
+    p.add_argument("--prefill-rows", type=int, default=None,
                    help="also a prefill kernel of tensor-core tiles that feeds prompts in launches of this many "
-                   "tokens (the fast time to first token; default 0: prompts go through the decode kernel)")
+                   "tokens (the fast time to first token; default: 512, at most the context, on cuda for models "
+                   "without experts; else 0: prompts go through the decode kernel)")
     p.add_argument("--tp", type=_positive_int, default=1,
                    help="split the model over this many GPUs (tensor parallelism: heads, MLP columns and vocabulary; "
                    "on cpu, groups of worker threads); default 1")

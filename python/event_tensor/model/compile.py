@@ -16,7 +16,7 @@ from .layout import MAX_LINEAR_ROWS, kernel_layout
 from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions, wide_one_row  # noqa: F401 -- re-exported
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
-__all__ = ["compile_model", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH",
+__all__ = ["compile_model", "default_prefill_rows", "PREFILL_ROWS", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH",
            "MODEL_WEIGHT_PREFETCH_TASKS"]
 
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
@@ -108,6 +108,20 @@ MODEL_TILE_LINEAR = "spread"
 MODEL_THREADS = 512
 MODEL_THREADS_NARROW = 384
 MODEL_NARROW_HIDDEN = 1024
+
+
+# Prompt tokens per launch of the prefill kernel that `event-tensor compile`
+# and the server (`serving.open_model`) build by default on cuda (the fast
+# time to first token: a 1024-token prompt in two launches of tensor-core
+# tiles instead of one decode step per token).
+PREFILL_ROWS = 512
+
+
+def default_prefill_rows(config: ModelConfig, target: str, max_context: int) -> int:
+    """The prefill kernel's rows when the caller gives none: PREFILL_ROWS
+    (at most the context) on cuda, none on the host or for a model with
+    experts (no prefill kernel yet)."""
+    return min(PREFILL_ROWS, max_context) if target == "cuda" and not config.moe else 0
 
 
 def _narrow(config: ModelConfig, max_batch: int) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model import compile_model
+from ..model.compile import default_prefill_rows
 from ..model.config import ModelConfig
 from ..model.session import DecodeSession
 from ..model.weights import load_weights
@@ -44,8 +45,8 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
     sequences and `max_context` tokens each, and starts an `Engine` on it.
-    `prefill_rows` (default 512 on cuda, none on cpu or for a model with
-    experts) adds the prefill kernel that feeds prompts in launches of
+    `prefill_rows` (default `model.compile.default_prefill_rows`: 512 on
+    cuda, none on cpu or for a model with experts) adds the prefill kernel that feeds prompts in launches of
     that many positions. `tp` > 1 splits the model over that many GPUs
     (tensor parallelism; on cpu, groups of worker threads).
     Raises ConfigError, WeightError or TextError (ValueErrors) naming what
@@ -62,9 +63,7 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                          f"{config.vocab_size}")
     weights = load_weights(config, [path])
     if prefill_rows is None:
-        # (Models with experts have no prefill kernel yet: prompts go
-        # through the decode kernel.)
-        prefill_rows = 512 if device == "cuda" and not config.moe else 0
+        prefill_rows = default_prefill_rows(config, device, max_context)
     options, out_dir = {}, None
     if device != "cuda" and max_batch > 16:
         # More rows than the et.linear row tiles take: the tensor-core
