@@ -648,7 +648,18 @@ class _PrefillKernel:
         self.gemm_task(tname, x_of, weight, lambda l: A[part], wait, layers=LB,
                        signal_at=lambda l, j, i: (tname + "_part", [l]))
         et.AllReduceOp(A[part], A["p_h"], self.rows, self.events[tname + "_part"], self.events["sum_" + tname[0]],
-                       sum_block(self.H), task="sum_" + tname[0])
+                       self.sum_columns(), task="sum_" + tname[0])
+
+    def sum_columns(self) -> int:
+        """Columns per tile of the prefill's all-reduces: a tile adds all
+        the launch's rows of its columns, so about one tile per worker
+        (the largest power of two up to H / workers that divides H, at
+        least 4; the decode kernel's `sum_block` of up to 512 columns gave
+        a 4096-wide model 8 tiles for up to 512 rows). Not yet timed."""
+        block = 4
+        while block * 2 <= self.H // self.lay.workers and self.H % (block * 2) == 0:
+            block *= 2
+        return block if self.H % block == 0 else sum_block(self.H)
 
     def down_of_last_row(self):
         """The end of the last row's residual stream without the row tail:
