@@ -14,7 +14,10 @@ Per model (Llama-3.1-8B and Qwen3-8B shapes, random bf16 weights): a
 max_batch 1 and a max_batch 16 tensor-parallel artifact and a max_batch 1
 single-GPU artifact. Steps decode at position context - 1 over random KV
 caches. The aggregate bandwidth floor is weight bytes / (2 x copy
-bandwidth), the copy bandwidth measured in the same run on GPU 0.
+bandwidth), the copy bandwidth measured in the same run on GPU 0. With
+--extra also profiled builds, tensor-core tiles from batch 4, and kernels
+with a prefill kernel: the time to first token of a 1024-token prompt on two
+GPUs and on one, and the two prefills' logits against each other.
 """
 
 from __future__ import annotations
@@ -31,12 +34,18 @@ CONTEXT = 1024
 
 # Artifacts per model: tag -> (tp, max_batch, compile options).
 CORE = {"tp2-b1": (2, 1, {}), "tp2-b16": (2, 16, {}), "tp1-b1": (1, 1, {})}
-# --extra: profiled builds (their traces go to --out), and tensor-core tiles
-# from batch 4 on two GPUs and on one, timed at every batch.
+# --extra: profiled builds (their traces go to --out), tensor-core tiles
+# from batch 4 on two GPUs and on one, timed at every batch, and kernels with
+# a prefill kernel of PREFILL_ROWS rows, whose time to first token of a
+# CONTEXT-token prompt is timed too (the prompt in CONTEXT / PREFILL_ROWS
+# launches).
+PREFILL_ROWS = 512
 EXTRA = {"tp2-b1-profile": (2, 1, {"profile": True}),
          "tp1-b1-profile": (1, 1, {"profile": True}),
          "tp2-b16-auto": (2, 16, {"linear_tile": "auto"}),
-         "tp1-b16-auto": (1, 16, {"linear_tile": "auto"})}
+         "tp1-b16-auto": (1, 16, {"linear_tile": "auto"}),
+         "tp2-b1-prefill": (2, 1, {"prefill_rows": PREFILL_ROWS}),
+         "tp1-b1-prefill": (1, 1, {"prefill_rows": PREFILL_ROWS})}
 
 
 def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:
@@ -163,6 +172,44 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
                     save()
                     print(f"{name} [{system}] batch {batch}: {t * 1e3:.3f} ms per step; aggregate floor "
                           f"{floor * 1e3:.3f} ms ({100 * floor / t:.1f}%)")
+        for tag in [tag for tag in sessions if sessions[tag].prefill_launcher is not None]:
+            # Time to first token: the prompt's launches of the prefill
+            # kernel, back to back, between CUDA events (median of 5).
+            session = sessions[tag]
+            prompt = np.random.default_rng(9).integers(0, config.vocab_size, CONTEXT).tolist()
+            session.reset()
+            session.prefill([prompt])
+            times = []
+            for _ in range(5):
+                session.reset()
+                start_ev, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start_ev.record()
+                session.prefill([prompt])
+                end_ev.record()
+                torch.cuda.synchronize()
+                times.append(start_ev.elapsed_time(end_ev))
+            row = {"model": name, "system": f"megakernel {tag} prefill", "prompt": CONTEXT,
+                   "prefill_rows": session.prefill_rows, "ms_to_first_token": float(np.median(times))}
+            results["rows"].append(row)
+            save()
+            print(f"{name} [{tag}] prefill of {CONTEXT} tokens: {row['ms_to_first_token']:.3f} ms (host work "
+                  "between launches included)")
+        if {"tp2-b1-prefill", "tp1-b1-prefill"} <= set(sessions):
+            # The two prefill kernels on the same prompt: next token and logits.
+            prompt = np.random.default_rng(10).integers(0, config.vocab_size, CONTEXT).tolist()
+            got = []
+            for tag in ("tp2-b1-prefill", "tp1-b1-prefill"):
+                sessions[tag].reset()
+                token = int(sessions[tag].prefill([prompt])[0])
+                got.append((token, sessions[tag].last_logits()[0]))
+            (t2, l2), (t1, l1) = got
+            row = {"model": name, "kernel": "tp2-b1-prefill", "against": "tp1-b1-prefill", "prompt": CONTEXT,
+                   "worst_relative_logit_error": float(np.abs(l2 - l1).max() / np.abs(l1).max()),
+                   "same_token": t2 == t1}
+            results["numerics"].append(row)
+            save()
+            print(f"{name}: TP=2 prefill against one GPU's: worst relative logit error "
+                  f"{row['worst_relative_logit_error']:.2e}, same next token: {row['same_token']}")
         for tag in [tag for tag in sessions if tag.endswith("-profile")] if out is not None else []:
             session = sessions[tag]
             session.step([1], [CONTEXT - 1])
