@@ -648,16 +648,20 @@ FAMILY_CONTEXT = 2048
 
 def families(out: Path, cache: Path, names=FAMILIES) -> None:
     """One artifact per shape family: a kernel per batch of FAMILY_BATCHES
-    (`specialize`), `linear_tile="auto"`, cubins (what must load on the
-    GPU is what the default compile writes)."""
+    (`specialize`), `linear_tile="auto"`, cubins and the default prefill
+    kernel (what must load on the GPU is what the default compile
+    writes)."""
     from event_tensor.model import compile_model, preset
+    from event_tensor.model.compile import default_prefill_rows
 
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         start = time.perf_counter()
-        compile_model(preset(name), target="cuda", max_batch=max(FAMILY_BATCHES), max_context=FAMILY_CONTEXT,
+        config = preset(name)
+        compile_model(config, target="cuda", max_batch=max(FAMILY_BATCHES), max_context=FAMILY_CONTEXT,
                       linear_tile="auto", specialize={"batches": list(FAMILY_BATCHES)}, format="bin",
-                      out_dir=out / name, cache_dir=cache)
+                      prefill_rows=default_prefill_rows(config, "cuda", FAMILY_CONTEXT), out_dir=out / name,
+                      cache_dir=cache)
         print(f"families: {name} compiled in {time.perf_counter() - start:.1f} s")
     (out / "families.json").write_text(json.dumps({"models": list(names), "batches": list(FAMILY_BATCHES),
                                                    "context": FAMILY_CONTEXT}))

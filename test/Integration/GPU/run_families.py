@@ -2,10 +2,11 @@
 """Loads the decode artifact of every dense shape family prepared by
 `utils/prepare_gpu_suite.py --parts families` (Llama-3.2-1B/3B,
 Llama-3.1-8B, Qwen3-0.6B/1.7B/4B/8B/14B; a kernel per batch of 1, 4 and 16,
-tensor-core tiles from their batch, cubins) on a CUDA machine with no MLIR,
-with random weights, and runs a decode step of each kernel and a short
-generation: every kernel must load on this GPU, and every step must give
-finite logits and tokens inside the vocabulary.
+tensor-core tiles from their batch, cubins, the default prefill kernel) on a
+CUDA machine with no MLIR, with random weights, and runs a decode step of
+each kernel, a prompt through the prefill kernel and a short generation:
+every kernel must load on this GPU, and every step must give finite logits
+and tokens inside the vocabulary.
 
     PYTHONPATH=python:benchmarks python3 test/Integration/GPU/run_families.py .device/families [--json F]
 
@@ -54,10 +55,23 @@ def check_model(path: Path, batches: list[int], context: int) -> dict:
             row["steps"].append({"batch": batch, "kernel": Path(session.variant_for(batch, context)).name,
                                  "step_ms": step_ms, "finite_logits": bool(np.isfinite(logits).all()),
                                  "tokens_in_vocabulary": ok})
+        if session.prefill_launcher is not None:
+            # A prompt of more than one prefill launch.
+            session.reset()
+            prompt = rng.integers(0, config.vocab_size, session.prefill_rows + 88).tolist()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            token = int(session.prefill([prompt])[0])
+            torch.cuda.synchronize()
+            logits = session.last_logits()
+            row["prefill"] = {"prompt": len(prompt), "ms": 1e3 * (time.perf_counter() - t0),
+                              "finite_logits": bool(np.isfinite(logits).all()),
+                              "token_in_vocabulary": 0 <= token < config.vocab_size}
         session.reset()
         g = session.generate([rng.integers(0, config.vocab_size, 16).tolist()], 8)
         row["generation"] = {"tokens": len(g.tokens[0]), "finish": g.finish_reasons[0], "launches": g.launches}
-        row["ok"] = all(s["tokens_in_vocabulary"] for s in row["steps"]) and len(g.tokens[0]) == 8
+        prefill_ok = "prefill" not in row or (row["prefill"]["finite_logits"] and row["prefill"]["token_in_vocabulary"])
+        row["ok"] = all(s["tokens_in_vocabulary"] for s in row["steps"]) and len(g.tokens[0]) == 8 and prefill_ok
     finally:
         session.close()
     return row
