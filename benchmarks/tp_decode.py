@@ -50,6 +50,10 @@ EXTRA = {"tp2-b1-profile": (2, 1, {"profile": True}),
 
 def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:
     from event_tensor.model import compile_model, preset
+    from event_tensor.testing import ptxas_path
+
+    # Cubins where ptxas is found (no driver compile at load).
+    fmt = "bin" if ptxas_path() else "isa"
 
     for name in models:
         config = preset(name)
@@ -58,7 +62,7 @@ def prepare(out: Path, models, max_context: int, extra: bool, only: str | None =
                 continue
             start = time.perf_counter()
             compile_model(config, target="cuda", max_batch=max_batch, max_context=max_context, tp=tp,
-                          threads_per_worker=512, out_dir=out / name / tag, **options)
+                          threads_per_worker=512, out_dir=out / name / tag, format=fmt, **options)
             print(f"compiled {name} {tag} in {time.perf_counter() - start:.1f} s")
 
 
