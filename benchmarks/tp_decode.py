@@ -73,7 +73,8 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
 
     import tp_baseline
     from event_tensor.model import DecodeSession
-    from gpu_timing import copy_bandwidth, launch_seconds, pack_torch, random_model_weights, save_trace
+    from gpu_timing import (copy_bandwidth, launch_seconds, median_seconds, pack_torch, random_model_weights,
+                            save_trace)
 
     copy_bw = copy_bandwidth()
     results = {"date": time.strftime("%Y-%m-%d"), "gpus": [torch.cuda.get_device_name(i)
@@ -181,19 +182,9 @@ def run(root: Path, json_out: Path | None, iters: int, batches, peer: bool, step
             # kernel, back to back, between CUDA events (median of 5).
             session = sessions[tag]
             prompt = np.random.default_rng(9).integers(0, config.vocab_size, CONTEXT).tolist()
-            session.reset()
-            session.prefill([prompt])
-            times = []
-            for _ in range(5):
-                session.reset()
-                start_ev, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start_ev.record()
-                session.prefill([prompt])
-                end_ev.record()
-                torch.cuda.synchronize()
-                times.append(start_ev.elapsed_time(end_ev))
+            t = median_seconds(lambda: session.prefill([prompt]), reps=5, warmup=1)
             row = {"model": name, "system": f"megakernel {tag} prefill", "prompt": CONTEXT,
-                   "prefill_rows": session.prefill_rows, "ms_to_first_token": float(np.median(times))}
+                   "prefill_rows": session.prefill_rows, "ms_to_first_token": t * 1e3}
             results["rows"].append(row)
             save()
             print(f"{name} [{tag}] prefill of {CONTEXT} tokens: {row['ms_to_first_token']:.3f} ms (host work "

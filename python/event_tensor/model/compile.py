@@ -16,8 +16,8 @@ from .layout import MAX_LINEAR_ROWS, kernel_layout
 from .options import NORM_IN_LINEAR_MAX_HIDDEN, KernelOptions, wide_one_row  # noqa: F401 -- re-exported
 from .session import MODEL_JSON, PREFILL_DIR, VARIANTS_JSON
 
-__all__ = ["compile_model", "default_prefill_rows", "PREFILL_ROWS", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL", "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH",
-           "MODEL_WEIGHT_PREFETCH_TASKS"]
+__all__ = ["compile_model", "default_prefill_rows", "PREFILL_ROWS", "MODEL_KV_PREFETCH", "MODEL_OPT_LEVEL",
+           "MODEL_TILE_UNROLL", "MODEL_WEIGHT_PREFETCH", "MODEL_WEIGHT_PREFETCH_TASKS"]
 
 # 16-byte weight loads per lane in flight in the model's linear tiles on the
 # GPU: 8 measured 4% (batch 1) to 9% (batch 4) faster than 4 on the

@@ -295,9 +295,15 @@ class DecodeSession:
             buffers = per_variant[v]
             return [scalars[name] if name in scalars else (buffers[name][:batch] if rows else buffers[name])
                     for name, rows in self._per_row[v]]
+        return self._per_device(one, self.variant_buffers)
+
+    def _per_device(self, arguments, per_device: list) -> list:
+        """A launch's arguments: `arguments(x)` of device 0's entry of
+        `per_device` on one device; on several, each argument a list of
+        every device's."""
         if self.tp == 1:
-            return one(self.variant_buffers[0])
-        return [list(a) for a in zip(*[one(b) for b in self.variant_buffers])]
+            return arguments(per_device[0])
+        return [list(a) for a in zip(*[arguments(x) for x in per_device])]
 
     def _choose(self, batch: int, context: int) -> int:
         """The kernel variant for `batch` rows whose longest context (last
@@ -483,10 +489,7 @@ class DecodeSession:
                 else:
                     args.append(buffers[name])
             return args
-        if self.tp == 1:
-            return one(self.buffers)
-        # On several devices each argument is a list of every device's.
-        return [list(a) for a in zip(*[one(b) for b in self.device_buffers])]
+        return self._per_device(one, self.device_buffers)
 
     @property
     def last_prefill_trace(self):

@@ -296,10 +296,7 @@ class CUDALauncher:
             self._enqueue(flat, timeout_s, stream)
             self._current()
             if poll is not None:
-                not_ready = self.driver.CUresult.CUDA_ERROR_NOT_READY
-                while self.driver.cuStreamQuery(stream)[0] == not_ready:
-                    poll()
-                    time.sleep(POLL_S)
+                self._poll_while_running(stream, poll)
             _check(self.driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
             control = self._read("control", 4, ctypes.c_int32)
             if not control[ERROR_CLAIMED]:
@@ -315,6 +312,15 @@ class CUDALauncher:
             self._reset(self._buffers["counters"][1])
             raise decode_error(self.metadata, record)
         del keep
+
+    def _poll_while_running(self, stream: int, poll: Callable[[], None]) -> None:
+        """Calls `poll` about every POLL_S until this device's `stream` has
+        finished its work (see `__call__`)."""
+        self._current()
+        not_ready = self.driver.CUresult.CUDA_ERROR_NOT_READY
+        while self.driver.cuStreamQuery(stream)[0] == not_ready:
+            poll()
+            time.sleep(POLL_S)
 
     def mapped_host(self, shape: Sequence[int], dtype: str = "int32") -> "MappedHost":
         """Page-locked host memory the kernel can read and write (mapped
@@ -496,12 +502,7 @@ class MultiDeviceCUDALauncher:
             packed = [l._pack(p, timeout_s) for l, p in zip(self.launchers, self._params(per_device))]
             self._launch(packed, stream)
             if poll is not None:
-                first = self.launchers[0]
-                first._current()
-                not_ready = self.driver.CUresult.CUDA_ERROR_NOT_READY
-                while self.driver.cuStreamQuery(stream)[0] == not_ready:
-                    poll()
-                    time.sleep(POLL_S)
+                self.launchers[0]._poll_while_running(stream, poll)
             self.synchronize(stream)
             records = self._errors()
             if not records:
