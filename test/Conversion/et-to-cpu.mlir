@@ -68,13 +68,17 @@ et.kernel @chain(%out: memref<2xi64>) {
 
 // -----
 
-// A dynamic schedule: tickets from the control buffer (word 0 or 1 by the
-// epoch's parity), mapped to tasks in queue order; thread ids become 0.
+// A dynamic schedule: tickets from the control buffer (a 64-bit word, the
+// first or second by the epoch's parity), mapped to tasks in queue order;
+// thread ids become 0. The tile count of a task whose extent is a kernel
+// argument is checked at run time (at most 2^31 - 1, not negative).
 // CHECK-LABEL: func.func @queue_worker(
 // CHECK: arith.andi %{{.*}}, %c1_i64 : i64
 // CHECK: scf.while
-// CHECK: llvm.atomicrmw add %{{.*}}, %{{.*}} monotonic
+// CHECK: %[[TICKET:.*]] = llvm.getelementptr %{{.*}}[%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, i64
+// CHECK-NEXT: llvm.atomicrmw add %[[TICKET]], %{{.*}} monotonic {alignment = 8 : i64} : !llvm.ptr, i64
 // CHECK: scf.execute_region -> (i1, i1)
+// CHECK: arith.cmpi sle, %{{.*}}, %c2147483647
 // CHECK-NOT: et.thread_id
 et.kernel @queue(%n: index, %acc: memref<?xi64>) {
   %e = et.event.create(%n) : !et.event<?>

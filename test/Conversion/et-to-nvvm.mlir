@@ -26,10 +26,14 @@
 
 // A poll reads the abort flag (relaxed) before the counter (acquire), in one
 // block: both loads are in flight together, one L2 round trip per poll; the
-// block that tests the flag loads nothing.
+// block that tests the flag loads nothing. The counter is compared with
+// its expected value by their difference (a counter may wrap past 2^31
+// across the steps of a launch).
 // SPIN: %[[FLAG:.*]] = llvm.load %{{.*}} atomic syncscope("device") monotonic
 // SPIN-NEXT: %[[OBSERVED:.*]] = llvm.load %{{.*}} atomic syncscope("device") acquire
-// SPIN-NEXT: arith.cmpi sge, %[[OBSERVED]]
+// SPIN-NEXT: %[[BEHIND:.*]] = arith.subi %[[OBSERVED]], %{{.*}} : i32
+// SPIN-NEXT: %[[ZERO:.*]] = arith.constant 0 : i32
+// SPIN-NEXT: arith.cmpi sge, %[[BEHIND]], %[[ZERO]]
 // SPIN: cf.cond_br
 // SPIN-NEXT: ^{{.*}}: // pred
 // SPIN-NOT: llvm.load

@@ -393,3 +393,46 @@ def test_extent_load_cycle_is_a_compile_error(tmp_path):
     for mode in ("static", "dynamic"):
         with pytest.raises(compiler.EventTensorCompileError, match="depends on this load's value: a cycle"):
             et.compile(cyclic, target="cpu", mode=mode, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_runtime_tile_count_out_of_range_is_an_error(mode, tmp_path):
+    # Tile extents given at run time are checked there as the verifier
+    # checks constant ones: a negative count, or a product above 2^31 - 1
+    # (2^62+1 x 4 wrapped and silently ran 4 tiles), is an error record
+    # naming the task; no tile of it runs.
+    kernel = """
+    et.kernel @big(%a: index, %b: index, %out: memref<8xi64>) {
+      et.task @t tiles(%i, %j) in (%a, %b) {
+        %c0 = arith.constant 0 : index
+        %one = arith.constant 1 : i64
+        %old = memref.atomic_rmw addi %one, %out[%c0] : (i64, memref<8xi64>) -> i64
+      }
+    }
+    """
+    from event_tensor import runtime
+
+    launch = et.compile(kernel, target="cpu", workers=2, mode=mode, cache_dir=tmp_path).launcher(timeout_s=20)
+    out = np.zeros(8, np.int64)
+    launch(3, 2, out)
+    assert out[0] == 6
+    for a, b in ((2**31, 1), (2**30, 2), (2**62 + 1, 4)):
+        out[:] = 0
+        with pytest.raises(runtime.KernelError, match=r"task @t \(computing its tile count\): .*above 2147483647") as info:
+            launch(a, b, out)
+        assert info.value.record["task"] == "t", (a, b)
+        assert out[0] == 0, (a, b)
+    launch(1, 5, out)
+    assert out[0] == 5
+    # An extent loaded on the device may be negative (a dynamic schedule:
+    # a static one needs the load's bound).
+    if mode == "static":
+        return
+    loaded = kernel.replace("%a: index", "%n: memref<1xi32>").replace(
+        "et.task", "%k0 = arith.constant 0 : index\n      %a = et.extent.load %n[%k0] : memref<1xi32>\n      et.task", 1)
+    launch = et.compile(loaded, target="cpu", workers=2, mode=mode, cache_dir=tmp_path).launcher(timeout_s=20)
+    out[:] = 0
+    launch(np.array([4], np.int32), 2, out)
+    assert out[0] == 8
+    with pytest.raises(runtime.KernelError, match=r"task @t \(computing its tile count\): .*negative tile count"):
+        launch(np.array([-3], np.int32), 2, out)

@@ -53,8 +53,8 @@ def mutate(text, rng):
         if nums:
             m = rng.choice(nums)
             # (The limits of tile counts and event sizes, 2^31 - 1, and
-            # one past them.)
-            new = str(rng.choice([0, 1, 2, 3, 7, 64, -1, 1 << 40, (1 << 31) - 1, 1 << 31]))
+            # one past them; a memref size whose bytes pass 2^63.)
+            new = str(rng.choice([0, 1, 2, 3, 7, 64, -1, 1 << 40, (1 << 31) - 1, 1 << 31, 1 << 62]))
             return text[: m.start()] + new + text[m.end():]
     elif kind == 4:  # replace one SSA name by another
         names = sorted(set(re.findall(r"%[A-Za-z_][A-Za-z0-9_]*", text)))

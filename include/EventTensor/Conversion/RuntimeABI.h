@@ -26,17 +26,20 @@
 namespace mlir::et::abi {
 
 /// The version of the contract; bumped with any change of the values below.
-constexpr int64_t kVersion = 2;
+constexpr int64_t kVersion = 3;
 
 //===----------------------------------------------------------------------===//
 // Control buffer (i32 words)
 //===----------------------------------------------------------------------===//
 
 /// Words of the control buffer.
-constexpr int64_t kControlWords = 8;
-/// The ticket counter of a dynamic schedule for counter bank 0; bank 1's is
-/// the next word.
-constexpr int64_t kControlTicket0 = 0;
+constexpr int64_t kControlWords = 12;
+/// The ticket counter of a dynamic schedule for counter bank 0, a 64-bit
+/// word at this i32 word (8-byte aligned); bank 1's is the next 64-bit
+/// word. 64 bits: with et.repeat the tickets of all steps of a launch are
+/// numbered in one sequence (steps x tiles may pass 2^32).
+constexpr int64_t kControlTicket0 = 8;
+static_assert(kControlTicket0 % 2 == 0 && kControlTicket0 + 4 <= kControlWords);
 /// Raised (release store) by the worker that records an error; every other
 /// worker sees it in its poll loop and returns.
 constexpr int64_t kControlAbort = 2;
@@ -83,6 +86,9 @@ enum class WorkerError : int64_t {
   IndexOutOfBounds = 3,
   /// A static program entry names no task.
   BadScheduleEntry = 4,
+  /// A task's tile count, from extents known only at run time, is negative
+  /// or above 2^31 - 1 (expected: that limit). No tile of the task ran.
+  TileCount = 5,
 };
 
 //===----------------------------------------------------------------------===//

@@ -48,18 +48,16 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
       r.push_back(g ? g : idx(0));
     return r;
   };
-  // Thread 0 takes the ticket; the CTA shares it.
-  Value ticketWord = arith::AddIOp::create(b, loc, idx(abi::kControlTicket0), bank);
+  // Thread 0 takes the ticket (a 64-bit counter); the CTA shares it.
   auto take = scf::IfOp::create(b, loc, TypeRange{b.getI64Type()},
                                 isThread0(), /*withElse=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(take.thenBlock());
     Value old = LLVM::AtomicRMWOp::create(
-        b, loc, LLVM::AtomicBinOp::add,
-        elementPointer(controlBase, ticketWord, b.getI32Type()), i32(1),
-        LLVM::AtomicOrdering::monotonic, target.syncscope(), 4);
-    scf::YieldOp::create(b, loc, ValueRange{toI64(old)});
+        b, loc, LLVM::AtomicBinOp::add, ticketPointer(bank), i64(1),
+        LLVM::AtomicOrdering::monotonic, target.syncscope(), 8);
+    scf::YieldOp::create(b, loc, ValueRange{old});
     b.setInsertionPointToStart(take.elseBlock());
     scf::YieldOp::create(b, loc, ValueRange{i64(0)});
   }

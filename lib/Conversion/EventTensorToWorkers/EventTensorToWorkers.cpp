@@ -393,8 +393,7 @@ void WorkerEmitter::emitCapacityCheckAndClear(Block *exit) {
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(clearTicket.thenBlock());
-    Value word = arith::AddIOp::create(b, loc, idx(abi::kControlTicket0), other);
-    memref::StoreOp::create(b, loc, i32(0), controlMem, ValueRange{word});
+    LLVM::StoreOp::create(b, loc, i64(0), ticketPointer(other), /*alignment=*/8);
   }
 }
 

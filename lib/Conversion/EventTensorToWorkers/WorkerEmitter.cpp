@@ -17,6 +17,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/Matchers.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::et;
 using namespace mlir::et::workers;
@@ -159,8 +161,12 @@ void WorkerEmitter::emitSpin(Scope &scope, Value counterIndex, Value expected, V
       /*isNonTemporal=*/false, /*isInvariant=*/false,
       /*isInvariantGroup=*/false, LLVM::AtomicOrdering::acquire,
       syncscope);
+  // Reached when the counter is no more than 2^31 - 1 behind: compared by
+  // their difference, so that a counter that counts on across the steps of
+  // a launch may wrap past 2^31 (and 2^32).
+  Value behind = arith::SubIOp::create(b, loc, observed, expected32);
   Value ready = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
-                                      observed, expected32);
+                                      behind, i32(0));
   if (orFlag) {
     Value flag = LLVM::LoadOp::create(b, loc, b.getI32Type(), orFlag, /*alignment=*/4, false, false, false, false,
                                       LLVM::AtomicOrdering::monotonic, target.syncscope());
@@ -266,9 +272,40 @@ FailureOr<Value> WorkerEmitter::tileCount(TaskOp task, Scope &scope,
       materializeAll(task.getExtents(), scope);
   if (failed(values))
     return failure();
-  Value n = idx(1);
-  for (Value e : *values)
+  // Extents known only at run time (kernel arguments, extent loads) are
+  // checked there: each in [0, 2^31 - 1] and so their product, as the
+  // verifier checks the constant ones (the dynamic schedule numbers tiles
+  // in 32 bits, and a wrapped product would silently run fewer tiles).
+  // Each factor is at most 2^31 - 1 and so is the product before it: no
+  // 64-bit product overflows.
+  constexpr int64_t kMaxTiles = std::numeric_limits<int32_t>::max();
+  Value n = idx(1), inRange = i1(true);
+  bool dynamic = false;
+  for (Value e : *values) {
     n = arith::MulIOp::create(b, loc, n, e);
+    if (matchPattern(e, m_Constant()))
+      continue;
+    dynamic = true;
+    auto within = [&](Value v) {
+      Value low = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, v, idx(0));
+      Value high = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, v, idx(kMaxTiles));
+      return arith::AndIOp::create(b, loc, low, high);
+    };
+    inRange = arith::AndIOp::create(b, loc, inRange, arith::AndIOp::create(b, loc, within(e), within(n)));
+    // Later factors multiply a product known to be in range.
+    n = arith::SelectOp::create(b, loc, inRange, n, idx(0));
+  }
+  if (dynamic) {
+    Block *bad = newBlock(scope);
+    Block *cont = newBlock(scope);
+    cf::CondBranchOp::create(b, loc, inRange, cont, ValueRange{}, bad, ValueRange{});
+    b.setInsertionPointToEnd(bad);
+    int64_t id = llvm::find(tasks, task) - tasks.begin();
+    recordError(WorkerError::TileCount, idx(id), idx(-1), idx(-1), idx(-1), idx(kMaxTiles),
+                idx(-1));
+    cf::BranchOp::create(b, loc, scope.fail, ValueRange{});
+    b.setInsertionPointToEnd(cont);
+  }
   if (extents)
     extents->append(values->begin(), values->end());
   return n;

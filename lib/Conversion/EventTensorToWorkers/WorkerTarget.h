@@ -90,6 +90,11 @@ struct WorkerBuilder {
   Value controlPointer(int64_t word) {
     return elementPointer(controlBase, idx(word), b.getI32Type());
   }
+  /// The 64-bit ticket counter of counter bank `bank` (an index).
+  Value ticketPointer(Value bank) {
+    Value word = arith::AddIOp::create(b, loc, idx(abi::kControlTicket0 / 2), bank);
+    return elementPointer(controlBase, word, b.getI64Type());
+  }
   Value isThread0() {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, threadId,
                                  idx(0));

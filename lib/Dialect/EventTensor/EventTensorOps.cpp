@@ -97,6 +97,28 @@ LogicalResult KernelOp::verify() {
   if (getNumDevices() > kMaxDevices)
     return emitOpError("runs on ") << getNumDevices() << " devices, more than the " << kMaxDevices
                                    << " a kernel supports";
+  // A memref argument's static sizes: their product in bytes must fit in
+  // 64 bits, or its strides and offsets do not (the lowerings compute
+  // them as 64-bit integers).
+  for (auto [i, type] : llvm::enumerate(getArgumentTypes())) {
+    auto memref = dyn_cast<MemRefType>(type);
+    if (!memref)
+      continue;
+    unsigned bits = memref.getElementType().isIntOrFloat()
+                        ? memref.getElementType().getIntOrFloatBitWidth()
+                        : 64;
+    int64_t bytes = std::max<int64_t>(1, bits / 8);
+    constexpr int64_t kMaxBytes = std::numeric_limits<int64_t>::max();
+    for (int64_t size : memref.getShape()) {
+      if (ShapedType::isDynamic(size))
+        continue;
+      if (size != 0 && bytes > kMaxBytes / size)
+        return emitOpError("argument #")
+               << i << ": " << type << " holds more than 2^63 - 1 bytes (the product of its static sizes "
+               << "and element size), more than 64-bit strides and offsets can address";
+      bytes *= size == 0 ? 1 : size;
+    }
+  }
   StringRef symmetric = EventTensorDialect::getSymmetricAttrName();
   for (unsigned i = 0, e = getNumArguments(); i < e; ++i) {
     Attribute attr = getArgAttr(i, symmetric);

@@ -18,11 +18,11 @@ from .errors import ArtifactError
 
 __all__ = ["VERSION", "check", "expected", "parameters"]
 
-VERSION = 2
+VERSION = 3
 
 # Control buffer (i32 words).
-CONTROL_WORDS = 8
-TICKET0 = 0  # the ticket counter of bank 0 (bank 1's follows)
+CONTROL_WORDS = 12
+TICKET0 = 8  # the 64-bit ticket counter of bank 0 at this i32 word (bank 1's follows)
 ABORT = 2
 ERROR_CLAIMED = 3
 TRACE_CURSOR = 4
@@ -31,7 +31,7 @@ TRACE_CURSOR = 4
 ERROR_WORDS = 9
 ERROR_FIELDS = ("kind", "worker", "task", "tile", "event", "element", "expected", "observed", "step")
 # Error kinds (the record's first word).
-TIMEOUT, CAPACITY, OUT_OF_BOUNDS, BAD_ENTRY = 1, 2, 3, 4
+TIMEOUT, CAPACITY, OUT_OF_BOUNDS, BAD_ENTRY, TILE_COUNT = 1, 2, 3, 4, 5
 
 # Trace record (i64 words).
 RECORD_WORDS = 7
@@ -70,7 +70,8 @@ def expected(target: str, profile: bool, devices: int) -> dict[str, Any]:
                     "error_claimed": ERROR_CLAIMED, "trace_cursor": TRACE_CURSOR},
         "error": {"words": ERROR_WORDS, "fields": list(ERROR_FIELDS),
                   "kinds": {"timeout": TIMEOUT, "counter_capacity": CAPACITY,
-                            "index_out_of_bounds": OUT_OF_BOUNDS, "bad_schedule_entry": BAD_ENTRY}},
+                            "index_out_of_bounds": OUT_OF_BOUNDS, "bad_schedule_entry": BAD_ENTRY,
+                            "tile_count": TILE_COUNT}},
         "trace": {"record_words": RECORD_WORDS, "fields": list(RECORD_FIELDS)},
         "counters": {"banks": COUNTER_BANKS, "device_barrier_words": DEVICE_BARRIER_WORDS,
                      "device_abort_words": DEVICE_ABORT_WORDS},

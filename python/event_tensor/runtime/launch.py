@@ -8,7 +8,7 @@ import functools
 import threading
 from typing import Any
 
-from .abi import BAD_ENTRY, CAPACITY, ERROR_WORDS, OUT_OF_BOUNDS, TIMEOUT
+from .abi import BAD_ENTRY, CAPACITY, ERROR_WORDS, OUT_OF_BOUNDS, TILE_COUNT, TIMEOUT
 from .errors import KernelError, WatchdogError
 
 __all__ = ["check_timeout", "decode_error", "first_cause", "locked", "new_lock", "MAX_TIMEOUT_S", "POLL_S"]
@@ -106,6 +106,12 @@ def decode_error(metadata: dict[str, Any], record: list[int], device: int | None
         )
     if kind == BAD_ENTRY:
         return KernelError(f"kernel {metadata['kernel']}: {where} read an invalid schedule entry", info)
+    if kind == TILE_COUNT:
+        return KernelError(
+            f"kernel {metadata['kernel']}: {where}: the tile extents given at run time (kernel arguments or "
+            f"extent loads) make a negative tile count or one above {expected} (2^31 - 1); no tile of the task ran",
+            info,
+        )
     if kind == CAPACITY:
         return KernelError(
             f"kernel {metadata['kernel']}: the counter buffer holds {observed} words, {expected} are needed",

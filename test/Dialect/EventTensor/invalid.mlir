@@ -1649,3 +1649,20 @@ et.kernel @router_outside_task(%s: memref<1x8xf32>, %i: memref<1x2xi32>, %w: mem
   // expected-error @+1 {{must be nested in an 'et.task' body}}
   et.router_topk %s, %i, %w : memref<1x8xf32>, memref<1x2xi32>, memref<1x2xf32>
 }
+
+// -----
+
+// Test: a memref argument whose static sizes hold more than 2^63 - 1 bytes
+// (its strides overflowed in the lowerings, an abort in upstream code).
+// expected-error @+1 {{'et.kernel' op argument #1: 'memref<?x4611686018427387904xbf16>' holds more than 2^63 - 1 bytes}}
+et.kernel @huge_memref(%a: memref<4xf32>, %b: memref<?x4611686018427387904xbf16>) {
+  %c0 = arith.constant 0 : index
+}
+
+// -----
+
+// Test: the same through the product of several sizes.
+// expected-error @+1 {{'et.kernel' op argument #0: 'memref<4611686018427387904x512xbf16>' holds more than 2^63 - 1 bytes}}
+et.kernel @huge_product(%a: memref<4611686018427387904x512xbf16>) {
+  %c0 = arith.constant 0 : index
+}
