@@ -986,6 +986,46 @@ def test_prefill_last_layer_runs_the_last_row_alone(tmp_path):
     assert not np.allclose(runs["row"][1][:-1], runs["full"][1][:-1], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (10, 2)])
+def test_prefill_kernel_with_odd_query_groups(heads, kv_heads, tmp_path):
+    """Query groups of 3 and 5 heads: the prefill kernel's attention tiles
+    hold fewer tokens than their rows would (whole groups only), on the CPU
+    the same tokens and logits as the decode kernel's prefill; the CUDA
+    build compiles."""
+    c = model.tiny_config("llama", num_heads=heads, num_kv_heads=kv_heads, head_dim=32,
+                          hidden_size=heads * 32)
+    w = model.random_weights(c, seed=5)
+    plain = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=1, max_context=64,
+                                                    cache_dir=tmp_path), w)
+    fast = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=1, max_context=64, prefill_rows=24,
+                                                   cache_dir=tmp_path, out_dir=tmp_path / "cpu"), w)
+    prompt = np.random.default_rng(2).integers(0, c.vocab_size, 40).tolist()
+    assert plain.prefill([prompt]).tolist() == fast.prefill([prompt]).tolist()
+    # Within bf16 rounding (the GEMM tiles sum K in another order than the
+    # decode kernel's rows: 1.6e-3 here, about as much as a group of one
+    # head at this hidden size; a wrong attention row is off by far more).
+    ref = plain.last_logits()[-1]
+    assert np.abs(fast.last_logits()[0] - ref).max() / np.abs(ref).max() < 5e-3
+    for name in ("k_cache", "v_cache"):
+        np.testing.assert_allclose(np.asarray(fast.buffers[name], np.float32)[:, 0, :40],
+                                   np.asarray(plain.buffers[name], np.float32)[:, 0, :40], rtol=1e-2, atol=1e-2)
+    gpu = model.tiny_config("llama", num_heads=heads, num_kv_heads=kv_heads, head_dim=64, hidden_size=heads * 64)
+    out = model.compile_model(gpu, target="cuda", max_batch=1, max_context=256, workers=8, prefill_rows=128,
+                              out_dir=tmp_path / "cuda", cache_dir=tmp_path / "cache")
+    tiles = json.loads((out / "model.json").read_text())["prefill"]["tiles"]
+    assert tiles["attn_block"] == {3: 32, 5: 16}[heads // kv_heads]
+
+
+def test_compile_model_validates_a_config_built_in_python(tmp_path):
+    # A ModelConfig made in Python skips from_hf's checks: compile_model
+    # makes them (a head_dim of 16 was an MLIR op dump from the verifier).
+    from event_tensor.model import ConfigError
+
+    c = model.tiny_config("llama", num_heads=6, num_kv_heads=2, head_dim=16, hidden_size=96)
+    with pytest.raises(ConfigError, match=r"compile_model: head_dim must be a multiple of 32 .*got 16"):
+        model.compile_model(c, target="cpu", max_batch=1, max_context=64, cache_dir=tmp_path)
+
+
 def test_prefill_tiles_choices_and_bad_values():
     """PrefillTiles: the cuda defaults (gated 128 x 256 tiles while they fill
     the workers, q/k/v in one wave of 128 x 256, the models' choice for the
@@ -1020,6 +1060,13 @@ def test_prefill_tiles_choices_and_bad_values():
     assert "gate_up" not in split.gemm and split.gemm["down"] == (128, 64, 6) and split.sources["down"] == "given"
     cpu = PrefillTiles(c, max_rows=64, target="cpu")
     assert cpu.row_block == 16 and cpu.gemm["gate_up"] == (32, 16, 1)
+    # Query groups of 3 and 5 heads (Llama-3.2-3B, Qwen3-14B) do not divide
+    # an attention tile's 128 rows: the most tokens whose groups fill whole
+    # warps (96 and 80 rows; the prefill kernel of the default build was a
+    # ValueError for them).
+    assert PrefillTiles(preset("llama-3.2-3b"), max_rows=512).attn_block == 32
+    assert PrefillTiles(preset("qwen3-14b"), max_rows=512).attn_block == 16
+    assert PrefillTiles(preset("qwen3-14b"), max_rows=64, target="cpu").attn_block == 8
     # Rows in flight in the row-wise ops and the LM head's unroll: 4 and 8
     # on cuda (one row at a time on the CPU), recorded in model.json.
     assert (t.rows_in_flight, t.lm_unroll, cpu.rows_in_flight) == (4, 8, 1)

@@ -259,6 +259,9 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     `mma` from it; it needs `out_dir`."""
     if workers is None:
         workers = 4 if target == "cpu" else 132
+    # A config built in Python (not read by ModelConfig.from_hf) is checked
+    # here, before any IR: its errors name the field, not an op.
+    config.validate("compile_model")
     kernel = KernelOptions(layered=layered, tp=tp, linear_tile=linear_tile, gated_mlp=gated_mlp,
                            qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head, norm_in_linear=norm_in_linear,
                            norm_scratch=norm_scratch, fuse_norms=fuse_norms, qk_heads=qk_heads,

@@ -161,11 +161,17 @@ class PrefillTiles:
         self.last_layer = last_layer
         group = config.num_heads // config.num_kv_heads
         if attn_block is None:
+            # Tokens per attention tile: the most that fill the tile's rows
+            # (16 a warp) with whole query groups, a divisor of row_block
+            # and, on the GPU, whole warps (a group of 3 or 5 heads leaves
+            # some of the tile's warps idle).
             rows = self.threads // 32 * 16
-            if rows % group:
-                raise ValueError(f"a query group of {group} heads does not divide the {rows} rows of an "
-                                 f"attention tile on {self.threads} threads")
-            attn_block = min(rows // group, self.row_block)
+            fits = [d for d in range(1, self.row_block + 1)
+                    if self.row_block % d == 0 and d * group <= rows and (not gpu_target or d * group % 16 == 0)]
+            if not fits:
+                raise ValueError(f"a query group of {group} heads does not fit the {rows} rows of an attention "
+                                 f"tile on {self.threads} threads")
+            attn_block = max(fits)
         if not isinstance(attn_block, int) or attn_block < 1 or self.row_block % attn_block:
             raise ValueError(f"attn_block must divide row_block {self.row_block}, got {attn_block!r}")
         self.attn_block = attn_block
