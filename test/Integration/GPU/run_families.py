@@ -29,6 +29,12 @@ from event_tensor.model import DecodeSession, ModelConfig
 from gpu_timing import random_packed_weights
 
 
+# Prefill kernel against the decode kernel on the same prompt: worst
+# logit difference over the largest logit (each is within about 1e-2 of
+# float32 transformers).
+PREFILL_TOLERANCE = 3e-2
+
+
 def check_model(path: Path, batches: list[int], context: int) -> dict:
     """One family: load, a step per batch (its own kernel), a generation."""
     info = json.loads((path / "model.json").read_text())
@@ -63,14 +69,26 @@ def check_model(path: Path, batches: list[int], context: int) -> dict:
             t0 = time.perf_counter()
             token = int(session.prefill([prompt])[0])
             torch.cuda.synchronize()
-            logits = session.last_logits()
-            row["prefill"] = {"prompt": len(prompt), "ms": 1e3 * (time.perf_counter() - t0),
+            prefill_ms = 1e3 * (time.perf_counter() - t0)
+            logits = session.last_logits()[0].copy()
+            # The same prompt through the decode kernel (rows of one prompt
+            # attend causally to each other within a launch): the two
+            # kernels' last logits agree within bf16 rounding.
+            session.reset()
+            for start in range(0, len(prompt), session.max_batch):
+                chunk = prompt[start:start + session.max_batch]
+                session.step(chunk, list(range(start, start + len(chunk))), [0] * len(chunk))
+            decoded = session.last_logits()[-1]
+            error = float(np.abs(logits - decoded).max() / np.abs(decoded).max())
+            row["prefill"] = {"prompt": len(prompt), "ms": prefill_ms,
                               "finite_logits": bool(np.isfinite(logits).all()),
-                              "token_in_vocabulary": 0 <= token < config.vocab_size}
+                              "token_in_vocabulary": 0 <= token < config.vocab_size,
+                              "relative_error_vs_decode": error, "same_token": token == int(decoded.argmax())}
         session.reset()
         g = session.generate([rng.integers(0, config.vocab_size, 16).tolist()], 8)
         row["generation"] = {"tokens": len(g.tokens[0]), "finish": g.finish_reasons[0], "launches": g.launches}
-        prefill_ok = "prefill" not in row or (row["prefill"]["finite_logits"] and row["prefill"]["token_in_vocabulary"])
+        prefill_ok = "prefill" not in row or (row["prefill"]["finite_logits"] and row["prefill"]["token_in_vocabulary"]
+                                              and row["prefill"]["relative_error_vs_decode"] < PREFILL_TOLERANCE)
         row["ok"] = all(s["tokens_in_vocabulary"] for s in row["steps"]) and len(g.tokens[0]) == 8 and prefill_ok
     finally:
         session.close()
@@ -95,6 +113,9 @@ def main() -> int:
         if not row["ok"]:
             failed.append(name)
         steps = ", ".join(f"b{s['batch']} {s['kernel']} {s['step_ms']:.2f} ms" for s in row.get("steps", []))
+        if "prefill" in row:
+            steps += (f"; prefill of {row['prefill']['prompt']} {row['prefill']['ms']:.1f} ms, "
+                      f"{row['prefill']['relative_error_vs_decode']:.1e} from the decode kernel")
         print(f"{name}: {'ok' if row['ok'] else 'FAIL'} (load {row.get('load_s', 0):.1f} s; {steps})"
               + (f" {row['error']}" if "error" in row else ""), flush=True)
         gc.collect()
