@@ -309,10 +309,21 @@ SmallVector<int64_t> TileGraph::delinearize(unsigned task,
   return coords;
 }
 
+SmallVector<unsigned, 4> TileGraph::getDepSetsOf(unsigned task,
+                                                 int64_t tile) const {
+  const Task &t = tasks[task];
+  SmallVector<unsigned, 4> sets;
+  if (t.extentSet)
+    sets.push_back(*t.extentSet);
+  for (const auto &perWait : t.depSets)
+    sets.push_back(perWait[tile]);
+  return sets;
+}
+
 SmallVector<TileRef> TileGraph::getAllDeps(unsigned task, int64_t tile) const {
-  SmallVector<TileRef> all(tasks[task].extentDeps);
-  for (const auto &perWait : tasks[task].deps)
-    all.append(perWait[tile].begin(), perWait[tile].end());
+  SmallVector<TileRef> all;
+  for (unsigned set : getDepSetsOf(task, tile))
+    all.append(depSets[set].begin(), depSets[set].end());
   // std::sort: llvm::sort would take qsort for this trivially copyable type,
   // several times slower on the short lists here.
   std::sort(all.begin(), all.end());
@@ -320,23 +331,57 @@ SmallVector<TileRef> TileGraph::getAllDeps(unsigned task, int64_t tile) const {
   return all;
 }
 
-std::optional<SmallVector<int64_t>> TileGraph::topologicalOrder() const {
-  std::vector<SmallVector<int64_t, 2>> succs(totalTiles);
-  SmallVector<int64_t> indegree(totalTiles, 0);
-  for (auto [ti, t] : llvm::enumerate(tasks))
-    for (int64_t tile = 0; tile < t.numTiles; ++tile)
-      for (TileRef d : getAllDeps(ti, tile)) {
-        succs[getGlobalId(d)].push_back(tileBase[ti] + tile);
-        ++indegree[tileBase[ti] + tile];
+SmallVector<int64_t>
+TileGraph::orderTiles(ArrayRef<bool> present,
+                      ArrayRef<std::pair<int64_t, int64_t>> extra) const {
+  // Vertices: the tiles (global ids), then the sets. Edges: a set's tiles
+  // to the set, the set to each tile that waits on it, and `extra`, each
+  // as a compressed row of successors.
+  int64_t numSets = depSets.size(), n = totalTiles + numSets;
+  SmallVector<int64_t> indegree(n, 0), start(n + 1, 0);
+  auto forEachEdge = [&](auto fn) {
+    for (auto [s, set] : llvm::enumerate(depSets))
+      for (TileRef member : set)
+        fn(getGlobalId(member), totalTiles + static_cast<int64_t>(s));
+    for (auto [ti, t] : llvm::enumerate(tasks))
+      for (int64_t tile = 0; tile < t.numTiles; ++tile) {
+        int64_t g = tileBase[ti] + tile;
+        if (!present[g])
+          continue;
+        for (unsigned set : getDepSetsOf(ti, tile))
+          fn(totalTiles + static_cast<int64_t>(set), g);
       }
+    for (auto [from, to] : extra)
+      fn(from, to);
+  };
+  forEachEdge([&](int64_t from, int64_t to) {
+    ++start[from + 1];
+    ++indegree[to];
+  });
+  for (int64_t v = 0; v < n; ++v)
+    start[v + 1] += start[v];
+  SmallVector<int64_t> succ(start[n]), fill(start.begin(), start.end() - 1);
+  forEachEdge([&](int64_t from, int64_t to) { succ[fill[from]++] = to; });
+
+  SmallVector<int64_t> queue;
+  for (int64_t v = 0; v < n; ++v)
+    if (indegree[v] == 0 && (v >= totalTiles || present[v]))
+      queue.push_back(v);
   SmallVector<int64_t> order;
-  for (int64_t g = 0; g < totalTiles; ++g)
-    if (indegree[g] == 0)
-      order.push_back(g);
-  for (size_t i = 0; i < order.size(); ++i)
-    for (int64_t s : succs[order[i]])
-      if (--indegree[s] == 0)
-        order.push_back(s);
+  for (size_t i = 0; i < queue.size(); ++i) {
+    int64_t v = queue[i];
+    if (v < totalTiles)
+      order.push_back(v);
+    for (int64_t k = start[v]; k < start[v + 1]; ++k)
+      if (--indegree[succ[k]] == 0 && (succ[k] >= totalTiles || present[succ[k]]))
+        queue.push_back(succ[k]);
+  }
+  return order;
+}
+
+std::optional<SmallVector<int64_t>> TileGraph::topologicalOrder() const {
+  SmallVector<bool> all(totalTiles, true);
+  SmallVector<int64_t> order = orderTiles(all);
   if (static_cast<int64_t>(order.size()) != totalTiles)
     return std::nullopt;
   return order;
@@ -469,9 +514,36 @@ FailureOr<TileGraph> TileGraph::build(const EventGraph &graph,
     }
   }
 
-  auto dedup = [](SmallVectorImpl<TileRef> &v) {
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
+  // Dependency sets, interned: one per (event, element), one for an
+  // event's every signaller, one per extent-load list.
+  std::map<std::pair<EventInfo *, SmallVector<int64_t>>, unsigned> byElementSet;
+  llvm::DenseMap<EventInfo *, unsigned> allSet;
+  auto addSet = [&](SmallVector<TileRef, 2> tiles) {
+    std::sort(tiles.begin(), tiles.end());
+    tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
+    tg.depSets.push_back(std::move(tiles));
+    return static_cast<unsigned>(tg.depSets.size() - 1);
+  };
+  // The tiles of `event` that may signal element `idx` (every signaller
+  // when the element is not known).
+  auto setFor = [&](EventInfo *event, const std::optional<SmallVector<int64_t>> &idx) {
+    const Signallers &s = signallers[event];
+    if (!idx) {
+      auto [it, inserted] = allSet.try_emplace(event, 0);
+      if (inserted)
+        it->second = addSet(SmallVector<TileRef, 2>(s.all.begin(), s.all.end()));
+      return it->second;
+    }
+    auto [it, inserted] = byElementSet.try_emplace({event, *idx}, 0);
+    if (inserted) {
+      SmallVector<TileRef, 2> tiles;
+      auto found = s.byElement.find(*idx);
+      if (found != s.byElement.end())
+        tiles.append(found->second.begin(), found->second.end());
+      tiles.append(s.anywhere.begin(), s.anywhere.end());
+      it->second = addSet(std::move(tiles));
+    }
+    return it->second;
   };
 
   // Waits.
@@ -480,34 +552,24 @@ FailureOr<TileGraph> TileGraph::build(const EventGraph &graph,
       if (!access->isSignal && access->task == t.op)
         t.waits.push_back(access.get());
     for (const EventAccess *wait : t.waits) {
-      Value event = cast<EventWaitOp>(wait->op).getEvent();
-      const Signallers &s = signallers[graph.lookup(event)];
-      auto &perTile = t.deps.emplace_back();
+      EventInfo *event = graph.lookup(cast<EventWaitOp>(wait->op).getEvent());
+      auto &perTile = t.depSets.emplace_back();
       perTile.resize(t.numTiles);
-      bool exact = s.anywhere.empty();
+      bool exact = signallers[event].anywhere.empty();
       for (int64_t tile = 0; tile < t.numTiles; ++tile) {
         std::optional<SmallVector<int64_t>> idx =
             evalAccess(*wait, tg.delinearize(ti, tile));
-        SmallVector<TileRef, 2> &deps = perTile[tile];
-        if (!idx) {
-          exact = false;
-          deps.append(s.all.begin(), s.all.end());
-        } else {
-          auto it = s.byElement.find(*idx);
-          if (it != s.byElement.end())
-            deps.append(it->second.begin(), it->second.end());
-          deps.append(s.anywhere.begin(), s.anywhere.end());
-        }
-        dedup(deps);
+        exact &= idx.has_value();
+        perTile[tile] = setFor(event, idx);
       }
       t.exact.push_back(exact);
     }
     // Extent loads with `after`: the task's tile count is known only once
     // the after-element is ready.
+    SmallVector<TileRef, 2> extentDeps;
     for (ExtentLoadOp load : getExtentLoads(t.op)) {
       if (!load.getAfterEvent())
         continue;
-      const Signallers &s = signallers[graph.lookup(load.getAfterEvent())];
       SmallVector<int64_t> idx;
       bool known = true;
       for (Value v : load.getAfterIndices()) {
@@ -517,16 +579,12 @@ FailureOr<TileGraph> TileGraph::build(const EventGraph &graph,
         else
           idx.push_back(*x);
       }
-      if (!known) {
-        t.extentDeps.append(s.all.begin(), s.all.end());
-      } else {
-        auto it = s.byElement.find(idx);
-        if (it != s.byElement.end())
-          t.extentDeps.append(it->second.begin(), it->second.end());
-        t.extentDeps.append(s.anywhere.begin(), s.anywhere.end());
-      }
+      ArrayRef<TileRef> set = tg.depSets[setFor(graph.lookup(load.getAfterEvent()),
+                                                known ? std::optional(idx) : std::nullopt)];
+      extentDeps.append(set.begin(), set.end());
     }
-    dedup(t.extentDeps);
+    if (!extentDeps.empty())
+      t.extentSet = addSet(std::move(extentDeps));
   }
   return tg;
 }

@@ -135,7 +135,7 @@ struct OptimizeEventsPass
         bool local = true;
         for (int64_t tile = 0; tile < task.numTiles && local; ++tile) {
           auto [worker, pos] = where.at({static_cast<unsigned>(ti), tile});
-          const auto &deps = task.deps[wi][tile];
+          ArrayRef<TileRef> deps = tg.getDeps(ti, wi, tile);
           if (deps.empty())
             local = false; // nobody signals: leave it to the verifier
           for (TileRef d : deps) {
@@ -181,9 +181,9 @@ struct OptimizeEventsPass
     SmallVector<SmallVector<int64_t, 4>> certain(n);
     for (auto [ti, t] : llvm::enumerate(tg.getTasks()))
       for (int64_t tile = 0; tile < t.numTiles; ++tile)
-        for (auto [wi, perTile] : llvm::enumerate(t.deps))
+        for (size_t wi = 0; wi < t.waits.size(); ++wi)
           if (certainWait(t, wi))
-            for (TileRef d : perTile[tile])
+            for (TileRef d : tg.getDeps(ti, wi, tile))
               certain[gid({static_cast<unsigned>(ti), tile})].push_back(gid(d));
     std::optional<SmallVector<int64_t>> order = tg.topologicalOrder();
     if (!order)
@@ -202,7 +202,7 @@ struct OptimizeEventsPass
       for (size_t wi = 0; wi < t.waits.size(); ++wi) {
         bool redundant = t.waits.size() > 1 && !isRemoteWait(t.waits[wi]);
         for (int64_t tile = 0; tile < t.numTiles && redundant; ++tile) {
-          if (t.deps[wi][tile].empty()) {
+          if (tg.getDeps(ti, wi, tile).empty()) {
             redundant = false;
             break;
           }
@@ -210,10 +210,10 @@ struct OptimizeEventsPass
           for (size_t wj = 0; wj < t.waits.size(); ++wj) {
             if (wj == wi || removed[wj] || !certainWait(t, wj))
               continue;
-            for (TileRef d : t.deps[wj][tile])
+            for (TileRef d : tg.getDeps(ti, wj, tile))
               covered |= anc[gid(d)];
           }
-          for (TileRef d : t.deps[wi][tile])
+          for (TileRef d : tg.getDeps(ti, wi, tile))
             if (!covered.test(gid(d)))
               redundant = false;
         }

@@ -261,81 +261,57 @@ struct VerifyEventGraphPass
         }
       }
     }
-    // Every tile's dependencies, once (compressed rows by global id).
+    // Each tile's dependencies through its dependency sets (shared by
+    // tiles that wait on the same element: an all-to-all wait is one set).
     SmallVector<TileRef> tileOf(total);
-    SmallVector<int64_t> depStart(total + 1, 0);
-    SmallVector<int64_t> depIds;
     for (auto [ti, task] : llvm::enumerate(tg->getTasks()))
-      for (int64_t tile = 0; tile < task.numTiles; ++tile) {
-        int64_t g = tg->getGlobalId({static_cast<unsigned>(ti), tile});
-        tileOf[g] = {static_cast<unsigned>(ti), tile};
-        for (TileRef d : tg->getAllDeps(ti, tile))
-          depIds.push_back(tg->getGlobalId(d));
-        depStart[g + 1] = depIds.size();
-      }
-    auto depsOf = [&](int64_t g) {
-      return ArrayRef<int64_t>(depIds).slice(depStart[g],
-                                             depStart[g + 1] - depStart[g]);
-    };
+      for (int64_t tile = 0; tile < task.numTiles; ++tile)
+        tileOf[tg->getGlobalId({static_cast<unsigned>(ti), tile})] = {static_cast<unsigned>(ti), tile};
     // Same worker: dependencies first.
     for (int64_t g = 0; g < total; ++g) {
       Place &place = where[g];
       if (place.worker < 0)
         continue;
-      for (int64_t d : depsOf(g)) {
-        Place &dep = where[d];
-        if (dep.worker != place.worker || dep.pos < place.pos)
-          continue;
-        TileRef key = tileOf[g], dt = tileOf[d];
-        InFlightDiagnostic diag =
-            place.run.emitOpError("runs tile ")
-            << key.tile << " of @" << tg->getTask(key.task).op.getSymName()
-            << " on worker " << place.worker << " before tile " << dt.tile
-            << " of @" << tg->getTask(dt.task).op.getSymName()
-            << ", which it waits on (certain deadlock)";
-        diag.attachNote(dep.run.getLoc())
-            << "tile " << dt.tile << " is scheduled here";
-        return true;
-      }
+      TileRef key = tileOf[g];
+      for (unsigned set : tg->getDepSetsOf(key.task, key.tile))
+        for (TileRef dt : tg->getDepSet(set)) {
+          Place &dep = where[tg->getGlobalId(dt)];
+          if (dep.worker != place.worker || dep.pos < place.pos)
+            continue;
+          InFlightDiagnostic diag =
+              place.run.emitOpError("runs tile ")
+              << key.tile << " of @" << tg->getTask(key.task).op.getSymName()
+              << " on worker " << place.worker << " before tile " << dt.tile
+              << " of @" << tg->getTask(dt.task).op.getSymName()
+              << ", which it waits on (certain deadlock)";
+          diag.attachNote(dep.run.getLoc())
+              << "tile " << dt.tile << " is scheduled here";
+          return true;
+        }
     }
     // Across workers: program order and dependencies must be acyclic. A
     // tile that waits on a tile no worker runs never becomes ready.
-    SmallVector<int64_t> indegree(total, 0);
-    std::vector<SmallVector<int64_t, 2>> succ(total);
+    SmallVector<bool> present(total);
     int64_t placed = 0;
-    for (int64_t g = 0; g < total; ++g) {
-      if (where[g].worker < 0)
-        continue;
-      ++placed;
-      for (int64_t d : depsOf(g)) {
-        succ[d].push_back(g);
-        ++indegree[g];
-      }
-    }
-    for (auto &program : programs)
-      for (size_t i = 1; i < program.size(); ++i) {
-        succ[program[i - 1]].push_back(program[i]);
-        ++indegree[program[i]];
-      }
-    SmallVector<int64_t> ready;
     for (int64_t g = 0; g < total; ++g)
-      if (where[g].worker >= 0 && indegree[g] == 0)
-        ready.push_back(g);
-    int64_t done = 0;
-    while (!ready.empty()) {
-      int64_t g = ready.pop_back_val();
-      ++done;
-      for (int64_t s : succ[g])
-        if (--indegree[s] == 0)
-          ready.push_back(s);
-    }
+      if ((present[g] = where[g].worker >= 0))
+        ++placed;
+    SmallVector<std::pair<int64_t, int64_t>> programOrder;
+    for (auto &program : programs)
+      for (size_t i = 1; i < program.size(); ++i)
+        programOrder.push_back({program[i - 1], program[i]});
+    SmallVector<int64_t> ran = tg->orderTiles(present, programOrder);
+    int64_t done = ran.size();
     if (done == placed)
       return false;
     InFlightDiagnostic diag = schedule.emitOpError(
         "deadlocks: workers wait on each other's tiles in a cycle");
     // Where the first stuck worker blocks: its first unfinished tile.
+    SmallVector<bool> finished(total, false);
+    for (int64_t g : ran)
+      finished[g] = true;
     for (auto &program : programs) {
-      auto it = llvm::find_if(program, [&](int64_t g) { return indegree[g] != 0; });
+      auto it = llvm::find_if(program, [&](int64_t g) { return !finished[g]; });
       if (it == program.end())
         continue;
       Place &place = where[*it];

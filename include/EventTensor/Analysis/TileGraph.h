@@ -117,16 +117,18 @@ public:
     TileCost cost;
     /// Waits of this task, in body order (EventGraph accesses).
     SmallVector<const EventAccess *> waits;
-    /// deps[w][tile]: the tiles that wait `w` of `tile` may wait on.
-    SmallVector<SmallVector<SmallVector<TileRef, 2>>> deps;
-    /// exact[w]: true when deps[w] is exact for every tile (the waited
-    /// element is known at compile time and every signal index is too), so
-    /// the tile certainly waits on each of them; otherwise deps[w] is an
-    /// over-approximation.
+    /// depSets[w][tile]: the dependency set (getDepSet) of the tiles that
+    /// wait `w` of `tile` may wait on.
+    SmallVector<std::vector<unsigned>> depSets;
+    /// exact[w]: true when wait w's sets are exact for every tile (the
+    /// waited element is known at compile time and every signal index is
+    /// too), so the tile certainly waits on each of them; otherwise they
+    /// over-approximate.
     SmallVector<bool> exact;
-    /// Tiles the whole task depends on before it knows its tile count (the
-    /// signallers of the `after` events of its extent loads).
-    SmallVector<TileRef> extentDeps;
+    /// The dependency set of the tiles the whole task depends on before it
+    /// knows its tile count (the signallers of the `after` events of its
+    /// extent loads); none when empty.
+    std::optional<unsigned> extentSet;
   };
 
   /// Builds the graph. On failure returns the op to report on and a message.
@@ -138,6 +140,19 @@ public:
   const Task &getTask(unsigned i) const { return tasks[i]; }
   /// Position of a task in program order.
   unsigned getTaskIndex(TaskOp task) const { return taskIndex.lookup(task); }
+  /// Dependency sets: the tiles (sorted, unique) that a wait may wait on.
+  /// The waits that resolve to the same element of an event share one set,
+  /// so a wait of every tile of a task on every tile of another (an
+  /// all-to-all) costs one set of N tiles, not N lists of N.
+  ArrayRef<TileRef> getDepSet(unsigned id) const { return depSets[id]; }
+  unsigned getNumDepSets() const { return depSets.size(); }
+  /// The tiles that wait `wait` of tile `tile` of task `task` may wait on.
+  ArrayRef<TileRef> getDeps(unsigned task, unsigned wait, int64_t tile) const {
+    return depSets[tasks[task].depSets[wait][tile]];
+  }
+  /// The dependency sets tile `tile` of task `task` waits on: one per wait,
+  /// and the task's extent set (a set may appear more than once).
+  SmallVector<unsigned, 4> getDepSetsOf(unsigned task, int64_t tile) const;
   /// All tiles `tile` of task `task` waits on (every wait), sorted, unique.
   SmallVector<TileRef> getAllDeps(unsigned task, int64_t tile) const;
   int64_t getNumTiles() const { return totalTiles; }
@@ -146,6 +161,16 @@ public:
   /// Every tile as a global id, each after all tiles it depends on; nullopt
   /// when tiles depend on each other in a cycle.
   std::optional<SmallVector<int64_t>> topologicalOrder() const;
+  /// Kahn's algorithm over the tiles for which `present[g]` holds (by global
+  /// id), their dependency sets (a set is done once all its tiles are; one
+  /// holding an absent tile never is) and the `extra` edges (from, to)
+  /// between present tiles. Returns the tiles in an order where each
+  /// follows what it depends on, and only those that can run: fewer than
+  /// the present ones when some wait in a cycle or on an absent tile.
+  /// Memory in the tiles, the sets' sizes and the edges, never in tiles x
+  /// tiles.
+  SmallVector<int64_t> orderTiles(ArrayRef<bool> present,
+                                  ArrayRef<std::pair<int64_t, int64_t>> extra = {}) const;
 
   /// Decodes a linear tile id into coordinates.
   SmallVector<int64_t> delinearize(unsigned task, int64_t tile) const;
@@ -159,6 +184,7 @@ private:
   TileGraph() = default;
   SmallVector<std::optional<int64_t>> symbolValues;
   std::vector<Task> tasks;
+  std::vector<SmallVector<TileRef, 2>> depSets;
   llvm::DenseMap<Operation *, unsigned> taskIndex;
   SmallVector<int64_t> tileBase; // global id of each task's tile 0
   int64_t totalTiles = 0;
