@@ -674,6 +674,37 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
         assert meta["binary"] == "kernel.cubin" and (bin_art / meta["binary"]).read_bytes()[:4] == b"\x7fELF"
 
 
+def test_cli_compile_defaults_are_the_measured_best(tmp_path, capsys):
+    """`event-tensor compile --device cuda` builds, unless told otherwise, a
+    kernel per shape bucket and tensor-core tiles where the batch reaches
+    them (default_shape_options); one kernel where the shape has one
+    bucket, for experts or a tuning table; --no-specialize and
+    --linear-tile opt out. Host workers: the available cores, at least 4."""
+    import os
+
+    from event_tensor.cli import main
+    from event_tensor.model.compile import default_shape_options, default_workers
+
+    c = model.tiny_config("llama")
+    assert default_shape_options(c, "cuda", 1, 1024) == {"specialize": True, "linear_tile": "rows"}
+    assert default_shape_options(c, "cuda", 16, 8192) == {"specialize": True, "linear_tile": "auto"}
+    assert default_shape_options(c, "cuda", 1, 16)["specialize"] is False
+    assert default_shape_options(c, "cpu", 16, 8192) == {"specialize": False, "linear_tile": "rows"}
+    assert default_shape_options(c, "cuda", 16, 8192, "NVIDIA H200")["specialize"] is False
+    assert default_shape_options(model.tiny_moe_config(), "cuda", 16, 8192)["specialize"] is False
+    assert default_workers("cuda") == 132 and default_workers("cpu") == max(4, len(os.sched_getaffinity(0)))
+    art = tmp_path / "spec"
+    assert main(["compile", "tiny-llama", "-o", str(art), "--device", "cuda", "--max-batch", "4", "--max-context", "256",
+                 "--workers", "8", "--format", "isa", "--prefill-rows", "0"]) == 0
+    variants = json.loads((art / "model.json").read_text())["variants"]
+    assert [v["max_batch"] for v in variants] == [1, 2, 4]
+    plain = tmp_path / "plain"
+    assert main(["compile", "tiny-llama", "-o", str(plain), "--device", "cuda", "--max-batch", "4", "--max-context", "256",
+                 "--workers", "8", "--format", "isa", "--prefill-rows", "0", "--no-specialize"]) == 0
+    assert not json.loads((plain / "model.json").read_text()).get("variants")
+    assert (plain / "metadata.json").exists()
+
+
 def test_cli_demo_runs_and_checks(tmp_path, capsys, monkeypatch):
     from event_tensor.cli import main
 

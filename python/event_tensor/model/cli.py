@@ -189,7 +189,7 @@ def _check_steps(session, ref, prompts, steps: int, progress: Progress | None):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .compile import compile_model
+    from .compile import compile_model, default_workers
     from .config import demo_config
     from .reference import ReferenceModel
     from .session import DecodeSession
@@ -201,13 +201,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return _err(str(err))
     config = demo_config()
     out = Path(args.out)
+    workers = (args.workers or default_workers("cpu")) if device == "cpu" else default_workers(device)
     print(f"EventTensor demo: a Llama-shaped model ({config.num_layers} layers, hidden {config.hidden_size}, "
           f"{config.num_heads}/{config.num_kv_heads} heads of {config.head_dim}, vocab {config.vocab_size}), "
           f"random bf16 weights, one decode step = one persistent kernel on {device}"
-          + (f" ({args.workers} host worker threads)" if device == "cpu" else ""))
+          + (f" ({workers} host worker threads)" if device == "cpu" else ""))
     weights = random_weights(config, seed=args.seed)
     start = time.perf_counter()
-    workers = args.workers if device == "cpu" else 132
     path = compile_model(config, target=device, max_batch=args.batch, max_context=args.context, workers=workers,
                          profile=True, **({"threads_per_worker": 512} if device == "cuda" else {}))
     compile_s = time.perf_counter() - start
@@ -253,10 +253,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
         config = _config_from(args.config)
     except (ConfigError, ValueError) as err:
         return _err(str(err))
-    workers = args.workers or (4 if device == "cpu" else 132)
     start = time.perf_counter()
     try:
-        from .compile import default_prefill_rows
+        from .compile import default_prefill_rows, default_shape_options, default_workers
+
+        workers = args.workers or default_workers(device)
+        shape = default_shape_options(config, device, args.max_batch, args.max_context, args.tuning_table)
+        if args.specialize is not None:
+            shape["specialize"] = args.specialize
+        if args.linear_tile is not None:
+            shape["linear_tile"] = args.linear_tile
+        if args.batch_variants and args.linear_tile is None:
+            shape["linear_tile"] = "rows"
 
         prefill_rows = args.prefill_rows
         if prefill_rows is None:
@@ -275,7 +283,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             workers=workers, out_dir=args.output, profile=args.profile,
                             layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
-                            linear_tile=args.linear_tile, specialize=args.specialize,
+                            linear_tile=shape["linear_tile"], specialize=shape["specialize"],
                             o_per_head=False if args.deterministic else None, prefill_rows=prefill_rows,
                             tp=args.tp, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
@@ -392,6 +400,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from .. import tuner
+    from .compile import default_workers
     from ..tuning import TableError
 
     try:
@@ -430,7 +439,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise ValueError(f"--waves must be one positive int or 'auto', got {args.waves!r}")
         if args.step in ("all", "prepare"):
             progress = _LazyProgress("compiling the sample kernels")
-            tuner.prepare(work, target=target, workers=args.workers or (4 if target == "cpu" else 132),
+            tuner.prepare(work, target=target, workers=args.workers or default_workers(target),
                           threads=args.threads, shapes=shapes, m_max=args.m_max,
                           rows=[int(r) for r in args.rows.split(",")],
                           ks=ks, ms=ms, max_waves=None if waves is None else waves[0],
@@ -479,7 +488,8 @@ def add_commands(sub) -> None:
     p.add_argument("--steps", type=int, default=8, help="decode steps after the prompt (default 8)")
     p.add_argument("--batch", type=int, default=2, help="sequences decoded together (default 2)")
     p.add_argument("--context", type=int, default=64, help="compiled max context (default 64)")
-    p.add_argument("--workers", type=_positive_int, default=4, help="host worker threads on cpu (default 4)")
+    p.add_argument("--workers", type=_positive_int, help="host worker threads on cpu (default: the available cores, "
+                   "at least 4)")
     p.add_argument("--prompt", default="1, 5, 9, 2", help="prompt token ids (default '1, 5, 9, 2')")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--out", default="event-tensor-demo", help="directory for the trace files")
@@ -498,7 +508,8 @@ def add_commands(sub) -> None:
     p.add_argument("--max-batch", type=int, default=1,
                    help="largest batch (1-64, default 1; above 16 with --linear-tile mma or auto)")
     p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
-    p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")
+    p.add_argument("--workers", type=_positive_int, help="persistent workers (default 132 on cuda; on cpu the "
+                   "available cores, at least 4)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads per worker on cuda (default: 512, or 384 for max batch 1 of models with a hidden "
                    "size up to 1024; model_threads)")
@@ -519,14 +530,16 @@ def add_commands(sub) -> None:
     p.add_argument("--batch-variants", action="store_true",
                    help="with --tuning-table: one kernel per range of batch sizes with the same table choices, "
                    "picked per launch")
-    p.add_argument("--linear-tile", choices=["rows", "mma", "auto"], default="rows",
+    p.add_argument("--linear-tile", choices=["rows", "mma", "auto"], default=None,
                    help="linear layers: et.linear row tiles, et.matmul tensor-core tiles, or auto (row tiles for "
-                   "small batches, tensor cores from batch 4, or 8 for hidden sizes below 2048, as kernel variants; "
-                   "needs --output)")
-    p.add_argument("--specialize", action="store_true",
+                   "small batches, tensor cores from batch 4, or 8 for hidden sizes below 2048, as kernel variants). "
+                   "Default: auto on cuda where the max batch reaches tensor cores (not with --tuning-table or "
+                   "--batch-variants), else rows")
+    p.add_argument("--specialize", action=argparse.BooleanOptionalAction, default=None,
                    help="one kernel per batch bucket (1, 2, 4, 8, max) and context bucket (256, 512, ..., doubling, max; "
                    "a batch range keeps the context buckets that change its attention tiles), "
-                   "each compiled for its own shape, sharing weights and KV caches; picked per launch (needs --output)")
+                   "each compiled for its own shape, sharing weights and KV caches; picked per launch. Default: on "
+                   "for cuda (models without experts, without --tuning-table), off for cpu")
     p.add_argument("--per-layer", action="store_true",
                    help="one task per kind and layer instead of one per kind over (layer, tile) (the default): "
                    "a kernel about L times larger that takes tens of seconds to compile and load")
@@ -600,7 +613,8 @@ def add_commands(sub) -> None:
                    "each row count")
     p.add_argument("--format", choices=["isa", "bin"], default="isa",
                    help="cuda sample kernels as PTX or cubins (no driver JIT when measuring)")
-    p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")
+    p.add_argument("--workers", type=_positive_int, help="persistent workers (default 132 on cuda; on cpu the "
+                   "available cores, at least 4)")
     p.add_argument("--threads", type=int, default=512, help="threads per worker on cuda")
     p.set_defaults(func=cmd_tune)
 

@@ -98,7 +98,8 @@ def add_commands(sub) -> None:
         p.add_argument("--max-batch", type=_positive_int, default=4, help="sequences served at once (default 4; up to 64, above 16 on cuda only)")
         p.add_argument("--max-context", type=_positive_int, default=1024,
                        help="tokens per sequence, prompt and output (default 1024)")
-        p.add_argument("--workers", type=_positive_int, help="persistent workers (default 4 on cpu, 132 on cuda)")
+        p.add_argument("--workers", type=_positive_int, help="persistent workers (default 132 on cuda; on cpu the available "
+                       "cores, at least 4)")
         p.add_argument("--prefill-rows", type=int, default=None,
                        help="prompt positions per prefill launch (default 512 on cuda; 0: prompts go through "
                        "the decode kernel, the default on cpu)")
