@@ -5,80 +5,10 @@ torch.compile with CUDA graphs). Imported from the scripts' own folder."""
 
 import time
 
-import numpy as np
 import torch
 
 from event_tensor.model import ModelConfig
-
-
-def hf_model(config: ModelConfig, weights: dict, *, dtype=torch.float32, attn: str = "eager",
-             device: str = "cuda"):
-    """transformers' LlamaForCausalLM / Qwen3ForCausalLM for `config`, with
-    `weights` (Hugging Face names) cast to `dtype`; `attn` is the attention
-    implementation ("eager", "sdpa")."""
-    import transformers
-
-    hf = config.to_hf()
-    arch = hf["architectures"][0]
-    cfg_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config,
-               "Qwen3MoeForCausalLM": transformers.Qwen3MoeConfig}[arch]
-    model_cls = getattr(transformers, arch)
-    kwargs = {k: v for k, v in hf.items() if k not in ("architectures", "model_type", "torch_dtype")}
-    # Newer transformers take RoPE settings as one `rope_parameters` dict.
-    rope = {"rope_type": "default", "rope_theta": config.rope_theta}
-    if config.rope_scaling:
-        f, lo, hi, orig = config.rope_scaling
-        rope.update(rope_type="llama3", factor=f, low_freq_factor=lo, high_freq_factor=hi,
-                    original_max_position_embeddings=int(orig))
-    if "rope_parameters" in getattr(cfg_cls, "__dataclass_fields__", {}) or hasattr(cfg_cls(), "rope_parameters"):
-        kwargs.pop("rope_theta", None)
-        kwargs.pop("rope_scaling", None)
-        kwargs["rope_parameters"] = rope
-    cfg = cfg_cls(**kwargs)
-    cfg._attn_implementation = attn
-    with torch.device(device):
-        model = model_cls(cfg)
-    # The RoPE frequencies stay float32 (a plain .to(dtype) would round them).
-    rotary = model.model.rotary_emb
-    kept = {n: b.clone() for n, b in rotary.named_buffers(recurse=False)}
-    model = model.to(dtype)
-    for n, b in kept.items():
-        setattr(rotary, n, b)
-    state = _fused_experts(model, {k: v.to(device=device, dtype=dtype) for k, v in weights.items()})
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"state dict mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    if config.tie_word_embeddings:
-        model.tie_weights()
-    # Both must rotate by the same frequencies.
-    from event_tensor.model.reference import _inv_freq
-
-    inv = model.model.rotary_emb.inv_freq.double().cpu().numpy()
-    ours = _inv_freq(config)
-    if not np.allclose(inv, ours, rtol=1e-5):
-        raise RuntimeError(f"transformers' RoPE frequencies differ from ours: {inv[:4]} vs {ours[:4]}")
-    return model.eval()
-
-
-def _fused_experts(model, state: dict) -> dict:
-    """The checkpoint's per-expert tensors (mlp.experts.E.gate_proj, ...) in
-    the form of `model`'s parameters, where it holds an expert layer's
-    weights as two 3-D tensors (gate_up_proj [E, 2I, H], the gate rows
-    first, and down_proj [E, H, I])."""
-    params = dict(model.named_parameters())
-    out = dict(state)
-    for name in params:
-        if not name.endswith(".mlp.experts.gate_up_proj"):
-            continue
-        prefix = name[: -len("gate_up_proj")]
-        experts = params[name].shape[0]
-        gate = [out.pop(f"{prefix}{e}.gate_proj.weight") for e in range(experts)]
-        up = [out.pop(f"{prefix}{e}.up_proj.weight") for e in range(experts)]
-        down = [out.pop(f"{prefix}{e}.down_proj.weight") for e in range(experts)]
-        out[name] = torch.stack([torch.cat([g, u]) for g, u in zip(gate, up)])
-        out[prefix + "down_proj"] = torch.stack(down)
-    return out
+from event_tensor.model.hf import hf_model  # noqa: F401 (the scripts' import)
 
 
 class PeerDecoder:

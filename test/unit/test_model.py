@@ -571,7 +571,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--max-batch", "2",
                  "--max-context", "16", "--workers", "2", "--profile", "--per-layer"]) == 0
     assert (art / "model.json").exists()
-    assert main(["run", str(art), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
+    assert main(["run", str(art), "--random-weights", "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
     out = capsys.readouterr().out
     assert "greedy tokens agree" in out and "sequence 1:" in out
     assert main(["bench", str(art), "--iters", "3", "--warmup", "1"]) == 0
@@ -582,41 +582,53 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     # Bad input: a clear message and exit code 2.
     assert main(["run", str(tmp_path), "--steps", "1"]) == 2
     assert "no model.json" in capsys.readouterr().err
-    assert main(["run", str(art), "--prompt", "1, x"]) == 2
+    assert main(["run", str(art), "--random-weights", "--prompt", "1, x"]) == 2
     assert "--prompt must be token ids" in capsys.readouterr().err
-    assert main(["run", str(art), "--batch", "3", "--steps", "1"]) == 2
+    assert main(["run", str(art), "--random-weights", "--batch", "3", "--steps", "1"]) == 2
     assert "3 prompts exceed the 2 cache slots" in capsys.readouterr().err
     # Sampling and stop ids; a generation repeats for its seed.
-    sample = ["run", str(art), "--max-new-tokens", "5", "--temperature", "2.5", "--seed", "7", "--prompt", "3 4"]
+    sample = ["run", str(art), "--random-weights", "--max-new-tokens", "5", "--temperature", "2.5", "--seed", "7", "--prompt", "3 4"]
     assert main(sample) == 0
     first = capsys.readouterr().out
     assert "sequence 0: [" in first and "(length)" in first and "1 launch)" in first
     assert main(sample) == 0 and capsys.readouterr().out.splitlines()[1:2] == first.splitlines()[1:2]
     stop_at = first.split("sequence 0: [")[1].split(",")[0]
-    assert main(["run", str(art), "--max-new-tokens", "5", "--temperature", "2.5", "--seed", "7",
+    assert main(["run", str(art), "--random-weights", "--max-new-tokens", "5", "--temperature", "2.5", "--seed", "7",
                  "--prompt", "3 4", "--stop", stop_at]) == 0
     assert f"sequence 0: [{stop_at}] (stop)" in capsys.readouterr().out
-    assert main(["run", str(art), "--temperature", "-1"]) == 2
+    assert main(["run", str(art), "--random-weights", "--temperature", "-1"]) == 2
     assert "temperature must be a finite number >= 0" in capsys.readouterr().err
-    assert main(["run", str(art), "--stop", "3, x"]) == 2
+    assert main(["run", str(art), "--random-weights", "--stop", "3, x"]) == 2
     assert "--stop must be token ids separated by commas or spaces, got '3, x'" in capsys.readouterr().err
-    assert main(["run", str(art), "--stop", "99999"]) == 2
+    assert main(["run", str(art), "--random-weights", "--stop", "99999"]) == 2
     assert "stop id 99999 is not a token id" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
     with pytest.raises(SystemExit) as exit_info:
         main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--workers", "0"])
     assert exit_info.value.code == 2 and "must be a positive integer, got 0" in capsys.readouterr().err
-    # Random weights are said out loud; a check that fails exits 1.
+    # run needs weights or --random-weights; bench says out loud that it
+    # takes random ones; a check that fails exits 1.
+    assert main(["run", str(art), "--steps", "1"]) == 2
+    assert "or --random-weights to run with random bf16 weights" in capsys.readouterr().err
+    assert main(["bench", str(art), "--iters", "1", "--warmup", "0"]) == 0
+    assert "no --weights given: random bf16 weights" in capsys.readouterr().err
     import event_tensor.model.cli as model_cli
 
     tolerance = model_cli.CHECK_TOLERANCE
     model_cli.CHECK_TOLERANCE = -1.0
     try:
-        assert main(["run", str(art), "--steps", "2", "--check", "--prompt", "3"]) == 1
+        assert main(["run", str(art), "--random-weights", "--steps", "2", "--check", "--prompt", "3"]) == 1
+        assert "-> MISMATCH" in capsys.readouterr().out
+        assert main(["run", str(art), "--random-weights", "--steps", "2", "--check", "transformers",
+                     "--prompt", "3"]) == 1
+        assert "-> MISMATCH" in capsys.readouterr().out
     finally:
         model_cli.CHECK_TOLERANCE = tolerance
-    captured = capsys.readouterr()
-    assert "-> MISMATCH" in captured.out and "no --weights given: random bf16 weights" in captured.err
+    # Against transformers in float32: the same model, teacher-forced.
+    assert main(["run", str(art), "--random-weights", "--steps", "4", "--check", "transformers", "--batch", "2",
+                 "--prompt", "3 4"]) == 0
+    out = capsys.readouterr().out
+    assert "against transformers: max relative logit error" in out and "-> OK" in out
     # cuda kernels add the query heads' shares atomically unless --deterministic;
     # a prefill kernel of up to 512 rows (here the context's 16) by default.
     for flag, atomic in (([], True), (["--deterministic"], False)):
@@ -638,7 +650,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
                  "--max-context", "16", "--workers", "2", "--tp", "2"]) == 0
     assert "for cpu x 2" in capsys.readouterr().out
     assert json.loads((tp_art / "metadata.json").read_text())["devices"] == 2
-    assert main(["run", str(tp_art), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
+    assert main(["run", str(tp_art), "--random-weights", "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
     assert "greedy tokens agree" in capsys.readouterr().out
     assert main(["compile", "tiny-qwen3", "-o", str(tmp_path / "tp3"), "--device", "cpu", "--max-context", "16",
                  "--tp", "3"]) == 2
@@ -648,7 +660,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["compile", "tiny-llama", "-o", str(spec), "--device", "cpu", "--max-batch", "2",
                  "--max-context", "16", "--workers", "2", "--specialize"]) == 0
     assert [v["max_batch"] for v in json.loads((spec / "model.json").read_text())["variants"]] == [1, 2]
-    assert main(["run", str(spec), "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
+    assert main(["run", str(spec), "--random-weights", "--steps", "3", "--check", "--batch", "2", "--prompt", "3 4"]) == 0
     out = capsys.readouterr().out
     assert "greedy tokens agree 8/8" in out, out
     assert main(["bench", str(spec), "--iters", "2", "--warmup", "1", "--batch", "1"]) == 0
@@ -1728,3 +1740,24 @@ def test_attention_work_items_follow_the_launch_rows(o_per_head, tmp_path):
         session.step(tokens, positions)
         assert _rel(session.last_logits(), ref.step(tokens, positions)) < 5e-3, f"step {step}, {n} rows"
         lengths = [length + (b < n) for b, length in enumerate(lengths)]
+
+
+def test_wider_checkpoints_are_rounded_with_a_warning(tmp_path):
+    # A float32 or float16 checkpoint: rounded to bf16, and said so.
+    c = model.tiny_config("llama")
+    weights = model.random_weights(c, seed=3)
+    model.save_weights(tmp_path / "bf16.safetensors", weights)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.load_weights(c, [tmp_path / "bf16.safetensors"])
+    wide = {n: np.asarray(v, np.float32) for n, v in weights.items()}
+    wide["model.norm.weight"] = wide["model.norm.weight"].astype(np.float16)
+    model.save_weights(tmp_path / "f32.safetensors", wide)
+    with pytest.warns(UserWarning, match=rf"{len(wide)} of {len(wide)} tensors are float16 and float32: they are "
+                                         "rounded to bfloat16"):
+        got = model.load_weights(c, [tmp_path / "f32.safetensors"])
+    session = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=1, max_context=16,
+                                                      cache_dir=tmp_path), got)
+    session.step([1], [0])

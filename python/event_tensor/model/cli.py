@@ -106,12 +106,16 @@ def _config_from(spec: str):
     return ModelConfig.from_hf(spec)
 
 
-def _weights(config, paths: list[str] | None, seed: int):
+def _weights(config, paths: list[str] | None, seed: int, explicit: bool = False):
+    """The weights of --weights, else random ones (`explicit`: asked for by
+    --random-weights, else with a note)."""
     from .weights import load_weights, random_weights
 
     if paths:
         return load_weights(config, paths), "safetensors: " + ", ".join(paths)
-    print(f"note: no --weights given: random bf16 weights (seed {seed}); the tokens mean nothing", file=sys.stderr)
+    if not explicit:
+        print(f"note: no --weights given: random bf16 weights (seed {seed}); the tokens mean nothing",
+              file=sys.stderr)
     return random_weights(config, seed), f"random bf16 weights (seed {seed})"
 
 
@@ -166,9 +170,12 @@ def _write_trace(trace, prefix: Path, title: str) -> list[Path]:
     return written
 
 
-def _check_steps(session, ref, prompts, steps: int, progress: Progress | None):
+def _check_steps(session, ref, prompts, steps: int, progress: Progress | None, decisive: list | None = None):
     """Teacher-forced decode on both; returns (max relative logit error,
-    argmax agreements, comparisons)."""
+    argmax agreements, comparisons). With `decisive` (a list of two zeros),
+    also counts the argmax agreements and comparisons where the
+    reference's top two logits are more than twice the step's largest
+    logit difference apart (a flip there is an error, not rounding)."""
     worst, agree, count = 0.0, 0, 0
     batch = len(prompts)
     plen = len(prompts[0])
@@ -182,6 +189,11 @@ def _check_steps(session, ref, prompts, steps: int, progress: Progress | None):
         worst = max(worst, float(np.abs(logits - want).max() / max(np.abs(want).max(), 1e-30)))
         agree += int((got == want.argmax(-1)).sum())
         count += batch
+        if decisive is not None:
+            top2 = np.sort(want, axis=-1)[:, -2:]
+            clear = (top2[:, 1] - top2[:, 0]) > 2 * np.abs(logits - want).max(axis=-1)
+            decisive[0] += int((got == want.argmax(-1))[clear].sum())
+            decisive[1] += int(clear.sum())
         nxt = got
         if progress:
             progress.update()
@@ -296,7 +308,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace, required_weights: bool = False):
     from .session import DecodeSession, ModelArtifactError
     from .weights import WeightError
 
@@ -307,8 +319,11 @@ def _open(args: argparse.Namespace):
     from .config import ModelConfig
 
     config = ModelConfig.from_dict(info["config"])
+    if required_weights and not args.weights and not args.random_weights:
+        raise ValueError("give the model's weights (--weights FILES or a directory), or --random-weights to run "
+                         "with random bf16 weights")
     try:
-        weights, what = _weights(config, args.weights, args.weight_seed)
+        weights, what = _weights(config, args.weights, args.weight_seed, explicit=args.random_weights)
     except WeightError as err:
         raise ValueError(str(err)) from None
     print(f"weights: {what}")
@@ -321,9 +336,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     ok = True
     try:
-        session, config, weights = _open(args)
+        session, config, weights = _open(args, required_weights=True)
         prompts = _parse_prompt(args.prompt, config.vocab_size, args.batch)
-        if args.check:
+        if args.check == "numpy":
             ref = ReferenceModel(config, weights, max_batch=session.max_batch, max_context=session.max_context)
             progress = Progress(len(prompts[0]) + args.max_new_tokens - 1, "checking against the numpy reference")
             worst, agree, count = _check_steps(session, ref, prompts, args.max_new_tokens, progress)
@@ -332,10 +347,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"max relative logit error {worst:.1e}, greedy tokens agree {agree}/{count} -> "
                   f"{'OK' if ok else 'MISMATCH'}")
             session.reset()
+        elif args.check == "transformers":
+            from .hf import TransformersReference
+
+            ref = TransformersReference(config, weights, max_batch=session.max_batch)
+            progress = Progress(len(prompts[0]) + args.max_new_tokens - 1,
+                                "checking against transformers (float32, CPU)")
+            decisive = [0, 0]
+            worst, agree, count = _check_steps(session, ref, prompts, args.max_new_tokens, progress, decisive)
+            progress.done()
+            ok = worst < CHECK_TOLERANCE and decisive[0] == decisive[1]
+            print(f"against transformers: max relative logit error {worst:.1e}, greedy tokens agree {agree}/{count} "
+                  f"({decisive[0]}/{decisive[1]} where the top two logits are apart) -> "
+                  f"{'OK' if ok else 'MISMATCH'}")
+            session.reset()
         stop = _parse_ids(args.stop, "--stop")
         result = session.generate(prompts, args.max_new_tokens, stop=stop, temperature=args.temperature,
                                   seed=args.seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
-    except (ModelArtifactError, NonFiniteLogitsError, ValueError) as err:
+    except (ModelArtifactError, NonFiniteLogitsError, ValueError, ImportError) as err:
         return _err(str(err))
     for b, (seq, reason) in enumerate(zip(result.tokens, result.finish_reasons)):
         print(f"sequence {b}: {seq} ({reason})")
@@ -551,7 +580,10 @@ def add_commands(sub) -> None:
 
     def artifact_args(p):
         p.add_argument("artifact", help="artifact directory from `event-tensor compile`")
-        p.add_argument("--weights", nargs="*", help=".safetensors files or directories (default: random weights)")
+        p.add_argument("--weights", nargs="*", help=".safetensors files or directories")
+        p.add_argument("--random-weights", action="store_true",
+                       help="random bf16 weights (run needs this or --weights; bench and trace take random "
+                       "weights without --weights)")
         p.add_argument("--weight-seed", type=int, default=0, help="seed of the random weights")
         p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
 
@@ -565,8 +597,10 @@ def add_commands(sub) -> None:
                    help="new tokens per sequence at most (default 16)")
     p.add_argument("--stop", default="", help="token ids that end a sequence (comma-separated; kept in the output)")
     sampling_args(p)
-    p.add_argument("--check", action="store_true",
-                   help="first compare every step with the numpy reference (exit 1 on a mismatch)")
+    p.add_argument("--check", nargs="?", const="numpy", choices=["numpy", "transformers"],
+                   help="first compare every step, teacher-forced, with the numpy reference (the default) or with "
+                   "Hugging Face transformers in float32 on the CPU (needs torch and transformers): exit 1 on a "
+                   "mismatch")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="time decode steps of a compiled model",

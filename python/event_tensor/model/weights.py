@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -200,6 +201,11 @@ def load_weights(config: ModelConfig, paths: Iterable[str | Path]) -> dict[str, 
     unexpected = [n for n in tensors if n not in expected and n not in ignored and "rotary_emb" not in n]
     if unexpected:
         raise WeightError(f"unexpected tensors for this config: {', '.join(unexpected[:3])}")
+    wider = sorted({str(tensors[n].dtype) for n in expected if tensors[n].dtype != BF16})
+    if wider:
+        count = sum(tensors[n].dtype != BF16 for n in expected)
+        warnings.warn(f"{count} of {len(expected)} tensors are {' and '.join(wider)}: they are rounded to bfloat16 "
+                      "(the kernels compute with bf16 weights)", stacklevel=2)
     return {n: tensors[n] for n in expected}
 
 
