@@ -1761,3 +1761,32 @@ def test_wider_checkpoints_are_rounded_with_a_warning(tmp_path):
     session = model.DecodeSession(model.compile_model(c, target="cpu", max_batch=1, max_context=16,
                                                       cache_dir=tmp_path), got)
     session.step([1], [0])
+
+
+def test_load_weights_reads_a_sharded_checkpoint_through_its_index(tmp_path):
+    # model.safetensors.index.json: the shards of its weight_map, each
+    # checked to hold what the index places in it.
+    c = model.tiny_config("qwen3")
+    weights = model.random_weights(c, seed=4)
+    names = sorted(weights)
+    half = len(names) // 2
+    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    for shard, part in shards.items():
+        model.save_weights(tmp_path / shard, {n: weights[n] for n in part})
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = {n: shard for shard, part in shards.items() for n in part}
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    got = model.load_weights(c, [index])
+    assert sorted(got) == names and all(np.array_equal(got[n], weights[n]) for n in names)
+    wrong = dict(weight_map, **{names[0]: "model-00002-of-00002.safetensors"})
+    index.write_text(json.dumps({"weight_map": wrong}))
+    with pytest.raises(model.WeightError, match=f"places tensor '{names[0]}' in this file, which does not hold it"):
+        model.load_weights(c, [index])
+    for bad, match in (({"weight_map": {"a": "../x.safetensors"}}, "not a file beside the index"),
+                       ({"weight_map": []}, "needs a 'weight_map' object"), ([], "needs a 'weight_map' object")):
+        index.write_text(json.dumps(bad))
+        with pytest.raises(model.WeightError, match=match):
+            model.load_weights(c, [index])
+    index.write_text("{")
+    with pytest.raises(model.WeightError, match="cannot read the index"):
+        model.load_weights(c, [index])

@@ -177,6 +177,7 @@ def load_weights(config: ModelConfig, paths: Iterable[str | Path]) -> dict[str, 
     """Reads `.safetensors` files (a file, or a directory's `*.safetensors`)
     and checks every expected tensor is present with the right shape."""
     files: list[Path] = []
+    placed: dict[str, Path] = {}  # tensor -> shard, from index files
     for p in paths:
         p = Path(p)
         if p.is_dir():
@@ -184,11 +185,19 @@ def load_weights(config: ModelConfig, paths: Iterable[str | Path]) -> dict[str, 
             if not found:
                 raise WeightError(f"{p}: no .safetensors files")
             files += found
+        elif p.suffix == ".json":
+            shards, where = _read_index(p)
+            files += shards
+            placed.update(where)
         else:
             files.append(p)
     tensors: dict[str, np.ndarray] = {}
     for f in files:
-        tensors.update(read_safetensors(f))
+        held = read_safetensors(f)
+        for name, shard in placed.items():
+            if shard == f and name not in held:
+                raise WeightError(f"{f}: the index places tensor '{name}' in this file, which does not hold it")
+        tensors.update(held)
     expected = hf_tensor_shapes(config)
     missing = [n for n in expected if n not in tensors]
     if missing:
@@ -207,6 +216,26 @@ def load_weights(config: ModelConfig, paths: Iterable[str | Path]) -> dict[str, 
         warnings.warn(f"{count} of {len(expected)} tensors are {' and '.join(wider)}: they are rounded to bfloat16 "
                       "(the kernels compute with bf16 weights)", stacklevel=2)
     return {n: tensors[n] for n in expected}
+
+
+def _read_index(path: Path) -> tuple[list[Path], dict[str, Path]]:
+    """The shard files of a `model.safetensors.index.json` (its
+    `weight_map` of tensor names to files beside it) and where it places
+    each tensor."""
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WeightError(f"{path}: cannot read the index: {err}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise WeightError(f"{path}: a safetensors index needs a 'weight_map' object of tensor names to file names")
+    where = {}
+    for name, shard in weight_map.items():
+        if Path(shard).is_absolute() or Path(shard).name != shard:
+            raise WeightError(f"{path}: the index places '{name}' in {shard!r}, not a file beside the index")
+        where[name] = path.parent / shard
+    return sorted(set(where.values())), where
 
 
 def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
