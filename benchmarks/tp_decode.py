@@ -48,7 +48,8 @@ EXTRA = {"tp2-b1-profile": (2, 1, {"profile": True}),
          "tp1-b1-prefill": (1, 1, {"prefill_rows": PREFILL_ROWS})}
 
 
-def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None) -> None:
+def prepare(out: Path, models, max_context: int, extra: bool, only: str | None = None,
+            prefill_rows: int = PREFILL_ROWS) -> None:
     from event_tensor.model import compile_model, preset
     from event_tensor.testing import ptxas_path
 
@@ -60,6 +61,8 @@ def prepare(out: Path, models, max_context: int, extra: bool, only: str | None =
         for tag, (tp, max_batch, options) in {**CORE, **(EXTRA if extra else {})}.items():
             if only and tag in EXTRA and not any(part in tag for part in only.split(",")):
                 continue
+            if "prefill_rows" in options:
+                options = dict(options, prefill_rows=prefill_rows)
             start = time.perf_counter()
             compile_model(config, target="cuda", max_batch=max_batch, max_context=max_context, tp=tp,
                           threads_per_worker=512, out_dir=out / name / tag, format=fmt, **options)
@@ -249,11 +252,14 @@ def main() -> None:
     parser.add_argument("--only", help="with --extra: only the variants whose tag contains one of these "
                                        "(comma-separated), e.g. mma")
     parser.add_argument("--passes", type=int, default=1, help="time every kernel this many times, in turn")
+    parser.add_argument("--prefill-rows", type=int, default=PREFILL_ROWS,
+                        help=f"prepare: the rows of the --extra prefill kernels (default {PREFILL_ROWS})")
     parser.add_argument("--out", type=Path, help="folder for the profiled variant's traces")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.prepare:
-        prepare(args.prepare, [m for m in args.models.split(",") if m], args.max_context, args.extra, args.only)
+        prepare(args.prepare, [m for m in args.models.split(",") if m], args.max_context, args.extra, args.only,
+                args.prefill_rows)
         return
     if not args.root:
         parser.error("give the prepared folder, or --prepare FOLDER")

@@ -97,27 +97,43 @@ LogicalResult KernelOp::verify() {
   if (getNumDevices() > kMaxDevices)
     return emitOpError("runs on ") << getNumDevices() << " devices, more than the " << kMaxDevices
                                    << " a kernel supports";
-  // A memref argument's static sizes: their product in bytes must fit in
-  // 64 bits, or its strides and offsets do not (the lowerings compute
-  // them as 64-bit integers).
-  for (auto [i, type] : llvm::enumerate(getArgumentTypes())) {
+  // A memref's static sizes (an argument's, or one made in the kernel):
+  // their product in bytes must fit in 64 bits, or its strides and offsets
+  // do not (the lowerings compute them as 64-bit integers).
+  auto tooLarge = [](Type type) {
     auto memref = dyn_cast<MemRefType>(type);
     if (!memref)
-      continue;
+      return false;
     unsigned bits = memref.getElementType().isIntOrFloat()
                         ? memref.getElementType().getIntOrFloatBitWidth()
                         : 64;
     int64_t bytes = std::max<int64_t>(1, bits / 8);
     constexpr int64_t kMaxBytes = std::numeric_limits<int64_t>::max();
     for (int64_t size : memref.getShape()) {
-      if (ShapedType::isDynamic(size))
+      if (ShapedType::isDynamic(size) || size == 0)
         continue;
-      if (size != 0 && bytes > kMaxBytes / size)
-        return emitOpError("argument #")
-               << i << ": " << type << " holds more than 2^63 - 1 bytes (the product of its static sizes "
-               << "and element size), more than 64-bit strides and offsets can address";
-      bytes *= size == 0 ? 1 : size;
+      if (bytes > kMaxBytes / size)
+        return true;
+      bytes *= size;
     }
+    return false;
+  };
+  constexpr StringLiteral kTooLarge = " holds more than 2^63 - 1 bytes (the product of its static sizes and "
+                                      "element size), more than 64-bit strides and offsets can address";
+  for (auto [i, type] : llvm::enumerate(getArgumentTypes()))
+    if (tooLarge(type))
+      return emitOpError("argument #") << i << ": " << type << kTooLarge;
+  Operation *huge = nullptr;
+  getBody().walk([&](Operation *op) {
+    if (llvm::any_of(op->getResultTypes(), tooLarge)) {
+      huge = op;
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (huge) {
+    Type type = *llvm::find_if(huge->getResultTypes(), tooLarge);
+    return huge->emitOpError("result ") << type << kTooLarge;
   }
   StringRef symmetric = EventTensorDialect::getSymmetricAttrName();
   for (unsigned i = 0, e = getNumArguments(); i < e; ++i) {

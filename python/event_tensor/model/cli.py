@@ -116,7 +116,11 @@ def _weights(config, paths: list[str] | None, seed: int, explicit: bool = False)
     if not explicit:
         print(f"note: no --weights given: random bf16 weights (seed {seed}); the tokens mean nothing",
               file=sys.stderr)
-    return random_weights(config, seed), f"random bf16 weights (seed {seed})"
+    try:
+        return random_weights(config, seed), f"random bf16 weights (seed {seed})"
+    except MemoryError:
+        raise ValueError(f"random weights for this model take {config.weight_bytes() / 1e9:.1f} GB, more than "
+                         "this machine can allocate") from None
 
 
 def _parse_ids(text: str, flag: str) -> list[int]:
@@ -327,7 +331,10 @@ def _open(args: argparse.Namespace, required_weights: bool = False):
     except WeightError as err:
         raise ValueError(str(err)) from None
     print(f"weights: {what}")
-    return DecodeSession(args.artifact, weights), config, weights
+    try:
+        return DecodeSession(args.artifact, weights), config, weights
+    except MemoryError:
+        raise ValueError(f"{args.artifact}: the session's buffers do not fit in this machine's memory") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -29,6 +29,15 @@ SILU_NAMES = ("silu", "swish")
 HEAD_DIM_MULTIPLE = 32
 
 
+#: The largest vocabulary: token ids are int32, and 2^31 - 1 is the id a
+#: row without a token reads (its logits were not finite).
+MAX_VOCAB_SIZE = 2**31 - 2
+#: The largest hidden / intermediate size, layer and head count accepted
+#: (far above any model; a bound so that sizes derived from them fit the
+#: kernels' 64-bit buffer sizes).
+MAX_DIMENSION = 2**20
+
+
 class ConfigError(ValueError):
     """A model config that cannot be compiled (names the field and value)."""
 
@@ -263,6 +272,12 @@ class ModelConfig:
                               f"tiles' lanes), got {self.head_dim}")
         if self.rope_theta <= 1:
             raise ConfigError(f"{where}: rope_theta must be greater than 1, got {self.rope_theta}")
+        if not 1 <= self.vocab_size <= MAX_VOCAB_SIZE:
+            raise ConfigError(f"{where}: vocab_size must be in [1, {MAX_VOCAB_SIZE}] (token ids are 32-bit, and "
+                              f"{MAX_VOCAB_SIZE + 1} marks a row without a token), got {self.vocab_size}")
+        for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads"):
+            if getattr(self, name) > MAX_DIMENSION:
+                raise ConfigError(f"{where}: {name} must be at most {MAX_DIMENSION}, got {getattr(self, name)}")
         for name in ("hidden_size", "intermediate_size"):
             if getattr(self, name) % 8:
                 raise ConfigError(f"{where}: {name} must be a multiple of 8 (16-byte bf16 rows), "

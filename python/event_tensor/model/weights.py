@@ -6,6 +6,7 @@ No MLIR here."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 import warnings
 from pathlib import Path
@@ -65,10 +66,13 @@ def _check_header(path: Path, header, data_bytes: int) -> list[tuple[str, np.dty
             raise WeightError(f"{path}: tensor '{name}' has data_offsets {offsets!r}, not [start, end] with "
                               "0 <= start <= end")
         start, end = offsets
-        if end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        # Exact (Python ints): an int64 product wraps, and a shape of
+        # 2^32 x 2^32 then seemed to take 0 bytes.
+        nbytes = math.prod(shape) * dtype.itemsize
+        if end - start != nbytes:
             raise WeightError(f"{path}: tensor '{name}' has data_offsets {offsets} ({end - start} bytes) for "
                               f"{dtype.name if dtype != BF16 else 'bfloat16'} {shape} "
-                              f"({int(np.prod(shape, dtype=np.int64)) * dtype.itemsize} bytes)")
+                              f"({nbytes} bytes)")
         tensors.append((name, dtype, tuple(shape), start, end))
     # The spans, in order, tile the data section.
     at = 0

@@ -1666,3 +1666,14 @@ et.kernel @huge_memref(%a: memref<4xf32>, %b: memref<?x4611686018427387904xbf16>
 et.kernel @huge_product(%a: memref<4611686018427387904x512xbf16>) {
   %c0 = arith.constant 0 : index
 }
+
+// -----
+
+// Test: the same for a memref made inside a task.
+et.kernel @huge_alloca(%x: memref<4xbf16>) {
+  %c4 = arith.constant 4 : index
+  et.task @a tiles(%i) in (%c4) {
+    // expected-error @+1 {{'memref.alloca' op result 'memref<4611686018427387904x512xbf16>' holds more than 2^63 - 1 bytes}}
+    %m = memref.alloca() : memref<4611686018427387904x512xbf16>
+  }
+}
