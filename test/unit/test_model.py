@@ -1295,7 +1295,7 @@ def test_wide_models_keep_the_plain_one_row_tiles(tmp_path):
     row tiles, no o_per_head and no weight staging (measured faster there);
     narrower ones keep the spread tiles, o_per_head and staging; kernels of
     more rows are unchanged."""
-    from event_tensor.model.compile import MODEL_STAGE_BYTES, MODEL_TILE_LINEAR
+    from event_tensor.model.compile import MODEL_STAGE_BYTES, MODEL_TILE_LINEAR, MODEL_WEIGHT_PREFETCH_BELOW_HIDDEN
     from event_tensor.model.options import WIDE_HIDDEN
 
     def build(hidden, max_batch):
@@ -1305,11 +1305,15 @@ def test_wide_models_keep_the_plain_one_row_tiles(tmp_path):
                                   out_dir=tmp_path / f"h{hidden}-b{max_batch}", cache_dir=tmp_path / "cache")
         options = json.loads((out / "metadata.json").read_text())["options"]
         info = json.loads((out / "model.json").read_text())
-        return options.get("tile_linear", "rows"), options.get("tile_stage_bytes", 0), info["o_per_head"]
+        return (options.get("tile_linear", "rows"), options.get("tile_stage_bytes", 0), info["o_per_head"],
+                options.get("tile_prefetch", "none"))
 
-    assert build(WIDE_HIDDEN, 1) == ("rows", 0, False)
-    assert build(2048, 1) == (MODEL_TILE_LINEAR, MODEL_STAGE_BYTES, True)  # Llama-3.2-1B, Qwen3-1.7B
-    assert build(WIDE_HIDDEN, 4) == ("rows", 0, True)
+    assert build(WIDE_HIDDEN, 1) == ("rows", 0, False, "shared")
+    assert build(2048, 1) == (MODEL_TILE_LINEAR, MODEL_STAGE_BYTES, True, "shared")  # Llama-3.2-1B, Qwen3-1.7B
+    assert build(WIDE_HIDDEN, 4) == ("rows", 0, True, "none")
+    # From hidden size 4096 (the 8B models) one-row kernels prefetch no
+    # `o` weights either.
+    assert build(MODEL_WEIGHT_PREFETCH_BELOW_HIDDEN, 1) == ("rows", 0, False, "none")
 
 
 def test_wide_query_groups_take_the_tensor_core_attention(tmp_path):

@@ -46,8 +46,16 @@ MODEL_KV_PREFETCH = "shared"
 # (docs/experiments/2026-11-25-attention-chain-shortened.md); in kernels for 4
 # rows it was 1-8% slower, and the same copies before every linear tile's
 # wait were slower, since they take bandwidth from the phase still running.
+# One-row kernels of models with a hidden size from
+# MODEL_WEIGHT_PREFETCH_BELOW_HIDDEN on prefetch nothing: on the H200,
+# without the `o` copies Llama-3.1-8B's step was 2.4-4.1% faster and
+# Qwen3-8B's 1.2-3.3% (two passes each), where Qwen3-4B's was 1.3-2.5% faster
+# and Llama-3.2-3B's 8% slower (its kernel spilled more), so those keep them
+# (docs/experiments/2026-11-28-limits-and-defaults.md). Tensor-parallel
+# kernels keep them (not measured).
 MODEL_WEIGHT_PREFETCH = "shared"
 MODEL_WEIGHT_PREFETCH_TASKS = ("o",)
+MODEL_WEIGHT_PREFETCH_BELOW_HIDDEN = 4096
 
 # Kernels for one sequence at a time (max_batch 1) also stage the first
 # MODEL_STAGE_BYTES of weight rows of each `mlp` and `down` tile into shared
@@ -340,6 +348,8 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
     wide = wide_one_row(config, max_batch)
     options.setdefault("tile_linear", "rows" if wide else MODEL_TILE_LINEAR)
     options.setdefault("tile_kv_prefetch", MODEL_KV_PREFETCH)
+    if "tile_prefetch" not in options and tp == 1 and config.hidden_size >= MODEL_WEIGHT_PREFETCH_BELOW_HIDDEN:
+        options["tile_prefetch"] = "none"
     if "tile_prefetch" not in options:
         options["tile_prefetch"] = MODEL_WEIGHT_PREFETCH
         options.setdefault("tile_prefetch_tasks", MODEL_WEIGHT_PREFETCH_TASKS)
