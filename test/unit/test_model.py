@@ -263,6 +263,20 @@ def test_nan_logits_raise_instead_of_a_token(compiled):
         session.step([3, 4], [0, 0])
     assert err.value.rows == [0, 1]
     session.close()
+    # One NaN logit among finite ones (the LM head's row of token 7): no
+    # token either, greedy or sampled (the NaN was skipped, and the row
+    # decoded on as if the logits were sound).
+    head = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+    one = dict(weights)
+    one[head] = np.array(weights[head])
+    one[head][7] = np.nan
+    session = model.DecodeSession(path, one)
+    with pytest.raises(model.NonFiniteLogitsError, match="rows 0, 1 of the last step produced no token"):
+        session.step([3, 4], [0, 0])
+    session.reset()
+    with pytest.raises(model.NonFiniteLogitsError):
+        session.generate([[3, 4]], 4, temperature=1.0, seed=1)
+    session.close()
     session = model.DecodeSession(path, weights)
     assert ((session.step([3, 4], [0, 0]) >= 0) & (session.step([3, 4], [1, 1]) < config.vocab_size)).all()
     session.close()

@@ -33,12 +33,23 @@ using namespace mlir::et;
 namespace mlir::et::tile {
 
 /// Whether (v, i) beats (bv, bi) in an argmax: v > bv, or equal with a
-/// smaller index (NaN never wins).
+/// smaller index; a NaN beats every number (and a NaN of a larger index),
+/// so that a row with a NaN anywhere ends on a NaN, which storeArgmax
+/// turns into no token (a NaN that never won left the row's token to the
+/// other columns, silently).
 static Value argmaxBetter(OpBuilder &b, Location loc, Value v, Value i, Value bv, Value bi) {
   Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
   Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
   Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
-  return arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
+  Value numbers = arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
+  Value vNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, v, v);
+  Value bvNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, bv, bv);
+  // v NaN: wins over a number, or over a NaN of a larger index; v a number:
+  // the comparison above (false against a NaN).
+  Value nanWins = arith::OrIOp::create(
+      b, loc, arith::XOrIOp::create(b, loc, bvNaN, arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)),
+      smaller);
+  return arith::SelectOp::create(b, loc, vNaN, nanWins, numbers);
 }
 
 /// The best (value, index) over each aligned group of `width` lanes, in
@@ -210,6 +221,10 @@ static void storeArgmax(OpBuilder &b, Location loc, ArgmaxOp op, Value cond, Val
   auto ifOp = scf::IfOp::create(b, loc, cond, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
+  // A NaN won: no token (the index a row reads when no column won).
+  Value nan = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, value, value);
+  index = arith::SelectOp::create(
+      b, loc, nan, arith::ConstantIntOp::create(b, loc, b.getI32Type(), std::numeric_limits<int32_t>::max()), index);
   memref::StoreOp::create(b, loc, value, op.getValues(), ValueRange{tok, op.getSlot()});
   memref::StoreOp::create(b, loc, index, op.getIndices(), ValueRange{tok, op.getSlot()});
 }
