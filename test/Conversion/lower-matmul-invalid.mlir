@@ -17,6 +17,18 @@ et.kernel @registers(%x: memref<?x64xbf16>, %w: memref<256x64xbf16>, %y: memref<
 
 // -----
 
+// A task whose dynamic shared memory the input gives to another op.
+et.kernel @owner(%x: memref<?x64xbf16>, %w: memref<128x64xbf16>, %y: memref<?x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) attributes {et.dynamic_shared_owner = "et.linear"} {
+    // expected-error @+1 {{'et.matmul' op needs its task's dynamic shared memory, which 'et.dynamic_shared_owner' gives to "et.linear"}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [128, 128, 64] : memref<?x64xbf16>, memref<128x64xbf16>, memref<?x128xf32>
+  }
+}
+
+// -----
+
 // On the mma.sync path (BK not a multiple of 64), 4 stages of (128 + 256)
 // rows of 112 + 8 bf16 are 368640 bytes.
 et.kernel @shared(%x: memref<?x256xbf16>, %w: memref<256x256xbf16>, %y: memref<?x256xf32>) {

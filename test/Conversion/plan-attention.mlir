@@ -13,13 +13,17 @@
 // task's dynamic shared memory, so a second op of the same task takes one
 // warp per query group. A dynamic group size: loops. Without kv-prefetch
 // and kv-mma-bytes, the CUDA cores.
+// The tasks whose dynamic shared memory an op holds say which
+// (et.dynamic_shared_owner).
 // PLAN-LABEL: et.kernel @forms
-// PLAN: et.task @staged
+// PLAN: et.task @staged {{.*}} attributes {et.dynamic_shared_owner = "et.attention_split"}
 // PLAN: et.attention_split {{.*}} {et.attention_plan = {form = "staged"}}
-// PLAN: et.task @mma
+// PLAN: et.task @mma {{.*}} attributes {et.dynamic_shared_owner = "et.attention_split"}
 // PLAN: et.attention_split {{.*}} {et.attention_plan = {form = "mma"}}
 // PLAN: et.attention_split {{.*}} {et.attention_plan = {form = "warps"}}
+// PLAN-NOT: et.dynamic_shared_owner
 // PLAN: et.task @loops
+// PLAN-NOT: et.dynamic_shared_owner
 // PLAN: et.attention_split {{.*}} {et.attention_plan = {form = "loops"}}
 // CUDA-LABEL: et.kernel @forms
 // CUDA: et.task @staged

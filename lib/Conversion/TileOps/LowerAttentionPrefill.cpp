@@ -540,22 +540,20 @@ struct PrefillGPU {
 
 } // namespace
 
-bool tile::attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads,
-                                   const llvm::DenseSet<Operation *> &sharedTaken) {
+bool tile::attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads) {
   PrefillShape sh = prefillShape(op);
   const int64_t rowsTotal = sh.block * sh.group;
   auto task = op->getParentOfType<TaskOp>();
   return !(threads <= 0 || (sh.dim != 64 && sh.dim != 128) || rowsTotal % 16 != 0 ||
-           rowsTotal / 16 > threads / kWarp || !task || sharedTaken.contains(task));
+           rowsTotal / 16 > threads / kWarp || !task || dynamicSharedHeld(task));
 }
 
-bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads,
-                                    llvm::DenseSet<Operation *> &sharedTaken) {
-  if (!attentionPrefillGPUFits(op, threads, sharedTaken))
+bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads) {
+  if (!attentionPrefillGPUFits(op, threads))
     return false;
   PrefillShape sh = prefillShape(op);
   auto task = op->getParentOfType<TaskOp>();
-  sharedTaken.insert(task);
+  holdDynamicShared(task, op);
 
   OpBuilder b(op);
   PrefillGPU p(op, b, task, sh, threads);
@@ -580,7 +578,7 @@ namespace {
 struct AttentionPrefillLowering : public TileOpLowering<AttentionPrefillOp> {
   using TileOpLowering::TileOpLowering;
   LogicalResult matchAndRewrite(AttentionPrefillOp op, PatternRewriter &) const override {
-    if (!options.gpu || !lowerAttentionPrefillGPU(op, options.threads, state->sharedTaken))
+    if (!options.gpu || !lowerAttentionPrefillGPU(op, options.threads))
       lowerAttentionPrefillLoops(op);
     return success();
   }
@@ -589,6 +587,6 @@ struct AttentionPrefillLowering : public TileOpLowering<AttentionPrefillOp> {
 } // namespace
 
 void tile::populateAttentionPrefillLoweringPatterns(RewritePatternSet &patterns,
-                                                    const TileLoweringOptions &options, TileLoweringState &state) {
-  patterns.add<AttentionPrefillLowering>(patterns.getContext(), options, &state);
+                                                    const TileLoweringOptions &options) {
+  patterns.add<AttentionPrefillLowering>(patterns.getContext(), options);
 }

@@ -791,9 +791,9 @@ struct StagedSplit {
 
 /// Whether the staged form (lowerAttentionSplitStaged) applies to `op` for
 /// a worker of `threads` threads (0: at launch) and `stageBytes` of dynamic
-/// shared memory, in a task not in `sharedTaken`. Changes nothing.
-static bool stagedSplitFits(AttentionSplitOp op, int64_t threads, int64_t stageBytes,
-                            const llvm::DenseSet<Operation *> &sharedTaken) {
+/// shared memory, in a task whose dynamic shared memory no other op holds.
+/// Changes nothing.
+static bool stagedSplitFits(AttentionSplitOp op, int64_t threads, int64_t stageBytes) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
   if (stageBytes <= 0 || !op.getStable() || op.getSubsplits() != 1 || qType.isDynamicDim(0) ||
@@ -804,7 +804,7 @@ static bool stagedSplitFits(AttentionSplitOp op, int64_t threads, int64_t stageB
   // The stage and the score rows are sized for the longest split the op
   // can take: a constant split length, or a bound of a computed one.
   std::optional<int64_t> splitLen = constantUpperBound(op.getSplitLen());
-  if (!task || sharedTaken.contains(task) || !splitLen || *splitLen < 1)
+  if (!task || dynamicSharedHeld(task) || !splitLen || *splitLen < 1)
     return false;
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
   int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
@@ -850,8 +850,7 @@ static bool stagedSplitFits(AttentionSplitOp op, int64_t threads, int64_t stageB
 ///      divided by the sum; lse = (max + log2(sum)) ln 2.
 /// The op must fit (stagedSplitFits); its task's dynamic shared memory is
 /// then taken.
-static void lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads,
-                                      llvm::DenseSet<Operation *> &sharedTaken) {
+static void lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads) {
   MemRefType qType = op.getQ().getType(), kType = op.getK().getType();
   int64_t dim = qType.getDimSize(1);
   auto task = op->getParentOfType<TaskOp>();
@@ -865,7 +864,7 @@ static void lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads,
                                       op.getLen(), op.getStable()},
                                      /*inIf=*/true);
   assert(stageAt && "the staged form checked its stage point");
-  sharedTaken.insert(task);
+  holdDynamicShared(task, op);
   StagedSplit s(op, task, groupSize, dim, *splitLen, maxWarps, chunks, stageRows);
   s.stageBeforeWait(stageAt);
 
@@ -1125,7 +1124,7 @@ static void lowerAttentionSplitGPU(AttentionSplitOp op, int64_t threads) {
 
 /// Whether the tensor-core form (lowerAttentionSplitMMA) applies to `op`
 /// for a worker of `threads` threads (fixed) and `mmaBytes` of dynamic
-/// shared memory, in a task not in `sharedTaken`: MmaSplitTile fits, and at
+/// shared memory, in a task whose dynamic shared memory no other op holds: MmaSplitTile fits, and at
 /// least one warp has a ring, with the warps' partial results within 40 KiB
 /// of shared memory.
 namespace {
@@ -1150,10 +1149,9 @@ struct MmaRings {
 
 } // namespace
 
-static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
-                         const llvm::DenseSet<Operation *> &sharedTaken) {
+static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes) {
   auto task = op->getParentOfType<TaskOp>();
-  if (mmaBytes <= 0 || threads < kWarp || !task || sharedTaken.contains(task) || !MmaSplitTile::fits(op))
+  if (mmaBytes <= 0 || threads < kWarp || !task || dynamicSharedHeld(task) || !MmaSplitTile::fits(op))
     return false;
   MmaRings r(op, threads, mmaBytes);
   return r.used >= 1 && r.used * r.groupSize * (r.dim + 2) * 4 <= kWarpCombineBytes;
@@ -1170,13 +1168,12 @@ static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
 /// combine through shared memory as on the CUDA cores. The op and the
 /// worker must fit (mmaSplitFits); the task's dynamic shared memory is then
 /// taken.
-static void lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaBytes,
-                                   llvm::DenseSet<Operation *> &sharedTaken) {
+static void lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t mmaBytes) {
   auto task = op->getParentOfType<TaskOp>();
   const MmaRings rings(op, threads, mmaBytes);
   const int64_t dim = rings.dim, groupSize = rings.groupSize, pitch = rings.pitch, rowsBytes = rings.rowsBytes,
                 slotBytes = rings.slotBytes, depth = rings.depth, used = rings.used;
-  sharedTaken.insert(task);
+  holdDynamicShared(task, op);
   const int64_t chunks = dim / kVector;
 
   OpBuilder b(op);
@@ -1399,15 +1396,14 @@ static SplitForm planForm(DictionaryAttr plan) {
                            : SplitForm::Loops;
 }
 
-/// Whether `form` applies to `op` with the pass's options (GPU), the tasks
-/// in `sharedTaken` having lent their dynamic shared memory to other ops.
-static bool splitFormFits(AttentionSplitOp op, SplitForm form, const TileLoweringOptions &options,
-                          const llvm::DenseSet<Operation *> &sharedTaken) {
+/// Whether `form` applies to `op` with the pass's options (GPU), tasks whose
+/// dynamic shared memory another op holds lending it to no form.
+static bool splitFormFits(AttentionSplitOp op, SplitForm form, const TileLoweringOptions &options) {
   switch (form) {
   case SplitForm::Staged:
-    return stagedSplitFits(op, options.threads, options.kvPrefetchBytes, sharedTaken);
+    return stagedSplitFits(op, options.threads, options.kvPrefetchBytes);
   case SplitForm::MMA:
-    return mmaSplitFits(op, options.threads, options.kvMmaBytes, sharedTaken);
+    return mmaSplitFits(op, options.threads, options.kvMmaBytes);
   case SplitForm::Warps:
     return warpSplitFits(op, options.threads);
   case SplitForm::Loops:
@@ -1418,45 +1414,46 @@ static bool splitFormFits(AttentionSplitOp op, SplitForm form, const TileLowerin
 
 /// The first form that applies: staged, tensor cores, one warp per query
 /// group, loops.
-static SplitForm chooseSplitForm(AttentionSplitOp op, const TileLoweringOptions &options,
-                                 const llvm::DenseSet<Operation *> &sharedTaken) {
+static SplitForm chooseSplitForm(AttentionSplitOp op, const TileLoweringOptions &options) {
   for (SplitForm form : {SplitForm::Staged, SplitForm::MMA, SplitForm::Warps})
-    if (splitFormFits(op, form, options, sharedTaken))
+    if (splitFormFits(op, form, options))
       return form;
   return SplitForm::Loops;
 }
 
-void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options, const TileLoweringState &state) {
+void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options) {
   StringRef name = EventTensorDialect::getAttentionPlanAttrName();
   if (op->hasAttr(name))
     return;
   MLIRContext *ctx = op->getContext();
-  SplitForm form = chooseSplitForm(op, options, state.sharedTaken);
+  SplitForm form = chooseSplitForm(op, options);
   op->setAttr(name, DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
                                                              StringAttr::get(ctx, formName(form)))}));
 }
 
-void planAttentionOps(Operation *root, const TileLoweringOptions &options, TileLoweringState &state) {
+void planAttentionOps(Operation *root, const TileLoweringOptions &options) {
   // The ops that take a task's dynamic shared memory before an
   // et.attention_split is lowered: et.matmul first (every GPU tile), then,
   // in walk order, et.attention_prefill on tensor cores and the split
   // attention planned staged or on tensor cores.
-  root->walk([&](MatmulOp op) { state.sharedTaken.insert(op->getParentOfType<TaskOp>()); });
+  root->walk([&](MatmulOp op) {
+    if (auto task = op->getParentOfType<TaskOp>(); task && !dynamicSharedHeld(task))
+      holdDynamicShared(task, op);
+  });
   root->walk([&](Operation *op) {
     if (auto prefill = dyn_cast<AttentionPrefillOp>(op)) {
-      if (attentionPrefillGPUFits(prefill, options.threads, state.sharedTaken))
-        state.sharedTaken.insert(prefill->getParentOfType<TaskOp>());
+      if (attentionPrefillGPUFits(prefill, options.threads))
+        holdDynamicShared(prefill->getParentOfType<TaskOp>(), prefill);
       return;
     }
     auto split = dyn_cast<AttentionSplitOp>(op);
     if (!split)
       return;
-    planAttentionOp(split, options, state);
+    planAttentionOp(split, options);
     auto plan = split->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
     SplitForm form = planForm(plan);
-    if ((form == SplitForm::Staged || form == SplitForm::MMA) &&
-        splitFormFits(split, form, options, state.sharedTaken))
-      state.sharedTaken.insert(split->getParentOfType<TaskOp>());
+    if ((form == SplitForm::Staged || form == SplitForm::MMA) && splitFormFits(split, form, options))
+      holdDynamicShared(split->getParentOfType<TaskOp>(), split);
   });
 }
 
@@ -1480,17 +1477,17 @@ struct AttentionSplitLowering : public TileOpLowering<AttentionSplitOp> {
     auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
     assert(plan && "an et.attention_split without a plan");
     SplitForm form = planForm(plan);
-    if (!splitFormFits(op, form, options, state->sharedTaken))
+    if (!splitFormFits(op, form, options))
       return op.emitOpError("et.attention_plan's ")
              << formName(form) << " form does not fit this op, worker or task";
     if (form == SplitForm::Staged) {
-      lowerAttentionSplitStaged(op, options.threads, state->sharedTaken);
+      lowerAttentionSplitStaged(op, options.threads);
       return success();
     }
     if (op.getNewK())
       appendToCaches(op, gpu);
     if (form == SplitForm::MMA)
-      lowerAttentionSplitMMA(op, options.threads, options.kvMmaBytes, state->sharedTaken);
+      lowerAttentionSplitMMA(op, options.threads, options.kvMmaBytes);
     else if (form == SplitForm::Warps)
       lowerAttentionSplitGPU(op, options.threads);
     else
@@ -1509,8 +1506,7 @@ struct AttentionMergeLowering : public TileOpLowering<AttentionMergeOp> {
 
 } // namespace
 
-void populateAttentionLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                       TileLoweringState &state) {
-  patterns.add<AttentionSplitLowering, AttentionMergeLowering>(patterns.getContext(), options, &state);
+void populateAttentionLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
+  patterns.add<AttentionSplitLowering, AttentionMergeLowering>(patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

@@ -797,13 +797,12 @@ struct LinearRowsGPU {
 ///   `unroll`, at most the row), and reads them back after the wait. A
 ///   thread only reads what it copied itself, so `cp.async.wait_group`
 ///   is the only synchronization. Only one linear op of a task uses the
-///   buffer (`sharedTaken`).
+///   buffer, where no other op holds it (dynamicSharedHeld).
 ///
 /// With `staged` (from stageRows), a row below the staged count reads its
 /// weights from the staged view instead, and no other prefetch applies.
 static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int64_t sharedBytes = 0,
-                    int64_t threads = 0, llvm::DenseSet<Operation *> *sharedTaken = nullptr,
-                    StagedRows staged = {}) {
+                    int64_t threads = 0, StagedRows staged = {}) {
   // A gated op streams both rows from memory (no weights before the wait,
   // no staged rows).
   if (staged.view || op.getGated())
@@ -818,7 +817,7 @@ static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int
   int64_t pMax = sharedBytes / (slotThreads * 16);
   pMax -= pMax % unroll;
   auto task = op->getParentOfType<TaskOp>();
-  if (mode == WeightPrefetch::Shared && (pMax < unroll || !task || sharedTaken->contains(task)))
+  if (mode == WeightPrefetch::Shared && (pMax < unroll || !task || dynamicSharedHeld(task)))
     mode = WeightPrefetch::None;
   Operation *prefetchAt = normAhead                    ? op.getOperation()
                           : mode != WeightPrefetch::None ? weightPrefetchPoint(op)
@@ -826,7 +825,7 @@ static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int
   bool registerPrefetch = prefetchAt && mode == WeightPrefetch::Registers;
   bool sharedPrefetch = prefetchAt && mode == WeightPrefetch::Shared;
   if (sharedPrefetch)
-    sharedTaken->insert(task);
+    holdDynamicShared(task, op);
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   LinearRowsGPU l(op, b, unroll, slotThreads, pMax, task, registerPrefetch, sharedPrefetch, staged);
   l.setUp();
@@ -1101,17 +1100,15 @@ struct LinearLowering : public TileOpLowering<LinearOp> {
         return op.emitOpError("et.linear_plan's stage does not fit this op");
       staged = stageRows(op, stage[0], stage[1]);
     }
-    lowerLinearGPU(op, options.unroll, weights, options.prefetchBytes, options.threads, &state->sharedTaken,
-                   staged);
+    lowerLinearGPU(op, options.unroll, weights, options.prefetchBytes, options.threads, staged);
     return success();
   }
 };
 
 } // namespace
 
-void populateLinearLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                    TileLoweringState &state) {
+void populateLinearLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
   patterns.add<PrefetchLowering>(patterns.getContext(), options);
-  patterns.add<LinearLowering>(patterns.getContext(), options, &state);
+  patterns.add<LinearLowering>(patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

@@ -379,18 +379,23 @@ int64_t staticK(MatmulOp op) {
 
 /// Takes the task's dynamic shared memory for the op's ring of `bytes`
 /// and returns the task; fails with a diagnostic when the ring does not fit.
-FailureOr<TaskOp> takeDynamicShared(MatmulOp op, int64_t bytes, llvm::DenseSet<Operation *> &sharedTaken) {
+FailureOr<TaskOp> takeDynamicShared(MatmulOp op, int64_t bytes) {
   ArrayRef<int64_t> tile = op.getTile();
   if (bytes > kMaxDynamicShared)
     return op.emitOpError("tile ")
            << tile[0] << " x " << tile[1] << " x " << tile[2] << " with " << op.getStages() << " stages needs "
            << bytes << " bytes of shared memory, more than " << kMaxDynamicShared;
   // GEMM tiles are lowered before every other user of the dynamic shared
-  // memory, so a task already in the set holds only other et.matmul ops.
-  // Those run one after another in the tile, each ending with a barrier
-  // that frees the ring (finishTile), so they share it.
+  // memory, so a task whose memory is held holds it for other et.matmul
+  // ops (unless the input said otherwise). Those run one after another in
+  // the tile, each ending with a barrier that frees the ring (finishTile),
+  // so they share it.
   auto task = op->getParentOfType<TaskOp>();
-  sharedTaken.insert(task);
+  if (auto owner = task->getAttrOfType<StringAttr>(EventTensorDialect::getDynamicSharedOwnerAttrName());
+      owner && owner.getValue() != op->getName().getStringRef())
+    return op.emitOpError("needs its task's dynamic shared memory, which '")
+           << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to " << owner;
+  holdDynamicShared(task, op);
   return task;
 }
 
@@ -432,8 +437,7 @@ void issueIfAny(OpBuilder &b, Location loc, Value kt, Value slot, Value count,
 /// kt + stages - 2 into the slot of slice kt - 2 (whose multiplies every
 /// warpgroup has waited for); then BK / 16 wgmma (k16 each) of slice kt, a
 /// commit, and a wait that leaves only those in flight.
-LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &t,
-                               llvm::DenseSet<Operation *> &sharedTaken) {
+LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &t) {
   ArrayRef<int64_t> tileSizes = op.getTile();
   const int64_t bm = tileSizes[0], bn = tileSizes[1], stages = op.getStages();
   // A slice is BK / 64 column blocks (atoms) of 128-byte rows.
@@ -441,7 +445,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   const int64_t sliceA = bm * 128 * atoms, sliceB = bn * 128 * atoms; // bytes
   const int64_t ringBytes = stages * (sliceA + sliceB);
   // The ring plus room to align it to 1024 bytes.
-  FailureOr<TaskOp> task = takeDynamicShared(op, ringBytes + 1024, sharedTaken);
+  FailureOr<TaskOp> task = takeDynamicShared(op, ringBytes + 1024);
   if (failed(task))
     return failure();
 
@@ -928,7 +932,7 @@ Value load16(OpBuilder &b, Location loc, Value base, Value offset) {
 /// blocks take its chunks in turn (chunk c to warp c % kSplit); the
 /// partial sums of all but the group's first warp go through dynamic
 /// shared memory, and the first adds them in warp order and stores.
-LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken) {
+LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
@@ -938,7 +942,7 @@ LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads, llvm::DenseSet<
   const int64_t partialBytes = (t.kSplit - 1) * t.nSplit * numAcc * kWarp * 4;
   Value shared;
   if (partialBytes) {
-    FailureOr<TaskOp> task = takeDynamicShared(op, partialBytes, sharedTaken);
+    FailureOr<TaskOp> task = takeDynamicShared(op, partialBytes);
     if (failed(task))
       return failure();
     Value buffer = workgroupBuffer(*task, loc, {partialBytes / 2}, b.getBF16Type());
@@ -1076,8 +1080,7 @@ LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads, llvm::DenseSet<
 
 } // namespace
 
-LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
-                                   llvm::DenseSet<Operation *> &sharedTaken) {
+LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma) {
   ArrayRef<int64_t> tileSizes = op.getTile();
   const int64_t bm = tileSizes[0], bn = tileSizes[1], bk = tileSizes[2];
   const int64_t stages = op.getStages();
@@ -1085,10 +1088,10 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
     return op.emitOpError("on the GPU needs the threads per worker fixed at compile time (the "
                           "pass's `threads` option)");
   if (op.getRegisters())
-    return lowerMatmulRegisters(op, threads, sharedTaken);
+    return lowerMatmulRegisters(op, threads);
   if (wgmma)
     if (std::optional<WgmmaTiling> groups = chooseWgmmaTiling(bm, bn, bk, stages, threads))
-      return lowerMatmulWgmma(op, threads, *groups, sharedTaken);
+      return lowerMatmulWgmma(op, threads, *groups);
   if (op.getUp())
     return op.emitOpError("gated tile ")
            << bm << " x " << bn << " x " << bk << " with " << stages << " stages on " << threads
@@ -1102,7 +1105,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
   OpBuilder b(op);
   MmaSyncMatmul mm(op, b, threads, *tiling);
   const int64_t sharedBytes = stages * (mm.sliceA + mm.sliceB) * 2;
-  FailureOr<TaskOp> task = takeDynamicShared(op, sharedBytes, sharedTaken);
+  FailureOr<TaskOp> task = takeDynamicShared(op, sharedBytes);
   if (failed(task))
     return failure();
   mm.task = *task;
@@ -1184,13 +1187,12 @@ struct MatmulLowering : public TileOpLowering<MatmulOp> {
       lowerMatmulCPU(op);
       return success();
     }
-    return lowerMatmulGPU(op, options.threads, options.wgmma, state->sharedTaken);
+    return lowerMatmulGPU(op, options.threads, options.wgmma);
   }
 };
 
 } // namespace
 
-void tile::populateMatmulLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                          TileLoweringState &state) {
-  patterns.add<MatmulLowering>(patterns.getContext(), options, &state);
+void tile::populateMatmulLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
+  patterns.add<MatmulLowering>(patterns.getContext(), options);
 }

@@ -100,8 +100,7 @@ struct LowerTileOpsPass
     const TileLoweringOptions &options = *checked;
     if (planOnly) {
       if (options.gpu) {
-        TileLoweringState planned;
-        planAttentionOps(getOperation(), options, planned);
+        planAttentionOps(getOperation(), options);
         planLinearOps(getOperation(), options, largestDynamicBuffer(getOperation()));
       }
       return;
@@ -138,17 +137,16 @@ struct LowerTileOpsPass
     // so the barrier is reached wherever the ops are.
     if (gpu)
       getOperation().walk([&](TaskOp task) { insertTileBarriers(task); });
-    TileLoweringState state;
     RewritePatternSet patterns(&getContext());
-    populateMatmulLoweringPatterns(patterns, options, state);
-    populateAttentionLoweringPatterns(patterns, options, state);
-    populateAttentionPrefillLoweringPatterns(patterns, options, state);
+    populateMatmulLoweringPatterns(patterns, options);
+    populateAttentionLoweringPatterns(patterns, options);
+    populateAttentionPrefillLoweringPatterns(patterns, options);
     populateNormLoweringPatterns(patterns, options);
     populateEmbeddingLoweringPatterns(patterns, options);
     populateRoPELoweringPatterns(patterns, options);
     populateArgmaxLoweringPatterns(patterns, options);
     populateRouterLoweringPatterns(patterns, options);
-    populateLinearLoweringPatterns(patterns, options, state);
+    populateLinearLoweringPatterns(patterns, options);
     FrozenRewritePatternSet frozen(std::move(patterns));
     PatternApplicator applicator(frozen);
     applicator.applyDefaultCostModel();
@@ -168,7 +166,7 @@ struct LowerTileOpsPass
     // the dynamic shared memory the ops before it took.
     for (Operation *op : ops) {
       if (auto split = dyn_cast<AttentionSplitOp>(op); split && gpu)
-        planAttentionOp(split, options, state);
+        planAttentionOp(split, options);
       if (failed(lower(op)))
         return signalPassFailure();
     }

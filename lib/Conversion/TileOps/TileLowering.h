@@ -87,22 +87,27 @@ struct TileLoweringOptions {
   bool wgmma = true;
 };
 
-/// What the lowerings of one kernel share while they run.
-struct TileLoweringState {
-  /// Tasks whose dynamic shared memory an op took (one op per task).
-  llvm::DenseSet<Operation *> sharedTaken;
-};
+/// Whether an op holds `task`'s dynamic shared memory (its
+/// et.dynamic_shared_owner). One op kind per task: the ops take it in the
+/// lowering's order (every et.matmul's ring, then in walk order
+/// et.attention_prefill on tensor cores and et.attention_split staged or on
+/// tensor cores, then an et.linear's shared weight prefetch), each where
+/// nothing holds it yet. In the IR, so that a lowering redone from a copy
+/// of the kernel (the linear ops' refit) sees what the ops lowered before
+/// the copy took.
+bool dynamicSharedHeld(Operation *task);
 
-/// A pattern that lowers one tile op with the pass's options (and, for the
-/// families that share budgets across ops, the kernel's state).
+/// Records that `op` holds the dynamic shared memory of `task`.
+void holdDynamicShared(Operation *task, Operation *op);
+
+/// A pattern that lowers one tile op with the pass's options.
 template <typename OpTy>
 struct TileOpLowering : public OpRewritePattern<OpTy> {
-  TileOpLowering(MLIRContext *context, const TileLoweringOptions &options, TileLoweringState *state = nullptr)
-      : OpRewritePattern<OpTy>(context), options(options), state(state) {}
+  TileOpLowering(MLIRContext *context, const TileLoweringOptions &options)
+      : OpRewritePattern<OpTy>(context), options(options) {}
 
 protected:
   const TileLoweringOptions &options;
-  TileLoweringState *state;
 };
 
 /// Staging budgets below this are not worth a region (bytes per task).
@@ -143,18 +148,18 @@ int64_t sharedBytesPerWorker(Operation *root);
 
 /// Plans `op` (GPU options) unless it has an et.attention_plan already:
 /// the first of its forms that applies (staged, tensor cores, one warp per
-/// query group, loops), the tasks in `state.sharedTaken` having lent their
-/// dynamic shared memory to other ops. The pass plans each op right before
-/// it is lowered, with the state the ops lowered before it left.
-void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options, const TileLoweringState &state);
+/// query group, loops), the tasks whose dynamic shared memory another op
+/// holds (dynamicSharedHeld) lending it to no form. The pass plans each op
+/// right before it is lowered, after the ops lowered before it took theirs.
+void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options);
 
 /// Plans every et.attention_split under `root` (GPU options, nothing
-/// lowered yet) in the lowering's order, taking into `state.sharedTaken`
+/// lowered yet) in the lowering's order, recording as et.dynamic_shared_owner
 /// the tasks whose dynamic shared memory the ops before each one would
 /// take: every et.matmul's, then in walk order et.attention_prefill's on
 /// tensor cores and the split attention's planned staged or on tensor
 /// cores (`plan-only`).
-void planAttentionOps(Operation *root, const TileLoweringOptions &options, TileLoweringState &state);
+void planAttentionOps(Operation *root, const TileLoweringOptions &options);
 
 /// True when `names` is empty or names the task that holds `op`.
 bool inNamedTask(Operation *op, ArrayRef<std::string> names);
@@ -164,19 +169,15 @@ bool inNamedTask(Operation *op, ArrayRef<std::string> names);
 /// tasks' dynamic shared memory holds the GEMM ring, then the others, then
 /// et.linear, whose early loads and staging follow the lowered rest), and
 /// choose the op's form for the target in `options`.
-void populateMatmulLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                    TileLoweringState &state);
-void populateAttentionLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                       TileLoweringState &state);
-void populateAttentionPrefillLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                              TileLoweringState &state);
+void populateMatmulLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
+void populateAttentionLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
+void populateAttentionPrefillLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateNormLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateEmbeddingLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateRoPELoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 void populateRouterLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
-void populateLinearLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options,
-                                    TileLoweringState &state);
+void populateLinearLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options);
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -304,10 +305,10 @@ void copyChunks(OpBuilder &b, Location loc, Value tid, int64_t threads, int64_t 
 /// et.matmul on the GPU (tensor cores) for a worker of `threads` threads
 /// (fixed at compile time): with warpgroup MMA (`wgmma`, Hopper) where the
 /// tile allows it, else mma.sync. The op's task takes the dynamic shared
-/// memory (`sharedTaken`). Emits a diagnostic and fails when the tile does
-/// not fit the worker (registers, shared memory) or `threads` is not fixed.
-LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma,
-                             llvm::DenseSet<Operation *> &sharedTaken);
+/// memory (holdDynamicShared). Emits a diagnostic and fails when the tile
+/// does not fit the worker (registers, shared memory) or `threads` is not
+/// fixed.
+LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma);
 
 /// et.matmul on the CPU: scalar loops over the block, rows strided by thread.
 void lowerMatmulCPU(MatmulOp op);
@@ -335,11 +336,10 @@ Value packBf16(OpBuilder &b, Location loc, Value lo, Value hi);
 /// worker allow it (D of 64 or 128, block x G rows a multiple of 16 that
 /// the warps cover, `threads` fixed); the op's task takes the dynamic
 /// shared memory. Returns false (op untouched) otherwise.
-bool lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads, llvm::DenseSet<Operation *> &sharedTaken);
+bool lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads);
 
 /// Whether lowerAttentionPrefillGPU applies to `op` (changes nothing).
-bool attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads,
-                             const llvm::DenseSet<Operation *> &sharedTaken);
+bool attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads);
 
 /// et.attention_prefill as loops (the CPU, and GPU tiles the tensor-core
 /// path does not take): each thread a (token, head) row at a time.

@@ -372,4 +372,13 @@ int64_t sharedBytesPerWorker(Operation *root) {
   return arena + kWorkerSharedBytes + dynamic;
 }
 
+bool dynamicSharedHeld(Operation *task) {
+  return task->hasAttr(EventTensorDialect::getDynamicSharedOwnerAttrName());
+}
+
+void holdDynamicShared(Operation *task, Operation *op) {
+  task->setAttr(EventTensorDialect::getDynamicSharedOwnerAttrName(),
+                StringAttr::get(task->getContext(), op->getName().getStringRef()));
+}
+
 } // namespace mlir::et::tile

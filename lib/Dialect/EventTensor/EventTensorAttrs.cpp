@@ -148,6 +148,17 @@ EventTensorDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError("'") << getDynamicSharedAttrName() << "' must be a unit attribute";
     return success();
   }
+  if (attr.getName() == getDynamicSharedOwnerAttrName()) {
+    auto owner = dyn_cast<StringAttr>(attr.getValue());
+    if (!isa<TaskOp>(op) || !owner ||
+        !llvm::is_contained({"et.matmul", "et.attention_prefill", "et.attention_split", "et.linear"},
+                            owner.getValue()))
+      return op->emitOpError("'") << getDynamicSharedOwnerAttrName()
+                                  << "' must be a tile op's name (\"et.matmul\", \"et.attention_prefill\", "
+                                     "\"et.attention_split\" or \"et.linear\") on an 'et.task', got "
+                                  << attr.getValue();
+    return success();
+  }
   if (attr.getName() == getLinearPlanAttrName())
     return verifyLinearPlan(op, attr.getValue());
   if (attr.getName() == getAttentionPlanAttrName())

@@ -427,6 +427,22 @@ et.kernel @dynamic_shared_global_memory() {
 
 // -----
 
+et.kernel @dynamic_shared_owner_not_a_task() {
+  // expected-error @+1 {{'et.dynamic_shared_owner' must be a tile op's name ("et.matmul", "et.attention_prefill", "et.attention_split" or "et.linear") on an 'et.task', got "et.matmul"}}
+  %e = et.event.create() {et.dynamic_shared_owner = "et.matmul"} : !et.event<>
+}
+
+// -----
+
+et.kernel @dynamic_shared_owner_unknown_op() {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'et.dynamic_shared_owner' must be a tile op's name ("et.matmul", "et.attention_prefill", "et.attention_split" or "et.linear") on an 'et.task', got "et.rope"}}
+  et.task @a tiles(%i) in (%c1) attributes {et.dynamic_shared_owner = "et.rope"} {
+  }
+}
+
+// -----
+
 et.kernel @dynamic_shared_not_unit() {
   // expected-error @+1 {{'et.dynamic_shared' must be a unit attribute}}
   %a = memref.alloca() {et.dynamic_shared = 1 : i64} : memref<16xbf16, #gpu.address_space<workgroup>>

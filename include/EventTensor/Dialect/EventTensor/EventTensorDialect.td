@@ -29,7 +29,7 @@ def EventTensor_Dialect : Dialect {
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
   // Verifies the dialect's discardable attributes (`et.cost`,
-  // `et.dynamic_shared`).
+  // `et.dynamic_shared`, the plans, `et.dynamic_shared_owner`).
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerTypes();
@@ -58,6 +58,16 @@ def EventTensor_Dialect : Dialect {
     /// before the wait, "mma": tensor cores, "warps": every warp on each
     /// output entry, or "loops").
     static constexpr ::llvm::StringLiteral getAttentionPlanAttrName() { return "et.attention_plan"; }
+
+    /// The tile op that holds an `et.task`'s dynamic shared memory, by op
+    /// name (et-lower-tile-ops, as each op takes it: "et.matmul",
+    /// "et.attention_prefill", "et.attention_split" or "et.linear"). A
+    /// task's dynamic shared memory has one user (the GEMM tiles of a task
+    /// share their ring); the attribute is in the IR so that every later
+    /// decision, and a lowering redone from a copy, sees it.
+    static constexpr ::llvm::StringLiteral getDynamicSharedOwnerAttrName() {
+      return "et.dynamic_shared_owner";
+    }
 
     /// The unit argument attribute of a kernel memref allocated on every
     /// device of a multi-device kernel (reachable through `et.peer`).
