@@ -76,7 +76,7 @@ LogicalResult WorkerEmitter::emitDynamic(ScheduleOp schedule) {
   SmallVector<Value> bases{idx(0)};
   for (TaskOp task : queue) {
     Scope scope{top.region, top.fail, {}};
-    FailureOr<Value> n = tileCount(task, scope);
+    FailureOr<Value> n = tileCount(task, scope, /*extents=*/nullptr, /*dispatch=*/true);
     if (failed(n))
       return failure();
     bases.push_back(arith::AddIOp::create(b, loc, bases.back(), *n));

@@ -236,7 +236,7 @@ FailureOr<scf::ExecuteRegionOp> WorkerEmitter::emitStaticEntry(Value taskId, Val
     b.setInsertionPointToEnd(cyc);
     {
       Scope scope{top.region, top.fail, {}};
-      FailureOr<Value> n = tileCount(task, scope);
+      FailureOr<Value> n = tileCount(task, scope, /*extents=*/nullptr, /*dispatch=*/true);
       if (failed(n))
         return failure();
       Value offset = toIndex(arith::SubIOp::create(b, loc, i64(-1), tileI64));

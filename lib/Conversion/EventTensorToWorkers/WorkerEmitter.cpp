@@ -267,23 +267,23 @@ FailureOr<SmallVector<Value>> WorkerEmitter::materializeAll(ValueRange values, S
 }
 
 FailureOr<Value> WorkerEmitter::tileCount(TaskOp task, Scope &scope,
-                           SmallVectorImpl<Value> *extents) {
+                           SmallVectorImpl<Value> *extents, bool dispatch) {
   FailureOr<SmallVector<Value>> values =
       materializeAll(task.getExtents(), scope);
   if (failed(values))
     return failure();
-  // Extents known only at run time (kernel arguments, extent loads) are
-  // checked there: each in [0, 2^31 - 1] and so their product, as the
-  // verifier checks the constant ones (the dynamic schedule numbers tiles
-  // in 32 bits, and a wrapped product would silently run fewer tiles).
-  // Each factor is at most 2^31 - 1 and so is the product before it: no
-  // 64-bit product overflows.
+  // At a dispatch, extents known only at run time (kernel arguments,
+  // extent loads) are checked: each in [0, 2^31 - 1] and so their product,
+  // as the verifier checks the constant ones (the dynamic schedule numbers
+  // tiles in 32 bits, and a wrapped product would silently run fewer
+  // tiles). Each factor is at most 2^31 - 1 and so is the product before
+  // it: no 64-bit product overflows.
   constexpr int64_t kMaxTiles = std::numeric_limits<int32_t>::max();
   Value n = idx(1), inRange = i1(true);
   bool dynamic = false;
   for (Value e : *values) {
     n = arith::MulIOp::create(b, loc, n, e);
-    if (matchPattern(e, m_Constant()))
+    if (!dispatch || matchPattern(e, m_Constant()))
       continue;
     dynamic = true;
     auto within = [&](Value v) {

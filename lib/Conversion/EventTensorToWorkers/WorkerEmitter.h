@@ -140,9 +140,13 @@ private:
   FailureOr<SmallVector<Value>> materializeAll(ValueRange values, Scope &scope,
                                                const IRMapping *local = nullptr);
 
-  /// Product of a task's extents.
+  /// Product of a task's extents. With `dispatch` (where the count decides
+  /// which tiles run: the dynamic queue's prefix sums, a static program's
+  /// entry spread by formula), extents known only at run time are checked
+  /// there first (a `tile_count` error when out of range); the other uses
+  /// (a tile's coordinates, an expected count) follow a dispatch that did.
   FailureOr<Value> tileCount(TaskOp task, Scope &scope,
-                             SmallVectorImpl<Value> *extents = nullptr);
+                             SmallVectorImpl<Value> *extents = nullptr, bool dispatch = false);
 
   //===--------------------------------------------------------------------===//
   // Events
