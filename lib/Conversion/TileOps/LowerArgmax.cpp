@@ -37,18 +37,21 @@ namespace mlir::et::tile {
 /// so that a row with a NaN anywhere ends on a NaN, which storeArgmax
 /// turns into no token (a NaN that never won left the row's token to the
 /// other columns, silently).
+/// The index of no column: what a row reads when no column won, or a NaN did.
+static Value noIndex(OpBuilder &b, Location loc) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), std::numeric_limits<int32_t>::max());
+}
+
 static Value argmaxBetter(OpBuilder &b, Location loc, Value v, Value i, Value bv, Value bi) {
   Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, bv);
   Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, v, bv);
   Value smaller = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, i, bi);
   Value numbers = arith::OrIOp::create(b, loc, gt, arith::AndIOp::create(b, loc, eq, smaller));
   Value vNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, v, v);
-  Value bvNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, bv, bv);
+  Value bvNumber = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ORD, bv, bv);
   // v NaN: wins over a number, or over a NaN of a larger index; v a number:
   // the comparison above (false against a NaN).
-  Value nanWins = arith::OrIOp::create(
-      b, loc, arith::XOrIOp::create(b, loc, bvNaN, arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)),
-      smaller);
+  Value nanWins = arith::OrIOp::create(b, loc, bvNumber, smaller);
   return arith::SelectOp::create(b, loc, vNaN, nanWins, numbers);
 }
 
@@ -134,7 +137,7 @@ static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp o
   Type i32 = b.getI32Type();
   Value negInf = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
                                                 APFloat(-std::numeric_limits<float>::infinity()));
-  Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
+  Value none = noIndex(b, loc);
   auto element = [&](OpBuilder &b, Location loc, Value j) -> std::pair<Value, Value> {
     Value v = toF32(b, loc, memref::LoadOp::create(b, loc, op.getX(), ValueRange{tok, j}));
     Value idx = op.getFrom() ? memref::LoadOp::create(b, loc, op.getFrom(), ValueRange{tok, j}).getResult()
@@ -143,7 +146,7 @@ static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp o
   };
   Value tripStep = unroll == 1 ? step : arith::MulIOp::create(b, loc, step, arith::ConstantIndexOp::create(b, loc, unroll));
   auto scan = scf::ForOp::create(
-      b, loc, first, end, tripStep, ValueRange{negInf, noIndex},
+      b, loc, first, end, tripStep, ValueRange{negInf, none},
       [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
         // Every load of the trip (a column past `end` reads column j), then
         // the comparisons in column order.
@@ -167,7 +170,7 @@ static std::pair<Value, Value> argmaxScan(OpBuilder &b, Location loc, ArgmaxOp o
             v = sampleKey(b, loc, *sample, v, idx);
           if (inside[u]) {
             v = arith::SelectOp::create(b, loc, inside[u], v, negInf);
-            idx = arith::SelectOp::create(b, loc, inside[u], idx, noIndex);
+            idx = arith::SelectOp::create(b, loc, inside[u], idx, none);
           }
           Value take = argmaxBetter(b, loc, v, idx, bv, bi);
           bv = arith::SelectOp::create(b, loc, take, v, bv);
@@ -223,8 +226,7 @@ static void storeArgmax(OpBuilder &b, Location loc, ArgmaxOp op, Value cond, Val
   b.setInsertionPointToStart(ifOp.thenBlock());
   // A NaN won: no token (the index a row reads when no column won).
   Value nan = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, value, value);
-  index = arith::SelectOp::create(
-      b, loc, nan, arith::ConstantIntOp::create(b, loc, b.getI32Type(), std::numeric_limits<int32_t>::max()), index);
+  index = arith::SelectOp::create(b, loc, nan, noIndex(b, loc), index);
   memref::StoreOp::create(b, loc, value, op.getValues(), ValueRange{tok, op.getSlot()});
   memref::StoreOp::create(b, loc, index, op.getIndices(), ValueRange{tok, op.getSlot()});
 }
@@ -299,7 +301,7 @@ static void lowerArgmaxBlock(ArgmaxOp op) {
       b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), width);
   Value first = arith::AddIOp::create(b, loc, op.getCol0(), g.tid);
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
-  Value noIndex = arith::ConstantIntOp::create(b, loc, i32, std::numeric_limits<int32_t>::max());
+  Value none = noIndex(b, loc);
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.lane, h.idx(0));
   auto rows = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, m, h.idx(1)),
                                 /*withElse=*/true);
@@ -328,7 +330,7 @@ static void lowerArgmaxBlock(ArgmaxOp op) {
         Value v = arith::SelectOp::create(b, loc, has, memref::LoadOp::create(b, loc, vals, ValueRange{safe}),
                                           negInf);
         Value i = arith::SelectOp::create(b, loc, has, memref::LoadOp::create(b, loc, idxs, ValueRange{safe}),
-                                          noIndex);
+                                          none);
         auto [tv, ti] = argmaxButterfly(b, loc, v, i, kWarp);
         Value store = arith::AndIOp::create(
             b, loc, isLane0, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g.group, h.idx(0)));

@@ -391,10 +391,9 @@ FailureOr<TaskOp> takeDynamicShared(MatmulOp op, int64_t bytes) {
   // the tile, each ending with a barrier that frees the ring (finishTile),
   // so they share it.
   auto task = op->getParentOfType<TaskOp>();
-  if (auto owner = task->getAttrOfType<StringAttr>(EventTensorDialect::getDynamicSharedOwnerAttrName());
-      owner && owner.getValue() != op->getName().getStringRef())
+  if (StringRef owner = dynamicSharedOwner(task); !owner.empty() && owner != op->getName().getStringRef())
     return op.emitOpError("needs its task's dynamic shared memory, which '")
-           << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to " << owner;
+           << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to \"" << owner << "\"";
   holdDynamicShared(task, op);
   return task;
 }

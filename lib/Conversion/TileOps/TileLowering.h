@@ -97,6 +97,10 @@ struct TileLoweringOptions {
 /// the copy took.
 bool dynamicSharedHeld(Operation *task);
 
+/// The name of the op kind holding `task`'s dynamic shared memory; empty
+/// when none does.
+StringRef dynamicSharedOwner(Operation *task);
+
 /// Records that `op` holds the dynamic shared memory of `task`.
 void holdDynamicShared(Operation *task, Operation *op);
 

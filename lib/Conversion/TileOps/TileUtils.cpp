@@ -372,9 +372,12 @@ int64_t sharedBytesPerWorker(Operation *root) {
   return arena + kWorkerSharedBytes + dynamic;
 }
 
-bool dynamicSharedHeld(Operation *task) {
-  return task->hasAttr(EventTensorDialect::getDynamicSharedOwnerAttrName());
+StringRef dynamicSharedOwner(Operation *task) {
+  auto owner = task->getAttrOfType<StringAttr>(EventTensorDialect::getDynamicSharedOwnerAttrName());
+  return owner ? owner.getValue() : StringRef();
 }
+
+bool dynamicSharedHeld(Operation *task) { return !dynamicSharedOwner(task).empty(); }
 
 void holdDynamicShared(Operation *task, Operation *op) {
   task->setAttr(EventTensorDialect::getDynamicSharedOwnerAttrName(),
