@@ -507,6 +507,21 @@ LogicalResult WorkerEmitter::checkSharedMemory(Operation *fn) {
 
 WorkerTarget::~WorkerTarget() = default;
 
+// A target without workgroup memory never stages (the pass refuses
+// et.staged_rows there before any of these is called).
+void WorkerTarget::initStageBarriers(WorkerBuilder &, ArrayRef<Value>) const {
+  llvm_unreachable("weights are staged only in workgroup memory");
+}
+void WorkerTarget::waitStageBarrier(WorkerBuilder &, Value, Value) const {
+  llvm_unreachable("weights are staged only in workgroup memory");
+}
+void WorkerTarget::expectStageBytes(WorkerBuilder &, Value, Value) const {
+  llvm_unreachable("weights are staged only in workgroup memory");
+}
+void WorkerTarget::copyToStage(WorkerBuilder &, Value, Value, Value, Value) const {
+  llvm_unreachable("weights are staged only in workgroup memory");
+}
+
 Value WorkerTarget::waitStart(WorkerBuilder &w) const { return w.i64(0); }
 
 std::pair<Value, Value> WorkerTarget::waitExpired(WorkerBuilder &w, Value measure) const {

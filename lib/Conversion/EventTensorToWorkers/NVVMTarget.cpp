@@ -167,6 +167,32 @@ public:
     NVVM::NanosleepOp::create(w.b, w.loc, w.i32(backoffNs));
   }
 
+  /// mbarriers of one arrival, and a fence that makes their initialization
+  /// visible to the bulk copies (the async proxy).
+  void initStageBarriers(WorkerBuilder &w, ArrayRef<Value> barriers) const override {
+    for (Value barrier : barriers)
+      NVVM::MBarrierInitOp::create(w.b, w.loc, barrier, w.i32(1), Value());
+    NVVM::FenceMbarrierInitOp::create(w.b, w.loc);
+  }
+
+  void waitStageBarrier(WorkerBuilder &w, Value barrier, Value parity) const override {
+    NVVM::MBarrierTryWaitParityOp::create(w.b, w.loc, barrier, parity, w.i32(0));
+  }
+
+  void expectStageBytes(WorkerBuilder &w, Value barrier, Value bytes) const override {
+    NVVM::MBarrierArriveExpectTxOp::create(w.b, w.loc, Type(), barrier, bytes, NVVM::MemScopeKind::CTA,
+                                           /*relaxed=*/false, Value());
+  }
+
+  /// One bulk copy to a shared::cluster destination (the CTA's own shared
+  /// memory): the shared::cta form needs PTX 8.6.
+  void copyToStage(WorkerBuilder &w, Value dst, Value src, Value bytes, Value barrier) const override {
+    Value dstCluster =
+        LLVM::AddrSpaceCastOp::create(w.b, w.loc, LLVM::LLVMPointerType::get(w.b.getContext(), 7), dst);
+    NVVM::CpAsyncBulkGlobalToSharedClusterOp::create(w.b, w.loc, dstCluster, src, barrier, bytes, Value(),
+                                                     Value());
+  }
+
   /// The globaltimer.
   Value now(WorkerBuilder &w) const override {
     return NVVM::GlobalTimerOp::create(w.b, w.loc, w.b.getI64Type());

@@ -3,8 +3,10 @@
 // et.staged_rows on the GPU: while a worker runs one entry of its static
 // program, its last thread issues the bulk copies of the next entry's
 // weight rows into one of two shared-memory regions, completing on that
-// region's mbarrier; the entry's tile waits on the mbarrier before it reads
-// the rows (docs/lowering.md, "Weights staged across tiles").
+// region's barrier; the entry's tile waits on the barrier before it reads
+// the rows (docs/lowering.md, "Weights staged across tiles"). The barriers
+// and copies are the target's (WorkerTarget: mbarriers and bulk copies on
+// the GPU); this file decides what is copied where, and when.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,7 +14,6 @@
 
 #include "../TileOps/TileLowering.h"
 
-#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -47,8 +48,7 @@ void WorkerEmitter::waitStaged(std::tuple<Value, Value, Value> decoded) {
   auto ifOp = scf::IfOp::create(b, loc, staged, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  NVVM::MBarrierTryWaitParityOp::create(b, loc, stageBarrier(slot), parity,
-                                        arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0));
+  target.waitStageBarrier(*this, stageBarrier(slot), parity);
 }
 
 Value WorkerEmitter::stagedCount(StagedRowsOp op, Value w, Value row0, Value rows) {
@@ -156,20 +156,14 @@ void WorkerEmitter::emitStageCopies(TaskOp task, const StagePlan &plan, Value ti
     copies.push_back({dst, src, bytes});
   }
   Value barrierPtr = stageBarrier(slot);
-  NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), barrierPtr, total, NVVM::MemScopeKind::CTA,
-                                         /*relaxed=*/false, Value());
+  target.expectStageBytes(*this, barrierPtr, total);
   for (auto [dst, src, bytes] : copies) {
     Value any = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, bytes,
                                       arith::ConstantIntOp::create(b, loc, i32, 0));
     auto ifOp = scf::IfOp::create(b, loc, any, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    // A shared::cluster destination (the CTA's own shared memory): the
-    // shared::cta form needs PTX 8.6.
-    Value dstCluster = LLVM::AddrSpaceCastOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), dst);
-    NVVM::CpAsyncBulkGlobalToSharedClusterOp::create(b, loc, dstCluster, src, barrierPtr, bytes, Value(),
-                                                     Value());
+    target.copyToStage(*this, dst, src, bytes, barrierPtr);
   }
 }
 
@@ -198,8 +192,5 @@ void WorkerEmitter::initStageBarriers() {
   auto ifOp = scf::IfOp::create(b, loc, isThread0(), /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  for (int64_t slot = 0; slot < 2; ++slot)
-    NVVM::MBarrierInitOp::create(b, loc, stageBarrier(idx(slot)),
-                                 arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1), Value());
-  NVVM::FenceMbarrierInitOp::create(b, loc);
+  target.initStageBarriers(*this, {stageBarrier(idx(0)), stageBarrier(idx(1))});
 }

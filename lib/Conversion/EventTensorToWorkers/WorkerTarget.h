@@ -2,8 +2,9 @@
 //
 // The worker code is the same on both targets except where a worker finds
 // its id and its threads, how its threads meet and share a value, the scope
-// and form of the counter atomics, the backoff between polls, the clock, and
-// the function and module that hold it. WorkerTarget owns those decisions;
+// and form of the counter atomics, the backoff between polls, the clock, the
+// barriers and copies of weights staged in shared memory, and the function
+// and module that hold it. WorkerTarget owns those decisions;
 // WorkerEmitter calls it and never asks which target it emits for.
 //
 //   NVVMTarget.cpp  a gpu.func kernel, one CTA per worker
@@ -197,6 +198,22 @@ public:
   /// polls (the GPU's polls take a steady time).
   virtual Value waitStart(WorkerBuilder &w) const;
   virtual std::pair<Value, Value> waitExpired(WorkerBuilder &w, Value measure) const;
+
+  //===--------------------------------------------------------------------===//
+  // Weights staged across tiles (only where hasWorkgroupMemory())
+  //===--------------------------------------------------------------------===//
+
+  /// Thread 0: initializes the staging barriers at `barriers` (workgroup
+  /// pointers, one arrival a phase) and makes them visible to the copies.
+  virtual void initStageBarriers(WorkerBuilder &w, ArrayRef<Value> barriers) const;
+  /// Waits until the phase of `barrier` of parity `parity` (i32) completes.
+  virtual void waitStageBarrier(WorkerBuilder &w, Value barrier, Value parity) const;
+  /// Arrives on `barrier`, which then completes its phase once `bytes` (i32)
+  /// of copies issued with copyToStage have landed.
+  virtual void expectStageBytes(WorkerBuilder &w, Value barrier, Value bytes) const;
+  /// Starts an asynchronous copy of `bytes` (i32, > 0) from global `src` to
+  /// workgroup `dst` that completes on `barrier`.
+  virtual void copyToStage(WorkerBuilder &w, Value dst, Value src, Value bytes, Value barrier) const;
 
   //===--------------------------------------------------------------------===//
   // The trace
