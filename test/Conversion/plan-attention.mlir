@@ -85,3 +85,41 @@ et.kernel @kept(%q: memref<8x64xf32>, %k: memref<256x2x64xbf16>, %v: memref<256x
         : memref<8x64xf32>, memref<256x2x64xbf16>, memref<256x2x64xbf16>, memref<2x8x64xf32>, memref<2x8xf32>
   }
 }
+
+// -----
+
+// et.attention_prefill is planned too: tensor cores where the op and the
+// worker allow them and the task's dynamic shared memory is free (which
+// they then hold), else loops; a task whose memory the input gives to
+// another op keeps it there. D = 32 has no tensor-core form.
+// PLAN-LABEL: et.kernel @prefill
+// PLAN: et.task @mma {{.*}} attributes {et.dynamic_shared_owner = "et.attention_prefill"}
+// PLAN: et.attention_prefill {{.*}} {et.attention_plan = {form = "mma"}}
+// PLAN: et.task @held {{.*}} attributes {et.dynamic_shared_owner = "et.linear"}
+// PLAN: et.attention_prefill {{.*}} {et.attention_plan = {form = "loops"}}
+// PLAN-NOT: et.dynamic_shared_owner
+// PLAN: et.task @small_head
+// PLAN-NOT: et.dynamic_shared_owner
+// PLAN: et.attention_prefill {{.*}} {et.attention_plan = {form = "loops"}}
+et.kernel @prefill(%q: memref<?x32x64xbf16>, %k: memref<4096x8x64xbf16>, %v: memref<4096x8x64xbf16>,
+                   %o: memref<?x32x64xbf16>, %qs: memref<?x4x32xbf16>, %ks: memref<64x4x32xbf16>,
+                   %os: memref<?x4x32xf32>, %blocks: index, %p0: index) {
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  et.task @mma tiles(%tb, %g) in (%blocks, %c8) {
+    %t0 = arith.muli %tb, %c16 : index
+    et.attention_prefill %q, %k, %v, %o kv_head(%g) tokens(%t0) pos0(%p0) block(16) scale(0.125)
+        : memref<?x32x64xbf16>, memref<4096x8x64xbf16>, memref<4096x8x64xbf16>, memref<?x32x64xbf16>
+  }
+  et.task @held tiles(%tb, %g) in (%blocks, %c8) attributes {et.dynamic_shared_owner = "et.linear"} {
+    %t0 = arith.muli %tb, %c16 : index
+    et.attention_prefill %q, %k, %v, %o kv_head(%g) tokens(%t0) pos0(%p0) block(16) scale(0.125)
+        : memref<?x32x64xbf16>, memref<4096x8x64xbf16>, memref<4096x8x64xbf16>, memref<?x32x64xbf16>
+  }
+  et.task @small_head tiles(%tb, %g) in (%blocks, %c4) {
+    %t0 = arith.muli %tb, %c16 : index
+    et.attention_prefill %qs, %ks, %ks, %os kv_head(%g) tokens(%t0) pos0(%p0) block(16) scale(0.176)
+        : memref<?x4x32xbf16>, memref<64x4x32xbf16>, memref<64x4x32xbf16>, memref<?x4x32xf32>
+  }
+}

@@ -33,3 +33,30 @@ et.kernel @stage_too_many(%x: memref<1x1024xbf16>, %w: memref<64x1024xbf16>, %y:
     et.linear %x, %w, %y rows(%r0, %c8) {et.linear_plan = {layout = "rows", prefetch = "none", stage = array<i64: 0, 9>}} : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
   }
 }
+
+// -----
+
+// Test: plans in the input that give the shared weight prefetch to two ops
+// of a task (their slots would overlap).
+et.kernel @two_shared_prefetches(%x: memref<1x1024xbf16>, %w: memref<64x1024xbf16>, %y: memref<1x64xf32>) {
+  %c8 = arith.constant 8 : index
+  et.task @t tiles(%t) in (%c8) {
+    %r0 = arith.muli %t, %c8 : index
+    et.linear %x, %w, %y rows(%r0, %c8) {et.linear_plan = {layout = "rows", prefetch = "shared"}} : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
+    // expected-error @+1 {{'et.linear' op et.linear_plan's shared prefetch needs its task's dynamic shared memory, which another et.linear's shared prefetch takes}}
+    et.linear %x, %w, %y rows(%r0, %c8) {et.linear_plan = {layout = "rows", prefetch = "shared"}} : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
+  }
+}
+
+// -----
+
+// Test: a plan of the shared weight prefetch in a task whose dynamic shared
+// memory the input gives to another op.
+et.kernel @shared_prefetch_held(%x: memref<1x1024xbf16>, %w: memref<64x1024xbf16>, %y: memref<1x64xf32>) {
+  %c8 = arith.constant 8 : index
+  et.task @t tiles(%t) in (%c8) attributes {et.dynamic_shared_owner = "et.attention_split"} {
+    %r0 = arith.muli %t, %c8 : index
+    // expected-error @+1 {{'et.linear' op et.linear_plan's shared prefetch needs its task's dynamic shared memory, which 'et.dynamic_shared_owner' gives to "et.attention_split"}}
+    et.linear %x, %w, %y rows(%r0, %c8) {et.linear_plan = {layout = "rows", prefetch = "shared"}} : memref<1x1024xbf16>, memref<64x1024xbf16>, memref<1x64xf32>
+  }
+}

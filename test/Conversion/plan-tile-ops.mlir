@@ -12,7 +12,9 @@
 // 8 rows and the second's first 2 (offset 16384, after the first op's); a
 // staged op takes the rows layout, and the op after a staged one issues no
 // early loads. With the shared weight prefetch in the named task only,
-// the ops there take the rows layout with their weights before the wait.
+// the ops there take the rows layout, and the first its weights before the
+// wait in the task's dynamic shared memory (et.dynamic_shared_owner); the
+// prefetch slots are one op's, so the second prefetches nothing.
 // SPREAD-LABEL: et.kernel @qk
 // SPREAD: et.linear {{.*}} {et.linear_plan = {layout = "spread", prefetch = "none"}}
 // SPREAD: et.linear {{.*}} {et.linear_plan = {early_loads, layout = "spread", prefetch = "none"}}
@@ -22,9 +24,10 @@
 // PREFETCH-LABEL: et.kernel @qk
 // PREFETCH: et.task @other
 // PREFETCH: et.linear {{.*}} {et.linear_plan = {layout = "rows", prefetch = "none"}}
-// PREFETCH: et.task @qk
+// PREFETCH-NOT: et.dynamic_shared_owner
+// PREFETCH: et.task @qk {{.*}} attributes {et.dynamic_shared_owner = "et.linear"}
 // PREFETCH: et.linear {{.*}} {et.linear_plan = {layout = "rows", prefetch = "shared"}}
-// PREFETCH: et.linear {{.*}} {et.linear_plan = {layout = "rows", prefetch = "shared"}}
+// PREFETCH: et.linear {{.*}} {et.linear_plan = {layout = "rows", prefetch = "none"}}
 et.kernel @qk(%x: memref<1x1024xbf16>, %wq: memref<64x1024xbf16>, %yq: memref<1x64xf32>,
               %wk: memref<16x1024xbf16>, %yk: memref<1x16xf32>) {
   %c1 = arith.constant 1 : index

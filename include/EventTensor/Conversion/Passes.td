@@ -144,14 +144,19 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     phases through shared memory. One op per task (an et.linear of the same
     task then keeps to global memory).
 
-    Which of these forms an `et.attention_split` takes (GPU) is planned
-    right before the op is lowered, as `et.attention_plan = {form = ...}`
-    on the op: "staged", "mma", "warps" (every warp on each output entry)
-    or "loops", the first that applies with the dynamic shared memory the
-    ops lowered before it took (`plan-only` plans every op, in the same
-    order). The lowering emits the planned form; an op that already has a
-    plan keeps it, and a plan whose form does not apply to the op, the
-    worker or the task is an error.
+    Which of these forms an `et.attention_split` takes (GPU), and whether an
+    `et.attention_prefill` runs on tensor cores, is planned before any tile
+    op is lowered, as `et.attention_plan = {form = ...}` on the op: for a
+    split "staged", "mma", "warps" (every warp on each output entry) or
+    "loops", for a prefill "mma" or "loops", the first that applies. A
+    task's dynamic shared memory has one user, recorded on the task as
+    `et.dynamic_shared_owner`: every `et.matmul` first, then in walk order
+    the attention ops whose form needs it (staged, mma), then the first
+    `et.linear` planned with the shared weight prefetch; an op whose task's
+    memory is held takes a form without it. The lowering emits the planned
+    form; an op that already has a plan keeps it, a plan whose form does not
+    apply to the op or the worker is an error, and so is one that needs
+    memory another op holds.
 
     With `stage-bytes` > 0, each `et.linear` on the GPU at a task's top level
     whose weights no task writes, with a static K, a constant row count and
@@ -181,8 +186,9 @@ def LowerTileOpsPass : Pass<"et-lower-tile-ops", "KernelOp"> {
     Option<"target", "target", "mlir::et::TileTarget", /*default=*/"mlir::et::TileTarget::GPU",
            "gpu or cpu", "ET_TILE_TARGET_VALUES">,
     Option<"planOnly", "plan-only", "bool", /*default=*/"false",
-           "Only plan: write each et.linear's et.linear_plan and each "
-           "et.attention_split's et.attention_plan (gpu) and lower nothing">,
+           "Only plan: write each et.linear's et.linear_plan, each attention "
+           "op's et.attention_plan and the tasks' et.dynamic_shared_owner (gpu) "
+           "and lower nothing">,
     Option<"unroll", "unroll", "int64_t", /*default=*/"4",
            "Independent 16-byte weight loads per lane in flight (gpu)">,
     Option<"rowsInFlight", "rows-in-flight", "int64_t", /*default=*/"1",

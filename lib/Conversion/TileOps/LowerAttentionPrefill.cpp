@@ -543,17 +543,13 @@ struct PrefillGPU {
 bool tile::attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads) {
   PrefillShape sh = prefillShape(op);
   const int64_t rowsTotal = sh.block * sh.group;
-  auto task = op->getParentOfType<TaskOp>();
   return !(threads <= 0 || (sh.dim != 64 && sh.dim != 128) || rowsTotal % 16 != 0 ||
-           rowsTotal / 16 > threads / kWarp || !task || dynamicSharedHeld(task));
+           rowsTotal / 16 > threads / kWarp || !op->getParentOfType<TaskOp>());
 }
 
-bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads) {
-  if (!attentionPrefillGPUFits(op, threads))
-    return false;
+void tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads) {
   PrefillShape sh = prefillShape(op);
   auto task = op->getParentOfType<TaskOp>();
-  holdDynamicShared(task, op);
 
   OpBuilder b(op);
   PrefillGPU p(op, b, task, sh, threads);
@@ -568,18 +564,47 @@ bool tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads) {
   p.storeO(state);
   gpu::BarrierOp::create(b, p.loc);
   op.erase();
-  return true;
+}
+
+LogicalResult tile::planAttentionPrefillOp(AttentionPrefillOp op, const TileLoweringOptions &options) {
+  StringRef name = EventTensorDialect::getAttentionPlanAttrName();
+  MLIRContext *ctx = op->getContext();
+  auto plan = op->getAttrOfType<DictionaryAttr>(name);
+  if (!plan) {
+    auto task = op->getParentOfType<TaskOp>();
+    bool mma = task && !dynamicSharedHeld(task) && attentionPrefillGPUFits(op, options.threads);
+    plan = DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
+                                                    StringAttr::get(ctx, mma ? "mma" : "loops"))});
+    op->setAttr(name, plan);
+  }
+  if (plan.getAs<StringAttr>("form").getValue() != "mma")
+    return success();
+  return takeDynamicShared(op, "et.attention_plan's mma form ");
 }
 
 namespace {
 
-/// et.attention_prefill: tensor cores on the GPU where the op and the
-/// worker allow it, else loops.
+/// et.attention_prefill: loops on the host; on the GPU the form its plan
+/// (et.attention_plan, planAttentionPrefillOp) says: tensor cores in the
+/// task's dynamic shared memory, or loops.
 struct AttentionPrefillLowering : public TileOpLowering<AttentionPrefillOp> {
   using TileOpLowering::TileOpLowering;
   LogicalResult matchAndRewrite(AttentionPrefillOp op, PatternRewriter &) const override {
-    if (!options.gpu || !lowerAttentionPrefillGPU(op, options.threads))
+    if (!options.gpu) {
       lowerAttentionPrefillLoops(op);
+      return success();
+    }
+    // The pass plans every attention op before any tile op is lowered.
+    auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
+    assert(plan && "an et.attention_prefill without a plan");
+    if (plan.getAs<StringAttr>("form").getValue() != "mma") {
+      lowerAttentionPrefillLoops(op);
+      return success();
+    }
+    if (!attentionPrefillGPUFits(op, options.threads))
+      return op.emitOpError("et.attention_plan's mma form does not fit this op or worker");
+    assert(holdsDynamicShared(op) && "the plan gave the op its task's dynamic shared memory");
+    lowerAttentionPrefillGPU(op, options.threads);
     return success();
   }
 };

@@ -804,7 +804,7 @@ static bool stagedSplitFits(AttentionSplitOp op, int64_t threads, int64_t stageB
   // The stage and the score rows are sized for the longest split the op
   // can take: a constant split length, or a bound of a computed one.
   std::optional<int64_t> splitLen = constantUpperBound(op.getSplitLen());
-  if (!task || dynamicSharedHeld(task) || !splitLen || *splitLen < 1)
+  if (!task || !splitLen || *splitLen < 1)
     return false;
   int64_t groupSize = qType.getDimSize(0) / kType.getDimSize(1);
   int64_t maxWarps = (threads > 0 ? threads : 1024) / kWarp;
@@ -864,7 +864,6 @@ static void lowerAttentionSplitStaged(AttentionSplitOp op, int64_t threads) {
                                       op.getLen(), op.getStable()},
                                      /*inIf=*/true);
   assert(stageAt && "the staged form checked its stage point");
-  holdDynamicShared(task, op);
   StagedSplit s(op, task, groupSize, dim, *splitLen, maxWarps, chunks, stageRows);
   s.stageBeforeWait(stageAt);
 
@@ -1151,7 +1150,7 @@ struct MmaRings {
 
 static bool mmaSplitFits(AttentionSplitOp op, int64_t threads, int64_t mmaBytes) {
   auto task = op->getParentOfType<TaskOp>();
-  if (mmaBytes <= 0 || threads < kWarp || !task || dynamicSharedHeld(task) || !MmaSplitTile::fits(op))
+  if (mmaBytes <= 0 || threads < kWarp || !task || !MmaSplitTile::fits(op))
     return false;
   MmaRings r(op, threads, mmaBytes);
   return r.used >= 1 && r.used * r.groupSize * (r.dim + 2) * 4 <= kWarpCombineBytes;
@@ -1173,7 +1172,6 @@ static void lowerAttentionSplitMMA(AttentionSplitOp op, int64_t threads, int64_t
   const MmaRings rings(op, threads, mmaBytes);
   const int64_t dim = rings.dim, groupSize = rings.groupSize, pitch = rings.pitch, rowsBytes = rings.rowsBytes,
                 slotBytes = rings.slotBytes, depth = rings.depth, used = rings.used;
-  holdDynamicShared(task, op);
   const int64_t chunks = dim / kVector;
 
   OpBuilder b(op);
@@ -1396,8 +1394,11 @@ static SplitForm planForm(DictionaryAttr plan) {
                            : SplitForm::Loops;
 }
 
-/// Whether `form` applies to `op` with the pass's options (GPU), tasks whose
-/// dynamic shared memory another op holds lending it to no form.
+/// Whether `form` takes the task's dynamic shared memory.
+static bool takesDynamicShared(SplitForm form) { return form == SplitForm::Staged || form == SplitForm::MMA; }
+
+/// Whether `form` applies to `op` with the pass's options (GPU), the task's
+/// dynamic shared memory aside.
 static bool splitFormFits(AttentionSplitOp op, SplitForm form, const TileLoweringOptions &options) {
   switch (form) {
   case SplitForm::Staged:
@@ -1413,48 +1414,45 @@ static bool splitFormFits(AttentionSplitOp op, SplitForm form, const TileLowerin
 }
 
 /// The first form that applies: staged, tensor cores, one warp per query
-/// group, loops.
-static SplitForm chooseSplitForm(AttentionSplitOp op, const TileLoweringOptions &options) {
+/// group, loops; the first two only where `sharedFree` (no op holds the
+/// task's dynamic shared memory).
+static SplitForm chooseSplitForm(AttentionSplitOp op, const TileLoweringOptions &options, bool sharedFree) {
   for (SplitForm form : {SplitForm::Staged, SplitForm::MMA, SplitForm::Warps})
-    if (splitFormFits(op, form, options))
+    if ((sharedFree || !takesDynamicShared(form)) && splitFormFits(op, form, options))
       return form;
   return SplitForm::Loops;
 }
 
-void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options) {
+LogicalResult planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options) {
   StringRef name = EventTensorDialect::getAttentionPlanAttrName();
-  if (op->hasAttr(name))
-    return;
-  MLIRContext *ctx = op->getContext();
-  SplitForm form = chooseSplitForm(op, options);
-  op->setAttr(name, DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
-                                                             StringAttr::get(ctx, formName(form)))}));
+  auto plan = op->getAttrOfType<DictionaryAttr>(name);
+  if (!plan) {
+    MLIRContext *ctx = op->getContext();
+    auto task = op->getParentOfType<TaskOp>();
+    SplitForm form = chooseSplitForm(op, options, task && !dynamicSharedHeld(task));
+    plan = DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
+                                                    StringAttr::get(ctx, formName(form)))});
+    op->setAttr(name, plan);
+  }
+  SplitForm form = planForm(plan);
+  if (!takesDynamicShared(form))
+    return success();
+  return takeDynamicShared(op, ("et.attention_plan's " + formName(form) + " form ").str());
 }
 
-void planAttentionOps(Operation *root, const TileLoweringOptions &options) {
-  // The ops that take a task's dynamic shared memory before an
-  // et.attention_split is lowered: et.matmul first (every GPU tile), then,
-  // in walk order, et.attention_prefill on tensor cores and the split
-  // attention planned staged or on tensor cores.
+LogicalResult planAttentionOps(Operation *root, const TileLoweringOptions &options) {
   root->walk([&](MatmulOp op) {
     if (auto task = op->getParentOfType<TaskOp>(); task && !dynamicSharedHeld(task))
       holdDynamicShared(task, op);
   });
-  root->walk([&](Operation *op) {
-    if (auto prefill = dyn_cast<AttentionPrefillOp>(op)) {
-      if (attentionPrefillGPUFits(prefill, options.threads))
-        holdDynamicShared(prefill->getParentOfType<TaskOp>(), prefill);
-      return;
-    }
-    auto split = dyn_cast<AttentionSplitOp>(op);
-    if (!split)
-      return;
-    planAttentionOp(split, options);
-    auto plan = split->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
-    SplitForm form = planForm(plan);
-    if ((form == SplitForm::Staged || form == SplitForm::MMA) && splitFormFits(split, form, options))
-      holdDynamicShared(split->getParentOfType<TaskOp>(), split);
+  WalkResult result = root->walk([&](Operation *op) {
+    if (auto prefill = dyn_cast<AttentionPrefillOp>(op))
+      return failed(planAttentionPrefillOp(prefill, options)) ? WalkResult::interrupt() : WalkResult::advance();
+    if (auto split = dyn_cast<AttentionSplitOp>(op))
+      return failed(planAttentionOp(split, options)) ? WalkResult::interrupt() : WalkResult::advance();
+    return WalkResult::advance();
   });
+  return failure(result.wasInterrupted());
 }
 
 namespace {
@@ -1473,13 +1471,14 @@ struct AttentionSplitLowering : public TileOpLowering<AttentionSplitOp> {
       lowerAttentionSplit(op, gpu);
       return success();
     }
-    // The pass plans every et.attention_split before this pattern runs.
+    // The pass plans every attention op before any tile op is lowered.
     auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
     assert(plan && "an et.attention_split without a plan");
     SplitForm form = planForm(plan);
     if (!splitFormFits(op, form, options))
-      return op.emitOpError("et.attention_plan's ")
-             << formName(form) << " form does not fit this op, worker or task";
+      return op.emitOpError("et.attention_plan's ") << formName(form) << " form does not fit this op or worker";
+    assert((!takesDynamicShared(form) || holdsDynamicShared(op)) &&
+           "the plan gave the op its task's dynamic shared memory");
     if (form == SplitForm::Staged) {
       lowerAttentionSplitStaged(op, options.threads);
       return success();

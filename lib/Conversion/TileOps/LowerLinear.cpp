@@ -796,8 +796,8 @@ struct LinearRowsGPU {
 ///   `cp.async` (P = `sharedBytes` / (16 x threads), a multiple of
 ///   `unroll`, at most the row), and reads them back after the wait. A
 ///   thread only reads what it copied itself, so `cp.async.wait_group`
-///   is the only synchronization. Only one linear op of a task uses the
-///   buffer, where no other op holds it (dynamicSharedHeld).
+///   is the only synchronization. The plan gives the buffer to one linear
+///   op of a task, where no other op holds it (planLinearOps).
 ///
 /// With `staged` (from stageRows), a row below the staged count reads its
 /// weights from the staged view instead, and no other prefetch applies.
@@ -817,15 +817,13 @@ static void lowerLinearGPU(LinearOp op, int64_t unroll, WeightPrefetch mode, int
   int64_t pMax = sharedBytes / (slotThreads * 16);
   pMax -= pMax % unroll;
   auto task = op->getParentOfType<TaskOp>();
-  if (mode == WeightPrefetch::Shared && (pMax < unroll || !task || dynamicSharedHeld(task)))
+  if (mode == WeightPrefetch::Shared && (pMax < unroll || !task))
     mode = WeightPrefetch::None;
   Operation *prefetchAt = normAhead                    ? op.getOperation()
                           : mode != WeightPrefetch::None ? weightPrefetchPoint(op)
                                                          : nullptr;
   bool registerPrefetch = prefetchAt && mode == WeightPrefetch::Registers;
   bool sharedPrefetch = prefetchAt && mode == WeightPrefetch::Shared;
-  if (sharedPrefetch)
-    holdDynamicShared(task, op);
   OpBuilder b(prefetchAt ? prefetchAt : op.getOperation());
   LinearRowsGPU l(op, b, unroll, slotThreads, pMax, task, registerPrefetch, sharedPrefetch, staged);
   l.setUp();
@@ -960,7 +958,7 @@ static int64_t sharedPrefetchBytes(LinearOp op, const TileLoweringOptions &optio
   return pMax * slotThreads * 16;
 }
 
-void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared) {
+LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared) {
   MLIRContext *ctx = root->getContext();
   StringRef planName = EventTensorDialect::getLinearPlanAttrName();
   // Linear ops after another one in the same block since its last wait:
@@ -986,6 +984,10 @@ void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t 
   // largest region a task takes (the worker lowering's regions), and the
   // dynamic shared memory the shared weight prefetch may take.
   SmallVector<LinearOp> planned;
+  // The tasks whose dynamic shared memory a planned op's shared weight
+  // prefetch takes (the first such op of a task whose memory no other op
+  // holds): held once the plan is final.
+  llvm::MapVector<Operation *, LinearOp> takers;
   auto plan = [&](int64_t stageBytes, int64_t &region, int64_t &prefetchShared) {
     // Staged bytes taken per task, in the order of its ops; runs with a
     // staged op, whose later ops issue no early loads (their rows come from
@@ -994,12 +996,16 @@ void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t 
     llvm::DenseMap<Operation *, int64_t> stageUsed;
     llvm::DenseSet<int64_t> stagedRuns;
     region = prefetchShared = 0;
+    takers.clear();
     for (LinearOp op : planned) {
       SmallVector<NamedAttribute> plan;
       WeightPrefetch weights = inNamedTask(op, options.prefetchTasks) ? options.weights : WeightPrefetch::None;
-      plan.emplace_back(str("prefetch"), str(weights == WeightPrefetch::Registers ? "registers"
-                                             : weights == WeightPrefetch::Shared  ? "shared"
+      auto prefetchEntry = [&](WeightPrefetch w) {
+        return NamedAttribute(str("prefetch"), str(w == WeightPrefetch::Registers ? "registers"
+                                                   : w == WeightPrefetch::Shared  ? "shared"
                                                                                   : "none"));
+      };
+      plan.push_back(prefetchEntry(weights));
       // Short rows (K of at most 256) take their own layout, their weights
       // before the wait unless the prefetch is off.
       if (shortRows(op, options.threads)) {
@@ -1031,8 +1037,20 @@ void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t 
           plan.emplace_back(str("early_loads"), UnitAttr::get(ctx));
       } else {
         plan.emplace_back(str("layout"), str("rows"));
-        if (weights == WeightPrefetch::Shared && !staged)
-          prefetchShared = std::max(prefetchShared, sharedPrefetchBytes(op, options));
+        // The shared prefetch needs the task's dynamic shared memory, its
+        // slots and its weights before the wait; where any is missing the
+        // op prefetches nothing.
+        if (weights == WeightPrefetch::Shared) {
+          auto task = op->getParentOfType<TaskOp>();
+          int64_t bytes = sharedPrefetchBytes(op, options);
+          if (!staged && bytes > 0 && task && !dynamicSharedHeld(task) && !takers.contains(task) &&
+              weightPrefetchPoint(op, /*dryRun=*/true)) {
+            takers.insert({task, op});
+            prefetchShared = std::max(prefetchShared, bytes);
+          } else {
+            plan.front() = prefetchEntry(WeightPrefetch::None);
+          }
+        }
       }
       op->setAttr(planName, DictionaryAttr::get(ctx, plan));
     }
@@ -1051,6 +1069,26 @@ void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t 
     int64_t fit = (kMaxDynamicShared - start) / 2 / 1024 * 1024;
     plan(fit >= kMinStageBytes ? fit : 0, region, prefetchShared);
   }
+  for (auto [task, op] : takers)
+    holdDynamicShared(task, op);
+  // Plans from the input that prefetch into shared memory take it too, one
+  // op per task (the prefetch slots of two would overlap).
+  llvm::DenseSet<Operation *> sharedPrefetchTasks;
+  WalkResult result = root->walk([&](LinearOp op) {
+    auto plan = op->getAttrOfType<DictionaryAttr>(planName);
+    if (!plan || plan.getAs<StringAttr>("prefetch").getValue() != "shared" ||
+        plan.getAs<StringAttr>("layout").getValue() != "rows" || plan.contains("stage"))
+      return WalkResult::advance();
+    StringRef what = "et.linear_plan's shared prefetch ";
+    auto task = op->getParentOfType<TaskOp>();
+    if (task && !sharedPrefetchTasks.insert(task).second) {
+      op.emitOpError() << what << "needs its task's dynamic shared memory, which another et.linear's "
+                       << "shared prefetch takes";
+      return WalkResult::interrupt();
+    }
+    return failed(takeDynamicShared(op, what, /*shareable=*/true)) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
 }
 
 namespace {
@@ -1100,6 +1138,8 @@ struct LinearLowering : public TileOpLowering<LinearOp> {
         return op.emitOpError("et.linear_plan's stage does not fit this op");
       staged = stageRows(op, stage[0], stage[1]);
     }
+    assert((weights != WeightPrefetch::Shared || staged.view || holdsDynamicShared(op)) &&
+           "the plan gave the op its task's dynamic shared memory");
     lowerLinearGPU(op, options.unroll, weights, options.prefetchBytes, options.threads, staged);
     return success();
   }

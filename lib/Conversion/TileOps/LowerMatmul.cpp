@@ -379,23 +379,19 @@ int64_t staticK(MatmulOp op) {
 
 /// Takes the task's dynamic shared memory for the op's ring of `bytes`
 /// and returns the task; fails with a diagnostic when the ring does not fit.
-FailureOr<TaskOp> takeDynamicShared(MatmulOp op, int64_t bytes) {
+FailureOr<TaskOp> ringInDynamicShared(MatmulOp op, int64_t bytes) {
   ArrayRef<int64_t> tile = op.getTile();
   if (bytes > kMaxDynamicShared)
     return op.emitOpError("tile ")
            << tile[0] << " x " << tile[1] << " x " << tile[2] << " with " << op.getStages() << " stages needs "
            << bytes << " bytes of shared memory, more than " << kMaxDynamicShared;
-  // GEMM tiles are lowered before every other user of the dynamic shared
-  // memory, so a task whose memory is held holds it for other et.matmul
-  // ops (unless the input said otherwise). Those run one after another in
-  // the tile, each ending with a barrier that frees the ring (finishTile),
-  // so they share it.
-  auto task = op->getParentOfType<TaskOp>();
-  if (StringRef owner = dynamicSharedOwner(task); !owner.empty() && owner != op->getName().getStringRef())
-    return op.emitOpError("needs its task's dynamic shared memory, which '")
-           << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to \"" << owner << "\"";
-  holdDynamicShared(task, op);
-  return task;
+  // The plan gives every et.matmul its task's dynamic shared memory before
+  // any other op (planAttentionOps), unless the input said otherwise. The
+  // GEMM tiles of a task run one after another, each ending with a barrier
+  // that frees the ring (finishTile), so they share it.
+  if (failed(takeDynamicShared(op, "", /*shareable=*/true)))
+    return failure();
+  return op->getParentOfType<TaskOp>();
 }
 
 /// M, N and the global sources of both GPU lowerings: row r of x (or w)
@@ -444,7 +440,7 @@ LogicalResult lowerMatmulWgmma(MatmulOp op, int64_t threads, const WgmmaTiling &
   const int64_t sliceA = bm * 128 * atoms, sliceB = bn * 128 * atoms; // bytes
   const int64_t ringBytes = stages * (sliceA + sliceB);
   // The ring plus room to align it to 1024 bytes.
-  FailureOr<TaskOp> task = takeDynamicShared(op, ringBytes + 1024);
+  FailureOr<TaskOp> task = ringInDynamicShared(op, ringBytes + 1024);
   if (failed(task))
     return failure();
 
@@ -941,7 +937,7 @@ LogicalResult lowerMatmulRegisters(MatmulOp op, int64_t threads) {
   const int64_t partialBytes = (t.kSplit - 1) * t.nSplit * numAcc * kWarp * 4;
   Value shared;
   if (partialBytes) {
-    FailureOr<TaskOp> task = takeDynamicShared(op, partialBytes);
+    FailureOr<TaskOp> task = ringInDynamicShared(op, partialBytes);
     if (failed(task))
       return failure();
     Value buffer = workgroupBuffer(*task, loc, {partialBytes / 2}, b.getBF16Type());
@@ -1104,7 +1100,7 @@ LogicalResult tile::lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma) {
   OpBuilder b(op);
   MmaSyncMatmul mm(op, b, threads, *tiling);
   const int64_t sharedBytes = stages * (mm.sliceA + mm.sliceB) * 2;
-  FailureOr<TaskOp> task = takeDynamicShared(op, sharedBytes);
+  FailureOr<TaskOp> task = ringInDynamicShared(op, sharedBytes);
   if (failed(task))
     return failure();
   mm.task = *task;

@@ -5,10 +5,11 @@
 // vector loads, shuffles, tensor cores) or the CPU (scalar loops), with the
 // patterns of each op family (populate*LoweringPatterns, one file each).
 // The pass checks its options once, inserts the barriers between dependent
-// tile ops, plans the split attention ops (et.attention_plan: the lowered
-// form) and the linear ops (et.linear_plan: layouts, weights before the
-// wait, staging budgets, which ops share a run), and applies the patterns
-// op by op in a fixed order.
+// tile ops, plans which op takes each task's dynamic shared memory
+// (et.dynamic_shared_owner), the attention ops (et.attention_plan: the
+// lowered form) and the linear ops (et.linear_plan: layouts, weights before
+// the wait, staging budgets, which ops share a run), and applies the
+// patterns op by op in a fixed order; the lowerings emit what the plans say.
 //
 //===----------------------------------------------------------------------===//
 
@@ -98,11 +99,13 @@ struct LowerTileOpsPass
     if (failed(checked))
       return signalPassFailure();
     const TileLoweringOptions &options = *checked;
+    // On the GPU, which op takes each task's dynamic shared memory and the
+    // attention ops' forms are planned first, before anything is lowered.
+    if (options.gpu && failed(planAttentionOps(getOperation(), options)))
+      return signalPassFailure();
     if (planOnly) {
-      if (options.gpu) {
-        planAttentionOps(getOperation(), options);
-        planLinearOps(getOperation(), options, largestDynamicBuffer(getOperation()));
-      }
+      if (options.gpu && failed(planLinearOps(getOperation(), options, largestDynamicBuffer(getOperation()))))
+        signalPassFailure();
       return;
     }
     SmallVector<Operation *> ops;
@@ -157,19 +160,12 @@ struct LowerTileOpsPass
       rewriter.setInsertionPoint(op);
       return applicator.matchAndRewrite(op, rewriter);
     };
-    // GEMM tiles first: their tasks' dynamic shared memory holds the
-    // operand ring, so no prefetch in those tasks may take it.
     for (MatmulOp op : matmuls)
       if (failed(lower(op)))
         return signalPassFailure();
-    // Each et.attention_split is planned right before it is lowered, with
-    // the dynamic shared memory the ops before it took.
-    for (Operation *op : ops) {
-      if (auto split = dyn_cast<AttentionSplitOp>(op); split && gpu)
-        planAttentionOp(split, options);
+    for (Operation *op : ops)
       if (failed(lower(op)))
         return signalPassFailure();
-    }
     // The linear ops last: the other tile ops are lowered by now, and the
     // barriers between dependent ops remain. On the GPU, when the kernel
     // then needs more shared memory than an SM gives one CTA (its static
@@ -184,8 +180,8 @@ struct LowerTileOpsPass
     for (;;) {
       SmallVector<LinearOp> linears;
       root->walk([&](LinearOp op) { linears.push_back(op); });
-      if (gpu)
-        planLinearOps(root, linearOptions, dynamicShared);
+      if (gpu && failed(planLinearOps(root, linearOptions, dynamicShared)))
+        return signalPassFailure();
       if (gpu && options.weightsL2)
         for (LinearOp op : linears)
           if (inNamedTask(op, options.prefetchTasks))

@@ -88,13 +88,13 @@ struct TileLoweringOptions {
 };
 
 /// Whether an op holds `task`'s dynamic shared memory (its
-/// et.dynamic_shared_owner). One op kind per task: the ops take it in the
-/// lowering's order (every et.matmul's ring, then in walk order
-/// et.attention_prefill on tensor cores and et.attention_split staged or on
-/// tensor cores, then an et.linear's shared weight prefetch), each where
-/// nothing holds it yet. In the IR, so that a lowering redone from a copy
-/// of the kernel (the linear ops' refit) sees what the ops lowered before
-/// the copy took.
+/// et.dynamic_shared_owner). One op per task (the GEMM tiles of a task
+/// share their ring): the plans give it in a fixed order (every et.matmul,
+/// then in walk order et.attention_prefill on tensor cores and
+/// et.attention_split staged or on tensor cores, then the first et.linear
+/// planned with the shared weight prefetch), each where nothing holds it
+/// yet. In the IR, so that the lowering, and a lowering redone from a copy
+/// of the kernel (the linear ops' refit), reads what the plans decided.
 bool dynamicSharedHeld(Operation *task);
 
 /// The name of the op kind holding `task`'s dynamic shared memory; empty
@@ -103,6 +103,16 @@ StringRef dynamicSharedOwner(Operation *task);
 
 /// Records that `op` holds the dynamic shared memory of `task`.
 void holdDynamicShared(Operation *task, Operation *op);
+
+/// `op` takes its task's dynamic shared memory: holds it if it is free (or
+/// held by the same op kind, when `shareable`), else a diagnostic that its
+/// `what` (a prefix such as "et.attention_plan's mma form ") needs it and
+/// who holds it.
+LogicalResult takeDynamicShared(Operation *op, StringRef what, bool shareable = false);
+
+/// Whether `op`'s task's et.dynamic_shared_owner names the op's kind (what
+/// the lowering of an op planned to use that memory asserts).
+bool holdsDynamicShared(Operation *op);
 
 /// A pattern that lowers one tile op with the pass's options.
 template <typename OpTy>
@@ -124,7 +134,12 @@ constexpr int64_t kMinStageBytes = 16 * 1024;
 /// kMinStageBytes) where the two staging regions would not fit after the
 /// largest dynamic shared buffer: `dynamicShared` bytes taken by the
 /// tile ops lowered so far, or the shared weight prefetch.
-void planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
+/// The shared weight prefetch takes the task's dynamic shared memory
+/// (et.dynamic_shared_owner): the first op of a task planned with it where
+/// no other op holds that memory; the others prefetch nothing. Fails with
+/// a diagnostic where plans in the input give it to two ops of a task or
+/// to an op whose task's memory another op holds.
+LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
 
 /// The alignment of each static tile buffer in the arena the tasks share.
 constexpr int64_t kTileBufferAlign = 16;
@@ -152,18 +167,26 @@ int64_t sharedBytesPerWorker(Operation *root);
 
 /// Plans `op` (GPU options) unless it has an et.attention_plan already:
 /// the first of its forms that applies (staged, tensor cores, one warp per
-/// query group, loops), the tasks whose dynamic shared memory another op
-/// holds (dynamicSharedHeld) lending it to no form. The pass plans each op
-/// right before it is lowered, after the ops lowered before it took theirs.
-void planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options);
+/// query group, loops), the forms that take the task's dynamic shared
+/// memory (staged, tensor cores) only where no op holds it yet; a staged
+/// or tensor-core form then holds it. Fails with a diagnostic when a plan
+/// in the input takes memory that another op holds.
+LogicalResult planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options);
 
-/// Plans every et.attention_split under `root` (GPU options, nothing
-/// lowered yet) in the lowering's order, recording as et.dynamic_shared_owner
-/// the tasks whose dynamic shared memory the ops before each one would
-/// take: every et.matmul's, then in walk order et.attention_prefill's on
-/// tensor cores and the split attention's planned staged or on tensor
-/// cores (`plan-only`).
-void planAttentionOps(Operation *root, const TileLoweringOptions &options);
+/// Plans `op` (GPU options) unless it has an et.attention_plan already:
+/// tensor cores ("mma", which hold the task's dynamic shared memory) where
+/// the op and the worker allow them and no op holds that memory yet, else
+/// loops. Fails like planAttentionOp.
+LogicalResult planAttentionPrefillOp(AttentionPrefillOp op, const TileLoweringOptions &options);
+
+/// The pass's first step on the GPU, before any tile op is lowered: which
+/// op holds each task's dynamic shared memory (et.dynamic_shared_owner) and
+/// the form of every attention op (et.attention_plan), in a fixed order:
+/// every et.matmul (their ring), then in walk order et.attention_prefill
+/// and et.attention_split. The linear ops are planned after the others are
+/// lowered (planLinearOps: their budgets need the tile buffers' sizes) and
+/// take what is left.
+LogicalResult planAttentionOps(Operation *root, const TileLoweringOptions &options);
 
 /// True when `names` is empty or names the task that holds `op`.
 bool inNamedTask(Operation *op, ArrayRef<std::string> names);
@@ -336,13 +359,14 @@ SmallVector<Value, 4> mmaBf16(OpBuilder &b, Location loc, ArrayRef<Value> a, Arr
 /// Two f32 rounded to bf16 and packed in an i32 (`lo` in the low half).
 Value packBf16(OpBuilder &b, Location loc, Value lo, Value hi);
 
-/// et.attention_prefill on the GPU with tensor cores, when the op and the
-/// worker allow it (D of 64 or 128, block x G rows a multiple of 16 that
-/// the warps cover, `threads` fixed); the op's task takes the dynamic
-/// shared memory. Returns false (op untouched) otherwise.
-bool lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads);
+/// et.attention_prefill on the GPU with tensor cores, in its task's
+/// dynamic shared memory: the op and the worker must allow it
+/// (attentionPrefillGPUFits).
+void lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads);
 
-/// Whether lowerAttentionPrefillGPU applies to `op` (changes nothing).
+/// Whether the op and the worker allow lowerAttentionPrefillGPU (D of 64 or
+/// 128, block x G rows a multiple of 16 that the warps cover, `threads`
+/// fixed, the op in a task).
 bool attentionPrefillGPUFits(AttentionPrefillOp op, int64_t threads);
 
 /// et.attention_prefill as loops (the CPU, and GPU tiles the tensor-core

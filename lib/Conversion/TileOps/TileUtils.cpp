@@ -384,4 +384,32 @@ void holdDynamicShared(Operation *task, Operation *op) {
                 StringAttr::get(task->getContext(), op->getName().getStringRef()));
 }
 
+/// The diagnostic of `op` (in `task`, or in none), whose `what` needs the
+/// task's dynamic shared memory: who holds it instead.
+static LogicalResult dynamicSharedRefused(Operation *op, Operation *task, StringRef what) {
+  InFlightDiagnostic diag = op->emitOpError() << what << "needs its task's dynamic shared memory, ";
+  StringRef owner = task ? dynamicSharedOwner(task) : StringRef();
+  if (!task)
+    diag << "and is in no task";
+  else if (owner.empty())
+    diag << "which no op holds";
+  else
+    diag << "which '" << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to \"" << owner << "\"";
+  return diag;
+}
+
+LogicalResult takeDynamicShared(Operation *op, StringRef what, bool shareable) {
+  auto task = op->getParentOfType<TaskOp>();
+  StringRef owner = task ? dynamicSharedOwner(task) : StringRef();
+  if (!task || !(owner.empty() || (shareable && owner == op->getName().getStringRef())))
+    return dynamicSharedRefused(op, task, what);
+  holdDynamicShared(task, op);
+  return success();
+}
+
+bool holdsDynamicShared(Operation *op) {
+  auto task = op->getParentOfType<TaskOp>();
+  return task && dynamicSharedOwner(task) == op->getName().getStringRef();
+}
+
 } // namespace mlir::et::tile

@@ -107,12 +107,20 @@ static LogicalResult verifyLinearPlan(Operation *op, Attribute value) {
   return success();
 }
 
-/// et.attention_plan: on an et.attention_split, a dictionary of one known
-/// form.
+/// et.attention_plan: on an et.attention_split or et.attention_prefill, a
+/// dictionary of one form known for the op.
 static LogicalResult verifyAttentionPlan(Operation *op, Attribute value) {
   StringRef name = EventTensorDialect::getAttentionPlanAttrName();
-  DictionaryAttr plan = planDictionary<AttentionSplitOp>(op, name, "et.attention_split", value);
-  if (!plan || failed(verifyPlanChoice(op, name, plan, "form", {"staged", "mma", "warps", "loops"})))
+  bool prefill = isa<AttentionPrefillOp>(op);
+  DictionaryAttr plan = prefill ? planDictionary<AttentionPrefillOp>(op, name, "et.attention_prefill", value)
+                                : planDictionary<AttentionSplitOp>(op, name, "et.attention_split' or "
+                                                                             "'et.attention_prefill", value);
+  if (!plan)
+    return failure();
+  static const StringRef prefillForms[] = {"mma", "loops"};
+  static const StringRef splitForms[] = {"staged", "mma", "warps", "loops"};
+  if (failed(verifyPlanChoice(op, name, plan, "form",
+                              prefill ? ArrayRef<StringRef>(prefillForms) : ArrayRef<StringRef>(splitForms))))
     return failure();
   for (NamedAttribute entry : plan)
     if (entry.getName().getValue() != "form")

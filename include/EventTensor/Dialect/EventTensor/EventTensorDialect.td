@@ -53,18 +53,20 @@ def EventTensor_Dialect : Dialect {
     /// layout's first loads right after the wait).
     static constexpr ::llvm::StringLiteral getLinearPlanAttrName() { return "et.linear_plan"; }
 
-    /// The plan of an `et.attention_split` on the GPU (et-lower-tile-ops), a
-    /// dictionary: `form` ("staged": the history staged in shared memory
-    /// before the wait, "mma": tensor cores, "warps": every warp on each
-    /// output entry, or "loops").
+    /// The plan of an `et.attention_split` or `et.attention_prefill` on the
+    /// GPU (et-lower-tile-ops), a dictionary: `form` (a split: "staged", the
+    /// history staged in shared memory before the wait, "mma": tensor
+    /// cores, "warps": every warp on each output entry, or "loops"; a
+    /// prefill: "mma" or "loops"). The staged and "mma" forms hold the
+    /// task's dynamic shared memory.
     static constexpr ::llvm::StringLiteral getAttentionPlanAttrName() { return "et.attention_plan"; }
 
     /// The tile op that holds an `et.task`'s dynamic shared memory, by op
-    /// name (et-lower-tile-ops, as each op takes it: "et.matmul",
-    /// "et.attention_prefill", "et.attention_split" or "et.linear"). A
-    /// task's dynamic shared memory has one user (the GEMM tiles of a task
-    /// share their ring); the attribute is in the IR so that every later
-    /// decision, and a lowering redone from a copy, sees it.
+    /// name ("et.matmul", "et.attention_prefill", "et.attention_split" or
+    /// "et.linear"), as the plans of et-lower-tile-ops give it before the
+    /// ops are lowered. A task's dynamic shared memory has one user (the
+    /// GEMM tiles of a task share their ring); the attribute is in the IR
+    /// so that the lowering, and a lowering redone from a copy, reads it.
     static constexpr ::llvm::StringLiteral getDynamicSharedOwnerAttrName() {
       return "et.dynamic_shared_owner";
     }
