@@ -1,6 +1,8 @@
 // RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu stage-bytes=40960}))" | FileCheck %s
 // RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu stage-bytes=40960 stage-tasks=late}))" | FileCheck %s --check-prefix=TASKS
 // RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu}))" | FileCheck %s --check-prefix=OFF
+// With the L2 weight prefetch too (in task @l2), which the plan sees.
+// RUN: et-opt %s --split-input-file --pass-pipeline="builtin.module(et.kernel(et-lower-tile-ops{target=gpu stage-bytes=40960 prefetch=l2 prefetch-tasks=l2}))" | FileCheck %s --check-prefix=L2
 
 // With stage-bytes, each et.linear at a task's top level reads its first
 // rows through et.staged_rows, after the wait: the task's ops take the
@@ -84,5 +86,40 @@ et.kernel @gated_two(%x: memref<1x512xbf16>, %wg: memref<64x512xbf16>, %wu: memr
     et.event.wait %e[] : !et.event<>
     %r = arith.muli %t, %c32 : index
     et.linear %x, %wg, %y rows(%r, %c32) gated(%wu) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xbf16>, memref<64x512xbf16>
+  }
+}
+
+// -----
+
+// The L2 weight prefetch of a tile (the pointer to its rows, read by the
+// prefetch) leaves the weights read-only, so the tile stages its first rows
+// as well; a task without the prefetch stages as before. (The prefetch's
+// pointer once counted as a writer of the weights: the staged op then
+// failed its own plan, "et.linear_plan's stage does not fit this op".)
+// L2-LABEL: et.kernel @with_l2
+// L2: et.task @l2
+// L2: nvvm.cp.async.bulk.prefetch
+// L2: et.event.wait
+// L2: et.staged_rows
+// L2: et.task @staged
+// L2-NOT: nvvm.cp.async.bulk.prefetch
+// L2: et.staged_rows
+et.kernel @with_l2(%x: memref<1x512xbf16>, %w: memref<64x512xbf16>, %y: memref<1x64xf32>) {
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c16 = arith.constant 16 : index
+  %e = et.event.create() : !et.event<>
+  et.task @first tiles(%t) in (%c1) {
+    et.event.signal %e[] : !et.event<>
+  }
+  et.task @l2 tiles(%t) in (%c4) {
+    et.event.wait %e[] : !et.event<>
+    %r = arith.muli %t, %c16 : index
+    et.linear %x, %w, %y rows(%r, %c16) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xf32>
+  }
+  et.task @staged tiles(%t) in (%c4) {
+    et.event.wait %e[] : !et.event<>
+    %r = arith.muli %t, %c16 : index
+    et.linear %x, %w, %y rows(%r, %c16) : memref<1x512xbf16>, memref<64x512xbf16>, memref<1x64xf32>
   }
 }

@@ -180,8 +180,8 @@ struct LowerTileOpsPass
     for (;;) {
       SmallVector<LinearOp> linears;
       root->walk([&](LinearOp op) { linears.push_back(op); });
-      if (gpu && failed(planLinearOps(root, linearOptions, dynamicShared)))
-        return signalPassFailure();
+      // The L2 prefetches move what they need above the tasks' first
+      // waits, which the plan then sees.
       if (gpu && options.weightsL2)
         for (LinearOp op : linears)
           if (inNamedTask(op, options.prefetchTasks))
@@ -189,6 +189,8 @@ struct LowerTileOpsPass
       if (gpu && options.normsL2)
         for (LinearOp op : linears)
           prefetchNormL2(op);
+      if (gpu && failed(planLinearOps(root, linearOptions, dynamicShared)))
+        return signalPassFailure();
       for (LinearOp op : linears)
         if (failed(lower(op)))
           return signalPassFailure();

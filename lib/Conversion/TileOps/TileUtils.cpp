@@ -136,8 +136,8 @@ Value inverseRMS(OpBuilder &b, Location loc, Value sum, Value k, float eps) {
 bool isReadOnly(Value buffer) {
   for (OpOperand &use : buffer.getUses()) {
     Operation *user = use.getOwner();
-    if (isa<memref::LoadOp, vector::LoadOp, memref::DimOp,
-            memref::ExtractAlignedPointerAsIndexOp, StagedRowsOp>(user))
+    if (isa<memref::LoadOp, vector::LoadOp, memref::DimOp, memref::ExtractAlignedPointerAsIndexOp,
+            memref::ExtractStridedMetadataOp, StagedRowsOp>(user))
       continue;
     if (auto linear = dyn_cast<LinearOp>(user))
       if ((use.get() == linear.getW() || use.get() == linear.getGated() || use.get() == linear.getNorm()) &&
