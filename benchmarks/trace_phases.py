@@ -4,8 +4,12 @@ trace (benchmarks/decode.py --out DIR on a `profile=True` artifact).
 For every task kind of a layered kernel, per layer: the span (first tile's
 start of work after its wait to the last tile's end), the hop (the last
 tile of the kind before to the first tile of this one past its wait), the
-median work of a tile after its wait; printed as medians over the middle
-layers (the first two and the last two left out), plus the layer's period.
+median work of a tile after its wait, and the median wait of the tiles that
+reached their wait after the kind's first tile had passed its own (`late`:
+for those the inputs were about ready, so the wait is the tile's own cost
+before its work: the poll, and the weight loads issued before the wait
+landing); printed as medians over the middle layers (the first two and the
+last two left out), plus the layer's period.
 
     python3 benchmarks/trace_phases.py TRACE.json [TRACE.json ...] [--layers N] [--json OUT]
 
@@ -28,7 +32,7 @@ def phases(trace: dict, layers: int) -> dict:
     by_kind = defaultdict(list)
     for e in events:
         by_kind[e["name"]].append(e)
-    # (kind, layer) -> [(work start, end, work)]
+    # (kind, layer) -> [(work start, end, work, tile start, wait)]
     tiles = defaultdict(list)
     for kind, evs in by_kind.items():
         base = kind[:-len("_first")] if kind.endswith("_first") else kind
@@ -40,14 +44,15 @@ def phases(trace: dict, layers: int) -> dict:
         for e in evs:
             start = e["args"].get("main_start_us", e["ts"])  # the trace's clock, past the wait
             end = e["ts"] + e["dur"]
-            tiles[(base, first_layer + e["args"]["tile"] // per)].append((start, end, end - start))
+            tiles[(base, first_layer + e["args"]["tile"] // per)].append(
+                (start, end, end - start, e["ts"], e["args"].get("wait_us", start - e["ts"])))
     middle = range(2, layers - 2) if layers > 4 else range(layers)
     # The kinds in the order their tiles start work in the first middle layer.
     firsts = {kind: min(t[0] for t in ts) for (kind, layer), ts in tiles.items() if layer == middle[0]}
     order = sorted(firsts, key=firsts.get)
     rows = {}
     for i, kind in enumerate(order):
-        spans, hops, works = [], [], []
+        spans, hops, works, late = [], [], [], []
         for layer in middle:
             ts = tiles.get((kind, layer))
             if not ts:
@@ -55,6 +60,8 @@ def phases(trace: dict, layers: int) -> dict:
             start, end = min(t[0] for t in ts), max(t[1] for t in ts)
             spans.append(end - start)
             works.append(statistics.median(t[2] for t in ts))
+            woke = min(t[0] for t in ts)
+            late += [t[4] for t in ts if t[3] > woke]
             prev_kind, prev_layer = (order[i - 1], layer) if i else (order[-1], layer - 1)
             prev = tiles.get((prev_kind, prev_layer))
             if prev:
@@ -62,6 +69,7 @@ def phases(trace: dict, layers: int) -> dict:
         if spans:
             rows[kind] = {"hop_us": statistics.median(hops) if hops else None,
                           "span_us": statistics.median(spans), "work_us": statistics.median(works),
+                          "late_wait_us": statistics.median(late) if late else None,
                           "tiles": len(tiles[(kind, middle[0])])}
     starts = [min(t[0] for t in tiles[(order[0], layer)]) for layer in middle if (order[0], layer) in tiles]
     period = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else None
@@ -88,10 +96,11 @@ def main() -> None:
         result = phases(trace, layers)
         out[Path(path).name] = result
         print(f"{Path(path).name}: {layers} layers, a layer every {result['layer_us']:.2f} us (median)")
-        print(f"  {'kind':<8} {'tiles':>5} {'hop':>6} {'span':>6} {'work':>6}")
+        print(f"  {'kind':<8} {'tiles':>5} {'hop':>6} {'span':>6} {'work':>6} {'late':>6}")
         for kind, r in result["kinds"].items():
             hop = f"{r['hop_us']:6.2f}" if r["hop_us"] is not None else "     -"
-            print(f"  {kind:<8} {r['tiles']:>5} {hop} {r['span_us']:6.2f} {r['work_us']:6.2f}")
+            late = f"{r['late_wait_us']:6.2f}" if r["late_wait_us"] is not None else "     -"
+            print(f"  {kind:<8} {r['tiles']:>5} {hop} {r['span_us']:6.2f} {r['work_us']:6.2f} {late}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
 
