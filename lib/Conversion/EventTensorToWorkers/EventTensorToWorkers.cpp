@@ -29,7 +29,7 @@
 
 #include "WorkerEmitter.h"
 
-#include "../TileOps/TileLowering.h"
+#include "EventTensor/Conversion/TileSharedMemory.h"
 
 namespace mlir::et {
 #define GEN_PASS_DEF_CONVERTEVENTTENSORTONVVMPASS

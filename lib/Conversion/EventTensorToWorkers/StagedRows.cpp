@@ -12,7 +12,7 @@
 
 #include "WorkerEmitter.h"
 
-#include "../TileOps/TileLowering.h"
+#include "EventTensor/Conversion/TileSharedMemory.h"
 
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/SetVector.h"

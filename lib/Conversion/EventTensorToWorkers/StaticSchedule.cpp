@@ -9,7 +9,7 @@
 
 #include "WorkerEmitter.h"
 
-#include "../TileOps/TileLowering.h"
+#include "EventTensor/Conversion/TileSharedMemory.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 

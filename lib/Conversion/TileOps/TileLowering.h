@@ -9,6 +9,7 @@
 #ifndef EVENTTENSOR_LIB_CONVERSION_TILEOPS_TILELOWERING_H
 #define EVENTTENSOR_LIB_CONVERSION_TILEOPS_TILELOWERING_H
 
+#include "EventTensor/Conversion/TileSharedMemory.h"
 #include "EventTensor/Dialect/EventTensor/EventTensorOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -23,18 +24,6 @@
 namespace mlir::et::tile {
 
 constexpr int64_t kWarp = 32;
-// Dynamic shared memory a Hopper CTA may have beside the kernel's static
-// buffers (227 KB in all).
-constexpr int64_t kMaxDynamicShared = 200 * 1024;
-/// Shared memory, static and dynamic together, that an sm_90 SM (H100,
-/// H200) gives one CTA.
-constexpr int64_t kMaxSharedPerCTA = 227 * 1024;
-/// The most shared memory a worker's copy of its static program may take
-/// (the worker lowering copies shorter programs into shared memory).
-constexpr int64_t kSharedProgramBytes = 4096;
-/// What the worker lowering adds to the tiles' static buffers at most: the
-/// copy of a worker's program and its small words.
-constexpr int64_t kWorkerSharedBytes = kSharedProgramBytes + 64;
 /// bf16 elements per 16-byte load.
 constexpr int64_t kVector = 8;
 
@@ -140,30 +129,6 @@ constexpr int64_t kMinStageBytes = 16 * 1024;
 /// a diagnostic where plans in the input give it to two ops of a task or
 /// to an op whose task's memory another op holds.
 LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options, int64_t dynamicShared);
-
-/// The alignment of each static tile buffer in the arena the tasks share.
-constexpr int64_t kTileBufferAlign = 16;
-
-/// The bytes of a statically shaped memref.
-int64_t bytesOf(MemRefType type);
-
-/// The largest buffer marked et.dynamic_shared under `root`: they all start
-/// at the beginning of the kernel's dynamic shared memory.
-int64_t largestDynamicBuffer(Operation *root);
-
-/// Lays the static workgroup buffers of `task` (the shared memory its tile
-/// ops allocate at the top of its body, not marked et.dynamic_shared) out
-/// in the arena that every task shares, since a worker's tiles run one
-/// after another: each from offset 0, kTileBufferAlign-aligned, calling
-/// `place(alloca, offset)` for each. Returns the bytes they take.
-int64_t layoutTileBuffers(TaskOp task, function_ref<void(Operation *, int64_t)> place = nullptr);
-
-/// The shared memory one worker of the lowered kernel(s) under `root`
-/// needs (GPU): the largest task's static tile buffers (tasks share one
-/// arena), the worker lowering's own words, and the dynamic part (the
-/// largest buffer marked et.dynamic_shared, then two staging regions), as
-/// the worker lowering lays them out.
-int64_t sharedBytesPerWorker(Operation *root);
 
 /// Plans `op` (GPU options) unless it has an et.attention_plan already:
 /// the first of its forms that applies (staged, tensor cores, one warp per
@@ -309,12 +274,6 @@ Value silu(OpBuilder &b, Location loc, Value g, arith::FastMathFlags fast = arit
 /// into a workgroup buffer).
 Value workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type elementType);
 
-/// An LLVM pointer (address space `space`) to the element `elementOffset`
-/// elements past the start of the strided memref `mem` (its own offset
-/// included), for ops that take raw addresses.
-Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
-                     int64_t elementBytes, unsigned space);
-
 /// One 16-byte `cp.async` from global `src` to shared `dst`, cached in L2
 /// only (`.cg`); `srcBytes` (i32, optional) below 16 zero-fills the rest.
 void copyAsync16(OpBuilder &b, Location loc, Value dst, Value src, Value srcBytes = Value());
@@ -427,15 +386,8 @@ Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf, bool dryRu
 /// other work before `op` (a fused norm, say), without leaving the wait.
 Operation *afterWaitPoint(Operation *op, ValueRange needed);
 
-/// An LLVM pointer (address space `space`) to the element `elementOffset`
-/// elements past the start of the strided memref `mem` (its own offset
-/// included), for ops that take raw addresses.
-Value elementPointer(OpBuilder &b, Location loc, Value mem, Value elementOffset,
-                     int64_t elementBytes, unsigned space);
-
-/// One 16-byte `cp.async` from global `src` to shared `dst`, cached in L2
-/// only (`.cg`): the shared-memory prefetches of et.linear weights and of
-/// et.attention_split's KV rows.
+/// `v` of the lane whose id differs from this lane's in the bits of
+/// `offset` (a butterfly step over the warp's 32 lanes).
 Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset);
 
 /// Thread 0 prefetches rows [row0, row0 + rows) of the row-major matrix
