@@ -23,7 +23,9 @@ taken on the machine that compiled it) and the warm start on the device
 (artifact load + launcher, which includes the driver's JIT for PTX).
 
 For an artifact compiled with profiling, writes the step's trace (Chrome
-JSON, Gantt PNG) and the time per task kind.
+JSON, Gantt PNG) and the time per task kind; with --trace-steps N > 1, of
+one launch of N decode steps (the kernel feeding each token back; the
+chart marks where each step starts).
 
     PYTHONPATH=python:benchmarks python3 benchmarks/decode.py .device/models --json results.json --out DIR
 """
@@ -86,6 +88,8 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--out", help="directory for traces of profiled artifacts")
     parser.add_argument("--trace-batch", type=int, default=1, help="batch of the traced step")
+    parser.add_argument("--trace-steps", type=int, default=1,
+                        help="decode steps of the traced launch (a kernel with steps on the device)")
     args = parser.parse_args()
     copy_bw = copy_bandwidth()
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
@@ -133,7 +137,8 @@ def main():
             session = DecodeSession(path, random_packed_weights(first.metadata["arguments"], 0))
         else:
             weights = random_model_weights(config, 0)
-            session = DecodeSession(path, to_numpy_bf16(weights))
+            session = DecodeSession(path, to_numpy_bf16(weights),
+                                    profile_capacity=(1 << 16) * max(1, args.trace_steps))
         for name in ("k_cache", "v_cache"):
             buf = session.buffers[name]
             buf.copy_(torch.randn(buf.shape, device="cuda").to(torch.bfloat16))
@@ -153,9 +158,15 @@ def main():
         if profiled and args.out:
             context = min(contexts[0], session.max_context)
             tb = min(args.trace_batch, session.max_batch)
-            session.step(list(range(1, tb + 1)), [context - 1] * tb)
-            save_trace(session.last_trace, args.out, path.name, f"{path.name}: one decode step (batch {tb})", results,
-                       path.name)
+            if args.trace_steps > 1 and session.steps_on_device:
+                n = args.trace_steps
+                session.decode_launch(list(range(tb)), list(range(1, tb + 1)), [context - n] * tb, [n] * tb,
+                                      np.full((tb, 1), -1, np.int32), n)
+                what = f"one launch of {n} decode steps (batch {tb})"
+            else:
+                session.step(list(range(1, tb + 1)), [context - 1] * tb)
+                what = f"one decode step (batch {tb})"
+            save_trace(session.last_trace, args.out, path.name, f"{path.name}: {what}", results, path.name)
         session.close()
         del session
         torch.cuda.empty_cache()
