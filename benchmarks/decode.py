@@ -13,7 +13,9 @@ events around one launch whose arguments were packed beforehand, median of
 (weight bytes + KV bytes) / time / copy bandwidth.
 
 The peers run the same model shape with the same weights in bf16 (sdpa
-attention), at the --peer-points (BATCHxCONTEXT) given: a random prompt of
+attention; for a model with experts another draw of the same
+distribution, since both sets do not fit one GPU), at the --peer-points
+(BATCHxCONTEXT) given: a random prompt of
 context - 1 tokens fills the static cache, then the timed step decodes the
 next token; the cache is rewound outside the timed interval. Their warm-up
 is the time of the first three steps (compilation and graph capture).
@@ -171,11 +173,14 @@ def main():
         del session
         torch.cuda.empty_cache()
         key = json.dumps(info["config"], sort_keys=True)
-        if config.moe:
-            print(f"{path.name}: no peers for models with experts yet")
-        if profiled or key in peers_done or config.moe:
+        if profiled or key in peers_done or not peers:
             continue
         peers_done.add(key)
+        if weights is None:
+            # A model with experts: the peers' weights under Hugging Face
+            # names, drawn once the kernel's packed ones are freed (both do
+            # not fit one GPU); another draw of the same distribution.
+            weights = random_model_weights(config, 0)
         for peer in peers:
             for batch, context in points:
                 try:

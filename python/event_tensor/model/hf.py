@@ -54,14 +54,11 @@ def hf_model(config: ModelConfig, weights: dict, *, dtype=None, attn: str = "eag
         kwargs["rope_parameters"] = rope
     cfg = cfg_cls(**kwargs)
     cfg._attn_implementation = attn
-    with torch.device(device):
+    # Built without storage and given the weights' tensors (`assign`): a
+    # model initialized at random in float32 and then overwritten held its
+    # size twice over (122 GB for Qwen3-30B-A3B).
+    with torch.device("meta"):
         model = model_cls(cfg)
-    # The RoPE frequencies stay float32 (a plain .to(dtype) would round them).
-    rotary = model.model.rotary_emb
-    kept = {n: b.clone() for n, b in rotary.named_buffers(recurse=False)}
-    model = model.to(dtype)
-    for n, b in kept.items():
-        setattr(rotary, n, b)
 
     def tensor(v):
         if not isinstance(v, torch.Tensor):
@@ -69,12 +66,20 @@ def hf_model(config: ModelConfig, weights: dict, *, dtype=None, attn: str = "eag
         return v.to(device=device, dtype=dtype)
 
     state = _fused_experts(model, {k: tensor(v) for k, v in weights.items()})
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    del state
     missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
         raise RuntimeError(f"state dict mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
     if config.tie_word_embeddings:
         model.tie_weights()
+    # The rotary embedding's frequencies, computed at construction (float32:
+    # a cast to `dtype` would round them).
+    with torch.device(device):
+        model.model.rotary_emb = type(model.model.rotary_emb)(cfg)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"transformers' model has tensors without weights: {left[:3]}")
     # Both must rotate by the same frequencies.
     from .reference import _inv_freq
 
@@ -89,11 +94,13 @@ def _fused_experts(model, state: dict) -> dict:
     """The checkpoint's per-expert tensors (mlp.experts.E.gate_proj, ...) in
     the form of `model`'s parameters, where it holds an expert layer's
     weights as two 3-D tensors (gate_up_proj [E, 2I, H], the gate rows
-    first, and down_proj [E, H, I])."""
+    first, and down_proj [E, H, I]). Consumes `state` (a layer's
+    per-expert tensors go once its fused ones are made), so that the
+    weights are held about once."""
     import torch
 
     params = dict(model.named_parameters())
-    out = dict(state)
+    out = state
     for name in params:
         if not name.endswith(".mlp.experts.gate_up_proj"):
             continue
