@@ -1,8 +1,10 @@
 //===- TileLowering.h - The tile-op lowerings' shared parts ---*- C++ -*-===//
 //
-// Internal to lib/Conversion/TileOps: the options and per-kernel state of
-// et-lower-tile-ops, one populate function per op family (each family's
-// patterns live in its own file), and the helpers they build from.
+// Internal to lib/Conversion/TileOps: the options of et-lower-tile-ops, its
+// plans (the ops' et.*_plan attributes and the tasks' dynamic shared memory
+// owner), one populate function per op family (each family's patterns live
+// in its own file), and the helpers they build from. What the worker
+// lowering shares with it is in the public TileSharedMemory.h.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,7 +38,7 @@ enum class WeightPrefetch { None, Registers, Shared };
 constexpr int64_t kNormChunk = 16;
 
 //===----------------------------------------------------------------------===//
-// The pass's options and per-kernel state, and the patterns
+// The pass's options, its plans, and the patterns
 //===----------------------------------------------------------------------===//
 
 /// What et-lower-tile-ops decided from its options, once, for every
