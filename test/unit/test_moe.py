@@ -73,6 +73,20 @@ def test_reference_matches_transformers_float32(checkpoint):
     assert _rel(got, want) < 1e-4
 
 
+def test_transformers_model_holds_the_weights_once(checkpoint):
+    """hf_model builds the model without storage and gives it the weights'
+    own tensors: no random float32 copy beside them (Qwen3-30B-A3B's 61 GB
+    and such a copy do not fit one GPU), and no tensor left without data."""
+    config = model.ModelConfig.from_hf(checkpoint)
+    weights = model.load_weights(config, [checkpoint])
+    tensors = {k: torch.from_numpy(np.asarray(v).astype(np.float32)) for k, v in weights.items()}
+    name = "model.layers.0.self_attn.q_proj.weight"
+    given = tensors[name]
+    hf = hf_model(config, tensors, device="cpu")
+    assert hf.get_parameter(name).data_ptr() == given.data_ptr()
+    assert not any(t.is_meta for t in [*hf.parameters(), *hf.buffers()])
+
+
 @pytest.fixture(scope="module")
 def compiled(checkpoint, tmp_path_factory):
     config = model.ModelConfig.from_hf(checkpoint)
