@@ -567,17 +567,11 @@ void tile::lowerAttentionPrefillGPU(AttentionPrefillOp op, int64_t threads) {
 }
 
 LogicalResult tile::planAttentionPrefillOp(AttentionPrefillOp op, const TileLoweringOptions &options) {
-  StringRef name = EventTensorDialect::getAttentionPlanAttrName();
-  MLIRContext *ctx = op->getContext();
-  auto plan = op->getAttrOfType<DictionaryAttr>(name);
-  if (!plan) {
-    auto task = op->getParentOfType<TaskOp>();
-    bool mma = task && !dynamicSharedHeld(task) && attentionPrefillGPUFits(op, options.threads);
-    plan = DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
-                                                    StringAttr::get(ctx, mma ? "mma" : "loops"))});
-    op->setAttr(name, plan);
+  if (!op->hasAttr(EventTensorDialect::getAttentionPlanAttrName())) {
+    bool mma = !dynamicSharedHeld(op->getParentOfType<TaskOp>()) && attentionPrefillGPUFits(op, options.threads);
+    setAttentionForm(op, mma ? "mma" : "loops");
   }
-  if (plan.getAs<StringAttr>("form").getValue() != "mma")
+  if (attentionForm(op) != "mma")
     return success();
   return takeDynamicShared(op, "et.attention_plan's mma form ");
 }
@@ -595,9 +589,7 @@ struct AttentionPrefillLowering : public TileOpLowering<AttentionPrefillOp> {
       return success();
     }
     // The pass plans every attention op before any tile op is lowered.
-    auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
-    assert(plan && "an et.attention_prefill without a plan");
-    if (plan.getAs<StringAttr>("form").getValue() != "mma") {
+    if (attentionForm(op) != "mma") {
       lowerAttentionPrefillLoops(op);
       return success();
     }

@@ -959,9 +959,9 @@ static StringRef formName(SplitForm form) {
   return "loops";
 }
 
-/// The form an et.attention_plan names (the dialect has checked it).
-static SplitForm planForm(DictionaryAttr plan) {
-  StringRef form = plan.getAs<StringAttr>("form").getValue();
+/// The form of `op`'s et.attention_plan.
+static SplitForm plannedForm(AttentionSplitOp op) {
+  StringRef form = attentionForm(op);
   return form == "staged" ? SplitForm::Staged
          : form == "mma"  ? SplitForm::MMA
          : form == "warps" ? SplitForm::Warps
@@ -998,28 +998,22 @@ static SplitForm chooseSplitForm(AttentionSplitOp op, const TileLoweringOptions 
 }
 
 LogicalResult planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &options) {
-  StringRef name = EventTensorDialect::getAttentionPlanAttrName();
-  auto plan = op->getAttrOfType<DictionaryAttr>(name);
-  if (!plan) {
-    MLIRContext *ctx = op->getContext();
-    auto task = op->getParentOfType<TaskOp>();
-    SplitForm form = chooseSplitForm(op, options, task && !dynamicSharedHeld(task));
-    plan = DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"),
-                                                    StringAttr::get(ctx, formName(form)))});
-    op->setAttr(name, plan);
-  }
-  SplitForm form = planForm(plan);
+  if (!op->hasAttr(EventTensorDialect::getAttentionPlanAttrName()))
+    setAttentionForm(op, formName(chooseSplitForm(op, options, !dynamicSharedHeld(op->getParentOfType<TaskOp>()))));
+  SplitForm form = plannedForm(op);
   if (!takesDynamicShared(form))
     return success();
   return takeDynamicShared(op, ("et.attention_plan's " + formName(form) + " form ").str());
 }
 
 LogicalResult planAttentionOps(Operation *root, const TileLoweringOptions &options) {
-  root->walk([&](MatmulOp op) {
-    if (auto task = op->getParentOfType<TaskOp>(); task && !dynamicSharedHeld(task))
-      holdDynamicShared(task, op);
+  WalkResult result = root->walk([&](MatmulOp op) {
+    // The GEMM tiles of a task share their ring.
+    return failed(takeDynamicShared(op, "", /*shareable=*/true)) ? WalkResult::interrupt() : WalkResult::advance();
   });
-  WalkResult result = root->walk([&](Operation *op) {
+  if (result.wasInterrupted())
+    return failure();
+  result = root->walk([&](Operation *op) {
     if (auto prefill = dyn_cast<AttentionPrefillOp>(op))
       return failed(planAttentionPrefillOp(prefill, options)) ? WalkResult::interrupt() : WalkResult::advance();
     if (auto split = dyn_cast<AttentionSplitOp>(op))
@@ -1046,9 +1040,7 @@ struct AttentionSplitLowering : public TileOpLowering<AttentionSplitOp> {
       return success();
     }
     // The pass plans every attention op before any tile op is lowered.
-    auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
-    assert(plan && "an et.attention_split without a plan");
-    SplitForm form = planForm(plan);
+    SplitForm form = plannedForm(op);
     if (!splitFormFits(op, form, options))
       return op.emitOpError("et.attention_plan's ") << formName(form) << " form does not fit this op or worker";
     assert((!takesDynamicShared(form) || holdsDynamicShared(op)) &&

@@ -984,10 +984,9 @@ LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options,
   // largest region a task takes (the worker lowering's regions), and the
   // dynamic shared memory the shared weight prefetch may take.
   SmallVector<LinearOp> planned;
-  // The tasks whose dynamic shared memory a planned op's shared weight
-  // prefetch takes (the first such op of a task whose memory no other op
-  // holds): held once the plan is final.
-  llvm::MapVector<Operation *, LinearOp> takers;
+  auto prefetchName = [](WeightPrefetch w) -> StringRef {
+    return w == WeightPrefetch::Registers ? "registers" : w == WeightPrefetch::Shared ? "shared" : "none";
+  };
   auto plan = [&](int64_t stageBytes, int64_t &region, int64_t &prefetchShared) {
     // Staged bytes taken per task, in the order of its ops; runs with a
     // staged op, whose later ops issue no early loads (their rows come from
@@ -996,19 +995,16 @@ LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options,
     llvm::DenseMap<Operation *, int64_t> stageUsed;
     llvm::DenseSet<int64_t> stagedRuns;
     region = prefetchShared = 0;
-    takers.clear();
+    // The tasks whose dynamic shared memory an op's shared weight prefetch
+    // takes (the first such op of a task whose memory no other op holds).
+    llvm::DenseSet<Operation *> prefetching;
     for (LinearOp op : planned) {
       SmallVector<NamedAttribute> plan;
       WeightPrefetch weights = inNamedTask(op, options.prefetchTasks) ? options.weights : WeightPrefetch::None;
-      auto prefetchEntry = [&](WeightPrefetch w) {
-        return NamedAttribute(str("prefetch"), str(w == WeightPrefetch::Registers ? "registers"
-                                                   : w == WeightPrefetch::Shared  ? "shared"
-                                                                                  : "none"));
-      };
-      plan.push_back(prefetchEntry(weights));
       // Short rows (K of at most 256) take their own layout, their weights
       // before the wait unless the prefetch is off.
       if (shortRows(op, options.threads)) {
+        plan.emplace_back(str("prefetch"), str(prefetchName(weights)));
         plan.emplace_back(str("layout"), str("short"));
         op->setAttr(planName, DictionaryAttr::get(ctx, plan));
         continue;
@@ -1043,15 +1039,16 @@ LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options,
         if (weights == WeightPrefetch::Shared) {
           auto task = op->getParentOfType<TaskOp>();
           int64_t bytes = sharedPrefetchBytes(op, options);
-          if (!staged && bytes > 0 && task && !dynamicSharedHeld(task) && !takers.contains(task) &&
+          if (!staged && bytes > 0 && !dynamicSharedHeld(task) && !prefetching.contains(task) &&
               weightPrefetchPoint(op, /*dryRun=*/true)) {
-            takers.insert({task, op});
+            prefetching.insert(task);
             prefetchShared = std::max(prefetchShared, bytes);
           } else {
-            plan.front() = prefetchEntry(WeightPrefetch::None);
+            weights = WeightPrefetch::None;
           }
         }
       }
+      plan.emplace_back(str("prefetch"), str(prefetchName(weights)));
       op->setAttr(planName, DictionaryAttr::get(ctx, plan));
     }
   };
@@ -1069,10 +1066,9 @@ LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options,
     int64_t fit = (kMaxDynamicShared - start) / 2 / 1024 * 1024;
     plan(fit >= kMinStageBytes ? fit : 0, region, prefetchShared);
   }
-  for (auto [task, op] : takers)
-    holdDynamicShared(task, op);
-  // Plans from the input that prefetch into shared memory take it too, one
-  // op per task (the prefetch slots of two would overlap).
+  // Every op whose plan (this one's, or one from the input) prefetches into
+  // shared memory takes its task's dynamic shared memory, one op per task
+  // (the prefetch slots of two would overlap).
   llvm::DenseSet<Operation *> sharedPrefetchTasks;
   WalkResult result = root->walk([&](LinearOp op) {
     auto plan = op->getAttrOfType<DictionaryAttr>(planName);
@@ -1081,7 +1077,7 @@ LogicalResult planLinearOps(Operation *root, const TileLoweringOptions &options,
       return WalkResult::advance();
     StringRef what = "et.linear_plan's shared prefetch ";
     auto task = op->getParentOfType<TaskOp>();
-    if (task && !sharedPrefetchTasks.insert(task).second) {
+    if (!sharedPrefetchTasks.insert(task).second) {
       op.emitOpError() << what << "needs its task's dynamic shared memory, which another et.linear's "
                        << "shared prefetch takes";
       return WalkResult::interrupt();

@@ -377,8 +377,8 @@ int64_t staticK(MatmulOp op) {
   return ShapedType::isDynamic(k) ? op.getX().getType().getDimSize(1) : k;
 }
 
-/// Takes the task's dynamic shared memory for the op's ring of `bytes`
-/// and returns the task; fails with a diagnostic when the ring does not fit.
+/// The task whose dynamic shared memory holds the op's ring of `bytes`;
+/// fails with a diagnostic when the ring does not fit.
 FailureOr<TaskOp> ringInDynamicShared(MatmulOp op, int64_t bytes) {
   ArrayRef<int64_t> tile = op.getTile();
   if (bytes > kMaxDynamicShared)
@@ -386,11 +386,10 @@ FailureOr<TaskOp> ringInDynamicShared(MatmulOp op, int64_t bytes) {
            << tile[0] << " x " << tile[1] << " x " << tile[2] << " with " << op.getStages() << " stages needs "
            << bytes << " bytes of shared memory, more than " << kMaxDynamicShared;
   // The plan gives every et.matmul its task's dynamic shared memory before
-  // any other op (planAttentionOps), unless the input said otherwise. The
-  // GEMM tiles of a task run one after another, each ending with a barrier
-  // that frees the ring (finishTile), so they share it.
-  if (failed(takeDynamicShared(op, "", /*shareable=*/true)))
-    return failure();
+  // any other op (planAttentionOps). The GEMM tiles of a task run one after
+  // another, each ending with a barrier that frees the ring (finishTile),
+  // so they share it.
+  assert(holdsDynamicShared(op) && "the plan gave the op its task's dynamic shared memory");
   return op->getParentOfType<TaskOp>();
 }
 

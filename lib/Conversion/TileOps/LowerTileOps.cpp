@@ -160,6 +160,9 @@ struct LowerTileOpsPass
       rewriter.setInsertionPoint(op);
       return applicator.matchAndRewrite(op, rewriter);
     };
+    // et.matmul first, then the others in walk order: the order in which
+    // the ops add their buffers to a task (workgroupBuffer) sets the
+    // kernel's shared-memory layout.
     for (MatmulOp op : matmuls)
       if (failed(lower(op)))
         return signalPassFailure();

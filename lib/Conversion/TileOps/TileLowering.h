@@ -92,13 +92,10 @@ bool dynamicSharedHeld(Operation *task);
 /// when none does.
 StringRef dynamicSharedOwner(Operation *task);
 
-/// Records that `op` holds the dynamic shared memory of `task`.
-void holdDynamicShared(Operation *task, Operation *op);
-
-/// `op` takes its task's dynamic shared memory: holds it if it is free (or
-/// held by the same op kind, when `shareable`), else a diagnostic that its
-/// `what` (a prefix such as "et.attention_plan's mma form ") needs it and
-/// who holds it.
+/// `op` takes its task's dynamic shared memory (et.dynamic_shared_owner):
+/// holds it if it is free (or held by the same op kind, when `shareable`),
+/// else a diagnostic that its `what` (a prefix such as "et.attention_plan's
+/// mma form ") needs it and who holds it.
 LogicalResult takeDynamicShared(Operation *op, StringRef what, bool shareable = false);
 
 /// Whether `op`'s task's et.dynamic_shared_owner names the op's kind (what
@@ -145,6 +142,13 @@ LogicalResult planAttentionOp(AttentionSplitOp op, const TileLoweringOptions &op
 /// the op and the worker allow them and no op holds that memory yet, else
 /// loops. Fails like planAttentionOp.
 LogicalResult planAttentionPrefillOp(AttentionPrefillOp op, const TileLoweringOptions &options);
+
+/// The form of `op`'s et.attention_plan (the pass planned every attention
+/// op; the dialect has checked the form).
+StringRef attentionForm(Operation *op);
+
+/// Gives `op` the et.attention_plan of form `form`.
+void setAttentionForm(Operation *op, StringRef form);
 
 /// The pass's first step on the GPU, before any tile op is lowered: which
 /// op holds each task's dynamic shared memory (et.dynamic_shared_owner) and
@@ -292,8 +296,8 @@ void copyChunks(OpBuilder &b, Location loc, Value tid, int64_t threads, int64_t 
 
 /// et.matmul on the GPU (tensor cores) for a worker of `threads` threads
 /// (fixed at compile time): with warpgroup MMA (`wgmma`, Hopper) where the
-/// tile allows it, else mma.sync. The op's task takes the dynamic shared
-/// memory (holdDynamicShared). Emits a diagnostic and fails when the tile
+/// tile allows it, else mma.sync, its ring in the task's dynamic shared
+/// memory (which planAttentionOps gave it). Emits a diagnostic and fails when the tile
 /// does not fit the worker (registers, shared memory) or `threads` is not
 /// fixed.
 LogicalResult lowerMatmulGPU(MatmulOp op, int64_t threads, bool wgmma);
@@ -346,11 +350,6 @@ bool isTileOp(Operation *op);
 /// taken to be distinct memory (docs/lowering.md).
 void insertTileBarriers(TaskOp task);
 
-/// A per-tile shared-memory buffer: a workgroup alloca at the top of the
-/// task body, after the ones already there (the worker lowering turns each
-/// into a workgroup buffer).
-Value workgroupBuffer(TaskOp task, Location loc, ArrayRef<int64_t> shape, Type elementType);
-
 /// silu(g) * u in f32, et.silu_mul's form (approximate quotient and
 /// exponential): the gated et.linear and et.silu_mul give the same bits.
 Value gatedActivation(OpBuilder &b, Location loc, Value g, Value u);
@@ -387,10 +386,6 @@ Operation *prefetchPoint(Operation *op, ValueRange needed, bool inIf, bool dryRu
 /// Loads of data that no task writes may start there, ahead of the tile's
 /// other work before `op` (a fused norm, say), without leaving the wait.
 Operation *afterWaitPoint(Operation *op, ValueRange needed);
-
-/// `v` of the lane whose id differs from this lane's in the bits of
-/// `offset` (a butterfly step over the warp's 32 lanes).
-Value shuffleXor(OpBuilder &b, Location loc, Value v, int64_t offset);
 
 /// Thread 0 prefetches rows [row0, row0 + rows) of the row-major matrix
 /// `w` (clamped to its N rows) into L2 with one bulk prefetch, at `b`'s

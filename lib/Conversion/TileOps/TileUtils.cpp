@@ -379,37 +379,33 @@ StringRef dynamicSharedOwner(Operation *task) {
 
 bool dynamicSharedHeld(Operation *task) { return !dynamicSharedOwner(task).empty(); }
 
-void holdDynamicShared(Operation *task, Operation *op) {
+LogicalResult takeDynamicShared(Operation *op, StringRef what, bool shareable) {
+  // Tile ops are verified to sit in task bodies.
+  auto task = op->getParentOfType<TaskOp>();
+  StringRef owner = dynamicSharedOwner(task);
+  if (!owner.empty() && !(shareable && owner == op->getName().getStringRef()))
+    return op->emitOpError() << what << "needs its task's dynamic shared memory, which '"
+                             << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to \"" << owner
+                             << "\"";
   task->setAttr(EventTensorDialect::getDynamicSharedOwnerAttrName(),
                 StringAttr::get(task->getContext(), op->getName().getStringRef()));
-}
-
-/// The diagnostic of `op` (in `task`, or in none), whose `what` needs the
-/// task's dynamic shared memory: who holds it instead.
-static LogicalResult dynamicSharedRefused(Operation *op, Operation *task, StringRef what) {
-  InFlightDiagnostic diag = op->emitOpError() << what << "needs its task's dynamic shared memory, ";
-  StringRef owner = task ? dynamicSharedOwner(task) : StringRef();
-  if (!task)
-    diag << "and is in no task";
-  else if (owner.empty())
-    diag << "which no op holds";
-  else
-    diag << "which '" << EventTensorDialect::getDynamicSharedOwnerAttrName() << "' gives to \"" << owner << "\"";
-  return diag;
-}
-
-LogicalResult takeDynamicShared(Operation *op, StringRef what, bool shareable) {
-  auto task = op->getParentOfType<TaskOp>();
-  StringRef owner = task ? dynamicSharedOwner(task) : StringRef();
-  if (!task || !(owner.empty() || (shareable && owner == op->getName().getStringRef())))
-    return dynamicSharedRefused(op, task, what);
-  holdDynamicShared(task, op);
   return success();
 }
 
 bool holdsDynamicShared(Operation *op) {
-  auto task = op->getParentOfType<TaskOp>();
-  return task && dynamicSharedOwner(task) == op->getName().getStringRef();
+  return dynamicSharedOwner(op->getParentOfType<TaskOp>()) == op->getName().getStringRef();
+}
+
+StringRef attentionForm(Operation *op) {
+  auto plan = op->getAttrOfType<DictionaryAttr>(EventTensorDialect::getAttentionPlanAttrName());
+  assert(plan && "an attention op without a plan");
+  return plan.getAs<StringAttr>("form").getValue();
+}
+
+void setAttentionForm(Operation *op, StringRef form) {
+  MLIRContext *ctx = op->getContext();
+  op->setAttr(EventTensorDialect::getAttentionPlanAttrName(),
+              DictionaryAttr::get(ctx, {NamedAttribute(StringAttr::get(ctx, "form"), StringAttr::get(ctx, form))}));
 }
 
 } // namespace mlir::et::tile
