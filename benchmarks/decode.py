@@ -132,15 +132,17 @@ def main():
         results.setdefault("warmup", {})[path.name] = warm
         print(f"{path.name}: compiled in {info.get('compile_s')} s (2-core machine); artifact load + launcher "
               f"{load_s:.2f} s on the device")
+        # Trace records of a profiled launch: a step's fit in 1 << 16.
+        capacity = (1 << 16) * max(1, args.trace_steps)
         if config.moe:
             # Too large to hold twice (named and packed): packed on the GPU.
             first = runtime.load(path / (info.get("variants") or [{"dir": "."}])[0]["dir"])
             weights = None
-            session = DecodeSession(path, random_packed_weights(first.metadata["arguments"], 0))
+            session = DecodeSession(path, random_packed_weights(first.metadata["arguments"], 0),
+                                    profile_capacity=capacity)
         else:
             weights = random_model_weights(config, 0)
-            session = DecodeSession(path, to_numpy_bf16(weights),
-                                    profile_capacity=(1 << 16) * max(1, args.trace_steps))
+            session = DecodeSession(path, to_numpy_bf16(weights), profile_capacity=capacity)
         for name in ("k_cache", "v_cache"):
             buf = session.buffers[name]
             buf.copy_(torch.randn(buf.shape, device="cuda").to(torch.bfloat16))

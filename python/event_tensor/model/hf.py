@@ -94,9 +94,9 @@ def _fused_experts(model, state: dict) -> dict:
     """The checkpoint's per-expert tensors (mlp.experts.E.gate_proj, ...) in
     the form of `model`'s parameters, where it holds an expert layer's
     weights as two 3-D tensors (gate_up_proj [E, 2I, H], the gate rows
-    first, and down_proj [E, H, I]). Consumes `state` (a layer's
-    per-expert tensors go once its fused ones are made), so that the
-    weights are held about once."""
+    first, and down_proj [E, H, I]). Consumes `state`: a layer's
+    per-expert tensors are dropped from it once its fused ones are made
+    (freed then, unless the caller holds them too)."""
     import torch
 
     params = dict(model.named_parameters())
