@@ -56,3 +56,31 @@ et.kernel @head_o(%w: memref<2048x2048xbf16>, %h: memref<?x2048xf32>) {
     et.event.signal %e[] : !et.event<>
   }
 }
+
+// `scale(%p)`: an expert's down projection weighted by the router's
+// probability, read after the wait; every row's sum is multiplied by it
+// before the atomic add (the GPU's from the row's first lane, the CPU's
+// scalar loop likewise).
+// GPU-LABEL: et.kernel @expert_down
+// GPU: et.event.wait
+// GPU: %[[P:.*]] = memref.load %{{.*}} : memref<1x8xf32>
+// GPU: %[[S:.*]] = arith.mulf %{{.*}}, %[[P]] : f32
+// GPU-NEXT: memref.atomic_rmw addf %[[S]]
+// CPU-LABEL: et.kernel @expert_down
+// CPU: %[[P:.*]] = memref.load %{{.*}} : memref<1x8xf32>
+// CPU: %[[S:.*]] = arith.mulf %{{.*}}, %[[P]] : f32
+// CPU-NEXT: memref.atomic_rmw addf %[[S]]
+et.kernel @expert_down(%act: memref<1x64xbf16>, %wd: memref<2048x64xbf16>, %wts: memref<1x8xf32>, %h: memref<?x2048xf32>) {
+  %c0 = arith.constant 0 : index
+  %c3 = arith.constant 3 : index
+  %c16 = arith.constant 16 : index
+  %c128 = arith.constant 128 : index
+  %e = et.event.create() : !et.event<>
+  et.task @down tiles(%blk) in (%c16) {
+    %r0 = arith.muli %blk, %c128 : index
+    et.event.wait %e[] : !et.event<>
+    %p = memref.load %wts[%c0, %c3] : memref<1x8xf32>
+    et.linear %act, %wd, %h rows(%r0, %c128) accumulate atomic scale(%p) : memref<1x64xbf16>, memref<2048x64xbf16>, memref<?x2048xf32>
+    et.event.signal %e[] : !et.event<>
+  }
+}

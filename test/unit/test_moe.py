@@ -205,14 +205,18 @@ def test_moe_configs_refused(tmp_path):
     assert model.ModelConfig.from_hf(tmp_path).moe
 
 
-@pytest.mark.parametrize("options", [dict(layered=True, o_per_head=True), dict(layered=True, linear_tile="mma")])
+@pytest.mark.parametrize("options", [dict(layered=True, o_per_head=True), dict(layered=True, linear_tile="mma"),
+                                     dict(layered=True, o_per_head=True, expert_combine=False)])
 def test_layered_kernels_match_reference(checkpoint, tmp_path, options):
     """The layered kernel (one task per kind over the layers, as the GPU
-    builds it), with o_per_head or tensor-core tiles."""
+    builds it), with o_per_head, tensor-core tiles, or the experts' shares
+    added into h by the `exp_down` tiles (no `combine` task, as on cuda)."""
     config = model.ModelConfig.from_hf(checkpoint)
     weights = model.load_weights(config, [checkpoint])
     path = model.compile_model(config, target="cpu", max_batch=3, max_context=16, workers=3, split_len=8,
                                cache_dir=tmp_path / "cache", **options)
+    kinds = {t.rstrip("0123456789").rstrip("_") for t in json.loads((path / "metadata.json").read_text())["tasks"]}
+    assert ("combine" in kinds) == options.get("expert_combine", True)
     session = model.DecodeSession(path, weights)
     ref = model.ReferenceModel(config, weights, max_batch=3, max_context=16)
     for step, rows in enumerate([3, 2, 3]):

@@ -31,10 +31,13 @@ using namespace mlir::et;
 namespace mlir::et::tile {
 
 /// y[tok, row] = `out` (f32), the way every lowering of et.linear ends a
-/// row: added to y with `accumulate` (a relaxed f32 atomic add with
-/// `atomic`: tiles that share rows add into them at once, ordered before
-/// the task's signal by its release fence), rounded to y's element type.
+/// row: times the op's `scale`, added to y with `accumulate` (a relaxed f32
+/// atomic add with `atomic`: tiles that share rows add into them at once,
+/// ordered before the task's signal by its release fence), rounded to y's
+/// element type.
 static void writeRow(OpBuilder &b, Location loc, LinearOp op, Value out, Value tok, Value row) {
+  if (Value s = op.getScale())
+    out = arith::MulFOp::create(b, loc, out, s);
   if (op.getAtomic()) {
     memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, out, op.getY(), ValueRange{tok, row});
     return;

@@ -42,10 +42,11 @@ __all__ = ["KernelLayout", "PLAIN_KERNEL", "build_decode_kernel", "kernel_layout
 
 
 #: The choices of `build_decode_kernel` called with keywords that its
-#: callers leave out: a plain kernel (one task per layer, the `merge` task,
-#: every linear tile normalizing into the global scratch); `KernelOptions.resolve` gives
+#: callers leave out: a plain kernel (one task per layer, the `merge` and
+#: `combine` tasks, every linear tile normalizing into the global scratch); `KernelOptions.resolve` gives
 #: those of a target instead.
-PLAIN_KERNEL = dict(layered=False, o_per_head=False, norm_in_linear=False, norm_scratch="global", fuse_norms=True)
+PLAIN_KERNEL = dict(layered=False, o_per_head=False, norm_in_linear=False, norm_scratch="global", fuse_norms=True,
+                    expert_combine=True)
 
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: KernelOptions | None = None, *,
@@ -148,6 +149,12 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     rows) are loaded before its wait where the weight prefetch applies.
     One dependent phase (and its wait) fewer per layer. Not with tensor
     parallelism or `linear_tile="mma"`.
+
+    `expert_combine=False` (a model with experts) drops the `combine`
+    task: each `exp_down` tile adds its block of an expert's output, times
+    the router's weight of that choice, into h (`et.linear ... accumulate
+    atomic scale`), so the next layer waits on `exp_down`; like
+    `o_per_head`, the low bits of h may then differ from run to run.
 
     `norm_in_linear` (with `fuse_norms`, `et.linear` tiles only; True for
     the qkv, mlp and LM-head tiles and a model's router, or a list of "qkv",

@@ -311,7 +311,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
                             linear_tile=shape["linear_tile"], specialize=shape["specialize"],
-                            o_per_head=False if args.deterministic else None, prefill_rows=prefill_rows,
+                            o_per_head=False if args.deterministic else None,
+                            expert_combine=True if args.deterministic else None, prefill_rows=prefill_rows,
                             tp=args.tp, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
@@ -591,7 +592,8 @@ def add_commands(sub) -> None:
     p.add_argument("--deterministic", action="store_true",
                    help="cuda: logits that repeat bit for bit from run to run (each output row of the attention "
                    "projection summed by one tile, with a merge task before it, instead of the query heads' "
-                   "shares added atomically; 1-6%% slower). Kernels for cpu always repeat")
+                   "shares added atomically; 1-6%% slower; with experts, a combine task adds their outputs in "
+                   "the router's order). Kernels for cpu always repeat")
     p.set_defaults(func=cmd_compile)
 
     def artifact_args(p):

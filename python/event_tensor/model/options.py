@@ -75,6 +75,11 @@ class KernelOptions:
     qk_heads: int | None = None
     #: Rows of the norm scratch `xs` (at least what the kernel's tiles need).
     scratch_rows: int | None = None
+    #: With experts: a `combine` tile per row adds the experts' outputs into
+    #: h in the router's order (the same bits every run), or (False) each
+    #: `exp_down` tile adds its share, times the router's weight, into h
+    #: with atomic adds (one phase fewer per layer).
+    expert_combine: bool | None = None
 
     def __post_init__(self):
         # A choice that the tile kind rules out is checked once the kind is
@@ -95,6 +100,8 @@ class KernelOptions:
             raise ValueError(f"o_per_head must be a bool, got {self.o_per_head!r}")
         if self.o_per_head and (self.tp != 1 or mma):
             raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
+        if self.expert_combine is not None and not isinstance(self.expert_combine, bool):
+            raise ValueError(f"expert_combine must be a bool or None, got {self.expert_combine!r}")
         norm_in_linear = self.norm_in_linear
         if isinstance(norm_in_linear, list):
             norm_in_linear = tuple(norm_in_linear)
@@ -122,7 +129,7 @@ class KernelOptions:
         """Whether every choice that `resolve` makes is made (what
         `build_decode_kernel` needs)."""
         return None not in (self.layered, self.o_per_head, self.norm_in_linear, self.norm_scratch,
-                            self.fuse_norms) and \
+                            self.fuse_norms, self.expert_combine) and \
             self.linear_tile != "auto"
 
     def check(self, num_kv_heads: int) -> None:
@@ -154,6 +161,7 @@ class KernelOptions:
           then normalizing every row; docs/experiments/2026-11-28-qwen3-moe.md);
         - `norm_scratch`: "shared" for one-row kernels of `et.linear` tiles
           (1-3% faster there, same values), else "global";
+        - `expert_combine`: on (the `combine` task);
         - `fuse_norms`: for `et.linear` tiles; the tensor-core tiles take
           a norm task of a tile per row instead, on one device or several
           (every one of their tiles normalized all the rows it multiplies:
@@ -169,7 +177,8 @@ class KernelOptions:
             norm_in_linear = ("router",)
         o_per_head = target == "cuda" and self.tp == 1 and rows and not wide_one_row(config, max_batch)
         chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=o_per_head,
-                      norm_in_linear=norm_in_linear, norm_scratch="shared" if one_row else "global")
+                      norm_in_linear=norm_in_linear, norm_scratch="shared" if one_row else "global",
+                      expert_combine=True)
         return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})
 
     def to_dict(self) -> dict[str, Any]:

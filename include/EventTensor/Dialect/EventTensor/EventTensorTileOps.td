@@ -59,7 +59,13 @@ def ET_LinearOp : ET_Op<"linear", [AttrSizedOperandSegments,
     (both sums of a gated op are scaled by `r[m]` before the activation).
     `x * g` is rounded to bf16 as an activation would be; `et.rmsnorm` into
     a bf16 buffer, then `et.linear`, rounds `x * r * g` instead, so the two
-    agree to that rounding. The lowering needs no buffer for the normalized
+    agree to that rounding.
+
+    With `scale(%s)` (an f32 value), every finished row is multiplied by
+    `s` before it is written or added into `y`: `y[m, n] (+)= s * ...`
+    (after the activation of a gated op). A mixture-of-experts block adds
+    each expert's down projection into the residual stream weighted by the
+    router's probability this way, without a pass of its own. The lowering needs no buffer for the normalized
     rows and at most one barrier (docs/lowering.md). The op runs on all threads of the worker, which
     split the rows and the reduction between them; it sits in an `et.task`
     body, typically with one task tile per block of rows.
@@ -90,6 +96,9 @@ def ET_LinearOp : ET_Op<"linear", [AttrSizedOperandSegments,
     // the gated MLP's activation: silu(x wg^T) * (x wu^T)
     et.linear %x, %wg, %act rows(%row0, %c16) gated(%wu)
         : memref<1x2048xbf16>, memref<8192x2048xbf16>, memref<1x8192xbf16>, memref<8192x2048xbf16>
+    // an expert's share of the residual stream: h += p * (act * wd^T)
+    et.linear %act, %wd, %h rows(%row0, %c128) accumulate atomic scale(%p)
+        : memref<1x768xbf16>, memref<2048x768xbf16>, memref<1x2048xf32>
     // q, k and v rows from the normalized residual stream h
     et.linear %h, %wqkv, %qkv rows(%row0, %c32) norm(%ln1 : memref<1024xbf16>) eps(1.0e-06)
         : memref<1x1024xf32>, memref<4096x1024xbf16>, memref<1x4096xf32>
@@ -101,10 +110,12 @@ def ET_LinearOp : ET_Op<"linear", [AttrSizedOperandSegments,
                        Index:$row0, Index:$rows, UnitAttr:$accumulate, UnitAttr:$atomic,
                        Arg<Optional<MemRefRankOf<[BF16], [2]>>, "", [MemRead]>:$gated,
                        Arg<Optional<MemRefRankOf<[BF16], [1]>>, "", [MemRead]>:$norm,
-                       OptionalAttr<F32Attr>:$eps);
+                       OptionalAttr<F32Attr>:$eps,
+                       Optional<F32>:$scale);
   let assemblyFormat = [{
     $x `,` $w `,` $y `rows` `(` $row0 `,` $rows `)` (`accumulate` $accumulate^)? (`atomic` $atomic^)?
-    (`gated` `(` $gated^ `)`)? (`norm` `(` $norm^ `:` type($norm) `)`)? (`eps` `(` $eps^ `)`)? attr-dict `:`
+    (`gated` `(` $gated^ `)`)? (`norm` `(` $norm^ `:` type($norm) `)`)? (`eps` `(` $eps^ `)`)?
+    (`scale` `(` $scale^ `)`)? attr-dict `:`
     type($x) `,` type($w) `,` type($y) (`,` type($gated)^)?
   }];
   let hasVerifier = 1;

@@ -64,7 +64,8 @@ class DecodeContext:
         self.batch = self.A["batch"]
         self.events: dict[str, object] = {}
         # The event that ends a layer: the residual stream is complete.
-        self.layer_done = "sum_d" if tp > 1 else "combine" if c.moe else "down"
+        self.layer_done = ("sum_d" if tp > 1 else "down" if not c.moe else
+                           "combine" if options.expert_combine else "exp_down")
         with Location.unknown():
             self.eps = FloatAttr.get(self.f32, c.rms_norm_eps)
             self.scale = FloatAttr.get(self.f32, self.D ** -0.5)

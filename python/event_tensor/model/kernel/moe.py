@@ -22,14 +22,17 @@ only signal.
               (`et.router_topk`)
   `experts`   T tiles, each a block of a position's expert's intermediate
               rows: the gated activation of that expert for the row
-  `exp_down`  T tiles, each a block of H: the expert's down projection
-  `combine`   a tile per row: h[b] += sum over k of weight * output, in
-              the router's order (the same bits for any schedule)
+  `exp_down`  T tiles, each a block of H: the expert's down projection,
+              into `exp_out`, or (without `expert_combine`) times the
+              router's weight added into h with atomic adds
+  `combine`   (`expert_combine`) a tile per row: h[b] += sum over k of
+              weight * output, in the router's order (the same bits for
+              any schedule)
 
 docs/models.md ("Mixture of experts") says what is left: an expert's
 weights are read once per position that chose it (a batch whose rows
-share an expert reads it from L2 the second time), and `combine` waits on
-every `exp_down` tile of the layer, not only its own positions'."""
+share an expert reads it from L2 the second time), and the next layer
+waits on every `exp_down` tile of the layer, not only its own rows'."""
 
 from __future__ import annotations
 
@@ -71,7 +74,8 @@ class Experts:
             LayerTask("experts", self.up_body, [self.tiles], False, ["topk"], 4 * up_rows * H, 4 * up_rows * H),
             LayerTask("exp_down", self.down_body, [self.tiles], False, ["experts"], 2 * down_rows * Im,
                       2 * down_rows * Im),
-            LayerTask("combine", self.combine_body, [ctx.B], False, ["exp_down"], 4 * H * (K + 2), 2 * H * K),
+            *([LayerTask("combine", self.combine_body, [ctx.B], False, ["exp_down"], 4 * H * (K + 2), 2 * H * K)]
+              if ctx.options.expert_combine else []),
         ]
 
     # -- helpers ---------------------------------------------------------
@@ -141,8 +145,14 @@ class Experts:
 
         def run():
             e = self.expert(b, k)
-            et.linear(ctx.one_row(A["exp_act"], p, Im, ctx.bf16), self.expert_view("exp_down", l, e, H, Im),
-                      ctx.one_row(A["exp_out"], p, H, ctx.f32), r0, rows)
+            x, w = ctx.one_row(A["exp_act"], p, Im, ctx.bf16), self.expert_view("exp_down", l, e, H, Im)
+            if ctx.options.expert_combine:
+                et.linear(x, w, ctx.one_row(A["exp_out"], p, H, ctx.f32), r0, rows)
+                return
+            # h[b] += weight * (this block of the expert's output): the K
+            # choices' tiles add into the row at once.
+            et.linear(x, w, ctx.one_row(A["h"], b, H, ctx.f32), r0, rows, accumulate=True, atomic=True,
+                      scale=memref.LoadOp(A["expert_w"], [b, k]).result)
         ctx.guarded(live, run)
 
     def combine_body(self, l, b):
@@ -173,5 +183,5 @@ def expert_buffers(ctx) -> list:
     E, K = c.num_experts, c.num_experts_per_tok
     return [("scores", mr([DYN, E], ctx.f32)), ("expert_ids", mr([DYN, K], ctx.i32)),
             ("expert_w", mr([DYN, K], ctx.f32)), ("exp_act", mr([B * K, c.moe_intermediate_size], ctx.bf16)),
-            ("exp_out", mr([B * K, ctx.H], ctx.f32))]
+            *([("exp_out", mr([B * K, ctx.H], ctx.f32))] if ctx.options.expert_combine else [])]
 
