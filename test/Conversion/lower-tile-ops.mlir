@@ -484,6 +484,37 @@ et.kernel @two_ops_nested(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<
   }
 }
 
+// A plain load of a tile op's result (the expert that et.router_topk chose
+// into the tile's shared memory, read by every thread): a barrier before the
+// load on the GPU (lane 0 of one warp stored it); a load of a buffer no tile
+// op wrote since the last barrier takes none. The host worker needs none.
+// GPU-LABEL: et.kernel @load_after_tile_op
+// GPU: memref.store %{{.*}} : memref<1x2xi32, #gpu.address_space<workgroup>>
+// GPU: gpu.barrier
+// GPU-NEXT: memref.load %{{.*}} : memref<1x2xi32, #gpu.address_space<workgroup>>
+// GPU-NOT: gpu.barrier
+// GPU: memref.load %{{.*}} : memref<4xi32>
+// GPU: et.event.signal
+// CPU-LABEL: et.kernel @load_after_tile_op
+// CPU-NOT: gpu.barrier
+// CPU: et.event.signal
+et.kernel @load_after_tile_op(%s: memref<?x64xf32>, %out: memref<4xi32>, %other: memref<4xi32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %e = et.event.create() : !et.event<>
+  et.task @t tiles(%b) in (%c1) {
+    %ids = memref.alloca() : memref<1x2xi32, #gpu.address_space<workgroup>>
+    %w = memref.alloca() : memref<1x2xf32, #gpu.address_space<workgroup>>
+    %row = memref.subview %s[%b, 0] [1, 64] [1, 1] : memref<?x64xf32> to memref<1x64xf32, strided<[64, 1], offset: ?>>
+    et.router_topk %row, %ids, %w : memref<1x64xf32, strided<[64, 1], offset: ?>>, memref<1x2xi32, #gpu.address_space<workgroup>>, memref<1x2xf32, #gpu.address_space<workgroup>>
+    %e1 = memref.load %ids[%c0, %c1] : memref<1x2xi32, #gpu.address_space<workgroup>>
+    %x = memref.load %other[%c0] : memref<4xi32>
+    %sum = arith.addi %e1, %x : i32
+    memref.store %sum, %out[%c0] : memref<4xi32>
+    et.event.signal %e[] : !et.event<>
+  }
+}
+
 // et.rope_into with a norm: on the GPU (static D) a warp per (token, head),
 // the lane's two pairs of D = 128 loaded together, their squares summed by a
 // butterfly, then rotated and stored once each, guarded by the cache row's

@@ -134,7 +134,9 @@ struct LowerTileOpsPass
     // way, so one op's results may be read by other threads in the next:
     // on the GPU, a CTA barrier goes before a tile op that touches a buffer
     // which a tile op since the last barrier writes (or writes one it
-    // reads), in every block of a task body. An op holding tile ops in its
+    // reads), and before a plain memref.load of such a buffer (a tile op's
+    // result that the body itself reads, as an index, say), in every block
+    // of a task body. An op holding tile ops in its
     // regions (an scf.if over the live batch rows, say) counts as one.
     // Every thread must reach a tile op anyway (they synchronize inside),
     // so the barrier is reached wherever the ops are.

@@ -87,6 +87,14 @@ void insertTileBarriers(TaskOp task) {
   task.getBody().walk([&](Block *block) {
     TileAccess pending;
     for (Operation &op : *block) {
+      // A plain load of what a tile op wrote since the last barrier (a
+      // result that some threads of the worker wrote, read by all).
+      if (auto load = dyn_cast<memref::LoadOp>(op); load && pending.writes.contains(rootBuffer(load.getMemRef()))) {
+        OpBuilder b(&op);
+        gpu::BarrierOp::create(b, op.getLoc());
+        pending = TileAccess();
+        continue;
+      }
       if (!holdsTileOps(&op))
         continue;
       TileAccess access;
