@@ -227,14 +227,14 @@ def test_layered_kernels_match_reference(checkpoint, tmp_path, options):
 
 
 def test_one_row_kernel_works_on_positions(checkpoint, tmp_path):
-    """A kernel of one row: a `topk` tile, the expert tiles of its K
-    positions."""
+    """A kernel of one row: the expert tiles of its K positions, each
+    choosing its row's experts itself."""
     config = model.ModelConfig.from_hf(checkpoint)
     weights = model.load_weights(config, [checkpoint])
     path = model.compile_model(config, target="cpu", max_batch=1, max_context=16, workers=3,
                                cache_dir=tmp_path / "cache")
     kinds = {t.rstrip("0123456789").rstrip("_") for t in json.loads((path / "metadata.json").read_text())["tasks"]}
-    assert {"moe_norm", "router", "topk", "experts", "exp_down", "combine"} <= kinds
+    assert {"moe_norm", "router", "experts", "exp_down", "combine"} <= kinds and "topk" not in kinds
     session = model.DecodeSession(path, weights)
     ref = model.ReferenceModel(config, weights, max_batch=1, max_context=16)
     for step, token in enumerate([3, 99, 250, 7]):
@@ -248,7 +248,8 @@ def test_router_through_its_norm_matches_reference(checkpoint, tmp_path, rows):
     """norm_in_linear's "router" kind: the router reads h through its norm
     (no `moe_norm` phase; `topk` writes the experts' rows); the reference
     rounds its input the same way. One-row cuda kernels take it by
-    default, kernels of several rows do not."""
+    default, kernels of several rows do not; the router's first tile writes
+    the experts' rows."""
     config = model.ModelConfig.from_hf(checkpoint)
     weights = model.load_weights(config, [checkpoint])
     path = model.compile_model(config, target="cpu", max_batch=rows, max_context=16, workers=3,
@@ -266,6 +267,7 @@ def test_router_through_its_norm_matches_reference(checkpoint, tmp_path, rows):
                               out_dir=tmp_path / "cuda", cache_dir=tmp_path / "cache")
     options = model.KernelOptions.from_dict(json.loads((out / "model.json").read_text()))
     assert ("router" in options.norm_tasks) == (rows == 1)
+    assert options.expert_combine is False  # cuda: exp_down adds into h
 
 
 @pytest.mark.parametrize("layered", [False, True])
@@ -284,4 +286,4 @@ def test_every_event_count_is_known_before_the_launch(layered):
     kinds = {e["name"]: e["count_kind"] for e in graph["events"]}
     assert kinds and "device" not in kinds.values(), kinds
     tasks = {t["name"].rstrip("0123456789").rstrip("_") for t in graph["tasks"]}
-    assert {"router", "topk", "experts", "exp_down", "combine"} <= tasks
+    assert {"router", "experts", "exp_down", "combine"} <= tasks and "topk" not in tasks

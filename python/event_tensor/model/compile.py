@@ -273,10 +273,11 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     1024: 4-6% at batch 1, 1-3% at batches 2-16; docs/experiments/2026-11-26-o-per-head.md), and off elsewhere (the
     host's results
     keep their bits from run to run). Pass False for a GPU kernel whose
-    logits repeat bit for bit. `expert_combine=False` (a model with
-    experts) lets each `exp_down` tile add its share into the residual
-    stream atomically instead of a `combine` task (`build_decode_kernel`);
-    None (the default) keeps the `combine` task.
+    logits repeat bit for bit. `expert_combine` likewise for a model with
+    experts: None (the default) lets each `exp_down` tile add its share
+    into the residual stream atomically on cuda (no `combine` task:
+    `build_decode_kernel`), and keeps the `combine` task elsewhere; pass
+    True for logits that repeat.
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all, or a list of "qkv",

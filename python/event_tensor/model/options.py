@@ -161,7 +161,10 @@ class KernelOptions:
           then normalizing every row; docs/experiments/2026-11-28-qwen3-moe.md);
         - `norm_scratch`: "shared" for one-row kernels of `et.linear` tiles
           (1-3% faster there, same values), else "global";
-        - `expert_combine`: on (the `combine` task);
+        - `expert_combine`: off on cuda, where each `exp_down` tile adds
+          its share into h atomically (Qwen3-30B-A3B one-row kernel on the
+          H100: 2.5-6% faster; docs/experiments/2026-12-06-moe-phases.md),
+          on for the host, whose results keep their bits from run to run;
         - `fuse_norms`: for `et.linear` tiles; the tensor-core tiles take
           a norm task of a tile per row instead, on one device or several
           (every one of their tiles normalized all the rows it multiplies:
@@ -178,7 +181,7 @@ class KernelOptions:
         o_per_head = target == "cuda" and self.tp == 1 and rows and not wide_one_row(config, max_batch)
         chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=o_per_head,
                       norm_in_linear=norm_in_linear, norm_scratch="shared" if one_row else "global",
-                      expert_combine=True)
+                      expert_combine=target != "cuda")
         return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,10 +18,16 @@ only signal.
               "router" kind of `norm_in_linear`) of h read through its norm
               (`et.linear ... norm`), without `moe_norm`: `topk` then
               writes xn for the experts
-  `topk`      a tile per row: the K best experts and their weights
-              (`et.router_topk`)
+              (with the router reading h through its norm, the router's
+              first tile also writes the experts' xn)
   `experts`   T tiles, each a block of a position's expert's intermediate
-              rows: the gated activation of that expert for the row
+              rows: the tile runs its row's `et.router_topk` itself (the
+              K best experts and their weights, into its shared memory),
+              then the gated activation of its position's expert for the
+              row; the position's first block publishes the choice for
+              `exp_down` (a `topk` task of a tile per row was one phase
+              more: 7-9% slower on the H100 at batch 1,
+              docs/experiments/2026-12-06-moe-phases.md)
   `exp_down`  T tiles, each a block of H: the expert's down projection,
               into `exp_out`, or (without `expert_combine`) times the
               router's weight added into h with atomic adds
@@ -40,7 +46,7 @@ from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint
 from .layers import LayerTask
 from .linear import through_norm
-from .views import DYN, layer_view, mr, strided, vec_view
+from .views import DYN, layer_view, mr, shared, strided, vec_view
 
 __all__ = ["Experts", "expert_buffers"]
 
@@ -70,8 +76,8 @@ class Experts:
             LayerTask("router", self.router_body, [-(-E // self.router_rows)], False,
                       ["o" if self.router_norm else "moe_norm"], 2 * self.router_rows * H,
                       2 * self.router_rows * H * ctx.B),
-            LayerTask("topk", self.topk_body, [ctx.B], False, ["router"], 8 * E + 4 * H, 4 * E * K + 5 * H),
-            LayerTask("experts", self.up_body, [self.tiles], False, ["topk"], 4 * up_rows * H, 4 * up_rows * H),
+            LayerTask("experts", self.up_body, [self.tiles], False, ["router"], 4 * up_rows * H + 8 * E,
+                      4 * up_rows * H + 4 * E * K),
             LayerTask("exp_down", self.down_body, [self.tiles], False, ["experts"], 2 * down_rows * Im,
                       2 * down_rows * Im),
             *([LayerTask("combine", self.combine_body, [ctx.B], False, ["exp_down"], 4 * H * (K + 2), 2 * H * K)]
@@ -95,11 +101,12 @@ class Experts:
         r0 = arith.MulIOp(arith.RemUIOp(t, blocks).result, rows).result
         return live, p, arith.DivUIOp(p, ctx.const(K)).result, arith.RemUIOp(p, ctx.const(K)).result, r0, rows
 
-    def expert(self, b, k):
-        """The expert row b's k-th choice went to (clamped into range: a
-        router fed NaNs chooses no valid one)."""
+    def expert(self, ids, b, k):
+        """The expert of row b's k-th choice in `ids` (`expert_ids`, or a
+        tile's own [1, K] choice when b is 0), clamped into range (a router
+        fed NaNs chooses no valid one)."""
         ctx = self.ctx
-        e = arith.IndexCastOp(ctx.idx, memref.LoadOp(ctx.A["expert_ids"], [b, k]).result).result
+        e = arith.IndexCastOp(ctx.idx, memref.LoadOp(ids, [b, k]).result).result
         return arith.MinUIOp(e, ctx.const(self.E - 1)).result
 
     def expert_view(self, name, l, e, rows: int, cols: int):
@@ -119,21 +126,38 @@ class Experts:
                    (ctx.normalized_rows(), {}))
         et.linear(x, layer_view(ctx.A["router"], l, self.E, ctx.H), ctx.A["scores"],
                   arith.MulIOp(t, ctx.const(rows)).result, ctx.const(rows), **norm)
-
-    def topk_body(self, l, b):
-        ctx, A, K = self.ctx, self.ctx.A, self.K
         if self.router_norm:
-            self.norm_body(l, b)
-        ctx.guarded(self.live_row(b), lambda: et.router_topk(
-            ctx.one_row(A["scores"], b, self.E, ctx.f32), ctx.one_row(A["expert_ids"], b, K, ctx.i32),
-            ctx.one_row(A["expert_w"], b, K, ctx.f32), normalize=ctx.c.norm_topk_prob or None))
+            # The experts' xn: the first router tile writes it, row by row.
+            def rows_norm():
+                loop = scf.ForOp(ctx.const(0), ctx.batch, ctx.const(1), [])
+                with InsertionPoint(loop.body):
+                    self.norm_body(l, loop.induction_variable)
+                    scf.YieldOp([])
+            ctx.guarded(arith.CmpIOp(arith.CmpIPredicate.eq, t, ctx.const(0)).result, rows_norm)
 
     def up_body(self, l, t):
-        ctx, A, H, Im = self.ctx, self.ctx.A, self.ctx.H, self.Im
+        ctx, A, H, Im, K = self.ctx, self.ctx.A, self.ctx.H, self.Im, self.K
         live, p, b, k, r0, rows = self.block(t, Im)
+        # The tile's own choice of experts for its row (in its shared
+        # memory; the load after it takes a barrier).
+        ids = memref.AllocaOp(shared([1, K], ctx.i32), [], []).result
+        weights = memref.AllocaOp(shared([1, K], ctx.f32), [], []).result
 
         def run():
-            e = self.expert(b, k)
+            c0 = ctx.const(0)
+            et.router_topk(ctx.one_row(A["scores"], b, self.E, ctx.f32), ids, weights,
+                           normalize=ctx.c.norm_topk_prob or None)
+            e = self.expert(ids, c0, k)
+            # The position's first block publishes the choice for
+            # `exp_down` (and `combine`), from one thread.
+            first = arith.AndIOp(
+                arith.CmpIOp(arith.CmpIPredicate.eq, r0, c0).result,
+                arith.CmpIOp(arith.CmpIPredicate.eq, et.ThreadIdOp(ctx.idx).result, c0).result).result
+
+            def publish():
+                memref.StoreOp(memref.LoadOp(ids, [c0, k]).result, A["expert_ids"], [b, k])
+                memref.StoreOp(memref.LoadOp(weights, [c0, k]).result, A["expert_w"], [b, k])
+            ctx.guarded(first, publish)
             et.linear(ctx.one_row(A["xn"], b, H, ctx.bf16), self.expert_view("exp_gate", l, e, Im, H),
                       ctx.one_row(A["exp_act"], p, Im, ctx.bf16), r0, rows,
                       gated=self.expert_view("exp_up", l, e, Im, H))
@@ -144,7 +168,7 @@ class Experts:
         live, p, b, k, r0, rows = self.block(t, H)
 
         def run():
-            e = self.expert(b, k)
+            e = self.expert(ctx.A["expert_ids"], b, k)
             x, w = ctx.one_row(A["exp_act"], p, Im, ctx.bf16), self.expert_view("exp_down", l, e, H, Im)
             if ctx.options.expert_combine:
                 et.linear(x, w, ctx.one_row(A["exp_out"], p, H, ctx.f32), r0, rows)
