@@ -718,16 +718,20 @@ et.kernel @argmax(%x: memref<2x1000xf32>, %v: memref<2x4xf32>, %i: memref<2x4xi3
 }
 
 // The router's top-k, on the GPU a warp per token: each lane loads its 2
-// of 64 scores once (static experts, few per lane), then the maximum (a
-// butterfly of values and indices), the softmax denominator (a butterfly
-// sum) and one more round for the second expert, all on registers; lane 0
-// stores both; no barrier. A dynamic number of experts: every round scans
+// of 64 scores once (static experts, few per lane) and sorts them (a NaN
+// score offered as nothing), then the maximum (a butterfly of the lanes'
+// best values and indices; the winning lane moves on to its next), the
+// softmax denominator (a butterfly sum) and one more round for the second
+// expert, all on registers; lane 0 stores both; no barrier. A dynamic number of experts: every round scans
 // memory. The CPU worker (one lane, 64 scores) scans memory alone.
 // GPU-LABEL: et.kernel @router_topk
 // GPU: scf.for
 // GPU-COUNT-2: memref.load %{{.*}} : memref<?x64xf32>
 // GPU-NOT: memref.load %{{.*}} : memref<?x64xf32>
+// GPU: arith.cmpf ord
+// GPU: arith.cmpf ogt
 // GPU-COUNT-10: gpu.shuffle  xor
+// GPU: arith.cmpi eq
 // GPU: math.exp
 // GPU-COUNT-5: gpu.shuffle  xor
 // GPU-COUNT-10: gpu.shuffle  xor

@@ -1,11 +1,13 @@
 //===- LowerRouter.cpp - et.router_topk -------------------------------------===//
 //
 // A mixture-of-experts router's choice per token: the softmax's maximum and
-// denominator, then K rounds of an argmax that each skip what the rounds
-// before took, over each lane's scores held in registers (a static number
-// of experts, up to kRouterRegisters per lane) or scanned from memory. A
-// group of lanes per token: a warp on the GPU (butterflies over the lanes),
-// the one thread on the host (the same code, no shuffles).
+// denominator, then K rounds of an argmax. With each lane's scores in
+// registers (a static number of experts, up to kRouterRegisters per lane),
+// the lane sorts its own first and offers its best not yet taken to each
+// round, whose winner moves on to its next; scanned from memory, every
+// round skips what the rounds before took. A group of lanes per token: a
+// warp on the GPU (butterflies over the lanes), the one thread on the host
+// (the same code, no shuffles).
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,7 +88,9 @@ void lowerRouterTopK(RouterTopKOp op, bool gpu) {
                                                                           ValueRange) {
     // In registers: this lane's experts lane, lane + lanes, ... (past the
     // last: nothing).
-    SmallVector<Ranked> mine;
+    // `mine` keeps the scores for the softmax; `queue` the experts a lane
+    // still offers, best first (a NaN score ranks nowhere: never offered).
+    SmallVector<Ranked> mine, queue;
     if (inRegisters) {
       for (int64_t j = 0; j < perLane; ++j) {
         Value e = arith::AddIOp::create(b, loc, g.lane, h.idx(j * lanes));
@@ -96,27 +100,48 @@ void lowerRouterTopK(RouterTopKOp op, bool gpu) {
         mine.push_back({arith::SelectOp::create(b, loc, inside, v, negInf),
                         arith::SelectOp::create(b, loc, inside, arith::IndexCastOp::create(b, loc, i32, e),
                                                 noIndex)});
+        Value offered = arith::AndIOp::create(
+            b, loc, inside, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ORD, v, v));
+        queue.push_back({arith::SelectOp::create(b, loc, offered, v, negInf),
+                         arith::SelectOp::create(b, loc, offered, mine.back().i, noIndex)});
       }
+      // Odd-even transposition sort, best first.
+      for (int64_t r = 0; r < perLane; ++r)
+        for (int64_t j = r % 2; j + 1 < perLane; j += 2) {
+          Value keep = ranksBefore(b, loc, queue[j], queue[j + 1]);
+          Ranked first{arith::SelectOp::create(b, loc, keep, queue[j].v, queue[j + 1].v),
+                       arith::SelectOp::create(b, loc, keep, queue[j].i, queue[j + 1].i)};
+          Ranked second{arith::SelectOp::create(b, loc, keep, queue[j + 1].v, queue[j].v),
+                        arith::SelectOp::create(b, loc, keep, queue[j + 1].i, queue[j].i)};
+          queue[j] = first;
+          queue[j + 1] = second;
+        }
     }
     // The best expert of this lane's share that ranks after `prev` (all of
-    // them when null), then the group's best.
+    // them when null), then the group's best. From registers: the head of
+    // the lane's queue, and the lane whose head won moves on to its next
+    // (the winner's index is unique; a lane with nothing left offers
+    // nothing either way).
     auto round = [&](const Ranked *prev) -> Ranked {
-      Ranked best{negInf, noIndex};
       if (inRegisters) {
-        for (Ranked here : mine)
-          best = better(b, loc, after(b, loc, prev, here), best);
-      } else {
-        auto scan = scf::ForOp::create(
-            b, loc, g.lane, experts, h.idx(lanes), ValueRange{negInf, noIndex},
-            [&](OpBuilder &b, Location loc, Value e, ValueRange acc) {
-              Ranked here{memref::LoadOp::create(b, loc, logits, ValueRange{m, e}),
-                          arith::IndexCastOp::create(b, loc, i32, e)};
-              Ranked r = better(b, loc, after(b, loc, prev, here), {acc[0], acc[1]});
-              scf::YieldOp::create(b, loc, ValueRange{r.v, r.i});
-            });
-        best = {scan.getResult(0), scan.getResult(1)};
+        Ranked best = butterflyBest(b, loc, queue.front(), lanes);
+        Value won = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, queue.front().i, best.i);
+        for (int64_t j = 0; j < perLane; ++j) {
+          Ranked next = j + 1 < perLane ? queue[j + 1] : Ranked{negInf, noIndex};
+          queue[j] = {arith::SelectOp::create(b, loc, won, next.v, queue[j].v),
+                      arith::SelectOp::create(b, loc, won, next.i, queue[j].i)};
+        }
+        return best;
       }
-      return butterflyBest(b, loc, best, lanes);
+      auto scan = scf::ForOp::create(
+          b, loc, g.lane, experts, h.idx(lanes), ValueRange{negInf, noIndex},
+          [&](OpBuilder &b, Location loc, Value e, ValueRange acc) {
+            Ranked here{memref::LoadOp::create(b, loc, logits, ValueRange{m, e}),
+                        arith::IndexCastOp::create(b, loc, i32, e)};
+            Ranked r = better(b, loc, after(b, loc, prev, here), {acc[0], acc[1]});
+            scf::YieldOp::create(b, loc, ValueRange{r.v, r.i});
+          });
+      return butterflyBest(b, loc, {scan.getResult(0), scan.getResult(1)}, lanes);
     };
     SmallVector<Ranked> picks{round(nullptr)};
     Value top = picks.front().v;
