@@ -87,16 +87,21 @@ void insertTileBarriers(TaskOp task) {
   task.getBody().walk([&](Block *block) {
     TileAccess pending;
     for (Operation &op : *block) {
-      // A plain load of what a tile op wrote since the last barrier (a
-      // result that some threads of the worker wrote, read by all).
-      if (auto load = dyn_cast<memref::LoadOp>(op); load && pending.writes.contains(rootBuffer(load.getMemRef()))) {
-        OpBuilder b(&op);
-        gpu::BarrierOp::create(b, op.getLoc());
-        pending = TileAccess();
+      if (!holdsTileOps(&op)) {
+        // A plain load (here or in the op's regions, such as thread 0's
+        // part) of what a tile op wrote since the last barrier: a result
+        // that some threads of the worker wrote, read by others.
+        bool reads = op.walk([&](memref::LoadOp load) {
+                         return pending.writes.contains(rootBuffer(load.getMemRef())) ? WalkResult::interrupt()
+                                                                                       : WalkResult::advance();
+                       }).wasInterrupted();
+        if (reads) {
+          OpBuilder b(&op);
+          gpu::BarrierOp::create(b, op.getLoc());
+          pending = TileAccess();
+        }
         continue;
       }
-      if (!holdsTileOps(&op))
-        continue;
       TileAccess access;
       access.add(&op);
       if (access.conflicts(pending)) {

@@ -100,8 +100,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
 
     The kernel runs up to `steps` decode steps per launch (`et.repeat`,
     `kernel.steps`; on several devices every copy runs them, in step):
-    after the greedy token, the `advance`
-    task records each row's token in `out_tokens[slot, position]`, checks
+    after the greedy token, `advance` (at the end of the `argmax` tile;
+    on several devices a task of its own) records each row's token in `out_tokens[slot, position]`, checks
     the row's stop ids, budget (`remaining`) and the compiled context
     (`finished` says why a row stopped), and feeds the token back as the
     row's next input; the launch ends when every row has finished. A

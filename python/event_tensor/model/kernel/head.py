@@ -3,13 +3,16 @@ fused norms), the LM head, and the next token (greedy, or sampled at the
 row's temperature, from what its top-k, top-p and min-p filters leave on
 one device), an argmax in two stages
 (one tile per vocabulary chunk, then one over the chunks' candidates; on
-several devices every device's candidates are gathered between)."""
+several devices every device's candidates are gathered between). On one
+device the `argmax` tile then advances the rows to the next step
+(`steps.advance_body`)."""
 
 from __future__ import annotations
 
 from ...collectives import gather_candidates
 from ...dialects import arith, et
 from .linear import linear_body, norm_input
+from .steps import advance_body
 
 __all__ = ["head_tasks"]
 
@@ -87,11 +90,17 @@ def head_tasks(ctx, prev: str) -> None:
                                          lay.argmax_chunks, tp, V_lm),
              nbytes=8 * tp * lay.argmax_chunks, flops=0)
         candidates, cand_val, cand_idx = tp * lay.argmax_chunks, A["all_val"], A["all_idx"]
+    advance = advance_body(ctx) if tp == 1 else None
+
     def final_argmax(t):
         # (On several devices the gathered candidates keep their rows.)
         val, idx = (rows(cand_val, candidates, ctx.f32), rows(cand_idx, candidates, ctx.i32)) if tp == 1 \
             else (cand_val, cand_idx)
         et.argmax(val, rows(A["next_val"], 1, ctx.f32), rows(A["next_token"], 1, ctx.i32), const(0),
                   const(candidates), const(0), from_=idx)
+        if advance:
+            # One device: the step ends here (a hop and a tile fewer than
+            # an `advance` task after it).
+            advance(t)
     task("argmax", [1], ["gather" if tp > 1 else "argmax_part"], final_argmax, nbytes=8 * candidates,
          flops=candidates)

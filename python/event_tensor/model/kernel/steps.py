@@ -1,14 +1,15 @@
 """The end of a decode step in a kernel that runs many in one launch
-(`et.repeat`): the `advance` task takes each row's greedy token, records it
+(`et.repeat`): `advance` takes each row's greedy token, records it
 in the token history, decides whether the row goes on (stop ids, its budget
 of new tokens, the compiled context, a token that is not in the vocabulary)
 and, if it does, makes the token and its position the row's input of the
 next step. Once every row has finished, or the host asked for the launch
 to end (the `interrupt` word, which the host writes while the launch
 runs), it raises the stop flag, and the launch ends at the next step's gate
-(docs/models.md, "Generation on the device"). On several devices every copy
-runs `advance` on the same tokens and signals its end of the step on every
-device."""
+(docs/models.md, "Generation on the device"). On one device it is the end
+of the `argmax` tile (no phase of its own); on several devices an `advance`
+task, of which every copy runs on the same tokens and signals its end of
+the step on every device."""
 
 from __future__ import annotations
 
@@ -16,12 +17,26 @@ from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint, IntegerType
 from ..layout import FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_STOP, MAX_STOP_IDS
 
-__all__ = ["steps_task"]
+__all__ = ["advance_body", "steps_task"]
 
 
 def steps_task(ctx) -> None:
-    """The `advance` task of the `DecodeContext` `ctx` (after the greedy
-    token) and the kernel's `et.repeat` over it."""
+    """The kernel's `et.repeat` over the step's last task of the
+    `DecodeContext` `ctx`: `argmax` (which ends with `advance_body`) on one
+    device, else an `advance` task after it."""
+    tp = ctx.options.tp
+    if tp > 1:
+        # On several devices `advance` ends the step on every device, so
+        # that no copy starts the next step before all have finished this
+        # one.
+        ctx.task("advance", [1], ["argmax"], advance_body(ctx), nbytes=0, flops=0, peers=tp)
+    et.RepeatOp(ctx.A["steps"], ctx.A["stop"], ctx.events["advance" if tp > 1 else "argmax"])
+
+
+def advance_body(ctx):
+    """The tile body that advances every row of the `DecodeContext` `ctx`
+    by its greedy token (thread 0 of the worker over the rows; it reads
+    `next_token` after a barrier where the argmax tile wrote it)."""
     A, const, i32, tp = ctx.A, ctx.const, ctx.i32, ctx.options.tp
 
     def c32(v: int):
@@ -89,8 +104,4 @@ def steps_task(ctx) -> None:
     def body(t):
         # Thread 0 of the worker goes over the rows.
         ctx.guarded(cmp("eq", et.ThreadIdOp(ctx.idx).result, const(0)), rows)
-
-    # On several devices `advance` ends the step on every device, so that
-    # no copy starts the next step before all have finished this one.
-    ctx.task("advance", [1], ["argmax"], body, nbytes=0, flops=0, peers=tp if tp > 1 else 0)
-    et.RepeatOp(A["steps"], A["stop"], ctx.events["advance"])
+    return body
