@@ -494,6 +494,15 @@ et.kernel @two_ops_nested(%x: memref<1x2x32xf32>, %p: memref<1xi32>, %c: memref<
 // GPU-NEXT: memref.load %{{.*}} : memref<1x2xi32, #gpu.address_space<workgroup>>
 // GPU-NOT: gpu.barrier
 // GPU: memref.load %{{.*}} : memref<4xi32>
+// A tile op writing what those loads read waits for them (a barrier).
+// GPU: memref.store %{{.*}} : memref<4xi32>
+// GPU-NEXT: gpu.barrier
+// The same load in thread 0's part (an scf.if): the barrier goes before
+// the scf.if, which every thread reaches, not inside it.
+// GPU: gpu.barrier
+// GPU-NEXT: scf.if
+// GPU-NOT: gpu.barrier
+// GPU: memref.load %{{.*}} : memref<1x2xi32, #gpu.address_space<workgroup>>
 // GPU: et.event.signal
 // CPU-LABEL: et.kernel @load_after_tile_op
 // CPU-NOT: gpu.barrier
@@ -511,6 +520,13 @@ et.kernel @load_after_tile_op(%s: memref<?x64xf32>, %out: memref<4xi32>, %other:
     %x = memref.load %other[%c0] : memref<4xi32>
     %sum = arith.addi %e1, %x : i32
     memref.store %sum, %out[%c0] : memref<4xi32>
+    et.router_topk %row, %ids, %w : memref<1x64xf32, strided<[64, 1], offset: ?>>, memref<1x2xi32, #gpu.address_space<workgroup>>, memref<1x2xf32, #gpu.address_space<workgroup>>
+    %tid = et.thread_id
+    %first = arith.cmpi eq, %tid, %c0 : index
+    scf.if %first {
+      %e2 = memref.load %ids[%c0, %c0] : memref<1x2xi32, #gpu.address_space<workgroup>>
+      memref.store %e2, %out[%c1] : memref<4xi32>
+    }
     et.event.signal %e[] : !et.event<>
   }
 }

@@ -90,16 +90,16 @@ void insertTileBarriers(TaskOp task) {
       if (!holdsTileOps(&op)) {
         // A plain load (here or in the op's regions, such as thread 0's
         // part) of what a tile op wrote since the last barrier: a result
-        // that some threads of the worker wrote, read by others.
-        bool reads = op.walk([&](memref::LoadOp load) {
-                         return pending.writes.contains(rootBuffer(load.getMemRef())) ? WalkResult::interrupt()
-                                                                                       : WalkResult::advance();
-                       }).wasInterrupted();
-        if (reads) {
+        // that some threads of the worker wrote, read by others. The load
+        // then counts as a read for the tile ops after it.
+        TileAccess loads;
+        op.walk([&](memref::LoadOp load) { loads.reads.insert(rootBuffer(load.getMemRef())); });
+        if (loads.conflicts(pending)) {
           OpBuilder b(&op);
           gpu::BarrierOp::create(b, op.getLoc());
           pending = TileAccess();
         }
+        pending.reads.insert(loads.reads.begin(), loads.reads.end());
         continue;
       }
       TileAccess access;
