@@ -22,7 +22,9 @@ weights, token-id prompts, wall clock on the host.
    --prompt / --new, time to first token (the prefill), time per output
    token and output tokens per second.
 The bandwidth floor of a step (weight bytes / copy bandwidth) is printed
-beside.
+beside. With --kv-memory GiB the session's KV caches are paged (a pool of
+that many bytes, `DecodeSession(kv_memory=...)`): the pool's pages and the
+most of them in use during each concurrency run are recorded.
 
     PYTHONPATH=python:benchmarks python3 benchmarks/serve.py .device/serve/llama-3.2-1b --json results.json
 """
@@ -111,18 +113,25 @@ def main():
                         help="transformers + torch.compile static batches of --prompt / --new ('' for none)")
     parser.add_argument("--check-batch", type=int, default=0,
                         help="first compare the logits of this many rows in one step with each row alone")
+    parser.add_argument("--kv-memory", type=float, default=None, help="paged KV caches: the pool in GiB")
     parser.add_argument("--json")
     args = parser.parse_args()
 
     path = Path(args.artifact)
     config = ModelConfig.from_dict(json.loads((path / "model.json").read_text())["config"])
     weights = random_model_weights(config, seed=0)
-    session = DecodeSession(path, to_numpy_bf16(weights))
+    kv_memory = None if args.kv_memory is None else int(args.kv_memory * (1 << 30))
+    session = DecodeSession(path, to_numpy_bf16(weights), kv_memory=kv_memory)
     gpu = torch.cuda.get_device_name()
     bandwidth = copy_bandwidth()
     result = {"artifact": path.name, "gpu": gpu, "max_batch": session.max_batch, "prompt": args.prompt,
               "new": args.new, "copy_GBps": bandwidth / 1e9,
-              "floor_ms": 1e3 * config.weight_bytes() / bandwidth}
+              "floor_ms": 1e3 * config.weight_bytes() / bandwidth,
+              "kv_whole_bytes": 2 * 2 * int(np.prod(session.buffers["k_cache"].shape))}
+    pool = session.kv_pages
+    if pool is not None:
+        result["kv_pages"] = {"budget": pool.budget, "page_bytes": pool.page_bytes,
+                              "page_tokens": pool.page_tokens(), "bytes": pool.budget * pool.page_bytes * 2}
     rng = np.random.default_rng(0)
     if args.check_batch:
         # The logits of a batch's rows against each row alone (another
@@ -146,6 +155,7 @@ def main():
         session.reset()
         loop.append(session.generate([prompt], args.new).decode_s / (args.new - 1))
     result["decode_loop_ms"] = 1e3 * float(np.median(loop))
+    result["decode_loop_tokens"] = session.generate([prompt], 32).tokens[0]
     print(json.dumps(result), flush=True)
     for k in [int(c) for c in args.chunks.split(",") if c]:
         engine = Engine(session, chunk=k)
@@ -195,6 +205,15 @@ def main():
                                 return
                             p, n = todo.pop()
                         out.append(run_one(engine, p, n))
+                most, watching = [0], [True]
+
+                def watch():
+                    while watching[0]:
+                        most[0] = max(most[0], pool.used)
+                        time.sleep(0.005)
+                watcher = threading.Thread(target=watch) if pool is not None else None
+                if watcher:
+                    watcher.start()
                 start = time.perf_counter()
                 clients = [threading.Thread(target=client) for _ in range(c)]
                 for t in clients:
@@ -202,12 +221,17 @@ def main():
                 for t in clients:
                     t.join()
                 wall = time.perf_counter() - start
+                watching[0] = False
+                if watcher:
+                    watcher.join()
                 row = {"concurrency": c, "requests": len(out), "wall_s": wall,
                        "ttft_p50_ms": 1e3 * percentile([r[0] for r in out], 50),
                        "ttft_p99_ms": 1e3 * percentile([r[0] for r in out], 99),
                        "tpot_p50_ms": 1e3 * percentile([r[1] for r in out], 50),
                        "tpot_p99_ms": 1e3 * percentile([r[1] for r in out], 99),
                        "output_tokens_per_s": sum(r[2] for r in out) / wall}
+                if pool is not None:
+                    row["kv_pages_most"] = most[0]
                 print(json.dumps(row), flush=True)
                 mix.append(row)
             result["concurrency"] = mix

@@ -19,6 +19,7 @@ MODULES = [
     ("event_tensor.runtime.cpu", ["CPULauncher"]),
     ("event_tensor.runtime.cuda", ["CUDALauncher", "MultiDeviceCUDALauncher"]),
     ("event_tensor.runtime.trace", ["Trace"]),
+    ("event_tensor.runtime.kv_pages", ["KVPages", "KVCacheFull", "HostPages", "DevicePages"]),
     ("event_tensor.cubin", ["cubin_resources", "CubinError"]),
     ("event_tensor.model", None),
     ("event_tensor.model.builder", ["KernelLayout", "kernel_layout", "build_decode_kernel"]),

@@ -941,8 +941,8 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
     assert plain.prefill([prompt]).tolist() == fast.prefill([prompt]).tolist()
     np.testing.assert_allclose(fast.last_logits()[0], plain.last_logits()[-1], rtol=1e-4, atol=1e-4)
     for name in ("k_cache", "v_cache"):
-        ref = np.asarray(plain.buffers[name], np.float32)[:, 0, :40]
-        got = np.asarray(fast.buffers[name], np.float32)[:, 0, :40]
+        ref = np.asarray(plain.buffers[name], np.float32)[0, :40]
+        got = np.asarray(fast.buffers[name], np.float32)[0, :40]
         assert np.abs(ref).max() > 0
         np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2)
     prompts = [prompt, rng.integers(0, c.vocab_size, 40).tolist()]
@@ -974,8 +974,8 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
         err = np.linalg.norm(other.last_logits()[0] - ref) / np.linalg.norm(ref)
         assert err < 2e-3, (opts, err)
         for name in ("k_cache", "v_cache"):
-            np.testing.assert_allclose(np.asarray(other.buffers[name], np.float32)[:, 0, :40],
-                                       np.asarray(plain.buffers[name], np.float32)[:, 0, :40], rtol=1e-2, atol=1e-2)
+            np.testing.assert_allclose(np.asarray(other.buffers[name], np.float32)[0, :40],
+                                       np.asarray(plain.buffers[name], np.float32)[0, :40], rtol=1e-2, atol=1e-2)
 
 
 def test_kernel_variants_share_one_prefill_kernel(tmp_path):
@@ -996,8 +996,8 @@ def test_kernel_variants_share_one_prefill_kernel(tmp_path):
     prompt = np.random.default_rng(2).integers(0, c.vocab_size, 40).tolist()
     assert fast.prefill([prompt], slots=[1]).tolist() == plain.prefill([prompt], slots=[1]).tolist()
     for name in ("k_cache", "v_cache"):
-        np.testing.assert_allclose(np.asarray(fast.buffers[name], np.float32)[:, 1, :40],
-                                   np.asarray(plain.buffers[name], np.float32)[:, 1, :40], rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(np.asarray(fast.buffers[name], np.float32)[1, :40],
+                                   np.asarray(plain.buffers[name], np.float32)[1, :40], rtol=1e-2, atol=1e-2)
     prompts = [prompt, prompt[:7]]
     assert fast.generate(prompts, 4).tokens == plain.generate(prompts, 4).tokens
 
@@ -1071,8 +1071,8 @@ def test_prefill_kernel_with_odd_query_groups(heads, kv_heads, tmp_path):
     ref = plain.last_logits()[-1]
     assert np.abs(fast.last_logits()[0] - ref).max() / np.abs(ref).max() < 5e-3
     for name in ("k_cache", "v_cache"):
-        np.testing.assert_allclose(np.asarray(fast.buffers[name], np.float32)[:, 0, :40],
-                                   np.asarray(plain.buffers[name], np.float32)[:, 0, :40], rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(np.asarray(fast.buffers[name], np.float32)[0, :40],
+                                   np.asarray(plain.buffers[name], np.float32)[0, :40], rtol=1e-2, atol=1e-2)
     gpu = model.tiny_config("llama", num_heads=heads, num_kv_heads=kv_heads, head_dim=64, hidden_size=heads * 64)
     out = model.compile_model(gpu, target="cuda", max_batch=1, max_context=256, workers=8, prefill_rows=128,
                               out_dir=tmp_path / "cuda", cache_dir=tmp_path / "cache")

@@ -412,7 +412,15 @@ def test_cli_generate(tmp_path, capsys):
     out = capsys.readouterr()
     codec = TextCodec(tmp_path)
     assert "ready in" in out.err and out.out.endswith("\n")
+    # Paged caches: the same text; a pool below one page (2 MiB of each cache) is an error.
+    assert main(argv + ["--kv-memory", "0.01"]) == 0
+    assert capsys.readouterr().out == out.out
     assert main(argv + ["--chat"]) == 0
+    assert main(argv + ["--kv-memory", "0.001"]) == 2
+    assert "less than one KV page" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(argv + ["--kv-memory", "-1"])
+    assert "expected a positive number" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "nope"), "--device", "cpu", "--prompt", "x"]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "nope"), "--device", "cpu"]) == 2

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 
-__all__ = ["KernelLayout", "MIN_SPLIT_LEN", "MIN_SPLIT_LEN_ONE_ROW", "kernel_layout"]
+__all__ = ["KernelLayout", "MIN_SPLIT_LEN", "MIN_SPLIT_LEN_ONE_ROW", "cache_shape", "kernel_layout"]
 
 #: The shortest attention split the defaults choose, at compile time and at
 #: run time: a tile has a fixed cost of a few us, so shorter splits cost
@@ -20,6 +20,15 @@ MIN_SPLIT_LEN = 256
 #: (8 tiles per KV head at 1k context) measured 1-3% faster than 256 on
 #: the H200 (docs/experiments/2026-11-25-attention-chain-shortened.md).
 MIN_SPLIT_LEN_ONE_ROW = 128
+
+
+
+def cache_shape(layers: int, slots: int, positions: int, kv_heads: int, head_dim: int) -> list[int]:
+    """The KV caches' shape: [slot, position, layer, KV head, D]. A slot's
+    rows of one position, over all layers, are contiguous, and so are its
+    first n positions: the session backs a slot's memory page by page as
+    its sequence grows (`runtime.kv_pages`)."""
+    return [slots, positions, layers, kv_heads, head_dim]
 
 
 #: Stop ids per row of a kernel that runs many steps per launch (EOS and the

@@ -63,7 +63,7 @@ from ..build import ROWS_IN_FLIGHT
 from ..collectives import gather_candidates
 from .config import ModelConfig, tp_config
 from .kernel.tiles import sum_block
-from .kernel.views import layer_view, model_arguments, mr, new_kernel, strided, vec_view
+from .kernel.views import cache_view, layer_view, model_arguments, mr, new_kernel, strided, vec_view
 from .layout import KernelLayout
 
 __all__ = ["PrefillTiles", "build_prefill_kernel", "prefill_gemm_shapes"]
@@ -426,12 +426,6 @@ class _PrefillKernel:
     def tile_live(self, t):
         return self.live_from(self.start(t, self.rt))
 
-    def cache_view(self, cache, layer):
-        S, Hkv, D = self.S, self.Hkv, self.D
-        return memref.SubViewOp(strided([S, Hkv, D], self.bf16, [Hkv * D, D, 1]), cache, [layer, self.A["slot"]], [],
-                                [], static_offsets=[DYN, DYN, 0, 0, 0], static_sizes=[1, 1, S, Hkv, D],
-                                static_strides=[1] * 5).result
-
     @staticmethod
     def collapse(buf, n: int):
         return memref.collapse_shape(mr([DYN, n], buf.type.element_type), buf, [[0], [1, 2]])
@@ -580,8 +574,8 @@ class _PrefillKernel:
             et.rope(q, pos, self.theta, llama3_scaling=self.scaling)
             et.rope(k, pos, self.theta, llama3_scaling=self.scaling)
             at = arith.AddIOp(A["pos0"], self.start(t, rt)).result
-            et.kv_append(k, self.cache_view(A["k_cache"], l), at)
-            et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), self.cache_view(A["v_cache"], l), at)
+            et.kv_append(k, cache_view(A["k_cache"], self.S, l, A["slot"]), at)
+            et.kv_append(tile_rows(A["p_v"], t, [Hkv, D], f32), cache_view(A["v_cache"], self.S, l, A["slot"]), at)
         self.task("rope_kv", [L, RT], rope_kv,
                   waits=lambda l, t: [(ev, [l, block_of(t)]) for ev in ("q", "k", "v")],
                   signal=lambda l, t: ("rope_kv", [l]), live=lambda l, t: self.tile_live(t),
@@ -596,8 +590,9 @@ class _PrefillKernel:
         per_block = self.R // ab
 
         def attn(l, tb, g):
-            et.attention_prefill(A["p_q"], self.cache_view(A["k_cache"], l), self.cache_view(A["v_cache"], l),
-                                 A["p_attn"], g, self.start(tb, ab), A["pos0"], ab, self.scale)
+            et.attention_prefill(A["p_q"], cache_view(A["k_cache"], S, l, A["slot"]),
+                                 cache_view(A["v_cache"], S, l, A["slot"]), A["p_attn"], g, self.start(tb, ab),
+                                 A["pos0"], ab, self.scale)
 
         def attn_live(l, tb):
             live = self.live_from(self.start(tb, ab))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import ModelConfig
+from .layout import cache_shape
 from .weights import BF16, pack
 
 __all__ = ["ReferenceModel"]
@@ -61,7 +62,7 @@ class ReferenceModel:
         self.max_batch, self.max_context = max_batch, max_context
         self.round = _bf16 if bf16_activations else (lambda x: x.astype(np.float32))
         self.norm_in_linear = norm_in_linear  # read by each step
-        shape = (c.num_layers, max_batch, max_context, c.num_kv_heads, c.head_dim)
+        shape = cache_shape(c.num_layers, max_batch, max_context, c.num_kv_heads, c.head_dim)
         self.k_cache = np.zeros(shape, np.float32)
         self.v_cache = np.zeros(shape, np.float32)
         self.inv_freq = _inv_freq(c)
@@ -134,13 +135,13 @@ class ReferenceModel:
                     qb = _rmsnorm(qb, w["q_norm"][layer], c.rms_norm_eps)
                     kb = _rmsnorm(kb, w["k_norm"][layer], c.rms_norm_eps)
                 qs.append(_rope(qb, p, self.inv_freq))
-                self.k_cache[layer, s, p] = r(_rope(kb, p, self.inv_freq))
-                self.v_cache[layer, s, p] = r(v[b])
+                self.k_cache[s, p, layer] = r(_rope(kb, p, self.inv_freq))
+                self.v_cache[s, p, layer] = r(v[b])
             attn = np.zeros((b_count, hq, d), np.float32)
             for b in range(b_count):
                 p, s = int(positions[b]), int(slots[b])
-                keys = self.k_cache[layer, s, : p + 1]  # T x Hkv x D
-                vals = self.v_cache[layer, s, : p + 1]
+                keys = self.k_cache[s, : p + 1, layer]  # T x Hkv x D
+                vals = self.v_cache[s, : p + 1, layer]
                 for head in range(hq):
                     sc = keys[:, head // g] @ qs[b][head] / np.float32(np.sqrt(d))
                     e = np.exp(sc - sc.max())

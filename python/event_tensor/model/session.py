@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import runtime
+from ..runtime.kv_pages import PAGE_BYTES, DevicePages, HostPages, KVPages
 from .config import ModelConfig
 from .layout import (FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_REASONS, FINISH_STOP,
                      MAX_STOP_IDS)
@@ -97,10 +98,28 @@ class DecodeSession:
     (`device_buffers`; `buffers` is device 0's).
 
     `kernel_options` are the kernel's build choices (`KernelOptions`) that
-    model.json records."""
+    model.json records.
+
+    The KV caches are whole by default: every slot holds memory for the
+    compiled context. With `kv_memory` (bytes) they are paged
+    (`runtime.kv_pages`): pages of `kv_page_bytes` (a multiple of the
+    GPU's virtual memory granularity, 2 MiB) from a pool of at most
+    `kv_memory` bytes back a slot's positions before a launch writes them,
+    and `release(slot)` gives them back; a launch whose positions the pool
+    cannot back raises KVCacheFull before it starts. `kv_pages` is the
+    pool (None when the caches are whole); on a GPU the paged caches are
+    `runtime.Buffer`s of their reserved address range, not tensors."""
 
     def __init__(self, artifact_dir: str | Path, weights: dict[str, Any], *, profile_capacity: int | None = None,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, kv_memory: int | None = None, kv_page_bytes: int = PAGE_BYTES):
+        if kv_memory is not None and (isinstance(kv_memory, bool) or not isinstance(kv_memory, (int, np.integer))
+                                      or kv_memory < 1):
+            raise ValueError(f"kv_memory must be a positive number of bytes or None, got {kv_memory!r}")
+        if isinstance(kv_page_bytes, bool) or not isinstance(kv_page_bytes, (int, np.integer)) or kv_page_bytes < 1:
+            raise ValueError(f"kv_page_bytes must be a positive number of bytes, got {kv_page_bytes!r}")
+        self._kv_memory, self._kv_page_bytes = kv_memory, int(kv_page_bytes)
+        self._kv_backings: list = []
+        self.kv_pages: KVPages | None = None
         self.path = Path(artifact_dir)
         try:
             info = json.loads((self.path / MODEL_JSON).read_text())
@@ -149,6 +168,15 @@ class DecodeSession:
         # share every buffer of the same name and shape (weights, KV
         # caches, token rows, outputs); scratch of other shapes is their own.
         self.variant_buffers = [self._alloc(shard, d) for d, shard in enumerate(shards)]
+        if kv_memory is not None:
+            slots, positions, *row = self.variant_buffers[0][0]["k_cache"].shape
+            token_bytes = int(np.prod(row)) * 2
+            per_page = self._kv_page_bytes * len(self._kv_backings)
+            if kv_memory < per_page:
+                raise ValueError(f"kv_memory {kv_memory} is less than one KV page ({per_page} bytes: "
+                                 f"{self._kv_page_bytes} of each of {len(self._kv_backings)} caches)")
+            self.kv_pages = KVPages(self._kv_backings, slots=slots, positions=positions, token_bytes=token_bytes,
+                                    page_bytes=self._kv_page_bytes, budget=kv_memory // per_page)
         self.device_buffers = [per_variant[0] for per_variant in self.variant_buffers]
         self.buffers = self.device_buffers[0]
         self.batch = 0
@@ -203,8 +231,8 @@ class DecodeSession:
             shapes = {a["name"]: a.get("shape") for a in art.metadata["arguments"]}
             cache, xs = shapes.get("k_cache"), shapes.get("xs")
             problems = []
-            if cache and len(cache) == 5 and cache[1] != -1 and (cache[1], cache[2]) != (slots, length):
-                problems.append(f"KV caches of {cache[1]} slots x {cache[2]} positions, the layout {slots} x {length}")
+            if cache and len(cache) == 5 and cache[0] != -1 and (cache[0], cache[1]) != (slots, length):
+                problems.append(f"KV caches of {cache[0]} slots x {cache[1]} positions, the layout {slots} x {length}")
             problems += within
             if xs and len(xs) == 3 and xs[1] != -1 and int(v["max_batch"]) > xs[1]:
                 problems.append(f"variant {v['dir']!r} serves up to {v['max_batch']} rows, its kernel {xs[1]}")
@@ -249,6 +277,8 @@ class DecodeSession:
                     key = (name, tuple(shape), spec["dtype"])
                 if key in pool:
                     buffers[name] = pool[key]
+                elif name in ("k_cache", "v_cache") and self._kv_memory is not None:
+                    buffers[name] = pool[key] = self._paged_cache(shape, device)
                 elif name in _HOST_VISIBLE and self.device == "cuda" and device == 0:
                     # The kernel's stores reach the host while it runs.
                     # (The session keeps the allocation: it is freed with it.
@@ -270,8 +300,52 @@ class DecodeSession:
             per_variant.append(buffers)
         return per_variant
 
+    def _paged_cache(self, shape, device: int):
+        """A KV cache of `shape` (bf16) whose pages `kv_pages` backs."""
+        nbytes = int(np.prod(shape)) * 2
+        if self.device == "cpu":
+            backing = HostPages(nbytes, self._kv_page_bytes)
+            self._kv_backings.append(backing)
+            return backing.array(shape, BF16)
+        backing = DevicePages(device, nbytes, self._kv_page_bytes)
+        self._kv_backings.append(backing)
+        return runtime.Buffer(backing.pointer, tuple(shape), "bfloat16", "cuda")
+
+    def _back(self, slots, ends) -> None:
+        """Paged caches: backs positions [0, ends[i]) of slot slots[i]
+        before a launch writes them (KVCacheFull if the pool cannot)."""
+        if self.kv_pages is None:
+            return
+        most: dict[int, int] = {}
+        for slot, end in zip(np.asarray(slots).tolist(), np.asarray(ends).tolist()):
+            most[slot] = max(most.get(slot, 0), int(end))
+        for slot, end in most.items():
+            self.kv_pages.ensure(slot, end)
+
+    def release(self, slot: int) -> None:
+        """Forgets the sequence in cache slot `slot`: with paged caches its
+        pages go back to the pool (nothing to do with whole caches; the
+        next sequence in the slot overwrites it)."""
+        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot {slot!r} is not a cache slot (max_batch {self.max_batch})")
+        if self.kv_pages is not None:
+            self.kv_pages.release(int(slot))
+
+    def kv_pages_for(self, tokens: int) -> int:
+        """The most KV pages a sequence of `tokens` positions holds (0 with
+        whole caches)."""
+        pool = self.kv_pages
+        if pool is None:
+            return 0
+        return max(pool.needed_alone(slot, tokens) for slot in range(pool.slots))
+
     def reset(self) -> None:
-        """Forgets every sequence (clears the KV caches)."""
+        """Forgets every sequence (clears the KV caches; paged caches give
+        every page back)."""
+        if self.kv_pages is not None:
+            for slot in range(self.kv_pages.slots):
+                self.kv_pages.release(slot)
+            return
         for buffers in self.device_buffers:
             for name in ("k_cache", "v_cache"):
                 buf = buffers[name]
@@ -353,6 +427,7 @@ class DecodeSession:
     def step(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int] | None = None) -> np.ndarray:
         tok, pos, slot = self._check(tokens, positions, slots)
         n = len(tok)
+        self._back(slot, pos.astype(np.int64) + 1)
         self._write_rows({"tokens": tok, "positions": pos, "slots": slot})
         self._variant = self._choose(n, int(pos.max()) + 1)
         self.launcher = self.launchers[self._variant]
@@ -399,6 +474,7 @@ class DecodeSession:
         slots = list(range(len(prompts))) if slots is None else [int(s) for s in slots]
         if len(slots) != len(prompts) or len(set(slots)) != len(slots):
             raise ValueError(f"{len(prompts)} prompts need as many distinct cache slots, got {slots}")
+        self._back(slots, [len(p) for p in prompts])
         if self.prefill_launcher is not None:
             return np.array([self._prefill_prompt(s, p) for s, p in zip(slots, prompts)], np.int64)
         rows = [(t, b, int(tok)) for b, p in enumerate(prompts) for t, tok in enumerate(p)]
@@ -472,6 +548,7 @@ class DecodeSession:
         if pos0 < 0 or pos0 + n > self.max_context:
             raise ValueError(f"positions {pos0}..{pos0 + n - 1} exceed the compiled context {self.max_context}")
         self._check_tokens(chunk)
+        self._back([slot], [pos0 + n])
         self._write_rows({"p_tokens": chunk.astype(np.int32),
                           "p_positions": np.arange(pos0, pos0 + n, dtype=np.int32)})
         scalars = {"rows": n, "slot": slot, "pos0": pos0}
@@ -780,6 +857,8 @@ class DecodeSession:
         # Each row's new tokens: the history of its slot after its position.
         rows = np.repeat(slots[:, None], width, axis=1)
         cols = np.minimum(positions[:, None] + 1 + np.arange(width), self.max_context)
+        # The positions the launch may write: the rows' budgets, the steps.
+        self._back(slots, np.minimum(positions + np.minimum(remaining, steps), self.max_context))
         host = self._host_array("out_tokens")
         if host is not None:
             host[rows, cols] = -1  # not yet made
@@ -906,3 +985,6 @@ class DecodeSession:
             close = getattr(launcher, "close", None)
             if close:
                 close()
+        if self.kv_pages is not None:
+            self.kv_pages.close()
+            self.kv_pages = None

@@ -23,7 +23,8 @@ def _open(args: argparse.Namespace):
     device = _device(args.device)
     served = open_model(args.model_dir, device=device, max_batch=args.max_batch, max_context=args.max_context,
                         workers=args.workers, prefill_rows=args.prefill_rows, chunk=args.chunk,
-                        cache_dir=args.cache_dir, tp=args.tp)
+                        cache_dir=args.cache_dir, tp=args.tp,
+                        kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)))
     print(f"{served.name}: {served.config.num_layers} layers on {device}"
           + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, context "
           f"{args.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
@@ -86,6 +87,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def add_commands(sub) -> None:
     """Adds `generate` and `serve` to the CLI's subparsers."""
     from ..model.cli import _positive_int, sampling_args
@@ -109,6 +120,9 @@ def add_commands(sub) -> None:
         p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
         p.add_argument("--tp", type=_positive_int, default=1,
                        help="split the model over this many GPUs (tensor parallelism; default 1)")
+        p.add_argument("--kv-memory", type=_positive_float, default=None, metavar="GIB",
+                       help="page the KV caches: a pool of this many GiB (default: every sequence holds the "
+                       "whole context); a request joins once the pool holds its prompt and max_tokens")
 
     p = sub.add_parser("generate", help="generate text from a prompt with a Hugging Face model directory",
                        description="Tokenize the prompt with the model's tokenizer, generate on the compiled "

@@ -14,7 +14,12 @@ a waiting request could take a free slot or a running one was cancelled.
 A request's last prompt token is fed by the decode launch, not the
 prefill, so its first new token is drawn by the kernel's sampler like
 every later one. A finished or cancelled request frees its slot at the
-next turn."""
+next turn.
+
+With paged KV caches (`DecodeSession(kv_memory=...)`) a request joins
+only once the pool can back every position it may write (its prompt and
+`max_tokens`), and it gives its pages back when it ends; a request that
+the whole pool could not hold is refused at `submit`."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..model.layout import FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_STOP, MAX_STOP_IDS
+from ..runtime.kv_pages import KVCacheFull
 
 __all__ = ["Engine", "EngineClosed", "QueueFull", "Request", "SamplingParams"]
 
@@ -151,6 +157,11 @@ class Engine:
         if max_tokens > room:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")
+        pool = self.session.kv_pages
+        if pool is not None and self.session.kv_pages_for(_positions(len(prompt), max_tokens)) > pool.budget:
+            raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) need "
+                             f"{self.session.kv_pages_for(_positions(len(prompt), max_tokens))} KV pages, more "
+                             f"than this server's {pool.budget}")
         # The session checks the request's ids; the model's end ids join them.
         self.session.stop_rows([list(params.stop_ids)], 1)
         stops = list(dict.fromkeys([*params.stop_ids, *([] if params.ignore_eos else self.eos_ids)]))
@@ -201,6 +212,7 @@ class Engine:
         req.finish, req.error = reason, error
         self.finished[reason] += 1
         if req.slot >= 0:
+            self.session.release(req.slot)
             self._free.append(req.slot)
             req.slot = -1
         self._emit(req, [], reason)
@@ -231,7 +243,14 @@ class Engine:
                 self._running.remove(req)
                 self._finish(req, "abort")
             while self._waiting and self._free:
-                req = self._waiting.popleft()
+                req = self._waiting[0]
+                try:
+                    # Paged caches: every position the request may write.
+                    self.session.kv_pages is None or self.session.kv_pages.ensure(
+                        self._free[0], _positions(len(req.prompt), req.max_tokens))
+                except KVCacheFull:
+                    break  # it joins once running requests give pages back
+                self._waiting.popleft()
                 req.slot = self._free.pop(0)
                 # The last prompt token is fed by the decode launch.
                 (self._prefilling if len(req.prompt) > 1 else self._running).append(req)
@@ -307,7 +326,18 @@ class Engine:
 
     def _interrupting(self) -> bool:
         """Whether the running launch should end early: a waiting request
-        could take a free slot, or a running one was cancelled."""
+        could take a free slot (and its KV pages), or a running one was
+        cancelled."""
         with self._cv:
-            return bool((self._waiting and self._free) or self._closed
+            return bool((self._waiting and self._free and self._fits(self._waiting[0])) or self._closed
                         or any(r.cancelled for r in self._running))
+
+    def _fits(self, req: Request) -> bool:
+        pool = self.session.kv_pages
+        return pool is None or pool.needed(self._free[0], _positions(len(req.prompt), req.max_tokens)) <= pool.free
+
+
+def _positions(prompt: int, max_tokens: int) -> int:
+    """The cache positions a request writes at most: its prompt's and
+    those of the new tokens fed back (all but the last)."""
+    return prompt + max_tokens - 1

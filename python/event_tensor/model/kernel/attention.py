@@ -12,7 +12,7 @@ from ..layout import MIN_SPLIT_LEN
 from .layers import LayerTask
 from .linear import linear_body, norm_input, normalized
 from .tiles import QK_TILE_WARPS
-from .views import DYN, layer_view, shared, strided, vec_view
+from .views import DYN, cache_view, layer_view, shared, strided, vec_view
 
 __all__ = ["Attention"]
 
@@ -238,9 +238,10 @@ class Attention:
         slot = ctx.slot_of(b)
         row = ctx.position(b)
         k_norm = dict(norm=vec_view(A["k_norm"], l, D), eps=ctx.eps) if ctx.c.qk_norm else {}
-        et.rope_into(self.heads(A["k"], b, g, n, Hkv), self.pos_of(b), ctx.cache_view(A["k_cache"], l, slot, g, n),
-                     row, ctx.theta, llama3_scaling=ctx.scaling, **k_norm)
-        et.kv_append(self.heads(A["v"], b, g, n, Hkv), ctx.cache_view(A["v_cache"], l, slot, g, n), row)
+        et.rope_into(self.heads(A["k"], b, g, n, Hkv), self.pos_of(b),
+                     cache_view(A["k_cache"], ctx.S, l, slot, g, n), row, ctx.theta, llama3_scaling=ctx.scaling,
+                     **k_norm)
+        et.kv_append(self.heads(A["v"], b, g, n, Hkv), cache_view(A["v_cache"], ctx.S, l, slot, g, n), row)
 
     def rotate_q(self, l, b, g, n: int):
         """The query heads of KV heads [g, g + n) of row b, normalized
@@ -335,7 +336,7 @@ class Attention:
                         memref.StoreOp(ninf, A["lse"], [b, s, arith.AddIOp(q0, const(i)).result])
                     scf.YieldOp([])
             extra["otherwise"] = otherwise
-        return dict(k=ctx.cache_view(A["k_cache"], l, slot_i), v=ctx.cache_view(A["v_cache"], l, slot_i),
+        return dict(k=cache_view(A["k_cache"], ctx.S, l, slot_i), v=cache_view(A["v_cache"], ctx.S, l, slot_i),
                     length=length, stable=stable, split_len=split_len, live=has_work, **extra)
 
     def attn_body(self, l, b, g, s, pre):

@@ -166,14 +166,6 @@ class DecodeContext:
         """Row b's cache slot (index)."""
         return arith.IndexCastOp(self.idx, memref.LoadOp(self.A["slots"], [b]).result).result
 
-    def cache_view(self, cache, layer, slot, h0=0, n: int | None = None):
-        """KV heads [h0, h0 + n) (default: all) of layer `layer` of cache
-        slot `slot`."""
-        S, Hkv, D = self.S, self.Hkv, self.D
-        n = Hkv if n is None else n
-        return memref.subview(cache, [layer, slot, 0, h0, 0], [1, 1, S, n, D], [1] * 5,
-                              result_type=strided([S, n, D], self.bf16, [Hkv * D, D, 1]))
-
     def batch_rows(self, buf, elt=None):
         """The first `batch` rows of a [max_batch, H] buffer (f32, or `elt`)."""
         H = self.H

@@ -6,9 +6,10 @@ from __future__ import annotations
 from ...dialects import et, memref
 from ...ir import Attribute, BF16Type, InsertionPoint, Location, MemRefType, Module, ShapedType, StridedLayoutAttr
 from ..config import ModelConfig
-from ..layout import KernelLayout
+from ..layout import KernelLayout, cache_shape
 
-__all__ = ["DYN", "layer_view", "model_arguments", "mr", "new_kernel", "shared", "strided", "vec_view"]
+__all__ = ["DYN", "cache_view", "layer_view", "model_arguments", "mr", "new_kernel", "shared", "strided",
+           "vec_view"]
 
 DYN = ShapedType.get_dynamic_size()
 
@@ -68,7 +69,18 @@ def model_arguments(config: ModelConfig, layout: KernelLayout) -> list:
     args += [("final_norm", mr([H], bf16)), ("lm_head", mr([V, H], bf16))]
     if c.qk_norm:
         args += [("q_norm", mr([L, D], bf16)), ("k_norm", mr([L, D], bf16))]
-    return args + [("k_cache", mr([L, B, S, Hkv, D], bf16)), ("v_cache", mr([L, B, S, Hkv, D], bf16))]
+    shape = cache_shape(L, B, S, Hkv, D)
+    return args + [("k_cache", mr(shape, bf16)), ("v_cache", mr(shape, bf16))]
+
+
+def cache_view(cache, length: int, layer, slot, h0=0, n: int | None = None):
+    """The first `length` positions of KV heads [h0, h0 + n) (default: all)
+    of layer `layer` (index Value or int) of cache slot `slot` (index
+    Value) as a [length, n, D] view."""
+    _, _, L, Hkv, D = cache.type.shape
+    S, n = length, (Hkv if n is None else n)
+    return memref.subview(cache, [slot, 0, layer, h0, 0], [1, S, 1, n, D], [1] * 5,
+                          result_type=strided([S, n, D], cache.type.element_type, [L * Hkv * D, D, 1]))
 
 
 def _layer_offset(layer, size: int):
