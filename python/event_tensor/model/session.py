@@ -305,11 +305,12 @@ class DecodeSession:
         nbytes = int(np.prod(shape)) * 2
         if self.device == "cpu":
             backing = HostPages(nbytes, self._kv_page_bytes)
-            self._kv_backings.append(backing)
-            return backing.array(shape, BF16)
-        backing = DevicePages(device, nbytes, self._kv_page_bytes)
+            view = backing.array(shape, BF16)
+        else:
+            backing = DevicePages(device, nbytes, self._kv_page_bytes)
+            view = runtime.Buffer(backing.pointer, tuple(shape), "bfloat16", "cuda")
         self._kv_backings.append(backing)
-        return runtime.Buffer(backing.pointer, tuple(shape), "bfloat16", "cuda")
+        return view
 
     def _back(self, slots, ends) -> None:
         """Paged caches: backs positions [0, ends[i]) of slot slots[i]

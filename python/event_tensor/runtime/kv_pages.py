@@ -20,7 +20,6 @@ while either needs them."""
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 from typing import Any, Sequence
 
@@ -147,22 +146,19 @@ class KVPages:
     """The pages of a session's caches (`backings`: one `HostPages` or
     `DevicePages` per cache and device, all of one geometry: `slots` slots
     of `positions` positions of `token_bytes` each). At most `budget`
-    pages are backed at once (None: every page, backed now)."""
+    pages are backed at once."""
 
     def __init__(self, backings: list, *, slots: int, positions: int, token_bytes: int, page_bytes: int,
-                 budget: int | None):
+                 budget: int):
         self.backings = backings
         self.slots, self.positions, self.token_bytes, self.page_bytes = slots, positions, token_bytes, page_bytes
         self.slot_bytes = positions * token_bytes
         self.total = -(-slots * self.slot_bytes // page_bytes)
-        self.budget = self.total if budget is None else min(int(budget), self.total)
+        self.budget = min(int(budget), self.total)
         if self.budget < 1:
             raise ValueError(f"a KV budget of {budget} pages holds nothing")
         self._users: dict[int, int] = {}  # backed page -> slots that use it
         self._extent = [0] * slots  # positions backed per slot
-        if budget is None:
-            for slot in range(slots):
-                self.ensure(slot, positions)
 
     @property
     def used(self) -> int:

@@ -158,10 +158,10 @@ class Engine:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")
         pool = self.session.kv_pages
-        if pool is not None and self.session.kv_pages_for(_positions(len(prompt), max_tokens)) > pool.budget:
-            raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) need "
-                             f"{self.session.kv_pages_for(_positions(len(prompt), max_tokens))} KV pages, more "
-                             f"than this server's {pool.budget}")
+        pages = self.session.kv_pages_for(_positions(len(prompt), max_tokens))
+        if pool is not None and pages > pool.budget:
+            raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) need {pages} KV "
+                             f"pages, more than this server's {pool.budget}")
         # The session checks the request's ids; the model's end ids join them.
         self.session.stop_rows([list(params.stop_ids)], 1)
         stops = list(dict.fromkeys([*params.stop_ids, *([] if params.ignore_eos else self.eos_ids)]))
@@ -243,13 +243,13 @@ class Engine:
                 self._running.remove(req)
                 self._finish(req, "abort")
             while self._waiting and self._free:
-                req = self._waiting[0]
-                try:
+                req, pool = self._waiting[0], self.session.kv_pages
+                if pool is not None:
                     # Paged caches: every position the request may write.
-                    self.session.kv_pages is None or self.session.kv_pages.ensure(
-                        self._free[0], _positions(len(req.prompt), req.max_tokens))
-                except KVCacheFull:
-                    break  # it joins once running requests give pages back
+                    try:
+                        pool.ensure(self._free[0], _positions(len(req.prompt), req.max_tokens))
+                    except KVCacheFull:
+                        break  # it joins once running requests give pages back
                 self._waiting.popleft()
                 req.slot = self._free.pop(0)
                 # The last prompt token is fed by the decode launch.
