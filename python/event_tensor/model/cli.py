@@ -71,6 +71,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 #: The largest relative logit error against the numpy reference that `demo`
 #: and `run --check` pass (bf16 activations on small models differ by up
 #: to about 2% from a float32 reference: docs/models.md, "Checks").

@@ -22,7 +22,6 @@ MIN_SPLIT_LEN = 256
 MIN_SPLIT_LEN_ONE_ROW = 128
 
 
-
 def cache_shape(layers: int, slots: int, positions: int, kv_heads: int, head_dim: int) -> list[int]:
     """The KV caches' shape: [slot, position, layer, KV head, D]. A slot's
     rows of one position, over all layers, are contiguous, and so are its

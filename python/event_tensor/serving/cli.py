@@ -87,19 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
 def add_commands(sub) -> None:
     """Adds `generate` and `serve` to the CLI's subparsers."""
-    from ..model.cli import _positive_int, sampling_args
+    from ..model.cli import _positive_float, _positive_int, sampling_args
 
     def model_args(p):
         p.add_argument("model_dir", help="a Hugging Face model directory: config.json, *.safetensors, tokenizer.json "
