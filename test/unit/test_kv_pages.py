@@ -2,7 +2,8 @@
 the host: the pool's accounting (pages shared by neighbouring slots, the
 budget, nothing backed when a request does not fit), host pages handed
 back, a paged session decoding the same tokens as one with whole caches,
-and the serving engine admitting requests by free pages."""
+a pool sized by a fraction of the memory, and the serving engine admitting
+requests by free pages."""
 
 import mmap
 import time
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from event_tensor import model
-from event_tensor.runtime.kv_pages import HostPages, KVCacheFull, KVPages
+from event_tensor.runtime.kv_pages import HostPages, KVCacheFull, KVPages, memory_info, pool_bytes
 from event_tensor.serving import Engine, SamplingParams
 
 PAGE = mmap.PAGESIZE
@@ -116,6 +117,33 @@ def test_paged_session_decodes_as_whole_caches(tiny):
         model.DecodeSession(path, weights, kv_memory=0)
     paged.close()
     whole.close()
+
+
+def test_pool_from_a_memory_fraction(tiny, monkeypatch):
+    """gpu_memory_fraction: the pool is what keeps the memory in use at
+    most that fraction of it (on a cpu session the host's memory), in
+    whole pages of both caches; a fraction that leaves no page, or given
+    with kv_memory, is refused."""
+    assert pool_bytes(0.5, 70, 100) == 20 and pool_bytes(0.2, 70, 100) == 0
+    free, total = memory_info("cpu")
+    assert 0 < free <= total
+    config, weights, path = tiny
+    import event_tensor.model.session as session_module
+
+    # 100 pages of memory, 94 in use: all of it leaves 6 pages, 3 for each
+    # cache (of the 4 a cache has); 95% leaves one, not one for each.
+    monkeypatch.setattr(session_module, "memory_info", lambda device, index=0: (6 * PAGE, 100 * PAGE))
+    paged = model.DecodeSession(path, weights, gpu_memory_fraction=1.0, kv_page_bytes=PAGE)
+    assert paged.kv_pages.budget == 3
+    assert paged.generate([[5, 9, 2]], 8).tokens == model.DecodeSession(path, weights).generate([[5, 9, 2]], 8).tokens
+    paged.close()
+    with pytest.raises(ValueError, match=r"gpu_memory_fraction 0.95 leaves no KV page on the host: 0.00 of 0.00 GiB"):
+        model.DecodeSession(path, weights, gpu_memory_fraction=0.95, kv_page_bytes=PAGE)
+    for bad in (0, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="gpu_memory_fraction must be in"):
+            model.DecodeSession(path, weights, gpu_memory_fraction=bad)
+    with pytest.raises(ValueError, match="give kv_memory or gpu_memory_fraction, not both"):
+        model.DecodeSession(path, weights, gpu_memory_fraction=0.5, kv_memory=4 * PAGE)
 
 
 def test_engine_admits_by_free_pages(tiny):

@@ -421,6 +421,13 @@ def test_cli_generate(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(argv + ["--kv-memory", "-1"])
     assert "expected a positive number" in capsys.readouterr().err
+    # A pool from a fraction of the (host's) memory: the same text.
+    assert main(argv + ["--gpu-memory-fraction", "1"]) == 0
+    assert capsys.readouterr().out == out.out
+    for bad in (["--gpu-memory-fraction", "0"], ["--gpu-memory-fraction", "0.5", "--kv-memory", "1"]):
+        with pytest.raises(SystemExit):
+            main(argv + bad)
+    assert "not allowed with argument" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "nope"), "--device", "cpu", "--prompt", "x"]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "nope"), "--device", "cpu"]) == 2

@@ -82,6 +82,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 #: The largest relative logit error against the numpy reference that `demo`
 #: and `run --check` pass (bf16 activations on small models differ by up
 #: to about 2% from a float32 reference: docs/models.md, "Checks").
@@ -323,7 +334,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
                             linear_tile=shape["linear_tile"], specialize=shape["specialize"],
                             o_per_head=False if args.deterministic else None,
-                            expert_combine=True if args.deterministic else None, prefill_rows=prefill_rows,
+                            expert_combine=True if args.deterministic else None,
+                            prefill_rows=prefill_rows,
                             tp=args.tp, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import runtime
-from ..runtime.kv_pages import PAGE_BYTES, DevicePages, HostPages, KVPages
+from ..runtime.kv_pages import PAGE_BYTES, DevicePages, HostPages, KVPages, memory_info, pool_bytes
 from .config import ModelConfig
 from .layout import (FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_REASONS, FINISH_STOP,
                      MAX_STOP_IDS)
@@ -108,16 +108,29 @@ class DecodeSession:
     and `release(slot)` gives them back; a launch whose positions the pool
     cannot back raises KVCacheFull before it starts. `kv_pages` is the
     pool (None when the caches are whole); on a GPU the paged caches are
-    `runtime.Buffer`s of their reserved address range, not tensors."""
+    `runtime.Buffer`s of their reserved address range, not tensors.
+    `gpu_memory_fraction` (in (0, 1], instead of `kv_memory`) pages them
+    with the pool that leaves the memory in use on each device at most
+    that fraction of it, once the session's weights and buffers are in
+    place (`runtime.kv_pages.pool_bytes`; the host's memory for a cpu
+    session)."""
 
     def __init__(self, artifact_dir: str | Path, weights: dict[str, Any], *, profile_capacity: int | None = None,
-                 timeout_s: float = 30.0, kv_memory: int | None = None, kv_page_bytes: int = PAGE_BYTES):
+                 timeout_s: float = 30.0, kv_memory: int | None = None, kv_page_bytes: int = PAGE_BYTES,
+                 gpu_memory_fraction: float | None = None):
         if kv_memory is not None and (isinstance(kv_memory, bool) or not isinstance(kv_memory, (int, np.integer))
                                       or kv_memory < 1):
             raise ValueError(f"kv_memory must be a positive number of bytes or None, got {kv_memory!r}")
+        if gpu_memory_fraction is not None and (
+                isinstance(gpu_memory_fraction, bool) or not isinstance(gpu_memory_fraction, (int, float))
+                or not 0 < gpu_memory_fraction <= 1):
+            raise ValueError(f"gpu_memory_fraction must be in (0, 1] or None, got {gpu_memory_fraction!r}")
+        if gpu_memory_fraction is not None and kv_memory is not None:
+            raise ValueError("give kv_memory or gpu_memory_fraction, not both")
+        self._paged = kv_memory is not None or gpu_memory_fraction is not None
         if isinstance(kv_page_bytes, bool) or not isinstance(kv_page_bytes, (int, np.integer)) or kv_page_bytes < 1:
             raise ValueError(f"kv_page_bytes must be a positive number of bytes, got {kv_page_bytes!r}")
-        self._kv_memory, self._kv_page_bytes = kv_memory, int(kv_page_bytes)
+        self._kv_page_bytes = int(kv_page_bytes)
         self._kv_backings: list = []
         self.kv_pages: KVPages | None = None
         self.path = Path(artifact_dir)
@@ -168,6 +181,8 @@ class DecodeSession:
         # share every buffer of the same name and shape (weights, KV
         # caches, token rows, outputs); scratch of other shapes is their own.
         self.variant_buffers = [self._alloc(shard, d) for d, shard in enumerate(shards)]
+        if gpu_memory_fraction is not None:
+            kv_memory = self._pool_for(gpu_memory_fraction)
         if kv_memory is not None:
             slots, positions, *row = self.variant_buffers[0][0]["k_cache"].shape
             token_bytes = int(np.prod(row)) * 2
@@ -277,7 +292,7 @@ class DecodeSession:
                     key = (name, tuple(shape), spec["dtype"])
                 if key in pool:
                     buffers[name] = pool[key]
-                elif name in ("k_cache", "v_cache") and self._kv_memory is not None:
+                elif name in ("k_cache", "v_cache") and self._paged:
                     buffers[name] = pool[key] = self._paged_cache(shape, device)
                 elif name in _HOST_VISIBLE and self.device == "cuda" and device == 0:
                     # The kernel's stores reach the host while it runs.
@@ -299,6 +314,25 @@ class DecodeSession:
                 raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
             per_variant.append(buffers)
         return per_variant
+
+    def _pool_for(self, fraction: float) -> int:
+        """kv_memory for `gpu_memory_fraction`: the pages that every memory
+        holding caches (each device, or the host) has room for under the
+        fraction, times the bytes of a page of every cache."""
+        per_memory: dict[int, int] = {}
+        for backing in self._kv_backings:
+            key = getattr(backing, "device", -1)  # -1: the host
+            per_memory[key] = per_memory.get(key, 0) + 1
+        pages = None
+        for key, caches in per_memory.items():
+            free, total = memory_info(self.device, max(key, 0))
+            room = pool_bytes(fraction, free, total) // (self._kv_page_bytes * caches)
+            if room < 1:
+                where = "the host" if key < 0 else f"device {key}"
+                raise ValueError(f"gpu_memory_fraction {fraction} leaves no KV page on {where}: "
+                                 f"{(total - free) / 2**30:.2f} of {total / 2**30:.2f} GiB are in use")
+            pages = room if pages is None else min(pages, room)
+        return pages * self._kv_page_bytes * len(self._kv_backings)
 
     def _paged_cache(self, shape, device: int):
         """A KV cache of `shape` (bf16) whose pages `kv_pages` backs."""

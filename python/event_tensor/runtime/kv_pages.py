@@ -27,12 +27,41 @@ import numpy as np
 
 from .errors import DeviceError
 
-__all__ = ["DevicePages", "HostPages", "KVCacheFull", "KVPages", "PAGE_BYTES"]
+__all__ = ["DevicePages", "HostPages", "KVCacheFull", "KVPages", "PAGE_BYTES", "memory_info", "pool_bytes"]
 
 #: The default page: the granularity of the GPU's virtual memory (2 MiB on
 #: the H100 and H200). Tokens per page = PAGE_BYTES / (layers x KV heads x
 #: D x 2 bytes): 128 for Llama-3.2-1B, 32 for Llama-3.1-8B.
 PAGE_BYTES = 2 << 20
+
+
+def memory_info(device: str, index: int = 0) -> tuple[int, int]:
+    """(free, total) bytes of the memory that paged caches of `device`
+    take their pages from: CUDA device `index` ("cuda"; its primary
+    context), or the host's physical memory ("cpu": available and
+    installed)."""
+    if device == "cpu":
+        import os
+
+        size = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * size, os.sysconf("SC_PHYS_PAGES") * size
+    from .cuda import _check, _driver
+
+    d = _driver()
+    _check(d.cuInit(0), "cuInit")
+    context = _check(d.cuDevicePrimaryCtxRetain(_check(d.cuDeviceGet(index), "cuDeviceGet")),
+                     "cuDevicePrimaryCtxRetain")
+    _check(d.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    free, total = _check(d.cuMemGetInfo(), "cuMemGetInfo")
+    return int(free), int(total)
+
+
+def pool_bytes(fraction: float, free: int, total: int) -> int:
+    """The bytes of KV pages that leave the memory in use at most
+    `fraction` of `total`, given `free` bytes free now: fraction x total
+    minus what is in use (the weights and buffers of this process and the
+    memory of any other), or 0."""
+    return max(0, int(fraction * total) - (total - free))
 
 
 class KVCacheFull(RuntimeError):

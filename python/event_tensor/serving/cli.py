@@ -24,7 +24,8 @@ def _open(args: argparse.Namespace):
     served = open_model(args.model_dir, device=device, max_batch=args.max_batch, max_context=args.max_context,
                         workers=args.workers, prefill_rows=args.prefill_rows, chunk=args.chunk,
                         cache_dir=args.cache_dir, tp=args.tp,
-                        kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)))
+                        kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)),
+                        gpu_memory_fraction=args.gpu_memory_fraction)
     print(f"{served.name}: {served.config.num_layers} layers on {device}"
           + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, context "
           f"{args.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
@@ -89,7 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Adds `generate` and `serve` to the CLI's subparsers."""
-    from ..model.cli import _positive_float, _positive_int, sampling_args
+    from ..model.cli import _fraction, _positive_float, _positive_int, sampling_args
 
     def model_args(p):
         p.add_argument("model_dir", help="a Hugging Face model directory: config.json, *.safetensors, tokenizer.json "
@@ -110,9 +111,13 @@ def add_commands(sub) -> None:
         p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
         p.add_argument("--tp", type=_positive_int, default=1,
                        help="split the model over this many GPUs (tensor parallelism; default 1)")
-        p.add_argument("--kv-memory", type=_positive_float, default=None, metavar="GIB",
-                       help="page the KV caches: a pool of this many GiB (default: every sequence holds the "
-                       "whole context); a request joins once the pool holds its prompt and max_tokens")
+        pool = p.add_mutually_exclusive_group()
+        pool.add_argument("--kv-memory", type=_positive_float, default=None, metavar="GIB",
+                          help="page the KV caches: a pool of this many GiB (default: every sequence holds the "
+                          "whole context); a request joins once the pool holds its prompt and max_tokens")
+        pool.add_argument("--gpu-memory-fraction", type=_fraction, default=None, metavar="F",
+                          help="page the KV caches with the pool that keeps the memory in use on each GPU at most "
+                          "this fraction of it once the weights are loaded (the host's memory on cpu)")
 
     p = sub.add_parser("generate", help="generate text from a prompt with a Hugging Face model directory",
                        description="Tokenize the prompt with the model's tokenizer, generate on the compiled "

@@ -40,7 +40,8 @@ class ServedModel:
 def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int = 1024,
                workers: int | None = None, prefill_rows: int | None = None, chunk: int = 256,
                cache_dir: str | Path | None = None, name: str | None = None,
-               timeout_s: float = 30.0, tp: int = 1, kv_memory: int | None = None) -> ServedModel:
+               timeout_s: float = 30.0, tp: int = 1, kv_memory: int | None = None,
+               gpu_memory_fraction: float | None = None) -> ServedModel:
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
     sequences and `max_context` tokens each, and starts an `Engine` on it.
@@ -48,7 +49,8 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
     cuda, none on cpu or for a model with experts) adds the prefill kernel that feeds prompts in launches of
     that many positions. `tp` > 1 splits the model over that many GPUs
     (tensor parallelism; on cpu, groups of worker threads). `kv_memory`
-    (bytes) pages the KV caches (`DecodeSession(kv_memory=...)`).
+    (bytes) or `gpu_memory_fraction` pages the KV caches
+    (`DecodeSession(kv_memory=...)`, `DecodeSession(gpu_memory_fraction=...)`).
     Raises ConfigError, WeightError or TextError (ValueErrors) naming what
     is wrong with the directory."""
     start = time.perf_counter()
@@ -91,6 +93,7 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                                          f"-w{workers or 'default'}" + (f"-tp{tp}" if tp > 1 else ""))
     artifact = compile_model(config, target=device, max_batch=max_batch, max_context=max_context, workers=workers,
                              prefill_rows=prefill_rows, cache_dir=cache_dir, out_dir=out_dir, tp=tp, **options)
-    session = DecodeSession(artifact, weights, timeout_s=timeout_s, kv_memory=kv_memory)
+    session = DecodeSession(artifact, weights, timeout_s=timeout_s, kv_memory=kv_memory,
+                            gpu_memory_fraction=gpu_memory_fraction)
     engine = Engine(session, eos_ids=codec.eos_ids, chunk=chunk)
     return ServedModel(name or path.resolve().name, config, session, codec, engine, time.perf_counter() - start)
