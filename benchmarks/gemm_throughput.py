@@ -45,7 +45,10 @@ def numerics(root: Path, count: int) -> list[dict]:
         if bf16:
             y = y.to(torch.bfloat16)
         split = int(case["split_k"]) if "split_k" in case.files else 1
-        extra = [torch.full((split, x.shape[0], w.shape[0]), float("nan"), device="cuda")] if split > 1 else []
+        atomic = "atomic" in case.files and bool(case["atomic"])
+        # The parts of an atomic split add into y itself: no part buffer.
+        extra = [torch.full((split, x.shape[0], w.shape[0]), float("nan"), device="cuda")] \
+            if split > 1 and not atomic else []
         art = runtime.load(root / f"numerics{i}")
         art.launcher(timeout_s=5)(x, w, y, x.shape[0], *extra)
         got = y.double().cpu().numpy()
@@ -53,7 +56,7 @@ def numerics(root: Path, count: int) -> list[dict]:
         err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
         ok = not np.isnan(got).any() and err < (1e-2 if bf16 else 1e-5)
         opts = art.metadata["options"]
-        print(f"numerics {i} ({case['mma']}, split-K {split}): M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
+        print(f"numerics {i} ({case['mma']}, split-K {split}{' atomic' if atomic else ''}): M={x.shape[0]} K={x.shape[1]} N={w.shape[0]} out={case['out']} "
               f"accumulate={bool(case['accumulate'])} threads={opts['threads_per_worker']}: "
               f"relative error {err:.2e} ({'ok' if ok else 'FAIL'})")
         rows.append({"case": i, "mma": str(case["mma"]), "m": x.shape[0], "k": x.shape[1], "n": w.shape[0],

@@ -685,6 +685,11 @@ GEMM_PROFILED = [(2048, 2048), (2048, 8192)]
 GEMM_NUMERICS_SPLIT = [(37, 520, 72, (32, 64, 64), 4, 256, "f32", False, "wgmma", 3),
                        (130, 1000, 40, (64, 32, 64), 4, 256, "bf16", False, "wgmma", 4),
                        (100, 640, 96, (64, 32, 32), 3, 256, "f32", True, "sync", 2)]
+# Split K with `accumulate atomic` (the decode kernel's o and down tiles):
+# the parts add into y at once -- (M, K, N, tile, stages, threads, mma, parts).
+GEMM_NUMERICS_ATOMIC = [(64, 8192, 256, (64, 64, 128), 4, 512, "sync", 4),
+                        (37, 1024, 72, (32, 32, 64), 4, 256, "sync", 2),
+                        (64, 2048, 128, (64, 64, 64), 4, 256, "wgmma", 8)]
 GEMM_NUMERICS = [(37, 200, 72, (32, 64, 32), 3, 256, "f32", False, "sync"),
                  (130, 264, 40, (64, 32, 16), 1, 256, "bf16", False, "sync"),
                  (300, 512, 200, (128, 128, 32), 4, 128, "f32", True, "sync"),
@@ -755,11 +760,24 @@ def gemm(out: Path, workers: int, cache: Path, kernels: bool = True) -> None:
         ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
         np.savez(case / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref, out=dtype,
                  accumulate=acc, mma=mma, split_k=split)
-    (out / "gemm.json").write_text(json.dumps({"shapes": shapes, "configs": GEMM_CONFIGS,
-                                               "numerics": len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT),
+    first = len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT)
+    for i, (m, k, n, tile, stages, threads, mma, split) in enumerate(GEMM_NUMERICS_ATOMIC):
+        art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, accumulate=True, split_k=split, atomic=True),
+                         target="cuda", workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
+                         cache_dir=cache)
+        case = out / f"numerics{first + i}"
+        _copy_artifact(art, case)
+        rng = np.random.default_rng(200 + i)
+        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+        y0 = rng.standard_normal((m, n)).astype(np.float32)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
+        np.savez(case / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref, out="f32",
+                 accumulate=True, mma=mma, split_k=split, atomic=True)
+    count = first + len(GEMM_NUMERICS_ATOMIC)
+    (out / "gemm.json").write_text(json.dumps({"shapes": shapes, "configs": GEMM_CONFIGS, "numerics": count,
                                                "profiled": profiled}))
-    print(f"gemm: {len(shapes) * len(GEMM_CONFIGS)} kernels and "
-          f"{len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT)} numerics cases in {out}")
+    print(f"gemm: {len(shapes) * len(GEMM_CONFIGS)} kernels and {count} numerics cases in {out}")
 
 
 def _gemm_name(n, k, tile, stages, threads, mma, order, split) -> str:

@@ -40,7 +40,7 @@ def gemm_tiles(m: int, n: int, tile: tuple[int, int, int]) -> int:
 
 def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), stages: int = 4,
                 out: str = "f32", accumulate: bool = False, order: str = "auto", split_k: int = 1,
-                registers: bool = False, name: str = "gemm") -> str:
+                registers: bool = False, atomic: bool = False, name: str = "gemm") -> str:
     """`et.kernel @name(%x: memref<?xKxbf16>, %w: memref<NxKxbf16>,
     %y: memref<?xNx(out)>, %rows: index)`: one task over the
     ceildiv(rows, BM) x ceildiv(N, BN) blocks, each an `et.matmul`, with no
@@ -61,7 +61,10 @@ def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), 
     `part[s]`, and signals the block's element of an event; `sum` waits for
     the block's S signals and writes y = the sum of the S partial blocks
     (added to y with `accumulate`). More tiles than blocks keep workers busy
-    when M is small and K long.
+    when M is small and K long. With `atomic` (an f32 y, `accumulate`),
+    no `part` argument and no `sum` task: each of the S tiles of a block
+    adds its K range into y itself (`et.matmul ... accumulate atomic`), as
+    the decode kernel's `o` and `down` tiles do.
 
     `registers` makes the tiles `et.matmul ... registers` (w and x straight
     into the tensor cores' operand registers: tiles of few rows, BK 32).
@@ -76,14 +79,17 @@ def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), 
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if isinstance(split_k, bool) or not isinstance(split_k, int) or split_k < 1:
         raise ValueError(f"split_k must be a positive int, got {split_k!r}")
-    if split_k > 1 and n % 4:
+    if split_k > 1 and n % 4 and not atomic:
         raise ValueError(f"split_k needs N to be a multiple of 4 (the sum reads 16-byte chunks), got N = {n}")
+    if atomic and (split_k == 1 or out != "f32" or not accumulate):
+        raise ValueError(f"atomic needs split_k > 1, out 'f32' and accumulate, got split_k {split_k}, out {out!r}, "
+                         f"accumulate {accumulate}")
     with Context(), Location.unknown():
         dyn = ShapedType.get_dynamic_size()
         bf16, f32, idx = BF16Type.get(), F32Type.get(), IndexType.get()
         y_type = f32 if out == "f32" else bf16
         types = [MemRefType.get([dyn, k], bf16), MemRefType.get([n, k], bf16), MemRefType.get([dyn, n], y_type), idx]
-        if split_k > 1:
+        if split_k > 1 and not atomic:
             types.append(MemRefType.get([split_k, dyn, n], f32))
         module = Module.create()
         with InsertionPoint(module.body):
@@ -115,6 +121,17 @@ def gemm_kernel(k: int, n: int, *, tile: tuple[int, int, int] = (128, 128, 64), 
                         m0, n0 = block_origin(task.tile_ids[0])
                         et.matmul(x, w, y, m0, n0, [], tile_attr, stages=stages,
                                   registers=True if registers else None, accumulate=True if accumulate else None)
+                elif atomic:
+                    task = et.TaskOp("gemm", [arith.MulIOp(blocks, arith.ConstantOp(idx, split_k).result).result])
+                    chunk = _k_chunk(k, split_k, tile[2])
+                    _cost(task, 2 * chunk * (tile[0] + tile[1]), flops // split_k)
+                    with InsertionPoint(task.entry_block):
+                        (t,) = task.tile_ids
+                        m0, n0 = block_origin(arith.DivUIOp(t, arith.ConstantOp(idx, split_k).result).result)
+                        k0 = arith.MulIOp(arith.RemUIOp(t, arith.ConstantOp(idx, split_k).result).result,
+                                          arith.ConstantOp(idx, chunk).result).result
+                        k1 = arith.AddIOp(k0, arith.ConstantOp(idx, chunk).result).result
+                        et.matmul(x, w, y, m0, n0, [k0, k1], tile_attr, stages=stages, accumulate=True, atomic=True)
                 else:
                     _split_k_tasks(kernel.arguments[4], x, w, y, rows, k, n, tile, stages, accumulate, split_k,
                                    blocks, block_origin, tile_attr, flops)
@@ -125,14 +142,19 @@ def _cost(task, nbytes: int, flops: int) -> None:
     task.attributes["et.cost"] = Attribute.parse(f"#et.cost<bytes = {int(nbytes)}, flops = {int(flops)}>")
 
 
+def _k_chunk(k: int, split_k: int, bk: int) -> int:
+    """The columns of K per range of gemm_kernel's split-K forms: a whole
+    number of BK-slices."""
+    return -(-(-(-k // split_k)) // bk) * bk
+
+
 def _split_k_tasks(part, x, w, y, rows, k, n, tile, stages, accumulate, split_k, blocks, block_origin, tile_attr,
                    flops):
     """The `part` and `sum` tasks of gemm_kernel's split-K form."""
     idx, f32 = IndexType.get(), F32Type.get()
     dyn = ShapedType.get_dynamic_size()
     bm, bn = tile[0], tile[1]
-    # Each range is a whole number of BK-slices.
-    chunk = -(-(-(-k // split_k)) // tile[2]) * tile[2]
+    chunk = _k_chunk(k, split_k, tile[2])
     done = et.event([et.DYNAMIC], [blocks])
     task = et.TaskOp("part", [arith.MulIOp(blocks, arith.ConstantOp(idx, split_k).result).result])
     _cost(task, 2 * chunk * (bm + bn), flops // split_k)

@@ -259,3 +259,25 @@ et.kernel @registers(%x: memref<?x128xbf16>, %w: memref<40x128xbf16>, %y: memref
     et.matmul %x, %w, %y at(%c0, %n0) tile [16, 16, 32] registers accumulate : memref<?x128xbf16>, memref<40x128xbf16>, memref<?x40xf32>
   }
 }
+
+// `accumulate atomic` (the parts of a split K meeting in y): the epilogue
+// adds each element of a staged 16-byte chunk into y with an atomic add,
+// and never reads y first; the fragments of a tile without an output
+// stage, and the CPU loops, likewise.
+// GPU-LABEL: et.kernel @atomic
+// GPU: gpu.barrier
+// GPU-NOT: vector.load %{{.*}} : memref<?x128xf32>
+// GPU-COUNT-4: memref.atomic_rmw addf %{{.*}}, %{{.*}} : (f32, memref<?x128xf32>) -> f32
+// GPU-NOT: vector.store %{{.*}} : memref<?x128xf32>
+// CPU-LABEL: et.kernel @atomic
+// CPU: scf.for {{.*}} iter_args({{.*}}) -> (f32)
+// CPU: memref.atomic_rmw addf %{{.*}}, %{{.*}} : (f32, memref<?x128xf32>) -> f32
+// CPU-NOT: memref.store
+et.kernel @atomic(%x: memref<?x256xbf16>, %w: memref<128x256xbf16>, %y: memref<?x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c128 = arith.constant 128 : index
+  et.task @gemm tiles(%i) in (%c1) {
+    et.matmul %x, %w, %y at(%c0, %c0) k(%c0, %c128) tile [64, 128, 64] stages 3 accumulate atomic : memref<?x256xbf16>, memref<128x256xbf16>, memref<?x128xf32>
+  }
+}

@@ -1024,6 +1024,49 @@ def test_tensor_core_kernels_take_up_to_64_rows(tmp_path):
                             cache_dir=tmp_path)
 
 
+def test_split_k_tiles_add_their_parts_atomically(tmp_path):
+    """split_k: the tensor-core tiles of o and down take a part of K each
+    (kernel.tiles.mma_split) and add it into h with `accumulate atomic`;
+    the logits match the reference and the unsplit kernel. Off by default;
+    one device only."""
+    from dataclasses import replace
+
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+    from event_tensor.model.kernel.tiles import mma_split
+
+    # Llama-3.2-1B at 64 rows: down (K 8192) and o (K 2048) in quarters of
+    # 64-row blocks; a K of fewer than two 128-column slices stays whole.
+    assert mma_split(2048, 8192, 64, 132) == (64, 4) and mma_split(2048, 2048, 64, 132) == (64, 4)
+    assert mma_split(2048, 192, 64, 132)[1] == 1
+    config = replace(model.tiny_config("llama"), intermediate_size=512)
+    weights = model.random_weights(config, seed=9)
+    layout = kernel_layout(config, max_batch=24, max_context=32, workers=3, split_len=8)
+    with Context():
+        text = str(build_decode_kernel(config, layout, model.KernelOptions(linear_tile="mma", split_k=True).resolve(
+            config, target="cpu", max_batch=24)))
+    split = [line for line in text.splitlines() if "accumulate atomic" in line and "et.matmul" in line]
+    assert len(split) == 1 and "k(" in split[0] and "tile [32, 64, 128]" in split[0]  # down: K 512 in halves
+    sessions = [model.DecodeSession(model.compile_model(
+        config, target="cpu", max_batch=24, max_context=32, workers=3, split_len=8, linear_tile="mma",
+        split_k=split_k, cache_dir=tmp_path), weights) for split_k in (True, False)]
+    ref = model.ReferenceModel(config, weights, max_batch=24, max_context=32)
+    rng = np.random.default_rng(4)
+    for pos in range(2):
+        tokens = rng.integers(0, config.vocab_size, 20)
+        for s in sessions:
+            s.step(tokens, [pos] * 20)
+        logits = [s.last_logits() for s in sessions]
+        assert _rel(logits[0], ref.step(tokens, [pos] * 20)) < 2e-3 and _rel(logits[0], logits[1]) < 1e-3
+    qwen = model.preset("qwen3-0.6b")
+    assert model.KernelOptions(linear_tile="mma").resolve(qwen, target="cuda", max_batch=16).split_k is False
+    with pytest.raises(ValueError, match="split_k must be a bool or None, got 1"):
+        model.KernelOptions(linear_tile="mma", split_k=1)
+    for bad in (dict(), dict(linear_tile="mma", tp=2)):
+        with pytest.raises(ValueError, match=r"split_k needs linear_tile 'mma' \(or 'auto'\) and tp 1"):
+            model.KernelOptions(split_k=True, **bad)
+
+
 def test_prefill_last_layer_runs_the_last_row_alone(tmp_path):
     """last_layer="row" (the default): the last layer's o, MLP and down
     are one-row tasks over the output rows, its every-row tasks stop a

@@ -243,6 +243,22 @@ def test_matmul_ptx(tmp_path):
     assert "0 bytes spill stores" in report, report
 
 
+def test_atomic_split_k_ptx(tmp_path):
+    """et.matmul ... accumulate atomic (a decode kernel's 64 x 64 block of
+    `down` in quarters of K): the epilogue adds into y with f32 atomics and
+    never loads y; ptxas accepts it with no spills at 512 threads."""
+    from event_tensor.kernels import gemm_kernel
+
+    art = et.compile(gemm_kernel(8192, 2048, tile=(64, 64, 128), stages=4, accumulate=True, split_k=4, atomic=True),
+                     target="cuda", workers=132, threads_per_worker=512, mode="static", tile_mma="sync",
+                     cache_dir=tmp_path)
+    ptx = art.binary_path.read_text()
+    assert re.search(r"(atom|red)\.global(\.\w+)*\.add\.f32", ptx), "atomic adds into y"
+    assert not re.search(r"ld\.global(\.\w+)*\.v4\.f32", ptx), "y is not read first"
+    report = _assemble(art, tmp_path)
+    assert "0 bytes spill stores" in report, report
+
+
 def test_wgmma_ptx(tmp_path):
     """et.matmul on the wgmma path: two warpgroups of m64n256k16 from
     128-byte-swizzled slices (descriptor constant: stride 1024 bytes,

@@ -687,6 +687,29 @@ def test_split_k_matches_float64(m, k, n, tile, split, out, accumulate, tmp_path
     assert _rel_err(y, ref) < (1e-5 if out == "f32" else 1e-2)
 
 
+@pytest.mark.parametrize("m,k,n,tile,split", [
+    (37, 520, 72, (32, 64, 64), 3),   # a partial last range, partial blocks in M and N
+    (20, 64, 16, (16, 16, 64), 3),    # empty ranges (one slice of K for three parts)
+])
+def test_atomic_split_k_matches_float64(m, k, n, tile, split, tmp_path):
+    """gemm_kernel(split_k=S, atomic=True): each of a block's S tiles adds
+    its K range into y with `accumulate atomic` (no part buffer, no sum
+    task), on three host workers at once."""
+    from event_tensor.kernels import gemm_kernel
+
+    rng = np.random.default_rng(m + split)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(BF16)
+    y = rng.standard_normal((m, n)).astype(np.float32)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + y
+    text = gemm_kernel(k, n, tile=tile, accumulate=True, split_k=split, atomic=True)
+    assert "atomic" in text
+    art = et.compile(text, target="cpu", workers=3, mode="dynamic", cache_dir=tmp_path)
+    assert art.metadata["tasks"] == ["gemm"]
+    art.launcher()(x, w, y, m)
+    assert _rel_err(y, ref) < 1e-5
+
+
 def test_one_launcher_across_event_counts(tmp_path):
     """A split-K kernel's event has one element per block, ceil(M / BM) x
     blocks of N, so its counters change with M. One launcher runs M = 200,
@@ -721,6 +744,11 @@ def test_gemm_kernel_rejects_bad_arguments():
         gemm_kernel(64, 64, split_k=0)
     with pytest.raises(ValueError, match="split_k needs N to be a multiple of 4"):
         gemm_kernel(64, 66, split_k=2)
+    with pytest.raises(ValueError, match="atomic needs split_k > 1, out 'f32' and accumulate, got split_k 2, "
+                       "out 'bf16', accumulate True"):
+        gemm_kernel(64, 64, split_k=2, out="bf16", accumulate=True, atomic=True)
+    with pytest.raises(ValueError, match="atomic needs split_k > 1"):
+        gemm_kernel(64, 64, accumulate=True, atomic=True)
     with pytest.raises(ValueError, match="order must be one of"):
         gemm_kernel(64, 64, order="columns")
     with pytest.raises(ValueError, match="tile_mma must be 'wgmma' or 'sync', got 'wmma'"):

@@ -134,6 +134,20 @@ bool pairStores(MatmulOp op) {
          !ShapedType::isDynamic(offset) && offset % 2 == 0;
 }
 
+/// `accumulate atomic`: adds the f32 value or vector `v` into y at (`row`,
+/// `col` + e) for each element e, an atomic add each.
+void addAtomic(OpBuilder &b, Location loc, MatmulOp op, Value v, Value row, Value col) {
+  auto vec = dyn_cast<VectorType>(v.getType());
+  if (!vec) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, v, op.getY(), ValueRange{row, col});
+    return;
+  }
+  TileBuilder h{b, loc};
+  for (int64_t e = 0; e < vec.getNumElements(); ++e)
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, vector::ExtractOp::create(b, loc, v, e),
+                                op.getY(), ValueRange{row, arith::AddIOp::create(b, loc, col, h.idx(e))});
+}
+
 /// Bounds-checked stores of one thread's accumulator values: `value(i,
 /// e)` for n8 block i of the thread's m16 rows (16 * `mTile` + lane / 4,
 /// + 8 for e >= 2) and columns 8 * i + 2 * (lane % 4) + e % 2, offset by
@@ -151,6 +165,10 @@ void storeFragments(OpBuilder &b, Location loc, MatmulOp op, Value row0, Value c
   Type outType = op.getY().getType().getElementType();
   bool pairs = pairStores(op);
   auto finish = [&](OpBuilder &b, Value v, Value row, Value col) {
+    if (op.getAtomic()) {
+      addAtomic(b, loc, op, v, row, col);
+      return;
+    }
     if (op.getAccumulate()) {
       Value old = isa<VectorType>(v.getType())
                       ? vector::LoadOp::create(b, loc, cast<VectorType>(v.getType()), op.getY(), ValueRange{row, col})
@@ -278,7 +296,9 @@ void copyStageOut(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &st
   const int64_t per = 16 / stage.elementBytes, perRow = bn / per, chunks = bm * perRow;
   auto vecType = VectorType::get({per}, outType);
   const int64_t trips = (chunks + threads - 1) / threads;
-  const int64_t group = op.getAccumulate() ? kAccumulateGroup : 1;
+  // Adds that read y first (accumulate, not atomic).
+  const bool readsY = op.getAccumulate() && !op.getAtomic();
+  const int64_t group = readsY ? kAccumulateGroup : 1;
   struct Chunk {
     Value row, chunk, gRow, gCol, live, whole;
   };
@@ -303,7 +323,7 @@ void copyStageOut(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &st
     SmallVector<Value> olds;
     for (int64_t i = g0; i < g1; ++i)
       ks.push_back(chunkAt(i));
-    if (op.getAccumulate()) {
+    if (readsY) {
       // y's values of the group's whole chunks (zeros elsewhere), all in
       // flight before the first store.
       Value zeros = arith::ConstantOp::create(b, loc, vecType, DenseElementsAttr::get(vecType, b.getZeroAttr(outType)));
@@ -329,9 +349,13 @@ void copyStageOut(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &st
       Value v = LLVM::LoadOp::create(b, loc, vecType, sharedAt(b, loc, base, toI32(b, loc, byte)), 16);
       auto wholeIf = scf::IfOp::create(b, loc, k.whole, /*withElse=*/true);
       b.setInsertionPointToStart(wholeIf.thenBlock());
-      Value out = op.getAccumulate() ? arith::AddFOp::create(b, loc, olds[j], v).getResult() : v;
-      auto store = vector::StoreOp::create(b, loc, out, op.getY(), ValueRange{k.gRow, k.gCol});
-      store.setAlignment(16);
+      if (op.getAtomic()) {
+        addAtomic(b, loc, op, v, k.gRow, k.gCol);
+      } else {
+        Value out = readsY ? arith::AddFOp::create(b, loc, olds[j], v).getResult() : v;
+        auto store = vector::StoreOp::create(b, loc, out, op.getY(), ValueRange{k.gRow, k.gCol});
+        store.setAlignment(16);
+      }
       b.setInsertionPointToStart(wholeIf.elseBlock());
       for (int64_t e = 0; e < per; ++e) {
         Value col = arith::AddIOp::create(b, loc, k.gCol, h.idx(e));
@@ -340,6 +364,10 @@ void copyStageOut(OpBuilder &b, Location loc, MatmulOp op, const OutputStage &st
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPointToStart(colIf.thenBlock());
         Value x = vector::ExtractOp::create(b, loc, v, e);
+        if (op.getAtomic()) {
+          addAtomic(b, loc, op, x, k.gRow, col);
+          continue;
+        }
         if (op.getAccumulate())
           x = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{k.gRow, col}), x);
         memref::StoreOp::create(b, loc, x, op.getY(), ValueRange{k.gRow, col});
@@ -1156,6 +1184,11 @@ void tile::lowerMatmulCPU(MatmulOp op) {
               Value out = sum.getResult(0);
               if (up)
                 out = arith::MulFOp::create(b, loc, silu(b, loc, out), sum.getResult(1));
+              if (op.getAtomic()) {
+                addAtomic(b, loc, op, out, row, col);
+                scf::YieldOp::create(b, loc);
+                return;
+              }
               if (op.getAccumulate())
                 out = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, op.getY(), ValueRange{row, col}),
                                             out);

@@ -110,6 +110,8 @@ LogicalResult MatmulOp::verify() {
     return emitOpError("stages must be in [1, 8], got ") << getStages();
   if (getAccumulate() && !y.getElementType().isF32())
     return emitOpError("with accumulate needs an f32 y, got ") << y;
+  if (getAtomic() && !getAccumulate())
+    return emitOpError("atomic needs accumulate (it makes the adds into y atomic)");
   if (Value up = getUp()) {
     auto u = cast<MemRefType>(up.getType());
     for (int d = 0; d < 2; ++d)

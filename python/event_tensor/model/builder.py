@@ -43,10 +43,10 @@ __all__ = ["KernelLayout", "PLAIN_KERNEL", "build_decode_kernel", "kernel_layout
 
 #: The choices of `build_decode_kernel` called with keywords that its
 #: callers leave out: a plain kernel (one task per layer, the `merge` and
-#: `combine` tasks, every linear tile normalizing into the global scratch); `KernelOptions.resolve` gives
-#: those of a target instead.
+#: `combine` tasks, every linear tile normalizing into the global scratch, whole K in every tensor-core tile);
+#: `KernelOptions.resolve` gives those of a target instead.
 PLAIN_KERNEL = dict(layered=False, o_per_head=False, norm_in_linear=False, norm_scratch="global", fuse_norms=True,
-                    expert_combine=True)
+                    expert_combine=True, split_k=False)
 
 
 def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: KernelOptions | None = None, *,
@@ -155,6 +155,11 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     the router's weight of that choice, into h (`et.linear ... accumulate
     atomic scale`), so the next layer waits on `exp_down`; like
     `o_per_head`, the low bits of h may then differ from run to run.
+
+    `split_k=True` (`linear_tile="mma"`) splits the K of the `o` and
+    `down` tiles into parts that add into h atomically
+    (`kernel.tiles.mma_split`); the low bits of h may then differ from run
+    to run too.
 
     `norm_in_linear` (with `fuse_norms`, `et.linear` tiles only; True for
     the qkv, mlp and LM-head tiles and a model's router, or a list of "qkv",

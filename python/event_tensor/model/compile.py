@@ -200,7 +200,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
                   jobs: int | None = None, min_batch: int = 1, qk_heads: int | None = None,
                   gated_mlp: bool = True, qkv_by_matrix: bool | None = None, o_per_head: bool | None = None,
                   norm_in_linear: bool | list | None = None, norm_scratch: str | None = None,
-                  expert_combine: bool | None = None, **options) -> Path:
+                  expert_combine: bool | None = None, split_k: bool | None = None, **options) -> Path:
     """Returns the artifact directory (`out_dir` when given, else the
     compile cache's). `options` go to `event_tensor.compile` (for example
     `threads_per_worker` (on cuda by default `model_threads`), `profile`,
@@ -224,7 +224,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     The kernel's build choices (`layered`, `tp`, `linear_tile`,
     `gated_mlp`, `qkv_by_matrix`, `o_per_head`, `norm_in_linear`,
     `norm_scratch`, `fuse_norms`, `qk_heads`, `scratch_rows`,
-    `expert_combine`) make one
+    `expert_combine`, `split_k`) make one
     `model.options.KernelOptions`, checked once and recorded in model.json;
     those left None take the defaults of the target and of each kernel's
     max_batch (`KernelOptions.resolve`).
@@ -277,7 +277,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     experts: None (the default) lets each `exp_down` tile add its share
     into the residual stream atomically on cuda (no `combine` task:
     `build_decode_kernel`), and keeps the `combine` task elsewhere; pass
-    True for logits that repeat.
+    True for logits that repeat. `split_k=True` splits the K of the
+    tensor-core tiles of `o` and `down` over tiles that add into the
+    residual stream atomically (`model.kernel.tiles.mma_split`; one
+    device); None (the default) keeps whole K.
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all, or a list of "qkv",
@@ -309,7 +312,7 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     kernel = KernelOptions(layered=layered, tp=tp, linear_tile=linear_tile, gated_mlp=gated_mlp,
                            qkv_by_matrix=qkv_by_matrix, o_per_head=o_per_head, norm_in_linear=norm_in_linear,
                            norm_scratch=norm_scratch, fuse_norms=fuse_norms, qk_heads=qk_heads,
-                           scratch_rows=scratch_rows, expert_combine=expert_combine)
+                           scratch_rows=scratch_rows, expert_combine=expert_combine, split_k=split_k)
     if kernel.linear_tile == "auto" and max_batch < mma_from_batch(config) and not specialize:
         kernel = replace(kernel, linear_tile="rows")  # nothing to choose between
     variants = bool(specialize) or batch_variants or kernel.linear_tile == "auto"

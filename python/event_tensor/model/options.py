@@ -80,6 +80,12 @@ class KernelOptions:
     #: `exp_down` tile adds its share, times the router's weight, into h
     #: with atomic adds (one phase fewer per layer).
     expert_combine: bool | None = None
+    #: The tensor-core tiles of the layers that add into h (`o`, `down`)
+    #: split K over several tiles whose partial sums meet in h through
+    #: atomic adds (`kernel.tiles.mma_split`; one device only, whose `o`
+    #: and `down` add into h); False keeps one tile per block of h, whose
+    #: sums keep their bits from run to run.
+    split_k: bool | None = None
 
     def __post_init__(self):
         # A choice that the tile kind rules out is checked once the kind is
@@ -102,6 +108,10 @@ class KernelOptions:
             raise ValueError("o_per_head needs tp 1 and linear_tile 'rows'")
         if self.expert_combine is not None and not isinstance(self.expert_combine, bool):
             raise ValueError(f"expert_combine must be a bool or None, got {self.expert_combine!r}")
+        if self.split_k is not None and not isinstance(self.split_k, bool):
+            raise ValueError(f"split_k must be a bool or None, got {self.split_k!r}")
+        if self.split_k and (self.linear_tile == "rows" or self.tp != 1):
+            raise ValueError("split_k needs linear_tile 'mma' (or 'auto') and tp 1")
         norm_in_linear = self.norm_in_linear
         if isinstance(norm_in_linear, list):
             norm_in_linear = tuple(norm_in_linear)
@@ -129,7 +139,7 @@ class KernelOptions:
         """Whether every choice that `resolve` makes is made (what
         `build_decode_kernel` needs)."""
         return None not in (self.layered, self.o_per_head, self.norm_in_linear, self.norm_scratch,
-                            self.fuse_norms, self.expert_combine) and \
+                            self.fuse_norms, self.expert_combine, self.split_k) and \
             self.linear_tile != "auto"
 
     def check(self, num_kv_heads: int) -> None:
@@ -165,6 +175,7 @@ class KernelOptions:
           its share into h atomically (Qwen3-30B-A3B one-row kernel on the
           H100: 2.5-6% faster; docs/experiments/2026-12-06-moe-phases.md),
           on for the host, whose results keep their bits from run to run;
+        - `split_k`: off (whole K in every tensor-core tile);
         - `fuse_norms`: for `et.linear` tiles; the tensor-core tiles take
           a norm task of a tile per row instead, on one device or several
           (every one of their tiles normalized all the rows it multiplies:
@@ -181,7 +192,8 @@ class KernelOptions:
         o_per_head = target == "cuda" and self.tp == 1 and rows and not wide_one_row(config, max_batch)
         chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=o_per_head,
                       norm_in_linear=norm_in_linear, norm_scratch="shared" if one_row else "global",
-                      expert_combine=target != "cuda")
+                      expert_combine=target != "cuda",
+                      split_k=False)
         return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})
 
     def to_dict(self) -> dict[str, Any]:

@@ -1677,3 +1677,14 @@ et.kernel @huge_alloca(%x: memref<4xbf16>) {
     %m = memref.alloca() : memref<4611686018427387904x512xbf16>
   }
 }
+
+// -----
+
+et.kernel @matmul_atomic_without_accumulate(%x: memref<?x64xbf16>, %w: memref<32x64xbf16>, %y: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  et.task @t tiles(%i) in (%c1) {
+    // expected-error @+1 {{atomic needs accumulate (it makes the adds into y atomic)}}
+    et.matmul %x, %w, %y at(%c0, %c0) tile [16, 16, 16] atomic : memref<?x64xbf16>, memref<32x64xbf16>, memref<?x32xf32>
+  }
+}

@@ -141,8 +141,12 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
 
     With `k(%k0, %k1)` the sum only runs over `k` in `[k0, min(k1, K))`
     (split-K: several tiles each take a part of K, and their partial blocks
-    are summed by another task); `k0` and `k1` are multiples of 8 (checked
-    when constant), and an empty range gives zeros.
+    are summed by another task, or meet in `y` with `accumulate atomic`);
+    `k0` and `k1` are multiples of 8 (checked when constant), and an empty
+    range gives zeros. With `accumulate atomic` each add into `y` is an
+    atomic f32 add, so tiles that share a block of `y` (the parts of a
+    split K) may add into it at once; the adds land in the order the
+    hardware takes them, so the low bits of `y` may differ from run to run.
 
     With `gated(%up)` (an `N x K` weight like `w`), the tile is the gated
     MLP's first half: `BN / 2` output columns `n` in `[n0, n0 + BN / 2)`,
@@ -199,6 +203,10 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
     // a decode step's 16 rows of w for up to 16 tokens, added into h
     et.matmul %xn, %wd, %h at(%c0, %n0) tile [16, 16, 32] registers accumulate
         : memref<?x8192xbf16>, memref<2048x8192xbf16>, memref<?x2048xf32>
+    // a quarter of K of a 64 x 64 block, added into h at once with the
+    // other three quarters' tiles
+    et.matmul %act, %wd, %h at(%c0, %n0) k(%k0, %k1) tile [64, 64, 128] stages 4 accumulate atomic
+        : memref<?x8192xbf16>, memref<2048x8192xbf16>, memref<?x2048xf32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [2]>, "", [MemRead]>:$x,
@@ -209,11 +217,12 @@ def ET_MatmulOp : ET_Op<"matmul", [AttrSizedOperandSegments,
                        DenseI64ArrayAttr:$tile,
                        DefaultValuedAttr<I64Attr, "3">:$stages,
                        UnitAttr:$registers,
-                       UnitAttr:$accumulate);
+                       UnitAttr:$accumulate,
+                       UnitAttr:$atomic);
   let assemblyFormat = [{
     $x `,` $w `,` $y `at` `(` $m0 `,` $n0 `)` (`k` `(` $k_range^ `)`)? (`gated` `(` $up^ `:` type($up) `)`)?
     `tile` $tile (`stages` $stages^)? (`registers` $registers^)? (`accumulate` $accumulate^)?
-    attr-dict `:` type($x) `,` type($w) `,` type($y)
+    (`atomic` $atomic^)? attr-dict `:` type($x) `,` type($w) `,` type($y)
   }];
   let hasVerifier = 1;
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...dialects import arith, et, memref
 from ...ir import DenseI64ArrayAttr, Location, MemRefType, StridedLayoutAttr
-from .tiles import MMA_STAGES, mma_block, mma_k_block, mma_m_block, mma_registers
+from .tiles import MMA_STAGES, mma_block, mma_k_block, mma_m_block, mma_registers, mma_split
 from .views import DYN, layer_view, shared
 
 __all__ = ["linear_body", "norm_input", "normalized", "through_norm"]
@@ -20,15 +20,28 @@ def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
     """A linear-layer tile body `body(layer, tile)` with its tile
     count, bytes and flops; `weight` is a stacked weight's name,
     or a function of the layer giving the N x K weight; `rows`
-    per tile, else rows_for(n, k) (mma_block with `mma`)."""
+    per tile, else rows_for(n, k) (mma_block with `mma`). With `mma`,
+    `accumulate` and the kernel's `split_k`, tile t takes part t % parts
+    of K of its block of rows (`mma_split`), added into y atomically."""
     A, const, mma = ctx.A, ctx.const, ctx.mma
+    parts = 1
+    if mma and accumulate and ctx.options.split_k and rows is None:
+        rows, parts = mma_split(n, k, mma_m_block(ctx.B), ctx.layout.workers)
     rows = rows or (mma_block(n, ctx.layout.workers) if mma else ctx.rows_for(n, k))
     w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
 
     def body(l, t, x_in=None, norm=None):
-        r0 = arith.MulIOp(t, const(rows)).result
         out = ctx.collapse(y3, n) if y3 is not None else y
         xv = x_in if x_in is not None else (x() if callable(x) else x)
+        if parts > 1:
+            block, part = arith.DivUIOp(t, const(parts)).result, arith.RemUIOp(t, const(parts)).result
+            k0 = arith.MulIOp(part, const(k // parts)).result
+            et.matmul(xv, w(l), out, const(0), arith.MulIOp(block, const(rows)).result,
+                      [k0, arith.AddIOp(k0, const(k // parts)).result],
+                      DenseI64ArrayAttr.get([mma_m_block(ctx.B), rows, mma_k_block(k // parts)]),
+                      stages=MMA_STAGES, accumulate=True, atomic=True)
+            return
+        r0 = arith.MulIOp(t, const(rows)).result
         if mma:
             bm = mma_m_block(ctx.B)
             registers = mma_registers(bm, rows)  # BK 32 and no ring stages, else the ring's
@@ -38,7 +51,7 @@ def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
                       accumulate=True if accumulate else None)
         else:
             et.linear(xv, w(l), out, r0, const(rows), accumulate=accumulate, **(norm or {}))
-    return body, -(-n // rows), rows * k * 2, 2 * rows * k
+    return body, -(-n // rows) * parts, rows * k * 2 // parts, 2 * rows * k // parts
 
 
 def normalized(ctx, norm_w, t):

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from ..config import ModelConfig, tp_config
 
-__all__ = ["MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block", "mma_m_block",
-           "mma_registers",
+__all__ = ["MMA_SPLITS", "MMA_STAGES", "MMA_TILE_COST_ROWS", "QK_TILE_WARPS", "mma_block", "mma_k_block",
+           "mma_m_block", "mma_registers", "mma_split",
            "mma_scratch_tiles",
            "norm_scratch_rows", "rows_per_tile", "scratch_tiles", "sum_block"]
 
@@ -47,6 +47,34 @@ def mma_block(n: int, workers: int) -> int:
         if best is None or cost < best[0]:
             best = (cost, bn)
     return best[1]
+
+
+#: The parts K may be split into by `mma_split`.
+MMA_SPLITS = (1, 2, 4, 8)
+
+
+def mma_split(n: int, k: int, bm: int, workers: int) -> tuple[int, int]:
+    """(BN, parts) of the et.matmul tiles of an N x K linear layer that adds
+    into the residual stream (`o`, `down`) with `split_k`: each tile takes
+    BN rows of w and 1/parts of K, and the parts meet in h through atomic
+    adds. A tile reads its BM rows of x over its part of K as well as its
+    rows of w (x from L2, w from memory): at 64 rows of x and 16 of w, four
+    bytes of x come in for each byte of w. Of BN in 64, 32, 16 and the
+    parts in MMA_SPLITS that divide K into whole 128-column slices, the one
+    with the least work per worker, ceil(tiles / workers) x ((BM + BN) x K
+    / parts + MMA_TILE_COST_ROWS x 2048) (a tile's fixed cost as that many
+    rows of a 2048-column part), the fewest parts and then the largest BN
+    on a tie."""
+    best = None
+    for parts in MMA_SPLITS:
+        if parts > 1 and k % (128 * parts):
+            continue
+        for bn in (64, 32, 16):
+            tiles = -(-n // bn) * parts
+            cost = -(-tiles // workers) * ((bm + bn) * k // parts + MMA_TILE_COST_ROWS * 2048)
+            if best is None or cost < best[0]:
+                best = (cost, bn, parts)
+    return best[1], best[2]
 
 
 def mma_registers(bm: int, bn: int) -> bool:
