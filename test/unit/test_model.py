@@ -1065,6 +1065,12 @@ def test_split_k_tiles_add_their_parts_atomically(tmp_path):
     for bad in (dict(), dict(linear_tile="mma", tp=2)):
         with pytest.raises(ValueError, match=r"split_k needs linear_tile 'mma' \(or 'auto'\) and tp 1"):
             model.KernelOptions(split_k=True, **bad)
+    # With "auto" the tensor-core variants split, the row-tile variant has nothing to split.
+    out = model.compile_model(config, target="cpu", max_batch=24, max_context=32, workers=3, linear_tile="auto",
+                              split_k=True, out_dir=tmp_path / "auto", cache_dir=tmp_path)
+    variants = json.loads((out / "variants.json").read_text())["variants"]
+    assert {v["linear_tile"]: json.loads((out / v["dir"] / "model.json").read_text())["split_k"]
+            for v in variants} == {"rows": False, "mma": True}
 
 
 def test_prefill_last_layer_runs_the_last_row_alone(tmp_path):

@@ -734,7 +734,9 @@ def _compile_shape_variants(config: ModelConfig, kernel: KernelOptions, *, max_b
                                       split_len=kwargs.get("split_len"))
         for context in buckets:
             name = f"batch{lo}-{hi}-context{context}-{tile}"
-            jobs_args.append(dict(kernel=replace(kernel, linear_tile=tile), max_batch=hi, min_batch=lo,
+            # (split_k is a choice of the tensor-core tiles: a row-tile variant of "auto" has none.)
+            variant_kernel = replace(kernel, linear_tile=tile, split_k=kernel.split_k if tile == "mma" else None)
+            jobs_args.append(dict(kernel=variant_kernel, max_batch=hi, min_batch=lo,
                                   max_context=context, cache_batch=max_batch, cache_context=max_context,
                                   out_dir=out / name, workers=workers, tuning_table=table, **kwargs))
             variants.append({"min_batch": lo, "max_batch": hi, "max_context": context, "dir": name,
