@@ -42,7 +42,7 @@ import torch
 
 from event_tensor import runtime
 from event_tensor.model import DecodeSession, ModelConfig
-from gpu_timing import (copy_bandwidth, launch_seconds, median_seconds, random_model_weights,
+from gpu_timing import (copy_bandwidth, kv_bytes, launch_seconds, median_seconds, random_model_weights,
                         random_packed_weights, save_trace, to_numpy_bf16)
 
 
@@ -73,10 +73,6 @@ def time_peer(config, weights, batch: int, context: int, compiled: bool, iters: 
     del peer
     torch.cuda.empty_cache()
     return {"seconds": float(np.median(times)), "warmup_s": warm_s, "setup_s": setup_s}
-
-
-def kv_bytes(config: ModelConfig, batch: int, context: int) -> int:
-    return 2 * config.num_layers * batch * context * config.num_kv_heads * config.head_dim * 2
 
 
 def main():

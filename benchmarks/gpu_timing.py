@@ -48,6 +48,12 @@ def copy_bandwidth(elements=1 << 29):
     return 2 * src.numel() * src.element_size() / seconds
 
 
+def kv_bytes(config, batch: int, context: int) -> int:
+    """The KV-cache bytes a decode step of `batch` rows reads at `context`
+    positions each (K and V, bf16, every layer)."""
+    return 2 * config.num_layers * batch * context * config.num_kv_heads * config.head_dim * 2
+
+
 def random_model_weights(config, seed):
     """Random bf16 weights of a model config on the GPU, under Hugging Face
     names: matrices normal with std 1/sqrt(fan-in), norms around 1 (the

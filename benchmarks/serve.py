@@ -16,7 +16,10 @@ weights, token-id prompts, wall clock on the host.
    when the last one ended, --requests in all; prompt lengths drawn from
    64..--max-prompt, outputs from 64..--max-new (a chat-like mix): time to
    first token and time per output token (p50, p99) and output tokens per
-   second, through the engine.
+   second, through the engine; and its decode steps against the hardware
+   (the engine's `DecodeStats`): the step as served (launch wall clock
+   over steps), the mean rows and cache positions a step read, and the
+   floor of those bytes (weights + KV) over the copy bandwidth.
 3. the peer, transformers + torch.compile(reduce-overhead) with a static
    cache, in the same process: static batches (--peer-batches) of
    --prompt / --new, time to first token (the prefill), time per output
@@ -40,7 +43,7 @@ import torch
 
 from event_tensor.model import DecodeSession, ModelConfig
 from event_tensor.serving import Engine, SamplingParams
-from gpu_timing import copy_bandwidth, random_model_weights, to_numpy_bf16
+from gpu_timing import copy_bandwidth, kv_bytes, random_model_weights, to_numpy_bf16
 
 
 def run_one(engine, prompt, new, t0=None):
@@ -214,6 +217,7 @@ def main():
                 watcher = threading.Thread(target=watch) if pool is not None else None
                 if watcher:
                     watcher.start()
+                before = engine.decode.to_dict()
                 start = time.perf_counter()
                 clients = [threading.Thread(target=client) for _ in range(c)]
                 for t in clients:
@@ -230,6 +234,15 @@ def main():
                        "tpot_p50_ms": 1e3 * percentile([r[1] for r in out], 50),
                        "tpot_p99_ms": 1e3 * percentile([r[1] for r in out], 99),
                        "output_tokens_per_s": sum(r[2] for r in out) / wall}
+                run = {k: v - before[k] for k, v in engine.decode.to_dict().items()}
+                if run["steps"]:
+                    rows, context = run["row_steps"] / run["steps"], run["kv_positions"] / run["row_steps"]
+                    floor = (config.weight_bytes() + kv_bytes(config, 1, 1) * run["kv_positions"] / run["steps"]) \
+                        / bandwidth
+                    step = run["seconds"] / run["steps"]
+                    row.update({"decode_steps": run["steps"], "step_ms": 1e3 * step, "step_rows": rows,
+                                "step_context": context, "step_floor_ms": 1e3 * floor,
+                                "step_fraction_of_floor": floor / step})
                 if pool is not None:
                     row["kv_pages_most"] = most[0]
                 print(json.dumps(row), flush=True)

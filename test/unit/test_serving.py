@@ -164,6 +164,22 @@ def test_engine_batches_requests_as_if_each_ran_alone(served, monkeypatch):
     assert engine.busy == 0
 
 
+def test_engine_counts_its_decode_steps(served):
+    """DecodeStats: a request of 7 new tokens after a 5-token prompt runs 7
+    decode steps of one row (the first feeds the prompt's last token: the
+    prefill fed the others), which attend over 5 + 6 + ... + 11 cache
+    positions; /health reports them."""
+    engine = served.engine
+    while engine.busy:
+        time.sleep(0.01)
+    before = engine.decode.to_dict()
+    tokens, _ = _collect(engine, [3, 1, 4, 1, 5], SamplingParams(max_tokens=7, ignore_eos=True))()
+    run = {k: v - before[k] for k, v in engine.decode.to_dict().items()}
+    assert len(tokens) == 7
+    assert (run["steps"], run["row_steps"], run["kv_positions"]) == (7, 7, sum(range(5, 12)))
+    assert run["launches"] >= 1 and run["seconds"] > 0
+
+
 def _run_alone(served, fn):
     """Runs `fn` on the session while the engine is idle (the engine's thread
     owns the session; it waits for work while idle)."""
@@ -372,7 +388,9 @@ def test_http_errors(served, server):
     assert r.status_code == 400 and "role" in r.json()["error"]["message"]
     r = httpx.post(server + "/v1/completions", json={"model": "tiny", "prompt": "x", "temperature": -1})
     assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
-    assert httpx.get(server + "/health").json()["status"] == "ok"
+    health = httpx.get(server + "/health").json()
+    assert health["status"] == "ok" and set(health["decode"]) == {"launches", "steps", "row_steps", "kv_positions",
+                                                                   "seconds"}
 
 
 def test_client_that_disconnects_frees_its_slot(served, server, monkeypatch):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -127,6 +128,7 @@ class Engine:
         self._free = list(range(session.max_batch))
         self._closed = False
         self.launches = 0
+        self.decode = DecodeStats()
         # Requests ended, by finish reason.
         self.finished = {"stop": 0, "length": 0, "abort": 0, "error": 0}
         self._thread = threading.Thread(target=self._loop, name="event-tensor-engine", daemon=True)
@@ -304,6 +306,7 @@ class Engine:
             req.tokens += tokens
             if not req.cancelled:
                 self._emit(req, tokens, None)
+        start = time.perf_counter()
         try:
             sampling = {k: np.concatenate([r.sampling[k] for r in rows]) for k in rows[0].sampling}
             out = self.session.decode_launch([r.slot for r in rows], last, positions, remaining, stops, steps,
@@ -315,6 +318,7 @@ class Engine:
                     self._finish(req, "error", f"decode launch failed: {err}")
             return
         self.launches += 1
+        self.decode.add(positions, max(len(new) for new, _ in out), time.perf_counter() - start)
         for req, (_, code) in zip(rows, out):
             if code:
                 with self._cv:
@@ -335,6 +339,35 @@ class Engine:
     def _fits(self, req: Request) -> bool:
         pool = self.session.kv_pages
         return pool is None or pool.needed(self._free[0], _positions(len(req.prompt), req.max_tokens)) <= pool.free
+
+
+class DecodeStats:
+    """What the engine's decode launches did, for reading a serving run
+    against the hardware: `steps` (a launch runs as many as its longest
+    row made tokens), `row_steps` (rows x steps: every row of a launch
+    runs each step), `kv_positions` (the cache positions those row-steps
+    attended over) and `seconds` (wall clock of the launches, tokens
+    handed out included). So `seconds / steps` is the step as served, and
+    `row_steps / steps` and `kv_positions / steps` give what a step read
+    beside the weights."""
+
+    def __init__(self):
+        self.launches = self.steps = self.row_steps = self.kv_positions = 0
+        self.seconds = 0.0
+
+    def add(self, positions, steps: int, seconds: float) -> None:
+        """A launch of rows fed at `positions` that ran `steps` steps."""
+        rows = len(positions)
+        self.launches += 1
+        self.steps += steps
+        self.row_steps += rows * steps
+        # Step s of row b attends over positions 0 .. positions[b] + s.
+        self.kv_positions += steps * int(np.sum(positions)) + rows * steps * (steps + 1) // 2
+        self.seconds += seconds
+
+    def to_dict(self) -> dict:
+        return {"launches": self.launches, "steps": self.steps, "row_steps": self.row_steps,
+                "kv_positions": self.kv_positions, "seconds": self.seconds}
 
 
 def _positions(prompt: int, max_tokens: int) -> int:

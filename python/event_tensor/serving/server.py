@@ -187,7 +187,7 @@ def create_app(served):
     async def health():
         engine = served.engine
         return {"status": "ok", "model": served.name, "requests": engine.busy, "launches": engine.launches,
-                "finished": dict(engine.finished)}
+                "finished": dict(engine.finished), "decode": engine.decode.to_dict()}
 
     @app.get("/v1/models")
     async def models():
