@@ -734,46 +734,37 @@ def gemm(out: Path, workers: int, cache: Path, kernels: bool = True) -> None:
         art = et.compile(gemm_kernel(k, n, tile=(128, 256, 64), stages=4, out="bf16"), target="cuda",
                          workers=workers, mode="static", threads_per_worker=256, profile=True, cache_dir=cache)
         _copy_artifact(art, out / f"profiled-{n}x{k}")
+    def case(index, art, seed, m, k, n, accumulate, **fields):
+        """Numerics case `index`: the kernel, random x, w (and y0 with
+        `accumulate`) and their float64 result, with `fields` for the runner."""
+        where = out / f"numerics{index}"
+        _copy_artifact(art, where)
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
+        y0 = rng.standard_normal((m, n)).astype(np.float32) if accumulate else np.zeros((m, n), np.float32)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
+        np.savez(where / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref,
+                 accumulate=accumulate, **fields)
+
     for i, (m, k, n, tile, stages, threads, dtype, acc, mma) in enumerate(GEMM_NUMERICS):
         registers = mma == "registers"
         art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc, registers=registers),
                          target="cuda", workers=workers, mode="static", threads_per_worker=threads,
                          tile_mma="sync" if registers else mma, cache_dir=cache)
-        _copy_artifact(art, out / f"numerics{i}")
-        rng = np.random.default_rng(i)
-        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
-        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
-        y0 = rng.standard_normal((m, n)).astype(np.float32) if acc else np.zeros((m, n), np.float32)
-        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
-        np.savez(out / f"numerics{i}" / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref,
-                 out=dtype, accumulate=acc, mma=mma)
+        case(i, art, i, m, k, n, acc, out=dtype, mma=mma)
+    first = len(GEMM_NUMERICS)
     for i, (m, k, n, tile, stages, threads, dtype, acc, mma, split) in enumerate(GEMM_NUMERICS_SPLIT):
         art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, out=dtype, accumulate=acc, split_k=split),
                          target="cuda", workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
                          cache_dir=cache)
-        case = out / f"numerics{len(GEMM_NUMERICS) + i}"
-        _copy_artifact(art, case)
-        rng = np.random.default_rng(100 + i)
-        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
-        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
-        y0 = rng.standard_normal((m, n)).astype(np.float32) if acc else np.zeros((m, n), np.float32)
-        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
-        np.savez(case / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref, out=dtype,
-                 accumulate=acc, mma=mma, split_k=split)
-    first = len(GEMM_NUMERICS) + len(GEMM_NUMERICS_SPLIT)
+        case(first + i, art, 100 + i, m, k, n, acc, out=dtype, mma=mma, split_k=split)
+    first += len(GEMM_NUMERICS_SPLIT)
     for i, (m, k, n, tile, stages, threads, mma, split) in enumerate(GEMM_NUMERICS_ATOMIC):
         art = et.compile(gemm_kernel(k, n, tile=tile, stages=stages, accumulate=True, split_k=split, atomic=True),
                          target="cuda", workers=workers, mode="static", threads_per_worker=threads, tile_mma=mma,
                          cache_dir=cache)
-        case = out / f"numerics{first + i}"
-        _copy_artifact(art, case)
-        rng = np.random.default_rng(200 + i)
-        x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
-        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
-        y0 = rng.standard_normal((m, n)).astype(np.float32)
-        ref = x.astype(np.float64) @ w.astype(np.float64).T + y0
-        np.savez(case / "case.npz", x=x.view(np.uint16), w=w.view(np.uint16), y0=y0, ref=ref, out="f32",
-                 accumulate=True, mma=mma, split_k=split, atomic=True)
+        case(first + i, art, 200 + i, m, k, n, True, out="f32", mma=mma, split_k=split, atomic=True)
     count = first + len(GEMM_NUMERICS_ATOMIC)
     (out / "gemm.json").write_text(json.dumps({"shapes": shapes, "configs": GEMM_CONFIGS, "numerics": count,
                                                "profiled": profiled}))
