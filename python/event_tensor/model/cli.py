@@ -335,7 +335,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                             linear_tile=shape["linear_tile"], specialize=shape["specialize"],
                             o_per_head=False if args.deterministic else None,
                             expert_combine=True if args.deterministic else None,
-                            prefill_rows=prefill_rows,
+                            split_k=False if args.deterministic else None, prefill_rows=prefill_rows,
                             tp=args.tp, **cuda)
     except (ValueError, EventTensorCompileError) as err:  # TableError is a ValueError
         return _err(str(err))
@@ -616,7 +616,8 @@ def add_commands(sub) -> None:
                    help="cuda: logits that repeat bit for bit from run to run (each output row of the attention "
                    "projection summed by one tile, with a merge task before it, instead of the query heads' "
                    "shares added atomically; 1-6%% slower; with experts, a combine task adds their outputs in "
-                   "the router's order). Kernels for cpu always repeat")
+                   "the router's order; tensor-core tiles of o and down take whole K instead of parts added "
+                   "atomically). Kernels for cpu always repeat")
     p.set_defaults(func=cmd_compile)
 
     def artifact_args(p):

@@ -79,8 +79,14 @@ MODEL_STAGE_BYTES = 69632
 # 128 per KV head) on the H100: 4.45-4.50 ms per step against 5.33 ms at
 # batch 1 (docs/experiments/2026-11-28-qwen3-moe.md). Narrower groups keep
 # the CUDA cores (the tensor-core tile did not help Llama-3.2-1B or
-# Qwen3-0.6B in the model: docs/experiments/2026-11-26-attention-tensor-cores.md).
+# Qwen3-0.6B in the model: docs/experiments/2026-11-26-attention-tensor-cores.md),
+# except kernels of more than MODEL_KV_MMA_ABOVE_BATCH rows, whose attention
+# tiles stream far more KV rows than a warp's registers keep in flight: the
+# 64-row Llama-3.2-1B kernel (split K) on the H100 took 3.54-3.57 ms at
+# batch 64 against 3.74-3.76 with the CUDA cores, the same at batch 32
+# (docs/experiments/2026-12-06-split-k.md).
 MODEL_KV_MMA_MIN_GROUP = 8
+MODEL_KV_MMA_ABOVE_BATCH = 32
 MODEL_KV_MMA_BYTES = 98304
 MODEL_STAGE_TASKS = ("mlp", "down")
 
@@ -277,10 +283,10 @@ def compile_model(config: ModelConfig, *, target: str = "cpu", max_batch: int = 
     experts: None (the default) lets each `exp_down` tile add its share
     into the residual stream atomically on cuda (no `combine` task:
     `build_decode_kernel`), and keeps the `combine` task elsewhere; pass
-    True for logits that repeat. `split_k=True` splits the K of the
-    tensor-core tiles of `o` and `down` over tiles that add into the
-    residual stream atomically (`model.kernel.tiles.mma_split`; one
-    device); None (the default) keeps whole K.
+    True for logits that repeat. `split_k` likewise for the tensor-core
+    tiles of `o` and `down`: None (the default) splits their K over tiles
+    that add into the residual stream atomically on one cuda device
+    (`model.kernel.tiles.mma_split`); pass False for logits that repeat.
 
     `norm_in_linear` folds the fused norms into the `et.linear` ops that
     read them (`et.linear ... norm`; True for all, or a list of "qkv",
@@ -349,7 +355,7 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
     options.setdefault("threads_per_worker", model_threads(config, max_batch))
     options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
     options.setdefault("opt_level", MODEL_OPT_LEVEL)
-    if config.group_size >= MODEL_KV_MMA_MIN_GROUP:
+    if config.group_size >= MODEL_KV_MMA_MIN_GROUP or max_batch > MODEL_KV_MMA_ABOVE_BATCH:
         options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BYTES)
     if max_batch != 1:
         return

@@ -175,7 +175,12 @@ class KernelOptions:
           its share into h atomically (Qwen3-30B-A3B one-row kernel on the
           H100: 2.5-6% faster; docs/experiments/2026-12-06-moe-phases.md),
           on for the host, whose results keep their bits from run to run;
-        - `split_k`: off (whole K in every tensor-core tile);
+        - `split_k`: for the tensor-core tiles of one cuda device
+          (Llama-3.2-1B on the H100: the 16-row kernel 6-8% faster at
+          batches 1-16, the 64-row kernel 9-13% at 32 and 64; Llama-3.1-8B's
+          64-row kernel 6-7% with the tensor-core attention;
+          docs/experiments/2026-12-06-split-k.md); the host's kernels keep
+          whole K, whose results keep their bits from run to run;
         - `fuse_norms`: for `et.linear` tiles; the tensor-core tiles take
           a norm task of a tile per row instead, on one device or several
           (every one of their tiles normalized all the rows it multiplies:
@@ -193,7 +198,7 @@ class KernelOptions:
         chosen = dict(fuse_norms=fuse, layered=mode != "dynamic", o_per_head=o_per_head,
                       norm_in_linear=norm_in_linear, norm_scratch="shared" if one_row else "global",
                       expert_combine=target != "cuda",
-                      split_k=False)
+                      split_k=target == "cuda" and self.tp == 1 and self.linear_tile == "mma")
         return replace(self, **{k: v for k, v in chosen.items() if getattr(self, k) is None})
 
     def to_dict(self) -> dict[str, Any]:
