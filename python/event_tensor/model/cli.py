@@ -71,26 +71,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    """An argparse type: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+def _float_type(ok, expected: str):
+    """An argparse type: a number for which `ok(value)` holds (text that is
+    no number fails it), else an error saying `expected`."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _fraction(text: str) -> float:
-    """An argparse type: a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return value
+#: argparse types: a finite number above 0; a number in (0, 1].
+_positive_float = _float_type(lambda v: 0 < v < float("inf"), "a positive number")
+_fraction = _float_type(lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 #: The largest relative logit error against the numpy reference that `demo`

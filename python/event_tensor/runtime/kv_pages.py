@@ -45,15 +45,26 @@ def memory_info(device: str, index: int = 0) -> tuple[int, int]:
 
         size = os.sysconf("SC_PAGE_SIZE")
         return os.sysconf("SC_AVPHYS_PAGES") * size, os.sysconf("SC_PHYS_PAGES") * size
+    from .cuda import _check
+
+    d, dev, context = _primary_context(index)
+    try:
+        _check(d.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        free, total = _check(d.cuMemGetInfo(), "cuMemGetInfo")
+    finally:
+        d.cuDevicePrimaryCtxRelease(dev)
+    return int(free), int(total)
+
+
+def _primary_context(index: int):
+    """(driver, device, its primary context retained) of CUDA device
+    `index`; the caller releases it (cuDevicePrimaryCtxRelease)."""
     from .cuda import _check, _driver
 
     d = _driver()
     _check(d.cuInit(0), "cuInit")
-    context = _check(d.cuDevicePrimaryCtxRetain(_check(d.cuDeviceGet(index), "cuDeviceGet")),
-                     "cuDevicePrimaryCtxRetain")
-    _check(d.cuCtxSetCurrent(context), "cuCtxSetCurrent")
-    free, total = _check(d.cuMemGetInfo(), "cuMemGetInfo")
-    return int(free), int(total)
+    dev = _check(d.cuDeviceGet(index), "cuDeviceGet")
+    return d, dev, _check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
 
 
 def pool_bytes(fraction: float, free: int, total: int) -> int:
@@ -102,14 +113,11 @@ class DevicePages:
     address for the kernels."""
 
     def __init__(self, device: int, nbytes: int, page_bytes: int):
-        from .cuda import _check, _driver
+        from .cuda import _check
 
-        d = self._d = _driver()
+        self._d, self._dev, self._context = _primary_context(device)
+        d = self._d
         self._check, self.device = _check, device
-        _check(d.cuInit(0), "cuInit")
-        dev = _check(d.cuDeviceGet(device), "cuDeviceGet")
-        self._context = _check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-        self._dev = dev
         self._current()
         prop = d.CUmemAllocationProp()
         prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
