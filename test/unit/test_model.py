@@ -1024,6 +1024,38 @@ def test_tensor_core_kernels_take_up_to_64_rows(tmp_path):
                             cache_dir=tmp_path)
 
 
+def test_qkv_tensor_core_tiles_take_one_block_for_q_k_and_v():
+    """The qkv task's q, k and v tiles share the workers, so their BN is
+    chosen for the three together (kernel.tiles.mma_tiling): Llama-3.2-1B
+    at 16 and 64 rows takes 96 tiles of 32 rows of w, where q, k and v
+    chosen one by one took 16 rows each, 192 tiles for 132 workers."""
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+    from event_tensor.model.kernel.tiles import mma_block, mma_qkv_block
+
+    llama = model.preset("llama-3.2-1b")
+    for bm in (16, 64):
+        assert mma_block(2048, 2048, bm, 132) == 16 and mma_block(512, 2048, bm, 132) == 16
+        assert mma_qkv_block(llama, bm, 132) == 32
+    # Llama-3.1-8B: 96 tiles of 64 rows instead of 128 + 64 + 64.
+    assert mma_qkv_block(model.preset("llama-3.1-8b"), 64, 132) == 64
+    # The kernel: q (64 rows), k and v (32 rows each) of the tiny model in
+    # blocks of one BN, the task's tiles to match.
+    config = model.tiny_config("llama")
+    layout = kernel_layout(config, max_batch=24, max_context=32, workers=3, split_len=8)
+    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    bn = mma_qkv_block(config, 32, 3)
+    with Context():
+        text = str(build_decode_kernel(config, layout, model.KernelOptions(linear_tile="mma").resolve(
+            config, target="cpu", max_batch=24)))
+    task = text[text.index("et.task @qkv "):]
+    task = task[:task.index("et.task", 1)]
+    tiles = -(-q // bn) + 2 * -(-kv // bn)
+    assert task.startswith(f"et.task @qkv tiles(%arg48, %arg49) in (%c2, %c{tiles})"), task[:80]
+    matmuls = [line for line in task.splitlines() if "et.matmul" in line]
+    assert len(matmuls) == 3 and all(f"tile [32, {bn}, " in line for line in matmuls), matmuls
+
+
 def test_split_k_tiles_add_their_parts_atomically(tmp_path):
     """split_k: the tensor-core tiles of o and down take a part of K each
     (kernel.tiles.mma_split) and add it into h with `accumulate atomic`;
@@ -1743,14 +1775,17 @@ def test_cuda_threads_per_worker_default(tmp_path):
 @pytest.mark.parametrize("max_batch,registers", [(16, {"qkv"}), (64, set())])
 def test_tensor_core_tiles_of_16_rows_take_registers(max_batch, registers):
     """Decode et.matmul tiles of 16 rows of x and 16 of w take the
-    `registers` lowering (Llama-3.2-1B: q, k and v at up to 16 rows; o and
-    down split K in 64-row blocks of w, `split_k`); gate/up and the LM head
-    (64 rows of w) keep the ring of slices, and so does every tile of a
-    64-row kernel. The norms are tasks of a tile per row."""
+    `registers` lowering (Llama-3.2-1B with 16 query and 4 KV heads: q, k
+    and v, 1536 rows in all, take 96 tiles of 16 rows at up to 16 rows of
+    x; o and down split K in 64-row blocks of w, `split_k`); gate/up and the
+    LM head (64 rows of w) keep the ring of slices, and so does every tile
+    of a 64-row kernel. The norms are tasks of a tile per row."""
+    from dataclasses import replace
+
     from event_tensor.ir import Context
     from event_tensor.model.builder import build_decode_kernel, kernel_layout
 
-    config = model.preset("llama-3.2-1b")
+    config = replace(model.preset("llama-3.2-1b"), num_heads=16, num_kv_heads=4)
     layout = kernel_layout(config, max_batch=max_batch, max_context=1024, workers=132)
     with Context():
         options = model.KernelOptions(linear_tile="mma").resolve(config, target="cuda", max_batch=max_batch)

@@ -111,8 +111,8 @@ def build_decode_kernel(config: ModelConfig, layout: KernelLayout, options: Kern
     of 16 x BN rows of w (`mma.sync` tensor-core tiles, the batch padded to
     16 rows) instead of `et.linear`: a tile reads its weights once for all
     rows of the batch; its norms are tasks of their own by default. q, k
-    and v get tiles of their own in the `qkv` task; BN per layer from
-    `mma_block`.
+    and v get tiles of their own in the `qkv` task; BN per task from
+    `kernel.tiles.mma_tiling` (one BN for q, k and v, chosen together).
 
     With `gated_mlp` (the default), an `mlp` tile of `et.linear` rows
     computes its activation in one `et.linear ... gated(%wu)` (each warp's

@@ -11,7 +11,7 @@ from ...ir import InsertionPoint, IntegerType, Location, MemRefType
 from ..layout import MIN_SPLIT_LEN
 from .layers import LayerTask
 from .linear import linear_body, norm_input, normalized
-from .tiles import QK_TILE_WARPS
+from .tiles import QK_TILE_WARPS, mma_m_block, mma_qkv_block
 from .views import DYN, cache_view, layer_view, shared, strided, vec_view
 
 __all__ = ["Attention"]
@@ -43,14 +43,15 @@ class Attention:
         self.o_blocks = -(-H // self.o_head_rows)
         # The qkv tiles: q, k and v blocks as tiles of their own (tile t <
         # tq is a q block, then the k blocks, then the v blocks), or k and
-        # v rows riding in the q tiles.
-        qkv_rows = ctx.qkv_rows
-        by_matrix = ctx.qkv_by_matrix and not mma
-        self.q_lin = linear_body(ctx, "wq", Hq * D, H, ctx.normalized_rows, None, A["q"], rows=qkv_rows if by_matrix else None)
-        self.separate = mma or by_matrix
+        # v rows riding in the q tiles. Tensor-core tiles take one BN for
+        # the three, chosen together.
+        qkv_rows = mma_qkv_block(c, mma_m_block(ctx.B), lay.workers) if mma else ctx.qkv_rows
+        self.separate = mma or ctx.qkv_by_matrix
+        rows = qkv_rows if self.separate else None
+        self.q_lin = linear_body(ctx, "wq", Hq * D, H, ctx.normalized_rows, None, A["q"], rows=rows)
         if self.separate:
-            self.k_lin = linear_body(ctx, "wk", Hkv * D, H, ctx.normalized_rows, None, A["k"], rows=qkv_rows if by_matrix else None)
-            self.v_lin = linear_body(ctx, "wv", Hkv * D, H, ctx.normalized_rows, None, A["v"], rows=qkv_rows if by_matrix else None)
+            self.k_lin = linear_body(ctx, "wk", Hkv * D, H, ctx.normalized_rows, None, A["k"], rows=rows)
+            self.v_lin = linear_body(ctx, "wv", Hkv * D, H, ctx.normalized_rows, None, A["v"], rows=rows)
             self.qkv_tiles = self.q_lin[1] + self.k_lin[1] + self.v_lin[1]
         else:
             # K and V rows ride in the q tiles: one task, one tile per

@@ -26,7 +26,7 @@ def plan_scratch(ctx) -> tuple[int, int, bool]:
     global_xs = options.fuse_norms and options.norm_scratch == "global" and \
         not {"qkv", "mlp", "lm_head"} <= set(norm_in_linear)
     xs_rows = norm_scratch_rows(ctx.config, lay.workers, tp=options.tp, linear_tile=options.linear_tile,
-                                rows_for=rows_for) if global_xs else 1
+                                rows_for=rows_for, max_batch=lay.max_batch) if global_xs else 1
     # qkv tiles by matrix: the rows per tile of q, k and v together.
     qkv_total = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     qkv_rows = rows_for(qkv_total, c.hidden_size)

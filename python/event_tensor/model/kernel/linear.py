@@ -20,14 +20,14 @@ def linear_body(ctx, weight, n, k, x, y, y3=None, accumulate=False, rows=None):
     """A linear-layer tile body `body(layer, tile)` with its tile
     count, bytes and flops; `weight` is a stacked weight's name,
     or a function of the layer giving the N x K weight; `rows`
-    per tile, else rows_for(n, k) (mma_block with `mma`). With `mma`,
+    per tile, else rows_for(n, k) (`mma_block` with `mma`). With `mma`,
     `accumulate` and the kernel's `split_k`, tile t takes part t % parts
     of K of its block of rows (`mma_split`), added into y atomically."""
     A, const, mma = ctx.A, ctx.const, ctx.mma
     parts = 1
     if mma and accumulate and ctx.options.split_k and rows is None:
         rows, parts = mma_split(n, k, mma_m_block(ctx.B), ctx.layout.workers)
-    rows = rows or (mma_block(n, ctx.layout.workers) if mma else ctx.rows_for(n, k))
+    rows = rows or (mma_block(n, k, mma_m_block(ctx.B), ctx.layout.workers) if mma else ctx.rows_for(n, k))
     w = weight if callable(weight) else (lambda l: layer_view(A[weight], l, n, k))
 
     def body(l, t, x_in=None, norm=None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...dialects import arith, et
 from .layers import LayerTask
 from .linear import linear_body, norm_input
-from .tiles import mma_block
+from .tiles import mma_block, mma_m_block
 from .views import layer_view, vec_view
 
 __all__ = ["Mlp"]
@@ -27,7 +27,7 @@ class Mlp:
                                     accumulate=tp == 1)
         # Gate and up rows of one block and their activation in one tile:
         # the activation needs no phase of its own.
-        self.mlp_rows = mma_block(I, ctx.layout.workers) if ctx.mma else ctx.rows_for(I, H)
+        self.mlp_rows = mma_block(I, H, mma_m_block(ctx.B), ctx.layout.workers) if ctx.mma else ctx.rows_for(I, H)
         self.mlp_tiles = self.gate_lin[1]
 
     def tasks(self) -> list[LayerTask]:
