@@ -7,7 +7,8 @@ weights, token-id prompts, wall clock on the host.
    - `decode_loop`: `DecodeSession.generate` (one launch for every step),
      decode seconds / (new - 1): the decode-loop benchmark's figure;
    - `engine_<k>`: the serving `Engine` with k decode steps per launch:
-     time to first token from `submit`, time per output token from the
+     time to first token from `submit` (a new random prompt each run:
+     nothing cached to reuse), time per output token from the
      first token to the last (callbacks' arrival times);
    - `http_<k>`: the same through the OpenAI-compatible server (uvicorn in
      this process, a streamed /v1/completions over httpx), from the request
@@ -19,7 +20,11 @@ weights, token-id prompts, wall clock on the host.
    second, through the engine; and its decode steps against the hardware
    (the engine's `DecodeStats`): the step as served (launch wall clock
    over steps), the mean rows and cache positions a step read, and the
-   floor of those bytes (weights + KV) over the copy bandwidth.
+   floor of those bytes (weights + KV) over the copy bandwidth. With
+   --shared-prefix N every prompt starts with the same N tokens (a system
+   prompt; prompt lengths are drawn past it) and each concurrency runs
+   twice, the engine reusing cached prefixes and not (`reuse_prefixes`);
+   the rows record the prompt positions reused.
 3. the peer, transformers + torch.compile(reduce-overhead) with a static
    cache, in the same process: static batches (--peer-batches) of
    --prompt / --new, time to first token (the prefill), time per output
@@ -112,6 +117,9 @@ def main():
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--max-prompt", type=int, default=1024)
     parser.add_argument("--max-new", type=int, default=256)
+    parser.add_argument("--shared-prefix", type=int, default=0,
+                        help="the concurrency runs' prompts start with the same this many tokens; each runs with "
+                        "and without prefix reuse")
     parser.add_argument("--peer-batches", default="1,8",
                         help="transformers + torch.compile static batches of --prompt / --new ('' for none)")
     parser.add_argument("--check-batch", type=int, default=0,
@@ -163,7 +171,8 @@ def main():
     for k in [int(c) for c in args.chunks.split(",") if c]:
         engine = Engine(session, chunk=k)
         run_one(engine, prompt, 16)  # warm-up
-        runs = [run_one(engine, prompt, args.new) for _ in range(args.repeats)]
+        runs = [run_one(engine, rng.integers(0, config.vocab_size, args.prompt).tolist(), args.new)
+                for _ in range(args.repeats)]
         result[f"engine_{k}"] = {"ttft_ms": 1e3 * float(np.median([r[0] for r in runs])),
                                  "tpot_ms": 1e3 * float(np.median([r[1] for r in runs])),
                                  "tokens": runs[0][2]}
@@ -194,11 +203,18 @@ def main():
         print(json.dumps({key: result[key] for key in result if key.endswith(f"_{k}")}), flush=True)
         if k == args.mix_chunk:
             mix = []
-            for c in [int(x) for x in args.concurrency.split(",") if x]:
+            system = rng.integers(0, config.vocab_size, args.shared_prefix).tolist()
+            for c, reuse in [(int(x), r) for x in args.concurrency.split(",") if x
+                             for r in ([True, False] if args.shared_prefix else [True])]:
                 if c > session.max_batch:
                     continue
-                todo = [(rng.integers(0, config.vocab_size, int(rng.integers(64, args.max_prompt + 1))).tolist(),
-                         int(rng.integers(64, args.max_new + 1))) for _ in range(args.requests)]
+                if reuse:
+                    draws = [(system + rng.integers(0, config.vocab_size, int(rng.integers(
+                        64, max(args.max_prompt - len(system), 64) + 1))).tolist(),
+                        int(rng.integers(64, args.max_new + 1))) for _ in range(args.requests)]
+                todo = list(draws)
+                engine.reuse_prefixes = reuse
+                prompts_before = engine.prompts.to_dict()
                 lock, out = threading.Lock(), []
 
                 def client():
@@ -229,6 +245,9 @@ def main():
                 if watcher:
                     watcher.join()
                 row = {"concurrency": c, "requests": len(out), "wall_s": wall,
+                       "shared_prefix": len(system), "reuse_prefixes": reuse,
+                       "prompt_positions_reused": engine.prompts.reused - prompts_before["reused"],
+                       "prompt_positions": engine.prompts.positions - prompts_before["positions"],
                        "ttft_p50_ms": 1e3 * percentile([r[0] for r in out], 50),
                        "ttft_p99_ms": 1e3 * percentile([r[0] for r in out], 99),
                        "tpot_p50_ms": 1e3 * percentile([r[1] for r in out], 50),

@@ -3,7 +3,8 @@ the host: the pool's accounting (pages shared by neighbouring slots, the
 budget, nothing backed when a request does not fit), host pages handed
 back, a paged session decoding the same tokens as one with whole caches,
 a pool sized by a fraction of the memory, and the serving engine admitting
-requests by free pages."""
+requests by free pages, keeping a finished request's pages for the
+prompts that begin with its tokens until an admission needs them."""
 
 import mmap
 import time
@@ -54,6 +55,12 @@ def test_pool_accounting():
     pool.ensure(1, 10)
     assert k.live == {3, 4, 5, 6, 7} and pool.free == 1
     pool.ensure(1, 4)  # already backed
+    assert pool.reclaimable([1]) == 5 and pool.reclaimable([0]) == 0
+    pool.release(1, keep=2)  # bytes 1000..1199 stay: pages 3 and 4
+    assert k.live == v.live == {3, 4} and pool.backed(1) == 2
+    pool.ensure(0, 10)  # pages 0-3: page 3 shared again
+    assert pool.reclaimable([1]) == 1 and pool.reclaimable([0, 1]) == 5
+    pool.release(0)
     pool.release(1)
     assert k.live == v.live == set() and pool.free == 6
     with pytest.raises(ValueError, match="holds nothing"):
@@ -153,17 +160,10 @@ def test_engine_admits_by_free_pages(tiny):
     With a pool of 1 page, a request that needs 2 is refused at submit."""
     config, weights, path = tiny
     session = model.DecodeSession(path, weights, kv_memory=2 * 2 * PAGE, kv_page_bytes=PAGE)
-    engine = Engine(session, chunk=8)
+    engine = Engine(session, chunk=8, reuse_prefixes=False)
     try:
         def run(prompt, m):
-            out, done = [], []
-
-            def on_output(req, tokens, finish):
-                out.extend(tokens)
-                if finish:
-                    done.append(finish)
-            engine.submit(prompt, SamplingParams(max_tokens=m, ignore_eos=True), on_output)
-            return lambda: (_wait(done), out)[1]
+            return _submit(engine, prompt, m)
         # Positions written: 21, 17, 59 (2 pages), 11.
         jobs = [([3, 4], 20), ([8] * 6, 12), ([1] * 30, 30), ([2, 2, 2], 9)]
         alone = [run(p, m)() for p, m in jobs]
@@ -182,6 +182,89 @@ def test_engine_admits_by_free_pages(tiny):
     finally:
         engine.close()
         small.close()
+
+
+def test_copy_positions(tiny):
+    """`copy_positions` gives slot 1 slot 0's keys and values (whole and
+    paged caches, which back the copy's pages first); the errors."""
+    config, weights, path = tiny
+    whole = model.DecodeSession(path, weights)
+    paged = model.DecodeSession(path, weights, kv_memory=2 * 3 * PAGE, kv_page_bytes=PAGE)
+    for s in (whole, paged):
+        s.prefill([list(range(3, 33))], slots=[0])  # 30 positions: a page of a 3-page pool
+        before = s.slot_writes.copy()
+        s.copy_positions(0, 1, 0, 30)
+        assert s.slot_writes[1] == before[1] + 1 and s.slot_writes[0] == before[0]
+        for name in ("k_cache", "v_cache"):
+            cache = np.asarray(s.buffers[name], np.float32)
+            assert cache[0, :30].any()
+            np.testing.assert_array_equal(cache[1, :30], cache[0, :30])
+        # The copy decodes as the original: the same next tokens.
+        out = s.decode_launch([0, 1], [33, 33], [30, 30], [2, 2], [[-1], [-1]], 2)
+        assert out[0][0] == out[1][0] and len(out[0][0]) == 2
+    assert paged.kv_pages.backed(1) == 32 and paged.kv_pages.used == 2
+    with pytest.raises(ValueError, match="the same slot"):
+        whole.copy_positions(1, 1, 0, 4)
+    with pytest.raises(ValueError, match=r"positions \[0, 65\) are not within the compiled context 64"):
+        whole.copy_positions(0, 1, 0, 65)
+    with pytest.raises(ValueError, match="dst slot 2 is not a cache slot"):
+        whole.copy_positions(0, 2, 0, 4)
+    paged.release(0)
+    with pytest.raises(ValueError, match="slot 0 holds 0 positions, not 4"):
+        paged.copy_positions(0, 1, 0, 4)
+    paged.release(1)
+    paged.prefill([list(range(3, 63))], slots=[0])  # 60 positions: 2 pages; slot 1 needs 2 more
+    with pytest.raises(KVCacheFull, match="slot 1 needs"):
+        paged.copy_positions(0, 1, 0, 60)
+    whole.close()
+    paged.close()
+
+
+def test_engine_keeps_pages_for_prefixes_until_needed(tiny):
+    """A pool of 2 pages, slots of 2: a finished request's slot keeps its
+    pages; a prompt that begins with its tokens joins that slot and takes
+    them (no page more); an unrelated request that needs 2 pages takes
+    them back (the kept prefix is gone: the next prompt like it reuses
+    nothing). Every request gets the tokens it gets alone."""
+    config, weights, path = tiny
+    session = model.DecodeSession(path, weights, kv_memory=2 * 2 * PAGE, kv_page_bytes=PAGE)
+    whole = model.DecodeSession(path, weights)
+    engine = Engine(session, chunk=8)
+    pool = session.kv_pages
+    try:
+        def run(prompt, m):
+            out = _submit(engine, prompt, m)()
+            assert out == whole.generate([prompt], m).tokens[0]
+            return out
+        p = [(7 * i) % 50 + 2 for i in range(30)]
+        a = run(p, 10)  # writes 39 positions of slot 0: both its pages, kept
+        assert pool.used == 2 and pool.backed(0) == 39 and engine.prompts.to_dict() == \
+            {"requests": 1, "hits": 0, "positions": 29, "reused": 0}
+        b = p + a[:4] + [1, 1]
+        run(b, 5)  # its first 34 positions are slot 0's
+        assert pool.used == 2 and engine.prompts.to_dict() == \
+            {"requests": 2, "hits": 1, "positions": 29 + 35, "reused": 34}
+        run([3] * 40, 10)  # 49 positions of slot 1: slot 0's pages go back
+        assert pool.backed(0) == 0 and pool.backed(1) == 49
+        run(p[:20] + [4, 4], 5)
+        assert engine.prompts.hits == 1
+    finally:
+        engine.close()
+        session.close()
+        whole.close()
+
+
+def _submit(engine, prompt, m):
+    """Submits a greedy request of `m` tokens; returns a function that
+    waits for its tokens."""
+    out, done = [], []
+
+    def on_output(req, tokens, finish):
+        out.extend(tokens)
+        if finish:
+            done.append(finish)
+    engine.submit(prompt, SamplingParams(max_tokens=m, ignore_eos=True), on_output)
+    return lambda: (_wait(done), out)[1]
 
 
 def _wait(done):

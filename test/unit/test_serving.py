@@ -180,6 +180,67 @@ def test_engine_counts_its_decode_steps(served):
     assert run["launches"] >= 1 and run["seconds"] > 0
 
 
+def test_engine_reuses_cached_prefixes(served, monkeypatch):
+    """A prompt that begins with what a cache slot holds takes those
+    positions instead of computing them: in place from the free slot of a
+    finished request (a chat's next turn), copied from the slot of a
+    running one (submitted from its first tokens). A slot the session
+    wrote directly since holds nothing for the engine. Greedy tokens are
+    those of each prompt alone; with `reuse_prefixes` off nothing is
+    reused."""
+    engine, session = served.engine, served.session
+    copies = []
+    copy = session.copy_positions
+
+    def counted(src, dst, start, end):
+        copies.append((src, dst, start, end))
+        return copy(src, dst, start, end)
+    monkeypatch.setattr(session, "copy_positions", counted)
+
+    def alone(prompt, m):
+        return _run_alone(served, lambda: session.generate([prompt], m).tokens[0])
+    _run_alone(served, lambda: None)
+    start = engine.prompts.to_dict()
+    p = [(11 * i) % 200 + 5 for i in range(12)]
+    a, _ = _collect(engine, p, SamplingParams(max_tokens=6, ignore_eos=True))()
+    turn = p + a + [9, 8]  # the next turn: 17 of its positions are cached
+    b, _ = _collect(engine, turn, SamplingParams(max_tokens=4, ignore_eos=True))()
+    assert engine.prompts.reused - start["reused"] == len(p) + len(a) - 1 and not copies
+    assert a == alone(p, 6) and b == alone(turn, 4)
+    # Copied from a running request's slot: 10 prompt positions. (On a
+    # loaded machine the long request may have finished before the host
+    # saw its first tokens: the prefix is then reused in place, and the
+    # test tries again with other prompts, up to 5 times.)
+    for attempt in range(5):
+        q = [(13 * i + attempt) % 200 + 7 for i in range(14)]
+        other = q[:10] + [3, 3, 3]
+        waits, done = [], threading.Event()
+
+        def on_output(req, tokens, finish):
+            if tokens and not waits:
+                waits.append(_collect(engine, other, SamplingParams(max_tokens=5, ignore_eos=True)))
+            if finish:
+                done.set()
+        engine.submit(q, SamplingParams(max_tokens=30, ignore_eos=True), on_output)
+        assert done.wait(120)
+        c, _ = waits[0]()
+        assert c == alone(other, 5)
+        if copies:
+            break
+    assert len(copies) == 1 and copies[0][0] != copies[0][1] and copies[0][2:] == (0, 10)
+    # Written by the session directly: the engine does not take it.
+    before = engine.prompts.reused
+    slot = next(s for s in range(session.max_batch) if engine._cached(s)[2] >= len(q))
+    _run_alone(served, lambda: session.prefill_part(slot, [2] * 20, 0, 20))
+    assert engine._cached(slot)[2] == 0
+    engine.reuse_prefixes = False
+    try:
+        assert _collect(engine, turn, SamplingParams(max_tokens=4, ignore_eos=True))()[0] == b
+    finally:
+        engine.reuse_prefixes = True
+    assert engine.prompts.reused == before
+
+
 def _run_alone(served, fn):
     """Runs `fn` on the session while the engine is idle (the engine's thread
     owns the session; it waits for work while idle)."""
@@ -391,6 +452,7 @@ def test_http_errors(served, server):
     health = httpx.get(server + "/health").json()
     assert health["status"] == "ok" and set(health["decode"]) == {"launches", "steps", "row_steps", "kv_positions",
                                                                    "seconds"}
+    assert set(health["prompts"]) == {"requests", "hits", "positions", "reused"}
 
 
 def test_client_that_disconnects_frees_its_slot(served, server, monkeypatch):

@@ -132,6 +132,7 @@ class DecodeSession:
             raise ValueError(f"kv_page_bytes must be a positive number of bytes, got {kv_page_bytes!r}")
         self._kv_page_bytes = int(kv_page_bytes)
         self._kv_backings: list = []
+        self._cache_pages: dict[tuple[int, str], DevicePages] = {}  # (device, cache name) -> paged cache
         self.kv_pages: KVPages | None = None
         self.path = Path(artifact_dir)
         try:
@@ -196,6 +197,10 @@ class DecodeSession:
         self.buffers = self.device_buffers[0]
         self.batch = 0
         self.last_step_s = 0.0
+        # Per cache slot: launches, copies and releases that wrote or
+        # forgot its positions (a reader of what a slot holds can tell
+        # whether it changed since).
+        self.slot_writes = np.zeros(self.max_batch, np.int64)
         # The prefill kernel, when compiled: its own row buffers, the
         # decode kernel's weights and caches.
         self.prefill_info = info.get("prefill")
@@ -293,7 +298,7 @@ class DecodeSession:
                 if key in pool:
                     buffers[name] = pool[key]
                 elif name in ("k_cache", "v_cache") and self._paged:
-                    buffers[name] = pool[key] = self._paged_cache(shape, device)
+                    buffers[name] = pool[key] = self._paged_cache(name, shape, device)
                 elif name in _HOST_VISIBLE and self.device == "cuda" and device == 0:
                     # The kernel's stores reach the host while it runs.
                     # (The session keeps the allocation: it is freed with it.
@@ -334,8 +339,8 @@ class DecodeSession:
             pages = room if pages is None else min(pages, room)
         return pages * self._kv_page_bytes * len(self._kv_backings)
 
-    def _paged_cache(self, shape, device: int):
-        """A KV cache of `shape` (bf16) whose pages `kv_pages` backs."""
+    def _paged_cache(self, name: str, shape, device: int):
+        """KV cache `name` of `shape` (bf16) whose pages `kv_pages` backs."""
         nbytes = int(np.prod(shape)) * 2
         if self.device == "cpu":
             backing = HostPages(nbytes, self._kv_page_bytes)
@@ -343,12 +348,15 @@ class DecodeSession:
         else:
             backing = DevicePages(device, nbytes, self._kv_page_bytes)
             view = runtime.Buffer(backing.pointer, tuple(shape), "bfloat16", "cuda")
+            self._cache_pages[device, name] = backing
         self._kv_backings.append(backing)
         return view
 
     def _back(self, slots, ends) -> None:
-        """Paged caches: backs positions [0, ends[i]) of slot slots[i]
-        before a launch writes them (KVCacheFull if the pool cannot)."""
+        """Before a launch writes positions [0, ends[i]) of slot slots[i]:
+        counts the write (`slot_writes`) and, with paged caches, backs them
+        (KVCacheFull if the pool cannot)."""
+        self.slot_writes[np.asarray(slots, np.int64)] += 1
         if self.kv_pages is None:
             return
         most: dict[int, int] = {}
@@ -357,14 +365,52 @@ class DecodeSession:
         for slot, end in most.items():
             self.kv_pages.ensure(slot, end)
 
-    def release(self, slot: int) -> None:
-        """Forgets the sequence in cache slot `slot`: with paged caches its
-        pages go back to the pool (nothing to do with whole caches; the
-        next sequence in the slot overwrites it)."""
+    def release(self, slot: int, keep: int = 0) -> None:
+        """Forgets the sequence in cache slot `slot` past its first `keep`
+        positions: with paged caches their pages go back to the pool
+        (nothing to do with whole caches; the next sequence in the slot
+        overwrites it)."""
         if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.max_batch:
             raise ValueError(f"slot {slot!r} is not a cache slot (max_batch {self.max_batch})")
+        if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or not 0 <= keep <= self.max_context:
+            raise ValueError(f"keep {keep!r} is not a number of positions in [0, {self.max_context}]")
+        self.slot_writes[int(slot)] += 1
         if self.kv_pages is not None:
-            self.kv_pages.release(int(slot))
+            self.kv_pages.release(int(slot), int(keep))
+
+    def copy_positions(self, src: int, dst: int, start: int, end: int) -> None:
+        """Copies the keys and values of cache positions [start, end) of
+        slot `src` into slot `dst` (every layer, on every device): a
+        sequence whose first tokens are another's takes their keys and
+        values instead of computing them again (the serving engine's prefix
+        reuse). Ordered after the launches before it, like a launch. With
+        paged caches `src` must hold the positions, and `dst`'s are backed
+        first (KVCacheFull if the pool cannot)."""
+        for name, slot in (("src", src), ("dst", dst)):
+            if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.max_batch:
+                raise ValueError(f"{name} slot {slot!r} is not a cache slot (max_batch {self.max_batch})")
+        if src == dst:
+            raise ValueError(f"src and dst are the same slot ({src})")
+        if not 0 <= start <= end <= self.max_context:
+            raise ValueError(f"positions [{start}, {end}) are not within the compiled context {self.max_context}")
+        if start == end:
+            return
+        src, dst, start, end = int(src), int(dst), int(start), int(end)
+        if self.kv_pages is not None and self.kv_pages.backed(src) < end:
+            raise ValueError(f"slot {src} holds {self.kv_pages.backed(src)} positions, not {end}")
+        self._back([dst], [end])
+        for device, buffers in enumerate(self.device_buffers):
+            for name in ("k_cache", "v_cache"):
+                cache = buffers[name]
+                if self.device == "cpu":
+                    cache[dst, start:end] = cache[src, start:end]
+                elif (device, name) in self._cache_pages:
+                    slots, positions, *row = cache.shape
+                    token = int(np.prod(row)) * 2
+                    self._cache_pages[device, name].copy((dst * positions + start) * token,
+                                                         (src * positions + start) * token, (end - start) * token)
+                else:
+                    cache[dst, start:end].copy_(cache[src, start:end])
 
     def kv_pages_for(self, tokens: int) -> int:
         """The most KV pages a sequence of `tokens` positions holds (0 with
@@ -377,6 +423,7 @@ class DecodeSession:
     def reset(self) -> None:
         """Forgets every sequence (clears the KV caches; paged caches give
         every page back)."""
+        self.slot_writes += 1
         if self.kv_pages is not None:
             for slot in range(self.kv_pages.slots):
                 self.kv_pages.release(slot)

@@ -158,6 +158,13 @@ class DevicePages:
         self._mapped[page] = handle
         check(d.cuMemSetAccess(address, self.page_bytes, self._access, 1), "cuMemSetAccess")
 
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Copies `nbytes` at byte offset `src` of the cache to offset `dst`
+        (both backed), ordered after the launches before it on the
+        device's default stream."""
+        self._current()
+        self._check(self._d.cuMemcpyDtoD(self.pointer + dst, self.pointer + src, nbytes), "cuMemcpyDtoD")
+
     def drop(self, page: int) -> None:
         self._current()
         self._check(self._d.cuMemUnmap(self.pointer + page * self.page_bytes, self.page_bytes), "cuMemUnmap")
@@ -227,6 +234,15 @@ class KVPages:
         """The positions of `slot` backed now."""
         return self._extent[slot]
 
+    def reclaimable(self, slots) -> int:
+        """The backed pages that only `slots` use: those `release` of every
+        one of them would give back."""
+        users: dict[int, int] = {}
+        for slot in set(slots):
+            for p in self._pages(slot, self._extent[slot]):
+                users[p] = users.get(p, 0) + 1
+        return sum(1 for p, n in users.items() if n == self._users[p])
+
     def ensure(self, slot: int, tokens: int) -> None:
         """Backs positions [0, tokens) of `slot` (at most the slot's
         positions); raises KVCacheFull, backing nothing, if the pool
@@ -255,16 +271,20 @@ class KVPages:
             self._users[p] = self._users.get(p, 0) + 1
         self._extent[slot] = tokens
 
-    def release(self, slot: int) -> None:
-        """Gives back the pages of `slot` that no other slot uses; its
-        positions are forgotten."""
+    def release(self, slot: int, keep: int = 0) -> None:
+        """Gives back the pages of `slot` past its first `keep` positions
+        that no other slot uses; those positions are forgotten."""
+        keep = min(max(int(keep), 0), self._extent[slot])
+        kept = set(self._pages(slot, keep))
         for p in self._pages(slot, self._extent[slot]):
+            if p in kept:
+                continue
             self._users[p] -= 1
             if self._users[p] == 0:
                 del self._users[p]
                 for b in self.backings:
                     b.drop(p)
-        self._extent[slot] = 0
+        self._extent[slot] = keep
 
     def close(self) -> None:
         for b in self.backings:

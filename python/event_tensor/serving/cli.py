@@ -25,7 +25,7 @@ def _open(args: argparse.Namespace):
                         workers=args.workers, prefill_rows=args.prefill_rows, chunk=args.chunk,
                         cache_dir=args.cache_dir, tp=args.tp,
                         kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)),
-                        gpu_memory_fraction=args.gpu_memory_fraction)
+                        gpu_memory_fraction=args.gpu_memory_fraction, reuse_prefixes=not args.no_prefix_reuse)
     print(f"{served.name}: {served.config.num_layers} layers on {device}"
           + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, context "
           f"{args.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
@@ -108,6 +108,9 @@ def add_commands(sub) -> None:
         p.add_argument("--chunk", type=_positive_int, default=256,
                        help="decode steps per launch at most (default 256): a launch also ends when a request "
                        "joins or leaves; tokens stream out as they are made")
+        p.add_argument("--no-prefix-reuse", action="store_true",
+                       help="compute every prompt whole (default: a prompt takes the keys and values of its first "
+                       "tokens from a cache slot that holds them: a shared system prompt, earlier turns of a chat)")
         p.add_argument("--cache-dir", help="the compile cache (default: the user's cache directory)")
         p.add_argument("--tp", type=_positive_int, default=1,
                        help="split the model over this many GPUs (tensor parallelism; default 1)")

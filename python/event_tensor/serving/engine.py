@@ -19,7 +19,19 @@ next turn.
 With paged KV caches (`DecodeSession(kv_memory=...)`) a request joins
 only once the pool can back every position it may write (its prompt and
 `max_tokens`), and it gives its pages back when it ends; a request that
-the whole pool could not hold is refused at `submit`."""
+the whole pool could not hold is refused at `submit`.
+
+Prefix reuse (`reuse_prefixes`, on by default): the keys and values of a
+position depend only on the tokens up to it, so a request whose prompt
+begins with tokens that a cache slot holds (another running request's, or
+a finished one's, left in its free slot: a shared system prompt, the
+earlier turns of a chat) takes them instead of computing them. It joins
+the free slot that holds the longest such prefix, the rest of that prefix
+is copied in from the slot that holds more, if one does
+(`DecodeSession.copy_positions`), and its prefill starts after it. A
+finished request's slot keeps the positions it wrote until a request takes
+the slot; with paged caches their pages stay backed until an admission
+needs them (least recently freed slots first)."""
 
 from __future__ import annotations
 
@@ -90,6 +102,9 @@ class Request:
     error: str | None = None
     cancelled: bool = False
 
+    def __post_init__(self):
+        self.prompt_ids = np.asarray(self.prompt, np.int64)
+
 
 class Engine:
     """Serves requests with the session's kernel; `submit` and `cancel` may
@@ -101,7 +116,9 @@ class Engine:
     prompts oldest first (default: PREFILL_LAUNCHES launches of the prefill
     kernel's rows, else of the decode kernel's max_batch);
     `max_waiting` how many requests may wait for a slot before `submit`
-    raises QueueFull."""
+    raises QueueFull; `reuse_prefixes` whether a prompt takes the keys and
+    values of its first tokens from a cache slot that holds them (the
+    module's docstring)."""
 
     #: Decode steps per launch while prompts wait to be fed, and the prompt
     #: launches' worth of positions (each of the prefill kernel's rows) fed
@@ -110,7 +127,7 @@ class Engine:
     PREFILL_LAUNCHES = 4
 
     def __init__(self, session, *, eos_ids: Sequence[int] = (), chunk: int = 256, prefill_budget: int | None = None,
-                 max_waiting: int = 256):
+                 max_waiting: int = 256, reuse_prefixes: bool = True):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
         self.session = session
@@ -125,7 +142,15 @@ class Engine:
         self._waiting: deque[Request] = deque()
         self._prefilling: deque[Request] = deque()
         self._running: list[Request] = []
-        self._free = list(range(session.max_batch))
+        self.reuse_prefixes = bool(reuse_prefixes)
+        self._free = list(range(session.max_batch))  # least recently freed first
+        # Per free slot: the tokens whose keys and values it holds at
+        # positions 0.. (its last request's prompt and tokens, and how many).
+        self._held: list[tuple[np.ndarray, list[int], int]] = [_NOTHING] * session.max_batch
+        self._held_at = np.zeros(session.max_batch, np.int64)  # session.slot_writes when freed
+        self._owner: dict[int, Request] = {}  # a taken slot's request
+        self._room = 0  # paged caches: pages an admission could have (free + only free slots' own)
+        self.prompts = PromptStats()
         self._closed = False
         self.launches = 0
         self.decode = DecodeStats()
@@ -214,8 +239,13 @@ class Engine:
         req.finish, req.error = reason, error
         self.finished[reason] += 1
         if req.slot >= 0:
-            self.session.release(req.slot)
-            self._free.append(req.slot)
+            slot = req.slot
+            held = self._cached(slot) if self.reuse_prefixes and reason != "error" else _NOTHING
+            del self._owner[slot]
+            self._held[slot] = held
+            self.session.release(slot, keep=held[2])
+            self._held_at[slot] = self.session.slot_writes[slot]
+            self._free.append(slot)
             req.slot = -1
         self._emit(req, [], reason)
 
@@ -245,18 +275,83 @@ class Engine:
                 self._running.remove(req)
                 self._finish(req, "abort")
             while self._waiting and self._free:
-                req, pool = self._waiting[0], self.session.kv_pages
-                if pool is not None:
-                    # Paged caches: every position the request may write.
-                    try:
-                        pool.ensure(self._free[0], _positions(len(req.prompt), req.max_tokens))
-                    except KVCacheFull:
-                        break  # it joins once running requests give pages back
+                req = self._waiting[0]
+                slot, src, here, reuse = self._place(req)
+                if not self._back(slot, src, _positions(len(req.prompt), req.max_tokens)):
+                    break  # it joins once running requests give pages back
                 self._waiting.popleft()
-                req.slot = self._free.pop(0)
+                self._free.remove(slot)
+                self._held[slot] = _NOTHING
+                self._owner[slot] = req
+                req.slot = slot
+                if src >= 0:
+                    try:
+                        self.session.copy_positions(src, slot, here, reuse)
+                    except Exception as err:  # noqa: BLE001 - reported to the request, the engine goes on
+                        self._finish(req, "error", f"copying the prompt's cached positions failed: {err}")
+                        continue
+                req.fed = reuse
+                self.prompts.add(len(req.prompt), reuse)
                 # The last prompt token is fed by the decode launch.
-                (self._prefilling if len(req.prompt) > 1 else self._running).append(req)
+                (self._prefilling if req.fed < len(req.prompt) - 1 else self._running).append(req)
+            pool = self.session.kv_pages
+            if pool is not None:
+                self._room = pool.free + pool.reclaimable(self._free)
             return True
+
+    def _cached(self, slot: int) -> tuple[np.ndarray, list[int], int]:
+        """(prompt, tokens, n): slot `slot` holds the keys and values of
+        the first n of the prompt's tokens followed by the tokens."""
+        req = self._owner.get(slot)
+        if req is None:
+            # (Nothing if the session was used on this slot since.)
+            return self._held[slot] if self.session.slot_writes[slot] == self._held_at[slot] else _NOTHING
+        # The positions written: the prompt's fed part, then (decoding)
+        # its last token and every new token but the last.
+        return req.prompt_ids, req.tokens, req.fed + len(req.tokens)
+
+    def _place(self, req: Request) -> tuple[int, int, int, int]:
+        """Where `req` joins: (a free slot, the slot to copy cached positions
+        from or -1, the prompt positions the free slot holds already, the
+        prompt positions to reuse)."""
+        if not self.reuse_prefixes:
+            return self._free[0], -1, 0, 0
+        # The last prompt token is fed by the decode launch: at most the
+        # others are reused.
+        want = req.prompt_ids[:-1]
+        here = {s: _common(want, *self._cached(s)) for s in self._free}
+        # The free slot that holds most of the prompt, else an empty one,
+        # else the least recently freed.
+        slot = max(self._free, key=lambda s: (here[s], self._cached(s)[2] == 0))
+        src, reuse = -1, here[slot]
+        for s in range(len(self._held)):
+            if s != slot:
+                n = _common(want, *self._cached(s))
+                if n > reuse:
+                    src, reuse = s, n
+        return slot, src, here[slot], reuse
+
+    def _back(self, slot: int, src: int, positions: int) -> bool:
+        """Paged caches: backs every position the request in `slot` may
+        write, giving back the pages of free slots other than `slot` and
+        `src` (least recently freed first) if the pool needs them; False,
+        giving back nothing, if even that would not do."""
+        pool = self.session.kv_pages
+        if pool is None:
+            return True
+        others = [s for s in self._free if s not in (slot, src) and pool.backed(s)]
+        if pool.needed(slot, positions) > pool.free + pool.reclaimable(others):
+            return False
+        for victim in [None, *others]:
+            if victim is not None:
+                self.session.release(victim)
+                self._held[victim] = _NOTHING
+            try:
+                pool.ensure(slot, positions)
+                return True
+            except KVCacheFull:
+                continue
+        return False
 
     def _loop(self) -> None:
         while self._turn_start():
@@ -338,7 +433,7 @@ class Engine:
 
     def _fits(self, req: Request) -> bool:
         pool = self.session.kv_pages
-        return pool is None or pool.needed(self._free[0], _positions(len(req.prompt), req.max_tokens)) <= pool.free
+        return pool is None or pool.needed_alone(self._free[0], _positions(len(req.prompt), req.max_tokens)) <= self._room
 
 
 class DecodeStats:
@@ -368,6 +463,42 @@ class DecodeStats:
     def to_dict(self) -> dict:
         return {"launches": self.launches, "steps": self.steps, "row_steps": self.row_steps,
                 "kv_positions": self.kv_positions, "seconds": self.seconds}
+
+
+class PromptStats:
+    """The prompts the engine admitted: `requests`, those that reused
+    cached positions (`hits`), their `positions` (the last prompt token
+    is fed by the decode launch: a prompt of n tokens has n - 1) and those
+    of them `reused` from a cache slot instead of computed."""
+
+    def __init__(self):
+        self.requests = self.hits = self.positions = self.reused = 0
+
+    def add(self, prompt: int, reused: int) -> None:
+        self.requests += 1
+        self.hits += reused > 0
+        self.positions += prompt - 1
+        self.reused += reused
+
+    def to_dict(self) -> dict:
+        return {"requests": self.requests, "hits": self.hits, "positions": self.positions, "reused": self.reused}
+
+
+_NOTHING: tuple[np.ndarray, list[int], int] = (np.zeros(0, np.int64), [], 0)
+
+
+def _common(want: np.ndarray, prompt: np.ndarray, tokens: list[int], n: int) -> int:
+    """The length of the common prefix of `want` and the first n of
+    `prompt` followed by `tokens`."""
+    m = min(n, len(want))
+    k = min(m, len(prompt))
+    if m == 0 or prompt[0] != want[0]:
+        return 0
+    diff = np.flatnonzero(prompt[:k] != want[:k])
+    if len(diff) or k == m:
+        return int(diff[0]) if len(diff) else m
+    diff = np.flatnonzero(np.asarray(tokens[: m - k], np.int64) != want[k:m])
+    return k + (int(diff[0]) if len(diff) else m - k)
 
 
 def _positions(prompt: int, max_tokens: int) -> int:

@@ -41,7 +41,7 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                workers: int | None = None, prefill_rows: int | None = None, chunk: int = 256,
                cache_dir: str | Path | None = None, name: str | None = None,
                timeout_s: float = 30.0, tp: int = 1, kv_memory: int | None = None,
-               gpu_memory_fraction: float | None = None) -> ServedModel:
+               gpu_memory_fraction: float | None = None, reuse_prefixes: bool = True) -> ServedModel:
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
     sequences and `max_context` tokens each, and starts an `Engine` on it.
@@ -51,6 +51,8 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
     (tensor parallelism; on cpu, groups of worker threads). `kv_memory`
     (bytes) or `gpu_memory_fraction` pages the KV caches
     (`DecodeSession(kv_memory=...)`, `DecodeSession(gpu_memory_fraction=...)`).
+    `reuse_prefixes` is the engine's (`Engine`: a prompt takes the keys and
+    values of its first tokens from a cache slot that holds them).
     Raises ConfigError, WeightError or TextError (ValueErrors) naming what
     is wrong with the directory."""
     start = time.perf_counter()
@@ -95,5 +97,5 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                              prefill_rows=prefill_rows, cache_dir=cache_dir, out_dir=out_dir, tp=tp, **options)
     session = DecodeSession(artifact, weights, timeout_s=timeout_s, kv_memory=kv_memory,
                             gpu_memory_fraction=gpu_memory_fraction)
-    engine = Engine(session, eos_ids=codec.eos_ids, chunk=chunk)
+    engine = Engine(session, eos_ids=codec.eos_ids, chunk=chunk, reuse_prefixes=reuse_prefixes)
     return ServedModel(name or path.resolve().name, config, session, codec, engine, time.perf_counter() - start)

@@ -187,7 +187,8 @@ def create_app(served):
     async def health():
         engine = served.engine
         return {"status": "ok", "model": served.name, "requests": engine.busy, "launches": engine.launches,
-                "finished": dict(engine.finished), "decode": engine.decode.to_dict()}
+                "finished": dict(engine.finished), "decode": engine.decode.to_dict(),
+                "prompts": engine.prompts.to_dict()}
 
     @app.get("/v1/models")
     async def models():
