@@ -443,6 +443,17 @@ def test_http_errors(served, server):
         client.completions.create(model="tiny", prompt="x", extra_body={"top_k": -2})
     with pytest.raises(openai.BadRequestError, match="n must be 1"):
         client.completions.create(model="tiny", prompt="x", n=2)
+    # Fields that would change the output and are not implemented: refused,
+    # not ignored; their neutral values pass.
+    with pytest.raises(openai.BadRequestError, match=r"frequency_penalty is not supported by this server \(got 0.5\)"):
+        client.completions.create(model="tiny", prompt="x", frequency_penalty=0.5)
+    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                       logit_bias={"5": 100})
+    with pytest.raises(openai.BadRequestError, match="repetition_penalty is not supported"):
+        client.completions.create(model="tiny", prompt="x", extra_body={"repetition_penalty": 1.2})
+    assert client.completions.create(model="tiny", prompt="x", max_tokens=2, frequency_penalty=0,
+                                     presence_penalty=0.0, user="u").choices[0].text is not None
     r = httpx.post(server + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "error" in r.json()
     r = httpx.post(server + "/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "wizard"}]})

@@ -69,9 +69,35 @@ def _models():
     return Completion, Chat
 
 
+# Fields of the OpenAI API that change what is generated and that this
+# server does not implement: a request that sets one to anything but its
+# neutral value is refused (HTTP 400 naming it) rather than answered as if
+# it were not there. (Other unknown fields, `user` say, are ignored.)
+_UNSUPPORTED = {
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},),
+    "best_of": (1,),
+    "suffix": ("",),
+    "top_logprobs": (0,),
+    "tools": ([],),
+    "functions": ([],),
+    "response_format": ({"type": "text"},),
+    "guided_json": (),
+    "guided_regex": (),
+    "guided_choice": (),
+}
+
+
 def _params(body, max_tokens: int | None) -> SamplingParams:
     """The engine's sampling parameters of a request body, or an APIError
     naming the field this server does not take."""
+    extra = body.model_extra or {}
+    for name, neutral in _UNSUPPORTED.items():
+        value = extra.get(name)
+        if value is not None and value not in neutral:
+            raise APIError(400, f"{name} is not supported by this server (got {value!r})", name)
     if body.n not in (None, 1):
         raise APIError(400, f"n must be 1 (one choice per request), got {body.n}", "n")
     if body.logprobs not in (None, False):
