@@ -1024,6 +1024,25 @@ def test_tensor_core_kernels_take_up_to_64_rows(tmp_path):
                             cache_dir=tmp_path)
 
 
+def test_merge_tiles_take_a_row_beyond_one_wave():
+    """The merge tiles: one per (row, KV head) while those fit one wave of
+    the workers, else one per row (every KV head; the reference tests run
+    both: `compiled`'s Qwen3 kernel has 2 rows x 2 KV heads for 3
+    workers)."""
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+
+    config = model.tiny_config("qwen3")  # 2 KV heads
+    for batch, workers, tiles in [(1, 3, 2), (2, 4, 2), (2, 3, 1), (24, 48, 2), (24, 40, 1)]:
+        layout = kernel_layout(config, max_batch=batch, max_context=32, workers=workers, split_len=8)
+        opts = model.KernelOptions(linear_tile="mma" if batch > 16 else "rows")
+        with Context():
+            text = str(build_decode_kernel(config, layout, opts.resolve(config, target="cpu", max_batch=batch)))
+        task = text[text.index("et.task @merge "):].splitlines()[0]
+        extents = re.findall(r"%c(\d+)(?:_\d+)?", task[task.index(" in ("):task.index(")", task.index(" in ("))])
+        assert extents == [str(config.num_layers), str(batch), str(tiles)], (batch, task)
+
+
 def test_qkv_tensor_core_tiles_take_one_block_for_q_k_and_v():
     """The qkv task's q, k and v tiles share the workers, so their BN is
     chosen for the three together (kernel.tiles.mma_tiling): Llama-3.2-1B

@@ -75,6 +75,14 @@ class Attention:
                     and n * (c.group_size + 1) <= (ctx.warps or QK_TILE_WARPS) and ctx.B * (Hkv // n) <= idle]
             qk_heads = fits[0] if fits else 1
         self.qk_heads = qk_heads
+        # KV heads per merge tile: one (row, KV head) a tile while those
+        # tiles fit one wave of the workers, else a whole row a tile (every
+        # KV head). In the 64-row Llama-3.2-1B kernel the 512 tiles of one
+        # head each took 9 us of a 185 us layer on the H200, set by their
+        # count; a tile per row made the step 7-10% faster on the H100 at
+        # batch 32 and 64, and the 16-row kernel (128 tiles, one wave) 1%
+        # slower (docs/experiments/2026-12-07-merge-rows.md).
+        self.merge_heads = 1 if ctx.B * Hkv <= lay.workers else Hkv
 
     def c32(self, v: int):
         return arith.ConstantOp(self.ctx.i32, v).result
@@ -111,8 +119,9 @@ class Attention:
                                    self.o_head_rows * D * 2 + B * 4 * lay.splits * (D + 1),
                                    2 * B * self.o_head_rows * D, pre=self.o_head_pre))
         else:
-            tasks += [LayerTask("merge", self.merge_body, [Hkv], True, ["attn"],
-                                4 * lay.splits * c.group_size * (D + 1), 2 * lay.splits * c.group_size * D,
+            mh = self.merge_heads
+            tasks += [LayerTask("merge", self.merge_body, [Hkv // mh], True, ["attn"],
+                                4 * lay.splits * c.group_size * mh * (D + 1), 2 * lay.splits * c.group_size * mh * D,
                                 pre=self.merge_pre),
                       LayerTask("o", o_lin[0], [o_lin[1]], False, ["merge"], o_lin[2], o_lin[3])]
         return tasks
@@ -369,10 +378,10 @@ class Attention:
         return dict(splits=self.live_splits(b))
 
     def merge_body(self, l, b, g, pre):
-        # One tile per (row, KV head): the group's query heads.
+        # One tile per (row, merge_heads KV heads): their groups' query heads.
         ctx = self.ctx
         A, Hq, D, f32 = ctx.A, ctx.Hq, ctx.D, ctx.f32
-        G = ctx.c.group_size
+        G = ctx.c.group_size * self.merge_heads
         q0 = arith.MulIOp(g, ctx.const(G)).result
         live = pre["splits"]
         o_b = memref.SubViewOp(strided([DYN, G, D], f32, [Hq * D, D, 1]), A["o_part"], [b, q0], [live], [],
