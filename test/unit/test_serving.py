@@ -406,6 +406,39 @@ def test_openai_client_completions_chat_and_stream(served, server):
         assert cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
 
 
+def test_openai_client_n_choices(served, server):
+    """`n` choices: engine requests of their own, choice i drawing with
+    seed + i (the text of n=1 with that seed); the prompt is computed
+    once (the second choice waits for the first's prefill and copies it:
+    one prefix hit of all but the prompt's last token); streamed, each
+    choice's chunks carry its index, its first delta the role, its last the
+    finish reason."""
+    import openai
+
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    _run_alone(served, lambda: None)
+    prompt = [(17 * i) % 250 + 3 for i in range(24)]
+    before = served.engine.prompts.to_dict()
+    hot = dict(max_tokens=4, temperature=1.5, seed=11, extra_body={"ignore_eos": True})
+    both = client.completions.create(model="tiny", prompt=prompt, n=2, **hot)
+    after = served.engine.prompts.to_dict()
+    assert (after["requests"] - before["requests"], after["hits"] - before["hits"],
+            after["reused"] - before["reused"]) == (2, 1, len(prompt) - 1)
+    assert [c.index for c in both.choices] == [0, 1] and both.usage.prompt_tokens == len(prompt)
+    assert both.usage.completion_tokens == 8
+    for i in range(2):
+        one = client.completions.create(model="tiny", prompt=prompt, n=1, **{**hot, "seed": 11 + i})
+        assert one.choices[0].text == both.choices[i].text
+    assert both.choices[0].text != both.choices[1].text
+    messages = [{"role": "user", "content": "the quick brown fox"}]
+    chat = client.chat.completions.create(model="tiny", messages=messages, n=2, **hot)
+    chunks = list(client.chat.completions.create(model="tiny", messages=messages, n=2, stream=True, **hot))
+    for i in range(2):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert mine[0].delta.role == "assistant" and mine[-1].finish_reason == "length"
+        assert "".join(c.delta.content or "" for c in mine) == chat.choices[i].message.content
+
+
 def test_concurrent_http_requests_match_each_alone(served, server):
     import openai
 
@@ -441,8 +474,8 @@ def test_http_errors(served, server):
         client.completions.create(model="tiny", prompt="x", top_p=1.5)
     with pytest.raises(openai.BadRequestError, match="top_k must be -1 or 0"):
         client.completions.create(model="tiny", prompt="x", extra_body={"top_k": -2})
-    with pytest.raises(openai.BadRequestError, match="n must be 1"):
-        client.completions.create(model="tiny", prompt="x", n=2)
+    with pytest.raises(openai.BadRequestError, match=r"n must be between 1 and this server's max batch \(2\), got 3"):
+        client.completions.create(model="tiny", prompt="x", n=3)
     # Fields that would change the output and are not implemented: refused,
     # not ignored; their neutral values pass.
     with pytest.raises(openai.BadRequestError, match=r"frequency_penalty is not supported by this server \(got 0.5\)"):

@@ -28,7 +28,9 @@ a finished one's, left in its free slot: a shared system prompt, the
 earlier turns of a chat) takes them instead of computing them. It joins
 the free slot that holds the longest such prefix, the rest of that prefix
 is copied in from the slot that holds more, if one does
-(`DecodeSession.copy_positions`), and its prefill starts after it. A
+(`DecodeSession.copy_positions`), and its prefill starts after it; a
+request whose prompt a prompt being fed will cover further waits for it
+(`PREFIX_WAIT`). A
 finished request's slot keeps the positions it wrote until a request takes
 the slot; with paged caches their pages stay backed until an admission
 needs them (least recently freed slots first)."""
@@ -125,6 +127,12 @@ class Engine:
     #: between two decode launches by default.
     PREFILL_STEPS = 4
     PREFILL_LAUNCHES = 4
+    #: With prefix reuse, a waiting request whose prompt shares at least
+    #: this many positions with a prompt being fed (more than any cache slot
+    #: holds) waits until that prompt is in and then takes them, instead of
+    #: computing them too (the requests behind it wait as well: admission is
+    #: in order; the prompt being fed is older, so it is fed first).
+    PREFIX_WAIT = 16
 
     def __init__(self, session, *, eos_ids: Sequence[int] = (), chunk: int = 256, prefill_budget: int | None = None,
                  max_waiting: int = 256, reuse_prefixes: bool = True):
@@ -276,6 +284,8 @@ class Engine:
                 self._finish(req, "abort")
             while self._waiting and self._free:
                 req = self._waiting[0]
+                if self._waits_for_prefill(req):
+                    break
                 slot, src, here, reuse = self._place(req)
                 if not self._back(slot, src, _positions(len(req.prompt), req.max_tokens)):
                     break  # it joins once running requests give pages back
@@ -330,6 +340,20 @@ class Engine:
                 if n > reuse:
                     src, reuse = s, n
         return slot, src, here[slot], reuse
+
+    def _waits_for_prefill(self, req: Request) -> bool:
+        """Whether `req` should wait for a prompt being fed that will hold
+        PREFIX_WAIT or more positions of its prompt, more than any slot
+        holds now (n choices of one prompt, a system prompt that requests
+        arriving together share): it then copies them once they are in."""
+        if not self.reuse_prefixes or not self._prefilling:
+            return False
+        want = req.prompt_ids[:-1]
+        coming = max(_common(want, r.prompt_ids, [], len(r.prompt) - 1) for r in self._prefilling)
+        if coming < self.PREFIX_WAIT:
+            return False
+        held = max(_common(want, *self._cached(s)) for s in range(len(self._held)))
+        return coming > held
 
     def _back(self, slot: int, src: int, positions: int) -> bool:
         """Paged caches: backs every position the request in `slot` may

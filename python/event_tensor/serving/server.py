@@ -90,16 +90,26 @@ _UNSUPPORTED = {
 }
 
 
-def _params(body, max_tokens: int | None) -> SamplingParams:
-    """The engine's sampling parameters of a request body, or an APIError
-    naming the field this server does not take."""
+def _choices(body, served) -> int:
+    """The choices a request asks for (`n`): at most the engine's cache
+    slots, each an engine request of its own (the prompt's keys and values
+    are computed once and copied: prefix reuse)."""
+    n = 1 if body.n is None else body.n
+    most = served.session.max_batch
+    if not 1 <= n <= most:
+        raise APIError(400, f"n must be between 1 and this server's max batch ({most}), got {n}", "n")
+    return n
+
+
+def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
+    """The engine's sampling parameters of a request body's choice `choice`
+    (choice i draws with `seed` + i), or an APIError naming the field this
+    server does not take."""
     extra = body.model_extra or {}
     for name, neutral in _UNSUPPORTED.items():
         value = extra.get(name)
         if value is not None and value not in neutral:
             raise APIError(400, f"{name} is not supported by this server (got {value!r})", name)
-    if body.n not in (None, 1):
-        raise APIError(400, f"n must be 1 (one choice per request), got {body.n}", "n")
     if body.logprobs not in (None, False):
         raise APIError(400, "logprobs are not supported", "logprobs")
     temperature = 1.0 if body.temperature is None else body.temperature
@@ -107,7 +117,7 @@ def _params(body, max_tokens: int | None) -> SamplingParams:
         raise APIError(400, f"temperature must be in [0, 100], got {temperature}", "temperature")
     if body.top_k is not None and body.top_k < -1:
         raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {body.top_k}", "top_k")
-    seed = None if body.seed is None else body.seed % (1 << 64)
+    seed = None if body.seed is None else (body.seed + choice) % (1 << 64)
     return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
                           top_k=max(body.top_k or 0, 0), top_p=1.0 if body.top_p is None else float(body.top_p),
                           min_p=float(body.min_p or 0.0), stop_ids=tuple(body.stop_token_ids or ()),
@@ -167,13 +177,33 @@ class _Generation:
                     if rest:
                         yield rest
         finally:
-            if self.req.finish is None:
-                # A stop string, or the client went away: free the slot.
-                self.served.engine.cancel(self.req)
+            # A stop string, or the client went away: free the slot.
+            self.cancel()
 
-    def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": len(self.prompt), "completion_tokens": self.tokens,
-                "total_tokens": len(self.prompt) + self.tokens}
+    def cancel(self) -> None:
+        if self.req.finish is None:
+            self.served.engine.cancel(self.req)
+
+
+def _generations(served, prompt: list[int], body, max_tokens: int | None) -> list[_Generation]:
+    """The request's choices, submitted to the engine; if one is refused,
+    those before it are cancelled."""
+    n, stops = _choices(body, served), _stops(body)
+    params = [_params(body, max_tokens, i) for i in range(n)]
+    gens: list[_Generation] = []
+    try:
+        for p in params:
+            gens.append(_Generation(served, prompt, p, stops))
+    except APIError:
+        for g in gens:
+            g.cancel()
+        raise
+    return gens
+
+
+def _usage(gens: list[_Generation]) -> dict[str, int]:
+    prompt, completion = len(gens[0].prompt), sum(g.tokens for g in gens)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _sse(data) -> str:
@@ -222,22 +252,53 @@ def create_app(served):
                                             "owned_by": "event-tensor",
                                             "max_model_len": served.session.max_context}]}
 
-    async def run(gen: _Generation, stream: bool, body, chunk, final):
-        """The response of `gen`: one JSON object, or server-sent events of
-        `chunk(text)` objects, then `final(finish)` and, if asked, usage."""
+    async def run(gens: list[_Generation], stream: bool, body, chunk, final):
+        """The response of the choices `gens`: one JSON object
+        (`final(texts, finishes, usage)`), or server-sent events of
+        `chunk(i, text, finish)` objects as each choice's text comes, each
+        choice's last with its finish reason, then, if asked, usage."""
+        async def collect(gen):
+            return "".join([piece async for piece in gen.pieces()])
         if not stream:
-            text = "".join([piece async for piece in gen.pieces()])
-            return final(text, gen.finish, gen.usage())
+            tasks = [asyncio.ensure_future(collect(g)) for g in gens]
+            try:
+                texts = await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                for g in gens:
+                    g.cancel()
+            return final(texts, [g.finish for g in gens], _usage(gens))
 
         async def events():
+            queue: asyncio.Queue = asyncio.Queue()
+
+            async def feed(i, gen):
+                try:
+                    async for piece in gen.pieces():
+                        await queue.put((i, piece, None, None))
+                    await queue.put((i, "", gen.finish, None))
+                except APIError as err:
+                    await queue.put((i, "", None, err))
+            tasks = [asyncio.ensure_future(feed(i, g)) for i, g in enumerate(gens)]
             try:
-                async for piece in gen.pieces():
-                    yield _sse(chunk(piece, None))
-                yield _sse(chunk("", gen.finish))
+                for _ in gens:
+                    while True:
+                        i, text, finish, err = await queue.get()
+                        if err is not None:
+                            raise err
+                        yield _sse(chunk(i, text, finish))
+                        if finish is not None:
+                            break
                 if (body.stream_options or {}).get("include_usage"):
-                    yield _sse({**chunk("", None), "choices": [], "usage": gen.usage()})
+                    yield _sse({**chunk(0, "", None), "choices": [], "usage": _usage(gens)})
             except APIError as err:
                 yield _sse({"error": {"message": err.message, "type": err.kind, "code": err.status}})
+            finally:
+                for t in tasks:
+                    t.cancel()
+                for g in gens:
+                    g.cancel()
             yield "data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -252,16 +313,20 @@ def create_app(served):
                 raise APIError(400, f"one prompt per request, got {len(prompt)}", "prompt")
             prompt = prompt[0]
         ids = served.codec.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        gen = _Generation(served, ids, _params(body, body.max_tokens), _stops(body))
+        gens = _generations(served, ids, body, body.max_tokens)
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": rid, "object": "text_completion", "created": now, "model": served.name}
 
-        def chunk(text, finish):
-            return {**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+        def choice(i, text, finish):
+            return {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
 
-        def final(text, finish, usage):
-            return {**chunk(text, finish), "usage": usage}
-        return await run(gen, body.stream, body, chunk, final)
+        def chunk(i, text, finish):
+            return {**head, "choices": [choice(i, text, finish)]}
+
+        def final(texts, finishes, usage):
+            return {**head, "choices": [choice(i, t, f) for i, (t, f) in enumerate(zip(texts, finishes))],
+                    "usage": usage}
+        return await run(gens, body.stream, body, chunk, final)
 
     @app.post("/v1/chat/completions")
     async def chat(body: Chat, request: Request):
@@ -280,21 +345,23 @@ def create_app(served):
         except TextError as err:
             raise APIError(400, str(err), "messages") from None
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        gen = _Generation(served, ids, _params(body, max_tokens), _stops(body))
+        gens = _generations(served, ids, body, max_tokens)
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served.name}
-        first = [True]
+        started: set[int] = set()
 
-        def chunk(text, finish):
-            delta = {"role": "assistant", "content": text} if first[0] else ({"content": text} if text else {})
-            first[0] = False
-            return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        def chunk(i, text, finish):
+            # Each choice's first delta names the role.
+            delta = {"role": "assistant", "content": text} if i not in started else ({"content": text} if text else {})
+            started.add(i)
+            return {**head, "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-        def final(text, finish, usage):
+        def final(texts, finishes, usage):
             return {**head, "object": "chat.completion",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                                 "finish_reason": finish}], "usage": usage}
-        return await run(gen, body.stream, body, chunk, final)
+                    "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None,
+                                 "finish_reason": f} for i, (t, f) in enumerate(zip(texts, finishes))],
+                    "usage": usage}
+        return await run(gens, body.stream, body, chunk, final)
 
     return app
 
