@@ -157,6 +157,7 @@ class Engine:
         self._held: list[tuple[np.ndarray, list[int], int]] = [_NOTHING] * session.max_batch
         self._held_at = np.zeros(session.max_batch, np.int64)  # session.slot_writes when freed
         self._owner: dict[int, Request] = {}  # a taken slot's request
+        self._deferred: Request | None = None  # the waiting request that waits for a prompt being fed
         self._room = 0  # paged caches: pages an admission could have (free + only free slots' own)
         self.prompts = PromptStats()
         self._closed = False
@@ -282,9 +283,11 @@ class Engine:
             for req in [r for r in self._running if r.cancelled]:
                 self._running.remove(req)
                 self._finish(req, "abort")
+            self._deferred = None
             while self._waiting and self._free:
                 req = self._waiting[0]
                 if self._waits_for_prefill(req):
+                    self._deferred = req  # (no launch ends early for it)
                     break
                 slot, src, here, reuse = self._place(req)
                 if not self._back(slot, src, _positions(len(req.prompt), req.max_tokens)):
@@ -449,11 +452,13 @@ class Engine:
 
     def _interrupting(self) -> bool:
         """Whether the running launch should end early: a waiting request
-        could take a free slot (and its KV pages), or a running one was
-        cancelled."""
+        could take a free slot (and its KV pages; not one that waits for a
+        prompt being fed: no prompt is fed during the launch), or a running
+        one was cancelled."""
         with self._cv:
-            return bool((self._waiting and self._free and self._fits(self._waiting[0])) or self._closed
-                        or any(r.cancelled for r in self._running))
+            head = self._waiting[0] if self._waiting else None
+            return bool((head is not None and head is not self._deferred and self._free and self._fits(head))
+                        or self._closed or any(r.cancelled for r in self._running))
 
     def _fits(self, req: Request) -> bool:
         pool = self.session.kv_pages
