@@ -201,7 +201,7 @@ def test_engine_reuses_cached_prefixes(served, monkeypatch):
         return _run_alone(served, lambda: session.generate([prompt], m).tokens[0])
     _run_alone(served, lambda: None)
     start = engine.prompts.to_dict()
-    p = [(11 * i) % 200 + 5 for i in range(12)]
+    p = [302] + [(11 * i) % 200 + 5 for i in range(1, 12)]  # (first tokens no other test uses)
     a, _ = _collect(engine, p, SamplingParams(max_tokens=6, ignore_eos=True))()
     turn = p + a + [9, 8]  # the next turn: 17 of its positions are cached
     b, _ = _collect(engine, turn, SamplingParams(max_tokens=4, ignore_eos=True))()
@@ -212,7 +212,7 @@ def test_engine_reuses_cached_prefixes(served, monkeypatch):
     # saw its first tokens: the prefix is then reused in place, and the
     # test tries again with other prompts, up to 5 times.)
     for attempt in range(5):
-        q = [(13 * i + attempt) % 200 + 7 for i in range(14)]
+        q = [303 + attempt] + [(13 * i + attempt) % 200 + 7 for i in range(1, 14)]
         other = q[:10] + [3, 3, 3]
         waits, done = [], threading.Event()
 
@@ -417,7 +417,7 @@ def test_openai_client_n_choices(served, server):
 
     client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
     _run_alone(served, lambda: None)
-    prompt = [(17 * i) % 250 + 3 for i in range(24)]
+    prompt = [301] + [(17 * i) % 250 + 3 for i in range(1, 24)]  # (no other test starts with 301)
     before = served.engine.prompts.to_dict()
     hot = dict(max_tokens=4, temperature=1.5, seed=11, extra_body={"ignore_eos": True})
     both = client.completions.create(model="tiny", prompt=prompt, n=2, **hot)
