@@ -254,6 +254,68 @@ def test_engine_keeps_pages_for_prefixes_until_needed(tiny):
         whole.close()
 
 
+def test_engine_under_load_with_prefixes_pages_and_cancels(tmp_path):
+    """Randomized: 4 slots, a pool of 5 pages where they could hold 8, 30
+    requests from 3 threads whose prompts start with one of three shared
+    prefixes, some cancelled after their first tokens. Every request that
+    ran to its length has the tokens it has alone (a session with whole
+    caches), a cancelled one a prefix of them; prefixes were reused; once
+    idle, the pages still backed belong to free slots only."""
+    import random
+    import threading
+
+    config = model.tiny_config("qwen3")
+    weights = model.random_weights(config, seed=8)
+    path = model.compile_model(config, target="cpu", max_batch=4, max_context=64, workers=2, split_len=16,
+                               cache_dir=tmp_path / "cache")
+    whole = model.DecodeSession(path, weights)
+    paged = model.DecodeSession(path, weights, kv_memory=2 * 5 * PAGE, kv_page_bytes=PAGE)
+    engine = Engine(paged, chunk=6)
+    rng = random.Random(5)
+    prefixes = [[rng.randrange(8, config.vocab_size) for _ in range(n)] for n in (20, 33, 41)]
+    jobs = []
+    for i in range(30):
+        prompt = rng.choice(prefixes) + [rng.randrange(8, config.vocab_size) for _ in range(rng.randrange(1, 9))]
+        jobs.append((prompt, rng.randrange(2, 64 - len(prompt)), i % 7 == 3))
+    results: list = [None] * len(jobs)
+    try:
+        def client(k):
+            for i in range(k, len(jobs), 3):
+                prompt, m, cancel = jobs[i]
+                out, done = [], threading.Event()
+
+                def on_output(req, tokens, finish, out=out, done=done, cancel=cancel):
+                    out.extend(tokens)
+                    if tokens and cancel:
+                        engine.cancel(req)
+                    if finish:
+                        out.append(finish)
+                        done.set()
+                engine.submit(prompt, SamplingParams(max_tokens=m, ignore_eos=True), on_output)
+                time.sleep(rng.random() * 0.01)
+                assert done.wait(120)
+                results[i] = out
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for (prompt, m, cancel), out in zip(jobs, results):
+            *tokens, finish = out
+            alone = whole.generate([prompt], m).tokens[0]
+            if finish == "length":
+                assert tokens == alone, (prompt, m)
+            else:
+                assert cancel and finish == "abort" and tokens == alone[: len(tokens)]
+        assert engine.prompts.hits > 0 and engine.busy == 0
+        pool = paged.kv_pages
+        assert pool.used == pool.reclaimable(range(4)) and pool.used <= pool.budget
+    finally:
+        engine.close()
+        paged.close()
+        whole.close()
+
+
 def _submit(engine, prompt, m):
     """Submits a greedy request of `m` tokens; returns a function that
     waits for its tokens."""
