@@ -286,10 +286,12 @@ class Engine:
             self._deferred = None
             while self._waiting and self._free:
                 req = self._waiting[0]
-                if self._waits_for_prefill(req):
+                held = self._prompt_held(req)
+                if self._waits_for_prefill(req, max(held)):
                     self._deferred = req  # (no launch ends early for it)
                     break
-                slot, src, here, reuse = self._place(req)
+                slot, src, reuse = self._place(held)
+                here = held[slot]
                 if not self._back(slot, src, _positions(len(req.prompt), req.max_tokens)):
                     break  # it joins once running requests give pages back
                 self._waiting.popleft()
@@ -323,40 +325,42 @@ class Engine:
         # its last token and every new token but the last.
         return req.prompt_ids, req.tokens, req.fed + len(req.tokens)
 
-    def _place(self, req: Request) -> tuple[int, int, int, int]:
-        """Where `req` joins: (a free slot, the slot to copy cached positions
-        from or -1, the prompt positions the free slot holds already, the
-        prompt positions to reuse)."""
+    def _prompt_held(self, req: Request) -> list[int]:
+        """Per cache slot, the positions of `req`'s prompt it holds (none
+        without prefix reuse). The last prompt token is fed by the decode
+        launch: at most the others are reused."""
         if not self.reuse_prefixes:
-            return self._free[0], -1, 0, 0
-        # The last prompt token is fed by the decode launch: at most the
-        # others are reused.
+            return [0] * len(self._held)
         want = req.prompt_ids[:-1]
-        here = {s: _common(want, *self._cached(s)) for s in self._free}
+        return [_common(want, *self._cached(s)) for s in range(len(self._held))]
+
+    def _place(self, held: list[int]) -> tuple[int, int, int]:
+        """Where a request whose prompt the slots hold as `held`
+        (`_prompt_held`) joins: (a free slot, the slot to copy cached
+        positions from or -1, the prompt positions to reuse)."""
+        if not self.reuse_prefixes:
+            return self._free[0], -1, 0
         # The free slot that holds most of the prompt, else an empty one,
         # else the least recently freed.
-        slot = max(self._free, key=lambda s: (here[s], self._cached(s)[2] == 0))
-        src, reuse = -1, here[slot]
-        for s in range(len(self._held)):
-            if s != slot:
-                n = _common(want, *self._cached(s))
-                if n > reuse:
-                    src, reuse = s, n
-        return slot, src, here[slot], reuse
+        slot = max(self._free, key=lambda s: (held[s], self._cached(s)[2] == 0))
+        # The slot that holds most (the first of those): copied from if
+        # that is more than the free slot holds.
+        src = max(range(len(held)), key=lambda s: held[s])
+        if held[src] <= held[slot]:
+            return slot, -1, held[slot]
+        return slot, src, held[src]
 
-    def _waits_for_prefill(self, req: Request) -> bool:
-        """Whether `req` should wait for a prompt being fed that will hold
-        PREFIX_WAIT or more positions of its prompt, more than any slot
-        holds now (n choices of one prompt, a system prompt that requests
-        arriving together share): it then copies them once they are in."""
+    def _waits_for_prefill(self, req: Request, held: int) -> bool:
+        """Whether `req`, of whose prompt a cache slot holds at most `held`
+        positions, should wait for a prompt being fed that will hold
+        PREFIX_WAIT or more positions of it, more than that (n choices of
+        one prompt, a system prompt that requests arriving together
+        share): it then copies them once they are in."""
         if not self.reuse_prefixes or not self._prefilling:
             return False
         want = req.prompt_ids[:-1]
         coming = max(_common(want, r.prompt_ids, [], len(r.prompt) - 1) for r in self._prefilling)
-        if coming < self.PREFIX_WAIT:
-            return False
-        held = max(_common(want, *self._cached(s)) for s in range(len(self._held)))
-        return coming > held
+        return coming >= self.PREFIX_WAIT and coming > held
 
     def _back(self, slot: int, src: int, positions: int) -> bool:
         """Paged caches: backs every position the request in `slot` may
