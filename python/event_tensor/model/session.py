@@ -365,13 +365,18 @@ class DecodeSession:
         for slot, end in most.items():
             self.kv_pages.ensure(slot, end)
 
+    def _check_slot(self, slot, what: str = "") -> None:
+        """A ValueError unless `slot` (`what`: how the message names it) is
+        a cache slot's index."""
+        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.max_batch:
+            raise ValueError(f"{what}slot {slot!r} is not a cache slot (max_batch {self.max_batch})")
+
     def release(self, slot: int, keep: int = 0) -> None:
         """Forgets the sequence in cache slot `slot` past its first `keep`
         positions: with paged caches their pages go back to the pool
         (nothing to do with whole caches; the next sequence in the slot
         overwrites it)."""
-        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.max_batch:
-            raise ValueError(f"slot {slot!r} is not a cache slot (max_batch {self.max_batch})")
+        self._check_slot(slot)
         if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or not 0 <= keep <= self.max_context:
             raise ValueError(f"keep {keep!r} is not a number of positions in [0, {self.max_context}]")
         self.slot_writes[int(slot)] += 1
@@ -386,9 +391,8 @@ class DecodeSession:
         reuse). Ordered after the launches before it, like a launch. With
         paged caches `src` must hold the positions, and `dst`'s are backed
         first (KVCacheFull if the pool cannot)."""
-        for name, slot in (("src", src), ("dst", dst)):
-            if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.max_batch:
-                raise ValueError(f"{name} slot {slot!r} is not a cache slot (max_batch {self.max_batch})")
+        self._check_slot(src, "src ")
+        self._check_slot(dst, "dst ")
         if src == dst:
             raise ValueError(f"src and dst are the same slot ({src})")
         if not 0 <= start <= end <= self.max_context:
@@ -625,8 +629,7 @@ class DecodeSession:
         n = len(chunk)
         if not 0 < n <= self.prefill_rows:
             raise ValueError(f"a prefill chunk takes 1 to {self.prefill_rows} tokens, got {n}")
-        if not 0 <= slot < self.max_batch:
-            raise ValueError(f"slot {slot} is not a cache slot (max_batch {self.max_batch})")
+        self._check_slot(slot)
         if pos0 < 0 or pos0 + n > self.max_context:
             raise ValueError(f"positions {pos0}..{pos0 + n - 1} exceed the compiled context {self.max_context}")
         self._check_tokens(chunk)
