@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "head_rmsnorm", "prefill_attention", "rope", "sampling_filter_probs"]
+__all__ = ["attention", "head_rmsnorm", "penalize", "prefill_attention", "rope", "sampling_filter_probs"]
 
 
 def rope(x, positions, theta, llama3_scaling=None):
@@ -71,3 +71,18 @@ def sampling_filter_probs(logits, temperature, top_k=0, top_p=1.0, min_p=0.0):
         keep &= y >= y[np.isfinite(y)].max() + np.log(min_p)
     w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
     return w / w.sum()
+
+
+def penalize(logits, tokens, outputs_from, repetition=1.0, frequency=0.0, presence=0.0):
+    """The logits after the repetition, frequency and presence penalties of
+    a sequence `tokens` whose tokens from index `outputs_from` on were
+    generated (`et.penalize`): each id in the sequence has its logit x
+    divided by `repetition` if x > 0, else multiplied by it; then each id
+    generated c times loses c * frequency + presence."""
+    x = np.array(logits, np.float64)
+    tokens = np.asarray(tokens, np.int64)
+    seen = np.unique(tokens[(tokens >= 0) & (tokens < len(x))])
+    x[seen] = np.where(x[seen] > 0, x[seen] / repetition, x[seen] * repetition)
+    generated = tokens[outputs_from:]
+    counts = np.bincount(generated[(generated >= 0) & (generated < len(x))], minlength=len(x))
+    return x - counts * frequency - (counts > 0) * presence

@@ -807,6 +807,36 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
   }
 }
 
+// et.penalize: with a penalty on, the worker's threads count the history's
+// ids (add for a generated one, or for a prompt one), a barrier, then take
+// each count back to zero (exchange) and apply the penalties where it was
+// not zero; on the CPU, one thread, no barrier.
+// GPU-LABEL: et.kernel @penalize
+// GPU: arith.cmpf une
+// GPU: scf.if
+// GPU: scf.for
+// GPU: memref.atomic_rmw addi
+// GPU: memref.atomic_rmw ori
+// GPU: gpu.barrier
+// GPU: memref.atomic_rmw assign
+// GPU: arith.divf
+// GPU: arith.mulf
+// GPU: memref.store
+// GPU: gpu.barrier
+// GPU-NOT: et.penalize
+// CPU-LABEL: et.kernel @penalize
+// ROWS-LABEL: et.kernel @penalize
+// CPU-NOT: gpu.barrier
+// CPU: memref.atomic_rmw assign
+// CPU-NOT: gpu.barrier
+et.kernel @penalize(%x: memref<?x1000xf32>, %h: memref<4x65xi32>, %from: memref<?xi32>, %r: memref<?xf32>,
+                    %f: memref<?xf32>, %p: memref<?xf32>, %counts: memref<?x1000xi32>, %rows: index) {
+  %c9 = arith.constant 9 : index
+  et.task @t tiles(%m) in (%rows) {
+    et.penalize %x token(%m) history(%h, %m, %c9) outputs_from(%from) repetition(%r) frequency(%f) presence(%p) counts(%counts) : memref<?x1000xf32>, memref<4x65xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x1000xi32>
+  }
+}
+
 // et.prefetch: on the GPU, thread 0 issues one bulk L2 prefetch of the
 // rows (bytes = rows clamped to N, times K x 2); on the CPU, nothing.
 // GPU-LABEL: et.kernel @l2_hint

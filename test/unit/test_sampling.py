@@ -3,13 +3,13 @@ Gumbel-max keys of a counter-based generator give, over many seeds, the
 distribution softmax(logits / T) (chi-square), never a column of -inf
 logit; a seed and counter repeat a draw; the draw does not depend on how
 the columns are split into tiles; a temperature of 0 is the greedy
-argmax."""
+argmax. `et.penalize` changes the logits as the numpy reference does."""
 
 import numpy as np
 import pytest
 
 import event_tensor as et
-from event_tensor.reference import sampling_filter_probs
+from event_tensor.reference import penalize, sampling_filter_probs
 
 # One row per draw: stage 1 over `tiles` column blocks of 8 / tiles columns
 # each, stage 2 over the blocks' keys.
@@ -219,3 +219,69 @@ def test_filters_off_or_greedy_leave_no_threshold(draw_filtered):
     tie[0] = 3.0
     tokens, tau = draw_filtered(1.0, seeds, top_k=1, logits=tie)
     assert set(tokens.tolist()) == {0, 6} and np.allclose(tau, 3.0)
+
+
+# The penalties: a tile per row penalizes its logits from its slot's
+# history, then takes the greedy token.
+PENALIZED = """
+et.kernel @penalized(%x: memref<?x8xf32>, %hist: memref<3x6xi32>, %slots: memref<?xi32>, %lengths: memref<?xi32>,
+                     %from: memref<?xi32>, %r: memref<?xf32>, %f: memref<?xf32>, %p: memref<?xf32>,
+                     %counts: memref<?x8xi32>, %v: memref<?x1xf32>, %i: memref<?x1xi32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  et.task @row tiles(%m) in (%n) {
+    %s32 = memref.load %slots[%m] : memref<?xi32>
+    %s = arith.index_cast %s32 : i32 to index
+    %l32 = memref.load %lengths[%m] : memref<?xi32>
+    %l = arith.index_cast %l32 : i32 to index
+    et.penalize %x token(%m) history(%hist, %s, %l) outputs_from(%from) repetition(%r) frequency(%f)
+        presence(%p) counts(%counts)
+        : memref<?x8xf32>, memref<3x6xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>,
+          memref<?x8xi32>
+    %row = memref.subview %x[%m, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
+    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
+    et.argmax %row, %vr, %ir cols(%c0, %c8) slot(%c0)
+        : memref<1x8xf32, strided<[8, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
+          memref<1x1xi32, strided<[1, 1], offset: ?>>
+  }
+}
+"""
+
+
+def test_penalties_change_each_seen_id_once(tmp_path):
+    """Rows of different slots, histories with repeats, ids outside the
+    vocabulary, prompt and generated parts: the penalized logits are the
+    reference's, the greedy token follows them, the counts are zero again,
+    and a row with every penalty off keeps its logits (even a history of
+    junk)."""
+    launch = et.compile(PENALIZED, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
+    history = np.array([[6, 6, 0, 6, 1, -1],
+                        [3, 6, 9, 6, 6, 2],
+                        [99, -5, 7, 7, 7, 7]], np.int32)
+    #         slot, length, outputs_from, repetition, frequency, presence
+    rows = [(0, 5, 2, 1.3, 0.0, 0.0),
+            (0, 5, 2, 1.0, 0.5, 0.25),
+            (1, 6, 1, 2.0, 0.4, 1.0),
+            (2, 6, 4, 1.5, 0.3, 0.0),
+            (1, 6, 0, 1.0, 0.0, 0.0),
+            (2, 0, 0, 3.0, 1.0, 1.0)]
+    n = len(rows)
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(n, 8)).astype(np.float32) * 2
+    logits[:, 6] = 3.0
+    x = logits.copy()
+    counts = np.zeros((n, 8), np.int32)
+    col = lambda k, dt: np.array([r[k] for r in rows], dt)  # noqa: E731
+    tokens = np.full((n, 1), -1, np.int32)
+    launch(x, history, col(0, np.int32), col(1, np.int32), col(2, np.int32), col(3, np.float32),
+           col(4, np.float32), col(5, np.float32), counts, np.zeros((n, 1), np.float32), tokens, n)
+    for b, (slot, length, start, r, f, p) in enumerate(rows):
+        want = penalize(logits[b], history[slot, :length], start, r, f, p)
+        np.testing.assert_allclose(x[b], want, rtol=1e-6, atol=1e-6, err_msg=str(rows[b]))
+        assert tokens[b, 0] == int(np.argmax(want.astype(np.float32)))
+    assert not counts.any()
+    np.testing.assert_array_equal(x[4], logits[4])
+    np.testing.assert_array_equal(x[5], logits[5])  # an empty history
+    # The most likely id (6), penalized, loses the greedy choice.
+    assert tokens[4, 0] == 6 and tokens[1, 0] != 6

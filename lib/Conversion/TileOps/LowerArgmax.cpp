@@ -5,6 +5,8 @@
 // (Philox4x32-10) to the tempered logits of the rows that sample, leaving
 // out those below the row's threshold (`above`). et.sample_threshold: the
 // threshold of the top-k, top-p and min-p filters, by radix selects.
+// et.penalize: repetition, frequency and presence penalties, once per id
+// of the token's history.
 //
 //===----------------------------------------------------------------------===//
 
@@ -578,6 +580,86 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   op.erase();
 }
 
+/// et.penalize: the worker's threads count each id of the token's history
+/// into its row of `counts` (generated occurrences in the low 31 bits, the
+/// top bit for one in the prompt), then take the counts back to zero; the
+/// thread that takes an id's nonzero count applies that id's penalties, so
+/// each id's logit changes once.
+static void lowerPenalize(PenalizeOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Type i32 = b.getI32Type(), indexType = b.getIndexType();
+  Value tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
+  Value threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
+  Value m = op.getToken(), x = op.getX(), counts = op.getCounts(), history = op.getHistory();
+  Value slot = op.getSlot();
+  Value r = memref::LoadOp::create(b, loc, op.getRepetition(), ValueRange{m});
+  Value f = memref::LoadOp::create(b, loc, op.getFrequency(), ValueRange{m});
+  Value p = memref::LoadOp::create(b, loc, op.getPresence(), ValueRange{m});
+  Value from = arith::IndexCastOp::create(
+      b, loc, indexType, memref::LoadOp::create(b, loc, op.getOutputsFrom(), ValueRange{m}));
+  Value zero = h.f32(0.0), one = h.f32(1.0);
+  auto une = [&](Value a, Value c) { return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, a, c); };
+  Value on = arith::OrIOp::create(b, loc, une(r, one), arith::OrIOp::create(b, loc, une(f, zero), une(p, zero)));
+  auto work = scf::IfOp::create(b, loc, on, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(work.thenBlock());
+  Value width = arith::IndexCastOp::create(b, loc, i32, memref::DimOp::create(b, loc, x, 1));
+  // Over the history: each position's id, if it is a column of x.
+  auto overIds = [&](function_ref<void(OpBuilder &, Value, Value)> body) {
+    scf::ForOp::create(b, loc, tid, op.getLength(), threads, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+                         Value id = memref::LoadOp::create(b, loc, history, ValueRange{slot, i});
+                         Value inside = arith::AndIOp::create(
+                             b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32c(b, loc, 0)),
+                             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id, width));
+                         auto ifOp = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
+                         {
+                           OpBuilder::InsertionGuard guard(b);
+                           b.setInsertionPointToStart(ifOp.thenBlock());
+                           body(b, i, arith::IndexCastOp::create(b, loc, b.getIndexType(), id));
+                         }
+                         scf::YieldOp::create(b, loc);
+                       });
+  };
+  auto barrier = [&] {
+    if (gpu)
+      gpu::BarrierOp::create(b, loc);
+  };
+  overIds([&](OpBuilder &b, Value i, Value id) {
+    Value generated = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, i, from);
+    auto ifOp = scf::IfOp::create(b, loc, generated, /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), counts, ValueRange{m, id});
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::ori,
+                                i32c(b, loc, std::numeric_limits<int32_t>::min()), counts, ValueRange{m, id});
+  });
+  barrier();
+  overIds([&](OpBuilder &b, Value, Value id) {
+    Value word = memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::assign, i32c(b, loc, 0), counts,
+                                             ValueRange{m, id});
+    auto ifOp = scf::IfOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, word, i32c(b, loc, 0)), false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value c = arith::AndIOp::create(b, loc, word, i32c(b, loc, std::numeric_limits<int32_t>::max()));
+    Value v = memref::LoadOp::create(b, loc, x, ValueRange{m, id});
+    Value positive = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, zero);
+    v = arith::SelectOp::create(b, loc, positive, arith::DivFOp::create(b, loc, v, r),
+                                arith::MulFOp::create(b, loc, v, r));
+    Value any = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, c, i32c(b, loc, 0));
+    Value fc = arith::MulFOp::create(b, loc, f, arith::SIToFPOp::create(b, loc, b.getF32Type(), c));
+    v = arith::SubFOp::create(b, loc, v, arith::AddFOp::create(b, loc, fc, arith::SelectOp::create(b, loc, any, p, zero)));
+    memref::StoreOp::create(b, loc, v, x, ValueRange{m, id});
+  });
+  barrier();
+  b.setInsertionPointAfter(work);
+  op.erase();
+}
+
 namespace {
 
 /// et.sample_threshold: all threads of the worker on the GPU, one on the
@@ -586,6 +668,15 @@ struct SampleThresholdLowering : public TileOpLowering<SampleThresholdOp> {
   using TileOpLowering::TileOpLowering;
   LogicalResult matchAndRewrite(SampleThresholdOp op, PatternRewriter &) const override {
     lowerSampleThreshold(op, options.gpu);
+    return success();
+  }
+};
+
+/// et.penalize: all threads of the worker on the GPU, one on the host.
+struct PenalizeLowering : public TileOpLowering<PenalizeOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(PenalizeOp op, PatternRewriter &) const override {
+    lowerPenalize(op, options.gpu);
     return success();
   }
 };
@@ -606,6 +697,6 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering>(patterns.getContext(), options);
+  patterns.add<ArgmaxLowering, SampleThresholdLowering, PenalizeLowering>(patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

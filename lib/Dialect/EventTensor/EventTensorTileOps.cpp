@@ -349,6 +349,20 @@ LogicalResult SampleThresholdOp::verify() {
   return success();
 }
 
+LogicalResult PenalizeOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), counts = getCounts().getType();
+  for (Value perToken : {getOutputsFrom(), getRepetition(), getFrequency(), getPresence()})
+    if (!sameDim(cast<MemRefType>(perToken.getType()).getDimSize(0), x.getDimSize(0)))
+      return emitOpError("outputs_from, repetition, frequency and presence must have one entry per token of x, "
+                         "got ")
+             << perToken.getType() << " for " << x;
+  if (!sameDim(counts.getDimSize(0), x.getDimSize(0)) || !sameDim(counts.getDimSize(1), x.getDimSize(1)))
+    return emitOpError("counts must have the shape of x, got ") << counts << " for " << x;
+  return success();
+}
+
 LogicalResult RouterTopKOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();

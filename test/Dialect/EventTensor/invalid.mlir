@@ -736,6 +736,34 @@ et.kernel @sample_threshold_outside(%x: memref<2x8xf32>, %t: memref<2xf32>, %k: 
 }
 // -----
 
+et.kernel @penalize_rows(%x: memref<2x8xf32>, %h: memref<2x5xi32>, %from: memref<2xi32>, %r: memref<2xf32>,
+                         %f: memref<3xf32>, %p: memref<2xf32>, %counts: memref<2x8xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{outputs_from, repetition, frequency and presence must have one entry per token of x, got 'memref<3xf32>' for 'memref<2x8xf32>'}}
+    et.penalize %x token(%m) history(%h, %m, %c) outputs_from(%from) repetition(%r) frequency(%f) presence(%p) counts(%counts) : memref<2x8xf32>, memref<2x5xi32>, memref<2xi32>, memref<2xf32>, memref<3xf32>, memref<2xf32>, memref<2x8xi32>
+  }
+}
+// -----
+
+et.kernel @penalize_counts(%x: memref<?x8xf32>, %h: memref<2x5xi32>, %from: memref<?xi32>, %r: memref<?xf32>,
+                           %f: memref<?xf32>, %p: memref<?xf32>, %counts: memref<?x7xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{counts must have the shape of x, got 'memref<?x7xi32>' for 'memref<?x8xf32>'}}
+    et.penalize %x token(%m) history(%h, %m, %c) outputs_from(%from) repetition(%r) frequency(%f) presence(%p) counts(%counts) : memref<?x8xf32>, memref<2x5xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x7xi32>
+  }
+}
+// -----
+
+et.kernel @penalize_outside(%x: memref<2x8xf32>, %h: memref<2x5xi32>, %from: memref<2xi32>, %r: memref<2xf32>,
+                            %f: memref<2xf32>, %p: memref<2xf32>, %counts: memref<2x8xi32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.penalize' op must be nested in an 'et.task' body}}
+  et.penalize %x token(%c) history(%h, %c, %c) outputs_from(%from) repetition(%r) frequency(%f) presence(%p) counts(%counts) : memref<2x8xf32>, memref<2x5xi32>, memref<2xi32>, memref<2xf32>, memref<2xf32>, memref<2xf32>, memref<2x8xi32>
+}
+// -----
+
 et.kernel @argmax_sample_partial(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %t: memref<1xf32>) {
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {

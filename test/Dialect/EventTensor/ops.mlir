@@ -378,6 +378,17 @@ et.kernel @steps(%n: index, %stop: memref<1xi32>, %log: memref<16xindex>) {
   }
 }
 
+// The penalties of a token's history, before its filters.
+// CHECK-LABEL: et.kernel @penalized
+// CHECK: et.penalize %{{.*}} token(%{{.*}}) history(%{{.*}}, %{{.*}}, %{{.*}}) outputs_from(%{{.*}}) repetition(%{{.*}}) frequency(%{{.*}}) presence(%{{.*}}) counts(%{{.*}}) : memref<?x64xf32>, memref<4x33xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x64xi32>
+et.kernel @penalized(%x: memref<?x64xf32>, %h: memref<4x33xi32>, %from: memref<?xi32>, %r: memref<?xf32>,
+                     %f: memref<?xf32>, %p: memref<?xf32>, %counts: memref<?x64xi32>, %rows: index) {
+  %c9 = arith.constant 9 : index
+  et.task @penalize tiles(%m) in (%rows) {
+    et.penalize %x token(%m) history(%h, %m, %c9) outputs_from(%from) repetition(%r) frequency(%f) presence(%p) counts(%counts) : memref<?x64xf32>, memref<4x33xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x64xi32>
+  }
+}
+
 // The sampling filters' threshold, and the argmax that samples above it.
 // CHECK-LABEL: et.kernel @filtered
 // CHECK: et.sample_threshold %{{.*}} token(%{{.*}}) temperature(%{{.*}}) top_k(%{{.*}}) top_p(%{{.*}}) min_p(%{{.*}}) into(%{{.*}}) : memref<?x64xbf16>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>

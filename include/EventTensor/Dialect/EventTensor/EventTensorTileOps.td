@@ -619,6 +619,58 @@ def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
   let hasVerifier = 1;
 }
 
+def ET_PenalizeOp : ET_Op<"penalize", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a token's repetition, frequency and presence penalties applied to its logits";
+  let description = [{
+    For token `m` of `x` (its logits, one row per token), whose sequence
+    so far is `history[slot, 0..length)` (token ids by position), and
+    whose positions from `outputs_from[m]` on hold generated tokens (those
+    before, the prompt), changes in place the logit of every token id `t`
+    that occurs in the sequence, once per id, as the serving engines of the
+    field do:
+
+    - repetition (`repetition[m] = r`, 1 off; for ids anywhere in the
+      sequence): `x / r` where `x > 0`, else `x * r`;
+    - then frequency and presence (`frequency[m] = f`,
+      `presence[m] = p`, 0 off; for ids among the generated tokens, `c`
+      times): `x - c * f - p`.
+
+    Ids outside `[0, width)` in the history are skipped. With every penalty
+    off, nothing is read. `counts` (`M x width` i32, one row per token) is
+    scratch: all zero before, all zero after (the op counts each id's
+    occurrences there, then the first thread to take an id's count applies
+    its penalty). The op runs on all threads of the worker (a task tile
+    per token); `et.sample_threshold` and `et.argmax` after it see the
+    changed logits.
+
+    Example:
+
+    ```mlir
+    et.penalize %logits token(%m) history(%hist, %slot, %n) outputs_from(%from) repetition(%r)
+        frequency(%f) presence(%p) counts(%counts)
+        : memref<?x128256xf32>, memref<16x2049xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>,
+          memref<?xf32>, memref<?x128256xi32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[F32], [2]>, "", [MemRead, MemWrite]>:$x,
+                       Index:$token,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemRead]>:$history,
+                       Index:$slot, Index:$length,
+                       Arg<MemRefRankOf<[I32], [1]>, "", [MemRead]>:$outputs_from,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$repetition,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$frequency,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$presence,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemRead, MemWrite]>:$counts);
+  let assemblyFormat = [{
+    $x `token` `(` $token `)` `history` `(` $history `,` $slot `,` $length `)`
+    `outputs_from` `(` $outputs_from `)` `repetition` `(` $repetition `)` `frequency` `(` $frequency `)`
+    `presence` `(` $presence `)` `counts` `(` $counts `)` attr-dict `:` type($x) `,` type($history) `,`
+    type($outputs_from) `,` type($repetition) `,` type($frequency) `,` type($presence) `,` type($counts)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_RouterTopKOp : ET_Op<"router_topk", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "a mixture-of-experts router: the top-k experts of each token and their weights";
