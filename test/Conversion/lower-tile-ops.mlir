@@ -812,6 +812,8 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
 // each count back to zero (exchange) and apply the penalties where it was
 // not zero; on the CPU, one thread, no barrier.
 // GPU-LABEL: et.kernel @penalize
+// GPU: arith.cmpf ogt
+// GPU: arith.select
 // GPU: arith.cmpf une
 // GPU: scf.if
 // GPU: scf.for

@@ -253,8 +253,8 @@ def test_penalties_change_each_seen_id_once(tmp_path):
     """Rows of different slots, histories with repeats, ids outside the
     vocabulary, prompt and generated parts: the penalized logits are the
     reference's, the greedy token follows them, the counts are zero again,
-    and a row with every penalty off keeps its logits (even a history of
-    junk)."""
+    and a row with every penalty off (a repetition penalty of 0 is off, as
+    in a zeroed row) keeps its logits."""
     launch = et.compile(PENALIZED, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
     history = np.array([[6, 6, 0, 6, 1, -1],
                         [3, 6, 9, 6, 6, 2],
@@ -264,7 +264,7 @@ def test_penalties_change_each_seen_id_once(tmp_path):
             (0, 5, 2, 1.0, 0.5, 0.25),
             (1, 6, 1, 2.0, 0.4, 1.0),
             (2, 6, 4, 1.5, 0.3, 0.0),
-            (1, 6, 0, 1.0, 0.0, 0.0),
+            (1, 6, 0, 0.0, 0.0, 0.0),
             (2, 0, 0, 3.0, 1.0, 1.0)]
     n = len(rows)
     rng = np.random.default_rng(3)
@@ -277,7 +277,7 @@ def test_penalties_change_each_seen_id_once(tmp_path):
     launch(x, history, col(0, np.int32), col(1, np.int32), col(2, np.int32), col(3, np.float32),
            col(4, np.float32), col(5, np.float32), counts, np.zeros((n, 1), np.float32), tokens, n)
     for b, (slot, length, start, r, f, p) in enumerate(rows):
-        want = penalize(logits[b], history[slot, :length], start, r, f, p)
+        want = penalize(logits[b], history[slot, :length], start, r if r > 0 else 1.0, f, p)
         np.testing.assert_allclose(x[b], want, rtol=1e-6, atol=1e-6, err_msg=str(rows[b]))
         assert tokens[b, 0] == int(np.argmax(want.astype(np.float32)))
     assert not counts.any()

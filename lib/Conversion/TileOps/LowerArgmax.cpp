@@ -601,6 +601,8 @@ static void lowerPenalize(PenalizeOp op, bool gpu) {
       b, loc, indexType, memref::LoadOp::create(b, loc, op.getOutputsFrom(), ValueRange{m}));
   Value zero = h.f32(0.0), one = h.f32(1.0);
   auto une = [&](Value a, Value c) { return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, a, c); };
+  // r <= 0 (a zeroed row) is off, as 1 is.
+  r = arith::SelectOp::create(b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, r, zero), r, one);
   Value on = arith::OrIOp::create(b, loc, une(r, one), arith::OrIOp::create(b, loc, une(f, zero), une(p, zero)));
   auto work = scf::IfOp::create(b, loc, on, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);

@@ -348,6 +348,10 @@ class _PrefillKernel:
                  ("logits", mr([DYN, V], f32)),
                  ("part_val", mr([DYN, lay.argmax_chunks], f32)), ("part_idx", mr([DYN, lay.argmax_chunks], i32)),
                  ("next_val", mr([DYN, 1], f32)), ("next_token", mr([DYN, 1], i32))]
+        if self.tp == 1:
+            # Every cache slot's tokens by position (the decode kernel's
+            # buffer, read by its penalties).
+            args += [("history", mr([lay.cache_slots, lay.cache_len], i32))]
         if self.tp > 1:
             # Partial sums of o and down (read by every device), and every
             # device's argmax candidates (the decode kernel's buffers).
@@ -545,8 +549,25 @@ class _PrefillKernel:
             et.rmsnorm(tile_rows(A["p_h"], t, [H], f32), vec_view(A["ln1"], l, H),
                        tile_rows(A["p_xn"], t, [H], bf16), eps)
 
+        def record(t):
+            # Thread 0: the tile's tokens into the slot's history.
+            r0 = self.start(t, rt)
+            end = arith.MinSIOp(arith.AddIOp(r0, self.const(rt)).result, self.rows).result
+            loop = scf.ForOp(r0, end, self.const(1))
+            with InsertionPoint(loop.body):
+                r = loop.induction_variable
+                pos = arith.IndexCastOp(self.idx, memref.LoadOp(A["p_positions"], [r]).result).result
+                memref.StoreOp(memref.LoadOp(A["p_tokens"], [r]).result, A["history"], [A["slot"], pos])
+                scf.YieldOp([])
+
         def embed_norm1(t):
             et.embedding(A["embed"], self.row_range(A["p_tokens"], t, rt, [], i32), tile_rows(A["p_h"], t, [H], f32))
+            if "history" in A:
+                first = arith.CmpIOp(arith.CmpIPredicate.eq, et.ThreadIdOp(self.idx).result, self.const(0)).result
+                guard = scf.IfOp(first)
+                with InsertionPoint(guard.then_block):
+                    record(t)
+                    scf.YieldOp([])
             norm1(0, t)
         self.task("norm1_first", [RT], embed_norm1, signal=lambda t: ("norm1", [self.const(0), block_of(t)]),
                   live=self.tile_live, nbytes=8 * rt * H)

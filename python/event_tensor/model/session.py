@@ -34,6 +34,20 @@ _SCALARS = ("batch", "steps")
 # Buffers the host reads while a launch runs: on a GPU, in host memory
 # mapped into the device (the token history, streamed out per step).
 _HOST_VISIBLE = ("out_tokens",)
+# The values of the per-row sampling buffers with which a row's token is
+# the greedy one (what step() and the prefill run with).
+_GREEDY_ROWS = {"temperature": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+
+
+def _penalized(rows: dict) -> bool:
+    """Whether some row of the sampling rows `rows` has a penalty on."""
+    return any(bool((np.asarray(rows[k]) != v).any()) for k, v in _GREEDY_ROWS.items()
+               if k != "temperature" and k in rows)
+
+
+def _not_greedy(rows: dict | None) -> bool:
+    """Whether some row of `rows` samples or has a penalty on."""
+    return rows is not None and (bool((rows["temperature"] > 0).any()) or _penalized(rows))
 
 
 class ModelArtifactError(ValueError):
@@ -287,8 +301,9 @@ class DecodeSession:
                 if name in _SCALARS:
                     continue
                 shape = [self.max_batch if d == -1 else d for d in spec["shape"]]
-                if name in packed or name in _WEIGHTS or name in ("k_cache", "v_cache"):
-                    # Weights and caches: one buffer that every variant takes as is.
+                if name in packed or name in _WEIGHTS or name in ("k_cache", "v_cache", "history"):
+                    # Weights, caches and the slots' token history: one
+                    # buffer that every variant takes as is.
                     if name in pool and list(pool[name].shape) != shape:
                         raise ModelArtifactError(f"{self.path}: the kernel variants take '{name}' with different "
                                                  f"shapes ({list(pool[name].shape)} and {shape})")
@@ -385,7 +400,8 @@ class DecodeSession:
 
     def copy_positions(self, src: int, dst: int, start: int, end: int) -> None:
         """Copies the keys and values of cache positions [start, end) of
-        slot `src` into slot `dst` (every layer, on every device): a
+        slot `src` into slot `dst` (every layer, on every device; and
+        their tokens in the slots' history, which the penalties read): a
         sequence whose first tokens are another's takes their keys and
         values instead of computing them again (the serving engine's prefix
         reuse). Ordered after the launches before it, like a launch. With
@@ -415,6 +431,13 @@ class DecodeSession:
                                                          (src * positions + start) * token, (end - start) * token)
                 else:
                     cache[dst, start:end].copy_(cache[src, start:end])
+            if "history" in buffers:
+                # The tokens at those positions (what the penalties read).
+                history = buffers["history"]
+                if self.device == "cpu":
+                    history[dst, start:end] = history[src, start:end]
+                else:
+                    history[dst, start:end].copy_(history[src, start:end])
 
     def kv_pages_for(self, tokens: int) -> int:
         """The most KV pages a sequence of `tokens` positions holds (0 with
@@ -695,14 +718,24 @@ class DecodeSession:
             check(v)
         return values
 
-    def sampling_rows(self, n: int, *, temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0) -> dict:
+    def sampling_rows(self, n: int, *, temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0,
+                      repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, outputs_from=0) -> dict:
         """The sampling arguments of `n` rows, checked (each one value for
         all rows or a sequence of one per row), as the kernel's row buffers:
         `temperature` (f32, 0 greedy), `seed` (i64 bits), and the filters
         applied before the draw, in this order: `top_k` (the k most likely
         tokens; 0 off), `top_p` (the fewest most likely tokens that hold
         that share of the probability; 1 off), `min_p` (the tokens at least
-        that share as likely as the most likely one; 0 off)."""
+        that share as likely as the most likely one; 0 off).
+
+        The penalties come before the filters, greedy rows included, once
+        per token id in the row's sequence (`et.penalize`):
+        `repetition_penalty` r > 0 (1 off) divides a positive logit of an id
+        anywhere in the sequence (prompt or generated) by r and multiplies a
+        negative one by it; then `frequency_penalty` f and
+        `presence_penalty` p (0 off) subtract c * f + p from the logit of an
+        id the row generated c > 0 times, counting the tokens from position
+        `outputs_from` (the prompt's length) on."""
         def number(name, ok, what):
             def check(v):
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
@@ -713,6 +746,10 @@ class DecodeSession:
         def check_seed(s):
             if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 1 << 64:
                 raise ValueError(f"seed must be an int in [0, 2**64), got {s!r}")
+
+        def check_position(p):
+            if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 0 <= p <= self.max_context:
+                raise ValueError(f"outputs_from must be a position in [0, {self.max_context}], got {p!r}")
 
         def check_top_k(k):
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
@@ -741,10 +778,29 @@ class DecodeSession:
                              "and min_p were in the kernel): recompile it")
         if "top_k" not in self.buffers:
             rows = {k: rows[k] for k in ("temperature", "seed")}
+        penalties = {
+            "repetition_penalty": np.array(self._row_values(repetition_penalty, n, "repetition_penalty", number(
+                "repetition_penalty", lambda r: r > 0, "a finite number > 0 (1: off)")), np.float32),
+            "frequency_penalty": np.array(self._row_values(frequency_penalty, n, "frequency_penalty", number(
+                "frequency_penalty", lambda f: True, "a finite number (0: off)")), np.float32),
+            "presence_penalty": np.array(self._row_values(presence_penalty, n, "presence_penalty", number(
+                "presence_penalty", lambda p: True, "a finite number (0: off)")), np.float32),
+        }
+        starts = self._row_values(outputs_from, n, "outputs_from", check_position)
+        if _penalized(penalties):
+            if self.tp > 1:
+                raise ValueError(f"repetition, frequency and presence penalties need a kernel on one device; this "
+                                 f"one runs on {self.tp} devices")
+            if "history" not in self.buffers:
+                raise ValueError(f"{self.path}: this kernel has no penalties (compiled before they were in the "
+                                 "kernel): recompile it")
+        if "history" in self.buffers:
+            rows.update(penalties, outputs_from=np.array(starts, np.int32))
         return rows
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None,
-                 temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0) -> Generation:
+                 temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
+                 frequency_penalty=0.0, presence_penalty=0.0) -> Generation:
         """Generation: prefills the prompts (of any lengths, prompt b into
         cache slot b), then decodes them together until each row has
         `max_new_tokens` new tokens, produced a stop id (`stop`: one
@@ -759,15 +815,23 @@ class DecodeSession:
         kernel, after the `top_k`, `top_p` and `min_p` filters
         (`sampling_rows`): a counter-based generator keyed by the row's
         `seed` and position, so a generation repeats exactly for its seeds,
-        whatever the number of workers. The prefill's token is greedy."""
-        sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p)
+        whatever the number of workers. The `repetition_penalty`,
+        `frequency_penalty` and `presence_penalty` change the logits first
+        (greedy rows too; frequency and presence count the generated
+        tokens). Rows that sample or have a penalty on take their first
+        token from the decode kernel too (their prompt's last token fed
+        there), the others from the prefill."""
+        sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
+                        repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                        presence_penalty=presence_penalty)
         run = self._generation(prompts, max_new_tokens, stop, sampling, chunk=None, streamed=False)
         for _ in run:
             pass
         return run.result
 
     def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None, temperature=0.0,
-               seed=0, top_k=0, top_p=1.0, min_p=0.0, chunk: int | None = None) -> "GenerationStream":
+               seed=0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, frequency_penalty=0.0,
+               presence_penalty=0.0, chunk: int | None = None) -> "GenerationStream":
         """`generate`, handing the tokens out as they come: iterating yields,
         after the prefill and then as the kernel makes them, each row's new
         tokens since the last item (a list per row, empty for a row with
@@ -780,7 +844,9 @@ class DecodeSession:
         after each launch."""
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
             raise ValueError(f"chunk must be a positive int (decode steps per launch) or None, got {chunk!r}")
-        sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p)
+        sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
+                        repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                        presence_penalty=presence_penalty)
         return self._generation(prompts, max_new_tokens, stop, sampling, chunk=None if chunk is None else int(chunk),
                                 streamed=True)
 
@@ -798,8 +864,8 @@ class DecodeSession:
         if n > self.max_batch:
             raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
         stop_ids = self.stop_rows(stop, n)
-        rows = self.sampling_rows(n, **sampling)
         lengths = np.array([len(p) for p in prompts], np.int64)
+        rows = self.sampling_rows(n, **sampling, outputs_from=[int(x) for x in lengths])
         longest = int((lengths + max_new_tokens - 1).max())
         if longest > self.max_context:
             raise ValueError(f"a prompt of {int(lengths[np.argmax(lengths)])} tokens and max_new_tokens "
@@ -811,22 +877,36 @@ class DecodeSession:
 
     def _run(self, prompts, max_new_tokens, stop_ids, sampling, lengths, chunk, streamed):
         """The generation (see `stream`): yields each row's new tokens after
-        the prefill, then as they are made (`streamed`) or after each
-        launch; returns the `Generation`."""
+        the prefill (when every row is greedy), then as they are made
+        (`streamed`) or after each launch; returns the `Generation`."""
         n = len(prompts)
         start = time.perf_counter()
-        first = self.prefill(prompts)
-        prefill_s = time.perf_counter() - start
-        start = time.perf_counter()
-        stopped = np.array([int(first[b]) in stop_ids[b] for b in range(n)])
-        finished = np.where(stopped, FINISH_STOP, np.where(max_new_tokens == 1, FINISH_LENGTH, 0)).astype(np.int32)
-        tokens = [[int(t)] for t in first]
-        yield [list(t) for t in tokens]
-        launches = 0
         # The rows still running: their last token, its position, the new
         # tokens they may still produce.
-        last, pos, left = first.copy(), lengths.copy(), np.full(n, max_new_tokens - 1, np.int64)
-        steps = max_new_tokens - 1 if chunk is None or not self.steps_on_device else chunk
+        if _not_greedy(sampling):
+            # Each prompt's last token goes through the decode kernel, so
+            # that the first new token is drawn and penalized like the
+            # others (the prefill kernel's is greedy).
+            heads = [b for b in range(n) if len(prompts[b]) > 1]
+            if heads:
+                self.prefill([prompts[b][:-1] for b in heads], slots=heads)
+            prefill_s = time.perf_counter() - start
+            start = time.perf_counter()
+            finished = np.zeros(n, np.int32)
+            tokens = [[] for _ in range(n)]
+            last = np.array([p[-1] for p in prompts], np.int64)
+            pos, left = lengths - 1, np.full(n, max_new_tokens, np.int64)
+        else:
+            first = self.prefill(prompts)
+            prefill_s = time.perf_counter() - start
+            start = time.perf_counter()
+            stopped = np.array([int(first[b]) in stop_ids[b] for b in range(n)])
+            finished = np.where(stopped, FINISH_STOP, np.where(max_new_tokens == 1, FINISH_LENGTH, 0)).astype(np.int32)
+            tokens = [[int(t)] for t in first]
+            yield [list(t) for t in tokens]
+            last, pos, left = first.copy(), lengths.copy(), np.full(n, max_new_tokens - 1, np.int64)
+        launches = 0
+        steps = int(left.max()) if chunk is None or not self.steps_on_device else chunk
         if not self.steps_on_device:
             steps = 1
         while (finished == 0).any():
@@ -917,7 +997,7 @@ class DecodeSession:
         remaining = np.asarray(remaining, np.int64)
         stops = np.full((n, MAX_STOP_IDS), -1, np.int32)
         stops[:, : np.shape(stop_ids)[1] if n else 0] = stop_ids
-        sampled = sampling is not None and bool((sampling["temperature"] > 0).any())
+        sampled = _not_greedy(sampling)
         if sampled:
             self._write_rows(sampling)
         try:
@@ -932,7 +1012,7 @@ class DecodeSession:
         finally:
             if sampled:
                 # step() and prefill stay greedy.
-                self._write_rows({"temperature": np.zeros(n, np.float32)})
+                self._write_rows({k: np.full(n, v, np.float32) for k, v in _GREEDY_ROWS.items() if k in sampling})
 
     def _decode_steps(self, slots, tokens, positions, remaining, stops, steps, on_tokens,
                       interrupt_when) -> list[tuple[list[int], int]]:

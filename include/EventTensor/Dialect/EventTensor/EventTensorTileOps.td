@@ -630,7 +630,8 @@ def ET_PenalizeOp : ET_Op<"penalize", [
     that occurs in the sequence, once per id, as the serving engines of the
     field do:
 
-    - repetition (`repetition[m] = r`, 1 off; for ids anywhere in the
+    - repetition (`repetition[m] = r`; off for 1, and for `r <= 0`, so
+      that zeroed rows penalize nothing; for ids anywhere in the
       sequence): `x / r` where `x > 0`, else `x * r`;
     - then frequency and presence (`frequency[m] = f`,
       `presence[m] = p`, 0 off; for ids among the generated tokens, `c`

@@ -76,6 +76,13 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
     if tp == 1:
         args += [("top_k", mr([DYN], i32)), ("top_p", mr([DYN], f32)), ("min_p", mr([DYN], f32)),
                  ("threshold", mr([DYN], f32))]
+        # The penalties (et.penalize): a row's repetition, frequency and
+        # presence penalties and the position of its first generated token;
+        # every cache slot's tokens by position on the device (the `embed`
+        # task and the prefill kernel record them), and the scratch counts.
+        args += [("repetition_penalty", mr([DYN], f32)), ("frequency_penalty", mr([DYN], f32)),
+                 ("presence_penalty", mr([DYN], f32)), ("outputs_from", mr([DYN], i32)),
+                 ("history", mr([lay.cache_slots, lay.cache_len], i32)), ("penalty_counts", mr([DYN, V_lm], i32))]
     # Steps in one launch (`kernel.steps`): the step budget, the stop flag,
     # the host's request to end the launch after the current step, each
     # row's budget of new tokens, stop ids and finish reason, and every

@@ -1,7 +1,8 @@
 """The end of the decode step: the final norm (in the LM head's tiles with
 fused norms), the LM head, and the next token (greedy, or sampled at the
 row's temperature, from what its top-k, top-p and min-p filters leave on
-one device), an argmax in two stages
+one device, after its repetition, frequency and presence penalties there),
+an argmax in two stages
 (one tile per vocabulary chunk, then one over the chunks' candidates; on
 several devices every device's candidates are gathered between). On one
 device the `argmax` tile then advances the rows to the next step
@@ -10,7 +11,7 @@ device the `argmax` tile then advances the rows to the next step
 from __future__ import annotations
 
 from ...collectives import gather_candidates
-from ...dialects import arith, et
+from ...dialects import arith, et, memref
 from .linear import linear_body, norm_input
 from .steps import advance_body
 
@@ -45,8 +46,8 @@ def head_tasks(ctx, prev: str) -> None:
     chunk = -(-V_lm // lay.argmax_chunks)
     # On one device a row whose temperature is above 0 samples (Gumbel-max
     # keys from its seed and position) from what its top-k, top-p and min-p
-    # filters leave (a tile per row finds the least logit they keep); the
-    # others take the greedy token.
+    # filters leave (a tile per row applies the row's penalties, then finds
+    # the least logit the filters keep); the others take the greedy token.
     sample, before = {}, "lm_head"
     if tp == 1:
         # A tile per row (the compiled batch's rows, or one per argmax_part
@@ -55,10 +56,19 @@ def head_tasks(ctx, prev: str) -> None:
         # producer, the static schedule stacked argmax_part tiles on its
         # worker); tiles past the launch's batch only signal. Static tile
         # counts keep the layered kernel's tile graph checkable.
+        def filter_row(m):
+            # The row's penalties over its history up to its position,
+            # then its filters' threshold.
+            pos = arith.IndexCastOp(ctx.idx, memref.LoadOp(A["positions"], [m]).result).result
+            et.penalize(A["logits"], m, A["history"], ctx.slot_of(m), arith.AddIOp(pos, const(1)).result,
+                        A["outputs_from"], A["repetition_penalty"], A["frequency_penalty"], A["presence_penalty"],
+                        A["penalty_counts"])
+            et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"], A["min_p"],
+                                A["threshold"])
+
         def sample_filter_body(m):
             live = arith.CmpIOp(arith.CmpIPredicate.ult, m, ctx.batch).result
-            ctx.guarded(live, lambda: et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"],
-                                                          A["min_p"], A["threshold"]))
+            ctx.guarded(live, lambda: filter_row(m))
         task("sample_filter", [max(ctx.B, lay.argmax_chunks)], ["lm_head"], sample_filter_body, nbytes=0, flops=0)
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
                       threshold=A["threshold"])
