@@ -993,8 +993,14 @@ def test_prefill_kernel_matches_the_decode_prefill(family, tmp_path):
         got = np.asarray(fast.buffers[name], np.float32)[0, :40]
         assert np.abs(ref).max() > 0
         np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2)
+    # Both record the prompt in the slot's token history (the penalties'
+    # input), and penalized generations agree.
+    for session in (plain, fast):
+        assert np.asarray(session.buffers["history"])[0, :40].tolist() == prompt
     prompts = [prompt, rng.integers(0, c.vocab_size, 40).tolist()]
     assert plain.generate(prompts, 4).tokens == fast.generate(prompts, 4).tokens
+    assert plain.generate(prompts, 6, repetition_penalty=1.5, frequency_penalty=0.5).tokens == \
+        fast.generate(prompts, 6, repetition_penalty=1.5, frequency_penalty=0.5).tokens
     with pytest.raises(ValueError, match="exceeds the compiled context 64"):
         fast.prefill([[1] * 65])
     plain.prefill([prompt])

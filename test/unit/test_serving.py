@@ -278,6 +278,33 @@ def test_engine_stops_samples_and_checks(served):
         engine.submit([], SamplingParams(), lambda *a: None)
 
 
+def test_engine_penalties_match_generate(served, monkeypatch):
+    """Penalized requests running together, the second taking the first's
+    20-token prompt prefix (copied: the keys, values and tokens of those
+    positions): each gets the tokens of `DecodeSession.generate` with the
+    same penalties alone, and other tokens than without them."""
+    engine, session = served.engine, served.session
+    copies = []
+    copy = session.copy_positions
+
+    def counted(*args):
+        copies.append(args)
+        return copy(*args)
+    monkeypatch.setattr(session, "copy_positions", counted)
+    shared = [304] + [(17 * i) % 200 + 9 for i in range(1, 20)]
+    prompts = [shared + [12, 13], shared + [14]]
+    penalties = [dict(frequency_penalty=0.8, presence_penalty=0.3), dict(repetition_penalty=1.7)]
+    waits = [_collect(engine, p, SamplingParams(max_tokens=12, ignore_eos=True, **k))
+             for p, k in zip(prompts, penalties)]
+    together = [w()[0] for w in waits]
+    assert copies and copies[0][2:] == (0, 20)
+    for p, k, got in zip(prompts, penalties, together):
+        assert got == _run_alone(served, lambda: session.generate([p], 12, **k).tokens[0])
+        assert got != _collect(engine, p, SamplingParams(max_tokens=12, ignore_eos=True))()[0]
+    with pytest.raises(ValueError, match="repetition_penalty must be a finite number > 0"):
+        engine.submit([1, 2], SamplingParams(repetition_penalty=0.0), lambda *a: None)
+
+
 def test_cancel_frees_the_slot(served):
     """A request cancelled at its first tokens (from its callback, while the
     launch runs) ends the launch early: "abort", fewer tokens than asked,
@@ -476,17 +503,27 @@ def test_http_errors(served, server):
         client.completions.create(model="tiny", prompt="x", extra_body={"top_k": -2})
     with pytest.raises(openai.BadRequestError, match=r"n must be between 1 and this server's max batch \(2\), got 3"):
         client.completions.create(model="tiny", prompt="x", n=3)
+    # Penalties reach the kernel (a greedy completion changes), out of
+    # range they are refused.
+    texts = [client.completions.create(model="tiny", prompt="the fox", max_tokens=12, temperature=0,
+                                       extra_body={"ignore_eos": True}, **k).choices[0].text
+             for k in ({}, {"frequency_penalty": 2.0}, {"presence_penalty": 0.0})]
+    assert texts[0] != texts[1] and texts[0] == texts[2]
+    with pytest.raises(openai.BadRequestError, match=r"frequency_penalty must be in \[-2, 2\], got 2.5"):
+        client.completions.create(model="tiny", prompt="x", frequency_penalty=2.5)
+    with pytest.raises(openai.BadRequestError, match=r"presence_penalty must be in \[-2, 2\]"):
+        client.completions.create(model="tiny", prompt="x", presence_penalty=-3)
+    with pytest.raises(openai.BadRequestError, match=r"repetition_penalty must be in \(0, 100\], got 0.0"):
+        client.completions.create(model="tiny", prompt="x", extra_body={"repetition_penalty": 0.0})
     # Fields that would change the output and are not implemented: refused,
     # not ignored; their neutral values pass.
-    with pytest.raises(openai.BadRequestError, match=r"frequency_penalty is not supported by this server \(got 0.5\)"):
-        client.completions.create(model="tiny", prompt="x", frequency_penalty=0.5)
     with pytest.raises(openai.BadRequestError, match="logit_bias is not supported"):
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
                                        logit_bias={"5": 100})
-    with pytest.raises(openai.BadRequestError, match="repetition_penalty is not supported"):
-        client.completions.create(model="tiny", prompt="x", extra_body={"repetition_penalty": 1.2})
-    assert client.completions.create(model="tiny", prompt="x", max_tokens=2, frequency_penalty=0,
-                                     presence_penalty=0.0, user="u").choices[0].text is not None
+    with pytest.raises(openai.BadRequestError, match="best_of is not supported"):
+        client.completions.create(model="tiny", prompt="x", best_of=2)
+    assert client.completions.create(model="tiny", prompt="x", max_tokens=2, logit_bias={},
+                                     user="u").choices[0].text is not None
     r = httpx.post(server + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "error" in r.json()
     r = httpx.post(server + "/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "wizard"}]})

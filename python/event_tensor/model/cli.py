@@ -400,7 +400,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             session.reset()
         stop = _parse_ids(args.stop, "--stop")
         result = session.generate(prompts, args.max_new_tokens, stop=stop, temperature=args.temperature,
-                                  seed=args.seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+                                  seed=args.seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                                  **penalty_kwargs(args))
     except (ModelArtifactError, NonFiniteLogitsError, ValueError, ImportError) as err:
         return _err(str(err))
     for b, (seq, reason) in enumerate(zip(result.tokens, result.finish_reasons)):
@@ -539,6 +540,20 @@ def sampling_args(p) -> None:
     p.add_argument("--min-p", type=float, default=0.0,
                    help="sample among the tokens at least this share as likely as the most likely one "
                    "(default 0: off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="divide the positive logits of tokens already in the sequence by this, multiply the "
+                   "negative ones (default 1: off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="subtract this times its count from the logit of each generated token (default 0: off)")
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="subtract this from the logit of each token generated before (default 0: off)")
+
+
+def penalty_kwargs(args) -> dict:
+    """The penalties of the sampling flags, as generate() and
+    SamplingParams take them."""
+    return dict(repetition_penalty=args.repetition_penalty, frequency_penalty=args.frequency_penalty,
+                presence_penalty=args.presence_penalty)
 
 
 def add_commands(sub) -> None:

@@ -66,8 +66,11 @@ class SamplingParams:
     until the compiled context is full); `temperature` 0 is greedy, above
     0 samples softmax(logits / temperature), after the `top_k`, `top_p` and
     `min_p` filters (`DecodeSession.sampling_rows`), with the generator
-    keyed by `seed` (None: a random seed); the generation ends at one of
-    `stop_ids` or, unless `ignore_eos`, at one of the model's end ids."""
+    keyed by `seed` (None: a random seed); the `repetition_penalty`
+    (prompt and generated tokens), `frequency_penalty` and
+    `presence_penalty` (generated tokens) change the logits before either;
+    the generation ends at one of `stop_ids` or, unless `ignore_eos`, at
+    one of the model's end ids."""
 
     max_tokens: int | None = 16
     temperature: float = 0.0
@@ -75,6 +78,9 @@ class SamplingParams:
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     stop_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
@@ -177,8 +183,6 @@ class Engine:
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
         seed = secrets.randbits(64) if params.seed is None else params.seed
-        sampling = self.session.sampling_rows(1, temperature=params.temperature, seed=seed, top_k=params.top_k,
-                                              top_p=params.top_p, min_p=params.min_p)
         if len(prompt) == 0:
             raise ValueError("the prompt is empty")
         bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, (int, np.integer))
@@ -190,6 +194,11 @@ class Engine:
             raise ValueError(f"the prompt has {len(prompt)} tokens; this model's context is {self.max_context} "
                              "tokens")
         max_tokens = room if params.max_tokens is None else params.max_tokens
+        sampling = self.session.sampling_rows(1, temperature=params.temperature, seed=seed, top_k=params.top_k,
+                                              top_p=params.top_p, min_p=params.min_p,
+                                              repetition_penalty=params.repetition_penalty,
+                                              frequency_penalty=params.frequency_penalty,
+                                              presence_penalty=params.presence_penalty, outputs_from=len(prompt))
         if max_tokens > room:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")

@@ -43,6 +43,9 @@ def _models():
         top_p: float | None = None
         top_k: int | None = None
         min_p: float | None = None
+        frequency_penalty: float | None = None
+        presence_penalty: float | None = None
+        repetition_penalty: float | None = None
         n: int | None = None
         stop: str | list[str] | None = None
         seed: int | None = None
@@ -74,9 +77,6 @@ def _models():
 # neutral value is refused (HTTP 400 naming it) rather than answered as if
 # it were not there. (Other unknown fields, `user` say, are ignored.)
 _UNSUPPORTED = {
-    "frequency_penalty": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
     "logit_bias": ({},),
     "best_of": (1,),
     "suffix": ("",),
@@ -117,10 +117,20 @@ def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
         raise APIError(400, f"temperature must be in [0, 100], got {temperature}", "temperature")
     if body.top_k is not None and body.top_k < -1:
         raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {body.top_k}", "top_k")
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = getattr(body, name)
+        if value is not None and not -2 <= value <= 2:
+            raise APIError(400, f"{name} must be in [-2, 2], got {value}", name)
+    repetition = 1.0 if body.repetition_penalty is None else body.repetition_penalty
+    if not 0 < repetition <= 100:
+        raise APIError(400, f"repetition_penalty must be in (0, 100], got {repetition}", "repetition_penalty")
     seed = None if body.seed is None else (body.seed + choice) % (1 << 64)
     return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
                           top_k=max(body.top_k or 0, 0), top_p=1.0 if body.top_p is None else float(body.top_p),
-                          min_p=float(body.min_p or 0.0), stop_ids=tuple(body.stop_token_ids or ()),
+                          min_p=float(body.min_p or 0.0), repetition_penalty=float(repetition),
+                          frequency_penalty=float(body.frequency_penalty or 0.0),
+                          presence_penalty=float(body.presence_penalty or 0.0),
+                          stop_ids=tuple(body.stop_token_ids or ()),
                           ignore_eos=body.ignore_eos)
 
 
