@@ -14,6 +14,11 @@ decode seconds / (new - 1). Three ways, in the same process:
 - `stream_<k>`: `DecodeSession.stream(chunk=k)`: launches of k steps, the
   tokens handed out as the kernel makes them (--chunks);
 - `sampled`: `generate` at --temperature (Gumbel-max sampling in the kernel);
+- `penalized`: `generate` greedy with the --penalties (repetition,
+  frequency, presence: `et.penalize` over each row's history), and a check
+  of its first --check-tokens tokens of row 0 against the numpy reference
+  applied to the raw logits of one `step()` per token (agreement counted
+  where the top two penalized logits are apart);
 - `host_loop`: `DecodeSession.step` per token, the host feeding the token
   back (one launch, copies and a synchronization per token);
 - `peer`: transformers + torch.compile(mode="reduce-overhead") with a static
@@ -36,6 +41,7 @@ import numpy as np
 import torch
 
 from event_tensor.model import DecodeSession, ModelConfig
+from event_tensor.reference import penalize
 from gpu_timing import launch_seconds, random_model_weights, to_numpy_bf16
 
 
@@ -58,6 +64,28 @@ def kernel_seconds(session: DecodeSession, batch: int, position: int, iters: int
     return launch_seconds(session.launcher, *session._arguments(batch), reps=iters)
 
 
+def penalty_check(session: DecodeSession, prompt: list, tokens: list, penalties: dict) -> dict:
+    """Each of `tokens` (generated after `prompt` with `penalties`) against
+    the argmax of the reference's penalties over the raw logits of one
+    step() (penalties off) at that position: (agreeing, decisive) counts."""
+    session.reset()
+    session.prefill([prompt[:-1]])
+    seq, agree, decisive, agree_decisive = list(prompt), 0, 0, 0
+    args = [penalties.get(k, d) for k, d in (("repetition_penalty", 1.0), ("frequency_penalty", 0.0),
+                                             ("presence_penalty", 0.0))]
+    for token in tokens:
+        session.step([seq[-1]], [len(seq) - 1], [0])
+        want = penalize(session.last_logits()[0], seq, len(prompt), *args)
+        top = np.sort(want)[-2:]
+        ok = token == int(np.argmax(want))
+        agree += ok
+        if top[1] - top[0] > 1e-2 * max(abs(top[1]), 1.0):
+            decisive += 1
+            agree_decisive += ok
+        seq.append(token)
+    return {"tokens": len(tokens), "agree": agree, "decisive": decisive, "decisive_agree": agree_decisive}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -70,6 +98,9 @@ def main():
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--chunks", default="16", help="stream() chunks to time ('' for none)")
     parser.add_argument("--temperature", type=float, default=0.8, help="temperature of the sampled run (0: none)")
+    parser.add_argument("--penalties", default='{"repetition_penalty": 1.3, "frequency_penalty": 0.5, '
+                        '"presence_penalty": 0.2}', help="penalties of the penalized run (JSON; '' for none)")
+    parser.add_argument("--check-tokens", type=int, default=32, help="tokens of the penalized run checked")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -122,6 +153,17 @@ def main():
                     session.reset()
                     times.append(session.generate(prompts, args.new, temperature=args.temperature, seed=r).decode_s)
                 row["sampled_ms"] = 1e3 * float(np.median(times)) / per
+            if args.penalties:
+                penalties = json.loads(args.penalties)
+                times = []
+                for r in range(args.repeats):
+                    session.reset()
+                    pg = session.generate(prompts, args.new, **penalties)
+                    times.append(pg.decode_s)
+                row["penalized_ms"] = 1e3 * float(np.median(times)) / per
+                row["penalized_differs"] = pg.tokens != g.tokens
+                row["penalty_check"] = penalty_check(session, prompts[0], pg.tokens[0][: args.check_tokens],
+                                                     penalties)
             row["same_tokens"] = g.tokens == tokens
             # Where the two first differ (rows' positions), and whether each
             # way repeats itself: relaxed atomic adds (o_per_head) make the
