@@ -80,14 +80,18 @@ MODEL_STAGE_BYTES = 69632
 # batch 1 (docs/experiments/2026-11-28-qwen3-moe.md). Narrower groups keep
 # the CUDA cores (the tensor-core tile did not help Llama-3.2-1B or
 # Qwen3-0.6B in the model: docs/experiments/2026-11-26-attention-tensor-cores.md),
-# except kernels of more than MODEL_KV_MMA_ABOVE_BATCH rows, whose attention
-# tiles stream far more KV rows than a warp's registers keep in flight: the
-# 64-row Llama-3.2-1B kernel (split K) on the H100 took 3.54-3.57 ms at
-# batch 64 against 3.74-3.76 with the CUDA cores, the same at batch 32
-# (docs/experiments/2026-12-06-split-k.md).
+# except kernels of at least MODEL_KV_MMA_FROM_BATCH rows, whose attention
+# tiles stream far more KV rows than a warp's registers keep in flight, with
+# rings of MODEL_KV_MMA_BATCH_BYTES: on the H100, Llama-3.2-1B's 16-row
+# kernel took 1.456 / 1.744 ms at batch 4 / 16 against 1.552 / 1.886 with
+# the CUDA cores (96 and 144 KiB rings: 1-2% slower than 120), the 64-row
+# kernel 2.387 / 3.012 at batch 32 / 64 against 2.437 / 3.075 with 96 KiB;
+# Llama-3.1-8B's 64-row kernel the same with either
+# (docs/experiments/2026-12-07-penalties-and-attention-rings.md).
 MODEL_KV_MMA_MIN_GROUP = 8
-MODEL_KV_MMA_ABOVE_BATCH = 32
+MODEL_KV_MMA_FROM_BATCH = 16
 MODEL_KV_MMA_BYTES = 98304
+MODEL_KV_MMA_BATCH_BYTES = 122880
 MODEL_STAGE_TASKS = ("mlp", "down")
 
 # One-row kernels of models with a hidden size up to MODEL_NARROW_HIDDEN
@@ -355,7 +359,9 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
     options.setdefault("threads_per_worker", model_threads(config, max_batch))
     options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
     options.setdefault("opt_level", MODEL_OPT_LEVEL)
-    if config.group_size >= MODEL_KV_MMA_MIN_GROUP or max_batch > MODEL_KV_MMA_ABOVE_BATCH:
+    if max_batch >= MODEL_KV_MMA_FROM_BATCH:
+        options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BATCH_BYTES)
+    elif config.group_size >= MODEL_KV_MMA_MIN_GROUP:
         options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BYTES)
     if max_batch != 1:
         return
