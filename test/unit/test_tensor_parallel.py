@@ -134,6 +134,8 @@ def test_tp2_samples_as_one_device_does(tmp_path):
     assert agree >= 28, (a.tokens, b.tokens)
     with pytest.raises(ValueError, match="top_k, top_p and min_p need a kernel on one device; this one runs on 2"):
         tp.generate(prompts, 4, temperature=1.0, top_k=5)
+    with pytest.raises(ValueError, match="presence penalties need a kernel on one device; this one runs on 2"):
+        tp.generate(prompts, 4, repetition_penalty=1.2)
     tp.close()
     one.close()
 
