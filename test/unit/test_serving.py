@@ -577,6 +577,14 @@ def test_cli_generate(tmp_path, capsys):
     assert main(argv + ["--kv-memory", "0.01"]) == 0
     assert capsys.readouterr().out == out.out
     assert main(argv + ["--chat"]) == 0
+    capsys.readouterr()
+    # Penalties: other text (greedy repeats itself here); a bad one is an error.
+    assert main(argv + ["--max-new-tokens", "12", "--repetition-penalty", "2", "--frequency-penalty", "1"]) == 0
+    penalized = capsys.readouterr().out
+    assert main(argv + ["--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out != penalized
+    assert main(argv + ["--repetition-penalty", "0"]) == 2
+    assert "repetition_penalty must be a finite number > 0" in capsys.readouterr().err
     assert main(argv + ["--kv-memory", "0.001"]) == 2
     assert "less than one KV page" in capsys.readouterr().err
     with pytest.raises(SystemExit):
