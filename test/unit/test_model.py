@@ -205,6 +205,15 @@ def test_penalties_follow_the_reference_token_by_token(compiled, monkeypatch):
                        (dict(presence_penalty=[0.1, 0.2, 0.3]), "presence_penalty must be one value or one per")):
         with pytest.raises(ValueError, match=match):
             session.generate(prompts, 2, **bad)
+    # A launch that fails leaves no scratch counts behind.
+    with monkeypatch.context() as m:
+        def failing(*args):
+            session.buffers["penalty_counts"][0, 5] = 3
+            raise RuntimeError("watchdog")
+        m.setattr(session, "_decode_steps", failing)
+        with pytest.raises(RuntimeError, match="watchdog"):
+            session.generate(prompts, 4, **penalties)
+    assert not np.asarray(session.buffers["penalty_counts"]).any()
     session.close()
 
 

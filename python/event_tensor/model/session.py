@@ -1009,6 +1009,17 @@ class DecodeSession:
                 return out
             return self._decode_steps(slots, tokens, positions, remaining, stops, steps, on_tokens,
                                       interrupt_when)
+        except BaseException:
+            if sampled and _penalized(sampling):
+                # A launch that failed may have left a penalty's scratch
+                # counts (zero between launches) behind.
+                for buffers in self.device_buffers:
+                    counts = buffers["penalty_counts"]
+                    if self.device == "cpu":
+                        counts[...] = 0
+                    else:
+                        counts.zero_()
+            raise
         finally:
             if sampled:
                 # step() and prefill stay greedy.
