@@ -7,7 +7,10 @@ prompt and the new tokens).
 For each artifact and batch: random bf16 weights, random prompts of
 --prompt tokens, then --new tokens per row, timed on the host from the first
 token (the prefill's) to the last one in host memory, so per output token:
-decode seconds / (new - 1). Three ways, in the same process:
+decode seconds / (new - 1); a sampled or penalized generation takes its
+first token from the decode kernel too (its prompt's last token fed there),
+so its decode seconds cover `new` steps and count / new. Ways, in the same
+process:
 
 - `device`: `DecodeSession.generate`: one launch runs every decode step, the
   kernel feeding each row's token back (steps on the device);
@@ -152,7 +155,7 @@ def main():
                 for r in range(args.repeats):
                     session.reset()
                     times.append(session.generate(prompts, args.new, temperature=args.temperature, seed=r).decode_s)
-                row["sampled_ms"] = 1e3 * float(np.median(times)) / per
+                row["sampled_ms"] = 1e3 * float(np.median(times)) / args.new
             if args.penalties:
                 penalties = json.loads(args.penalties)
                 times = []
@@ -160,7 +163,7 @@ def main():
                     session.reset()
                     pg = session.generate(prompts, args.new, **penalties)
                     times.append(pg.decode_s)
-                row["penalized_ms"] = 1e3 * float(np.median(times)) / per
+                row["penalized_ms"] = 1e3 * float(np.median(times)) / args.new
                 row["penalized_differs"] = pg.tokens != g.tokens
                 row["penalty_check"] = penalty_check(session, prompts[0], pg.tokens[0][: args.check_tokens],
                                                      penalties)
