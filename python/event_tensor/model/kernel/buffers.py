@@ -78,8 +78,8 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
                  ("threshold", mr([DYN], f32))]
         # The penalties (et.penalize): a row's repetition, frequency and
         # presence penalties and the position of its first generated token;
-        # every cache slot's tokens by position on the device (the `embed`
-        # task and the prefill kernel record them), and the scratch counts.
+        # every cache slot's tokens by position on the device (the filter
+        # tiles and the prefill kernel record them), and the scratch counts.
         args += [("repetition_penalty", mr([DYN], f32)), ("frequency_penalty", mr([DYN], f32)),
                  ("presence_penalty", mr([DYN], f32)), ("outputs_from", mr([DYN], i32)),
                  ("history", mr([lay.cache_slots, lay.cache_len], i32)), ("penalty_counts", mr([DYN, V_lm], i32))]

@@ -57,10 +57,13 @@ def head_tasks(ctx, prev: str) -> None:
         # worker); tiles past the launch's batch only signal. Static tile
         # counts keep the layered kernel's tile graph checkable.
         def filter_row(m):
-            # The row's penalties over its history up to its position,
-            # then its filters' threshold.
+            # The row's input token into its slot's history (every thread
+            # stores it, so each reads it back in program order), its
+            # penalties over that history, then its filters' threshold.
             pos = arith.IndexCastOp(ctx.idx, memref.LoadOp(A["positions"], [m]).result).result
-            et.penalize(A["logits"], m, A["history"], ctx.slot_of(m), arith.AddIOp(pos, const(1)).result,
+            slot = ctx.slot_of(m)
+            memref.StoreOp(memref.LoadOp(A["tokens"], [m]).result, A["history"], [slot, pos])
+            et.penalize(A["logits"], m, A["history"], slot, arith.AddIOp(pos, const(1)).result,
                         A["outputs_from"], A["repetition_penalty"], A["frequency_penalty"], A["presence_penalty"],
                         A["penalty_counts"])
             et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"], A["min_p"],
