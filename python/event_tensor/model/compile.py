@@ -80,16 +80,21 @@ MODEL_STAGE_BYTES = 69632
 # batch 1 (docs/experiments/2026-11-28-qwen3-moe.md). Narrower groups keep
 # the CUDA cores (the tensor-core tile did not help Llama-3.2-1B or
 # Qwen3-0.6B in the model: docs/experiments/2026-11-26-attention-tensor-cores.md),
-# except kernels of at least MODEL_KV_MMA_FROM_BATCH rows, whose attention
-# tiles stream far more KV rows than a warp's registers keep in flight, with
-# rings of MODEL_KV_MMA_BATCH_BYTES: on the H100, Llama-3.2-1B's 16-row
-# kernel took 1.456 / 1.744 ms at batch 4 / 16 against 1.552 / 1.886 with
-# the CUDA cores (96 and 144 KiB rings: 1-2% slower than 120), the 64-row
-# kernel 2.387 / 3.012 at batch 32 / 64 against 2.437 / 3.075 with 96 KiB;
-# Llama-3.1-8B's 64-row kernel the same with either
+# except kernels of at least MODEL_KV_MMA_FROM_BATCH rows of models whose
+# heads are at most MODEL_KV_MMA_MAX_HEAD_DIM wide, whose attention tiles
+# stream far more KV rows than a warp's registers keep in flight, with rings
+# of MODEL_KV_MMA_BATCH_BYTES: on the H100, Llama-3.2-1B's 16-row kernel
+# took 1.456 / 1.744 ms at batch 4 / 16 against 1.552 / 1.886 with the CUDA
+# cores (96 and 144 KiB rings: 1-2% slower than 120), the 64-row kernel
+# 2.387 / 3.012 at batch 32 / 64 against 2.437 / 3.075 with 96 KiB. Heads
+# of 128 keep the CUDA cores: on the H200 Qwen3-0.6B's 16-row kernel was
+# 15-25% slower on tensor cores (1.731 / 2.951 ms at batch 1 / 16 against
+# 1.474 / 2.369; its frame 704 bytes against 240), the 64-row one 2-7%
+# slower; Llama-3.1-8B's 64-row kernel the same either way
 # (docs/experiments/2026-12-07-penalties-and-attention-rings.md).
 MODEL_KV_MMA_MIN_GROUP = 8
 MODEL_KV_MMA_FROM_BATCH = 16
+MODEL_KV_MMA_MAX_HEAD_DIM = 64
 MODEL_KV_MMA_BYTES = 98304
 MODEL_KV_MMA_BATCH_BYTES = 122880
 MODEL_STAGE_TASKS = ("mlp", "down")
@@ -359,7 +364,7 @@ def _cuda_defaults(config: ModelConfig, max_batch: int, tp: int, options: dict) 
     options.setdefault("threads_per_worker", model_threads(config, max_batch))
     options.setdefault("tile_unroll", MODEL_TILE_UNROLL if max_batch <= MODEL_TILE_UNROLL_MAX_BATCH else 4)
     options.setdefault("opt_level", MODEL_OPT_LEVEL)
-    if max_batch >= MODEL_KV_MMA_FROM_BATCH:
+    if max_batch >= MODEL_KV_MMA_FROM_BATCH and config.head_dim <= MODEL_KV_MMA_MAX_HEAD_DIM:
         options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BATCH_BYTES)
     elif config.group_size >= MODEL_KV_MMA_MIN_GROUP:
         options.setdefault("tile_kv_mma_bytes", MODEL_KV_MMA_BYTES)
