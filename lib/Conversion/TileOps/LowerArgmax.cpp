@@ -590,8 +590,6 @@ static void lowerPenalize(PenalizeOp op, bool gpu) {
   Location loc = op.getLoc();
   TileBuilder h{b, loc};
   Type i32 = b.getI32Type(), indexType = b.getIndexType();
-  Value tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
-  Value threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
   Value m = op.getToken(), x = op.getX(), counts = op.getCounts(), history = op.getHistory();
   Value slot = op.getSlot();
   Value r = memref::LoadOp::create(b, loc, op.getRepetition(), ValueRange{m});
@@ -610,20 +608,16 @@ static void lowerPenalize(PenalizeOp op, bool gpu) {
   Value width = arith::IndexCastOp::create(b, loc, i32, memref::DimOp::create(b, loc, x, 1));
   // Over the history: each position's id, if it is a column of x.
   auto overIds = [&](function_ref<void(OpBuilder &, Value, Value)> body) {
-    scf::ForOp::create(b, loc, tid, op.getLength(), threads, ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value i, ValueRange) {
-                         Value id = memref::LoadOp::create(b, loc, history, ValueRange{slot, i});
-                         Value inside = arith::AndIOp::create(
-                             b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32c(b, loc, 0)),
-                             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id, width));
-                         auto ifOp = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
-                         {
-                           OpBuilder::InsertionGuard guard(b);
-                           b.setInsertionPointToStart(ifOp.thenBlock());
-                           body(b, i, arith::IndexCastOp::create(b, loc, b.getIndexType(), id));
-                         }
-                         scf::YieldOp::create(b, loc);
-                       });
+    threadLoop(b, loc, op.getLength(), [&](OpBuilder &b, Location loc, Value i) {
+      Value id = memref::LoadOp::create(b, loc, history, ValueRange{slot, i});
+      Value inside =
+          arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32c(b, loc, 0)),
+                                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id, width));
+      auto ifOp = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      body(b, i, arith::IndexCastOp::create(b, loc, b.getIndexType(), id));
+    });
   };
   auto barrier = [&] {
     if (gpu)
@@ -658,7 +652,6 @@ static void lowerPenalize(PenalizeOp op, bool gpu) {
     memref::StoreOp::create(b, loc, v, x, ValueRange{m, id});
   });
   barrier();
-  b.setInsertionPointAfter(work);
   op.erase();
 }
 

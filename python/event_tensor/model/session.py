@@ -420,7 +420,11 @@ class DecodeSession:
             raise ValueError(f"slot {src} holds {self.kv_pages.backed(src)} positions, not {end}")
         self._back([dst], [end])
         for device, buffers in enumerate(self.device_buffers):
-            for name in ("k_cache", "v_cache"):
+            # The keys and values, and the tokens at those positions (what
+            # the penalties read).
+            for name in ("k_cache", "v_cache", "history"):
+                if name not in buffers:
+                    continue
                 cache = buffers[name]
                 if self.device == "cpu":
                     cache[dst, start:end] = cache[src, start:end]
@@ -431,13 +435,6 @@ class DecodeSession:
                                                          (src * positions + start) * token, (end - start) * token)
                 else:
                     cache[dst, start:end].copy_(cache[src, start:end])
-            if "history" in buffers:
-                # The tokens at those positions (what the penalties read).
-                history = buffers["history"]
-                if self.device == "cpu":
-                    history[dst, start:end] = history[src, start:end]
-                else:
-                    history[dst, start:end].copy_(history[src, start:end])
 
     def kv_pages_for(self, tokens: int) -> int:
         """The most KV pages a sequence of `tokens` positions holds (0 with
@@ -457,11 +454,14 @@ class DecodeSession:
             return
         for buffers in self.device_buffers:
             for name in ("k_cache", "v_cache"):
-                buf = buffers[name]
-                if self.device == "cpu":
-                    buf[...] = 0
-                else:
-                    buf.zero_()
+                self._zero(buffers[name])
+
+    def _zero(self, buf) -> None:
+        """Zeroes a session buffer (numpy on the host, torch on a GPU)."""
+        if self.device == "cpu":
+            buf[...] = 0
+        else:
+            buf.zero_()
 
     # -- running -----------------------------------------------------------
 
@@ -1014,11 +1014,7 @@ class DecodeSession:
                 # A launch that failed may have left a penalty's scratch
                 # counts (zero between launches) behind.
                 for buffers in self.device_buffers:
-                    counts = buffers["penalty_counts"]
-                    if self.device == "cpu":
-                        counts[...] = 0
-                    else:
-                        counts.zero_()
+                    self._zero(buffers["penalty_counts"])
             raise
         finally:
             if sampled:
