@@ -18,7 +18,8 @@ process:
   tokens handed out as the kernel makes them (--chunks);
 - `sampled`: `generate` at --temperature (Gumbel-max sampling in the kernel);
 - `penalized`: `generate` greedy with the --penalties (repetition,
-  frequency, presence: `et.penalize` over each row's history), and a check
+  frequency, presence: `et.penalize` over each row's history; a
+  `logit_bias` of token ids to numbers: `et.logit_bias`), and a check
   of its first --check-tokens tokens of row 0 against the numpy reference
   applied to the raw logits of one `step()` per token (agreement counted
   where the top two penalized logits are apart);
@@ -44,7 +45,7 @@ import numpy as np
 import torch
 
 from event_tensor.model import DecodeSession, ModelConfig
-from event_tensor.reference import penalize
+from event_tensor.reference import logit_bias, penalize
 from gpu_timing import launch_seconds, random_model_weights, to_numpy_bf16
 
 
@@ -69,16 +70,19 @@ def kernel_seconds(session: DecodeSession, batch: int, position: int, iters: int
 
 def penalty_check(session: DecodeSession, prompt: list, tokens: list, penalties: dict) -> dict:
     """Each of `tokens` (generated after `prompt` with `penalties`) against
-    the argmax of the reference's penalties over the raw logits of one
-    step() (penalties off) at that position: (agreeing, decisive) counts."""
+    the argmax of the reference's logit biases and penalties over the raw
+    logits of one step() (penalties off) at that position: (agreeing,
+    decisive) counts."""
     session.reset()
     session.prefill([prompt[:-1]])
     seq, agree, decisive, agree_decisive = list(prompt), 0, 0, 0
     args = [penalties.get(k, d) for k, d in (("repetition_penalty", 1.0), ("frequency_penalty", 0.0),
                                              ("presence_penalty", 0.0))]
+    bias = penalties.get("logit_bias") or {}
     for token in tokens:
         session.step([seq[-1]], [len(seq) - 1], [0])
-        want = penalize(session.last_logits()[0], seq, len(prompt), *args)
+        raw = logit_bias(session.last_logits()[0], list(bias), list(bias.values()))
+        want = penalize(raw, seq, len(prompt), *args)
         top = np.sort(want)[-2:]
         ok = token == int(np.argmax(want))
         agree += ok
@@ -158,6 +162,8 @@ def main():
                 row["sampled_ms"] = 1e3 * float(np.median(times)) / args.new
             if args.penalties:
                 penalties = json.loads(args.penalties)
+                if "logit_bias" in penalties:  # (JSON keys are strings)
+                    penalties["logit_bias"] = {int(k): v for k, v in penalties["logit_bias"].items()}
                 times = []
                 for r in range(args.repeats):
                     session.reset()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "head_rmsnorm", "penalize", "prefill_attention", "rope", "sampling_filter_probs"]
+__all__ = ["attention", "head_rmsnorm", "logit_bias", "penalize", "prefill_attention", "rope", "sampling_filter_probs"]
 
 
 def rope(x, positions, theta, llama3_scaling=None):
@@ -71,6 +71,17 @@ def sampling_filter_probs(logits, temperature, top_k=0, top_p=1.0, min_p=0.0):
         keep &= y >= y[np.isfinite(y)].max() + np.log(min_p)
     w = np.where(keep, np.exp(y - y[keep].max()), 0.0)
     return w / w.sum()
+
+
+def logit_bias(logits, ids, values):
+    """The logits with `values[k]` added to the logit of id `ids[k]` for each
+    k whose id is in the vocabulary (`et.logit_bias`; entries of one id add
+    up)."""
+    x = np.array(logits, np.float64)
+    ids, values = np.asarray(ids, np.int64), np.asarray(values, np.float64)
+    inside = (ids >= 0) & (ids < len(x))
+    np.add.at(x, ids[inside], values[inside])
+    return x
 
 
 def penalize(logits, tokens, outputs_from, repetition=1.0, frequency=0.0, presence=0.0):

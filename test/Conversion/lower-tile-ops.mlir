@@ -807,6 +807,29 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
   }
 }
 
+// et.logit_bias: the worker's threads take the token's entries, adding each
+// nonzero value whose id is a column to that logit atomically, then a
+// barrier; on the CPU, one thread, no barrier.
+// GPU-LABEL: et.kernel @logit_bias
+// GPU: scf.for
+// GPU-DAG: arith.cmpi sge
+// GPU-DAG: arith.cmpi slt
+// GPU-DAG: arith.cmpf une
+// GPU: scf.if
+// GPU: memref.atomic_rmw addf
+// GPU: gpu.barrier
+// GPU-NOT: et.logit_bias
+// CPU-LABEL: et.kernel @logit_bias
+// ROWS-LABEL: et.kernel @logit_bias
+// CPU: memref.atomic_rmw addf
+// CPU-NOT: gpu.barrier
+// CPU-LABEL: et.kernel @penalize
+et.kernel @logit_bias(%x: memref<?x1000xf32>, %ids: memref<?x8xi32>, %v: memref<?x8xf32>, %rows: index) {
+  et.task @t tiles(%m) in (%rows) {
+    et.logit_bias %x token(%m) bias(%ids, %v) : memref<?x1000xf32>, memref<?x8xi32>, memref<?x8xf32>
+  }
+}
+
 // et.penalize: with a penalty on, the worker's threads count the history's
 // ids (add for a generated one, or for a prompt one), a barrier, then take
 // each count back to zero (exchange) and apply the penalties where it was
@@ -826,7 +849,6 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
 // GPU: memref.store
 // GPU: gpu.barrier
 // GPU-NOT: et.penalize
-// CPU-LABEL: et.kernel @penalize
 // ROWS-LABEL: et.kernel @penalize
 // CPU-NOT: gpu.barrier
 // CPU: memref.atomic_rmw assign

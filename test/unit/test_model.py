@@ -10,7 +10,7 @@ import pytest
 
 from event_tensor import model
 from event_tensor.build import PREFETCH_BYTES
-from event_tensor.reference import penalize
+from event_tensor.reference import logit_bias, penalize
 from event_tensor.model.weights import read_safetensors, write_safetensors
 from event_tensor.model.cli import Progress
 
@@ -214,6 +214,47 @@ def test_penalties_follow_the_reference_token_by_token(compiled, monkeypatch):
         with pytest.raises(RuntimeError, match="watchdog"):
             session.generate(prompts, 4, **penalties)
     assert not np.asarray(session.buffers["penalty_counts"]).any()
+    session.close()
+
+
+def test_logit_bias_follows_the_reference_token_by_token(compiled, monkeypatch):
+    """Logit biases in the kernel, one mapping per row, beside penalties:
+    every generated token is the argmax of the raw logits (one step() at a
+    time) after the reference's biases, then its penalties; the host loop
+    of one-step launches draws the same; step() is unbiased afterwards;
+    bad biases are refused by name."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    prompts = [[1, 2, 3, 2, 1], [4, 5, 6, 7]]
+    session.reset()
+    greedy = session.generate(prompts, 8)
+    bias = [{greedy.tokens[0][0]: -100.0, 9: 2.5, 11: 3.0}, None]
+    penalties = dict(frequency_penalty=[0.7, 0.0])
+    session.reset()
+    got = session.generate(prompts, 8, logit_bias=bias, **penalties)
+    assert got.tokens[0] != greedy.tokens[0] and got.tokens[1] == greedy.tokens[1]
+    assert got.tokens == _stepwise(session, monkeypatch, prompts, 8, logit_bias=bias, **penalties).tokens
+    session.reset()
+    session.prefill([prompts[0][:-1]])
+    seq = list(prompts[0])
+    ids, values = list(bias[0]), list(bias[0].values())
+    for token in got.tokens[0]:
+        session.step([seq[-1]], [len(seq) - 1], [0])
+        want = penalize(logit_bias(session.last_logits()[0], ids, values), seq, len(prompts[0]),
+                        frequency=penalties["frequency_penalty"][0])
+        assert token == int(np.argmax(want)), seq
+        seq.append(token)
+    session.reset()
+    assert session.generate(prompts, 8).tokens == greedy.tokens
+    vocab = config.vocab_size
+    for bad, match in (({vocab: 1.0}, rf"logit_bias id {vocab} is not a token id in \[0, {vocab}\)"),
+                       ({-1: 1.0}, "logit_bias id -1 is not a token id"),
+                       ({3: float("nan")}, "logit_bias of id 3 must be a finite number"),
+                       ([{3: 1.0}] * 3, "logit_bias must be one mapping or one per prompt"),
+                       ("3:1", "logit_bias must map token ids to numbers"),
+                       ({t: 1.0 for t in range(257)}, "at most 256 logit biases per row")):
+        with pytest.raises(ValueError, match=match):
+            session.generate(prompts, 2, logit_bias=bad)
     session.close()
 
 
@@ -1436,6 +1477,7 @@ def test_specialize_errors(tmp_path):
 
     assert shape_buckets(16, 8192, True) == ([1, 2, 4, 8, 16], [256, 512, 1024, 2048, 4096, 8192])
     assert shape_buckets(3, 200, True) == ([1, 2, 3], [200])
+    assert shape_buckets(64, 256, True) == ([1, 2, 4, 8, 16, 32, 64], [256])
     assert shape_buckets(4, 64, {"contexts": [16]}) == ([4], [16, 64])
     config = model.tiny_config("llama")
     for bad in ({"batches": [2, 1]}, {"batches": [0]}, {"contexts": [64]}, {"sizes": [1]}, "yes"):

@@ -3,13 +3,14 @@ Gumbel-max keys of a counter-based generator give, over many seeds, the
 distribution softmax(logits / T) (chi-square), never a column of -inf
 logit; a seed and counter repeat a draw; the draw does not depend on how
 the columns are split into tiles; a temperature of 0 is the greedy
-argmax. `et.penalize` changes the logits as the numpy reference does."""
+argmax. `et.logit_bias` and `et.penalize` change the logits as the numpy
+reference does."""
 
 import numpy as np
 import pytest
 
 import event_tensor as et
-from event_tensor.reference import penalize, sampling_filter_probs
+from event_tensor.reference import logit_bias, penalize, sampling_filter_probs
 
 # One row per draw: stage 1 over `tiles` column blocks of 8 / tiles columns
 # each, stage 2 over the blocks' keys.
@@ -285,3 +286,53 @@ def test_penalties_change_each_seen_id_once(tmp_path):
     np.testing.assert_array_equal(x[5], logits[5])  # an empty history
     # The most likely id (6), penalized, loses the greedy choice.
     assert tokens[4, 0] == 6 and tokens[1, 0] != 6
+
+
+# The logit biases: a tile per row adds its entries to its logits, then
+# takes the greedy token.
+BIASED = """
+et.kernel @biased(%x: memref<?x8xf32>, %ids: memref<?x4xi32>, %vals: memref<?x4xf32>, %v: memref<?x1xf32>,
+                  %i: memref<?x1xi32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  et.task @row tiles(%m) in (%n) {
+    et.logit_bias %x token(%m) bias(%ids, %vals) : memref<?x8xf32>, memref<?x4xi32>, memref<?x4xf32>
+    %row = memref.subview %x[%m, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
+    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
+    et.argmax %row, %vr, %ir cols(%c0, %c8) slot(%c0)
+        : memref<1x8xf32, strided<[8, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
+          memref<1x1xi32, strided<[1, 1], offset: ?>>
+  }
+}
+"""
+
+
+def test_logit_biases_add_to_their_ids(tmp_path):
+    """Entries of ids inside and outside the vocabulary, a repeated id (its
+    values add up), zero values (nothing read or written) and a row of
+    none: the biased logits are the reference's and the greedy token
+    follows them; -100 takes the most likely id out, +100 makes one
+    certain."""
+    launch = et.compile(BIASED, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
+    ids = np.array([[6, 2, -1, 8],
+                    [1, 1, 6, 99],
+                    [0, 0, 0, 0],
+                    [6, 3, 3, -7]], np.int32)
+    values = np.array([[-100.0, 0.5, 5.0, 5.0],
+                       [2.0, 3.0, 0.0, 1.0],
+                       [0.0, 0.0, 0.0, 0.0],
+                       [-100.0, 100.0, -1.5, 1.0]], np.float32)
+    n = len(ids)
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(n, 8)).astype(np.float32)
+    logits[:, 6] = 3.0
+    x = logits.copy()
+    tokens = np.full((n, 1), -1, np.int32)
+    launch(x, ids, values, np.zeros((n, 1), np.float32), tokens, n)
+    for b in range(n):
+        want = logit_bias(logits[b], ids[b], values[b])
+        np.testing.assert_allclose(x[b], want, rtol=1e-6, atol=1e-6, err_msg=f"row {b}")
+        assert tokens[b, 0] == int(np.argmax(want.astype(np.float32)))
+    np.testing.assert_array_equal(x[2], logits[2])
+    assert tokens[0, 0] != 6 and tokens[1, 0] == 1 and tokens[2, 0] == 6 and tokens[3, 0] == 3

@@ -116,6 +116,29 @@ def test_model_dir_errors(tmp_path):
         open_model(tmp_path)
 
 
+@pytest.mark.parametrize("max_batch, batches", [(1, None), (4, [1, 2, 4]), (64, [1, 2, 4, 8, 16, 32, 64])])
+def test_served_kernel_variants(tmp_path, monkeypatch, max_batch, batches):
+    """On cuda, open_model compiles a kernel per batch bucket of
+    specialize=True, the one-row kernel among them (a lone request decodes
+    as in a max_batch 1 artifact), into a directory of the cache; the
+    compile is stopped here before it starts (no GPU needed)."""
+    import event_tensor.serving.model as served_model
+
+    _write_model_dir(tmp_path)
+    seen = {}
+
+    def stop(config, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("compile stopped")
+
+    monkeypatch.setattr(served_model, "compile_model", stop)
+    with pytest.raises(RuntimeError, match="compile stopped"):
+        open_model(tmp_path, device="cuda", max_batch=max_batch, max_context=64, cache_dir=tmp_path / "cache")
+    assert seen["linear_tile"] == "auto" and seen["format"] == "bin"
+    assert seen.get("specialize", {}).get("batches") == batches
+    assert (seen["out_dir"] is None) == (batches is None)
+
+
 def _collect(engine, prompt, params):
     """Submits and returns a function that waits for (tokens, finish)."""
     out, done = [], threading.Event()
@@ -303,6 +326,27 @@ def test_engine_penalties_match_generate(served, monkeypatch):
         assert got != _collect(engine, p, SamplingParams(max_tokens=12, ignore_eos=True))()[0]
     with pytest.raises(ValueError, match="repetition_penalty must be a finite number > 0"):
         engine.submit([1, 2], SamplingParams(repetition_penalty=0.0), lambda *a: None)
+
+
+def test_engine_logit_bias(served):
+    """A request's logit biases reach the kernel from its first token on:
+    +100 on one id makes every token that id, -100 on the greedy first
+    token makes it another; a request beside them without biases keeps its
+    greedy tokens (rows do not share biases); generate with the same bias
+    gives the same tokens; ids outside the vocabulary are refused."""
+    engine, session = served.engine, served.session
+    prompt = [304, 21, 77, 5]
+    plain = _collect(engine, prompt, SamplingParams(max_tokens=6, ignore_eos=True))()[0]
+    waits = [_collect(engine, prompt, SamplingParams(max_tokens=6, ignore_eos=True, **k))
+             for k in ({"logit_bias": {42: 100.0}}, {"logit_bias": {plain[0]: -100.0}}, {})]
+    forced, banned, beside = [w()[0] for w in waits]
+    assert forced == [42] * 6
+    assert banned[0] != plain[0]
+    assert beside == plain
+    assert banned == _run_alone(served, lambda: session.generate([prompt], 6, logit_bias={plain[0]: -100.0})
+                                .tokens[0])
+    with pytest.raises(ValueError, match=r"logit_bias id 100000 is not a token id in \[0, 320\)"):
+        engine.submit([1, 2], SamplingParams(logit_bias={100000: 1.0}), lambda *a: None)
 
 
 def test_cancel_frees_the_slot(served):
@@ -515,11 +559,20 @@ def test_http_errors(served, server):
         client.completions.create(model="tiny", prompt="x", presence_penalty=-3)
     with pytest.raises(openai.BadRequestError, match=r"repetition_penalty must be in \(0, 100\], got 0.0"):
         client.completions.create(model="tiny", prompt="x", extra_body={"repetition_penalty": 0.0})
+    # Logit biases reach the kernel (+100 on one id: every token that id);
+    # out of range, not ids or named twice they are refused.
+    forced = client.completions.create(model="tiny", prompt="the fox", max_tokens=5, temperature=0,
+                                       logit_bias={"42": 100}, extra_body={"ignore_eos": True}).choices[0].text
+    assert forced == served.codec.decode([42] * 5)
+    for bias, message in (({"42": 101}, r"logit_bias values must be in \[-100, 100\], got 101.0 for token 42"),
+                          ({"fox": 1}, "logit_bias keys must be token ids, got 'fox'"),
+                          ({"7": 1, "07": 2}, "logit_bias names token 7 twice"),
+                          ({"100000": 1}, r"logit_bias id 100000 is not a token id")):
+        with pytest.raises(openai.BadRequestError, match=message):
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                           logit_bias=bias)
     # Fields that would change the output and are not implemented: refused,
     # not ignored; their neutral values pass.
-    with pytest.raises(openai.BadRequestError, match="logit_bias is not supported"):
-        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
-                                       logit_bias={"5": 100})
     with pytest.raises(openai.BadRequestError, match="best_of is not supported"):
         client.completions.create(model="tiny", prompt="x", best_of=2)
     assert client.completions.create(model="tiny", prompt="x", max_tokens=2, logit_bias={},
@@ -585,6 +638,13 @@ def test_cli_generate(tmp_path, capsys):
     assert capsys.readouterr().out != penalized
     assert main(argv + ["--repetition-penalty", "0"]) == 2
     assert "repetition_penalty must be a finite number > 0" in capsys.readouterr().err
+    # Logit biases: +100 on one id (given as two flags that add up) makes
+    # every token that id; a bad flag is an error.
+    assert main(argv + ["--logit-bias", "42=60", "--logit-bias", "42=40"]) == 0
+    assert capsys.readouterr().out == codec.decode([42] * 5) + "\n"
+    with pytest.raises(SystemExit):
+        main(argv + ["--logit-bias", "42"])
+    assert "expected ID=BIAS" in capsys.readouterr().err
     assert main(argv + ["--kv-memory", "0.001"]) == 2
     assert "less than one KV page" in capsys.readouterr().err
     with pytest.raises(SystemExit):

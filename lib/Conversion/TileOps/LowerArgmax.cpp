@@ -580,6 +580,35 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   op.erase();
 }
 
+/// et.logit_bias: the worker's threads take the token's entries (one each
+/// per trip), adding each nonzero value to its id's logit atomically.
+static void lowerLogitBias(LogitBiasOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  TileBuilder h{b, loc};
+  Value m = op.getToken(), x = op.getX(), ids = op.getIds(), values = op.getValues();
+  Value width = arith::IndexCastOp::create(b, loc, b.getI32Type(), memref::DimOp::create(b, loc, x, 1));
+  Value entries = memref::DimOp::create(b, loc, ids, 1);
+  threadLoop(b, loc, entries, [&](OpBuilder &b, Location loc, Value k) {
+    Value id = memref::LoadOp::create(b, loc, ids, ValueRange{m, k});
+    Value v = memref::LoadOp::create(b, loc, values, ValueRange{m, k});
+    Value inside =
+        arith::AndIOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32c(b, loc, 0)),
+                              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id, width));
+    Value add = arith::AndIOp::create(
+        b, loc, inside, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, h.f32(0.0)));
+    auto ifOp = scf::IfOp::create(b, loc, add, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, v, x,
+                                ValueRange{m, arith::IndexCastOp::create(b, loc, b.getIndexType(), id)});
+  });
+  // The ops after it read the logits on every thread.
+  if (gpu)
+    gpu::BarrierOp::create(b, loc);
+  op.erase();
+}
+
 /// et.penalize: the worker's threads count each id of the token's history
 /// into its row of `counts` (generated occurrences in the low 31 bits, the
 /// top bit for one in the prompt), then take the counts back to zero; the
@@ -667,6 +696,15 @@ struct SampleThresholdLowering : public TileOpLowering<SampleThresholdOp> {
   }
 };
 
+/// et.logit_bias: all threads of the worker on the GPU, one on the host.
+struct LogitBiasLowering : public TileOpLowering<LogitBiasOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(LogitBiasOp op, PatternRewriter &) const override {
+    lowerLogitBias(op, options.gpu);
+    return success();
+  }
+};
+
 /// et.penalize: all threads of the worker on the GPU, one on the host.
 struct PenalizeLowering : public TileOpLowering<PenalizeOp> {
   using TileOpLowering::TileOpLowering;
@@ -692,6 +730,6 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering, PenalizeLowering>(patterns.getContext(), options);
+  patterns.add<ArgmaxLowering, SampleThresholdLowering, LogitBiasLowering, PenalizeLowering>(patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

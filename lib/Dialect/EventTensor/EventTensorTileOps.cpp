@@ -349,6 +349,20 @@ LogicalResult SampleThresholdOp::verify() {
   return success();
 }
 
+LogicalResult LogitBiasOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), ids = getIds().getType(), values = getValues().getType();
+  int64_t k = ids.getDimSize(1);
+  if (ShapedType::isDynamic(k) || k < 1 || values.getDimSize(1) != k)
+    return emitOpError("ids and values need the same static number of entries per token (K >= 1), got ")
+           << ids << " and " << values;
+  if (!sameDim(ids.getDimSize(0), x.getDimSize(0)) || !sameDim(values.getDimSize(0), x.getDimSize(0)))
+    return emitOpError("ids and values must have one row per token of x, got ") << ids << " and " << values
+                                                                                 << " for " << x;
+  return success();
+}
+
 LogicalResult PenalizeOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();

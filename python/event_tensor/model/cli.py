@@ -401,7 +401,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop = _parse_ids(args.stop, "--stop")
         result = session.generate(prompts, args.max_new_tokens, stop=stop, temperature=args.temperature,
                                   seed=args.seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                                  **penalty_kwargs(args))
+                                  **logit_kwargs(args))
     except (ModelArtifactError, NonFiniteLogitsError, ValueError, ImportError) as err:
         return _err(str(err))
     for b, (seq, reason) in enumerate(zip(result.tokens, result.finish_reasons)):
@@ -547,13 +547,30 @@ def sampling_args(p) -> None:
                    help="subtract this times its count from the logit of each generated token (default 0: off)")
     p.add_argument("--presence-penalty", type=float, default=0.0,
                    help="subtract this from the logit of each token generated before (default 0: off)")
+    p.add_argument("--logit-bias", type=_logit_bias, action="append", default=[], metavar="ID=BIAS",
+                   help="add BIAS to the logit of token ID (repeatable; -100 all but bans it, 100 all but "
+                   "forces it)")
 
 
-def penalty_kwargs(args) -> dict:
-    """The penalties of the sampling flags, as generate() and
-    SamplingParams take them."""
+def _logit_bias(text: str) -> tuple[int, float]:
+    """One `--logit-bias ID=BIAS`."""
+    token, sep, bias = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(token), float(bias)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ID=BIAS (a token id and a number), got {text!r}") from None
+
+
+def logit_kwargs(args) -> dict:
+    """The penalties and logit biases of the sampling flags, as generate()
+    and SamplingParams take them."""
+    bias = {}
+    for token, value in args.logit_bias:
+        bias[token] = bias.get(token, 0.0) + value
     return dict(repetition_penalty=args.repetition_penalty, frequency_penalty=args.frequency_penalty,
-                presence_penalty=args.presence_penalty)
+                presence_penalty=args.presence_penalty, logit_bias=bias or None)
 
 
 def add_commands(sub) -> None:

@@ -33,6 +33,9 @@ def cache_shape(layers: int, slots: int, positions: int, kv_heads: int, head_dim
 #: Stop ids per row of a kernel that runs many steps per launch (EOS and the
 #: user's; unused entries are -1).
 MAX_STOP_IDS = 8
+#: Logit bias entries per row (et.logit_bias: one per thread of a worker in
+#: one trip; the OpenAI API's requests carry up to 300, most a handful).
+MAX_LOGIT_BIAS = 256
 #: A row's `finished` word in such a kernel: 0 while it runs, else why it
 #: stopped (kernel/steps.py writes it, the session reads it): a stop id, its
 #: budget of new tokens, the compiled context, a token outside the

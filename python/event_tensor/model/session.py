@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from .. import runtime
 from ..runtime.kv_pages import PAGE_BYTES, DevicePages, HostPages, KVPages, memory_info, pool_bytes
 from .config import ModelConfig
 from .layout import (FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_REASONS, FINISH_STOP,
-                     MAX_STOP_IDS)
+                     MAX_LOGIT_BIAS, MAX_STOP_IDS)
 from .options import KernelOptions
 from .weights import BF16, MOE_PACKED, PACKED_ORDER, pack, tp_shards
 
@@ -36,11 +36,19 @@ _SCALARS = ("batch", "steps")
 _HOST_VISIBLE = ("out_tokens",)
 # The values of the per-row sampling buffers with which a row's token is
 # the greedy one (what step() and the prefill run with).
-_GREEDY_ROWS = {"temperature": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+_GREEDY_ROWS = {"temperature": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+                "logit_bias_values": 0.0}
+
+
+def _greedy_rows(rows: dict) -> dict:
+    """The greedy values of the sampling buffers among `rows`, in their
+    shapes."""
+    return {k: np.full(np.shape(rows[k]), v, np.float32) for k, v in _GREEDY_ROWS.items() if k in rows}
 
 
 def _penalized(rows: dict) -> bool:
-    """Whether some row of the sampling rows `rows` has a penalty on."""
+    """Whether some row of the sampling rows `rows` has a penalty or a logit
+    bias on."""
     return any(bool((np.asarray(rows[k]) != v).any()) for k, v in _GREEDY_ROWS.items()
                if k != "temperature" and k in rows)
 
@@ -719,7 +727,8 @@ class DecodeSession:
         return values
 
     def sampling_rows(self, n: int, *, temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0,
-                      repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, outputs_from=0) -> dict:
+                      repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, outputs_from=0,
+                      logit_bias=None) -> dict:
         """The sampling arguments of `n` rows, checked (each one value for
         all rows or a sequence of one per row), as the kernel's row buffers:
         `temperature` (f32, 0 greedy), `seed` (i64 bits), and the filters
@@ -735,7 +744,13 @@ class DecodeSession:
         negative one by it; then `frequency_penalty` f and
         `presence_penalty` p (0 off) subtract c * f + p from the logit of an
         id the row generated c > 0 times, counting the tokens from position
-        `outputs_from` (the prompt's length) on."""
+        `outputs_from` (the prompt's length) on.
+
+        Before the penalties, `logit_bias` (None, one mapping of token id to
+        a finite number for all rows, or a sequence of one mapping or None
+        per row; at most MAX_LOGIT_BIAS ids a row) adds each number to its
+        id's logit (`et.logit_bias`): -100 all but bans an id, +100 all but
+        forces it."""
         def number(name, ok, what):
             def check(v):
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
@@ -794,13 +809,48 @@ class DecodeSession:
             if "history" not in self.buffers:
                 raise ValueError(f"{self.path}: this kernel has no penalties (compiled before they were in the "
                                  "kernel): recompile it")
+        bias_ids, bias_values = self._logit_bias_rows(logit_bias, n)
+        if bias_values.any():
+            if self.tp > 1:
+                raise ValueError(f"logit biases need a kernel on one device; this one runs on {self.tp} devices")
+            if "logit_bias_ids" not in self.buffers:
+                raise ValueError(f"{self.path}: this kernel has no logit biases (compiled before they were in the "
+                                 "kernel): recompile it")
         if "history" in self.buffers:
             rows.update(penalties, outputs_from=np.array(starts, np.int32))
+        if "logit_bias_ids" in self.buffers:
+            rows.update(logit_bias_ids=bias_ids, logit_bias_values=bias_values)
         return rows
+
+    def _logit_bias_rows(self, logit_bias, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """`sampling_rows`' logit biases of `n` rows as the kernel's rows of
+        ids (unused entries -1) and values (unused entries 0)."""
+        ids = np.full((n, MAX_LOGIT_BIAS), -1, np.int32)
+        values = np.zeros((n, MAX_LOGIT_BIAS), np.float32)
+        if logit_bias is None:
+            return ids, values
+        per_row = list(logit_bias) if isinstance(logit_bias, (list, tuple)) else [logit_bias] * n
+        if len(per_row) != n:
+            raise ValueError(f"logit_bias must be one mapping or one per prompt ({n}), got {len(per_row)}")
+        for b, bias in enumerate(per_row):
+            if bias is None:
+                continue
+            if not isinstance(bias, Mapping):
+                raise ValueError(f"logit_bias must map token ids to numbers, got {bias!r}")
+            if len(bias) > MAX_LOGIT_BIAS:
+                raise ValueError(f"at most {MAX_LOGIT_BIAS} logit biases per row, got {len(bias)}")
+            for k, (t, v) in enumerate(bias.items()):
+                if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < self.config.vocab_size:
+                    raise ValueError(f"logit_bias id {t!r} is not a token id in [0, {self.config.vocab_size})")
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                        or not np.isfinite(v):
+                    raise ValueError(f"logit_bias of id {t} must be a finite number, got {v!r}")
+                ids[b, k], values[b, k] = t, v
+        return ids, values
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None,
                  temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-                 frequency_penalty=0.0, presence_penalty=0.0) -> Generation:
+                 frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None) -> Generation:
         """Generation: prefills the prompts (of any lengths, prompt b into
         cache slot b), then decodes them together until each row has
         `max_new_tokens` new tokens, produced a stop id (`stop`: one
@@ -818,12 +868,13 @@ class DecodeSession:
         whatever the number of workers. The `repetition_penalty`,
         `frequency_penalty` and `presence_penalty` change the logits first
         (greedy rows too; frequency and presence count the generated
-        tokens). Rows that sample or have a penalty on take their first
-        token from the decode kernel too (their prompt's last token fed
-        there), the others from the prefill."""
+        tokens), after the `logit_bias` (`sampling_rows`). Rows that sample
+        or have a penalty or bias on take their first token from the decode
+        kernel too (their prompt's last token fed there), the others from
+        the prefill."""
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
-                        presence_penalty=presence_penalty)
+                        presence_penalty=presence_penalty, logit_bias=logit_bias)
         run = self._generation(prompts, max_new_tokens, stop, sampling, chunk=None, streamed=False)
         for _ in run:
             pass
@@ -831,7 +882,7 @@ class DecodeSession:
 
     def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None, temperature=0.0,
                seed=0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, frequency_penalty=0.0,
-               presence_penalty=0.0, chunk: int | None = None) -> "GenerationStream":
+               presence_penalty=0.0, logit_bias=None, chunk: int | None = None) -> "GenerationStream":
         """`generate`, handing the tokens out as they come: iterating yields,
         after the prefill and then as the kernel makes them, each row's new
         tokens since the last item (a list per row, empty for a row with
@@ -846,7 +897,7 @@ class DecodeSession:
             raise ValueError(f"chunk must be a positive int (decode steps per launch) or None, got {chunk!r}")
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
-                        presence_penalty=presence_penalty)
+                        presence_penalty=presence_penalty, logit_bias=logit_bias)
         return self._generation(prompts, max_new_tokens, stop, sampling, chunk=None if chunk is None else int(chunk),
                                 streamed=True)
 
@@ -1019,7 +1070,7 @@ class DecodeSession:
         finally:
             if sampled:
                 # step() and prefill stay greedy.
-                self._write_rows({k: np.full(n, v, np.float32) for k, v in _GREEDY_ROWS.items() if k in sampling})
+                self._write_rows(_greedy_rows(sampling))
 
     def _decode_steps(self, slots, tokens, positions, remaining, stops, steps, on_tokens,
                       interrupt_when) -> list[tuple[list[int], int]]:

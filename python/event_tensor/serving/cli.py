@@ -33,7 +33,7 @@ def _open(args: argparse.Namespace):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..model.cli import penalty_kwargs
+    from ..model.cli import logit_kwargs
     from .engine import SamplingParams
     from .text import StopStrings, TextError
 
@@ -45,7 +45,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         codec = served.codec
         ids = codec.chat([{"role": "user", "content": args.prompt}]) if args.chat else codec.encode(args.prompt)
         params = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                                top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, **penalty_kwargs(args))
+                                top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, **logit_kwargs(args))
         text, stops, done = codec.stream(ids), StopStrings(args.stop), threading.Event()
         state = {"finish": None, "error": None, "hit": False}
 

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -68,9 +68,10 @@ class SamplingParams:
     `min_p` filters (`DecodeSession.sampling_rows`), with the generator
     keyed by `seed` (None: a random seed); the `repetition_penalty`
     (prompt and generated tokens), `frequency_penalty` and
-    `presence_penalty` (generated tokens) change the logits before either;
-    the generation ends at one of `stop_ids` or, unless `ignore_eos`, at
-    one of the model's end ids."""
+    `presence_penalty` (generated tokens) change the logits before either,
+    after `logit_bias` (token id -> number added to its logit; None:
+    none); the generation ends at one of `stop_ids` or, unless
+    `ignore_eos`, at one of the model's end ids."""
 
     max_tokens: int | None = 16
     temperature: float = 0.0
@@ -81,6 +82,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    logit_bias: Mapping[int, float] | None = None
     stop_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
@@ -198,7 +200,8 @@ class Engine:
                                               top_p=params.top_p, min_p=params.min_p,
                                               repetition_penalty=params.repetition_penalty,
                                               frequency_penalty=params.frequency_penalty,
-                                              presence_penalty=params.presence_penalty, outputs_from=len(prompt))
+                                              presence_penalty=params.presence_penalty, outputs_from=len(prompt),
+                                              logit_bias=params.logit_bias)
         if max_tokens > room:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")

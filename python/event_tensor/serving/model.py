@@ -82,14 +82,16 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
         # the cache (each variant's kernel itself comes from the compile
         # cache when its IR is unchanged).
         from ..build import default_cache_dir
-        from ..model.compile import mma_from_batch
-        from ..model.layout import MAX_LINEAR_ROWS
+        from ..model.compile import shape_buckets
 
         options = {"format": "bin", "linear_tile": "auto"}
-        if max_batch > MAX_LINEAR_ROWS:
-            # Tensor-core kernels of 16, 32 and 64 rows (a row block each).
-            options["specialize"] = {"batches": [b for b in (MAX_LINEAR_ROWS, 2 * MAX_LINEAR_ROWS) if b < max_batch]}
-        if max_batch >= mma_from_batch(config):
+        if max_batch > 1:
+            # A kernel per batch bucket of `specialize=True` (the one-row
+            # kernel among them: a lone request decodes as fast as in a
+            # max_batch 1 artifact), one context bucket (every kernel of
+            # several rows chooses its split length per launch).
+            batches, _ = shape_buckets(max_batch, max_context, True)
+            options["specialize"] = {"batches": batches}
             root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
             out_dir = root / "models" / (f"{path.resolve().name}-b{max_batch}-c{max_context}-p{prefill_rows}"
                                          f"-w{workers or 'default'}" + (f"-tp{tp}" if tp > 1 else ""))

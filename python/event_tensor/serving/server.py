@@ -46,6 +46,7 @@ def _models():
         frequency_penalty: float | None = None
         presence_penalty: float | None = None
         repetition_penalty: float | None = None
+        logit_bias: dict[str, float] | None = None
         n: int | None = None
         stop: str | list[str] | None = None
         seed: int | None = None
@@ -77,7 +78,6 @@ def _models():
 # neutral value is refused (HTTP 400 naming it) rather than answered as if
 # it were not there. (Other unknown fields, `user` say, are ignored.)
 _UNSUPPORTED = {
-    "logit_bias": ({},),
     "best_of": (1,),
     "suffix": ("",),
     "top_logprobs": (0,),
@@ -124,12 +124,24 @@ def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
     repetition = 1.0 if body.repetition_penalty is None else body.repetition_penalty
     if not 0 < repetition <= 100:
         raise APIError(400, f"repetition_penalty must be in (0, 100], got {repetition}", "repetition_penalty")
+    bias = {}
+    for key, value in (body.logit_bias or {}).items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise APIError(400, f"logit_bias keys must be token ids, got {key!r}", "logit_bias") from None
+        if not -100 <= value <= 100:
+            raise APIError(400, f"logit_bias values must be in [-100, 100], got {value} for token {key}",
+                           "logit_bias")
+        if token in bias:
+            raise APIError(400, f"logit_bias names token {token} twice", "logit_bias")
+        bias[token] = float(value)
     seed = None if body.seed is None else (body.seed + choice) % (1 << 64)
     return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
                           top_k=max(body.top_k or 0, 0), top_p=1.0 if body.top_p is None else float(body.top_p),
                           min_p=float(body.min_p or 0.0), repetition_penalty=float(repetition),
                           frequency_penalty=float(body.frequency_penalty or 0.0),
-                          presence_penalty=float(body.presence_penalty or 0.0),
+                          presence_penalty=float(body.presence_penalty or 0.0), logit_bias=bias or None,
                           stop_ids=tuple(body.stop_token_ids or ()),
                           ignore_eos=body.ignore_eos)
 

@@ -764,6 +764,40 @@ et.kernel @penalize_outside(%x: memref<2x8xf32>, %h: memref<2x5xi32>, %from: mem
 }
 // -----
 
+et.kernel @logit_bias_entries(%x: memref<2x8xf32>, %ids: memref<2x4xi32>, %v: memref<2x3xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{ids and values need the same static number of entries per token (K >= 1), got 'memref<2x4xi32>' and 'memref<2x3xf32>'}}
+    et.logit_bias %x token(%m) bias(%ids, %v) : memref<2x8xf32>, memref<2x4xi32>, memref<2x3xf32>
+  }
+}
+// -----
+
+et.kernel @logit_bias_dynamic_entries(%x: memref<2x8xf32>, %ids: memref<2x?xi32>, %v: memref<2x?xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{ids and values need the same static number of entries per token (K >= 1), got 'memref<2x?xi32>' and 'memref<2x?xf32>'}}
+    et.logit_bias %x token(%m) bias(%ids, %v) : memref<2x8xf32>, memref<2x?xi32>, memref<2x?xf32>
+  }
+}
+// -----
+
+et.kernel @logit_bias_rows(%x: memref<2x8xf32>, %ids: memref<3x4xi32>, %v: memref<3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{ids and values must have one row per token of x, got 'memref<3x4xi32>' and 'memref<3x4xf32>' for 'memref<2x8xf32>'}}
+    et.logit_bias %x token(%m) bias(%ids, %v) : memref<2x8xf32>, memref<3x4xi32>, memref<3x4xf32>
+  }
+}
+// -----
+
+et.kernel @logit_bias_outside(%x: memref<2x8xf32>, %ids: memref<2x4xi32>, %v: memref<2x4xf32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.logit_bias' op must be nested in an 'et.task' body}}
+  et.logit_bias %x token(%c) bias(%ids, %v) : memref<2x8xf32>, memref<2x4xi32>, memref<2x4xf32>
+}
+// -----
+
 et.kernel @argmax_sample_partial(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %t: memref<1xf32>) {
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {

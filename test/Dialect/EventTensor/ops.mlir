@@ -378,6 +378,15 @@ et.kernel @steps(%n: index, %stop: memref<1xi32>, %log: memref<16xindex>) {
   }
 }
 
+// A token's logit biases, before its penalties.
+// CHECK-LABEL: et.kernel @biased
+// CHECK: et.logit_bias %{{.*}} token(%{{.*}}) bias(%{{.*}}, %{{.*}}) : memref<?x64xf32>, memref<?x4xi32>, memref<?x4xf32>
+et.kernel @biased(%x: memref<?x64xf32>, %ids: memref<?x4xi32>, %v: memref<?x4xf32>, %rows: index) {
+  et.task @bias tiles(%m) in (%rows) {
+    et.logit_bias %x token(%m) bias(%ids, %v) : memref<?x64xf32>, memref<?x4xi32>, memref<?x4xf32>
+  }
+}
+
 // The penalties of a token's history, before its filters.
 // CHECK-LABEL: et.kernel @penalized
 // CHECK: et.penalize %{{.*}} token(%{{.*}}) history(%{{.*}}, %{{.*}}, %{{.*}}) outputs_from(%{{.*}}) repetition(%{{.*}}) frequency(%{{.*}}) presence(%{{.*}}) counts(%{{.*}}) : memref<?x64xf32>, memref<4x33xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x64xi32>

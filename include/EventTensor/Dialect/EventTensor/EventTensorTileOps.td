@@ -619,6 +619,36 @@ def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
   let hasVerifier = 1;
 }
 
+def ET_LogitBiasOp : ET_Op<"logit_bias", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a token's logit biases added to its logits";
+  let description = [{
+    For token `m` of `x` (its logits, one row per token), adds `values[m, k]`
+    to `x[m, ids[m, k]]` for each of the K entries of its rows of `ids` and
+    `values` (`M x K`, K static) whose id is a column of `x` and whose value
+    is not zero; entries of one id add up (atomically). A row of zero
+    values reads no logit. The op runs on all threads of the worker (a
+    task tile per token); `et.penalize`, `et.sample_threshold` and
+    `et.argmax` after it see the changed logits.
+
+    Example:
+
+    ```mlir
+    et.logit_bias %logits token(%m) bias(%ids, %values)
+        : memref<?x128256xf32>, memref<?x256xi32>, memref<?x256xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[F32], [2]>, "", [MemRead, MemWrite]>:$x,
+                       Index:$token,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemRead]>:$ids,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$values);
+  let assemblyFormat = [{
+    $x `token` `(` $token `)` `bias` `(` $ids `,` $values `)` attr-dict `:` type($x) `,` type($ids) `,`
+    type($values)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_PenalizeOp : ET_Op<"penalize", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "a token's repetition, frequency and presence penalties applied to its logits";

@@ -5,7 +5,7 @@ that it depends on."""
 
 from __future__ import annotations
 
-from ..layout import MAX_STOP_IDS
+from ..layout import MAX_LOGIT_BIAS, MAX_STOP_IDS
 from .moe import expert_buffers
 from .tiles import norm_scratch_rows
 from ...ir import IntegerType
@@ -83,6 +83,10 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
         args += [("repetition_penalty", mr([DYN], f32)), ("frequency_penalty", mr([DYN], f32)),
                  ("presence_penalty", mr([DYN], f32)), ("outputs_from", mr([DYN], i32)),
                  ("history", mr([lay.cache_slots, lay.cache_len], i32)), ("penalty_counts", mr([DYN, V_lm], i32))]
+        # A row's logit biases (et.logit_bias, before the penalties): token
+        # ids and the values added to their logits (0: none).
+        args += [("logit_bias_ids", mr([DYN, MAX_LOGIT_BIAS], i32)),
+                 ("logit_bias_values", mr([DYN, MAX_LOGIT_BIAS], f32))]
     # Steps in one launch (`kernel.steps`): the step budget, the stop flag,
     # the host's request to end the launch after the current step, each
     # row's budget of new tokens, stop ids and finish reason, and every

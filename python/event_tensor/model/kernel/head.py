@@ -1,10 +1,10 @@
 """The end of the decode step: the final norm (in the LM head's tiles with
 fused norms), the LM head, and the next token (greedy, or sampled at the
 row's temperature, from what its top-k, top-p and min-p filters leave on
-one device, after its repetition, frequency and presence penalties there),
-an argmax in two stages
-(one tile per vocabulary chunk, then one over the chunks' candidates; on
-several devices every device's candidates are gathered between). On one
+one device, after its logit biases and its repetition, frequency and
+presence penalties there), an argmax in two stages (one tile per
+vocabulary chunk, then one over the chunks' candidates; on several devices
+every device's candidates are gathered between). On one
 device the `argmax` tile then advances the rows to the next step
 (`steps.advance_body`)."""
 
@@ -46,8 +46,9 @@ def head_tasks(ctx, prev: str) -> None:
     chunk = -(-V_lm // lay.argmax_chunks)
     # On one device a row whose temperature is above 0 samples (Gumbel-max
     # keys from its seed and position) from what its top-k, top-p and min-p
-    # filters leave (a tile per row applies the row's penalties, then finds
-    # the least logit the filters keep); the others take the greedy token.
+    # filters leave (a tile per row applies the row's logit biases and
+    # penalties, then finds the least logit the filters keep); the others
+    # take the greedy token.
     sample, before = {}, "lm_head"
     if tp == 1:
         # A tile per row (the compiled batch's rows, or one per argmax_part
@@ -58,11 +59,13 @@ def head_tasks(ctx, prev: str) -> None:
         # counts keep the layered kernel's tile graph checkable.
         def filter_row(m):
             # The row's input token into its slot's history (every thread
-            # stores it, so each reads it back in program order), its
-            # penalties over that history, then its filters' threshold.
+            # stores it, so each reads it back in program order), its logit
+            # biases, its penalties over that history, then its filters'
+            # threshold.
             pos = arith.IndexCastOp(ctx.idx, memref.LoadOp(A["positions"], [m]).result).result
             slot = ctx.slot_of(m)
             memref.StoreOp(memref.LoadOp(A["tokens"], [m]).result, A["history"], [slot, pos])
+            et.logit_bias(A["logits"], m, A["logit_bias_ids"], A["logit_bias_values"])
             et.penalize(A["logits"], m, A["history"], slot, arith.AddIOp(pos, const(1)).result,
                         A["outputs_from"], A["repetition_penalty"], A["frequency_penalty"], A["presence_penalty"],
                         A["penalty_counts"])
