@@ -222,6 +222,16 @@ def test_filters_off_or_greedy_leave_no_threshold(draw_filtered):
     assert set(tokens.tolist()) == {0, 6} and np.allclose(tau, 3.0)
 
 
+# A row tile's greedy token (row %m of %x into %v / %i), after the op that
+# changes its logits.
+GREEDY_ROW = """    %row = memref.subview %x[%m, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
+    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
+    et.argmax %row, %vr, %ir cols(%c0, %c8) slot(%c0)
+        : memref<1x8xf32, strided<[8, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
+          memref<1x1xi32, strided<[1, 1], offset: ?>>
+"""
+
 # The penalties: a tile per row penalizes its logits from its slot's
 # history, then takes the greedy token.
 PENALIZED = """
@@ -239,13 +249,7 @@ et.kernel @penalized(%x: memref<?x8xf32>, %hist: memref<3x6xi32>, %slots: memref
         presence(%p) counts(%counts)
         : memref<?x8xf32>, memref<3x6xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>,
           memref<?x8xi32>
-    %row = memref.subview %x[%m, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
-    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
-    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
-    et.argmax %row, %vr, %ir cols(%c0, %c8) slot(%c0)
-        : memref<1x8xf32, strided<[8, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
-          memref<1x1xi32, strided<[1, 1], offset: ?>>
-  }
+""" + GREEDY_ROW + """  }
 }
 """
 
@@ -297,13 +301,7 @@ et.kernel @biased(%x: memref<?x8xf32>, %ids: memref<?x4xi32>, %vals: memref<?x4x
   %c8 = arith.constant 8 : index
   et.task @row tiles(%m) in (%n) {
     et.logit_bias %x token(%m) bias(%ids, %vals) : memref<?x8xf32>, memref<?x4xi32>, memref<?x4xf32>
-    %row = memref.subview %x[%m, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
-    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
-    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
-    et.argmax %row, %vr, %ir cols(%c0, %c8) slot(%c0)
-        : memref<1x8xf32, strided<[8, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
-          memref<1x1xi32, strided<[1, 1], offset: ?>>
-  }
+""" + GREEDY_ROW + """  }
 }
 """
 
