@@ -445,6 +445,7 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     print(f"tile numerics: rows-in-flight case in {out}")
 
     linear_spread(out, workers, cache, rng)
+    logit_ops(out, workers, cache, rng)
 
     # Embedding, RoPE (both variants), KV append, argmax: the CPU test's kernel.
     import importlib.util
@@ -604,6 +605,67 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
     (out / "attention-bw.json").write_text(json.dumps({"configs": configs, "layers": layers, "hkv": hkv, "d": d,
                                                        "hq": hq, "empty": "attention-bw-empty"}))
     print(f"tile numerics: decode ops, attention and attention bandwidth kernels in {out}")
+
+
+def logit_ops(out: Path, workers: int, cache: Path, rng) -> None:
+    """A row tile per token: its logit biases (et.logit_bias), its penalties
+    over its slot's history (et.penalize), then its greedy token, on all
+    threads of a worker; the numpy reference of each is in the case."""
+    rows, vocab, slots, length, entries = 5, 1000, 3, 300, 256
+    text = f"""
+et.kernel @k(%x: memref<?x{vocab}xf32>, %ids: memref<?x{entries}xi32>, %vals: memref<?x{entries}xf32>,
+             %hist: memref<{slots}x{length}xi32>, %slots: memref<?xi32>, %lengths: memref<?xi32>,
+             %from: memref<?xi32>, %r: memref<?xf32>, %f: memref<?xf32>, %p: memref<?xf32>,
+             %counts: memref<?x{vocab}xi32>, %v: memref<?x1xf32>, %i: memref<?x1xi32>, %n: index) {{
+  %c0 = arith.constant 0 : index
+  %cv = arith.constant {vocab} : index
+  et.task @row tiles(%m) in (%n) {{
+    et.logit_bias %x token(%m) bias(%ids, %vals) : memref<?x{vocab}xf32>, memref<?x{entries}xi32>,
+        memref<?x{entries}xf32>
+    %s32 = memref.load %slots[%m] : memref<?xi32>
+    %s = arith.index_cast %s32 : i32 to index
+    %l32 = memref.load %lengths[%m] : memref<?xi32>
+    %l = arith.index_cast %l32 : i32 to index
+    et.penalize %x token(%m) history(%hist, %s, %l) outputs_from(%from) repetition(%r) frequency(%f)
+        presence(%p) counts(%counts)
+        : memref<?x{vocab}xf32>, memref<{slots}x{length}xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>,
+          memref<?xf32>, memref<?x{vocab}xi32>
+    %row = memref.subview %x[%m, 0] [1, {vocab}] [1, 1]
+        : memref<?x{vocab}xf32> to memref<1x{vocab}xf32, strided<[{vocab}, 1], offset: ?>>
+    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
+    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
+    et.argmax %row, %vr, %ir cols(%c0, %cv) slot(%c0)
+        : memref<1x{vocab}xf32, strided<[{vocab}, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
+          memref<1x1xi32, strided<[1, 1], offset: ?>>
+  }}
+}}
+"""
+    x = rng.standard_normal((rows, vocab)).astype(np.float32)
+    ids = np.full((rows, entries), -1, np.int32)
+    vals = np.zeros((rows, entries), np.float32)
+    # Row 0: every entry, ids repeated and outside the vocabulary; row 1 a
+    # ban and a force; row 2 none; rows 3 and 4 a few, with penalties.
+    ids[0] = rng.integers(-20, vocab + 20, entries)
+    vals[0] = rng.standard_normal(entries).astype(np.float32)
+    ids[1, :2], vals[1, :2] = [int(np.argmax(x[1])), 17], [-100.0, 100.0]
+    ids[3, :3], vals[3, :3] = [5, 6, 5], [2.0, -1.0, 0.5]
+    ids[4, :1], vals[4, :1] = [int(np.argmax(x[4]))], [4.0]
+    hist = rng.integers(-3, vocab + 3, (slots, length)).astype(np.int32)
+    hist[:, :40] = rng.integers(0, 8, (slots, 40))  # repeats
+    #            slot, length, outputs_from, repetition, frequency, presence
+    table = [(0, 300, 100, 1.3, 0.5, 0.2), (1, 0, 0, 1.0, 0.0, 0.0), (2, 120, 10, 0.0, 0.0, 0.0),
+             (1, 200, 0, 2.0, 0.4, 1.0), (2, 300, 299, 1.0, 0.0, 1.5)]
+    col = lambda k, dt: np.array([t[k] for t in table], dt)  # noqa: E731
+    ref_x = np.stack([numpy_refs.penalize(numpy_refs.logit_bias(x[b], ids[b], vals[b]), hist[s, :n], start,
+                                          r if r > 0 else 1.0, f, p)
+                      for b, (s, n, start, r, f, p) in enumerate(table)])
+    art = et.compile(text, target="cuda", workers=workers, mode="static", threads_per_worker=256, cache_dir=cache)
+    _copy_artifact(art, out / "logit-ops")
+    np.savez(out / "logit-ops" / "case.npz", x=x, ids=ids, vals=vals, hist=hist, slots=col(0, np.int32),
+             lengths=col(1, np.int32), outputs_from=col(2, np.int32), repetition=col(3, np.float32),
+             frequency=col(4, np.float32), presence=col(5, np.float32), ref_x=ref_x,
+             ref_tokens=ref_x.astype(np.float32).argmax(axis=1).astype(np.int32))
+    print(f"tile numerics: logit bias and penalties case in {out}")
 
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,

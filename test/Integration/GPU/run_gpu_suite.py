@@ -70,6 +70,30 @@ def run_tile_numerics(root: Path) -> bool:
     return ok
 
 
+def run_logit_ops(root: Path) -> bool:
+    """Logit biases, then penalties over a slot's history, then the greedy
+    token, a row tile each, against the numpy references."""
+    case_dir = root.parent / "tiles" / "logit-ops"
+    if not case_dir.exists():
+        return True
+    c = np.load(case_dir / "case.npz")
+    t = {k: torch.from_numpy(c[k].copy()).cuda() for k in ("x", "ids", "vals", "hist", "slots", "lengths",
+                                                           "outputs_from", "repetition", "frequency", "presence")}
+    n, vocab = c["x"].shape
+    counts = torch.zeros(n, vocab, dtype=torch.int32, device="cuda")
+    v, i = torch.zeros(n, 1, device="cuda"), torch.full((n, 1), -1, dtype=torch.int32, device="cuda")
+    runtime.load(case_dir).launcher()(t["x"], t["ids"], t["vals"], t["hist"], t["slots"], t["lengths"],
+                                      t["outputs_from"], t["repetition"], t["frequency"], t["presence"], counts,
+                                      v, i, n)
+    err = float(np.abs(t["x"].cpu().double().numpy() - c["ref_x"]).max())
+    tokens = i[:, 0].cpu().numpy()
+    ok = err < 1e-4 and np.array_equal(tokens, c["ref_tokens"]) and not counts.any().item()
+    print(f"logit bias and penalties on the GPU: worst error {err:.1e}, tokens {tokens.tolist()} "
+          f"(reference {c['ref_tokens'].tolist()}), counts {'zero' if not counts.any().item() else 'LEFT'}: "
+          f"{'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def run_rows_in_flight(root: Path) -> bool:
     """Wide and per-head RMSNorm and the KV append compiled with several
     rows in flight (tile_rows_in_flight=8), against float64."""
@@ -441,6 +465,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("tile numerics")
     if not run_decode_ops(root):
         failures.append("decode ops")
+    if not run_logit_ops(root):
+        failures.append("logit ops")
     if not run_rows_in_flight(root):
         failures.append("rows in flight")
     if not run_linear_spread(root):
