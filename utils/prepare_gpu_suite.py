@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import event_tensor as et
-from event_tensor.testing import STEPS_KERNEL, planted_deadlock, reference_plan
+from event_tensor.testing import STEPS_KERNEL, logit_ops_kernel, planted_deadlock, reference_plan
 from event_tensor import reference as numpy_refs
 from event_tensor.dag import random_kernel, reference, with_bodies
 
@@ -608,38 +608,11 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
 
 
 def logit_ops(out: Path, workers: int, cache: Path, rng) -> None:
-    """A row tile per token: its logit biases (et.logit_bias), its penalties
-    over its slot's history (et.penalize), then its greedy token, on all
-    threads of a worker; the numpy reference of each is in the case."""
+    """`logit_ops_kernel` on all threads of a worker (its biases, penalties
+    and greedy token, a row tile each), over a vocabulary of 1000; the numpy
+    references' logits and tokens are in the case."""
     rows, vocab, slots, length, entries = 5, 1000, 3, 300, 256
-    text = f"""
-et.kernel @k(%x: memref<?x{vocab}xf32>, %ids: memref<?x{entries}xi32>, %vals: memref<?x{entries}xf32>,
-             %hist: memref<{slots}x{length}xi32>, %slots: memref<?xi32>, %lengths: memref<?xi32>,
-             %from: memref<?xi32>, %r: memref<?xf32>, %f: memref<?xf32>, %p: memref<?xf32>,
-             %counts: memref<?x{vocab}xi32>, %v: memref<?x1xf32>, %i: memref<?x1xi32>, %n: index) {{
-  %c0 = arith.constant 0 : index
-  %cv = arith.constant {vocab} : index
-  et.task @row tiles(%m) in (%n) {{
-    et.logit_bias %x token(%m) bias(%ids, %vals) : memref<?x{vocab}xf32>, memref<?x{entries}xi32>,
-        memref<?x{entries}xf32>
-    %s32 = memref.load %slots[%m] : memref<?xi32>
-    %s = arith.index_cast %s32 : i32 to index
-    %l32 = memref.load %lengths[%m] : memref<?xi32>
-    %l = arith.index_cast %l32 : i32 to index
-    et.penalize %x token(%m) history(%hist, %s, %l) outputs_from(%from) repetition(%r) frequency(%f)
-        presence(%p) counts(%counts)
-        : memref<?x{vocab}xf32>, memref<{slots}x{length}xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>,
-          memref<?xf32>, memref<?x{vocab}xi32>
-    %row = memref.subview %x[%m, 0] [1, {vocab}] [1, 1]
-        : memref<?x{vocab}xf32> to memref<1x{vocab}xf32, strided<[{vocab}, 1], offset: ?>>
-    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
-    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
-    et.argmax %row, %vr, %ir cols(%c0, %cv) slot(%c0)
-        : memref<1x{vocab}xf32, strided<[{vocab}, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
-          memref<1x1xi32, strided<[1, 1], offset: ?>>
-  }}
-}}
-"""
+    text = logit_ops_kernel(vocab, entries, slots, length)
     x = rng.standard_normal((rows, vocab)).astype(np.float32)
     ids = np.full((rows, entries), -1, np.int32)
     vals = np.zeros((rows, entries), np.float32)

@@ -7,8 +7,8 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["STEPS_CASES", "STEPS_KERNEL", "cuda_available", "cuda_skip_reason", "planted_deadlock", "ptxas_path", "reference_plan",
-           "run", "steps_reference"]
+__all__ = ["STEPS_CASES", "STEPS_KERNEL", "cuda_available", "cuda_skip_reason", "logit_ops_kernel", "planted_deadlock",
+           "ptxas_path", "reference_plan", "run", "steps_reference"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,6 +142,42 @@ et.kernel @steps(%n: index, %stop: memref<1xi32>, %acc: memref<8xi64>, %log: mem
   }
 }
 """
+
+def logit_ops_kernel(vocab: int, entries: int, slots: int, length: int) -> str:
+    """A kernel of a row tile per token, as the decode kernel's filter tile
+    orders them: the row's logit biases (`entries` a row; et.logit_bias),
+    its penalties over its slot's history (`slots` x `length`;
+    et.penalize), then its greedy token (et.argmax) over `vocab` logits.
+    Arguments: x, ids, values, history, slots, lengths, outputs_from,
+    repetition, frequency, presence, counts, the token's value and id, the
+    number of rows."""
+    x, h = f"memref<?x{vocab}xf32>", f"memref<{slots}x{length}xi32>"
+    row = f"memref<1x{vocab}xf32, strided<[{vocab}, 1], offset: ?>>"
+    return f"""
+et.kernel @logit_ops(%x: {x}, %ids: memref<?x{entries}xi32>, %vals: memref<?x{entries}xf32>, %hist: {h},
+                     %slots: memref<?xi32>, %lengths: memref<?xi32>, %from: memref<?xi32>, %r: memref<?xf32>,
+                     %f: memref<?xf32>, %p: memref<?xf32>, %counts: memref<?x{vocab}xi32>, %v: memref<?x1xf32>,
+                     %i: memref<?x1xi32>, %n: index) {{
+  %c0 = arith.constant 0 : index
+  %cv = arith.constant {vocab} : index
+  et.task @row tiles(%m) in (%n) {{
+    et.logit_bias %x token(%m) bias(%ids, %vals) : {x}, memref<?x{entries}xi32>, memref<?x{entries}xf32>
+    %s32 = memref.load %slots[%m] : memref<?xi32>
+    %s = arith.index_cast %s32 : i32 to index
+    %l32 = memref.load %lengths[%m] : memref<?xi32>
+    %l = arith.index_cast %l32 : i32 to index
+    et.penalize %x token(%m) history(%hist, %s, %l) outputs_from(%from) repetition(%r) frequency(%f)
+        presence(%p) counts(%counts)
+        : {x}, {h}, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x{vocab}xi32>
+    %row = memref.subview %x[%m, 0] [1, {vocab}] [1, 1] : {x} to {row}
+    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
+    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
+    et.argmax %row, %vr, %ir cols(%c0, %cv) slot(%c0)
+        : {row}, memref<1x1xf32, strided<[1, 1], offset: ?>>, memref<1x1xi32, strided<[1, 1], offset: ?>>
+  }}
+}}
+"""
+
 
 #: (step budget, limit) pairs that STEPS_KERNEL is run with: the budget
 #: reached, the stop flag after a few steps, one step, none.

@@ -11,6 +11,7 @@ import pytest
 
 import event_tensor as et
 from event_tensor.reference import logit_bias, penalize, sampling_filter_probs
+from event_tensor.testing import logit_ops_kernel
 
 # One row per draw: stage 1 over `tiles` column blocks of 8 / tiles columns
 # each, stage 2 over the blocks' keys.
@@ -222,36 +223,9 @@ def test_filters_off_or_greedy_leave_no_threshold(draw_filtered):
     assert set(tokens.tolist()) == {0, 6} and np.allclose(tau, 3.0)
 
 
-# A row tile's greedy token (row %m of %x into %v / %i), after the op that
-# changes its logits.
-GREEDY_ROW = """    %row = memref.subview %x[%m, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
-    %vr = memref.subview %v[%m, 0] [1, 1] [1, 1] : memref<?x1xf32> to memref<1x1xf32, strided<[1, 1], offset: ?>>
-    %ir = memref.subview %i[%m, 0] [1, 1] [1, 1] : memref<?x1xi32> to memref<1x1xi32, strided<[1, 1], offset: ?>>
-    et.argmax %row, %vr, %ir cols(%c0, %c8) slot(%c0)
-        : memref<1x8xf32, strided<[8, 1], offset: ?>>, memref<1x1xf32, strided<[1, 1], offset: ?>>,
-          memref<1x1xi32, strided<[1, 1], offset: ?>>
-"""
-
-# The penalties: a tile per row penalizes its logits from its slot's
-# history, then takes the greedy token.
-PENALIZED = """
-et.kernel @penalized(%x: memref<?x8xf32>, %hist: memref<3x6xi32>, %slots: memref<?xi32>, %lengths: memref<?xi32>,
-                     %from: memref<?xi32>, %r: memref<?xf32>, %f: memref<?xf32>, %p: memref<?xf32>,
-                     %counts: memref<?x8xi32>, %v: memref<?x1xf32>, %i: memref<?x1xi32>, %n: index) {
-  %c0 = arith.constant 0 : index
-  %c8 = arith.constant 8 : index
-  et.task @row tiles(%m) in (%n) {
-    %s32 = memref.load %slots[%m] : memref<?xi32>
-    %s = arith.index_cast %s32 : i32 to index
-    %l32 = memref.load %lengths[%m] : memref<?xi32>
-    %l = arith.index_cast %l32 : i32 to index
-    et.penalize %x token(%m) history(%hist, %s, %l) outputs_from(%from) repetition(%r) frequency(%f)
-        presence(%p) counts(%counts)
-        : memref<?x8xf32>, memref<3x6xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>,
-          memref<?x8xi32>
-""" + GREEDY_ROW + """  }
-}
-"""
+# The penalties and logit biases: a tile per row biases its logits, penalizes
+# them from its slot's history, then takes the greedy token.
+LOGIT_OPS = logit_ops_kernel(vocab=8, entries=4, slots=3, length=6)
 
 
 def test_penalties_change_each_seen_id_once(tmp_path):
@@ -260,7 +234,7 @@ def test_penalties_change_each_seen_id_once(tmp_path):
     reference's, the greedy token follows them, the counts are zero again,
     and a row with every penalty off (a repetition penalty of 0 is off, as
     in a zeroed row) keeps its logits."""
-    launch = et.compile(PENALIZED, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
+    launch = et.compile(LOGIT_OPS, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
     history = np.array([[6, 6, 0, 6, 1, -1],
                         [3, 6, 9, 6, 6, 2],
                         [99, -5, 7, 7, 7, 7]], np.int32)
@@ -279,7 +253,8 @@ def test_penalties_change_each_seen_id_once(tmp_path):
     counts = np.zeros((n, 8), np.int32)
     col = lambda k, dt: np.array([r[k] for r in rows], dt)  # noqa: E731
     tokens = np.full((n, 1), -1, np.int32)
-    launch(x, history, col(0, np.int32), col(1, np.int32), col(2, np.int32), col(3, np.float32),
+    no_bias = np.zeros((n, 4), np.int32), np.zeros((n, 4), np.float32)
+    launch(x, *no_bias, history, col(0, np.int32), col(1, np.int32), col(2, np.int32), col(3, np.float32),
            col(4, np.float32), col(5, np.float32), counts, np.zeros((n, 1), np.float32), tokens, n)
     for b, (slot, length, start, r, f, p) in enumerate(rows):
         want = penalize(logits[b], history[slot, :length], start, r if r > 0 else 1.0, f, p)
@@ -292,27 +267,13 @@ def test_penalties_change_each_seen_id_once(tmp_path):
     assert tokens[4, 0] == 6 and tokens[1, 0] != 6
 
 
-# The logit biases: a tile per row adds its entries to its logits, then
-# takes the greedy token.
-BIASED = """
-et.kernel @biased(%x: memref<?x8xf32>, %ids: memref<?x4xi32>, %vals: memref<?x4xf32>, %v: memref<?x1xf32>,
-                  %i: memref<?x1xi32>, %n: index) {
-  %c0 = arith.constant 0 : index
-  %c8 = arith.constant 8 : index
-  et.task @row tiles(%m) in (%n) {
-    et.logit_bias %x token(%m) bias(%ids, %vals) : memref<?x8xf32>, memref<?x4xi32>, memref<?x4xf32>
-""" + GREEDY_ROW + """  }
-}
-"""
-
-
 def test_logit_biases_add_to_their_ids(tmp_path):
     """Entries of ids inside and outside the vocabulary, a repeated id (its
     values add up), zero values (nothing read or written) and a row of
     none: the biased logits are the reference's and the greedy token
     follows them; -100 takes the most likely id out, +100 makes one
     certain."""
-    launch = et.compile(BIASED, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
+    launch = et.compile(LOGIT_OPS, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=30)
     ids = np.array([[6, 2, -1, 8],
                     [1, 1, 6, 99],
                     [0, 0, 0, 0],
@@ -327,7 +288,11 @@ def test_logit_biases_add_to_their_ids(tmp_path):
     logits[:, 6] = 3.0
     x = logits.copy()
     tokens = np.full((n, 1), -1, np.int32)
-    launch(x, ids, values, np.zeros((n, 1), np.float32), tokens, n)
+    # Penalties off: no history, repetition 1, frequency and presence 0.
+    zeros = lambda dt: np.zeros(n, dt)  # noqa: E731
+    launch(x, ids, values, np.zeros((3, 6), np.int32), zeros(np.int32), zeros(np.int32), zeros(np.int32),
+           np.ones(n, np.float32), zeros(np.float32), zeros(np.float32), np.zeros((n, 8), np.int32),
+           np.zeros((n, 1), np.float32), tokens, n)
     for b in range(n):
         want = logit_bias(logits[b], ids[b], values[b])
         np.testing.assert_allclose(x[b], want, rtol=1e-6, atol=1e-6, err_msg=f"row {b}")

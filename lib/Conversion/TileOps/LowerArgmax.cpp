@@ -730,6 +730,7 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering, LogitBiasLowering, PenalizeLowering>(patterns.getContext(), options);
+  patterns.add<ArgmaxLowering, SampleThresholdLowering, LogitBiasLowering, PenalizeLowering>(patterns.getContext(),
+                                                                                            options);
 }
 } // namespace mlir::et::tile

@@ -529,7 +529,8 @@ def mma_from_batch(config: ModelConfig) -> int:
 #: up to 1.20x, the time of a kernel for that context: docs/experiments/.)
 #: 16 and 32 give the tensor-core kernels of more than 16 rows a row block
 #: each (16, 32, 64 rows); the one-row bucket has the one-row kernel's own
-#: defaults (staging, threads), 20% faster at batch 1 than the next bucket's.
+#: defaults (staging, threads): 19-32% faster at batch 1 than a kernel of 3
+#: or 7 rows (H100, docs/experiments/2026-12-07-served-batch-buckets.md).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 CONTEXT_BUCKET_FIRST = 256
 CONTEXT_BUCKET_FACTOR = 2

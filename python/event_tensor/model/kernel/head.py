@@ -4,8 +4,8 @@ row's temperature, from what its top-k, top-p and min-p filters leave on
 one device, after its logit biases and its repetition, frequency and
 presence penalties there), an argmax in two stages (one tile per
 vocabulary chunk, then one over the chunks' candidates; on several devices
-every device's candidates are gathered between). On one
-device the `argmax` tile then advances the rows to the next step
+every device's candidates are gathered between). On one device the
+`argmax` tile then advances the rows to the next step
 (`steps.advance_body`)."""
 
 from __future__ import annotations
