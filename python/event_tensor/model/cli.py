@@ -548,8 +548,8 @@ def sampling_args(p) -> None:
     p.add_argument("--presence-penalty", type=float, default=0.0,
                    help="subtract this from the logit of each token generated before (default 0: off)")
     p.add_argument("--logit-bias", type=_logit_bias, action="append", default=[], metavar="ID=BIAS",
-                   help="add BIAS to the logit of token ID (repeatable; -100 all but bans it, 100 all but "
-                   "forces it)")
+                   help="add BIAS to the logit of token ID (repeatable, an ID given twice adds up; -100 all but "
+                   "bans it, 100 all but forces it)")
 
 
 def _logit_bias(text: str) -> tuple[int, float]:
