@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 import event_tensor as et
-from event_tensor.testing import STEPS_KERNEL, logit_ops_kernel, planted_deadlock, reference_plan
+from event_tensor.testing import (STEPS_KERNEL, logit_ops_kernel, planted_deadlock, reference_plan, top_logprobs_case,
+                                  top_logprobs_kernel)
 from event_tensor import reference as numpy_refs
 from event_tensor.dag import random_kernel, reference, with_bodies
 
@@ -446,6 +447,7 @@ et.kernel @k(%x: memref<{mw}x{h}xbf16>, %w: memref<{h}xbf16>, %y: memref<{mw}x{h
 
     linear_spread(out, workers, cache, rng)
     logit_ops(out, workers, cache, rng)
+    top_logprobs(out, workers, cache, rng)
 
     # Embedding, RoPE (both variants), KV append, argmax: the CPU test's kernel.
     import importlib.util
@@ -639,6 +641,21 @@ def logit_ops(out: Path, workers: int, cache: Path, rng) -> None:
              frequency=col(4, np.float32), presence=col(5, np.float32), ref_x=ref_x,
              ref_tokens=ref_x.astype(np.float32).argmax(axis=1).astype(np.int32))
     print(f"tile numerics: logit bias and penalties case in {out}")
+
+
+def top_logprobs(out: Path, workers: int, cache: Path, rng) -> None:
+    """`top_logprobs_kernel` on all threads of a worker over a vocabulary of
+    128256 with lists of 20 (`top_logprobs_case`: rows off, log-sum-exp
+    only, ties at the n-th logit, -inf logits); the runner checks it
+    against the numpy reference and times a row with 20 ids against one
+    with none."""
+    vocab, entries = 128256, 20
+    x, counts, rows, lists = top_logprobs_case(vocab, entries, rng)
+    art = et.compile(top_logprobs_kernel(vocab, entries), target="cuda", workers=workers, mode="static",
+                     threads_per_worker=256, cache_dir=cache)
+    _copy_artifact(art, out / "top-logprobs")
+    np.savez(out / "top-logprobs" / "case.npz", x=x, counts=counts, rows=rows, lists=np.int64(lists))
+    print(f"tile numerics: top log-probabilities case in {out}")
 
 
 def models(out: Path, workers: int, cache: Path, names: list[str], profiled: list[str], threads: int = 512,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["attention", "head_rmsnorm", "logit_bias", "penalize", "prefill_attention", "rope", "sampling_filter_probs"]
+__all__ = ["attention", "head_rmsnorm", "logit_bias", "penalize", "prefill_attention", "rope", "sampling_filter_probs",
+           "top_logprobs"]
 
 
 def rope(x, positions, theta, llama3_scaling=None):
@@ -97,3 +98,14 @@ def penalize(logits, tokens, outputs_from, repetition=1.0, frequency=0.0, presen
     generated = tokens[outputs_from:]
     counts = np.bincount(generated[(generated >= 0) & (generated < len(x))], minlength=len(x))
     return x - counts * frequency - (counts > 0) * presence
+
+
+def top_logprobs(logits, n: int):
+    """(log-sum-exp, ids, log-probabilities) of a row of logits: its `n`
+    most likely ids, largest logit first, equal logits in increasing id
+    (`et.top_logprobs`)."""
+    x = np.asarray(logits, np.float64)
+    top = x.max()
+    lse = top + np.log(np.exp(x - top).sum())
+    order = np.lexsort((np.arange(len(x)), -x))[:n]
+    return lse, order, x[order] - lse

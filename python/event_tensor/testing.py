@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 __all__ = ["STEPS_CASES", "STEPS_KERNEL", "cuda_available", "cuda_skip_reason", "logit_ops_kernel", "planted_deadlock",
+           "top_logprobs_case", "top_logprobs_kernel",
            "ptxas_path", "reference_plan", "run", "steps_reference"]
 
 
@@ -177,6 +178,49 @@ et.kernel @logit_ops(%x: {x}, %ids: memref<?x{entries}xi32>, %vals: memref<?x{en
   }}
 }}
 """
+
+
+def top_logprobs_kernel(vocab: int, entries: int) -> str:
+    """A kernel of a row tile per token: its log-sum-exp and its most
+    likely ids (up to `entries`) over `vocab` logits (et.top_logprobs),
+    into row `rows[m]` of the lists. Arguments: x, counts, lse, ids,
+    values (one list per row of `rows`), rows, the number of tokens."""
+    x, lists = f"memref<?x{vocab}xf32>", f"memref<?x{entries}x"
+    return f"""
+et.kernel @top_logprobs(%x: {x}, %count: memref<?xi32>, %lse: memref<?xf32>, %ids: {lists}i32>,
+                        %vals: {lists}f32>, %rows: memref<?xi32>, %n: index) {{
+  et.task @row tiles(%m) in (%n) {{
+    %r32 = memref.load %rows[%m] : memref<?xi32>
+    %r = arith.index_cast %r32 : i32 to index
+    et.top_logprobs %x token(%m) count(%count) into(%lse, %ids, %vals) row(%r)
+        : {x}, memref<?xi32>, memref<?xf32>, {lists}i32>, {lists}f32>
+  }}
+}}
+"""
+
+
+def top_logprobs_case(vocab: int, entries: int, rng):
+    """Rows of logits and counts for et.top_logprobs: off (-1), the
+    log-sum-exp alone (0), one id, several, all the list holds and more,
+    ties across the n-th logit (the smallest ids win), -inf logits; each
+    row writes into a list row of its own, out of order. (x, counts,
+    rows, lists)."""
+    import numpy as np
+
+    counts = np.array([-1, 0, 1, 5, entries, entries + 7, 4, 3], np.int32)
+    n = len(counts)
+    x = rng.normal(size=(n, vocab)).astype(np.float32) * 3
+    # Row 6: one logit above ten equal ones (at ids all over the row), of
+    # which the list takes the three with the smallest ids.
+    x[6] = np.minimum(x[6], 2.0)
+    x[6, vocab // 2] = 5.0
+    x[6, rng.choice(vocab, 10, replace=False)] = 4.0
+    x[6, vocab // 2] = 5.0
+    # Row 7: most of the row -inf, ties at the top.
+    x[7, : vocab - 4] = -np.inf
+    x[7, vocab - 4:] = [1.0, 1.0, -2.0, 1.0]
+    rows = rng.permutation(n + 2)[:n].astype(np.int32)
+    return x, counts, rows, n + 2
 
 
 #: (step budget, limit) pairs that STEPS_KERNEL is run with: the budget

@@ -807,6 +807,43 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
   }
 }
 
+// et.top_logprobs: where the count is not negative, each thread's maximum
+// and sum of exponentials (online), combined by atomics in shared memory;
+// with a count above 0 a select by value (four levels of 256 bins), one by
+// id where ties need it (three levels), a gathering pass into the list,
+// thread 0 ordering it out; on the CPU, one thread, no barrier.
+// GPU-LABEL: et.kernel @top_logprobs
+// GPU: arith.cmpi sge
+// GPU: scf.if
+// GPU: scf.for
+// GPU: arith.maximumf
+// GPU: math.exp
+// GPU: memref.atomic_rmw maxu
+// GPU: memref.atomic_rmw addf
+// GPU: math.log
+// GPU: arith.minsi
+// GPU-COUNT-4: memref.atomic_rmw addi
+// GPU: arith.cmpi slt
+// GPU-COUNT-3: memref.atomic_rmw addi
+// GPU: memref.atomic_rmw addi
+// GPU: memref.store {{.*}} : memref<40x5xi32>
+// GPU: memref.store {{.*}} : memref<40x5xf32>
+// GPU: memref.store {{.*}} : memref<?xf32>
+// GPU: gpu.barrier
+// GPU-NOT: et.top_logprobs
+// CPU-LABEL: et.kernel @top_logprobs
+// ROWS-LABEL: et.kernel @top_logprobs
+// CPU: math.log
+// CPU-NOT: gpu.barrier
+// CPU: memref.store {{.*}} : memref<40x5xi32>
+// CPU-NOT: gpu.barrier
+et.kernel @top_logprobs(%x: memref<?x1000xf32>, %n: memref<?xi32>, %lse: memref<?xf32>, %ids: memref<40x5xi32>,
+                        %v: memref<40x5xf32>, %rows: index) {
+  et.task @t tiles(%m) in (%rows) {
+    et.top_logprobs %x token(%m) count(%n) into(%lse, %ids, %v) row(%m) : memref<?x1000xf32>, memref<?xi32>, memref<?xf32>, memref<40x5xi32>, memref<40x5xf32>
+  }
+}
+
 // et.logit_bias: the worker's threads take the token's entries, adding each
 // nonzero value whose id is a column to that logit atomically, then a
 // barrier; on the CPU, one thread, no barrier.

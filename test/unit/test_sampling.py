@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import event_tensor as et
-from event_tensor.reference import logit_bias, penalize, sampling_filter_probs
-from event_tensor.testing import logit_ops_kernel
+from event_tensor.reference import logit_bias, penalize, sampling_filter_probs, top_logprobs
+from event_tensor.testing import logit_ops_kernel, top_logprobs_case, top_logprobs_kernel
 
 # One row per draw: stage 1 over `tiles` column blocks of 8 / tiles columns
 # each, stage 2 over the blocks' keys.
@@ -299,3 +299,33 @@ def test_logit_biases_add_to_their_ids(tmp_path):
         assert tokens[b, 0] == int(np.argmax(want.astype(np.float32)))
     np.testing.assert_array_equal(x[2], logits[2])
     assert tokens[0, 0] != 6 and tokens[1, 0] == 1 and tokens[2, 0] == 6 and tokens[3, 0] == 3
+
+
+def test_top_logprobs_match_the_reference(tmp_path):
+    """Each row's log-sum-exp and its most likely ids with their
+    log-probabilities, in its list row; rows that are off, and entries
+    past a row's count, are left as they were."""
+    vocab, entries = 1000, 8
+    launch = et.compile(top_logprobs_kernel(vocab, entries), target="cpu", workers=3,
+                        cache_dir=tmp_path).launcher(timeout_s=30)
+    x, counts, rows, lists = top_logprobs_case(vocab, entries, np.random.default_rng(5))
+    n = len(counts)
+    lse = np.full(n, 7.0, np.float32)
+    ids = np.full((lists, entries), -7, np.int32)
+    values = np.full((lists, entries), 7.0, np.float32)
+    launch(x, counts, lse, ids, values, rows, n)
+    for m in range(n):
+        r = rows[m]
+        if counts[m] < 0:
+            assert lse[m] == 7.0 and (ids[r] == -7).all() and (values[r] == 7.0).all()
+            continue
+        take = min(int(counts[m]), entries)
+        want_lse, want_ids, want_values = top_logprobs(x[m], take)
+        np.testing.assert_allclose(lse[m], want_lse, rtol=1e-5, err_msg=f"row {m}")
+        np.testing.assert_array_equal(ids[r, :take], want_ids, err_msg=f"row {m}")
+        np.testing.assert_allclose(values[r, :take], want_values, rtol=1e-5, atol=1e-5, err_msg=f"row {m}")
+        assert (ids[r, take:] == -7).all() and (values[r, take:] == 7.0).all()
+    # The ties: 5.0 first, then the three smallest ids of logit 4.0.
+    tied = np.flatnonzero(x[6] == 4.0)
+    assert ids[rows[6]].tolist()[:4] == [vocab // 2, *tied[:3]]
+    assert ids[rows[7]].tolist()[:3] == [vocab - 4, vocab - 3, vocab - 1]

@@ -4,7 +4,9 @@
 // `sample`, the scan adds Gumbel noise from a counter-based generator
 // (Philox4x32-10) to the tempered logits of the rows that sample, leaving
 // out those below the row's threshold (`above`). et.sample_threshold: the
-// threshold of the top-k, top-p and min-p filters, by radix selects.
+// threshold of the top-k, top-p and min-p filters, by radix selects;
+// et.top_logprobs: a row's log-sum-exp and its most likely ids, by the same
+// selects.
 // et.penalize: repetition, frequency and presence penalties, once per id
 // of the token's history.
 //
@@ -367,41 +369,197 @@ static Value fromOrderedKey(OpBuilder &b, Location loc, Value key) {
   return arith::BitcastOp::create(b, loc, b.getF32Type(), arith::SelectOp::create(b, loc, high, positive, negative));
 }
 
-/// et.sample_threshold: radix selects over the keys of y = x / T, 8 bits a
-/// level from the top, the worker's threads adding each key range's count
-/// (top-k) or mass (top-p) into shared memory (a local buffer on the host,
-/// one thread), thread 0 choosing the range that holds the target.
-static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
+namespace {
+
+/// The worker's threads on one token's row (all of them on the GPU, one on
+/// the host) and the scratch of its radix selects: a count and a mass per
+/// key range of 8 bits, and words the threads share, in shared memory (a
+/// local buffer on the host).
+struct RowWorker {
+  static constexpr int64_t kBins = 256;
+
+  /// What a column brings to a select: its key (order-preserving i32),
+  /// whether it is in play, and (for a select by mass) its y, whose
+  /// weight is exp(y - max y).
+  struct Column {
+    Value key, inPlay, y;
+  };
+
+  OpBuilder &b;
+  Location loc;
+  TaskOp task;
+  bool gpu;
   TileBuilder h{b, loc};
-  Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
-  constexpr int64_t kBins = 256;
-  auto task = op->getParentOfType<TaskOp>();
-  auto scratch = [&](int64_t n, Type t) -> Value {
+  Value tid, threads, isFirst;
+  // [0] the max key, [1] the chosen bin, [2] the count left (by count),
+  // [3] free for the op; fwords[0]: the mass left (by mass), [1] free.
+  Value counts, mass, words, fwords;
+
+  RowWorker(OpBuilder &b, Location loc, Operation *op, bool gpu)
+      : b(b), loc(loc), task(op->getParentOfType<TaskOp>()), gpu(gpu) {
+    Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
+    counts = scratch(kBins, i32);
+    mass = scratch(kBins, f32);
+    words = scratch(4, i32);
+    fwords = scratch(2, f32);
+    tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
+    threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
+    isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0));
+  }
+
+  Value scratch(int64_t n, Type t) {
     if (gpu)
       return workgroupBuffer(task, loc, {n}, t);
     return memref::AllocaOp::create(b, loc, MemRefType::get({n}, t));
-  };
-  Value counts = scratch(kBins, i32), mass = scratch(kBins, f32);
-  // Words the threads share: [0] the max key, [1] the chosen bin, [2] the
-  // count left (top-k); [0] the mass left (top-p), f32.
-  Value words = scratch(4, i32), fwords = scratch(2, f32);
-  Value tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
-  Value threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
-  Value isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0));
-  auto barrier = [&] {
+  }
+  void barrier() {
     if (gpu)
       gpu::BarrierOp::create(b, loc);
-  };
-  auto onFirst = [&](function_ref<void()> body) {
+  }
+  void onFirst(function_ref<void()> body) {
     auto ifOp = scf::IfOp::create(b, loc, isFirst, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
     body();
-  };
-  auto word = [&](int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}).getResult(); };
-  auto setWord = [&](Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); };
+  }
+  Value word(int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}); }
+  void setWord(Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); }
+  /// Each thread's columns of [0, width).
+  void overColumns(Value width, function_ref<void(OpBuilder &, Value)> body) {
+    scf::ForOp::create(b, loc, tid, width, threads, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value j, ValueRange) {
+                         body(b, j);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+  void zeroBins() {
+    scf::ForOp::create(b, loc, tid, h.idx(kBins), threads, ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+                         memref::StoreOp::create(b, loc, i32c(b, loc, 0), counts, ValueRange{i});
+                         memref::StoreOp::create(b, loc, arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                                                                        APFloat(0.0f)),
+                                                 mass, ValueRange{i});
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+
+  /// One radix select where `on`, over the in-play columns of [0, width),
+  /// 8 bits a level from bit `topShift` + 7 down: the key whose range
+  /// holds the target, counted from the largest key down (by count:
+  /// `target` columns, an i32; by mass: the fraction `target` (f32) of the
+  /// in-play mass, each column weighing exp(y - maxY)). Returns the key
+  /// (0 where `on` is false). After it, by count, word(2) is what is left
+  /// of the target among the columns of that key, and counts[word(1)] how
+  /// many in-play columns have it.
+  Value select(Value on, Value width, int topShift, function_ref<Column(OpBuilder &, Value)> column, Value target,
+               bool byMass, Value maxY = Value()) {
+    Type i32 = b.getI32Type(), f32 = b.getF32Type();
+    Value zero = h.f32(0.0);
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange{i32}, on, /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{i32c(b, loc, 0)});
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value prefix = i32c(b, loc, 0);
+    for (int shift = topShift; shift >= 0; shift -= 8) {
+      int32_t highMask = shift == topShift ? 0 : static_cast<int32_t>(0xFFFFFFFFu << (shift + 8));
+      zeroBins();
+      barrier();
+      overColumns(width, [&](OpBuilder &b, Value j) {
+        Column c = column(b, j);
+        Value inRange = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq, arith::AndIOp::create(b, loc, c.key, i32c(b, loc, highMask)), prefix);
+        auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, inRange, c.inPlay), false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(add.thenBlock());
+        Value bin = arith::IndexCastOp::create(
+            b, loc, b.getIndexType(),
+            arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, c.key, i32c(b, loc, shift)),
+                                  i32c(b, loc, kBins - 1)));
+        if (byMass)
+          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
+                                      math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, c.y, maxY)), mass,
+                                      ValueRange{bin});
+        else
+          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), counts, ValueRange{bin});
+      });
+      barrier();
+      onFirst([&] {
+        // The target: a count, or a fraction of the mass of the keys in
+        // play (the first level's bins hold all of it).
+        Value want;
+        if (byMass) {
+          Value total = scf::ForOp::create(b, loc, h.idx(0), h.idx(kBins), h.idx(1), ValueRange{zero},
+                                           [&](OpBuilder &b, Location loc, Value i, ValueRange acc) {
+                                             Value v = memref::LoadOp::create(b, loc, mass, ValueRange{i});
+                                             scf::YieldOp::create(b, loc,
+                                                                  ValueRange{arith::AddFOp::create(b, loc, acc[0], v)});
+                                           })
+                            .getResult(0);
+          want = shift == topShift ? arith::MulFOp::create(b, loc, target, total).getResult()
+                                   : memref::LoadOp::create(b, loc, fwords, ValueRange{h.idx(0)}).getResult();
+        } else {
+          want = shift == topShift ? target : word(2);
+        }
+        // From the top bin down: the first whose running total reaches the
+        // target (the lowest non-empty one if rounding never gets there).
+        Value none = i32c(b, loc, -1);
+        auto scan = scf::ForOp::create(
+            b, loc, h.idx(0), h.idx(kBins), h.idx(1),
+            ValueRange{byMass ? zero : i32c(b, loc, 0), none, want, none},
+            [&](OpBuilder &b, Location loc, Value i, ValueRange st) {
+              Value bin = arith::SubIOp::create(b, loc, h.idx(kBins - 1), i);
+              Value v = byMass ? memref::LoadOp::create(b, loc, mass, ValueRange{bin}).getResult()
+                               : memref::LoadOp::create(b, loc, counts, ValueRange{bin}).getResult();
+              Value sum = byMass ? arith::AddFOp::create(b, loc, st[0], v).getResult()
+                                 : arith::AddIOp::create(b, loc, st[0], v).getResult();
+              Value open = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, st[1], none);
+              Value reaches = byMass ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, sum, st[2]).getResult()
+                                     : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, sum, st[2]).getResult();
+              Value nonEmpty = byMass ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, zero).getResult()
+                                      : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, v,
+                                                              i32c(b, loc, 0)).getResult();
+              Value binI32 = arith::IndexCastOp::create(b, loc, i32, bin);
+              Value take = arith::AndIOp::create(b, loc, open, reaches);
+              // What is left of the target inside the chosen bin.
+              Value left = byMass ? arith::SubFOp::create(b, loc, st[2], st[0]).getResult()
+                                  : arith::SubIOp::create(b, loc, st[2], st[0]).getResult();
+              Value chosen = arith::SelectOp::create(b, loc, take, binI32, st[1]);
+              Value rest = arith::SelectOp::create(b, loc, take, left, st[2]);
+              Value lowest = arith::SelectOp::create(b, loc, nonEmpty, binI32, st[3]);
+              Value total = arith::SelectOp::create(b, loc, open, sum, st[0]);
+              scf::YieldOp::create(b, loc, ValueRange{total, chosen, rest, lowest});
+            });
+        Value found = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, scan.getResult(1), none);
+        Value lowest = arith::MaxSIOp::create(b, loc, scan.getResult(3), i32c(b, loc, 0));
+        setWord(arith::SelectOp::create(b, loc, found, scan.getResult(1), lowest), 1);
+        if (byMass)
+          memref::StoreOp::create(b, loc, scan.getResult(2), fwords, ValueRange{h.idx(0)});
+        else
+          setWord(scan.getResult(2), 2);
+      });
+      barrier();
+      Value chosen = word(1);
+      prefix = arith::OrIOp::create(b, loc, prefix, arith::ShLIOp::create(b, loc, chosen, i32c(b, loc, shift)));
+      // Every thread has read the words before the next level writes them.
+      barrier();
+    }
+    (void)f32;
+    scf::YieldOp::create(b, loc, ValueRange{prefix});
+    return ifOp.getResult(0);
+  }
+};
+
+} // namespace
+
+/// et.sample_threshold: radix selects over the keys of y = x / T (RowWorker),
+/// by count for top-k, then by mass for top-p among the keys top-k keeps.
+static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  RowWorker w(b, loc, op, gpu);
+  TileBuilder &h = w.h;
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
 
   Value m = op.getToken();
   Value x = op.getX();
@@ -437,137 +595,27 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
     Value v = toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{m, j}));
     return arith::MulFOp::create(b, loc, v, invT).getResult();
   };
-  auto overColumns = [&](function_ref<void(OpBuilder &, Value)> body) {
-    scf::ForOp::create(b, loc, tid, width, threads, ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-                         body(b, j);
-                         scf::YieldOp::create(b, loc);
-                       });
-  };
-  auto zeroBins = [&] {
-    scf::ForOp::create(b, loc, tid, h.idx(kBins), threads, ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value i, ValueRange) {
-                         memref::StoreOp::create(b, loc, i32c(b, loc, 0), counts, ValueRange{i});
-                         memref::StoreOp::create(b, loc, arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                                                                        APFloat(0.0f)),
-                                                 mass, ValueRange{i});
-                         scf::YieldOp::create(b, loc);
-                       });
-  };
 
   // The largest key: max(y).
-  onFirst([&] { setWord(i32c(b, loc, 0), 0); });
-  barrier();
-  overColumns([&](OpBuilder &b, Value j) {
-    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, yAt(b, j)), words,
+  w.onFirst([&] { w.setWord(i32c(b, loc, 0), 0); });
+  w.barrier();
+  w.overColumns(width, [&](OpBuilder &b, Value j) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, yAt(b, j)), w.words,
                                 ValueRange{h.idx(0)});
   });
-  barrier();
-  Value maxY = fromOrderedKey(b, loc, word(0));
+  w.barrier();
+  Value maxY = fromOrderedKey(b, loc, w.word(0));
 
-  // One radix select: the key whose range holds the target (the k-th
-  // largest count, or the mass reaching p), among the keys at or above
-  // `floor`. Returns the key (0: no filter).
-  auto select = [&](Value on, bool byMass, Value floor) -> Value {
-    auto ifOp = scf::IfOp::create(b, loc, TypeRange{i32}, on, /*withElse=*/true);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{i32c(b, loc, 0)});
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    Value prefix = i32c(b, loc, 0);
-    for (int level = 0; level < 4; ++level) {
-      int shift = 24 - 8 * level;
-      int32_t highMask = level == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu << (shift + 8));
-      zeroBins();
-      barrier();
-      overColumns([&](OpBuilder &b, Value j) {
-        Value y = yAt(b, j);
-        Value key = orderedKey(b, loc, y);
-        Value inRange = arith::CmpIOp::create(
-            b, loc, arith::CmpIPredicate::eq, arith::AndIOp::create(b, loc, key, i32c(b, loc, highMask)), prefix);
-        Value aboveFloor = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, key, floor);
-        auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, inRange, aboveFloor), false);
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(add.thenBlock());
-        Value bin = arith::IndexCastOp::create(
-            b, loc, b.getIndexType(),
-            arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, key, i32c(b, loc, shift)),
-                                  i32c(b, loc, kBins - 1)));
-        if (byMass)
-          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
-                                      math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, y, maxY)), mass,
-                                      ValueRange{bin});
-        else
-          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), counts, ValueRange{bin});
-      });
-      barrier();
-      onFirst([&] {
-        // The target: k tokens, or p of the mass of the keys in play (the
-        // first level's bins hold all of it).
-        Value target;
-        if (byMass) {
-          Value total = scf::ForOp::create(b, loc, h.idx(0), h.idx(kBins), h.idx(1), ValueRange{zero},
-                                           [&](OpBuilder &b, Location loc, Value i, ValueRange acc) {
-                                             Value v = memref::LoadOp::create(b, loc, mass, ValueRange{i});
-                                             scf::YieldOp::create(b, loc,
-                                                                  ValueRange{arith::AddFOp::create(b, loc, acc[0], v)});
-                                           })
-                            .getResult(0);
-          target = level == 0 ? arith::MulFOp::create(b, loc, p, total).getResult()
-                              : memref::LoadOp::create(b, loc, fwords, ValueRange{h.idx(0)}).getResult();
-        } else {
-          target = level == 0 ? k : word(2);
-        }
-        // From the top bin down: the first whose running total reaches the
-        // target (the lowest non-empty one if rounding never gets there).
-        Type acc = byMass ? f32 : i32;
-        Value none = i32c(b, loc, -1);
-        auto scan = scf::ForOp::create(
-            b, loc, h.idx(0), h.idx(kBins), h.idx(1),
-            ValueRange{byMass ? zero : i32c(b, loc, 0), none, target, none},
-            [&](OpBuilder &b, Location loc, Value i, ValueRange st) {
-              Value bin = arith::SubIOp::create(b, loc, h.idx(kBins - 1), i);
-              Value v = byMass ? memref::LoadOp::create(b, loc, mass, ValueRange{bin}).getResult()
-                               : memref::LoadOp::create(b, loc, counts, ValueRange{bin}).getResult();
-              Value sum = byMass ? arith::AddFOp::create(b, loc, st[0], v).getResult()
-                                 : arith::AddIOp::create(b, loc, st[0], v).getResult();
-              Value open = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, st[1], none);
-              Value reaches = byMass ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, sum, st[2]).getResult()
-                                     : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, sum, st[2]).getResult();
-              Value nonEmpty = byMass ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, zero).getResult()
-                                      : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, v,
-                                                              i32c(b, loc, 0)).getResult();
-              Value binI32 = arith::IndexCastOp::create(b, loc, i32, bin);
-              Value take = arith::AndIOp::create(b, loc, open, reaches);
-              // What is left of the target inside the chosen bin.
-              Value left = byMass ? arith::SubFOp::create(b, loc, st[2], st[0]).getResult()
-                                  : arith::SubIOp::create(b, loc, st[2], st[0]).getResult();
-              Value chosen = arith::SelectOp::create(b, loc, take, binI32, st[1]);
-              Value rest = arith::SelectOp::create(b, loc, take, left, st[2]);
-              Value lowest = arith::SelectOp::create(b, loc, nonEmpty, binI32, st[3]);
-              Value total = arith::SelectOp::create(b, loc, open, sum, st[0]);
-              scf::YieldOp::create(b, loc, ValueRange{total, chosen, rest, lowest});
-            });
-        (void)acc;
-        Value found = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, scan.getResult(1), none);
-        Value lowest = arith::MaxSIOp::create(b, loc, scan.getResult(3), i32c(b, loc, 0));
-        setWord(arith::SelectOp::create(b, loc, found, scan.getResult(1), lowest), 1);
-        if (byMass)
-          memref::StoreOp::create(b, loc, scan.getResult(2), fwords, ValueRange{h.idx(0)});
-        else
-          setWord(scan.getResult(2), 2);
-      });
-      barrier();
-      Value chosen = word(1);
-      prefix = arith::OrIOp::create(b, loc, prefix, arith::ShLIOp::create(b, loc, chosen, i32c(b, loc, shift)));
-      // Every thread has read the words before the next level writes them.
-      barrier();
-    }
-    scf::YieldOp::create(b, loc, ValueRange{prefix});
-    return ifOp.getResult(0);
+  // Top-k over every column, then top-p over the keys at or above its key.
+  auto columnAbove = [&](Value floor) {
+    return [&, floor](OpBuilder &b, Value j) {
+      Value y = yAt(b, j);
+      Value key = orderedKey(b, loc, y);
+      return RowWorker::Column{key, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, key, floor), y};
+    };
   };
-  Value keyK = select(kOn, /*byMass=*/false, i32c(b, loc, 0));
-  Value keyP = select(pOn, /*byMass=*/true, keyK);
+  Value keyK = w.select(kOn, width, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
+  Value keyP = w.select(pOn, width, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
   Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
   Value tau = arith::SelectOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key,
                                                                     i32c(b, loc, 0)),
@@ -576,7 +624,157 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
       b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
   scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, tau, tauMin)});
   b.setInsertionPointAfter(work);
-  onFirst([&] { memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m}); });
+  w.onFirst([&] { memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m}); });
+  op.erase();
+}
+
+/// et.top_logprobs (RowWorker): the row's maximum and sum of exponentials
+/// per thread (online), combined through shared words; with n > 0 a
+/// select by count for the key of the n-th largest logit, one by count
+/// over 24 bits of (2^24 - 1 - id) among the logits of that key when more
+/// of them tie than are left to take (the smallest ids win), a pass that
+/// gathers the ids taken into a list, and thread 0 writing the list out,
+/// largest first.
+static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  RowWorker w(b, loc, op, gpu);
+  TileBuilder &h = w.h;
+  Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
+  int64_t entries = op.getIds().getType().getDimSize(1);
+  Value listIds = w.scratch(entries, i32), listVals = w.scratch(entries, f32);
+  Value m = op.getToken(), x = op.getX(), row = op.getRow();
+  Value width = memref::DimOp::create(b, loc, x, 1);
+  Value widthI32 = arith::IndexCastOp::create(b, loc, i32, width);
+  Value n = memref::LoadOp::create(b, loc, op.getCount(), ValueRange{m});
+  auto work = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, n, i32c(b, loc, 0)),
+                                /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(work.thenBlock());
+  auto xAt = [&](OpBuilder &b, Value j) { return toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{m, j})); };
+  Value zero = h.f32(0.0), one = h.f32(1.0);
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+
+  // Each thread's maximum and sum of exp(x - maximum), online.
+  auto scan = scf::ForOp::create(
+      b, loc, w.tid, width, w.threads, ValueRange{negInf, zero},
+      [&](OpBuilder &b, Location loc, Value j, ValueRange st) {
+        Value v = xAt(b, j);
+        Value hi = arith::MaximumFOp::create(b, loc, st[0], v);
+        Value lo = arith::MinimumFOp::create(b, loc, st[0], v);
+        // exp(lo - hi), 0 where both are -inf (no mass yet, none added).
+        Value e = arith::SelectOp::create(b, loc,
+                                          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, hi, negInf), zero,
+                                          math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, lo, hi)));
+        Value up = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, st[0]);
+        Value s = arith::SelectOp::create(b, loc, up,
+                                          arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1], e), one),
+                                          arith::AddFOp::create(b, loc, st[1], e));
+        scf::YieldOp::create(b, loc, ValueRange{hi, s});
+      });
+  // Over the threads: the largest maximum, then the sums rescaled to it.
+  w.onFirst([&] {
+    w.setWord(i32c(b, loc, 0), 0);
+    memref::StoreOp::create(b, loc, zero, w.fwords, ValueRange{h.idx(0)});
+  });
+  w.barrier();
+  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, scan.getResult(0)), w.words,
+                              ValueRange{h.idx(0)});
+  w.barrier();
+  Value rowMax = fromOrderedKey(b, loc, w.word(0));
+  Value scaled = arith::MulFOp::create(
+      b, loc, scan.getResult(1), math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, scan.getResult(0), rowMax)));
+  Value mine = arith::SelectOp::create(
+      b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan.getResult(1), zero), scaled, zero);
+  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, mine, w.fwords, ValueRange{h.idx(0)});
+  w.barrier();
+  Value lse = arith::AddFOp::create(
+      b, loc, rowMax, math::LogOp::create(b, loc, memref::LoadOp::create(b, loc, w.fwords, ValueRange{h.idx(0)})));
+
+  // The n largest (at most the list's entries and the row's width).
+  Value take = arith::MinSIOp::create(b, loc, arith::MinSIOp::create(b, loc, n, i32c(b, loc, entries)), widthI32);
+  auto some = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, take, i32c(b, loc, 0)),
+                                /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(some.thenBlock());
+    Value yes = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1);
+    Value keyN = w.select(
+        yes, width, 24,
+        [&](OpBuilder &b, Value j) { return RowWorker::Column{orderedKey(b, loc, xAt(b, j)), yes, Value()}; },
+        take, /*byMass=*/false);
+    // Of the `take`, `left` have the key of the n-th; `tied` columns have it.
+    Value left = w.word(2);
+    Value tied = memref::LoadOp::create(b, loc, w.counts,
+                                        ValueRange{arith::IndexCastOp::create(b, loc, indexType, w.word(1))});
+    // Every thread has read them before the next select writes them.
+    w.barrier();
+    Value idTop = i32c(b, loc, (1 << 24) - 1);
+    auto idKey = [&](OpBuilder &b, Value j) {
+      return arith::SubIOp::create(b, loc, idTop, arith::IndexCastOp::create(b, loc, i32, j)).getResult();
+    };
+    Value keyId = w.select(
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, left, tied), width, 16,
+        [&](OpBuilder &b, Value j) {
+          Value equal = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, orderedKey(b, loc, xAt(b, j)), keyN);
+          return RowWorker::Column{idKey(b, j), equal, Value()};
+        },
+        left, /*byMass=*/false);
+    // The ids taken into the list, in the order their threads come.
+    w.onFirst([&] { w.setWord(i32c(b, loc, 0), 3); });
+    w.barrier();
+    w.overColumns(width, [&](OpBuilder &b, Value j) {
+      Value v = xAt(b, j);
+      Value key = orderedKey(b, loc, v);
+      Value above = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, key, keyN);
+      Value atKey = arith::AndIOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key, keyN),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, idKey(b, j), keyId));
+      auto taken = scf::IfOp::create(b, loc, arith::OrIOp::create(b, loc, above, atKey), /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(taken.thenBlock());
+      Value slot = memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), w.words,
+                                               ValueRange{h.idx(3)});
+      auto fits = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, slot, take),
+                                    /*withElse=*/false);
+      b.setInsertionPointToStart(fits.thenBlock());
+      Value at = arith::IndexCastOp::create(b, loc, indexType, slot);
+      memref::StoreOp::create(b, loc, arith::IndexCastOp::create(b, loc, i32, j), listIds, ValueRange{at});
+      memref::StoreOp::create(b, loc, v, listVals, ValueRange{at});
+    });
+    w.barrier();
+    // Thread 0: the list largest first (a selection sort of at most
+    // `entries`), out as log-probabilities.
+    w.onFirst([&] {
+      Value count = arith::IndexCastOp::create(b, loc, indexType, take);
+      scf::ForOp::create(
+          b, loc, h.idx(0), count, h.idx(1), ValueRange{}, [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+            Value iv = memref::LoadOp::create(b, loc, listVals, ValueRange{i});
+            Value ii = memref::LoadOp::create(b, loc, listIds, ValueRange{i});
+            auto best = scf::ForOp::create(
+                b, loc, arith::AddIOp::create(b, loc, i, h.idx(1)), count, h.idx(1), ValueRange{iv, ii, i},
+                [&](OpBuilder &b, Location loc, Value k, ValueRange st) {
+                  Value kv = memref::LoadOp::create(b, loc, listVals, ValueRange{k});
+                  Value ki = memref::LoadOp::create(b, loc, listIds, ValueRange{k});
+                  Value better = argmaxBetter(b, loc, kv, ki, st[0], st[1]);
+                  scf::YieldOp::create(b, loc,
+                                       ValueRange{arith::SelectOp::create(b, loc, better, kv, st[0]),
+                                                  arith::SelectOp::create(b, loc, better, ki, st[1]),
+                                                  arith::SelectOp::create(b, loc, better, k, st[2])});
+                });
+            Value at = best.getResult(2);
+            memref::StoreOp::create(b, loc, iv, listVals, ValueRange{at});
+            memref::StoreOp::create(b, loc, ii, listIds, ValueRange{at});
+            memref::StoreOp::create(b, loc, best.getResult(1), op.getIds(), ValueRange{row, i});
+            memref::StoreOp::create(b, loc, arith::SubFOp::create(b, loc, best.getResult(0), lse), op.getValues(),
+                                    ValueRange{row, i});
+            scf::YieldOp::create(b, loc);
+          });
+    });
+  }
+  w.onFirst([&] { memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{m}); });
+  // The threads have read the shared words before another op writes them.
+  w.barrier();
   op.erase();
 }
 
@@ -696,6 +894,15 @@ struct SampleThresholdLowering : public TileOpLowering<SampleThresholdOp> {
   }
 };
 
+/// et.top_logprobs: all threads of the worker on the GPU, one on the host.
+struct TopLogprobsLowering : public TileOpLowering<TopLogprobsOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(TopLogprobsOp op, PatternRewriter &) const override {
+    lowerTopLogprobs(op, options.gpu);
+    return success();
+  }
+};
+
 /// et.logit_bias: all threads of the worker on the GPU, one on the host.
 struct LogitBiasLowering : public TileOpLowering<LogitBiasOp> {
   using TileOpLowering::TileOpLowering;
@@ -730,7 +937,7 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering, LogitBiasLowering, PenalizeLowering>(patterns.getContext(),
-                                                                                            options);
+  patterns.add<ArgmaxLowering, SampleThresholdLowering, TopLogprobsLowering, LogitBiasLowering, PenalizeLowering>(
+      patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

@@ -363,6 +363,26 @@ LogicalResult LogitBiasOp::verify() {
   return success();
 }
 
+LogicalResult TopLogprobsOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType(), ids = getIds().getType(), values = getValues().getType();
+  for (Value perToken : {getCount(), getLse()})
+    if (!sameDim(cast<MemRefType>(perToken.getType()).getDimSize(0), x.getDimSize(0)))
+      return emitOpError("count and lse must have one entry per token of x, got ") << perToken.getType() << " for "
+                                                                                   << x;
+  int64_t n = ids.getDimSize(1);
+  if (ShapedType::isDynamic(n) || n < 1 || values.getDimSize(1) != n)
+    return emitOpError("ids and values need the same static number of entries per row (N >= 1), got ")
+           << ids << " and " << values;
+  if (!sameDim(ids.getDimSize(0), values.getDimSize(0)))
+    return emitOpError("ids and values must have the same rows, got ") << ids << " and " << values;
+  // The selects among equal logits go over 24 bits of the id.
+  if (!ShapedType::isDynamic(x.getDimSize(1)) && x.getDimSize(1) > (int64_t{1} << 24))
+    return emitOpError("rows of x must have at most 2^24 columns, got ") << x;
+  return success();
+}
+
 LogicalResult PenalizeOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();

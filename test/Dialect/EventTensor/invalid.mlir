@@ -798,6 +798,67 @@ et.kernel @logit_bias_outside(%x: memref<2x8xf32>, %ids: memref<2x4xi32>, %v: me
 }
 // -----
 
+et.kernel @top_logprobs_count(%x: memref<2x8xf32>, %n: memref<3xi32>, %l: memref<2xf32>, %ids: memref<4x5xi32>, %v: memref<4x5xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{count and lse must have one entry per token of x, got 'memref<3xi32>' for 'memref<2x8xf32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x8xf32>, memref<3xi32>, memref<2xf32>, memref<4x5xi32>, memref<4x5xf32>
+  }
+}
+// -----
+
+et.kernel @top_logprobs_lse(%x: memref<2x8xf32>, %n: memref<2xi32>, %l: memref<1xf32>, %ids: memref<4x5xi32>, %v: memref<4x5xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{count and lse must have one entry per token of x, got 'memref<1xf32>' for 'memref<2x8xf32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x8xf32>, memref<2xi32>, memref<1xf32>, memref<4x5xi32>, memref<4x5xf32>
+  }
+}
+// -----
+
+et.kernel @top_logprobs_entries(%x: memref<2x8xf32>, %n: memref<2xi32>, %l: memref<2xf32>, %ids: memref<4x5xi32>, %v: memref<4x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{ids and values need the same static number of entries per row (N >= 1), got 'memref<4x5xi32>' and 'memref<4x4xf32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x8xf32>, memref<2xi32>, memref<2xf32>, memref<4x5xi32>, memref<4x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_logprobs_dynamic_entries(%x: memref<2x8xf32>, %n: memref<2xi32>, %l: memref<2xf32>, %ids: memref<4x?xi32>, %v: memref<4x?xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{ids and values need the same static number of entries per row (N >= 1), got 'memref<4x?xi32>' and 'memref<4x?xf32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x8xf32>, memref<2xi32>, memref<2xf32>, memref<4x?xi32>, memref<4x?xf32>
+  }
+}
+// -----
+
+et.kernel @top_logprobs_rows(%x: memref<2x8xf32>, %n: memref<2xi32>, %l: memref<2xf32>, %ids: memref<4x5xi32>, %v: memref<3x5xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{ids and values must have the same rows, got 'memref<4x5xi32>' and 'memref<3x5xf32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x8xf32>, memref<2xi32>, memref<2xf32>, memref<4x5xi32>, memref<3x5xf32>
+  }
+}
+// -----
+
+et.kernel @top_logprobs_width(%x: memref<2x16777217xf32>, %n: memref<2xi32>, %l: memref<2xf32>, %ids: memref<4x5xi32>, %v: memref<4x5xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{rows of x must have at most 2^24 columns, got 'memref<2x16777217xf32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x16777217xf32>, memref<2xi32>, memref<2xf32>, memref<4x5xi32>, memref<4x5xf32>
+  }
+}
+// -----
+
+et.kernel @top_logprobs_outside(%x: memref<2x8xf32>, %n: memref<2xi32>, %l: memref<2xf32>, %ids: memref<4x5xi32>, %v: memref<4x5xf32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.top_logprobs' op must be nested in an 'et.task' body}}
+  et.top_logprobs %x token(%c) count(%n) into(%l, %ids, %v) row(%c) : memref<2x8xf32>, memref<2xi32>, memref<2xf32>, memref<4x5xi32>, memref<4x5xf32>
+}
+// -----
+
 et.kernel @argmax_sample_partial(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %t: memref<1xf32>) {
   %c = arith.constant 1 : index
   et.task @t tiles(%tt) in (%c) {

@@ -387,6 +387,16 @@ et.kernel @biased(%x: memref<?x64xf32>, %ids: memref<?x4xi32>, %v: memref<?x4xf3
   }
 }
 
+// A token's log-sum-exp and its most likely ids, into a row of a history of top lists.
+// CHECK-LABEL: et.kernel @top_logprobs
+// CHECK: et.top_logprobs %{{.*}} token(%{{.*}}) count(%{{.*}}) into(%{{.*}}, %{{.*}}, %{{.*}}) row(%{{.*}}) : memref<?x64xf32>, memref<?xi32>, memref<?xf32>, memref<40x5xi32>, memref<40x5xf32>
+et.kernel @top_logprobs(%x: memref<?x64xf32>, %n: memref<?xi32>, %lse: memref<?xf32>, %ids: memref<40x5xi32>,
+                        %v: memref<40x5xf32>, %rows: index) {
+  et.task @top tiles(%m) in (%rows) {
+    et.top_logprobs %x token(%m) count(%n) into(%lse, %ids, %v) row(%m) : memref<?x64xf32>, memref<?xi32>, memref<?xf32>, memref<40x5xi32>, memref<40x5xf32>
+  }
+}
+
 // The penalties of a token's history, before its filters.
 // CHECK-LABEL: et.kernel @penalized
 // CHECK: et.penalize %{{.*}} token(%{{.*}}) history(%{{.*}}, %{{.*}}, %{{.*}}) outputs_from(%{{.*}}) repetition(%{{.*}}) frequency(%{{.*}}) presence(%{{.*}}) counts(%{{.*}}) : memref<?x64xf32>, memref<4x33xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x64xi32>

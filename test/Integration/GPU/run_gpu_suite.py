@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from event_tensor import reference as numpy_refs
 from event_tensor import runtime
 
 
@@ -91,6 +92,53 @@ def run_logit_ops(root: Path) -> bool:
     ok = err < 1e-4 and np.array_equal(tokens, c["ref_tokens"]) and not left
     print(f"logit bias and penalties on the GPU: worst error {err:.1e}, tokens {tokens.tolist()} "
           f"(reference {c['ref_tokens'].tolist()}), counts {'LEFT' if left else 'zero'}: {'ok' if ok else 'FAIL'}")
+    return ok
+
+
+def run_top_logprobs(root: Path) -> bool:
+    """A row's log-sum-exp and its most likely ids (et.top_logprobs) against
+    the numpy reference; then the time of a one-row launch with 20 ids
+    against one with the op off (count -1), median of 50."""
+    case_dir = root.parent / "tiles" / "top-logprobs"
+    if not case_dir.exists():
+        return True
+    c = np.load(case_dir / "case.npz")
+    x, counts, rows, lists = c["x"], c["counts"], c["rows"], int(c["lists"])
+    n, entries = len(counts), 20
+    launch = runtime.load(case_dir).launcher()
+    gx, gc, gr = (torch.from_numpy(a.copy()).cuda() for a in (x, counts, rows))
+    lse = torch.full((n,), 7.0, device="cuda")
+    ids = torch.full((lists, entries), -7, dtype=torch.int32, device="cuda")
+    vals = torch.full((lists, entries), 7.0, device="cuda")
+    launch(gx, gc, lse, ids, vals, gr, n)
+    lse, ids, vals = lse.cpu().numpy(), ids.cpu().numpy(), vals.cpu().numpy()
+    ok, worst = True, 0.0
+    for m in range(n):
+        r = rows[m]
+        if counts[m] < 0:
+            ok &= bool(lse[m] == 7.0 and (ids[r] == -7).all())
+            continue
+        take = min(int(counts[m]), entries)
+        want_lse, want_ids, want_vals = numpy_refs.top_logprobs(x[m], take)
+        worst = max(worst, abs(float(lse[m]) - want_lse), *(abs(vals[r, :take] - want_vals).tolist() or [0.0]))
+        ok &= bool(np.array_equal(ids[r, :take], want_ids) and (ids[r, take:] == -7).all())
+    ok &= worst < 1e-3
+    times = {}
+    for label, count in (("20 ids", 20), ("off", -1)):
+        one = torch.tensor([count], dtype=torch.int32, device="cuda")
+        args = (gx[:1].contiguous(), one, torch.zeros(1, device="cuda"), torch.zeros(1, entries, dtype=torch.int32,
+                device="cuda"), torch.zeros(1, entries, device="cuda"), torch.zeros(1, dtype=torch.int32, device="cuda"), 1)
+        spans = []
+        for _ in range(60):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            launch(*args)
+            end.record()
+            torch.cuda.synchronize()
+            spans.append(start.elapsed_time(end) * 1e3)
+        times[label] = float(np.median(spans[10:]))
+    print(f"top log-probabilities on the GPU (vocabulary {x.shape[1]}): worst error {worst:.1e}, "
+          f"{'ok' if ok else 'FAIL'}; one row's launch {times['20 ids']:.1f} us with 20 ids, {times['off']:.1f} us off")
     return ok
 
 
@@ -467,6 +515,8 @@ def main(root: Path, out: Path | None = None) -> int:
         failures.append("decode ops")
     if not run_logit_ops(root):
         failures.append("logit ops")
+    if not run_top_logprobs(root):
+        failures.append("top logprobs")
     if not run_rows_in_flight(root):
         failures.append("rows in flight")
     if not run_linear_spread(root):

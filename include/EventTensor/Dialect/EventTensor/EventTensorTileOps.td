@@ -649,6 +649,49 @@ def ET_LogitBiasOp : ET_Op<"logit_bias", [
   let hasVerifier = 1;
 }
 
+def ET_TopLogprobsOp : ET_Op<"top_logprobs", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a token's log-sum-exp and its most likely ids with their log-probabilities";
+  let description = [{
+    For token `m` of `x` (its logits, one row per token) with
+    `n = count[m]`: nothing if `n < 0`; otherwise writes the log-sum-exp of
+    its row, `log(sum_j exp(x[m, j]))`, to `lse[m]`, and the ids of its
+    `min(n, N, width)` largest logits, largest first (equal logits in
+    increasing id), to `ids[row, 0..)` with their log-probabilities
+    `x[m, id] - lse[m]` in `values[row, 0..)` (`N` is the static width of
+    `ids` and `values`; entries past them are left as they were). A
+    token's chosen id then has log-probability `x[m, id] - lse[m]`.
+
+    The op runs on all threads of the worker (a task tile per token): one
+    pass for the maximum and the sum of exponentials (online, per thread),
+    then, with `n > 0`, radix selects over the order-preserving keys of the
+    logits (8 bits a pass, as `et.sample_threshold`) for the `n`-th
+    largest, and over the ids among equal logits at that threshold when
+    more of them tie than are left to take (ids below 2^24), then one pass
+    that gathers the ids at or above it; thread 0 orders them.
+
+    Example:
+
+    ```mlir
+    // the top 20 of token %m into row %r of a history of top lists
+    et.top_logprobs %logits token(%m) count(%n) into(%lse, %ids, %vals) row(%r)
+        : memref<?x128256xf32>, memref<?xi32>, memref<?xf32>, memref<32784x20xi32>, memref<32784x20xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
+                       Index:$token,
+                       Arg<MemRefRankOf<[I32], [1]>, "", [MemRead]>:$count,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemWrite]>:$lse,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$ids,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$values,
+                       Index:$row);
+  let assemblyFormat = [{
+    $x `token` `(` $token `)` `count` `(` $count `)` `into` `(` $lse `,` $ids `,` $values `)` `row` `(` $row `)`
+    attr-dict `:` type($x) `,` type($count) `,` type($lse) `,` type($ids) `,` type($values)
+  }];
+  let hasVerifier = 1;
+}
+
 def ET_PenalizeOp : ET_Op<"penalize", [
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "a token's repetition, frequency and presence penalties applied to its logits";
