@@ -23,6 +23,12 @@ process:
   of its first --check-tokens tokens of row 0 against the numpy reference
   applied to the raw logits of one `step()` per token (agreement counted
   where the top two penalized logits are apart);
+- `logprobs`: `generate` greedy with --logprobs top ids per token
+  (`et.top_logprobs` in each row's filter tile), whether its tokens equal
+  the plain run's, and a check of row 0's first --check-tokens entries
+  against the reference's log-softmax of the raw logits of one `step()` per
+  token (worst error of the token's and the top ids' log-probabilities, top
+  id lists that agree);
 - `host_loop`: `DecodeSession.step` per token, the host feeding the token
   back (one launch, copies and a synchronization per token);
 - `peer`: transformers + torch.compile(mode="reduce-overhead") with a static
@@ -45,7 +51,7 @@ import numpy as np
 import torch
 
 from event_tensor.model import DecodeSession, ModelConfig
-from event_tensor.reference import logit_bias, penalize
+from event_tensor.reference import logit_bias, penalize, top_logprobs
 from gpu_timing import launch_seconds, random_model_weights, to_numpy_bf16
 
 
@@ -93,6 +99,27 @@ def penalty_check(session: DecodeSession, prompt: list, tokens: list, penalties:
     return {"tokens": len(tokens), "agree": agree, "decisive": decisive, "decisive_agree": agree_decisive}
 
 
+def logprob_check(session: DecodeSession, prompt: list, tokens: list, entries: list, k: int) -> dict:
+    """Each of `entries` (the Logprobs of `tokens`, generated greedy after
+    `prompt`) against the reference's over the raw logits of one step() at
+    that position: the worst absolute error of the token's log-probability
+    and of the top ids', and how many top-id lists agree (ties in the
+    low bits of the logits may order two ids either way)."""
+    session.reset()
+    session.prefill([prompt[:-1]])
+    seq, worst, worst_top, same = list(prompt), 0.0, 0.0, 0
+    for token, entry in zip(tokens, entries):
+        session.step([seq[-1]], [len(seq) - 1], [0])
+        x = session.last_logits()[0].astype(np.float64)
+        lse, ids, values = top_logprobs(x, k)
+        worst = max(worst, abs(entry.logprob - (x[token] - lse)))
+        got = dict(entry.top)
+        worst_top = max([worst_top, *(abs(got[i] - v) for i, v in zip(ids.tolist(), values) if i in got)])
+        same += [i for i, _ in entry.top] == ids.tolist()
+        seq.append(token)
+    return {"tokens": len(tokens), "worst_logprob_error": worst, "worst_top_error": worst_top, "top_ids_agree": same}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -108,6 +135,7 @@ def main():
     parser.add_argument("--penalties", default='{"repetition_penalty": 1.3, "frequency_penalty": 0.5, '
                         '"presence_penalty": 0.2}', help="penalties of the penalized run (JSON; '' for none)")
     parser.add_argument("--check-tokens", type=int, default=32, help="tokens of the penalized run checked")
+    parser.add_argument("--logprobs", type=int, default=0, help="top ids per token of the logprobs run (0: none)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -173,6 +201,16 @@ def main():
                 row["penalized_differs"] = pg.tokens != g.tokens
                 row["penalty_check"] = penalty_check(session, prompts[0], pg.tokens[0][: args.check_tokens],
                                                      penalties)
+            if args.logprobs:
+                times = []
+                for r in range(args.repeats):
+                    session.reset()
+                    lg = session.generate(prompts, args.new, logprobs=args.logprobs)
+                    times.append(lg.decode_s)
+                row["logprobs_ms"] = 1e3 * float(np.median(times)) / args.new
+                row["logprobs_same_tokens"] = lg.tokens == g.tokens
+                row["logprob_check"] = logprob_check(session, prompts[0], lg.tokens[0][: args.check_tokens],
+                                                     lg.logprobs[0][: args.check_tokens], args.logprobs)
             row["same_tokens"] = g.tokens == tokens
             # Where the two first differ (rows' positions), and whether each
             # way repeats itself: relaxed atomic adds (o_per_head) make the

@@ -10,7 +10,7 @@ import pytest
 
 from event_tensor import model
 from event_tensor.build import PREFETCH_BYTES
-from event_tensor.reference import logit_bias, penalize
+from event_tensor.reference import logit_bias, penalize, top_logprobs
 from event_tensor.model.weights import read_safetensors, write_safetensors
 from event_tensor.model.cli import Progress
 
@@ -255,6 +255,61 @@ def test_logit_bias_follows_the_reference_token_by_token(compiled, monkeypatch):
                        ({t: 1.0 for t in range(257)}, "at most 256 logit biases per row")):
         with pytest.raises(ValueError, match=match):
             session.generate(prompts, 2, logit_bias=bad)
+    session.close()
+
+
+def test_logprobs_follow_the_reference_token_by_token(compiled):
+    """Each new token's log-probability and the row's most likely ids, in
+    the kernel (et.top_logprobs after the biases and penalties): those of
+    the reference over the raw logits of one step() at a time, the biases
+    and penalties applied; greedy tokens unchanged by asking, sampled ones
+    at their own log-probability; stream() gives the same; a row that
+    did not ask has none; bad counts are refused by name."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    prompts = [[1, 2, 3, 2, 1], [4, 5, 6, 7]]
+    session.reset()
+    greedy = session.generate(prompts, 6)
+    assert greedy.logprobs is None
+    bias = {9: 1.5, 11: -2.0}
+    cases = [dict(logprobs=[3, None]),
+             dict(logprobs=[0, 5], logit_bias=bias, frequency_penalty=0.7),
+             dict(logprobs=4, temperature=1.5, seed=[3, 4])]
+    for kwargs in cases:
+        session.reset()
+        got = session.generate(prompts, 6, **kwargs)
+        if "temperature" not in kwargs and "logit_bias" not in kwargs:
+            assert got.tokens == greedy.tokens
+        session.reset()
+        streamed = session.stream(prompts, 6, chunk=4, **kwargs)
+        for _ in streamed:
+            pass
+        assert streamed.result.tokens == got.tokens and streamed.result.logprobs == got.logprobs
+        counts = kwargs["logprobs"] if isinstance(kwargs["logprobs"], list) else [kwargs["logprobs"]] * 2
+        for b, k in enumerate(counts):
+            if k is None:
+                assert got.logprobs[b] is None
+                continue
+            assert len(got.logprobs[b]) == len(got.tokens[b])
+            session.reset()
+            if len(prompts[b]) > 1:
+                session.prefill([prompts[b][:-1]], slots=[0])
+            seq = list(prompts[b])
+            for token, entry in zip(got.tokens[b], got.logprobs[b]):
+                session.step([seq[-1]], [len(seq) - 1], [0])
+                x = session.last_logits()[0].astype(np.float64)
+                if "logit_bias" in kwargs:
+                    x = logit_bias(x, list(bias), list(bias.values()))
+                x = penalize(x, seq, len(prompts[b]), frequency=kwargs.get("frequency_penalty", 0.0))
+                lse, ids, values = top_logprobs(x, k)
+                np.testing.assert_allclose(entry.logprob, x[token] - lse, rtol=1e-4, atol=1e-4)
+                assert [i for i, _ in entry.top] == ids.tolist(), (kwargs, seq)
+                np.testing.assert_allclose([v for _, v in entry.top], values, rtol=1e-4, atol=1e-4)
+                seq.append(token)
+    session.reset()
+    for bad in (21, -1, True, "3", [1, 2, 3]):
+        with pytest.raises(ValueError, match="logprobs must be|logprobs must be one value"):
+            session.generate(prompts, 2, logprobs=bad)
     session.close()
 
 

@@ -349,6 +349,36 @@ def test_engine_logit_bias(served):
         engine.submit([1, 2], SamplingParams(logit_bias={100000: 1.0}), lambda *a: None)
 
 
+def test_engine_logprobs(served):
+    """A request's log-probabilities come with its tokens, each in place
+    when its token reaches on_output: those of generate() run alone with
+    the same count; a request beside it without them has none and both
+    keep their greedy tokens; bad counts are refused."""
+    engine, session = served.engine, served.session
+    prompt = [304, 21, 77, 5]
+    plain = _collect(engine, prompt, SamplingParams(max_tokens=6, ignore_eos=True))()[0]
+    reqs, aligned = [], []
+
+    def on_output(req, tokens, finish):
+        aligned.append(req.logprobs is None or len(req.logprobs) == len(req.tokens))
+    for params in (SamplingParams(max_tokens=6, ignore_eos=True, logprobs=3),
+                   SamplingParams(max_tokens=6, ignore_eos=True)):
+        reqs.append(engine.submit(prompt, params, on_output))
+    while any(r.finish is None for r in reqs):
+        time.sleep(0.01)
+    assert all(aligned) and reqs[0].tokens == reqs[1].tokens == plain
+    assert reqs[1].logprobs is None and len(reqs[0].logprobs) == 6
+    alone = _run_alone(served, lambda: session.generate([prompt], 6, logprobs=3))
+    assert alone.tokens[0] == plain
+    for got, want in zip(reqs[0].logprobs, alone.logprobs[0]):
+        assert [i for i, _ in got.top] == [i for i, _ in want.top]
+        np.testing.assert_allclose([got.logprob, *(v for _, v in got.top)],
+                                   [want.logprob, *(v for _, v in want.top)], rtol=1e-5, atol=1e-5)
+    assert all(e.top[0][0] == t for e, t in zip(reqs[0].logprobs, plain))  # greedy: the most likely
+    with pytest.raises(ValueError, match=r"logprobs must be None \(off\) or an int in \[0, 20\]"):
+        engine.submit([1, 2], SamplingParams(logprobs=21), lambda *a: None)
+
+
 def test_cancel_frees_the_slot(served):
     """A request cancelled at its first tokens (from its callback, while the
     launch runs) ends the launch early: "abort", fewer tokens than asked,
@@ -587,6 +617,55 @@ def test_http_errors(served, server):
     assert health["status"] == "ok" and set(health["decode"]) == {"launches", "steps", "row_steps", "kv_positions",
                                                                    "seconds"}
     assert set(health["prompts"]) == {"requests", "hits", "positions", "reused"}
+
+
+def test_openai_client_logprobs(served, server):
+    """Completions' `logprobs` and chat's `logprobs` / `top_logprobs`: each
+    token's text and log-probability and the most likely ids' (the
+    completions API adds the token's own), streamed or not, those of
+    generate(); out of range or top_logprobs without logprobs: 400."""
+    import openai
+
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0)
+    codec, session = served.codec, served.session
+    ids = codec.encode("the quick brown")
+    want = _run_alone(served, lambda: session.generate([ids], 6, logprobs=2))
+    tokens, entries = want.tokens[0], want.logprobs[0]
+    plain = dict(model="tiny", prompt="the quick brown", max_tokens=6, temperature=0, logprobs=2,
+                 extra_body={"ignore_eos": True})
+    done = client.completions.create(**plain).choices[0]
+    lp = done.logprobs
+    assert lp.tokens == [codec.decode([t]) for t in tokens]
+    np.testing.assert_allclose(lp.token_logprobs, [e.logprob for e in entries], rtol=1e-5, atol=1e-5)
+    for top, t, e in zip(lp.top_logprobs, tokens, entries):
+        assert set(top) == {codec.decode([i]) for i, _ in e.top} | {codec.decode([t])}
+    assert lp.text_offset == list(np.cumsum([0, *map(len, lp.tokens[:-1])]))
+    chunks = list(client.completions.create(**plain, stream=True))
+    assert sum((c.choices[0].logprobs.token_logprobs for c in chunks if c.choices), []) == lp.token_logprobs
+    assert sum((c.choices[0].logprobs.text_offset for c in chunks if c.choices), []) == lp.text_offset
+    assert client.completions.create(**{**plain, "logprobs": None}).choices[0].logprobs is None
+    messages = [{"role": "user", "content": "hi"}]
+    chat_ids = codec.chat(messages)
+    want = _run_alone(served, lambda: session.generate([chat_ids], 5, logprobs=3))
+    chat = dict(model="tiny", messages=messages, max_tokens=5, temperature=0, logprobs=True, top_logprobs=3,
+                extra_body={"ignore_eos": True})
+    content = client.chat.completions.create(**chat).choices[0].logprobs.content
+    assert [c.token for c in content] == [codec.decode([t]) for t in want.tokens[0]]
+    for c, e in zip(content, want.logprobs[0]):
+        assert c.bytes == list(c.token.encode()) and len(c.top_logprobs) == 3
+        assert [x.token for x in c.top_logprobs] == [codec.decode([i]) for i, _ in e.top]
+        np.testing.assert_allclose([c.logprob, *(x.logprob for x in c.top_logprobs)],
+                                   [e.logprob, *(v for _, v in e.top)], rtol=1e-5, atol=1e-5)
+    streamed = [c for ch in client.chat.completions.create(**chat, stream=True) if ch.choices
+                for c in (ch.choices[0].logprobs.content if ch.choices[0].logprobs else [])]
+    assert [c.logprob for c in streamed] == [c.logprob for c in content]
+    assert client.chat.completions.create(**{**chat, "logprobs": False, "top_logprobs": 0}).choices[0].logprobs is None
+    for kwargs, message in ((dict(logprobs=True, top_logprobs=21), r"top_logprobs must be in \[0, 20\], got 21"),
+                            (dict(top_logprobs=2), "top_logprobs needs logprobs: true")):
+        with pytest.raises(openai.BadRequestError, match=message):
+            client.chat.completions.create(model="tiny", messages=messages, **kwargs)
+    with pytest.raises(openai.BadRequestError, match=r"logprobs must be in \[0, 20\], got 21"):
+        client.completions.create(model="tiny", prompt="x", logprobs=21)
 
 
 def test_client_that_disconnects_frees_its_slot(served, server, monkeypatch):

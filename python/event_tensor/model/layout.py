@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 
-__all__ = ["KernelLayout", "MIN_SPLIT_LEN", "MIN_SPLIT_LEN_ONE_ROW", "cache_shape", "kernel_layout"]
+__all__ = ["KernelLayout", "MAX_TOP_LOGPROBS", "MIN_SPLIT_LEN", "MIN_SPLIT_LEN_ONE_ROW", "cache_shape", "kernel_layout"]
 
 #: The shortest attention split the defaults choose, at compile time and at
 #: run time: a tile has a fixed cost of a few us, so shorter splits cost
@@ -36,6 +36,9 @@ MAX_STOP_IDS = 8
 #: Logit bias entries per row (et.logit_bias: one per thread of a worker in
 #: one trip; the OpenAI API's requests carry up to 300, most a handful).
 MAX_LOGIT_BIAS = 256
+#: The most likely ids a row may ask for with each token's log-probability
+#: (et.top_logprobs; the OpenAI API's chat completions allow 20).
+MAX_TOP_LOGPROBS = 20
 #: A row's `finished` word in such a kernel: 0 while it runs, else why it
 #: stopped (kernel/steps.py writes it, the session reads it): a stop id, its
 #: budget of new tokens, the compiled context, a token outside the

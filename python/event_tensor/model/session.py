@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -18,11 +18,11 @@ from .. import runtime
 from ..runtime.kv_pages import PAGE_BYTES, DevicePages, HostPages, KVPages, memory_info, pool_bytes
 from .config import ModelConfig
 from .layout import (FINISH_CONTEXT, FINISH_LENGTH, FINISH_NONFINITE, FINISH_REASONS, FINISH_STOP,
-                     MAX_LOGIT_BIAS, MAX_STOP_IDS)
+                     MAX_LOGIT_BIAS, MAX_STOP_IDS, MAX_TOP_LOGPROBS)
 from .options import KernelOptions
 from .weights import BF16, MOE_PACKED, PACKED_ORDER, pack, tp_shards
 
-__all__ = ["DecodeSession", "Generation", "GenerationStream", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
+__all__ = ["DecodeSession", "Generation", "GenerationStream", "Logprob", "ModelArtifactError", "NonFiniteLogitsError", "MODEL_JSON", "PREFILL_DIR", "VARIANTS_JSON"]
 
 MODEL_JSON = "model.json"
 PREFILL_DIR = "prefill"  # the prefill kernel's subdirectory (compile_model(prefill_rows=...))
@@ -32,30 +32,36 @@ VARIANTS_JSON = "variants.json"
 # The decode kernel's index arguments: the rows of a launch, its step budget.
 _SCALARS = ("batch", "steps")
 # Buffers the host reads while a launch runs: on a GPU, in host memory
-# mapped into the device (the token history, streamed out per step).
-_HOST_VISIBLE = ("out_tokens",)
+# mapped into the device (the token history and its log-probabilities,
+# streamed out per step).
+_HOST_VISIBLE = ("out_tokens", "out_logprobs", "out_top_ids", "out_top_logprobs")
 # The values of the per-row sampling buffers with which a row's token is
-# the greedy one (what step() and the prefill run with).
+# the greedy one and nothing else is computed (what step() and the prefill
+# run with).
 _GREEDY_ROWS = {"temperature": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-                "logit_bias_values": 0.0}
+                "logit_bias_values": 0.0, "logprobs": -1}
+# Row buffers whose "off" is not zero: filled with it when allocated.
+_OFF_ROWS = {"logprobs": -1}
 
 
 def _greedy_rows(rows: dict) -> dict:
     """The greedy values of the sampling buffers among `rows`, in their
-    shapes."""
-    return {k: np.full(np.shape(rows[k]), v, np.float32) for k, v in _GREEDY_ROWS.items() if k in rows}
+    shapes and types."""
+    return {k: np.full(np.shape(rows[k]), v, np.asarray(rows[k]).dtype) for k, v in _GREEDY_ROWS.items()
+            if k in rows}
 
 
-def _penalized(rows: dict) -> bool:
-    """Whether some row of the sampling rows `rows` has a penalty or a logit
-    bias on."""
+def _filter_work(rows: dict) -> bool:
+    """Whether some row of the sampling rows `rows` has a penalty, a logit
+    bias or log-probabilities on (work in its filter tile)."""
     return any(bool((np.asarray(rows[k]) != v).any()) for k, v in _GREEDY_ROWS.items()
                if k != "temperature" and k in rows)
 
 
 def _not_greedy(rows: dict | None) -> bool:
-    """Whether some row of `rows` samples or has a penalty on."""
-    return rows is not None and (bool((rows["temperature"] > 0).any()) or _penalized(rows))
+    """Whether some row of `rows` samples or has filter-tile work on (its
+    tokens all come from the decode kernel)."""
+    return rows is not None and (bool((rows["temperature"] > 0).any()) or _filter_work(rows))
 
 
 class ModelArtifactError(ValueError):
@@ -72,19 +78,32 @@ class NonFiniteLogitsError(RuntimeError):
                          "produced no token: the logits are NaN (or all -inf); check the weights and inputs")
 
 
+class Logprob(NamedTuple):
+    """A generated token's log-probability under the logits its row sampled
+    from (after logit biases and penalties, before temperature and
+    filters), and the row's `top` most likely ids then, (id, log-probability)
+    largest first (equal logits in increasing id)."""
+
+    logprob: float
+    top: list[tuple[int, float]]
+
+
 @dataclass
 class Generation:
     """What `DecodeSession.generate` returns: per prompt, the new tokens
     (a stop id that ended a row included) and why the row finished ("stop":
     a stop id; "length": `max_new_tokens`; "context": the compiled
     context is full); the seconds of the prefill and of the decoding after
-    it (wall clock, host to host), and the decode kernel's launches."""
+    it (wall clock, host to host), and the decode kernel's launches; with
+    `logprobs`, per prompt a `Logprob` per new token (None for rows that
+    did not ask)."""
 
     tokens: list[list[int]]
     finish_reasons: list[str]
     prefill_s: float
     decode_s: float
     launches: int
+    logprobs: list[list[Logprob] | None] | None = None
 
 
 class GenerationStream:
@@ -338,6 +357,8 @@ class DecodeSession:
                     missing.append(name)
                 else:
                     buffers[name] = pool[key] = self._zeros(shape, spec["dtype"], device)
+                    if name in _OFF_ROWS:
+                        buffers[name][:] = _OFF_ROWS[name]
             if missing:
                 raise ValueError(f"no weights for kernel arguments: {', '.join(missing)}")
             per_variant.append(buffers)
@@ -728,7 +749,7 @@ class DecodeSession:
 
     def sampling_rows(self, n: int, *, temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0,
                       repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, outputs_from=0,
-                      logit_bias=None) -> dict:
+                      logit_bias=None, logprobs=None) -> dict:
         """The sampling arguments of `n` rows, checked (each one value for
         all rows or a sequence of one per row), as the kernel's row buffers:
         `temperature` (f32, 0 greedy), `seed` (i64 bits), and the filters
@@ -750,7 +771,13 @@ class DecodeSession:
         a finite number for all rows, or a sequence of one mapping or None
         per row; at most MAX_LOGIT_BIAS ids a row) adds each number to its
         id's logit (`et.logit_bias`): -100 all but bans an id, +100 all but
-        forces it."""
+        forces it.
+
+        `logprobs` (None: off; an int in [0, MAX_TOP_LOGPROBS] for all rows,
+        or one int or None per row) asks for each new token's
+        log-probability and that many of the most likely ids with theirs
+        (`et.top_logprobs`, after the biases and penalties: the distribution
+        the row samples from at temperature 1, without filters)."""
         def number(name, ok, what):
             def check(v):
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
@@ -802,7 +829,7 @@ class DecodeSession:
                 "presence_penalty", lambda p: True, "a finite number (0: off)")), np.float32),
         }
         starts = self._row_values(outputs_from, n, "outputs_from", check_position)
-        if _penalized(penalties):
+        if _filter_work(penalties):
             if self.tp > 1:
                 raise ValueError(f"repetition, frequency and presence penalties need a kernel on one device; this "
                                  f"one runs on {self.tp} devices")
@@ -820,6 +847,22 @@ class DecodeSession:
             rows.update(penalties, outputs_from=np.array(starts, np.int32))
         if "logit_bias_ids" in self.buffers:
             rows.update(logit_bias_ids=bias_ids, logit_bias_values=bias_values)
+
+        def check_logprobs(k):
+            if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer))
+                                  or not 0 <= k <= MAX_TOP_LOGPROBS):
+                raise ValueError(f"logprobs must be None (off) or an int in [0, {MAX_TOP_LOGPROBS}] (the most likely "
+                                 f"ids given with each token), got {k!r}")
+        counts = np.array([-1 if k is None else int(k) for k in self._row_values(logprobs, n, "logprobs",
+                                                                                  check_logprobs)], np.int32)
+        if (counts >= 0).any():
+            if self.tp > 1:
+                raise ValueError(f"logprobs need a kernel on one device; this one runs on {self.tp} devices")
+            if "logprobs" not in self.buffers:
+                raise ValueError(f"{self.path}: this kernel has no log-probabilities (compiled before they were in "
+                                 "the kernel): recompile it")
+        if "logprobs" in self.buffers:
+            rows["logprobs"] = counts
         return rows
 
     def _logit_bias_rows(self, logit_bias, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -850,7 +893,7 @@ class DecodeSession:
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None,
                  temperature=0.0, seed=0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-                 frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None) -> Generation:
+                 frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, logprobs=None) -> Generation:
         """Generation: prefills the prompts (of any lengths, prompt b into
         cache slot b), then decodes them together until each row has
         `max_new_tokens` new tokens, produced a stop id (`stop`: one
@@ -871,10 +914,12 @@ class DecodeSession:
         tokens), after the `logit_bias` (`sampling_rows`). Rows that sample
         or have a penalty or bias on take their first token from the decode
         kernel too (their prompt's last token fed there), the others from
-        the prefill."""
+        the prefill. With `logprobs` (`sampling_rows`), `Generation.logprobs`
+        holds each new token's `Logprob` (those rows' tokens all come from
+        the decode kernel)."""
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
-                        presence_penalty=presence_penalty, logit_bias=logit_bias)
+                        presence_penalty=presence_penalty, logit_bias=logit_bias, logprobs=logprobs)
         run = self._generation(prompts, max_new_tokens, stop, sampling, chunk=None, streamed=False)
         for _ in run:
             pass
@@ -882,7 +927,7 @@ class DecodeSession:
 
     def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, stop=None, temperature=0.0,
                seed=0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, frequency_penalty=0.0,
-               presence_penalty=0.0, logit_bias=None, chunk: int | None = None) -> "GenerationStream":
+               presence_penalty=0.0, logit_bias=None, logprobs=None, chunk: int | None = None) -> "GenerationStream":
         """`generate`, handing the tokens out as they come: iterating yields,
         after the prefill and then as the kernel makes them, each row's new
         tokens since the last item (a list per row, empty for a row with
@@ -897,7 +942,7 @@ class DecodeSession:
             raise ValueError(f"chunk must be a positive int (decode steps per launch) or None, got {chunk!r}")
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
-                        presence_penalty=presence_penalty, logit_bias=logit_bias)
+                        presence_penalty=presence_penalty, logit_bias=logit_bias, logprobs=logprobs)
         return self._generation(prompts, max_new_tokens, stop, sampling, chunk=None if chunk is None else int(chunk),
                                 streamed=True)
 
@@ -957,6 +1002,8 @@ class DecodeSession:
             yield [list(t) for t in tokens]
             last, pos, left = first.copy(), lengths.copy(), np.full(n, max_new_tokens - 1, np.int64)
         launches = 0
+        asked = sampling.get("logprobs")
+        logprobs = [[] if asked is not None and asked[b] >= 0 else None for b in range(n)]
         steps = int(left.max()) if chunk is None or not self.steps_on_device else chunk
         if not self.steps_on_device:
             steps = 1
@@ -964,10 +1011,11 @@ class DecodeSession:
             live = np.flatnonzero(finished == 0)
             args = (live, last[live], pos[live], left[live], stop_ids[live], steps)
             live_sampling = {k: v[live] for k, v in sampling.items()}
+            on_logprobs = (lambda b, got, live=live: logprobs[live[b]].extend(got)) if asked is not None else None
             if streamed:
-                rows = yield from self._streamed_launch(n, live, args, live_sampling)
+                rows = yield from self._streamed_launch(n, live, args, live_sampling, on_logprobs)
             else:
-                rows = self.decode_launch(*args, sampling=live_sampling)
+                rows = self.decode_launch(*args, sampling=live_sampling, on_logprobs=on_logprobs)
             launches += 1
             new = [[] for _ in range(n)]
             for b, (got, reason) in zip(live, rows):
@@ -982,18 +1030,20 @@ class DecodeSession:
         bad = [b for b in range(n) if finished[b] == FINISH_NONFINITE]
         if bad:
             raise NonFiniteLogitsError(bad)
-        return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches)
+        return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches,
+                          logprobs if any(lp is not None for lp in logprobs) else None)
 
-    def _streamed_launch(self, n: int, live, args, sampling):
+    def _streamed_launch(self, n: int, live, args, sampling, on_logprobs=None):
         """`decode_launch(*args)` in a thread of its own, yielding each of the
         `n` rows' tokens (row `live[b]` for the launch's row b) as the kernel
-        makes them; returns the launch's result."""
+        makes them; returns the launch's result. `on_logprobs` is the
+        launch's (called from its thread)."""
         items: queue.SimpleQueue = queue.SimpleQueue()
         out: dict = {}
 
         def run():
             try:
-                out["rows"] = self.decode_launch(*args, sampling=sampling,
+                out["rows"] = self.decode_launch(*args, sampling=sampling, on_logprobs=on_logprobs,
                                                  on_tokens=lambda b, t: items.put((int(live[b]), list(t))))
             except BaseException as err:  # noqa: BLE001 - raised in the caller's thread
                 out["error"] = err
@@ -1023,7 +1073,7 @@ class DecodeSession:
         return out["rows"]
 
     def decode_launch(self, slots, tokens, positions, remaining, stop_ids, steps: int, *, sampling=None,
-                      on_tokens=None, interrupt_when=None) -> list[tuple[list[int], int]]:
+                      on_tokens=None, on_logprobs=None, interrupt_when=None) -> list[tuple[list[int], int]]:
         """One launch of up to `steps` decode steps over rows (a kernel
         without steps, compiled before they joined it, runs one): row
         b feeds token `tokens[b]` at position `positions[b]` of cache slot
@@ -1040,7 +1090,10 @@ class DecodeSession:
         which the kernel writes into host memory), a prefix of what the
         launch returns; and once `interrupt_when()` is true, the launch
         ends after the step in flight (the rows as after any launch: those
-        that go on continue in the next)."""
+        that go on continue in the next). For rows whose `sampling` asks
+        for log-probabilities, `on_logprobs(b, entries)` gets a `Logprob`
+        per token, before `on_tokens` gets the same tokens (at the end of
+        the launch, for every token, if there is no `on_tokens`)."""
         n = len(slots)
         slots = np.asarray(slots, np.int32)
         tokens = np.asarray(tokens, np.int32)
@@ -1058,10 +1111,11 @@ class DecodeSession:
                     for b, (new, _) in enumerate(out):
                         on_tokens(b, new)
                 return out
+            counts = sampling.get("logprobs") if sampled and on_logprobs is not None else None
             return self._decode_steps(slots, tokens, positions, remaining, stops, steps, on_tokens,
-                                      interrupt_when)
+                                      interrupt_when, counts, on_logprobs)
         except BaseException:
-            if sampled and _penalized(sampling):
+            if sampled and _filter_work(sampling):
                 # A launch that failed may have left a penalty's scratch
                 # counts (zero between launches) behind.
                 for buffers in self.device_buffers:
@@ -1073,8 +1127,9 @@ class DecodeSession:
                 self._write_rows(_greedy_rows(sampling))
 
     def _decode_steps(self, slots, tokens, positions, remaining, stops, steps, on_tokens,
-                      interrupt_when) -> list[tuple[list[int], int]]:
-        """`decode_launch` on a kernel that runs the steps itself."""
+                      interrupt_when, counts=None, on_logprobs=None) -> list[tuple[list[int], int]]:
+        """`decode_launch` on a kernel that runs the steps itself; `counts`
+        the rows' top ids asked for with each token (-1: none)."""
         n = len(slots)
         width = steps + 1
         # Each row's new tokens: the history of its slot after its position.
@@ -1085,6 +1140,39 @@ class DecodeSession:
         host = self._host_array("out_tokens")
         if host is not None:
             host[rows, cols] = -1  # not yet made
+        # Rows that asked for log-probabilities: theirs by position, in the
+        # rows `slot * (positions + 1) + position` of the top lists, marked
+        # not yet written (NaN, id -1) so that a token is handed out with
+        # them only once they are in host memory too.
+        asked = np.flatnonzero(counts >= 0) if counts is not None else np.zeros(0, np.int64)
+        lists = rows * self.buffers["out_tokens"].shape[1] + cols
+        last_id = np.maximum(counts - 1, 0) if counts is not None else None
+        logprob_host = {k: self._host_array(k) for k in ("out_logprobs", "out_top_ids")} if len(asked) else {}
+        if len(asked) and all(a is not None for a in logprob_host.values()):
+            logprob_host["out_logprobs"][rows[asked], cols[asked]] = np.nan
+            logprob_host["out_top_ids"][lists[asked]] = -1
+
+        def written(b: int, end: int) -> int:
+            """How many of row b's first `end` tokens have their
+            log-probabilities in host memory."""
+            lp = logprob_host["out_logprobs"][rows[b, :end], cols[b, :end]]
+            ready = ~np.isnan(lp)
+            if counts[b] > 0:
+                ready &= logprob_host["out_top_ids"][lists[b, :end], last_id[b]] >= 0
+            return int(np.cumprod(ready).sum())
+
+        def hand_logprobs(b: int, start: int, end: int, final: bool) -> None:
+            """Row b's Logprobs of tokens start..end to on_logprobs."""
+            if end <= start or counts is None or counts[b] < 0 or on_logprobs is None:
+                return
+            k, at = int(counts[b]), lists[b, start:end]
+            if final:
+                lp = self._gather("out_logprobs", rows[b:b + 1, start:end], cols[b:b + 1, start:end])[0]
+            else:
+                lp = logprob_host["out_logprobs"][rows[b, start:end], cols[b, start:end]]
+            ids, vals = (self._list_rows(name, at)[:, :k] for name in ("out_top_ids", "out_top_logprobs"))
+            on_logprobs(b, [Logprob(float(lp[j]), list(zip(ids[j].tolist(), vals[j].tolist())))
+                            for j in range(end - start)])
         self._write_rows({"tokens": tokens, "positions": positions.astype(np.int32), "slots": slots,
                           "remaining": remaining.astype(np.int32), "finished": np.zeros(n, np.int32),
                           "stop_ids": stops,
@@ -1106,8 +1194,14 @@ class DecodeSession:
                 made = np.cumprod((window >= 0) & (window < self.config.vocab_size), axis=1).sum(axis=1)
                 made = np.minimum(made, most)
                 for b in np.flatnonzero(made > seen):
-                    on_tokens(int(b), window[b, seen[b]:made[b]].tolist())
-                    seen[b] = made[b]
+                    end = int(made[b])
+                    if logprob_host and counts[b] >= 0:
+                        end = min(end, written(b, end))
+                        if end <= seen[b]:
+                            continue
+                        hand_logprobs(int(b), int(seen[b]), end, final=False)
+                    on_tokens(int(b), window[b, seen[b]:end].tolist())
+                    seen[b] = end
             if interrupt_when is not None and not interrupted[0] and interrupt_when():
                 interrupted[0] = True
                 self._interrupt()
@@ -1123,6 +1217,7 @@ class DecodeSession:
             count = int(after[b] + (2 if finished[b] else 1) - (positions[b] + 1))
             new = window[b, :count].tolist()
             rest = [t for t in new[seen[b]:] if 0 <= t < self.config.vocab_size]
+            hand_logprobs(b, int(seen[b]), int(seen[b]) + len(rest), final=True)
             if on_tokens is not None and rest:
                 on_tokens(b, rest)
             out.append((new, int(finished[b])))
@@ -1176,6 +1271,16 @@ class DecodeSession:
 
         index = [torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(t.device) for a in (rows, cols)]
         return t[index[0], index[1]].cpu().numpy()
+
+    def _list_rows(self, name: str, at: np.ndarray) -> np.ndarray:
+        """Rows `at` of 2-D buffer `name` on the host."""
+        host = self._host_array(name)
+        if host is not None:
+            return np.array(host[at])
+        import torch
+
+        t = self.buffers[name]
+        return t[torch.from_numpy(np.ascontiguousarray(at, np.int64)).to(t.device)].cpu().numpy()
 
     def generate_stepwise(self, prompts: Sequence[Sequence[int]], steps: int) -> tuple[np.ndarray, list[float]]:
         """Greedy decoding one launch per step (the host feeds each token

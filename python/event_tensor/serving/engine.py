@@ -70,8 +70,10 @@ class SamplingParams:
     (prompt and generated tokens), `frequency_penalty` and
     `presence_penalty` (generated tokens) change the logits before either,
     after `logit_bias` (token id -> number added to its logit; None:
-    none); the generation ends at one of `stop_ids` or, unless
-    `ignore_eos`, at one of the model's end ids."""
+    none); with `logprobs` (0 to MAX_TOP_LOGPROBS; None: off) each token
+    comes with its log-probability and that many of the most likely ids
+    with theirs (`Request.logprobs`); the generation ends at one of
+    `stop_ids` or, unless `ignore_eos`, at one of the model's end ids."""
 
     max_tokens: int | None = 16
     temperature: float = 0.0
@@ -83,6 +85,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logit_bias: Mapping[int, float] | None = None
+    logprobs: int | None = None
     stop_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
@@ -97,7 +100,9 @@ class Request:
     """One generation in the engine. `on_output(request, tokens, finish)`
     is called from the engine's thread with each launch's new tokens and,
     last, the finish reason ("stop", "length", "error" with `error` set,
-    or "abort" after `Engine.cancel`)."""
+    or "abort" after `Engine.cancel`). With `params.logprobs`, `logprobs`
+    holds a `Logprob` per token of `tokens`, each in place before
+    `on_output` gets its token."""
 
     prompt: list[int]
     params: SamplingParams
@@ -108,12 +113,15 @@ class Request:
     slot: int = -1
     fed: int = 0  # prompt positions in the cache
     tokens: list[int] = field(default_factory=list)
+    logprobs: list | None = None  # Logprob per token, with params.logprobs
     finish: str | None = None
     error: str | None = None
     cancelled: bool = False
 
     def __post_init__(self):
         self.prompt_ids = np.asarray(self.prompt, np.int64)
+        if self.params.logprobs is not None and self.logprobs is None:
+            self.logprobs = []
 
 
 class Engine:
@@ -201,7 +209,7 @@ class Engine:
                                               repetition_penalty=params.repetition_penalty,
                                               frequency_penalty=params.frequency_penalty,
                                               presence_penalty=params.presence_penalty, outputs_from=len(prompt),
-                                              logit_bias=params.logit_bias)
+                                              logit_bias=params.logit_bias, logprobs=params.logprobs)
         if max_tokens > room:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")
@@ -444,11 +452,16 @@ class Engine:
             req.tokens += tokens
             if not req.cancelled:
                 self._emit(req, tokens, None)
+
+        def logprobs(b, entries):
+            if rows[b].logprobs is not None:
+                rows[b].logprobs += entries
         start = time.perf_counter()
         try:
             sampling = {k: np.concatenate([r.sampling[k] for r in rows]) for k in rows[0].sampling}
             out = self.session.decode_launch([r.slot for r in rows], last, positions, remaining, stops, steps,
-                                             sampling=sampling, on_tokens=stream, interrupt_when=self._interrupting)
+                                             sampling=sampling, on_tokens=stream, on_logprobs=logprobs,
+                                             interrupt_when=self._interrupting)
         except Exception as err:  # noqa: BLE001 - every row of the launch fails; the engine goes on
             with self._cv:
                 for req in rows:

@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Literal
 
+from ..model.layout import MAX_TOP_LOGPROBS
 from .engine import EngineClosed, QueueFull, SamplingParams
 from .text import StopStrings, TextError
 
@@ -52,7 +53,6 @@ def _models():
         seed: int | None = None
         stream: bool = False
         stream_options: dict[str, Any] | None = None
-        logprobs: Any = None
         stop_token_ids: list[int] | None = None
         ignore_eos: bool = False
 
@@ -60,6 +60,7 @@ def _models():
         prompt: str | list[int] | list[str]
         max_tokens: int | None = 16
         echo: bool = False
+        logprobs: int | None = None
 
     class Message(BaseModel):
         model_config = ConfigDict(extra="allow")
@@ -69,6 +70,8 @@ def _models():
     class Chat(_Base):
         messages: list[Message]
         max_completion_tokens: int | None = None
+        logprobs: bool | None = None
+        top_logprobs: int | None = None
 
     return Completion, Chat
 
@@ -80,7 +83,6 @@ def _models():
 _UNSUPPORTED = {
     "best_of": (1,),
     "suffix": ("",),
-    "top_logprobs": (0,),
     "tools": ([],),
     "functions": ([],),
     "response_format": ({"type": "text"},),
@@ -101,6 +103,24 @@ def _choices(body, served) -> int:
     return n
 
 
+def _logprobs(body) -> int | None:
+    """The top ids a request asks for with each token's log-probability
+    (completions: `logprobs`; chat: `top_logprobs` with `logprobs` true), or
+    None."""
+    if hasattr(body, "top_logprobs"):
+        top = body.top_logprobs
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise APIError(400, f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top}", "top_logprobs")
+        if not body.logprobs:
+            if top:
+                raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+            return None
+        return top or 0
+    if body.logprobs is not None and not 0 <= body.logprobs <= MAX_TOP_LOGPROBS:
+        raise APIError(400, f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {body.logprobs}", "logprobs")
+    return body.logprobs
+
+
 def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
     """The engine's sampling parameters of a request body's choice `choice`
     (choice i draws with `seed` + i), or an APIError naming the field this
@@ -110,8 +130,6 @@ def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
         value = extra.get(name)
         if value is not None and value not in neutral:
             raise APIError(400, f"{name} is not supported by this server (got {value!r})", name)
-    if body.logprobs not in (None, False):
-        raise APIError(400, "logprobs are not supported", "logprobs")
     temperature = 1.0 if body.temperature is None else body.temperature
     if not 0 <= temperature <= 100:
         raise APIError(400, f"temperature must be in [0, 100], got {temperature}", "temperature")
@@ -142,7 +160,7 @@ def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
                           min_p=float(body.min_p or 0.0), repetition_penalty=float(repetition),
                           frequency_penalty=float(body.frequency_penalty or 0.0),
                           presence_penalty=float(body.presence_penalty or 0.0), logit_bias=bias or None,
-                          stop_ids=tuple(body.stop_token_ids or ()),
+                          logprobs=_logprobs(body), stop_ids=tuple(body.stop_token_ids or ()),
                           ignore_eos=body.ignore_eos)
 
 
@@ -154,8 +172,9 @@ def _stops(body) -> list[str]:
 
 
 class _Generation:
-    """One request in flight: the engine's tokens through an asyncio queue,
-    detokenized and cut at a stop string."""
+    """One request in flight: the engine's tokens (and their `Logprob`s, if
+    it asked) through an asyncio queue, detokenized and cut at a stop
+    string."""
 
     def __init__(self, served, prompt: list[int], params: SamplingParams, stops: list[str]):
         self.served = served
@@ -168,7 +187,10 @@ class _Generation:
         self.finish: str | None = None
 
         def on_output(req, tokens, finish):
-            loop.call_soon_threadsafe(self.queue.put_nowait, (list(tokens), finish, req.error))
+            # (The engine has put the tokens' Logprobs in place.)
+            entries = list(zip(tokens, req.logprobs[len(req.logprobs) - len(tokens):])) \
+                if req.logprobs is not None and tokens else []
+            loop.call_soon_threadsafe(self.queue.put_nowait, (list(tokens), finish, req.error, entries))
         try:
             self.req = served.engine.submit(prompt, params, on_output)
         except QueueFull as err:
@@ -178,16 +200,19 @@ class _Generation:
         except ValueError as err:
             raise APIError(400, str(err)) from None
 
-    async def pieces(self) -> AsyncIterator[str]:
-        """The text as it comes; `finish` is set when it ends."""
+    async def pieces(self) -> AsyncIterator[tuple[str, list]]:
+        """The text as it comes, each piece with the (token, Logprob) pairs
+        of the tokens that came with it (none unless the request asked;
+        a piece may be empty where text is held back); `finish` is set
+        when it ends."""
         try:
             while self.finish is None:
-                tokens, finish, error = await self.queue.get()
+                tokens, finish, error, entries = await self.queue.get()
                 if tokens:
                     self.tokens += len(tokens)
                     text, hit = self.stops.feed(self.text.push(tokens))
-                    if text:
-                        yield text
+                    if text or entries:
+                        yield text, entries
                     if hit:
                         self.finish = "stop"
                         break
@@ -197,7 +222,7 @@ class _Generation:
                     self.finish = finish
                     rest = self.stops.flush()
                     if rest:
-                        yield rest
+                        yield rest, []
         finally:
             # A stop string, or the client went away: free the slot.
             self.cancel()
@@ -226,6 +251,35 @@ def _generations(served, prompt: list[int], body, max_tokens: int | None) -> lis
 def _usage(gens: list[_Generation]) -> dict[str, int]:
     prompt, completion = len(gens[0].prompt), sum(g.tokens for g in gens)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _completion_logprobs(codec, entries: list, offset: int) -> dict:
+    """The completions API's `logprobs` of (token, Logprob) pairs: each
+    token's text, its log-probability, the most likely ids' texts with
+    theirs (the token's own among them, as the API does), and each
+    token's offset in the completion's text (from `offset`)."""
+    texts = [codec.decode([t]) for t, _ in entries]
+    offsets = []
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
+    tops = []
+    for (t, e), text in zip(entries, texts):
+        top = {codec.decode([i]): lp for i, lp in e.top}
+        top.setdefault(text, e.logprob)
+        tops.append(top)
+    return {"tokens": texts, "token_logprobs": [e.logprob for _, e in entries], "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+def _chat_logprobs(codec, entries: list) -> dict:
+    """The chat API's `logprobs` of (token, Logprob) pairs: per token its
+    text, UTF-8 bytes and log-probability, and the most likely ids'."""
+    def item(t, lp):
+        text = codec.decode([t])
+        return {"token": text, "logprob": lp, "bytes": list(text.encode())}
+    return {"content": [{**item(t, e.logprob), "top_logprobs": [item(i, lp) for i, lp in e.top]}
+                        for t, e in entries]}
 
 
 def _sse(data) -> str:
@@ -276,44 +330,50 @@ def create_app(served):
 
     async def run(gens: list[_Generation], stream: bool, body, chunk, final):
         """The response of the choices `gens`: one JSON object
-        (`final(texts, finishes, usage)`), or server-sent events of
-        `chunk(i, text, finish)` objects as each choice's text comes, each
-        choice's last with its finish reason, then, if asked, usage."""
+        (`final(texts, finishes, entries, usage)`), or server-sent events of
+        `chunk(i, text, finish, entries)` objects as each choice's text
+        comes, each choice's last with its finish reason, then, if asked,
+        usage (`entries`: the (token, Logprob) pairs of the text's tokens,
+        if the request asked for log-probabilities)."""
         async def collect(gen):
-            return "".join([piece async for piece in gen.pieces()])
+            texts, entries = [], []
+            async for text, got in gen.pieces():
+                texts.append(text)
+                entries += got
+            return "".join(texts), entries
         if not stream:
             tasks = [asyncio.ensure_future(collect(g)) for g in gens]
             try:
-                texts = await asyncio.gather(*tasks)
+                done = await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
                     t.cancel()
                 for g in gens:
                     g.cancel()
-            return final(texts, [g.finish for g in gens], _usage(gens))
+            return final([t for t, _ in done], [g.finish for g in gens], [e for _, e in done], _usage(gens))
 
         async def events():
             queue: asyncio.Queue = asyncio.Queue()
 
             async def feed(i, gen):
                 try:
-                    async for piece in gen.pieces():
-                        await queue.put((i, piece, None, None))
-                    await queue.put((i, "", gen.finish, None))
+                    async for piece, entries in gen.pieces():
+                        await queue.put((i, piece, entries, None, None))
+                    await queue.put((i, "", [], gen.finish, None))
                 except APIError as err:
-                    await queue.put((i, "", None, err))
+                    await queue.put((i, "", [], None, err))
             tasks = [asyncio.ensure_future(feed(i, g)) for i, g in enumerate(gens)]
             try:
                 for _ in gens:
                     while True:
-                        i, text, finish, err = await queue.get()
+                        i, text, entries, finish, err = await queue.get()
                         if err is not None:
                             raise err
-                        yield _sse(chunk(i, text, finish))
+                        yield _sse(chunk(i, text, finish, entries))
                         if finish is not None:
                             break
                 if (body.stream_options or {}).get("include_usage"):
-                    yield _sse({**chunk(0, "", None), "choices": [], "usage": _usage(gens)})
+                    yield _sse({**chunk(0, "", None, []), "choices": [], "usage": _usage(gens)})
             except APIError as err:
                 yield _sse({"error": {"message": err.message, "type": err.kind, "code": err.status}})
             finally:
@@ -339,14 +399,20 @@ def create_app(served):
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": rid, "object": "text_completion", "created": now, "model": served.name}
 
-        def choice(i, text, finish):
-            return {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
+        asked = body.logprobs is not None
+        offsets = [0] * len(gens)  # each choice's text so far (text_offset)
 
-        def chunk(i, text, finish):
-            return {**head, "choices": [choice(i, text, finish)]}
+        def choice(i, text, finish, entries):
+            logprobs = _completion_logprobs(served.codec, entries, offsets[i]) if asked else None
+            if logprobs is not None and entries:
+                offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
+            return {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
-        def final(texts, finishes, usage):
-            return {**head, "choices": [choice(i, t, f) for i, (t, f) in enumerate(zip(texts, finishes))],
+        def chunk(i, text, finish, entries):
+            return {**head, "choices": [choice(i, text, finish, entries)]}
+
+        def final(texts, finishes, entries, usage):
+            return {**head, "choices": [choice(i, t, f, e) for i, (t, f, e) in enumerate(zip(texts, finishes, entries))],
                     "usage": usage}
         return await run(gens, body.stream, body, chunk, final)
 
@@ -372,16 +438,22 @@ def create_app(served):
         head = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served.name}
         started: set[int] = set()
 
-        def chunk(i, text, finish):
+        asked = bool(body.logprobs)
+
+        def logprobs(entries):
+            return _chat_logprobs(served.codec, entries) if asked else None
+
+        def chunk(i, text, finish, entries):
             # Each choice's first delta names the role.
             delta = {"role": "assistant", "content": text} if i not in started else ({"content": text} if text else {})
             started.add(i)
-            return {**head, "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            return {**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs(entries),
+                                         "finish_reason": finish}]}
 
-        def final(texts, finishes, usage):
+        def final(texts, finishes, entries, usage):
             return {**head, "object": "chat.completion",
-                    "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None,
-                                 "finish_reason": f} for i, (t, f) in enumerate(zip(texts, finishes))],
+                    "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "logprobs": logprobs(e),
+                                 "finish_reason": f} for i, (t, f, e) in enumerate(zip(texts, finishes, entries))],
                     "usage": usage}
         return await run(gens, body.stream, body, chunk, final)
 

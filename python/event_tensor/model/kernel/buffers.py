@@ -5,7 +5,7 @@ that it depends on."""
 
 from __future__ import annotations
 
-from ..layout import MAX_LOGIT_BIAS, MAX_STOP_IDS
+from ..layout import MAX_LOGIT_BIAS, MAX_STOP_IDS, MAX_TOP_LOGPROBS
 from .moe import expert_buffers
 from .tiles import norm_scratch_rows
 from ...ir import IntegerType
@@ -87,6 +87,16 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
         # ids and the values added to their logits (0: none).
         args += [("logit_bias_ids", mr([DYN, MAX_LOGIT_BIAS], i32)),
                  ("logit_bias_values", mr([DYN, MAX_LOGIT_BIAS], f32))]
+        # Log-probabilities (et.top_logprobs, after the penalties): how many
+        # of the most likely ids a row asks for with each token's (-1: none,
+        # 0: the token's alone), its log-sum-exp, and per cache slot and
+        # position the token's log-probability and the top ids with theirs
+        # (rows slot * (positions + 1) + position), beside `out_tokens`.
+        lists = lay.cache_slots * (lay.cache_len + 1)
+        args += [("logprobs", mr([DYN], i32)), ("token_lse", mr([DYN], f32)),
+                 ("out_logprobs", mr([lay.cache_slots, lay.cache_len + 1], f32)),
+                 ("out_top_ids", mr([lists, MAX_TOP_LOGPROBS], i32)),
+                 ("out_top_logprobs", mr([lists, MAX_TOP_LOGPROBS], f32))]
     # Steps in one launch (`kernel.steps`): the step budget, the stop flag,
     # the host's request to end the launch after the current step, each
     # row's budget of new tokens, stop ids and finish reason, and every

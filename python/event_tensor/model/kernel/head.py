@@ -2,7 +2,7 @@
 fused norms), the LM head, and the next token (greedy, or sampled at the
 row's temperature, from what its top-k, top-p and min-p filters leave on
 one device, after its logit biases and its repetition, frequency and
-presence penalties there), an argmax in two stages (one tile per
+presence penalties there, which its log-probabilities follow), an argmax in two stages (one tile per
 vocabulary chunk, then one over the chunks' candidates; on several devices
 every device's candidates are gathered between). On one device the
 `argmax` tile then advances the rows to the next step
@@ -60,8 +60,8 @@ def head_tasks(ctx, prev: str) -> None:
         def filter_row(m):
             # The row's input token into its slot's history (every thread
             # stores it, so each reads it back in program order), its logit
-            # biases, its penalties over that history, then its filters'
-            # threshold.
+            # biases, its penalties over that history, its log-probabilities
+            # if it asks, then its filters' threshold.
             pos = arith.IndexCastOp(ctx.idx, memref.LoadOp(A["positions"], [m]).result).result
             slot = ctx.slot_of(m)
             memref.StoreOp(memref.LoadOp(A["tokens"], [m]).result, A["history"], [slot, pos])
@@ -69,6 +69,12 @@ def head_tasks(ctx, prev: str) -> None:
             et.penalize(A["logits"], m, A["history"], slot, arith.AddIOp(pos, const(1)).result,
                         A["outputs_from"], A["repetition_penalty"], A["frequency_penalty"], A["presence_penalty"],
                         A["penalty_counts"])
+            # The log-probabilities of the logits the sampler sees (before
+            # temperature and filters): the row's log-sum-exp, and its top
+            # ids at the next token's position of its slot.
+            at = arith.AddIOp(arith.MulIOp(slot, const(lay.cache_len + 1)).result,
+                              arith.AddIOp(pos, const(1)).result).result
+            et.top_logprobs(A["logits"], m, A["logprobs"], A["token_lse"], A["out_top_ids"], A["out_top_logprobs"], at)
             et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"], A["min_p"],
                                 A["threshold"])
 

@@ -1,6 +1,6 @@
 """The end of a decode step in a kernel that runs many in one launch
 (`et.repeat`): `advance` takes each row's greedy token, records it
-in the token history, decides whether the row goes on (stop ids, its budget
+(and, if the row asks, its log-probability) in the token history, decides whether the row goes on (stop ids, its budget
 of new tokens, the compiled context, a token that is not in the vocabulary)
 and, if it does, makes the token and its position the row's input of the
 next step. Once every row has finished, or the host asked for the launch
@@ -56,14 +56,25 @@ def advance_body(ctx):
             token = memref.LoadOp(A["next_token"], [b, const(0)]).result
             pos = arith.AddIOp(memref.LoadOp(A["positions"], [b]).result, c32(1)).result
             slot = ctx.slot_of(b)
-            memref.StoreOp(token, A["out_tokens"], [slot, arith.IndexCastOp(ctx.idx, pos).result])
+            outside = arith.OrIOp(cmp("slt", token, c32(0)), cmp("sge", token, c32(ctx.V))).result
+            at = arith.IndexCastOp(ctx.idx, pos).result
+            if "logprobs" in A:
+                # The token's log-probability (its row asked for them), before
+                # the token itself reaches the host.
+                def logprob():
+                    x = memref.LoadOp(A["logits"], [b, arith.IndexCastOp(ctx.idx, token).result]).result
+                    lp = arith.SubFOp(x, memref.LoadOp(A["token_lse"], [b]).result).result
+                    memref.StoreOp(lp, A["out_logprobs"], [slot, at])
+                asked = cmp("sge", memref.LoadOp(A["logprobs"], [b]).result, c32(0))
+                ctx.guarded(arith.AndIOp(asked, arith.XOrIOp(outside, arith.ConstantOp(outside.type, 1).result)
+                                         .result).result, logprob)
+            memref.StoreOp(token, A["out_tokens"], [slot, at])
             left = arith.SubIOp(memref.LoadOp(A["remaining"], [b]).result, c32(1)).result
             memref.StoreOp(left, A["remaining"], [b])
             stop_hit = c32(0)
             for k in range(MAX_STOP_IDS):
                 hit = cmp("eq", memref.LoadOp(A["stop_ids"], [b, const(k)]).result, token)
                 stop_hit = arith.OrIOp(stop_hit, arith.ExtUIOp(i32, hit).result).result
-            outside = arith.OrIOp(cmp("slt", token, c32(0)), cmp("sge", token, c32(ctx.V))).result
             # The first reason that applies, most urgent first.
             reason = select(cmp("sge", pos, c32(ctx.S)), c32(FINISH_CONTEXT), c32(0))
             reason = select(cmp("sle", left, c32(0)), c32(FINISH_LENGTH), reason)
