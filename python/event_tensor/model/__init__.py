@@ -15,10 +15,10 @@ alone (numpy, and torch for CUDA).
 from .config import ARCHITECTURES, PRESETS, ConfigError, ModelConfig, demo_config, preset, tiny_config, tiny_moe_config
 from .options import KernelOptions
 from .reference import ReferenceModel
-from .session import DecodeSession, Generation, ModelArtifactError, NonFiniteLogitsError
+from .session import DecodeSession, Generation, Logprob, ModelArtifactError, NonFiniteLogitsError
 from .weights import WeightError, hf_tensor_shapes, load_weights, random_weights, save_weights
 
-__all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "Generation", "KernelOptions", "ModelArtifactError",
+__all__ = ["ARCHITECTURES", "PRESETS", "preset", "ConfigError", "DecodeSession", "Generation", "KernelOptions", "Logprob", "ModelArtifactError",
            "NonFiniteLogitsError", "ModelConfig", "ReferenceModel", "WeightError", "compile_model", "demo_config", "hf_tensor_shapes",
            "load_weights", "random_weights", "save_weights", "tiny_config", "tiny_moe_config"]
 
