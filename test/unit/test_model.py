@@ -772,6 +772,19 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert f"sequence 0: [{stop_at}] (stop)" in capsys.readouterr().out
     assert main(["run", str(art), "--random-weights", "--temperature", "-1"]) == 2
     assert "temperature must be a finite number >= 0" in capsys.readouterr().err
+    # Log-probabilities: a line per token after the sequence, its id and
+    # log-probability first, then the 2 most likely ids' (greedy: its own
+    # first).
+    assert main(["run", str(art), "--random-weights", "--max-new-tokens", "3", "--prompt", "3 4",
+                 "--logprobs", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("sequence 0: "))
+    tokens = json.loads(lines[at].split(": ", 1)[1].split(" (")[0])
+    rows = [line.split("\t") for line in lines[at + 1:at + 4]]
+    assert [int(r[0]) for r in rows] == tokens and all(float(r[1]) <= 0 for r in rows)
+    assert all(len(r[2].split()) == 2 and r[2].split()[0].split("=")[0] == r[0].strip() for r in rows)
+    assert main(["run", str(art), "--random-weights", "--logprobs", "21"]) == 2
+    assert "logprobs must be None (off) or an int in [0, 20]" in capsys.readouterr().err
     assert main(["run", str(art), "--random-weights", "--stop", "3, x"]) == 2
     assert "--stop must be token ids separated by commas or spaces, got '3, x'" in capsys.readouterr().err
     assert main(["run", str(art), "--random-weights", "--stop", "99999"]) == 2

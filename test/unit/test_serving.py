@@ -724,6 +724,13 @@ def test_cli_generate(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(argv + ["--logit-bias", "42"])
     assert "expected ID=BIAS" in capsys.readouterr().err
+    # Log-probabilities after the text: a line per token, its text first.
+    assert main(argv + ["--logprobs", "1"]) == 0
+    got = capsys.readouterr().out
+    lines = got[len(out.out):].splitlines()
+    assert got.startswith(out.out) and len(lines) == 5
+    assert all(float(line.split("\t")[1]) <= 0 and float(line.split("\t")[2].rsplit("=", 1)[1]) <= 0
+               for line in lines)
     assert main(argv + ["--kv-memory", "0.001"]) == 2
     assert "less than one KV page" in capsys.readouterr().err
     with pytest.raises(SystemExit):

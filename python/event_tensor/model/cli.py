@@ -406,6 +406,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _err(str(err))
     for b, (seq, reason) in enumerate(zip(result.tokens, result.finish_reasons)):
         print(f"sequence {b}: {seq} ({reason})")
+        if result.logprobs is not None:
+            print_logprobs(seq, result.logprobs[b])
     new = sum(len(t) for t in result.tokens)
     if new > len(prompts):
         per = result.decode_s / max(max(len(t) for t in result.tokens) - 1, 1)
@@ -550,6 +552,9 @@ def sampling_args(p) -> None:
     p.add_argument("--logit-bias", type=_logit_bias, action="append", default=[], metavar="ID=BIAS",
                    help="add BIAS to the logit of token ID (repeatable, an ID given twice adds up; -100 all but "
                    "bans it, 100 all but forces it)")
+    p.add_argument("--logprobs", type=int, default=None, metavar="N",
+                   help="print each new token's log-probability and the N (0-20) most likely tokens' after the "
+                   "output")
 
 
 def _logit_bias(text: str) -> tuple[int, float]:
@@ -564,13 +569,21 @@ def _logit_bias(text: str) -> tuple[int, float]:
 
 
 def logit_kwargs(args) -> dict:
-    """The penalties and logit biases of the sampling flags, as generate()
-    and SamplingParams take them."""
+    """The penalties, logit biases and log-probabilities of the sampling
+    flags, as generate() and SamplingParams take them."""
     bias = {}
     for token, value in args.logit_bias:
         bias[token] = bias.get(token, 0.0) + value
     return dict(repetition_penalty=args.repetition_penalty, frequency_penalty=args.frequency_penalty,
-                presence_penalty=args.presence_penalty, logit_bias=bias or None)
+                presence_penalty=args.presence_penalty, logit_bias=bias or None, logprobs=args.logprobs)
+
+
+def print_logprobs(tokens, entries, show=str, out=None) -> None:
+    """A line per token: `show(token)`, its log-probability, the most likely
+    tokens' (`show(id)=logprob`)."""
+    for token, e in zip(tokens, entries):
+        top = " ".join(f"{show(i)}={lp:.4f}" for i, lp in e.top)
+        print(f"  {show(token)}\t{e.logprob:.4f}" + (f"\t{top}" if top else ""), file=out)
 
 
 def add_commands(sub) -> None:

@@ -33,7 +33,7 @@ def _open(args: argparse.Namespace):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..model.cli import logit_kwargs
+    from ..model.cli import logit_kwargs, print_logprobs
     from .engine import SamplingParams
     from .text import StopStrings, TextError
 
@@ -63,11 +63,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     state["finish"] = finish
                 state["error"] = req.error
                 done.set()
-        served.engine.submit(ids, params, on_output)
+        req = served.engine.submit(ids, params, on_output)
         done.wait()
         sys.stdout.write("\n")
         if state["error"]:
             return _err(state["error"])
+        if req.logprobs is not None:
+            print_logprobs(req.tokens, req.logprobs, lambda t: repr(codec.decode([t])))
         print(f"({state['finish']})", file=sys.stderr)
     except (ValueError, TextError) as err:
         return _err(str(err))
