@@ -485,6 +485,17 @@ def test_openai_client_completions_chat_and_stream(served, server):
     assert "".join(c.choices[0].text for c in chunks if c.choices) == choice.text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].usage.completion_tokens == 6
+    # echo: the prompt's text first (given as text, or as ids), streamed or
+    # not; with logprobs (the prompt's) it is refused.
+    for prompt in ("the quick brown", prompt_ids):
+        echo = dict(model="tiny", prompt=prompt, max_tokens=6, temperature=0, echo=True,
+                    extra_body={"ignore_eos": True})
+        text = "the quick brown" if isinstance(prompt, str) else served.codec.decode(prompt_ids)
+        assert client.completions.create(**echo).choices[0].text == text + choice.text
+        assert "".join(c.choices[0].text for c in client.completions.create(**echo, stream=True)
+                       if c.choices) == text + choice.text
+    with pytest.raises(openai.BadRequestError, match="echo with logprobs needs the prompt's log-probabilities"):
+        client.completions.create(model="tiny", prompt="x", echo=True, logprobs=1)
     # Chat: the template's prompt, an assistant message.
     chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
                                           temperature=0, extra_body={"ignore_eos": True})

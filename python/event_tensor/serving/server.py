@@ -387,8 +387,9 @@ def create_app(served):
     @app.post("/v1/completions")
     async def completions(body: Completion, request: Request):
         check_model(body.model)
-        if body.echo:
-            raise APIError(400, "echo is not supported", "echo")
+        if body.echo and body.logprobs is not None:
+            raise APIError(400, "echo with logprobs needs the prompt's log-probabilities, which this server does not "
+                           "compute", "echo")
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             if len(prompt) != 1:
@@ -401,11 +402,17 @@ def create_app(served):
 
         asked = body.logprobs is not None
         offsets = [0] * len(gens)  # each choice's text so far (text_offset)
+        # With echo, each choice's text starts with the prompt's.
+        echo = (prompt if isinstance(prompt, str) else served.codec.decode(ids)) if body.echo else ""
+        echoed: set[int] = set()
 
         def choice(i, text, finish, entries):
             logprobs = _completion_logprobs(served.codec, entries, offsets[i]) if asked else None
             if logprobs is not None and entries:
                 offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
+            if i not in echoed:
+                echoed.add(i)
+                text = echo + text
             return {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
         def chunk(i, text, finish, entries):
