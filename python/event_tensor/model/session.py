@@ -937,7 +937,8 @@ class DecodeSession:
         host waits for no launch to end before handing them out. `chunk`
         bounds the decode steps of a launch (default: every step in one);
         a kernel without steps (compiled before they joined it) hands out a step's tokens
-        after each launch."""
+        after each launch. With `logprobs`, the items are still tokens: the
+        `Logprob`s are in `.result.logprobs`."""
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
             raise ValueError(f"chunk must be a positive int (decode steps per launch) or None, got {chunk!r}")
         sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
