@@ -313,6 +313,50 @@ def test_logprobs_follow_the_reference_token_by_token(compiled):
     session.close()
 
 
+def test_score_gives_each_prompt_token_its_logprob(compiled):
+    """score(): each token after the first under the tokens before it, by
+    decode steps that feed the prompt's own tokens: the reference's
+    log-softmax over the raw logits of one step() at a time; a prompt and
+    the greedy tokens generate() made after it score as generate() gave
+    them (stop ids in a given sequence stop nothing); one-token prompts
+    score nothing; a row's next generation is unaffected."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    prompts = [[1, 2, 3, 2, 1, 7, 9], [4, 5]]
+    session.reset()
+    got = session.score(prompts, logprobs=2)
+    assert [len(g) for g in got] == [6, 1]
+    assert session.score([[6], [7, 8]])[0] == []
+    for b, p in enumerate(prompts):
+        session.reset()
+        for i in range(1, len(p)):
+            session.step([p[i - 1]], [i - 1], [0])
+            x = session.last_logits()[0].astype(np.float64)
+            lse, ids, values = top_logprobs(x, 2)
+            np.testing.assert_allclose(got[b][i - 1].logprob, x[p[i]] - lse, rtol=1e-4, atol=1e-4)
+            assert [t for t, _ in got[b][i - 1].top] == ids.tolist()
+            np.testing.assert_allclose([v for _, v in got[b][i - 1].top], values, rtol=1e-4, atol=1e-4)
+    session.reset()
+    gen = session.generate(prompts[:1], 5, logprobs=3)
+    whole = prompts[0] + gen.tokens[0]
+    session.reset()
+    scored = session.score([whole], logprobs=3)[0]
+    # (A stop id among the given tokens stops nothing.)
+    assert len(scored) == len(whole) - 1
+    for want, entry in zip(gen.logprobs[0], scored[len(prompts[0]) - 1:]):
+        np.testing.assert_allclose(entry.logprob, want.logprob, rtol=1e-5, atol=1e-5)
+        assert [t for t, _ in entry.top] == [t for t, _ in want.top]
+    session.reset()
+    assert session.generate(prompts[:1], 5).tokens == gen.tokens
+    for bad, match in (([[]], "prompts must be non-empty"), ([[config.vocab_size]], "token"),
+                       ([[1] * 40], "exceeds the compiled context 32")):
+        with pytest.raises(ValueError, match=match):
+            session.score(bad)
+    with pytest.raises(ValueError, match="logprobs must be"):
+        session.score([[1, 2]], logprobs=21)
+    session.close()
+
+
 def test_stream_hands_out_the_tokens_of_generate(compiled, monkeypatch):
     """stream() yields the prefill's tokens, then the tokens as the kernel
     makes them (read while each launch of up to `chunk` steps runs):

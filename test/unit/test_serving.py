@@ -379,6 +379,39 @@ def test_engine_logprobs(served):
         engine.submit([1, 2], SamplingParams(logprobs=21), lambda *a: None)
 
 
+def test_engine_prompt_logprobs(served):
+    """prompt_logprobs: decode steps feed the prompt (an end id inside it
+    stops nothing), each prompt token after the first gets the Logprob
+    score() gives it, in place before the first token or the finish; then
+    the same greedy tokens as without; max_tokens 0 scores only; a
+    one-token prompt with nothing to do finishes at once."""
+    engine, session = served.engine, served.session
+    prompt = [304, 21, 1, 77, 5, 9]  # (1: the model's end id)
+    plain = _collect(engine, prompt, SamplingParams(max_tokens=4, ignore_eos=True))()[0]
+    want = _run_alone(served, lambda: session.score([prompt], logprobs=2)[0])
+    seen = []
+
+    def on_output(req, tokens, finish):
+        seen.append(len(req.prompt_logprobs))
+    reqs = [engine.submit(prompt, SamplingParams(max_tokens=m, ignore_eos=True, prompt_logprobs=2, logprobs=lp),
+                          on_output) for m, lp in ((4, 2), (0, None))]
+    while any(r.finish is None for r in reqs):
+        time.sleep(0.01)
+    assert set(seen) == {len(prompt) - 1}
+    assert reqs[0].tokens == plain and len(reqs[0].logprobs) == 4 and reqs[0].finish == "length"
+    assert reqs[1].tokens == [] and reqs[1].logprobs is None and reqs[1].finish == "length"
+    for req in reqs:
+        for got, w in zip(req.prompt_logprobs, want, strict=True):
+            assert [i for i, _ in got.top] == [i for i, _ in w.top]
+            np.testing.assert_allclose(got.logprob, w.logprob, rtol=1e-5, atol=1e-5)
+    done = engine.submit([7], SamplingParams(max_tokens=0, prompt_logprobs=0), lambda *a: None)
+    assert done.finish == "length" and done.prompt_logprobs == []
+    for params, match in ((SamplingParams(max_tokens=0), "max_tokens must be a positive integer, got 0"),
+                          (SamplingParams(prompt_logprobs=1, logprobs=2), "must be the same count")):
+        with pytest.raises(ValueError, match=match):
+            engine.submit([1, 2], params, lambda *a: None)
+
+
 def test_cancel_frees_the_slot(served):
     """A request cancelled at its first tokens (from its callback, while the
     launch runs) ends the launch early: "abort", fewer tokens than asked,
@@ -494,8 +527,6 @@ def test_openai_client_completions_chat_and_stream(served, server):
         assert client.completions.create(**echo).choices[0].text == text + choice.text
         assert "".join(c.choices[0].text for c in client.completions.create(**echo, stream=True)
                        if c.choices) == text + choice.text
-    with pytest.raises(openai.BadRequestError, match="echo with logprobs needs the prompt's log-probabilities"):
-        client.completions.create(model="tiny", prompt="x", echo=True, logprobs=1)
     # Chat: the template's prompt, an assistant message.
     chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
                                           temperature=0, extra_body={"ignore_eos": True})
@@ -677,6 +708,24 @@ def test_openai_client_logprobs(served, server):
             client.chat.completions.create(model="tiny", messages=messages, **kwargs)
     with pytest.raises(openai.BadRequestError, match=r"logprobs must be in \[0, 20\], got 21"):
         client.completions.create(model="tiny", prompt="x", logprobs=21)
+    # echo with logprobs: the prompt's tokens first (the first without a
+    # log-probability), as score() gives them, then the completion's;
+    # max_tokens 0 scores the prompt alone.
+    scored = _run_alone(served, lambda: session.score([ids], logprobs=2)[0])
+    for max_tokens in (0, 6):
+        echo = client.completions.create(**{**plain, "max_tokens": max_tokens, "echo": True}).choices[0]
+        lp = echo.logprobs
+        assert echo.text == "the quick brown" + ("" if max_tokens == 0 else done.text)
+        assert lp.tokens == [codec.decode([t]) for t in ids + (tokens if max_tokens else [])]
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        np.testing.assert_allclose(lp.token_logprobs[1:len(ids)], [e.logprob for e in scored], rtol=1e-5, atol=1e-5)
+        if max_tokens:
+            np.testing.assert_allclose(lp.token_logprobs[len(ids):], [e.logprob for e in entries], rtol=1e-5,
+                                       atol=1e-5)
+    streamed = [c.choices[0] for c in client.completions.create(**{**plain, "max_tokens": 0, "echo": True},
+                                                                   stream=True) if c.choices]
+    assert "".join(c.text for c in streamed) == "the quick brown"
+    assert sum((c.logprobs.token_logprobs for c in streamed), []) == lp.token_logprobs[:len(ids)]
 
 
 def test_client_that_disconnects_frees_its_slot(served, server, monkeypatch):

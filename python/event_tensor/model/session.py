@@ -39,7 +39,7 @@ _HOST_VISIBLE = ("out_tokens", "out_logprobs", "out_top_ids", "out_top_logprobs"
 # the greedy one and nothing else is computed (what step() and the prefill
 # run with).
 _GREEDY_ROWS = {"temperature": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-                "logit_bias_values": 0.0, "logprobs": -1}
+                "logit_bias_values": 0.0, "logprobs": -1, "forced_to": 0}
 # Row buffers whose "off" is not zero: filled with it when allocated.
 _OFF_ROWS = {"logprobs": -1}
 
@@ -53,7 +53,8 @@ def _greedy_rows(rows: dict) -> dict:
 
 def _filter_work(rows: dict) -> bool:
     """Whether some row of the sampling rows `rows` has a penalty, a logit
-    bias or log-probabilities on (work in its filter tile)."""
+    bias, log-probabilities or a given sequence on (work beyond the greedy
+    token)."""
     return any(bool((np.asarray(rows[k]) != v).any()) for k, v in _GREEDY_ROWS.items()
                if k != "temperature" and k in rows)
 
@@ -1033,6 +1034,58 @@ class DecodeSession:
             raise NonFiniteLogitsError(bad)
         return Generation(tokens, [FINISH_REASONS[int(f)] for f in finished], prefill_s, decode_s, launches,
                           logprobs if any(lp is not None for lp in logprobs) else None)
+
+    def score(self, prompts: Sequence[Sequence[int]], logprobs: int = 0) -> list[list[Logprob]]:
+        """Each prompt's tokens after its first under the model (prompt b in
+        cache slot b): for prompt[i], i >= 1, the `Logprob` of prompt[i]
+        given prompt[:i], with the `logprobs` most likely ids at position i
+        (as `generate(logprobs=...)` gives them). Decode steps that feed
+        each prompt's own tokens compute them (the kernel takes the row's
+        next token from the slot's token history below `forced_to`), one
+        step a token, every step in one launch: a prompt of n tokens costs
+        n - 1 decode steps (the prefill kernel keeps its last position's
+        logits only). The slots then hold the prompts' keys and values but
+        for their last tokens'."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be non-empty")
+        n = len(prompts)
+        if n > self.max_batch:
+            raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        for p in prompts:
+            self._check_tokens(np.asarray(p, np.int64))
+        lengths = np.array([len(p) for p in prompts], np.int64)
+        if lengths.max() > self.max_context:
+            raise ValueError(f"a prompt of {int(lengths.max())} tokens exceeds the compiled context {self.max_context}")
+        rows = self.sampling_rows(n, logprobs=logprobs, outputs_from=[int(x) for x in lengths])
+        if "forced_to" not in self.buffers or not self.steps_on_device:
+            raise ValueError(f"{self.path}: this kernel cannot score given tokens (compiled before it could): "
+                             "recompile it")
+        rows["forced_to"] = lengths.astype(np.int32)
+        out: list[list[Logprob]] = [[] for _ in range(n)]
+        live = np.flatnonzero(lengths > 1)
+        if not len(live):
+            return out
+        for b, p in enumerate(prompts):
+            self.write_history(b, p)
+        sub = {k: v[live] for k, v in rows.items()}
+        self.decode_launch(live, [prompts[b][0] for b in live], np.zeros(len(live), np.int64), lengths[live] - 1,
+                           np.full((len(live), 1), -1, np.int32), int(lengths.max()) - 1, sampling=sub,
+                           on_logprobs=lambda b, got: out[live[b]].extend(got))
+        return out
+
+    def write_history(self, slot: int, tokens: Sequence[int]) -> None:
+        """Writes `tokens` at the first positions of cache slot `slot`'s
+        token history (what a row that scores them takes as its next tokens
+        below `forced_to`; `sampling_rows` rows)."""
+        self._check_slot(slot)
+        row = np.asarray(tokens, np.int32)
+        for buffers in self.device_buffers:
+            if self.device == "cpu":
+                buffers["history"][slot, : len(row)] = row
+            else:
+                import torch
+
+                buffers["history"][slot, : len(row)].copy_(torch.from_numpy(row))
 
     def _streamed_launch(self, n: int, live, args, sampling, on_logprobs=None):
         """`decode_launch(*args)` in a thread of its own, yielding each of the

@@ -72,8 +72,12 @@ class SamplingParams:
     after `logit_bias` (token id -> number added to its logit; None:
     none); with `logprobs` (0 to MAX_TOP_LOGPROBS; None: off) each token
     comes with its log-probability and that many of the most likely ids
-    with theirs (`Request.logprobs`); the generation ends at one of
-    `stop_ids` or, unless `ignore_eos`, at one of the model's end ids."""
+    with theirs (`Request.logprobs`); with `prompt_logprobs` (the same
+    range) each prompt token after the first gets its `Logprob` too
+    (`Request.prompt_logprobs`: the prompt is fed by decode steps that
+    take its own tokens, one a step, instead of the prefill kernel; then
+    `max_tokens` may be 0); the generation ends at one of `stop_ids` or,
+    unless `ignore_eos`, at one of the model's end ids."""
 
     max_tokens: int | None = 16
     temperature: float = 0.0
@@ -86,6 +90,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     logit_bias: Mapping[int, float] | None = None
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     stop_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
@@ -102,7 +107,9 @@ class Request:
     last, the finish reason ("stop", "length", "error" with `error` set,
     or "abort" after `Engine.cancel`). With `params.logprobs`, `logprobs`
     holds a `Logprob` per token of `tokens`, each in place before
-    `on_output` gets its token."""
+    `on_output` gets its token; with `params.prompt_logprobs`,
+    `prompt_logprobs` one per prompt token after the first, all in place
+    before `on_output` gets a token or the finish reason."""
 
     prompt: list[int]
     params: SamplingParams
@@ -114,6 +121,7 @@ class Request:
     fed: int = 0  # prompt positions in the cache
     tokens: list[int] = field(default_factory=list)
     logprobs: list | None = None  # Logprob per token, with params.logprobs
+    prompt_logprobs: list | None = None  # Logprob per prompt token but the first
     finish: str | None = None
     error: str | None = None
     cancelled: bool = False
@@ -122,6 +130,17 @@ class Request:
         self.prompt_ids = np.asarray(self.prompt, np.int64)
         if self.params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
+        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = []
+
+    @property
+    def scoring(self) -> bool:
+        """Whether its prompt is fed by decode steps (prompt_logprobs)."""
+        return self.params.prompt_logprobs is not None
+
+    def given(self) -> int:
+        """Prompt tokens still to come out of decode steps (scored)."""
+        return len(self.prompt) - 1 - self.fed if self.scoring else 0
 
 
 class Engine:
@@ -189,9 +208,9 @@ class Engine:
     def check(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, np.ndarray, dict]:
         """(the request's max new tokens, its stop-id row, its sampling row)
         or a ValueError naming what is wrong."""
-        m = params.max_tokens
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
+        m, least = params.max_tokens, 0 if params.prompt_logprobs is not None else 1
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < least):
+            raise ValueError(f"max_tokens must be a {'non-negative' if least == 0 else 'positive'} integer, got {m!r}")
         seed = secrets.randbits(64) if params.seed is None else params.seed
         if len(prompt) == 0:
             raise ValueError("the prompt is empty")
@@ -209,7 +228,16 @@ class Engine:
                                               repetition_penalty=params.repetition_penalty,
                                               frequency_penalty=params.frequency_penalty,
                                               presence_penalty=params.presence_penalty, outputs_from=len(prompt),
-                                              logit_bias=params.logit_bias, logprobs=params.logprobs)
+                                              logit_bias=params.logit_bias,
+                                              logprobs=params.logprobs if params.prompt_logprobs is None
+                                              else params.prompt_logprobs)
+        if params.prompt_logprobs is not None:
+            if params.logprobs not in (None, params.prompt_logprobs):
+                raise ValueError(f"logprobs ({params.logprobs}) and prompt_logprobs ({params.prompt_logprobs}) must be "
+                                 "the same count")
+            if "forced_to" not in self.session.buffers:
+                raise ValueError("this kernel cannot score prompt tokens (compiled before it could): recompile it")
+            sampling["forced_to"] = np.array([len(prompt)], np.int32)
         if max_tokens > room:
             raise ValueError(f"the prompt ({len(prompt)} tokens) and max_tokens ({max_tokens}) exceed this model's "
                              f"context of {self.max_context} tokens (at most {room} new tokens)")
@@ -230,6 +258,11 @@ class Engine:
         max_tokens, stops, sampling = self.check(prompt, params)
         req = Request([int(t) for t in prompt], params, on_output, max_tokens=max_tokens, sampling=sampling,
                       stop_ids=stops)
+        if max_tokens == 0 and len(prompt) == 1:
+            # Nothing to score, nothing to generate.
+            req.finish = "length"
+            self._emit(req, [], "length")
+            return req
         with self._cv:
             if self._closed:
                 raise EngineClosed("the engine is closed")
@@ -327,6 +360,12 @@ class Engine:
                         continue
                 req.fed = reuse
                 self.prompts.add(len(req.prompt), reuse)
+                if req.scoring:
+                    # Decode steps feed the whole prompt, taking its tokens
+                    # from the slot's history.
+                    self.session.write_history(slot, req.prompt)
+                    self._running.append(req)
+                    continue
                 # The last prompt token is fed by the decode launch.
                 (self._prefilling if req.fed < len(req.prompt) - 1 else self._running).append(req)
             pool = self.session.kv_pages
@@ -349,7 +388,7 @@ class Engine:
         """Per cache slot, the positions of `req`'s prompt it holds (none
         without prefix reuse). The last prompt token is fed by the decode
         launch: at most the others are reused."""
-        if not self.reuse_prefixes:
+        if not self.reuse_prefixes or req.scoring:
             return [0] * len(self._held)
         want = req.prompt_ids[:-1]
         return [_common(want, *self._cached(s)) for s in range(len(self._held))]
@@ -376,7 +415,7 @@ class Engine:
         PREFIX_WAIT or more positions of it, more than that (n choices of
         one prompt, a system prompt that requests arriving together
         share): it then copies them once they are in."""
-        if not self.reuse_prefixes or not self._prefilling:
+        if not self.reuse_prefixes or not self._prefilling or req.scoring:
             return False
         want = req.prompt_ids[:-1]
         coming = max(_common(want, r.prompt_ids, [], len(r.prompt) - 1) for r in self._prefilling)
@@ -439,9 +478,11 @@ class Engine:
     def _decode(self) -> None:
         rows = list(self._running)
         stops = np.stack([r.stop_ids for r in rows])
-        last = [r.tokens[-1] if r.tokens else r.prompt[-1] for r in rows]
-        positions = [len(r.prompt) - 1 + len(r.tokens) for r in rows]
-        remaining = [r.max_tokens - len(r.tokens) for r in rows]
+        # (A row scoring its prompt feeds the prompt token at `fed`; every
+        # other has fed all but the last.)
+        last = [r.tokens[-1] if r.tokens else r.prompt[r.fed] for r in rows]
+        positions = [r.fed + len(r.tokens) for r in rows]
+        remaining = [r.given() + r.max_tokens - len(r.tokens) for r in rows]
         # While prompts wait to be fed, launches stay short so that their
         # parts go in between; otherwise a launch runs until a request
         # could join or leave (`_interrupting`).
@@ -449,13 +490,23 @@ class Engine:
 
         def stream(b, tokens):
             req = rows[b]
+            # A scoring row's first tokens are its prompt's.
+            given = req.given()
+            req.fed += min(given, len(tokens))
+            tokens = tokens[given:]
+            if not tokens:
+                return
             req.tokens += tokens
             if not req.cancelled:
                 self._emit(req, tokens, None)
 
         def logprobs(b, entries):
-            if rows[b].logprobs is not None:
-                rows[b].logprobs += entries
+            req = rows[b]
+            given = req.given()
+            if req.prompt_logprobs is not None:
+                req.prompt_logprobs += entries[:given]
+            if req.logprobs is not None:
+                req.logprobs += entries[given:]
         start = time.perf_counter()
         try:
             sampling = {k: np.concatenate([r.sampling[k] for r in rows]) for k in rows[0].sampling}

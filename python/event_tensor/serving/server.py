@@ -160,7 +160,8 @@ def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
                           min_p=float(body.min_p or 0.0), repetition_penalty=float(repetition),
                           frequency_penalty=float(body.frequency_penalty or 0.0),
                           presence_penalty=float(body.presence_penalty or 0.0), logit_bias=bias or None,
-                          logprobs=_logprobs(body), stop_ids=tuple(body.stop_token_ids or ()),
+                          logprobs=_logprobs(body),
+                          prompt_logprobs=_logprobs(body) if getattr(body, "echo", False) else None, stop_ids=tuple(body.stop_token_ids or ()),
                           ignore_eos=body.ignore_eos)
 
 
@@ -270,6 +271,16 @@ def _completion_logprobs(codec, entries: list, offset: int) -> dict:
         tops.append(top)
     return {"tokens": texts, "token_logprobs": [e.logprob for _, e in entries], "top_logprobs": tops,
             "text_offset": offsets}
+
+
+def _prompt_logprobs(codec, ids: list[int], entries: list) -> dict:
+    """The completions API's `logprobs` of an echoed prompt: its first
+    token's text with null log-probabilities, then each later token's
+    (`entries`, a Logprob each)."""
+    first = codec.decode(ids[:1])
+    rest = _completion_logprobs(codec, list(zip(ids[1:], entries)), len(first))
+    return {"tokens": [first, *rest["tokens"]], "token_logprobs": [None, *rest["token_logprobs"]],
+            "top_logprobs": [None, *rest["top_logprobs"]], "text_offset": [0, *rest["text_offset"]]}
 
 
 def _chat_logprobs(codec, entries: list) -> dict:
@@ -387,9 +398,6 @@ def create_app(served):
     @app.post("/v1/completions")
     async def completions(body: Completion, request: Request):
         check_model(body.model)
-        if body.echo and body.logprobs is not None:
-            raise APIError(400, "echo with logprobs needs the prompt's log-probabilities, which this server does not "
-                           "compute", "echo")
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             if len(prompt) != 1:
@@ -401,18 +409,24 @@ def create_app(served):
         head = {"id": rid, "object": "text_completion", "created": now, "model": served.name}
 
         asked = body.logprobs is not None
-        offsets = [0] * len(gens)  # each choice's text so far (text_offset)
-        # With echo, each choice's text starts with the prompt's.
+        # With echo, each choice's text starts with the prompt's (and, with
+        # logprobs, its log-probabilities with the prompt's tokens').
         echo = (prompt if isinstance(prompt, str) else served.codec.decode(ids)) if body.echo else ""
         echoed: set[int] = set()
+        offsets = [len(echo)] * len(gens)  # where each choice's next token's text starts (text_offset)
 
         def choice(i, text, finish, entries):
-            logprobs = _completion_logprobs(served.codec, entries, offsets[i]) if asked else None
-            if logprobs is not None and entries:
-                offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
+            head = None
             if i not in echoed:
                 echoed.add(i)
                 text = echo + text
+                if asked and body.echo:
+                    head = _prompt_logprobs(served.codec, ids, gens[i].req.prompt_logprobs)
+            logprobs = _completion_logprobs(served.codec, entries, offsets[i]) if asked else None
+            if logprobs is not None and entries:
+                offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
+            if head is not None:
+                logprobs = {k: head[k] + logprobs[k] for k in head}
             return {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
         def chunk(i, text, finish, entries):

@@ -93,7 +93,9 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
         # position the token's log-probability and the top ids with theirs
         # (rows slot * (positions + 1) + position), beside `out_tokens`.
         lists = lay.cache_slots * (lay.cache_len + 1)
-        args += [("logprobs", mr([DYN], i32)), ("token_lse", mr([DYN], f32)),
+        # A row that scores a given sequence takes its tokens, from the
+        # slot's history, below position `forced_to` (0: none).
+        args += [("logprobs", mr([DYN], i32)), ("token_lse", mr([DYN], f32)), ("forced_to", mr([DYN], i32)),
                  ("out_logprobs", mr([lay.cache_slots, lay.cache_len + 1], f32)),
                  ("out_top_ids", mr([lists, MAX_TOP_LOGPROBS], i32)),
                  ("out_top_logprobs", mr([lists, MAX_TOP_LOGPROBS], f32))]

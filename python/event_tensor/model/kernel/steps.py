@@ -1,6 +1,7 @@
 """The end of a decode step in a kernel that runs many in one launch
 (`et.repeat`): `advance` takes each row's greedy token, records it
-(and, if the row asks, its log-probability) in the token history, decides whether the row goes on (stop ids, its budget
+(and, if the row asks, its log-probability) in the token history (or,
+while a row scores a given sequence, that sequence's next token), decides whether the row goes on (stop ids, its budget
 of new tokens, the compiled context, a token that is not in the vocabulary)
 and, if it does, makes the token and its position the row's input of the
 next step. Once every row has finished, or the host asked for the launch
@@ -56,6 +57,14 @@ def advance_body(ctx):
             token = memref.LoadOp(A["next_token"], [b, const(0)]).result
             pos = arith.AddIOp(memref.LoadOp(A["positions"], [b]).result, c32(1)).result
             slot = ctx.slot_of(b)
+            forced = None
+            if "forced_to" in A:
+                # Scoring a given sequence: below position forced_to[b] the
+                # next token is the sequence's own, which the host wrote
+                # into the slot's history, not the drawn one.
+                forced = cmp("slt", pos, memref.LoadOp(A["forced_to"], [b]).result)
+                at_given = arith.IndexCastOp(ctx.idx, select(forced, pos, c32(0))).result
+                token = select(forced, memref.LoadOp(A["history"], [slot, at_given]).result, token)
             outside = arith.OrIOp(cmp("slt", token, c32(0)), cmp("sge", token, c32(ctx.V))).result
             at = arith.IndexCastOp(ctx.idx, pos).result
             if "logprobs" in A:
@@ -75,6 +84,9 @@ def advance_body(ctx):
             for k in range(MAX_STOP_IDS):
                 hit = cmp("eq", memref.LoadOp(A["stop_ids"], [b, const(k)]).result, token)
                 stop_hit = arith.OrIOp(stop_hit, arith.ExtUIOp(i32, hit).result).result
+            if forced is not None:
+                # (A given token stops nothing.)
+                stop_hit = select(forced, c32(0), stop_hit)
             # The first reason that applies, most urgent first.
             reason = select(cmp("sge", pos, c32(ctx.S)), c32(FINISH_CONTEXT), c32(0))
             reason = select(cmp("sle", left, c32(0)), c32(FINISH_LENGTH), reason)
