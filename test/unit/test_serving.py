@@ -547,6 +547,39 @@ def test_openai_client_completions_chat_and_stream(served, server):
         cut = client.completions.create(model="tiny", prompt="the quick brown", max_tokens=6, temperature=0,
                                         stop=[stop], extra_body={"ignore_eos": True})
         assert cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
+        # With logprobs: the entries of the tokens up to the one that ends
+        # the stop string (test_stop_string_keeps_the_entries_up_to_it).
+        cut = client.completions.create(model="tiny", prompt="the quick brown", max_tokens=6, temperature=0,
+                                        stop=[stop], logprobs=1, extra_body={"ignore_eos": True}).choices[0]
+        assert cut.text == text[: text.index(stop)]
+        assert len("".join(cut.logprobs.tokens)) >= text.index(stop) + len(stop)
+
+
+def test_stop_string_keeps_the_entries_up_to_it(served):
+    """A request's tokens arriving in one batch with their log-probabilities:
+    at a stop string's hit, the text before it and the entries of the
+    tokens up to the one that ends it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from event_tensor.model import Logprob
+    from event_tensor.serving.server import _Generation
+
+    codec = served.codec
+    tokens = codec.encode("the quick brown fox jumps over")
+    ends = next(k for k in range(1, len(tokens) + 1) if "quick" in codec.decode(tokens[:k]))
+    assert ends < len(tokens)
+
+    async def pieces():
+        gen = object.__new__(_Generation)
+        gen.served, gen.prompt, gen.tokens, gen.finish = served, [], 0, None
+        gen.queue, gen.text, gen.stops = asyncio.Queue(), codec.stream([]), StopStrings(["quick"])
+        gen.req = SimpleNamespace(finish="stop")  # (nothing to cancel)
+        gen.queue.put_nowait((tokens, None, None, [(t, Logprob(-1.0, [])) for t in tokens]))
+        return [p async for p in gen.pieces()], gen.finish
+    got, finish = asyncio.run(pieces())
+    assert finish == "stop" and "".join(t for t, _ in got) == codec.decode(tokens).split("quick")[0]
+    assert [t for _, e in got for t, _ in e] == tokens[:ends]
 
 
 def test_openai_client_n_choices(served, server):

@@ -211,7 +211,18 @@ class _Generation:
                 tokens, finish, error, entries = await self.queue.get()
                 if tokens:
                     self.tokens += len(tokens)
-                    text, hit = self.stops.feed(self.text.push(tokens))
+                    if entries and self.stops.stops:
+                        # Token by token, so that a stop string's hit keeps
+                        # the entries of the tokens up to the one that ends it.
+                        text, hit, kept = "", False, 0
+                        for token in tokens:
+                            piece, hit = self.stops.feed(self.text.push([token]))
+                            text, kept = text + piece, kept + 1
+                            if hit:
+                                break
+                        entries = entries[:kept]
+                    else:
+                        text, hit = self.stops.feed(self.text.push(tokens))
                     if text or entries:
                         yield text, entries
                     if hit:
