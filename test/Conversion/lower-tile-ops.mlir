@@ -785,18 +785,12 @@ et.kernel @router_topk_dynamic(%s: memref<?x?xf32>, %ids: memref<?x2xi32>, %w: m
 
 // et.sample_threshold: the worker's threads add key counts and mass into
 // shared bins with atomics between barriers (four 8-bit levels for top-k,
-// a warp's lanes of one bin adding their count once; four for top-p;
-// after each thread's max(y) in registers, one atomic max a thread),
-// thread 0 picks the bin; on the CPU, one thread does the same in local
-// buffers.
+// four for top-p, after one atomic max for max(y)), thread 0 picks the bin;
+// on the CPU, one thread does the same in local buffers.
 // GPU-LABEL: et.kernel @sample_threshold
 // GPU: memref.alloca() : memref<256xi32, #gpu.address_space<workgroup>>
 // GPU: memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
-// GPU: scf.for {{.*}} iter_args
-// GPU: arith.maxui
-// GPU: scf.yield
 // GPU: memref.atomic_rmw maxu
-// GPU: nvvm.match.sync any
 // GPU-COUNT-4: memref.atomic_rmw addi
 // GPU-COUNT-4: memref.atomic_rmw addf
 // GPU: arith.maximumf
@@ -815,10 +809,9 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
 
 // et.top_logprobs: where the count is not negative, each thread's maximum
 // and sum of exponentials (online), combined by atomics in shared memory;
-// with a count above 0 a select by value (four levels of 256 bins, each
-// warp's lanes of one bin adding their count once: match.any and popc),
-// one by id where ties need it (three levels), a gathering pass into the
-// list, thread 0 ordering it out; on the CPU, one thread, no barrier.
+// with a count above 0 a select by value (four levels of 256 bins), one by
+// id where ties need it (three levels), a gathering pass into the list,
+// thread 0 ordering it out; on the CPU, one thread, no barrier.
 // GPU-LABEL: et.kernel @top_logprobs
 // GPU: arith.cmpi sge
 // GPU: scf.if
@@ -829,8 +822,6 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
 // GPU: memref.atomic_rmw addf
 // GPU: math.log
 // GPU: arith.minsi
-// GPU: nvvm.match.sync any
-// GPU: math.ctpop
 // GPU-COUNT-4: memref.atomic_rmw addi
 // GPU: arith.cmpi slt
 // GPU-COUNT-3: memref.atomic_rmw addi

@@ -390,7 +390,7 @@ struct RowWorker {
   TaskOp task;
   bool gpu;
   TileBuilder h{b, loc};
-  Value tid, threads, isFirst, lane;
+  Value tid, threads, isFirst;
   // [0] the max key, [1] the chosen bin, [2] the count left (by count),
   // [3] free for the op; fwords[0]: the mass left (by mass), [1] free.
   Value counts, mass, words, fwords;
@@ -405,8 +405,6 @@ struct RowWorker {
     tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
     threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
     isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0));
-    if (gpu)
-      lane = arith::RemUIOp::create(b, loc, arith::IndexCastOp::create(b, loc, i32, tid), i32c(b, loc, kWarp));
   }
 
   Value scratch(int64_t n, Type t) {
@@ -434,45 +432,6 @@ struct RowWorker {
                          scf::YieldOp::create(b, loc);
                        });
   }
-  /// Each thread's columns of [0, width) in trips that every thread of
-  /// the worker makes (a lane past the end takes column 0, `inside`
-  /// false), so that a warp's lanes meet in every trip.
-  void overColumnsTogether(Value width, function_ref<void(OpBuilder &, Value, Value)> body) {
-    Value trips = arith::CeilDivUIOp::create(b, loc, width, threads);
-    scf::ForOp::create(b, loc, h.idx(0), trips, h.idx(1), ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                         Value j = arith::AddIOp::create(b, loc, tid, arith::MulIOp::create(b, loc, t, threads));
-                         Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, j, width);
-                         body(b, arith::SelectOp::create(b, loc, inside, j, h.idx(0)), inside);
-                         scf::YieldOp::create(b, loc);
-                       });
-  }
-  /// Adds 1 to counts[bin] for each lane where `on`: on the GPU one
-  /// atomic per group of a warp's lanes with the same bin (match.any),
-  /// its lowest lane adding the group's size, since a row's keys crowd
-  /// into few bins and same-address atomics of a warp serialize.
-  void count(OpBuilder &b, Value bin, Value on) {
-    Value index = arith::IndexCastOp::create(b, loc, b.getIndexType(), bin);
-    if (!gpu) {
-      auto add = scf::IfOp::create(b, loc, on, false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(add.thenBlock());
-      memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), counts, ValueRange{index});
-      return;
-    }
-    // Lanes that add nothing match no other lane (a value past the bins).
-    Value value = arith::SelectOp::create(b, loc, on, bin, arith::AddIOp::create(b, loc, lane, i32c(b, loc, kBins)));
-    Value peers = NVVM::MatchSyncOp::create(b, loc, b.getI32Type(), i32c(b, loc, -1), value, NVVM::MatchSyncKind::any);
-    Value below = arith::SubIOp::create(b, loc, arith::ShLIOp::create(b, loc, i32c(b, loc, 1), lane), i32c(b, loc, 1));
-    Value lowest = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, arith::AndIOp::create(b, loc, peers, below),
-                                         i32c(b, loc, 0));
-    auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, on, lowest), false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(add.thenBlock());
-    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, math::CtPopOp::create(b, loc, peers), counts,
-                                ValueRange{index});
-  }
-
   void zeroBins() {
     scf::ForOp::create(b, loc, tid, h.idx(kBins), threads, ValueRange{},
                        [&](OpBuilder &b, Location loc, Value i, ValueRange) {
@@ -506,33 +465,24 @@ struct RowWorker {
       int32_t highMask = shift == topShift ? 0 : static_cast<int32_t>(0xFFFFFFFFu << (shift + 8));
       zeroBins();
       barrier();
-      auto binOf = [&](OpBuilder &b, Value key) {
-        return arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, key, i32c(b, loc, shift)),
-                                     i32c(b, loc, kBins - 1))
-            .getResult();
-      };
-      auto inRange = [&](OpBuilder &b, Value key) {
-        return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     arith::AndIOp::create(b, loc, key, i32c(b, loc, highMask)), prefix)
-            .getResult();
-      };
-      if (byMass) {
-        overColumns(width, [&](OpBuilder &b, Value j) {
-          Column c = column(b, j);
-          auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, inRange(b, c.key), c.inPlay), false);
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(add.thenBlock());
-          memref::AtomicRMWOp::create(
-              b, loc, arith::AtomicRMWKind::addf, math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, c.y, maxY)),
-              mass, ValueRange{arith::IndexCastOp::create(b, loc, b.getIndexType(), binOf(b, c.key))});
-        });
-      } else {
-        overColumnsTogether(width, [&](OpBuilder &b, Value j, Value inside) {
-          Column c = column(b, j);
-          count(b, binOf(b, c.key),
-                arith::AndIOp::create(b, loc, inside, arith::AndIOp::create(b, loc, inRange(b, c.key), c.inPlay)));
-        });
-      }
+      overColumns(width, [&](OpBuilder &b, Value j) {
+        Column c = column(b, j);
+        Value inRange = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq, arith::AndIOp::create(b, loc, c.key, i32c(b, loc, highMask)), prefix);
+        auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, inRange, c.inPlay), false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(add.thenBlock());
+        Value bin = arith::IndexCastOp::create(
+            b, loc, b.getIndexType(),
+            arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, c.key, i32c(b, loc, shift)),
+                                  i32c(b, loc, kBins - 1)));
+        if (byMass)
+          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
+                                      math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, c.y, maxY)), mass,
+                                      ValueRange{bin});
+        else
+          memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, i32c(b, loc, 1), counts, ValueRange{bin});
+      });
       barrier();
       onFirst([&] {
         // The target: a count, or a fraction of the mass of the keys in
@@ -646,19 +596,13 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
     return arith::MulFOp::create(b, loc, v, invT).getResult();
   };
 
-  // The largest key: max(y), each thread's in registers, then one atomic
-  // a thread.
+  // The largest key: max(y).
   w.onFirst([&] { w.setWord(i32c(b, loc, 0), 0); });
   w.barrier();
-  Value mine = scf::ForOp::create(b, loc, w.tid, width, w.threads, ValueRange{i32c(b, loc, 0)},
-                                  [&](OpBuilder &b, Location loc, Value j, ValueRange best) {
-                                    scf::YieldOp::create(
-                                        b, loc,
-                                        ValueRange{arith::MaxUIOp::create(b, loc, best[0],
-                                                                          orderedKey(b, loc, yAt(b, j)))});
-                                  })
-                   .getResult(0);
-  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, mine, w.words, ValueRange{h.idx(0)});
+  w.overColumns(width, [&](OpBuilder &b, Value j) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, yAt(b, j)), w.words,
+                                ValueRange{h.idx(0)});
+  });
   w.barrier();
   Value maxY = fromOrderedKey(b, loc, w.word(0));
 
