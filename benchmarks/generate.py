@@ -16,7 +16,8 @@ process:
   kernel feeding each row's token back (steps on the device);
 - `stream_<k>`: `DecodeSession.stream(chunk=k)`: launches of k steps, the
   tokens handed out as the kernel makes them (--chunks);
-- `sampled`: `generate` at --temperature (Gumbel-max sampling in the kernel);
+- `sampled`: `generate` at --temperature (Gumbel-max sampling in the kernel),
+  with the --filters (top_k, top_p, min_p: `et.sample_threshold`) if given;
 - `penalized`: `generate` greedy with the --penalties (repetition,
   frequency, presence: `et.penalize` over each row's history; a
   `logit_bias` of token ids to numbers: `et.logit_bias`), and a check
@@ -132,6 +133,7 @@ def main():
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--chunks", default="16", help="stream() chunks to time ('' for none)")
     parser.add_argument("--temperature", type=float, default=0.8, help="temperature of the sampled run (0: none)")
+    parser.add_argument("--filters", default="", help="filters of the sampled run (JSON, e.g. '{\"top_p\": 0.9}')")
     parser.add_argument("--penalties", default='{"repetition_penalty": 1.3, "frequency_penalty": 0.5, '
                         '"presence_penalty": 0.2}', help="penalties of the penalized run (JSON; '' for none)")
     parser.add_argument("--check-tokens", type=int, default=32, help="tokens of the penalized run checked")
@@ -186,7 +188,8 @@ def main():
                 times = []
                 for r in range(args.repeats):
                     session.reset()
-                    times.append(session.generate(prompts, args.new, temperature=args.temperature, seed=r).decode_s)
+                    times.append(session.generate(prompts, args.new, temperature=args.temperature, seed=r,
+                                                  **json.loads(args.filters or "{}")).decode_s)
                 row["sampled_ms"] = 1e3 * float(np.median(times)) / args.new
             if args.penalties:
                 penalties = json.loads(args.penalties)

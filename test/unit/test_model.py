@@ -1653,12 +1653,13 @@ def test_wide_models_keep_the_plain_one_row_tiles(tmp_path):
 def test_wide_query_groups_take_the_tensor_core_attention(tmp_path):
     """Models of 8 or more query heads per KV head get tile_kv_mma_bytes by
     default on cuda; narrower groups keep the CUDA-core tile, except in
-    kernels of 16 rows or more of models with heads up to 64 wide (larger
+    kernels of 4 rows or more of models with heads up to 64 wide (larger
     rings)."""
     from event_tensor.model.compile import MODEL_KV_MMA_BATCH_BYTES, MODEL_KV_MMA_BYTES
 
-    for heads, dim, rows, want in ((8, 64, 2, MODEL_KV_MMA_BYTES), (4, 64, 2, None),
-                                   (4, 64, 16, MODEL_KV_MMA_BATCH_BYTES), (4, 128, 16, None)):
+    for heads, dim, rows, want in ((8, 64, 2, MODEL_KV_MMA_BYTES), (4, 64, 2, None), (4, 64, 3, None),
+                                   (4, 64, 4, MODEL_KV_MMA_BATCH_BYTES), (4, 64, 16, MODEL_KV_MMA_BATCH_BYTES),
+                                   (4, 128, 16, None)):
         config = model.tiny_config("qwen3", num_heads=heads, num_kv_heads=1, head_dim=dim)
         out = model.compile_model(config, target="cuda", max_batch=rows, max_context=64, workers=8,
                                   out_dir=tmp_path / f"g{heads}-{dim}-{rows}", cache_dir=tmp_path / "cache")

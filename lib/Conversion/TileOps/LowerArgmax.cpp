@@ -395,8 +395,12 @@ struct RowWorker {
   // [3] free for the op; fwords[0]: the mass left (by mass), [1] free.
   Value counts, mass, words, fwords;
 
-  RowWorker(OpBuilder &b, Location loc, Operation *op, bool gpu)
-      : b(b), loc(loc), task(op->getParentOfType<TaskOp>()), gpu(gpu) {
+  // The row the worker scans: row `row` of x, `width` columns.
+  Value x, row, width;
+
+  RowWorker(OpBuilder &b, Location loc, Operation *op, bool gpu, Value x, Value row)
+      : b(b), loc(loc), task(op->getParentOfType<TaskOp>()), gpu(gpu), x(x), row(row) {
+    width = memref::DimOp::create(b, loc, x, 1);
     Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
     counts = scratch(kBins, i32);
     mass = scratch(kBins, f32);
@@ -424,13 +428,69 @@ struct RowWorker {
   }
   Value word(int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}); }
   void setWord(Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); }
-  /// Each thread's columns of [0, width).
-  void overColumns(Value width, function_ref<void(OpBuilder &, Value)> body) {
-    scf::ForOp::create(b, loc, tid, width, threads, ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value j, ValueRange) {
-                         body(b, j);
-                         scf::YieldOp::create(b, loc);
-                       });
+  /// A scan's loads: kUnroll groups of kVector columns a trip per thread
+  /// (one column a group where the row is not a contiguous multiple of
+  /// kVector), all issued before any is used. One SM scans the row, from
+  /// L2: with a load at a time a pass over 128K logits took about 100 us,
+  /// with eight about 35 us (H100), still far from what the SM can take.
+  static constexpr int64_t kUnroll = 8, kVector = 4;
+
+  /// Each thread's columns of the row: groups `threads` apart, every load of
+  /// a trip first, then `use` of each column in column order with its value
+  /// (f32) and whether it is inside the row (a column past the end reads
+  /// the trip's first group, and `use` must not count it). Returns the
+  /// loop's results (`init` carried through `use`'s return values; none by
+  /// default).
+  ValueRange overColumns(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, Value, ValueRange)> use,
+                         ValueRange init = {}) {
+    auto type = cast<MemRefType>(x.getType());
+    int64_t n = type.getDimSize(1);
+    int64_t vec = type.getLayout().isIdentity() && !ShapedType::isDynamic(n) && n % kVector == 0 ? kVector : 1;
+    Value groups = vec == 1 ? width : h.idx(n / vec);
+    Value step = arith::MulIOp::create(b, loc, threads, h.idx(kUnroll));
+    auto loop = scf::ForOp::create(
+        b, loc, tid, groups, step, init, [&](OpBuilder &b, Location loc, Value g, ValueRange acc) {
+          SmallVector<Value> first, inside, got;
+          for (int64_t u = 0; u < kUnroll; ++u) {
+            Value at = u ? arith::AddIOp::create(b, loc, g, arith::MulIOp::create(b, loc, threads, h.idx(u)))
+                               .getResult()
+                         : g;
+            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, groups);
+            Value col = arith::MulIOp::create(b, loc, arith::SelectOp::create(b, loc, in, at, g), h.idx(vec));
+            first.push_back(col);
+            inside.push_back(in);
+            if (vec == 1) {
+              got.push_back(memref::LoadOp::create(b, loc, x, ValueRange{row, col}));
+            } else {
+              // (Rows of a multiple of kVector columns keep their groups
+              // aligned.)
+              auto load = vector::LoadOp::create(b, loc, VectorType::get({vec}, type.getElementType()), x,
+                                                 ValueRange{row, col});
+              load.setAlignment(vec * type.getElementTypeBitWidth() / 8);
+              got.push_back(load);
+            }
+          }
+          SmallVector<Value> carried(acc.begin(), acc.end());
+          for (int64_t u = 0; u < kUnroll; ++u)
+            for (int64_t e = 0; e < vec; ++e) {
+              Value v = vec == 1 ? got[u] : vector::ExtractOp::create(b, loc, got[u], e).getResult();
+              Value j = e ? arith::AddIOp::create(b, loc, first[u], h.idx(e)).getResult() : first[u];
+              carried = use(b, j, toF32(b, loc, v), inside[u], carried);
+            }
+          scf::YieldOp::create(b, loc, carried);
+        });
+    return loop.getResults();
+  }
+  /// `overColumns` with side effects only: `use` runs where the column is
+  /// inside the row.
+  void forColumns(function_ref<void(OpBuilder &, Value, Value)> use) {
+    overColumns([&](OpBuilder &b, Value j, Value v, Value inside, ValueRange) {
+      auto ifOp = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      use(b, j, v);
+      return SmallVector<Value>{};
+    });
   }
   void zeroBins() {
     scf::ForOp::create(b, loc, tid, h.idx(kBins), threads, ValueRange{},
@@ -443,7 +503,7 @@ struct RowWorker {
                        });
   }
 
-  /// One radix select where `on`, over the in-play columns of [0, width),
+  /// One radix select where `on`, over the in-play columns of the row,
   /// 8 bits a level from bit `topShift` + 7 down: the key whose range
   /// holds the target, counted from the largest key down (by count:
   /// `target` columns, an i32; by mass: the fraction `target` (f32) of the
@@ -451,7 +511,7 @@ struct RowWorker {
   /// (0 where `on` is false). After it, by count, word(2) is what is left
   /// of the target among the columns of that key, and counts[word(1)] how
   /// many in-play columns have it.
-  Value select(Value on, Value width, int topShift, function_ref<Column(OpBuilder &, Value)> column, Value target,
+  Value select(Value on, int topShift, function_ref<Column(OpBuilder &, Value, Value)> column, Value target,
                bool byMass, Value maxY = Value()) {
     Type i32 = b.getI32Type(), f32 = b.getF32Type();
     Value zero = h.f32(0.0);
@@ -465,8 +525,8 @@ struct RowWorker {
       int32_t highMask = shift == topShift ? 0 : static_cast<int32_t>(0xFFFFFFFFu << (shift + 8));
       zeroBins();
       barrier();
-      overColumns(width, [&](OpBuilder &b, Value j) {
-        Column c = column(b, j);
+      forColumns([&](OpBuilder &b, Value j, Value v) {
+        Column c = column(b, j, v);
         Value inRange = arith::CmpIOp::create(
             b, loc, arith::CmpIPredicate::eq, arith::AndIOp::create(b, loc, c.key, i32c(b, loc, highMask)), prefix);
         auto add = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, inRange, c.inPlay), false);
@@ -557,13 +617,11 @@ struct RowWorker {
 static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  RowWorker w(b, loc, op, gpu);
+  Value m = op.getToken();
+  RowWorker w(b, loc, op, gpu, op.getX(), m);
   TileBuilder &h = w.h;
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
-
-  Value m = op.getToken();
-  Value x = op.getX();
-  Value width = memref::DimOp::create(b, loc, x, 1);
+  Value width = w.width;
   Value t = memref::LoadOp::create(b, loc, op.getTemperature(), ValueRange{m});
   Value k = memref::LoadOp::create(b, loc, op.getTopK(), ValueRange{m});
   Value p = memref::LoadOp::create(b, loc, op.getTopP(), ValueRange{m});
@@ -591,31 +649,32 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
   Value invT = arith::DivFOp::create(b, loc, one, t);
-  auto yAt = [&](OpBuilder &b, Value j) {
-    Value v = toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{m, j}));
-    return arith::MulFOp::create(b, loc, v, invT).getResult();
-  };
+  auto yOf = [&](OpBuilder &b, Value v) { return arith::MulFOp::create(b, loc, v, invT).getResult(); };
 
-  // The largest key: max(y).
+  // The largest key: max(y), each thread's in registers, then one atomic
+  // a thread.
   w.onFirst([&] { w.setWord(i32c(b, loc, 0), 0); });
   w.barrier();
-  w.overColumns(width, [&](OpBuilder &b, Value j) {
-    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, yAt(b, j)), w.words,
-                                ValueRange{h.idx(0)});
-  });
+  Value mine = w.overColumns(
+      [&](OpBuilder &b, Value, Value v, Value inside, ValueRange best) {
+        Value key = arith::SelectOp::create(b, loc, inside, orderedKey(b, loc, yOf(b, v)), i32c(b, loc, 0));
+        return SmallVector<Value>{arith::MaxUIOp::create(b, loc, best[0], key)};
+      },
+      ValueRange{i32c(b, loc, 0)})[0];
+  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, mine, w.words, ValueRange{h.idx(0)});
   w.barrier();
   Value maxY = fromOrderedKey(b, loc, w.word(0));
 
   // Top-k over every column, then top-p over the keys at or above its key.
   auto columnAbove = [&](Value floor) {
-    return [&, floor](OpBuilder &b, Value j) {
-      Value y = yAt(b, j);
+    return [&, floor](OpBuilder &b, Value, Value v) {
+      Value y = yOf(b, v);
       Value key = orderedKey(b, loc, y);
       return RowWorker::Column{key, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, key, floor), y};
     };
   };
-  Value keyK = w.select(kOn, width, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
-  Value keyP = w.select(pOn, width, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
+  Value keyK = w.select(kOn, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
+  Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
   Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
   Value tau = arith::SelectOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key,
                                                                     i32c(b, loc, 0)),
@@ -638,28 +697,26 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
 static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  RowWorker w(b, loc, op, gpu);
+  Value m = op.getToken(), row = op.getRow();
+  RowWorker w(b, loc, op, gpu, op.getX(), m);
   TileBuilder &h = w.h;
   Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
   int64_t entries = op.getIds().getType().getDimSize(1);
   Value listIds = w.scratch(entries, i32), listVals = w.scratch(entries, f32);
-  Value m = op.getToken(), x = op.getX(), row = op.getRow();
-  Value width = memref::DimOp::create(b, loc, x, 1);
+  Value width = w.width;
   Value widthI32 = arith::IndexCastOp::create(b, loc, i32, width);
   Value n = memref::LoadOp::create(b, loc, op.getCount(), ValueRange{m});
   auto work = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, n, i32c(b, loc, 0)),
                                 /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
-  auto xAt = [&](OpBuilder &b, Value j) { return toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{m, j})); };
   Value zero = h.f32(0.0), one = h.f32(1.0);
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
 
   // Each thread's maximum and sum of exp(x - maximum), online.
-  auto scan = scf::ForOp::create(
-      b, loc, w.tid, width, w.threads, ValueRange{negInf, zero},
-      [&](OpBuilder &b, Location loc, Value j, ValueRange st) {
-        Value v = xAt(b, j);
+  ValueRange scan = w.overColumns(
+      [&](OpBuilder &b, Value, Value x, Value inside, ValueRange st) {
+        Value v = arith::SelectOp::create(b, loc, inside, x, negInf);
         Value hi = arith::MaximumFOp::create(b, loc, st[0], v);
         Value lo = arith::MinimumFOp::create(b, loc, st[0], v);
         // exp(lo - hi), 0 where both are -inf (no mass yet, none added).
@@ -670,22 +727,23 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
         Value s = arith::SelectOp::create(b, loc, up,
                                           arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1], e), one),
                                           arith::AddFOp::create(b, loc, st[1], e));
-        scf::YieldOp::create(b, loc, ValueRange{hi, s});
-      });
+        return SmallVector<Value>{hi, s};
+      },
+      ValueRange{negInf, zero});
   // Over the threads: the largest maximum, then the sums rescaled to it.
   w.onFirst([&] {
     w.setWord(i32c(b, loc, 0), 0);
     memref::StoreOp::create(b, loc, zero, w.fwords, ValueRange{h.idx(0)});
   });
   w.barrier();
-  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, scan.getResult(0)), w.words,
+  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, scan[0]), w.words,
                               ValueRange{h.idx(0)});
   w.barrier();
   Value rowMax = fromOrderedKey(b, loc, w.word(0));
   Value scaled = arith::MulFOp::create(
-      b, loc, scan.getResult(1), math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, scan.getResult(0), rowMax)));
+      b, loc, scan[1], math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, scan[0], rowMax)));
   Value mine = arith::SelectOp::create(
-      b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan.getResult(1), zero), scaled, zero);
+      b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan[1], zero), scaled, zero);
   memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, mine, w.fwords, ValueRange{h.idx(0)});
   w.barrier();
   Value lse = arith::AddFOp::create(
@@ -700,8 +758,7 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
     b.setInsertionPointToStart(some.thenBlock());
     Value yes = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1);
     Value keyN = w.select(
-        yes, width, 24,
-        [&](OpBuilder &b, Value j) { return RowWorker::Column{orderedKey(b, loc, xAt(b, j)), yes, Value()}; },
+        yes, 24, [&](OpBuilder &b, Value, Value v) { return RowWorker::Column{orderedKey(b, loc, v), yes, Value()}; },
         take, /*byMass=*/false);
     // Of the `take`, `left` have the key of the n-th; `tied` columns have it.
     Value left = w.word(2);
@@ -714,17 +771,16 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
       return arith::SubIOp::create(b, loc, idTop, arith::IndexCastOp::create(b, loc, i32, j)).getResult();
     };
     Value keyId = w.select(
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, left, tied), width, 16,
-        [&](OpBuilder &b, Value j) {
-          Value equal = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, orderedKey(b, loc, xAt(b, j)), keyN);
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, left, tied), 16,
+        [&](OpBuilder &b, Value j, Value v) {
+          Value equal = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, orderedKey(b, loc, v), keyN);
           return RowWorker::Column{idKey(b, j), equal, Value()};
         },
         left, /*byMass=*/false);
     // The ids taken into the list, in the order their threads come.
     w.onFirst([&] { w.setWord(i32c(b, loc, 0), 3); });
     w.barrier();
-    w.overColumns(width, [&](OpBuilder &b, Value j) {
-      Value v = xAt(b, j);
+    w.forColumns([&](OpBuilder &b, Value j, Value v) {
       Value key = orderedKey(b, loc, v);
       Value above = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, key, keyN);
       Value atKey = arith::AndIOp::create(

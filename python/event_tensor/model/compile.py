@@ -86,14 +86,17 @@ MODEL_STAGE_BYTES = 69632
 # of MODEL_KV_MMA_BATCH_BYTES: on the H100, Llama-3.2-1B's 16-row kernel
 # took 1.456 / 1.744 ms at batch 4 / 16 against 1.552 / 1.886 with the CUDA
 # cores (96 and 144 KiB rings: 1-2% slower than 120), the 64-row kernel
-# 2.387 / 3.012 at batch 32 / 64 against 2.437 / 3.075 with 96 KiB. Heads
+# 2.387 / 3.012 at batch 32 / 64 against 2.437 / 3.075 with 96 KiB, and the
+# 4- and 8-row kernels of a served artifact's buckets 1.397 / 1.511 ms at
+# batch 4 / 8 against 1.425 / 1.545 (one pass;
+# docs/experiments/2026-12-07-logprobs-and-filters.md). Heads
 # of 128 keep the CUDA cores: on the H200 Qwen3-0.6B's 16-row kernel was
 # 15-25% slower on tensor cores (1.731 / 2.951 ms at batch 1 / 16 against
 # 1.474 / 2.369; its frame 704 bytes against 240), the 64-row one 2-7%
 # slower; Llama-3.1-8B's 64-row kernel the same either way
 # (docs/experiments/2026-12-07-penalties-and-attention-rings.md).
 MODEL_KV_MMA_MIN_GROUP = 8
-MODEL_KV_MMA_FROM_BATCH = 16
+MODEL_KV_MMA_FROM_BATCH = 4
 MODEL_KV_MMA_MAX_HEAD_DIM = 64
 MODEL_KV_MMA_BYTES = 98304
 MODEL_KV_MMA_BATCH_BYTES = 122880

@@ -98,10 +98,12 @@ def run_logit_ops(root: Path) -> bool:
 def run_top_logprobs(root: Path) -> bool:
     """A row's log-sum-exp and its most likely ids (et.top_logprobs) against
     the numpy reference; then the time of a one-row launch with 20 ids
-    against one with the op off (count -1), median of 50."""
-    case_dir = root.parent / "tiles" / "top-logprobs"
-    if not case_dir.exists():
-        return True
+    against one with the op off (count -1), median of 50. Every case
+    directory `top-logprobs*` (builds of it side by side)."""
+    return all([_top_logprobs_case(d) for d in sorted((root.parent / "tiles").glob("top-logprobs*"))])
+
+
+def _top_logprobs_case(case_dir: Path) -> bool:
     c = np.load(case_dir / "case.npz")
     x, counts, rows, lists = c["x"], c["counts"], c["rows"], int(c["lists"])
     n, entries = len(counts), 20
@@ -137,7 +139,7 @@ def run_top_logprobs(root: Path) -> bool:
             torch.cuda.synchronize()
             spans.append(start.elapsed_time(end) * 1e3)
         times[label] = float(np.median(spans[10:]))
-    print(f"top log-probabilities on the GPU (vocabulary {x.shape[1]}): worst error {worst:.1e}, "
+    print(f"{case_dir.name} on the GPU (vocabulary {x.shape[1]}): worst error {worst:.1e}, "
           f"{'ok' if ok else 'FAIL'}; one row's launch {times['20 ids']:.1f} us with 20 ids, {times['off']:.1f} us off")
     return ok
 
