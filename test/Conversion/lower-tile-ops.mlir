@@ -786,13 +786,13 @@ et.kernel @router_topk_dynamic(%s: memref<?x?xf32>, %ids: memref<?x2xi32>, %w: m
 // et.sample_threshold: the worker's threads add key counts and mass into
 // shared bins with atomics between barriers (four 8-bit levels for top-k,
 // four for top-p, after max(y): each thread's in registers, then one
-// atomic max a thread; every pass loads eight groups of four columns a
-// trip), thread 0 picks the bin; on the CPU, one thread does the same in
+// atomic max a thread; every pass loads eight columns a trip), thread 0
+// picks the bin; on the CPU, one thread does the same in
 // local buffers.
 // GPU-LABEL: et.kernel @sample_threshold
 // GPU: memref.alloca() : memref<256xi32, #gpu.address_space<workgroup>>
 // GPU: memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
-// GPU-COUNT-8: vector.load %{{.*}} : memref<?x1000xbf16>, vector<4xbf16>
+// GPU-COUNT-8: memref.load %{{.*}} : memref<?x1000xbf16>
 // GPU: arith.maxui
 // GPU: memref.atomic_rmw maxu
 // GPU-COUNT-4: memref.atomic_rmw addi
@@ -812,8 +812,8 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
 }
 
 // et.top_logprobs: where the count is not negative, each thread's maximum
-// and sum of exponentials (online, eight groups of four columns loaded a
-// trip), combined by atomics in shared memory;
+// and sum of exponentials (online, eight columns loaded a trip), combined
+// by atomics in shared memory;
 // with a count above 0 a select by value (four levels of 256 bins), one by
 // id where ties need it (three levels), a gathering pass into the list,
 // thread 0 ordering it out; on the CPU, one thread, no barrier.
@@ -821,7 +821,7 @@ et.kernel @sample_threshold(%x: memref<?x1000xbf16>, %t: memref<?xf32>, %k: memr
 // GPU: arith.cmpi sge
 // GPU: scf.if
 // GPU: scf.for
-// GPU-COUNT-8: vector.load %{{.*}} : memref<?x1000xf32>, vector<4xf32>
+// GPU-COUNT-8: memref.load %{{.*}} : memref<?x1000xf32>
 // GPU: arith.maximumf
 // GPU: math.exp
 // GPU: memref.atomic_rmw maxu

@@ -428,55 +428,36 @@ struct RowWorker {
   }
   Value word(int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}); }
   void setWord(Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); }
-  /// A scan's loads: kUnroll groups of kVector columns a trip per thread
-  /// (one column a group where the row is not a contiguous multiple of
-  /// kVector), all issued before any is used. One SM scans the row, from
-  /// L2: with a load at a time a pass over 128K logits took about 100 us,
-  /// with eight about 35 us (H100), still far from what the SM can take.
-  static constexpr int64_t kUnroll = 8, kVector = 4;
+  /// A scan's loads: kUnroll columns a trip per thread, all issued before
+  /// any is used. One SM scans the row, from L2: with a load at a time a
+  /// pass over 128K logits took about 100 us, with eight about 35 us
+  /// (H100), still far from what the SM can take.
+  static constexpr int64_t kUnroll = 8;
 
-  /// Each thread's columns of the row: groups `threads` apart, every load of
-  /// a trip first, then `use` of each column in column order with its value
+  /// Each thread's columns of the row, `threads` apart: every load of a
+  /// trip first, then `use` of each column in column order with its value
   /// (f32) and whether it is inside the row (a column past the end reads
-  /// the trip's first group, and `use` must not count it). Returns the
+  /// the trip's first column, and `use` must not count it). Returns the
   /// loop's results (`init` carried through `use`'s return values; none by
   /// default).
   ValueRange overColumns(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, Value, ValueRange)> use,
                          ValueRange init = {}) {
-    auto type = cast<MemRefType>(x.getType());
-    int64_t n = type.getDimSize(1);
-    int64_t vec = type.getLayout().isIdentity() && !ShapedType::isDynamic(n) && n % kVector == 0 ? kVector : 1;
-    Value groups = vec == 1 ? width : h.idx(n / vec);
     Value step = arith::MulIOp::create(b, loc, threads, h.idx(kUnroll));
     auto loop = scf::ForOp::create(
-        b, loc, tid, groups, step, init, [&](OpBuilder &b, Location loc, Value g, ValueRange acc) {
-          SmallVector<Value> first, inside, got;
+        b, loc, tid, width, step, init, [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
+          SmallVector<Value> cols, inside, got;
           for (int64_t u = 0; u < kUnroll; ++u) {
-            Value at = u ? arith::AddIOp::create(b, loc, g, arith::MulIOp::create(b, loc, threads, h.idx(u)))
+            Value at = u ? arith::AddIOp::create(b, loc, j, arith::MulIOp::create(b, loc, threads, h.idx(u)))
                                .getResult()
-                         : g;
-            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, groups);
-            Value col = arith::MulIOp::create(b, loc, arith::SelectOp::create(b, loc, in, at, g), h.idx(vec));
-            first.push_back(col);
+                         : j;
+            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, width);
+            cols.push_back(arith::SelectOp::create(b, loc, in, at, j));
             inside.push_back(in);
-            if (vec == 1) {
-              got.push_back(memref::LoadOp::create(b, loc, x, ValueRange{row, col}));
-            } else {
-              // (Rows of a multiple of kVector columns keep their groups
-              // aligned.)
-              auto load = vector::LoadOp::create(b, loc, VectorType::get({vec}, type.getElementType()), x,
-                                                 ValueRange{row, col});
-              load.setAlignment(vec * type.getElementTypeBitWidth() / 8);
-              got.push_back(load);
-            }
+            got.push_back(memref::LoadOp::create(b, loc, x, ValueRange{row, cols.back()}));
           }
           SmallVector<Value> carried(acc.begin(), acc.end());
           for (int64_t u = 0; u < kUnroll; ++u)
-            for (int64_t e = 0; e < vec; ++e) {
-              Value v = vec == 1 ? got[u] : vector::ExtractOp::create(b, loc, got[u], e).getResult();
-              Value j = e ? arith::AddIOp::create(b, loc, first[u], h.idx(e)).getResult() : first[u];
-              carried = use(b, j, toF32(b, loc, v), inside[u], carried);
-            }
+            carried = use(b, cols[u], toF32(b, loc, got[u]), inside[u], carried);
           scf::YieldOp::create(b, loc, carried);
         });
     return loop.getResults();
