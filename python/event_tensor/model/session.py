@@ -1196,15 +1196,16 @@ class DecodeSession:
             host[rows, cols] = -1  # not yet made
         # Rows that asked for log-probabilities: theirs by position, in the
         # rows `slot * (positions + 1) + position` of the top lists, marked
-        # not yet written (NaN, id -1) so that a token is handed out with
-        # them only once they are in host memory too.
+        # not yet written (NaN) so that a token is handed out with them only
+        # once they are in host memory too (the kernel writes a list's last
+        # value, then the token's own, then the token).
         asked = np.flatnonzero(counts >= 0) if counts is not None else np.zeros(0, np.int64)
         lists = rows * self.buffers["out_tokens"].shape[1] + cols
         last_id = np.maximum(counts - 1, 0) if counts is not None else None
-        logprob_host = {k: self._host_array(k) for k in ("out_logprobs", "out_top_ids")} if len(asked) else {}
+        logprob_host = {k: self._host_array(k) for k in ("out_logprobs", "out_top_logprobs")} if len(asked) else {}
         if len(asked) and all(a is not None for a in logprob_host.values()):
             logprob_host["out_logprobs"][rows[asked], cols[asked]] = np.nan
-            logprob_host["out_top_ids"][lists[asked]] = -1
+            logprob_host["out_top_logprobs"][lists[asked]] = np.nan
 
         def written(b: int, end: int) -> int:
             """How many of row b's first `end` tokens have their
@@ -1212,7 +1213,7 @@ class DecodeSession:
             lp = logprob_host["out_logprobs"][rows[b, :end], cols[b, :end]]
             ready = ~np.isnan(lp)
             if counts[b] > 0:
-                ready &= logprob_host["out_top_ids"][lists[b, :end], last_id[b]] >= 0
+                ready &= ~np.isnan(logprob_host["out_top_logprobs"][lists[b, :end], last_id[b]])
             return int(np.cumprod(ready).sum())
 
         def hand_logprobs(b: int, start: int, end: int, final: bool) -> None:
