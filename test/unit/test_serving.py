@@ -520,6 +520,9 @@ def test_openai_client_completions_chat_and_stream(served, server):
     assert chunks[-1].usage.completion_tokens == 6
     # echo: the prompt's text first (given as text, or as ids), streamed or
     # not; with logprobs (the prompt's) it is refused.
+    # A batch of one prompt of token ids: that prompt.
+    assert client.completions.create(model="tiny", prompt=[prompt_ids], max_tokens=6, temperature=0,
+                                     extra_body={"ignore_eos": True}).choices[0].text == choice.text
     for prompt in ("the quick brown", prompt_ids):
         echo = dict(model="tiny", prompt=prompt, max_tokens=6, temperature=0, echo=True,
                     extra_body={"ignore_eos": True})
@@ -678,6 +681,9 @@ def test_http_errors(served, server):
                                            logit_bias=bias)
     # Fields that would change the output and are not implemented: refused,
     # not ignored; their neutral values pass.
+    for batch in (["x", "y"], [[1, 2], [3, 4]]):
+        with pytest.raises(openai.BadRequestError, match="one prompt per request, got 2"):
+            client.completions.create(model="tiny", prompt=batch)
     with pytest.raises(openai.BadRequestError, match="best_of is not supported"):
         client.completions.create(model="tiny", prompt="x", best_of=2)
     assert client.completions.create(model="tiny", prompt="x", max_tokens=2, logit_bias={},

@@ -57,7 +57,7 @@ def _models():
         ignore_eos: bool = False
 
     class Completion(_Base):
-        prompt: str | list[int] | list[str]
+        prompt: str | list[int] | list[str] | list[list[int]]
         max_tokens: int | None = 16
         echo: bool = False
         logprobs: int | None = None
@@ -410,7 +410,9 @@ def create_app(served):
     async def completions(body: Completion, request: Request):
         check_model(body.model)
         prompt = body.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            # A batch of prompts (texts, or token ids as clients that
+            # tokenize send them) of one.
             if len(prompt) != 1:
                 raise APIError(400, f"one prompt per request, got {len(prompt)}", "prompt")
             prompt = prompt[0]
