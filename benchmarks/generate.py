@@ -75,28 +75,36 @@ def kernel_seconds(session: DecodeSession, batch: int, position: int, iters: int
     return launch_seconds(session.launcher, *session._arguments(batch), reps=iters)
 
 
+def raw_steps(session: DecodeSession, prompt: list, tokens: list):
+    """For each of `tokens` (generated after `prompt`): the sequence before
+    it and the raw logits of one step() (greedy, nothing applied) at its
+    position, the sequence fed token by token."""
+    session.reset()
+    session.prefill([prompt[:-1]])
+    seq = list(prompt)
+    for token in tokens:
+        session.step([seq[-1]], [len(seq) - 1], [0])
+        yield seq, session.last_logits()[0].astype(np.float64)
+        seq.append(token)
+
+
 def penalty_check(session: DecodeSession, prompt: list, tokens: list, penalties: dict) -> dict:
     """Each of `tokens` (generated after `prompt` with `penalties`) against
     the argmax of the reference's logit biases and penalties over the raw
     logits of one step() (penalties off) at that position: (agreeing,
     decisive) counts."""
-    session.reset()
-    session.prefill([prompt[:-1]])
-    seq, agree, decisive, agree_decisive = list(prompt), 0, 0, 0
+    agree, decisive, agree_decisive = 0, 0, 0
     args = [penalties.get(k, d) for k, d in (("repetition_penalty", 1.0), ("frequency_penalty", 0.0),
                                              ("presence_penalty", 0.0))]
     bias = penalties.get("logit_bias") or {}
-    for token in tokens:
-        session.step([seq[-1]], [len(seq) - 1], [0])
-        raw = logit_bias(session.last_logits()[0], list(bias), list(bias.values()))
-        want = penalize(raw, seq, len(prompt), *args)
+    for token, (seq, x) in zip(tokens, raw_steps(session, prompt, tokens)):
+        want = penalize(logit_bias(x, list(bias), list(bias.values())), seq, len(prompt), *args)
         top = np.sort(want)[-2:]
         ok = token == int(np.argmax(want))
         agree += ok
         if top[1] - top[0] > 1e-2 * max(abs(top[1]), 1.0):
             decisive += 1
             agree_decisive += ok
-        seq.append(token)
     return {"tokens": len(tokens), "agree": agree, "decisive": decisive, "decisive_agree": agree_decisive}
 
 
@@ -106,18 +114,13 @@ def logprob_check(session: DecodeSession, prompt: list, tokens: list, entries: l
     that position: the worst absolute error of the token's log-probability
     and of the top ids', and how many top-id lists agree (ties in the
     low bits of the logits may order two ids either way)."""
-    session.reset()
-    session.prefill([prompt[:-1]])
-    seq, worst, worst_top, same = list(prompt), 0.0, 0.0, 0
-    for token, entry in zip(tokens, entries):
-        session.step([seq[-1]], [len(seq) - 1], [0])
-        x = session.last_logits()[0].astype(np.float64)
+    worst, worst_top, same = 0.0, 0.0, 0
+    for token, entry, (_, x) in zip(tokens, entries, raw_steps(session, prompt, tokens)):
         lse, ids, values = top_logprobs(x, k)
         worst = max(worst, abs(entry.logprob - (x[token] - lse)))
         got = dict(entry.top)
         worst_top = max([worst_top, *(abs(got[i] - v) for i, v in zip(ids.tolist(), values) if i in got)])
         same += [i for i, _ in entry.top] == ids.tolist()
-        seq.append(token)
     return {"tokens": len(tokens), "worst_logprob_error": worst, "worst_top_error": worst_top, "top_ids_agree": same}
 
 

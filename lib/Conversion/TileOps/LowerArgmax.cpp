@@ -473,6 +473,16 @@ struct RowWorker {
       return SmallVector<Value>{};
     });
   }
+  /// The largest of the threads' `key`s (order-preserving i32), in every
+  /// thread: one atomic max a thread into word 0 between barriers.
+  Value maxOverThreads(Value key) {
+    onFirst([&] { setWord(i32c(b, loc, 0), 0); });
+    barrier();
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, key, words, ValueRange{h.idx(0)});
+    barrier();
+    return word(0);
+  }
+
   void zeroBins() {
     scf::ForOp::create(b, loc, tid, h.idx(kBins), threads, ValueRange{},
                        [&](OpBuilder &b, Location loc, Value i, ValueRange) {
@@ -494,7 +504,7 @@ struct RowWorker {
   /// many in-play columns have it.
   Value select(Value on, int topShift, function_ref<Column(OpBuilder &, Value, Value)> column, Value target,
                bool byMass, Value maxY = Value()) {
-    Type i32 = b.getI32Type(), f32 = b.getF32Type();
+    Type i32 = b.getI32Type();
     Value zero = h.f32(0.0);
     auto ifOp = scf::IfOp::create(b, loc, TypeRange{i32}, on, /*withElse=*/true);
     OpBuilder::InsertionGuard guard(b);
@@ -585,7 +595,6 @@ struct RowWorker {
       // Every thread has read the words before the next level writes them.
       barrier();
     }
-    (void)f32;
     scf::YieldOp::create(b, loc, ValueRange{prefix});
     return ifOp.getResult(0);
   }
@@ -632,19 +641,15 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   Value invT = arith::DivFOp::create(b, loc, one, t);
   auto yOf = [&](OpBuilder &b, Value v) { return arith::MulFOp::create(b, loc, v, invT).getResult(); };
 
-  // The largest key: max(y), each thread's in registers, then one atomic
-  // a thread.
-  w.onFirst([&] { w.setWord(i32c(b, loc, 0), 0); });
-  w.barrier();
+  // The largest key: max(y), each thread's in registers, then over the
+  // threads.
   Value mine = w.overColumns(
       [&](OpBuilder &b, Value, Value v, Value inside, ValueRange best) {
         Value key = arith::SelectOp::create(b, loc, inside, orderedKey(b, loc, yOf(b, v)), i32c(b, loc, 0));
         return SmallVector<Value>{arith::MaxUIOp::create(b, loc, best[0], key)};
       },
       ValueRange{i32c(b, loc, 0)})[0];
-  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, mine, w.words, ValueRange{h.idx(0)});
-  w.barrier();
-  Value maxY = fromOrderedKey(b, loc, w.word(0));
+  Value maxY = fromOrderedKey(b, loc, w.maxOverThreads(mine));
 
   // Top-k over every column, then top-p over the keys at or above its key.
   auto columnAbove = [&](Value floor) {
@@ -711,16 +716,10 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
         return SmallVector<Value>{hi, s};
       },
       ValueRange{negInf, zero});
-  // Over the threads: the largest maximum, then the sums rescaled to it.
-  w.onFirst([&] {
-    w.setWord(i32c(b, loc, 0), 0);
-    memref::StoreOp::create(b, loc, zero, w.fwords, ValueRange{h.idx(0)});
-  });
-  w.barrier();
-  memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maxu, orderedKey(b, loc, scan[0]), w.words,
-                              ValueRange{h.idx(0)});
-  w.barrier();
-  Value rowMax = fromOrderedKey(b, loc, w.word(0));
+  // Over the threads: the largest maximum, then the sums rescaled to it
+  // (the sum's word zeroed before the barriers of the maximum).
+  w.onFirst([&] { memref::StoreOp::create(b, loc, zero, w.fwords, ValueRange{h.idx(0)}); });
+  Value rowMax = fromOrderedKey(b, loc, w.maxOverThreads(orderedKey(b, loc, scan[0])));
   Value scaled = arith::MulFOp::create(
       b, loc, scan[1], math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, scan[0], rowMax)));
   Value mine = arith::SelectOp::create(

@@ -538,6 +538,14 @@ class DecodeSession:
 
                     buffers[name][: len(values)].copy_(torch.from_numpy(values))
 
+    def _check_prompts(self, prompts) -> int:
+        """The number of `prompts`, each non-empty, one per cache slot at most."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be non-empty")
+        if len(prompts) > self.max_batch:
+            raise ValueError(f"{len(prompts)} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        return len(prompts)
+
     def _check_tokens(self, tokens: np.ndarray) -> None:
         if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
             bad = int(tokens[(tokens < 0) | (tokens >= self.config.vocab_size)][0])
@@ -606,10 +614,7 @@ class DecodeSession:
         tiles; else launches of up to `max_batch` rows of the decode kernel:
         position-major chunks in which the rows of one prompt attend
         causally to each other. Returns the greedy token after each prompt."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("prompts must be non-empty")
-        if len(prompts) > self.max_batch:
-            raise ValueError(f"{len(prompts)} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        self._check_prompts(prompts)
         slots = list(range(len(prompts))) if slots is None else [int(s) for s in slots]
         if len(slots) != len(prompts) or len(set(slots)) != len(slots):
             raise ValueError(f"{len(prompts)} prompts need as many distinct cache slots, got {slots}")
@@ -956,11 +961,7 @@ class DecodeSession:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
                 or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("prompts must be non-empty")
-        n = len(prompts)
-        if n > self.max_batch:
-            raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        n = self._check_prompts(prompts)
         stop_ids = self.stop_rows(stop, n)
         lengths = np.array([len(p) for p in prompts], np.int64)
         rows = self.sampling_rows(n, **sampling, outputs_from=[int(x) for x in lengths])
@@ -1046,11 +1047,7 @@ class DecodeSession:
         n - 1 decode steps (the prefill kernel keeps its last position's
         logits only). The slots then hold the prompts' keys and values but
         for their last tokens'."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("prompts must be non-empty")
-        n = len(prompts)
-        if n > self.max_batch:
-            raise ValueError(f"{n} prompts exceed the {self.max_batch} cache slots (max_batch)")
+        n = self._check_prompts(prompts)
         for p in prompts:
             self._check_tokens(np.asarray(p, np.int64))
         lengths = np.array([len(p) for p in prompts], np.int64)
@@ -1216,15 +1213,12 @@ class DecodeSession:
                 ready &= ~np.isnan(logprob_host["out_top_logprobs"][lists[b, :end], last_id[b]])
             return int(np.cumprod(ready).sum())
 
-        def hand_logprobs(b: int, start: int, end: int, final: bool) -> None:
+        def hand_logprobs(b: int, start: int, end: int) -> None:
             """Row b's Logprobs of tokens start..end to on_logprobs."""
             if end <= start or counts is None or counts[b] < 0 or on_logprobs is None:
                 return
             k, at = int(counts[b]), lists[b, start:end]
-            if final:
-                lp = self._gather("out_logprobs", rows[b:b + 1, start:end], cols[b:b + 1, start:end])[0]
-            else:
-                lp = logprob_host["out_logprobs"][rows[b, start:end], cols[b, start:end]]
+            lp = self._gather("out_logprobs", rows[b:b + 1, start:end], cols[b:b + 1, start:end])[0]
             ids, vals = (self._list_rows(name, at)[:, :k] for name in ("out_top_ids", "out_top_logprobs"))
             on_logprobs(b, [Logprob(float(lp[j]), list(zip(ids[j].tolist(), vals[j].tolist())))
                             for j in range(end - start)])
@@ -1254,7 +1248,7 @@ class DecodeSession:
                         end = min(end, written(b, end))
                         if end <= seen[b]:
                             continue
-                        hand_logprobs(int(b), int(seen[b]), end, final=False)
+                        hand_logprobs(int(b), int(seen[b]), end)
                     on_tokens(int(b), window[b, seen[b]:end].tolist())
                     seen[b] = end
             if interrupt_when is not None and not interrupted[0] and interrupt_when():
@@ -1272,7 +1266,7 @@ class DecodeSession:
             count = int(after[b] + (2 if finished[b] else 1) - (positions[b] + 1))
             new = window[b, :count].tolist()
             rest = [t for t in new[seen[b]:] if 0 <= t < self.config.vocab_size]
-            hand_logprobs(b, int(seen[b]), int(seen[b]) + len(rest), final=True)
+            hand_logprobs(b, int(seen[b]), int(seen[b]) + len(rest))
             if on_tokens is not None and rest:
                 on_tokens(b, rest)
             out.append((new, int(finished[b])))

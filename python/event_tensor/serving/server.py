@@ -155,13 +155,14 @@ def _params(body, max_tokens: int | None, choice: int = 0) -> SamplingParams:
             raise APIError(400, f"logit_bias names token {token} twice", "logit_bias")
         bias[token] = float(value)
     seed = None if body.seed is None else (body.seed + choice) % (1 << 64)
+    logprobs = _logprobs(body)
     return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), seed=seed,
                           top_k=max(body.top_k or 0, 0), top_p=1.0 if body.top_p is None else float(body.top_p),
                           min_p=float(body.min_p or 0.0), repetition_penalty=float(repetition),
                           frequency_penalty=float(body.frequency_penalty or 0.0),
                           presence_penalty=float(body.presence_penalty or 0.0), logit_bias=bias or None,
-                          logprobs=_logprobs(body),
-                          prompt_logprobs=_logprobs(body) if getattr(body, "echo", False) else None, stop_ids=tuple(body.stop_token_ids or ()),
+                          logprobs=logprobs, prompt_logprobs=logprobs if getattr(body, "echo", False) else None,
+                          stop_ids=tuple(body.stop_token_ids or ()),
                           ignore_eos=body.ignore_eos)
 
 
