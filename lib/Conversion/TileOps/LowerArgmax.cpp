@@ -6,8 +6,7 @@
 // out those below the row's threshold (`above`). et.sample_threshold: the
 // threshold of the top-k, top-p and min-p filters, by radix selects;
 // et.top_logprobs: a row's log-sum-exp and its most likely ids, by the same
-// selects; et.top_candidates: a chunk of a row reduced to its largest
-// entries and sums, over which the two others can run instead of the row.
+// selects.
 // et.penalize: repetition, frequency and presence penalties, once per id
 // of the token's history.
 //
@@ -372,20 +371,19 @@ static Value fromOrderedKey(OpBuilder &b, Location loc, Value key) {
 
 namespace {
 
-/// The worker's threads on one token's entries (all of them on the GPU, one
-/// on the host) and the scratch of its radix selects: a count and a mass
-/// per key range of 8 bits, and words the threads share, in shared memory
-/// (a local buffer on the host). The entries are columns of the token's
-/// row of x, or the candidates that et.top_candidates wrote for the row's
-/// chunks.
+/// The worker's threads on one token's row (all of them on the GPU, one on
+/// the host) and the scratch of its radix selects: a count and a mass per
+/// key range of 8 bits, and words the threads share, in shared memory (a
+/// local buffer on the host).
 struct RowWorker {
   static constexpr int64_t kBins = 256;
-  /// Copies of the bins on the GPU, one per warp of up to 16 (warp w adds
-  /// into copy w mod 16), folded into copy 0 after each count: with one
-  /// copy, the keys of a row's logits fall into a few first-level bins and
-  /// the threads' atomic adds queued on them (a first level over 128K
-  /// logits took about 270 us on one SM).
-  static constexpr int64_t kCopies = 16;
+  /// Copies of the bins on the GPU (warp w adds into copy w mod 4), folded
+  /// into copy 0 after each count: with one copy, the keys of a row's
+  /// logits fall into a few first-level bins and the threads' atomic adds
+  /// queued on them (a first level over 128K logits took about 270 us on
+  /// one SM). Few copies: the scratch is static shared memory, which the
+  /// one-row kernels' weight staging gets less of (16 copies cost it 64 KB).
+  static constexpr int64_t kCopies = 4;
   int64_t copies = 1;
 
   /// What a column brings to a select: its key (order-preserving i32),
@@ -405,49 +403,39 @@ struct RowWorker {
   // [3] free for the op; fwords[0]: the mass left (by mass), [1] free.
   Value counts, mass, words, fwords;
 
-  // The token's row: row `row` of x, `width` columns.
+  // The row the worker scans: row `row` of x, `width` columns.
   Value x, row, width;
-  // The entries scanned: `count` of them; columns from `first` on, or
-  // (candIds set) candidate e = (e / candK, e mod candK) of the row.
-  Value first, count;
-  Value candIds, candVals;
-  int64_t candK = 0;
 
   RowWorker(OpBuilder &b, Location loc, Operation *op, bool gpu, Value x, Value row)
       : b(b), loc(loc), task(op->getParentOfType<TaskOp>()), gpu(gpu), x(x), row(row) {
     width = memref::DimOp::create(b, loc, x, 1);
-    first = h.idx(0);
-    count = width;
     Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
     copies = gpu ? kCopies : 1;
-    counts = scratch(copies * kBins, i32);
-    mass = scratch(copies * kBins, f32);
-    words = scratch(4, i32);
-    fwords = scratch(2, f32);
+    counts = scratch(copies * kBins, i32, "counts");
+    mass = scratch(copies * kBins, f32, "mass");
+    words = scratch(4, i32, "words");
+    fwords = scratch(2, f32, "fwords");
     tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
     threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
     isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0));
   }
 
-  /// Scan the columns [from, from + n) of the row (n within it).
-  void overRow(Value from, Value n) {
-    candIds = candVals = Value();
-    first = from;
-    count = n;
-  }
-  /// Scan the candidates `ids` / `vals` (tokens x chunks x K) of the row.
-  void overCandidates(Value ids, Value vals) {
-    auto t = cast<MemRefType>(ids.getType());
-    candIds = ids;
-    candVals = vals;
-    candK = t.getDimSize(2);
-    count = h.idx(t.getDimSize(1) * candK);
-  }
-
-  Value scratch(int64_t n, Type t) {
-    if (gpu)
-      return workgroupBuffer(task, loc, {n}, t);
-    return memref::AllocaOp::create(b, loc, MemRefType::get({n}, t));
+  /// A scratch buffer of n `t`s: on the GPU in the task's shared memory,
+  /// the one of that `name` that an earlier row op of the task made (the
+  /// row ops of a tile run one after another, each ending on a barrier);
+  /// on the host a local buffer.
+  Value scratch(int64_t n, Type t, StringRef name) {
+    if (!gpu)
+      return memref::AllocaOp::create(b, loc, MemRefType::get({n}, t));
+    StringRef key = "row_scratch";
+    for (auto alloca : task.getBody().front().getOps<memref::AllocaOp>())
+      if (auto tag = alloca->getAttrOfType<StringAttr>(key))
+        if (tag.getValue() == name && alloca.getType().getElementType() == t &&
+            alloca.getType().getShape() == ArrayRef<int64_t>{n})
+          return alloca;
+    Value buffer = workgroupBuffer(task, loc, {n}, t);
+    buffer.getDefiningOp()->setAttr(key, b.getStringAttr(name));
+    return buffer;
   }
   void barrier() {
     if (gpu)
@@ -461,61 +449,42 @@ struct RowWorker {
   }
   Value word(int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}); }
   void setWord(Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); }
-  /// A scan's loads: kUnroll entries a trip per thread, all issued before
+  /// A scan's loads: kUnroll columns a trip per thread, all issued before
   /// any is used. One SM scans the row, from L2: with a load at a time a
   /// pass over 128K logits took about 100 us, with eight about 35 us
   /// (H100), still far from what the SM can take.
   static constexpr int64_t kUnroll = 8;
 
-  /// Entry `e` (inside the entries): its column id (index), its value
-  /// (f32) and whether it is one (a candidate past its chunk's columns is
-  /// not).
-  std::tuple<Value, Value, Value> entry(OpBuilder &b, Value e) {
-    if (!candIds) {
-      Value col = arith::AddIOp::create(b, loc, first, e);
-      return {col, toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{row, col})),
-              arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)};
-    }
-    Value k = arith::ConstantIndexOp::create(b, loc, candK);
-    Value chunk = arith::DivUIOp::create(b, loc, e, k), at = arith::RemUIOp::create(b, loc, e, k);
-    Value id = memref::LoadOp::create(b, loc, candIds, ValueRange{row, chunk, at});
-    Value v = memref::LoadOp::create(b, loc, candVals, ValueRange{row, chunk, at});
-    Value is = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32c(b, loc, 0));
-    Value safe = arith::MaxSIOp::create(b, loc, id, i32c(b, loc, 0));
-    return {arith::IndexCastOp::create(b, loc, b.getIndexType(), safe), v, is};
-  }
-
-  /// Each thread's entries, `threads` apart: every load of a trip first,
-  /// then `use` of each entry in order with its column id, its value (f32)
-  /// and whether it is an entry (one past the end reads the trip's first,
-  /// and `use` must not count it). Returns the loop's results (`init`
-  /// carried through `use`'s return values; none by default).
+  /// Each thread's columns of the row, `threads` apart: every load of a
+  /// trip first, then `use` of each column in column order with its value
+  /// (f32) and whether it is inside the row (a column past the end reads
+  /// the trip's first column, and `use` must not count it). Returns the
+  /// loop's results (`init` carried through `use`'s return values; none by
+  /// default).
   ValueRange overColumns(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, Value, ValueRange)> use,
                          ValueRange init = {}) {
     Value step = arith::MulIOp::create(b, loc, threads, h.idx(kUnroll));
     auto loop = scf::ForOp::create(
-        b, loc, tid, count, step, init, [&](OpBuilder &b, Location loc, Value e, ValueRange acc) {
-          SmallVector<std::tuple<Value, Value, Value>> got;
-          SmallVector<Value> inside;
+        b, loc, tid, width, step, init, [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
+          SmallVector<Value> cols, inside, got;
           for (int64_t u = 0; u < kUnroll; ++u) {
-            Value at = u ? arith::AddIOp::create(b, loc, e, arith::MulIOp::create(b, loc, threads, h.idx(u)))
+            Value at = u ? arith::AddIOp::create(b, loc, j, arith::MulIOp::create(b, loc, threads, h.idx(u)))
                                .getResult()
-                         : e;
-            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, count);
+                         : j;
+            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, width);
+            cols.push_back(arith::SelectOp::create(b, loc, in, at, j));
             inside.push_back(in);
-            got.push_back(entry(b, arith::SelectOp::create(b, loc, in, at, e)));
+            got.push_back(memref::LoadOp::create(b, loc, x, ValueRange{row, cols.back()}));
           }
           SmallVector<Value> carried(acc.begin(), acc.end());
-          for (int64_t u = 0; u < kUnroll; ++u) {
-            auto [id, v, is] = got[u];
-            carried = use(b, id, v, arith::AndIOp::create(b, loc, inside[u], is), carried);
-          }
+          for (int64_t u = 0; u < kUnroll; ++u)
+            carried = use(b, cols[u], toF32(b, loc, got[u]), inside[u], carried);
           scf::YieldOp::create(b, loc, carried);
         });
     return loop.getResults();
   }
-  /// `overColumns` with side effects only: `use` runs where the entry is
-  /// one.
+  /// `overColumns` with side effects only: `use` runs where the column is
+  /// inside the row.
   void forColumns(function_ref<void(OpBuilder &, Value, Value)> use) {
     overColumns([&](OpBuilder &b, Value j, Value v, Value inside, ValueRange) {
       auto ifOp = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
@@ -912,66 +881,8 @@ static std::pair<Value, SmallVector<Value>> maxAndSums(RowWorker &w, ArrayRef<Va
   return {rowMax, sums};
 }
 
-/// The row's maximum and sum of exp((x - maximum) * s) from the stats of
-/// its chunks (et.top_candidates): stat 0 each chunk's maximum, stat
-/// `which` its sum at that scale; on every thread.
-static std::pair<Value, Value> maxAndSumOfChunks(RowWorker &w, Value stats, int64_t which, Value scale) {
-  OpBuilder &b = w.b;
-  Location loc = w.loc;
-  TileBuilder &h = w.h;
-  Value chunks = h.idx(cast<MemRefType>(stats.getType()).getDimSize(1));
-  Value zero = h.f32(0.0);
-  auto stat = [&](OpBuilder &b, Value c, int64_t i) {
-    return memref::LoadOp::create(b, loc, stats, ValueRange{w.row, c, h.idx(i)}).getResult();
-  };
-  Value key = scf::ForOp::create(b, loc, w.tid, chunks, w.threads, ValueRange{i32c(b, loc, 0)},
-                                 [&](OpBuilder &b, Location loc, Value c, ValueRange acc) {
-                                   Value k = orderedKey(b, loc, stat(b, c, 0));
-                                   scf::YieldOp::create(b, loc, ValueRange{arith::MaxUIOp::create(b, loc, acc[0], k)});
-                                 })
-                  .getResult(0);
-  Value rowMax = fromOrderedKey(b, loc, w.maxOverThreads(key));
-  Value mine = scf::ForOp::create(
-                   b, loc, w.tid, chunks, w.threads, ValueRange{zero},
-                   [&](OpBuilder &b, Location loc, Value c, ValueRange acc) {
-                     Value s = stat(b, c, which);
-                     Value scaled = arith::MulFOp::create(
-                         b, loc, s,
-                         math::ExpOp::create(
-                             b, loc,
-                             arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, stat(b, c, 0), rowMax),
-                                                   scale)));
-                     Value add = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, s, zero);
-                     scf::YieldOp::create(b, loc, ValueRange{arith::SelectOp::create(
-                                                      b, loc, add, arith::AddFOp::create(b, loc, acc[0], scaled),
-                                                      acc[0])});
-                   })
-                   .getResult(0);
-  return {rowMax, w.sumOverThreads(mine, 0)};
-}
-
-/// The largest floor of the row's chunks (et.top_candidates' stat 3) as a
-/// key of y = floor * invT: entries above it are all candidates.
-static Value floorKeyOfChunks(RowWorker &w, Value stats, Value invT) {
-  OpBuilder &b = w.b;
-  Location loc = w.loc;
-  TileBuilder &h = w.h;
-  Value chunks = h.idx(cast<MemRefType>(stats.getType()).getDimSize(1));
-  Value key = scf::ForOp::create(
-                  b, loc, w.tid, chunks, w.threads, ValueRange{i32c(b, loc, 0)},
-                  [&](OpBuilder &b, Location loc, Value c, ValueRange acc) {
-                    Value f = memref::LoadOp::create(b, loc, stats, ValueRange{w.row, c, h.idx(3)});
-                    Value k = orderedKey(b, loc, arith::MulFOp::create(b, loc, f, invT));
-                    scf::YieldOp::create(b, loc, ValueRange{arith::MaxUIOp::create(b, loc, acc[0], k)});
-                  })
-                  .getResult(0);
-  return w.maxOverThreads(key);
-}
-
 /// et.sample_threshold: radix selects over the keys of y = x / T (RowWorker),
-/// by count for top-k, then by mass for top-p among the keys top-k keeps;
-/// with candidates, over them first, and over the row where they cannot
-/// decide.
+/// by count for top-k, then by mass for top-p among the keys top-k keeps.
 static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -996,18 +907,29 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   Value sampled = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, t, zero);
   Value any = arith::AndIOp::create(b, loc, sampled,
                                     arith::OrIOp::create(b, loc, kOn, arith::OrIOp::create(b, loc, pOn, minOn)));
-  // Greedy tokens and tokens without a filter: -inf (not covered),
-  // nothing read.
-  auto work = scf::IfOp::create(b, loc, TypeRange{f32, i32}, any, /*withElse=*/true);
+  // Greedy tokens and tokens without a filter: -inf, nothing read.
+  auto work = scf::IfOp::create(b, loc, TypeRange{f32}, any, /*withElse=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(work.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{negInf, i32c(b, loc, 0)});
+    scf::YieldOp::create(b, loc, ValueRange{negInf});
   }
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
   Value invT = arith::DivFOp::create(b, loc, one, t);
   auto yOf = [&](OpBuilder &b, Value v) { return arith::MulFOp::create(b, loc, v, invT).getResult(); };
+
+  // The largest key: max(y), each thread's in registers, then over the
+  // threads.
+  Value mine = w.overColumns(
+      [&](OpBuilder &b, Value, Value v, Value inside, ValueRange best) {
+        Value key = arith::SelectOp::create(b, loc, inside, orderedKey(b, loc, yOf(b, v)), i32c(b, loc, 0));
+        return SmallVector<Value>{arith::MaxUIOp::create(b, loc, best[0], key)};
+      },
+      ValueRange{i32c(b, loc, 0)})[0];
+  Value maxY = fromOrderedKey(b, loc, w.maxOverThreads(mine));
+
+  // Top-k over every column, then top-p over the keys at or above its key.
   auto columnAbove = [&](Value floor) {
     return [&, floor](OpBuilder &b, Value, Value v) {
       Value y = yOf(b, v);
@@ -1015,82 +937,17 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
       return RowWorker::Column{key, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, key, floor), y};
     };
   };
-  // The threshold of the keys top-k and top-p chose, and min-p's.
-  auto tauOf = [&](Value keyK, Value keyP, Value maxY) {
-    Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
-    Value tau = arith::SelectOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key, i32c(b, loc, 0)), negInf,
-        fromOrderedKey(b, loc, key));
-    Value tauMin = arith::SelectOp::create(
-        b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
-    return arith::MaximumFOp::create(b, loc, tau, tauMin).getResult();
-  };
-  // Over every column of the row: the largest key, max(y), each thread's
-  // in registers, then over the threads; top-k, then top-p over the keys
-  // at or above its key.
-  auto overRow = [&] {
-    w.overRow(h.idx(0), width);
-    Value mine = w.overColumns(
-        [&](OpBuilder &b, Value, Value v, Value inside, ValueRange best) {
-          Value key = arith::SelectOp::create(b, loc, inside, orderedKey(b, loc, yOf(b, v)), i32c(b, loc, 0));
-          return SmallVector<Value>{arith::MaxUIOp::create(b, loc, best[0], key)};
-        },
-        ValueRange{i32c(b, loc, 0)})[0];
-    Value maxY = fromOrderedKey(b, loc, w.maxOverThreads(mine));
-    Value keyK = w.select(kOn, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
-    Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
-    return tauOf(keyK, keyP, maxY);
-  };
-  if (!op.getCandIds()) {
-    scf::YieldOp::create(b, loc, ValueRange{overRow(), i32c(b, loc, 0)});
-  } else {
-    // Over the candidates, with the row's maximum and mass from the
-    // chunks' stats: top-k decides if k <= K (each chunk's K largest hold
-    // its share of the k largest); top-p if its key, and top-k's under
-    // it, are above every chunk's floor (every entry above the floors is
-    // a candidate, so the mass above the key is all there).
-    auto ids = cast<MemRefType>(op.getCandIds().getType());
-    Value stats = op.getCandStats();
-    auto [maxX, massT] = maxAndSumOfChunks(w, stats, 2, invT);
-    Value maxY = yOf(b, maxX);
-    Value floorKey = floorKeyOfChunks(w, stats, invT);
-    w.overCandidates(op.getCandIds(), op.getCandVals());
-    Value kFits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, k, i32c(b, loc, ids.getDimSize(2)));
-    Value keyK = w.select(arith::AndIOp::create(b, loc, kOn, kFits), 24, columnAbove(i32c(b, loc, 0)), k,
-                          /*byMass=*/false);
-    // Without top-k, the mass in play is the row's (from the stats); with
-    // it, that of the candidates it keeps (-1: the bins').
-    Value total = arith::SelectOp::create(b, loc, kOn, h.f32(-1.0), massT);
-    Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY, total);
-    auto above = [&](Value key) { return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, key, floorKey); };
-    Value notK = arith::XOrIOp::create(b, loc, kOn, arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
-    Value notP = arith::XOrIOp::create(b, loc, pOn, arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
-    Value kDecides = arith::OrIOp::create(b, loc, notK, kFits);
-    Value pDecides = arith::OrIOp::create(
-        b, loc, notP,
-        arith::AndIOp::create(b, loc, above(keyP), arith::OrIOp::create(b, loc, notK, above(keyK))));
-    auto decided = scf::IfOp::create(b, loc, TypeRange{f32}, arith::AndIOp::create(b, loc, kDecides, pDecides),
-                                     /*withElse=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(decided.thenBlock());
-      scf::YieldOp::create(b, loc, ValueRange{tauOf(keyK, keyP, maxY)});
-      b.setInsertionPointToStart(decided.elseBlock());
-      scf::YieldOp::create(b, loc, ValueRange{overRow()});
-    }
-    // Covered: the threshold above every floor, so every column kept is
-    // a candidate.
-    Value tauKey = orderedKey(b, loc, decided.getResult(0));
-    Value covered = arith::ExtUIOp::create(
-        b, loc, i32, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, tauKey, floorKey));
-    scf::YieldOp::create(b, loc, ValueRange{decided.getResult(0), covered});
-  }
+  Value keyK = w.select(kOn, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
+  Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
+  Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
+  Value tau = arith::SelectOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key,
+                                                                    i32c(b, loc, 0)),
+                                      negInf, fromOrderedKey(b, loc, key));
+  Value tauMin = arith::SelectOp::create(
+      b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
+  scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, tau, tauMin)});
   b.setInsertionPointAfter(work);
-  w.onFirst([&] {
-    memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m});
-    if (Value covered = op.getCovered())
-      memref::StoreOp::create(b, loc, work.getResult(1), covered, ValueRange{m});
-  });
+  w.onFirst([&] { memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m}); });
   op.erase();
 }
 
@@ -1131,10 +988,9 @@ static void writeSorted(RowWorker &w, Value take, Value listIds, Value listVals,
 }
 
 /// et.top_logprobs (RowWorker): the row's maximum and sum of exponentials
-/// (per thread, online, then over the threads; with candidates, from the
-/// chunks' stats), then with n > 0 the n largest (RowWorker::takeLargest,
-/// over the candidates if there are) and thread 0 writing them out,
-/// largest first.
+/// (per thread, online, then over the threads), then with n > 0 the n
+/// largest (RowWorker::takeLargest) and thread 0 writing them out, largest
+/// first.
 static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -1143,7 +999,7 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   TileBuilder &h = w.h;
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   int64_t entries = op.getIds().getType().getDimSize(1);
-  Value listIds = w.scratch(entries, i32), listVals = w.scratch(entries, f32);
+  Value listIds = w.scratch(entries, i32, "list_ids"), listVals = w.scratch(entries, f32, "list_values");
   Value widthI32 = arith::IndexCastOp::create(b, loc, i32, w.width);
   Value n = memref::LoadOp::create(b, loc, op.getCount(), ValueRange{m});
   auto work = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, n, i32c(b, loc, 0)),
@@ -1151,16 +1007,8 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
   Value one = h.f32(1.0);
-  Value rowMax, sum;
-  if (op.getCandIds()) {
-    std::tie(rowMax, sum) = maxAndSumOfChunks(w, op.getCandStats(), 1, one);
-    w.overCandidates(op.getCandIds(), op.getCandVals());
-  } else {
-    auto [top, sums] = maxAndSums(w, {one});
-    rowMax = top;
-    sum = sums[0];
-  }
-  Value lse = arith::AddFOp::create(b, loc, rowMax, math::LogOp::create(b, loc, sum));
+  auto [rowMax, sums] = maxAndSums(w, {one});
+  Value lse = arith::AddFOp::create(b, loc, rowMax, math::LogOp::create(b, loc, sums[0]));
   // The n largest (at most the list's entries and the row's width).
   Value take = arith::MinSIOp::create(b, loc, arith::MinSIOp::create(b, loc, n, i32c(b, loc, entries)), widthI32);
   auto some = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, take, i32c(b, loc, 0)),
@@ -1173,64 +1021,6 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   }
   w.onFirst([&] { memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{m}); });
   // The threads have read the shared words before another op writes them.
-  w.barrier();
-  op.erase();
-}
-
-/// et.top_candidates (RowWorker over the chunk's columns): the maximum and
-/// the sums of exponentials at 1 and 1 / T (online), the K largest
-/// (RowWorker::takeLargest), then the list out on every thread and the
-/// stats on thread 0.
-static void lowerTopCandidates(TopCandidatesOp op, bool gpu) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  Value m = op.getToken(), slot = op.getSlot();
-  RowWorker w(b, loc, op, gpu, op.getX(), m);
-  TileBuilder &h = w.h;
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
-  int64_t k = op.getIds().getType().getDimSize(2);
-  Value listIds = w.scratch(k, i32), listVals = w.scratch(k, f32);
-  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), w.width);
-  Value n = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, end, op.getCol0()), h.idx(0));
-  w.overRow(op.getCol0(), n);
-  Value zero = h.f32(0.0), one = h.f32(1.0);
-  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
-  Value t = memref::LoadOp::create(b, loc, op.getTemperature(), ValueRange{m});
-  Value sampled = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, t, zero);
-  Value invT = arith::SelectOp::create(b, loc, sampled, arith::DivFOp::create(b, loc, one, t), one);
-  auto [top, sums] = maxAndSums(w, {one, invT});
-  Value nI32 = arith::IndexCastOp::create(b, loc, i32, n);
-  Value take = arith::MinSIOp::create(b, loc, nI32, i32c(b, loc, k));
-  auto some = scf::IfOp::create(b, loc, TypeRange{i32},
-                                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, take, i32c(b, loc, 0)),
-                                /*withElse=*/true);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(some.thenBlock());
-    scf::YieldOp::create(b, loc, ValueRange{w.takeLargest(take, listIds, listVals)});
-    b.setInsertionPointToStart(some.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{i32c(b, loc, 0)});
-  }
-  threadLoop(b, loc, h.idx(k), [&](OpBuilder &b, Location loc, Value i) {
-    Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, arith::IndexCastOp::create(b, loc, i32, i),
-                                     take);
-    Value safe = arith::SelectOp::create(b, loc, in, i, h.idx(0));
-    Value id = arith::SelectOp::create(b, loc, in, memref::LoadOp::create(b, loc, listIds, ValueRange{safe}),
-                                       i32c(b, loc, -1));
-    Value v = arith::SelectOp::create(b, loc, in, memref::LoadOp::create(b, loc, listVals, ValueRange{safe}), negInf);
-    memref::StoreOp::create(b, loc, id, op.getIds(), ValueRange{m, slot, i});
-    memref::StoreOp::create(b, loc, v, op.getVals(), ValueRange{m, slot, i});
-  });
-  Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, nI32, i32c(b, loc, k));
-  Value floor = arith::SelectOp::create(b, loc, more, fromOrderedKey(b, loc, some.getResult(0)), negInf);
-  Value massT = arith::SelectOp::create(b, loc, sampled, sums[1], zero);
-  w.onFirst([&] {
-    Value values[] = {top, sums[0], massT, floor};
-    for (int64_t i = 0; i < 4; ++i)
-      memref::StoreOp::create(b, loc, values[i], op.getStats(), ValueRange{m, slot, h.idx(i)});
-  });
-  // The threads have read the list and the words before another op
-  // writes them.
   w.barrier();
   op.erase();
 }
@@ -1360,15 +1150,6 @@ struct TopLogprobsLowering : public TileOpLowering<TopLogprobsOp> {
   }
 };
 
-/// et.top_candidates: all threads of the worker on the GPU, one on the host.
-struct TopCandidatesLowering : public TileOpLowering<TopCandidatesOp> {
-  using TileOpLowering::TileOpLowering;
-  LogicalResult matchAndRewrite(TopCandidatesOp op, PatternRewriter &) const override {
-    lowerTopCandidates(op, options.gpu);
-    return success();
-  }
-};
-
 /// et.logit_bias: all threads of the worker on the GPU, one on the host.
 struct LogitBiasLowering : public TileOpLowering<LogitBiasOp> {
   using TileOpLowering::TileOpLowering;
@@ -1403,8 +1184,7 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering, TopLogprobsLowering, TopCandidatesLowering, LogitBiasLowering,
-               PenalizeLowering>(
+  patterns.add<ArgmaxLowering, SampleThresholdLowering, TopLogprobsLowering, LogitBiasLowering, PenalizeLowering>(
       patterns.getContext(), options);
 }
 } // namespace mlir::et::tile
