@@ -572,12 +572,12 @@ struct RowWorker {
   /// lowest non-empty one if rounding never gets there), into word 1, and
   /// what is left of the target inside it into word 2 (by count) or
   /// fwords[0] (by mass). The first level's target is `target` (by count)
-  /// or `target` times the mass of the bins, or `total` where it is not
-  /// negative (by mass); a later level's is what the level before left.
+  /// or `target` times the mass of the bins (by mass); a later level's is
+  /// what the level before left.
   /// On the host thread 0 goes over the bins; on the GPU warp 0, each lane
   /// over 8 bins with a scan over the lanes between (thread 0 alone going
   /// over 256 bins took longer than a pass over a chunk of logits).
-  void chooseBin(bool firstLevel, bool byMass, Value target, Value total) {
+  void chooseBin(bool firstLevel, bool byMass, Value target) {
     Type i32 = b.getI32Type();
     Value zero = byMass ? h.f32(0.0) : i32c(b, loc, 0);
     Value bins = byMass ? mass : counts;
@@ -637,11 +637,7 @@ struct RowWorker {
         return byMass ? memref::LoadOp::create(b, loc, fwords, ValueRange{h.idx(0)}).getResult() : word(2);
       if (!byMass)
         return target;
-      Value useTotal = total ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, total, h.f32(0.0)).getResult()
-                             : Value();
-      return arith::MulFOp::create(b, loc, target,
-                                   useTotal ? arith::SelectOp::create(b, loc, useTotal, total, sumOfBins).getResult()
-                                            : sumOfBins);
+      return arith::MulFOp::create(b, loc, target, sumOfBins).getResult();
     };
     if (!gpu) {
       Value totalBins = scf::ForOp::create(b, loc, h.idx(0), h.idx(kBins), h.idx(1), ValueRange{zero},
@@ -715,16 +711,16 @@ struct RowWorker {
     store(b, arith::SelectOp::create(b, loc, reached, chosen, none), lowest, left, w);
   }
 
-  /// One radix select where `on`, over the in-play entries, 8 bits a level
+  /// One radix select where `on`, over the in-play columns, 8 bits a level
   /// from bit `topShift` + 7 down: the key whose range holds the target,
-  /// counted from the largest key down (by count: `target` entries, an
-  /// i32; by mass: the fraction `target` (f32) of the in-play mass, or of
-  /// `total` if given, each entry weighing exp(y - maxY)). Returns the key
+  /// counted from the largest key down (by count: `target` columns, an
+  /// i32; by mass: the fraction `target` (f32) of the in-play mass, each
+  /// column weighing exp(y - maxY)). Returns the key
   /// (0 where `on` is false). After it, by count, word(2) is what is left
-  /// of the target among the entries of that key, and counts[word(1)] how
-  /// many in-play entries have it.
+  /// of the target among the columns of that key, and counts[word(1)] how
+  /// many in-play columns have it.
   Value select(Value on, int topShift, function_ref<Column(OpBuilder &, Value, Value)> column, Value target,
-               bool byMass, Value maxY = Value(), Value total = Value()) {
+               bool byMass, Value maxY = Value()) {
     Type i32 = b.getI32Type();
     auto ifOp = scf::IfOp::create(b, loc, TypeRange{i32}, on, /*withElse=*/true);
     OpBuilder::InsertionGuard guard(b);
@@ -764,7 +760,7 @@ struct RowWorker {
         foldCopies(byMass ? mass : counts, byMass);
         barrier();
       }
-      chooseBin(shift == topShift, byMass, target, total);
+      chooseBin(shift == topShift, byMass, target);
       barrier();
       Value chosen = word(1);
       prefix = arith::OrIOp::create(b, loc, prefix, arith::ShLIOp::create(b, loc, chosen, i32c(b, loc, shift)));
@@ -775,19 +771,19 @@ struct RowWorker {
     return ifOp.getResult(0);
   }
 
-  /// The `take` largest values of the entries (take > 0; equal values in
-  /// increasing id) into `listIds` / `listVals` (in no order), on every
-  /// thread after it: a select by count for the key of the take-th, one
-  /// over 24 bits of (2^24 - 1 - id) among the entries of that key when
-  /// more of them tie than are left to take, and a pass that gathers them.
-  /// Returns the key of the take-th largest.
-  Value takeLargest(Value take, Value listIds, Value listVals) {
+  /// The `take` largest values of the row (take > 0; equal values in
+  /// increasing column) into `listIds` / `listVals` (in no order), on
+  /// every thread after it: a select by count for the key of the take-th,
+  /// one over 24 bits of (2^24 - 1 - column) among the columns of that key
+  /// when more of them tie than are left to take, and a pass that gathers
+  /// them.
+  void takeLargest(Value take, Value listIds, Value listVals) {
     Type i32 = b.getI32Type(), indexType = b.getIndexType();
     Value yes = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1);
     Value keyN = select(
         yes, 24, [&](OpBuilder &b, Value, Value v) { return Column{orderedKey(b, loc, v), yes, Value()}; }, take,
         /*byMass=*/false);
-    // Of the `take`, `left` have the key of the take-th; `tied` entries
+    // Of the `take`, `left` have the key of the take-th; `tied` columns
     // have it.
     Value left = word(2);
     Value tied = memref::LoadOp::create(b, loc, counts,
@@ -827,58 +823,41 @@ struct RowWorker {
       memref::StoreOp::create(b, loc, v, listVals, ValueRange{at});
     });
     barrier();
-    return keyN;
   }
 };
 
 } // namespace
 
-/// Each thread's maximum and sums of exp((x - maximum) * s) for each
-/// scale s of `scales` over the worker's entries (online), then over the
-/// threads: (the maximum, the sums rescaled to it), on every thread.
-static std::pair<Value, SmallVector<Value>> maxAndSums(RowWorker &w, ArrayRef<Value> scales) {
+/// The row's maximum and sum of exp(x - maximum), on every thread: each
+/// thread's over its columns (online), then over the threads.
+static std::pair<Value, Value> maxAndSum(RowWorker &w) {
   OpBuilder &b = w.b;
   Location loc = w.loc;
   TileBuilder &h = w.h;
   Value zero = h.f32(0.0), one = h.f32(1.0);
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
-  SmallVector<Value> init{negInf};
-  for (size_t i = 0; i < scales.size(); ++i)
-    init.push_back(zero);
   ValueRange scan = w.overColumns(
       [&](OpBuilder &b, Value, Value x, Value inside, ValueRange st) {
         Value v = arith::SelectOp::create(b, loc, inside, x, negInf);
         Value hi = arith::MaximumFOp::create(b, loc, st[0], v);
         Value lo = arith::MinimumFOp::create(b, loc, st[0], v);
-        Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, hi, negInf);
+        // exp(lo - hi), 0 where both are -inf (no mass yet, none added).
+        Value e = arith::SelectOp::create(b, loc,
+                                          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, hi, negInf), zero,
+                                          math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, lo, hi)));
         Value up = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, st[0]);
-        SmallVector<Value> next{hi};
-        for (size_t i = 0; i < scales.size(); ++i) {
-          // exp((lo - hi) * s), 0 where both are -inf (no mass yet, none
-          // added).
-          Value e = arith::SelectOp::create(
-              b, loc, none, zero,
-              math::ExpOp::create(b, loc,
-                                  arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, lo, hi), scales[i])));
-          next.push_back(arith::SelectOp::create(
-              b, loc, up, arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1 + i], e), one),
-              arith::AddFOp::create(b, loc, st[1 + i], e)));
-        }
-        return next;
+        Value s = arith::SelectOp::create(b, loc, up,
+                                          arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1], e), one),
+                                          arith::AddFOp::create(b, loc, st[1], e));
+        return SmallVector<Value>{hi, s};
       },
-      init);
+      ValueRange{negInf, zero});
   Value rowMax = fromOrderedKey(b, loc, w.maxOverThreads(orderedKey(b, loc, scan[0])));
-  SmallVector<Value> sums;
-  for (size_t i = 0; i < scales.size(); ++i) {
-    Value scaled = arith::MulFOp::create(
-        b, loc, scan[1 + i],
-        math::ExpOp::create(b, loc,
-                            arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, scan[0], rowMax), scales[i])));
-    Value mine = arith::SelectOp::create(
-        b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan[1 + i], zero), scaled, zero);
-    sums.push_back(w.sumOverThreads(mine, 0));
-  }
-  return {rowMax, sums};
+  Value scaled = arith::MulFOp::create(
+      b, loc, scan[1], math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, scan[0], rowMax)));
+  Value mine = arith::SelectOp::create(
+      b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan[1], zero), scaled, zero);
+  return {rowMax, w.sumOverThreads(mine, 0)};
 }
 
 /// et.sample_threshold: radix selects over the keys of y = x / T (RowWorker),
@@ -996,7 +975,6 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   Location loc = op.getLoc();
   Value m = op.getToken(), row = op.getRow();
   RowWorker w(b, loc, op, gpu, op.getX(), m);
-  TileBuilder &h = w.h;
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   int64_t entries = op.getIds().getType().getDimSize(1);
   Value listIds = w.scratch(entries, i32, "list_ids"), listVals = w.scratch(entries, f32, "list_values");
@@ -1006,9 +984,8 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
                                 /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
-  Value one = h.f32(1.0);
-  auto [rowMax, sums] = maxAndSums(w, {one});
-  Value lse = arith::AddFOp::create(b, loc, rowMax, math::LogOp::create(b, loc, sums[0]));
+  auto [rowMax, sum] = maxAndSum(w);
+  Value lse = arith::AddFOp::create(b, loc, rowMax, math::LogOp::create(b, loc, sum));
   // The n largest (at most the list's entries and the row's width).
   Value take = arith::MinSIOp::create(b, loc, arith::MinSIOp::create(b, loc, n, i32c(b, loc, entries)), widthI32);
   auto some = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, take, i32c(b, loc, 0)),
