@@ -700,14 +700,11 @@ struct RowWorker {
       lowest = arith::MaxSIOp::create(b, loc, lowest, shuffleXor(b, loc, lowest, offset));
     // The first lane that reaches stores (lane 0 if none does: the lowest
     // non-empty bin).
-    Value storer = arith::MinSIOp::create(b, loc, firstLane, i32c(b, loc, kWarp - 1));
-    storer = arith::SelectOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, firstLane, i32c(b, loc, kWarp)),
-        i32c(b, loc, 0), storer);
+    Value reached = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, firstLane, i32c(b, loc, kWarp));
+    Value storer = arith::SelectOp::create(b, loc, reached, firstLane, i32c(b, loc, 0));
     auto mineToStore = scf::IfOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, laneI32, storer),
                                          /*withElse=*/false);
     b.setInsertionPointToStart(mineToStore.thenBlock());
-    Value reached = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, firstLane, i32c(b, loc, kWarp));
     store(b, arith::SelectOp::create(b, loc, reached, chosen, none), lowest, left, w);
   }
 
@@ -924,6 +921,9 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
                                       negInf, fromOrderedKey(b, loc, key));
   Value tauMin = arith::SelectOp::create(
       b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
+  // Every thread has read the shared words (min-p alone reads the maximum
+  // last) before another row op of the tile, sharing them, writes them.
+  w.barrier();
   scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, tau, tauMin)});
   b.setInsertionPointAfter(work);
   w.onFirst([&] { memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m}); });
