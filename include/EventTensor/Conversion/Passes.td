@@ -55,6 +55,7 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::func::FuncDialect",
                            "::mlir::cf::ControlFlowDialect", "::mlir::memref::MemRefDialect",
                            "::mlir::arith::ArithDialect"];
 }

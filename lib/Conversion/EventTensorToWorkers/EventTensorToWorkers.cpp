@@ -31,6 +31,13 @@
 
 #include "EventTensor/Conversion/TileSharedMemory.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/RegionUtils.h"
+
 namespace mlir::et {
 #define GEN_PASS_DEF_CONVERTEVENTTENSORTONVVMPASS
 #define GEN_PASS_DEF_CONVERTEVENTTENSORTOCPUPASS
@@ -473,7 +480,56 @@ LogicalResult WorkerEmitter::emit(Operation *containerOp) {
   // Thread ids, the device id and peer buffers in the tile bodies and the
   // kernel-level values.
   replaceWorkerOps();
+  if (failed(outlineMarkedRegions()))
+    return failure();
   return checkSharedMemory(entryBlock->getParentOp());
+}
+
+LogicalResult WorkerEmitter::outlineMarkedRegions() {
+  SmallVector<scf::ExecuteRegionOp> marked;
+  entryBlock->getParentOp()->walk([&](scf::ExecuteRegionOp op) {
+    if (op->hasAttr(EventTensorDialect::getOutlineAttrName()))
+      marked.push_back(op);
+  });
+  IRRewriter rewriter(b);
+  for (auto [k, op] : llvm::enumerate(marked)) {
+    Region &region = op.getRegion();
+    // Constants are rematerialized in the function rather than passed.
+    // Workgroup buffers cross the call as generic memrefs, cast back
+    // inside (the function lowering before the GPU module's own maps no
+    // GPU address space).
+    SetVector<Value> captured;
+    getUsedValuesDefinedAbove(region, captured);
+    auto inRegion = [&](OpOperand &use) { return region.isAncestor(use.getOwner()->getParentRegion()); };
+    for (Value v : captured) {
+      Operation *def = v.getDefiningOp();
+      auto memref = dyn_cast<MemRefType>(v.getType());
+      if (def && def->hasTrait<OpTrait::ConstantLike>()) {
+        rewriter.setInsertionPointToStart(&region.front());
+        rewriter.replaceUsesWithIf(v, rewriter.clone(*def)->getResult(0), inRegion);
+      } else if (memref && inWorkgroupMemory(memref)) {
+        rewriter.setInsertionPoint(op);
+        auto generic = MemRefType::get(memref.getShape(), memref.getElementType(), memref.getLayout());
+        Value passed = memref::MemorySpaceCastOp::create(rewriter, loc, generic, v);
+        rewriter.setInsertionPointToStart(&region.front());
+        rewriter.replaceUsesWithIf(v, memref::MemorySpaceCastOp::create(rewriter, loc, memref, passed),
+                                   inRegion);
+      }
+    }
+    std::string name = (kernel.getSymName() + "_outlined_" + Twine(k)).str();
+    FailureOr<func::FuncOp> fn = outlineSingleBlockRegion(rewriter, op.getLoc(), region, name);
+    if (failed(fn))
+      return op.emitOpError("could not be outlined");
+    fn->setPrivate();
+    (*fn)->setAttr("passthrough", rewriter.getArrayAttr({rewriter.getStringAttr("noinline")}));
+    // The region now holds the call: it takes the region op's place.
+    Block &body = region.front();
+    SmallVector<Value> results(body.getTerminator()->getOperands());
+    rewriter.eraseOp(body.getTerminator());
+    rewriter.inlineBlockBefore(&body, op);
+    rewriter.replaceOp(op, results);
+  }
+  return success();
 }
 
 LogicalResult WorkerEmitter::checkSharedMemory(Operation *fn) {

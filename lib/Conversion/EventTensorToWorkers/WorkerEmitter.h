@@ -239,6 +239,9 @@ private:
   /// Replaces the et ops that stand for the worker's threads, its device and
   /// its peers' buffers in the tile bodies and the kernel-level values.
   void replaceWorkerOps();
+  /// Moves each `scf.execute_region` marked et.outline into a function of
+  /// its own that is never inlined, called where the region was.
+  LogicalResult outlineMarkedRegions();
 
   //===--------------------------------------------------------------------===//
   // Schedules (StaticSchedule.cpp, DynamicSchedule.cpp)

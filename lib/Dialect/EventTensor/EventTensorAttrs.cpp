@@ -167,6 +167,18 @@ EventTensorDialect::verifyOperationAttribute(Operation *op,
                                   << attr.getValue();
     return success();
   }
+  if (attr.getName() == getOutlineAttrName()) {
+    // By name: the dialect does not depend on SCF for one op kind.
+    if (op->getName().getStringRef() != "scf.execute_region" || !op->getParentOfType<TaskOp>())
+      return op->emitOpError("'") << getOutlineAttrName()
+                                  << "' is only meaningful on an 'scf.execute_region' inside an 'et.task'";
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError("'") << getOutlineAttrName() << "' must be a unit attribute";
+    if (!op->getRegion(0).hasOneBlock())
+      return op->emitOpError("'") << getOutlineAttrName()
+                                  << "' needs a region of one block (its code becomes a function's body)";
+    return success();
+  }
   if (attr.getName() == getLinearPlanAttrName())
     return verifyLinearPlan(op, attr.getValue());
   if (attr.getName() == getAttentionPlanAttrName())

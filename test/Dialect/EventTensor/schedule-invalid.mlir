@@ -511,3 +511,49 @@ et.kernel @huge_tile_count() {
     }
   }
 }
+
+// -----
+
+et.kernel @outline_not_a_region() {
+  %c1 = arith.constant 1 : index
+  et.task @a tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.outline' is only meaningful on an 'scf.execute_region' inside an 'et.task'}}
+    %x = arith.addi %i, %i {et.outline} : index
+  }
+}
+
+// -----
+
+func.func @outline_outside_a_task() {
+  // expected-error @+1 {{'et.outline' is only meaningful on an 'scf.execute_region' inside an 'et.task'}}
+  scf.execute_region {
+    scf.yield
+  } {et.outline}
+  return
+}
+
+// -----
+
+et.kernel @outline_not_unit() {
+  %c1 = arith.constant 1 : index
+  et.task @a tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.outline' must be a unit attribute}}
+    scf.execute_region {
+      scf.yield
+    } {et.outline = 1 : i64}
+  }
+}
+
+// -----
+
+et.kernel @outline_two_blocks() {
+  %c1 = arith.constant 1 : index
+  et.task @a tiles(%i) in (%c1) {
+    // expected-error @+1 {{'et.outline' needs a region of one block (its code becomes a function's body)}}
+    scf.execute_region {
+      cf.br ^next
+    ^next:
+      scf.yield
+    } {et.outline}
+  }
+}

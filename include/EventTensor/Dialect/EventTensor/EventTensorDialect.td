@@ -29,7 +29,7 @@ def EventTensor_Dialect : Dialect {
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
   // Verifies the dialect's discardable attributes (`et.cost`,
-  // `et.dynamic_shared`, the plans, `et.dynamic_shared_owner`).
+  // `et.dynamic_shared`, the plans, `et.dynamic_shared_owner`, `et.outline`).
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerTypes();
@@ -70,6 +70,13 @@ def EventTensor_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getDynamicSharedOwnerAttrName() {
       return "et.dynamic_shared_owner";
     }
+
+    /// The unit attribute of an `scf.execute_region` (one block) inside an
+    /// `et.task` whose code the worker conversion moves into a function of
+    /// its own, never inlined: code that most launches skip (the sampling
+    /// filters' row scans) then takes no registers or stack from the
+    /// worker's hot path.
+    static constexpr ::llvm::StringLiteral getOutlineAttrName() { return "et.outline"; }
 
     /// The unit argument attribute of a kernel memref allocated on every
     /// device of a multi-device kernel (reachable through `et.peer`).

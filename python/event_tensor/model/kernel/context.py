@@ -21,6 +21,7 @@ from ...ir import (
     Location,
     MemRefType,
     StridedLayoutAttr,
+    UnitAttr,
 )
 from ..config import ModelConfig, tp_config
 from ..layout import KernelLayout
@@ -95,6 +96,19 @@ class DecodeContext:
         if max_extents is not None:
             t.attributes["max_extents"] = DenseI64ArrayAttr.get(max_extents)
         return t
+
+    @staticmethod
+    def outlined(run):
+        """run() inside a region whose code the worker conversion moves
+        into a function of its own, never inlined (`et.outline`): for code
+        that most launches skip, so that it takes no registers or stack
+        from the tiles around it."""
+        region = scf.ExecuteRegionOp([])
+        region.attributes["et.outline"] = UnitAttr.get()
+        region.attributes["no_inline"] = UnitAttr.get()
+        with InsertionPoint(region.region.blocks.append()):
+            run()
+            scf.YieldOp([])
 
     @staticmethod
     def guarded(live, run, otherwise=None):

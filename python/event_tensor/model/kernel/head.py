@@ -80,7 +80,10 @@ def head_tasks(ctx, prev: str) -> None:
 
         def sample_filter_body(m):
             live = arith.CmpIOp(arith.CmpIPredicate.ult, m, ctx.batch).result
-            ctx.guarded(live, lambda: filter_row(m))
+            # The row ops' scans, which greedy rows skip, in a function of
+            # their own: inline, their code slowed the layer tiles of
+            # every step (docs/experiments/2026-12-07-outlined-row-stage.md).
+            ctx.guarded(live, lambda: ctx.outlined(lambda: filter_row(m)))
         task("sample_filter", [max(ctx.B, lay.argmax_chunks)], ["lm_head"], sample_filter_body, nbytes=0, flops=0)
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
                       threshold=A["threshold"])
