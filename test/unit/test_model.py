@@ -2142,3 +2142,27 @@ def test_load_weights_reads_a_sharded_checkpoint_through_its_index(tmp_path):
     index.write_text("{")
     with pytest.raises(model.WeightError, match="cannot read the index"):
         model.load_weights(c, [index])
+
+
+def test_filter_row_ops_are_outlined():
+    """The sample_filter task's row ops (biases, penalties,
+    log-probabilities, threshold), which greedy rows skip, sit in one
+    region marked et.outline, so that the worker conversion gives them a
+    function of their own (docs/lowering.md); no other task is outlined."""
+    from event_tensor.ir import Context
+    from event_tensor.model.builder import build_decode_kernel, kernel_layout
+
+    config = model.tiny_config("llama")
+    layout = kernel_layout(config, max_batch=2, max_context=32, workers=3, split_len=8)
+    with Context():
+        text = str(build_decode_kernel(config, layout, model.KernelOptions().resolve(
+            config, target="cpu", max_batch=2)))
+    tasks = {m.group(1): m.start() for m in re.finditer(r"et.task @(\w+) ", text)}
+    starts = sorted(tasks.values()) + [len(text)]
+    body = {name: text[at:starts[starts.index(at) + 1]] for name, at in tasks.items()}
+    outlined = [name for name, t in body.items() if "et.outline" in t]
+    assert outlined == ["sample_filter"], outlined
+    region = body["sample_filter"]
+    region = region[region.index("scf.execute_region"):region.index("et.outline")]
+    for op in ("et.logit_bias", "et.penalize", "et.top_logprobs", "et.sample_threshold"):
+        assert op in region, op
