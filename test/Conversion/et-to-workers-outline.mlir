@@ -1,5 +1,5 @@
-// RUN: et-opt %s --convert-et-to-cpu | FileCheck %s
-// RUN: et-opt %s --convert-et-to-nvvm | FileCheck %s --check-prefix=GPU
+// RUN: et-opt %s --split-input-file --convert-et-to-cpu | FileCheck %s
+// RUN: et-opt %s --split-input-file --convert-et-to-nvvm | FileCheck %s --check-prefix=GPU
 
 // A region marked et.outline becomes a private function that is never
 // inlined, called where the region was: its captured values (the tile's
@@ -50,6 +50,35 @@ et.kernel @rows(%out: memref<2xi64>) {
     }
     et.worker 1 {
       et.run @a tiles [1]
+    }
+  }
+}
+
+// -----
+
+// The function takes the first free name: a symbol of the module already
+// holds `_outlined_0`.
+// CHECK-LABEL: func.func private @taken_outlined_0()
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func private @taken_outlined_1(
+// CHECK-SAME: attributes {passthrough = ["noinline"]}
+// CHECK-LABEL: func.func @taken_worker(
+// CHECK: func.call @taken_outlined_1(
+func.func private @taken_outlined_0() {
+  return
+}
+et.kernel @taken(%out: memref<1xi64>) {
+  %c1 = arith.constant 1 : index
+  et.task @a tiles(%i) in (%c1) {
+    scf.execute_region no_inline {
+      %c7 = arith.constant 7 : i64
+      memref.store %c7, %out[%i] : memref<1xi64>
+      scf.yield
+    } {et.outline}
+  }
+  et.schedule static workers(1) {
+    et.worker 0 {
+      et.run @a tiles [0]
     }
   }
 }

@@ -492,7 +492,9 @@ LogicalResult WorkerEmitter::outlineMarkedRegions() {
       marked.push_back(op);
   });
   IRRewriter rewriter(b);
-  for (auto [k, op] : llvm::enumerate(marked)) {
+  SymbolTable symbols(container);
+  unsigned next = 0;
+  for (scf::ExecuteRegionOp op : marked) {
     Region &region = op.getRegion();
     // Constants are rematerialized in the function rather than passed.
     // Workgroup buffers cross the call as generic memrefs, cast back
@@ -510,16 +512,20 @@ LogicalResult WorkerEmitter::outlineMarkedRegions() {
       } else if (memref && inWorkgroupMemory(memref)) {
         rewriter.setInsertionPoint(op);
         auto generic = MemRefType::get(memref.getShape(), memref.getElementType(), memref.getLayout());
-        Value passed = memref::MemorySpaceCastOp::create(rewriter, loc, generic, v);
+        Value passed = memref::MemorySpaceCastOp::create(rewriter, op.getLoc(), generic, v);
         rewriter.setInsertionPointToStart(&region.front());
-        rewriter.replaceUsesWithIf(v, memref::MemorySpaceCastOp::create(rewriter, loc, memref, passed),
+        rewriter.replaceUsesWithIf(v, memref::MemorySpaceCastOp::create(rewriter, op.getLoc(), memref, passed),
                                    inRegion);
       }
     }
-    std::string name = (kernel.getSymName() + "_outlined_" + Twine(k)).str();
+    std::string name;
+    do
+      name = (kernel.getSymName() + "_outlined_" + Twine(next++)).str();
+    while (symbols.lookup(name));
     FailureOr<func::FuncOp> fn = outlineSingleBlockRegion(rewriter, op.getLoc(), region, name);
     if (failed(fn))
       return op.emitOpError("could not be outlined");
+    symbols.insert(*fn);
     fn->setPrivate();
     (*fn)->setAttr("passthrough", rewriter.getArrayAttr({rewriter.getStringAttr("noinline")}));
     // The region now holds the call: it takes the region op's place.
