@@ -80,9 +80,9 @@ def head_tasks(ctx, prev: str) -> None:
 
         def sample_filter_body(m):
             live = arith.CmpIOp(arith.CmpIPredicate.ult, m, ctx.batch).result
-            # The row ops' scans, which greedy rows skip, in a function of
-            # their own: inline, their code slowed the layer tiles of
-            # every step (docs/experiments/2026-12-07-outlined-row-stage.md).
+            # The row ops, which greedy rows skip, in a function of their
+            # own: inline, their code slowed the kernel's other tiles
+            # (docs/experiments/2026-12-07-outlined-row-stage.md).
             ctx.guarded(live, lambda: ctx.outlined(lambda: filter_row(m)))
         task("sample_filter", [max(ctx.B, lay.argmax_chunks)], ["lm_head"], sample_filter_body, nbytes=0, flops=0)
         sample = dict(temperature=A["temperature"], seed=A["seed"], counter=A["positions"],
