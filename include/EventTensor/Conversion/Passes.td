@@ -12,6 +12,10 @@ def ConvertEventTensorToNVVMPass : Pass<"convert-et-to-nvvm", "ModuleOp"> {
     `gpu.func` kernel: every CTA is a persistent worker (worker id =
     `blockIdx.x`) that runs its part of the schedule. The result goes
     through the upstream GPU-to-NVVM lowering (`et-lower-to-nvvm-pipeline`).
+    Each `scf.execute_region` marked `et.outline` in a tile body becomes a
+    private `noinline` `func.func` beside it (`<kernel>_outlined_<k>`),
+    called where the region was; workgroup buffers cross the call as
+    generic memrefs.
 
     Kernel parameters, in order: `epoch` (i64, the launch number: counters
     alternate between two banks by its parity, and each launch clears the
@@ -69,6 +73,7 @@ def ConvertEventTensorToCPUPass : Pass<"convert-et-to-cpu", "ModuleOp"> {
     Counters are host atomics with the same acquire/release meaning (system
     scope); a waiting worker yields its thread (`sched_yield`) between polls.
     With `profile`, tile times come from `clock_gettime(CLOCK_MONOTONIC)`.
+    Regions marked `et.outline` become functions as in `convert-et-to-nvvm`.
   }];
   let options = [
     Option<"profile", "profile", "bool", /*default=*/"false",
