@@ -180,19 +180,52 @@ et.kernel @logit_ops(%x: {x}, %ids: memref<?x{entries}xi32>, %vals: memref<?x{en
 """
 
 
-def top_logprobs_kernel(vocab: int, entries: int) -> str:
+def top_logprobs_kernel(vocab: int, entries: int, chunks: int = 0, per_chunk: int = 0) -> str:
     """A kernel of a row tile per token: its log-sum-exp and its most
     likely ids (up to `entries`) over `vocab` logits (et.top_logprobs),
     into row `rows[m]` of the lists. Arguments: x, counts, lse, ids,
-    values (one list per row of `rows`), rows, the number of tokens."""
+    values (one list per row of `rows`), rows, the number of tokens. With
+    `chunks`, a tile per chunk of the vocabulary first reduces every row's
+    chunk to its `per_chunk` largest logits (et.top_candidates), which the
+    row tiles read; the candidates' ids, values and stats and the rows'
+    temperatures are then arguments after rows."""
     x, lists = f"memref<?x{vocab}xf32>", f"memref<?x{entries}x"
-    return f"""
+    if not chunks:
+        return f"""
 et.kernel @top_logprobs(%x: {x}, %count: memref<?xi32>, %lse: memref<?xf32>, %ids: {lists}i32>,
                         %vals: {lists}f32>, %rows: memref<?xi32>, %n: index) {{
   et.task @row tiles(%m) in (%n) {{
     %r32 = memref.load %rows[%m] : memref<?xi32>
     %r = arith.index_cast %r32 : i32 to index
     et.top_logprobs %x token(%m) count(%count) into(%lse, %ids, %vals) row(%r)
+        : {x}, memref<?xi32>, memref<?xf32>, {lists}i32>, {lists}f32>
+  }}
+}}
+"""
+    cand, stats = f"memref<?x{chunks}x{per_chunk}x", f"memref<?x{chunks}x4xf32>"
+    types = f"{cand}i32>, {cand}f32>, {stats}"
+    return f"""
+et.kernel @top_logprobs(%x: {x}, %count: memref<?xi32>, %lse: memref<?xf32>, %ids: {lists}i32>,
+                        %vals: {lists}f32>, %rows: memref<?xi32>, %ci: {cand}i32>, %cv: {cand}f32>,
+                        %cs: {stats}, %t: memref<?xf32>, %n: index) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %chunks = arith.constant {chunks} : index
+  %width = arith.constant {-(-vocab // chunks)} : index
+  %reduced = et.event.create() : !et.event<>
+  et.task @chunk tiles(%q) in (%chunks) {{
+    %col0 = arith.muli %q, %width : index
+    scf.for %m = %c0 to %n step %c1 {{
+      et.top_candidates %x token(%m) cols(%col0, %width) temperature(%t) into(%ci, %cv, %cs) slot(%q)
+          : {x}, memref<?xf32>, {types}
+    }}
+    et.event.signal %reduced[] : !et.event<>
+  }}
+  et.task @row tiles(%m) in (%n) {{
+    et.event.wait %reduced[] : !et.event<>
+    %r32 = memref.load %rows[%m] : memref<?xi32>
+    %r = arith.index_cast %r32 : i32 to index
+    et.top_logprobs %x token(%m) count(%count) into(%lse, %ids, %vals) row(%r) candidates(%ci, %cv, %cs : {types})
         : {x}, memref<?xi32>, memref<?xf32>, {lists}i32>, {lists}f32>
   }}
 }}

@@ -857,6 +857,56 @@ et.kernel @top_logprobs(%x: memref<?x1000xf32>, %n: memref<?xi32>, %lse: memref<
   }
 }
 
+// et.top_candidates: over the chunk's columns (from col0), the maximum and
+// two sums of exponentials (at 1 and 1 / T), a select by value, the
+// gathering pass, the K entries out on every thread, the stats on thread 0.
+// et.top_logprobs and et.sample_threshold with candidates: the row's
+// maximum and sums from the chunks' stats, the selects over the
+// candidates (an id and a value a candidate); the threshold falls back to
+// a scan of the row where the candidates do not decide it.
+// GPU-LABEL: et.kernel @candidates
+// GPU: et.task @chunk
+// GPU: scf.for
+// GPU: arith.addi
+// GPU: memref.load %{{.*}} : memref<?x1000xf32>
+// GPU-COUNT-2: math.exp
+// GPU-COUNT-4: memref.atomic_rmw addi
+// GPU: memref.store {{.*}} : memref<?x8x16xi32>
+// GPU: memref.store {{.*}} : memref<?x8x16xf32>
+// GPU-COUNT-4: memref.store {{.*}} : memref<?x8x4xf32>
+// GPU: et.task @row
+// GPU: memref.load {{.*}} : memref<?x8x4xf32>
+// GPU: math.log
+// GPU: memref.load {{.*}} : memref<?x8x16xi32>
+// GPU: memref.load {{.*}} : memref<?x8x16xf32>
+// GPU: memref.load {{.*}} : memref<?x8x4xf32>
+// GPU: memref.load {{.*}} : memref<?x8x16xi32>
+// GPU: scf.if
+// GPU: memref.load %{{.*}} : memref<?x1000xf32>
+// GPU-NOT: et.top_candidates
+// GPU-NOT: et.top_logprobs
+// GPU-NOT: et.sample_threshold
+// CPU-LABEL: et.kernel @candidates
+// ROWS-LABEL: et.kernel @candidates
+// CPU-NOT: gpu.barrier
+// CPU: memref.store {{.*}} : memref<?x8x16xi32>
+// CPU-NOT: gpu.barrier
+et.kernel @candidates(%x: memref<?x1000xf32>, %t: memref<?xf32>, %ci: memref<?x8x16xi32>, %cv: memref<?x8x16xf32>,
+                      %cs: memref<?x8x4xf32>, %n: memref<?xi32>, %lse: memref<?xf32>, %ids: memref<40x5xi32>,
+                      %v: memref<40x5xf32>, %k: memref<?xi32>, %p: memref<?xf32>, %mp: memref<?xf32>,
+                      %tau: memref<?xf32>, %cov: memref<?xi32>, %rows: index) {
+  %c125 = arith.constant 125 : index
+  %c8 = arith.constant 8 : index
+  et.task @chunk tiles(%q) in (%c8) {
+    %col0 = arith.muli %q, %c125 : index
+    et.top_candidates %x token(%q) cols(%col0, %c125) temperature(%t) into(%ci, %cv, %cs) slot(%q) : memref<?x1000xf32>, memref<?xf32>, memref<?x8x16xi32>, memref<?x8x16xf32>, memref<?x8x4xf32>
+  }
+  et.task @row tiles(%m) in (%rows) {
+    et.top_logprobs %x token(%m) count(%n) into(%lse, %ids, %v) row(%m) candidates(%ci, %cv, %cs : memref<?x8x16xi32>, memref<?x8x16xf32>, memref<?x8x4xf32>) : memref<?x1000xf32>, memref<?xi32>, memref<?xf32>, memref<40x5xi32>, memref<40x5xf32>
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) candidates(%ci, %cv, %cs, %cov : memref<?x8x16xi32>, memref<?x8x16xf32>, memref<?x8x4xf32>, memref<?xi32>) : memref<?x1000xf32>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+  }
+}
+
 // et.logit_bias: the worker's threads take the token's entries, adding each
 // nonzero value whose id is a column to that logit atomically, then a
 // barrier; on the CPU, one thread, no barrier.

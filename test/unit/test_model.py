@@ -2145,10 +2145,11 @@ def test_load_weights_reads_a_sharded_checkpoint_through_its_index(tmp_path):
 
 
 def test_filter_row_ops_are_outlined():
-    """The sample_filter task's row ops (biases, penalties,
-    log-probabilities, threshold), which greedy rows skip, sit in one
-    region marked et.outline, so that the worker conversion gives them a
-    function of their own (docs/lowering.md); no other task is outlined."""
+    """The row ops that greedy rows skip sit in regions marked et.outline,
+    so that the worker conversion gives them functions of their own
+    (docs/lowering.md): the sample_filter task's biases and penalties, the
+    argmax_part tiles' candidates and the sample task's log-probabilities,
+    threshold and draw; no other task is outlined."""
     from event_tensor.ir import Context
     from event_tensor.model.builder import build_decode_kernel, kernel_layout
 
@@ -2161,8 +2162,11 @@ def test_filter_row_ops_are_outlined():
     starts = sorted(tasks.values()) + [len(text)]
     body = {name: text[at:starts[starts.index(at) + 1]] for name, at in tasks.items()}
     outlined = [name for name, t in body.items() if "et.outline" in t]
-    assert outlined == ["sample_filter"], outlined
-    region = body["sample_filter"]
-    region = region[region.index("scf.execute_region"):region.index("et.outline")]
-    for op in ("et.logit_bias", "et.penalize", "et.top_logprobs", "et.sample_threshold"):
-        assert op in region, op
+    assert outlined == ["sample_filter", "argmax_part", "sample"], outlined
+    want = {"sample_filter": ("et.logit_bias", "et.penalize"), "argmax_part": ("et.top_candidates",),
+            "sample": ("et.top_logprobs", "et.sample_threshold", "et.argmax")}
+    for name, ops in want.items():
+        region = body[name]
+        region = region[region.index("scf.execute_region"):region.index("et.outline")]
+        for op in ops:
+            assert op in region, (name, op)

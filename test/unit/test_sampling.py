@@ -301,19 +301,24 @@ def test_logit_biases_add_to_their_ids(tmp_path):
     assert tokens[0, 0] != 6 and tokens[1, 0] == 1 and tokens[2, 0] == 6 and tokens[3, 0] == 3
 
 
-def test_top_logprobs_match_the_reference(tmp_path):
+@pytest.mark.parametrize("chunks", [0, 7])
+def test_top_logprobs_match_the_reference(tmp_path, chunks):
     """Each row's log-sum-exp and its most likely ids with their
     log-probabilities, in its list row; rows that are off, and entries
-    past a row's count, are left as they were."""
+    past a row's count, are left as they were. The same from the
+    candidates of 7 chunks (8 each, as many as the list: ties cross the
+    chunks' floors)."""
     vocab, entries = 1000, 8
-    launch = et.compile(top_logprobs_kernel(vocab, entries), target="cpu", workers=3,
+    launch = et.compile(top_logprobs_kernel(vocab, entries, chunks, entries), target="cpu", workers=3,
                         cache_dir=tmp_path).launcher(timeout_s=30)
     x, counts, rows, lists = top_logprobs_case(vocab, entries, np.random.default_rng(5))
     n = len(counts)
     lse = np.full(n, 7.0, np.float32)
     ids = np.full((lists, entries), -7, np.int32)
     values = np.full((lists, entries), 7.0, np.float32)
-    launch(x, counts, lse, ids, values, rows, n)
+    extra = () if not chunks else (np.zeros((n, chunks, entries), np.int32), np.zeros((n, chunks, entries), np.float32),
+                                   np.zeros((n, chunks, 4), np.float32), np.zeros(n, np.float32))
+    launch(x, counts, lse, ids, values, rows, *extra, n)
     for m in range(n):
         r = rows[m]
         if counts[m] < 0:
@@ -329,3 +334,97 @@ def test_top_logprobs_match_the_reference(tmp_path):
     tied = np.flatnonzero(x[6] == 4.0)
     assert ids[rows[6]].tolist()[:4] == [vocab // 2, *tied[:3]]
     assert ids[rows[7]].tolist()[:3] == [vocab - 4, vocab - 3, vocab - 1]
+
+
+# The threshold from the chunks' candidates against the one over the row.
+THRESHOLDS = """
+et.kernel @thresholds(%x: memref<?x1000xf32>, %t: memref<?xf32>, %k: memref<?xi32>, %p: memref<?xf32>,
+                      %mp: memref<?xf32>, %row: memref<?xf32>, %cand: memref<?xf32>, %ci: memref<?x10x8xi32>,
+                      %cv: memref<?x10x8xf32>, %cs: memref<?x10x4xf32>, %cov: memref<?xi32>, %s: memref<?xi64>,
+                      %pos: memref<?xi32>, %v1: memref<?x1xf32>, %i1: memref<?x1xi32>, %v2: memref<?x1xf32>,
+                      %i2: memref<?x1xi32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c10 = arith.constant 10 : index
+  %c100 = arith.constant 100 : index
+  %c80 = arith.constant 80 : index
+  %c1000 = arith.constant 1000 : index
+  %reduced = et.event.create() : !et.event<>
+  %found = et.event.create() : !et.event<>
+  et.task @chunk tiles(%q) in (%c10) {
+    %col0 = arith.muli %q, %c100 : index
+    scf.for %m = %c0 to %n step %c1 {
+      et.top_candidates %x token(%m) cols(%col0, %c100) temperature(%t) into(%ci, %cv, %cs) slot(%q)
+          : memref<?x1000xf32>, memref<?xf32>, memref<?x10x8xi32>, memref<?x10x8xf32>, memref<?x10x4xf32>
+    }
+    et.event.signal %reduced[] : !et.event<>
+  }
+  et.task @row tiles(%m) in (%n) {
+    et.event.wait %reduced[] : !et.event<>
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%row)
+        : memref<?x1000xf32>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%cand)
+        candidates(%ci, %cv, %cs, %cov : memref<?x10x8xi32>, memref<?x10x8xf32>, memref<?x10x4xf32>, memref<?xi32>)
+        : memref<?x1000xf32>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+    et.event.signal %found[] : !et.event<>
+  }
+  // The draw above the threshold over the row, and over the candidates.
+  et.task @draw tiles(%q) in (%c1) {
+    et.event.wait %found[] : !et.event<>
+    et.argmax %x, %v1, %i1 cols(%c0, %c1000) slot(%c0)
+        sample(%t, %s, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%cand : memref<?xf32>)
+        : memref<?x1000xf32>, memref<?x1xf32>, memref<?x1xi32>
+    %flat = memref.collapse_shape %cv [[0], [1, 2]] : memref<?x10x8xf32> into memref<?x80xf32>
+    %flat_ids = memref.collapse_shape %ci [[0], [1, 2]] : memref<?x10x8xi32> into memref<?x80xi32>
+    et.argmax %flat, %v2, %i2 cols(%c0, %c80) slot(%c0) from(%flat_ids)
+        sample(%t, %s, %pos : memref<?xf32>, memref<?xi64>, memref<?xi32>) above(%cand : memref<?xf32>)
+        : memref<?x80xf32>, memref<?x1xf32>, memref<?x1xi32>, memref<?x80xi32>
+  }
+}
+"""
+
+
+def test_thresholds_from_candidates_match_the_row(tmp_path):
+    """The filters' threshold from 10 chunks' 8 candidates each is the one
+    over the row and keeps what the reference keeps: where the candidates
+    decide it (top-k up to 8, nuclei above every chunk's floor, min-p) and
+    where the op scans the row instead (top-k 9 and 50, wide nuclei).
+    Where it is above every chunk's floor (`covered`) the draw over the
+    candidates (et.argmax from their ids) is the draw over the row."""
+    launch = et.compile(THRESHOLDS, target="cpu", workers=3, cache_dir=tmp_path).launcher(timeout_s=60)
+    rng = np.random.default_rng(11)
+    cases = [(t, k, p, mp) for t in (0.5, 1.0) for k in (0, 3, 8, 9, 50) for p in (1.0, 0.05, 0.5, 0.9)
+             for mp in (0.0, 0.1)]
+    n = len(cases)
+    # Peaked rows (small nuclei) and flat ones (wide nuclei), some ties.
+    x = (rng.normal(size=(n, 1000)) * rng.choice([0.3, 1.0, 4.0], size=(n, 1))).astype(np.float32)
+    x[::7, 10:20] = x[::7, 5:6]
+    t, k, p, mp = (np.array(c, dt) for c, dt in zip(zip(*cases), (np.float32, np.int32, np.float32, np.float32)))
+    row, cand = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    ids, covered = np.zeros((n, 10, 8), np.int32), np.full(n, 7, np.int32)
+    by_row, by_cand = np.full((n, 1), -1, np.int32), np.full((n, 1), -2, np.int32)
+    launch(x, t, k, p, mp, row, cand, ids, np.zeros((n, 10, 8), np.float32), np.zeros((n, 10, 4), np.float32),
+           covered, np.arange(n, dtype=np.int64) * 31 + 5, np.full(n, 9, np.int32), np.zeros((n, 1), np.float32),
+           by_row, np.zeros((n, 1), np.float32), by_cand, n)
+    decided = 0
+    for m, (tm, km, pm, mpm) in enumerate(cases):
+        y = x[m].astype(np.float64) / tm
+        kept = sampling_filter_probs(x[m], tm, top_k=km, top_p=pm, min_p=mpm) > 0
+        # The threshold keeps what the reference keeps.
+        np.testing.assert_array_equal(x[m] * np.float32(1 / tm) >= row[m], kept, err_msg=f"case {cases[m]}")
+        np.testing.assert_array_equal(cand[m], row[m], err_msg=f"case {cases[m]}")
+        # Covered: every kept column is a candidate (and the threshold is
+        # above every chunk's floor); rows without a filter are not.
+        floors = np.sort(x[m].reshape(10, 100), axis=1)[:, -8] * np.float32(1 / tm)
+        assert covered[m] == int(np.isfinite(row[m]) and row[m] > floors.max()), (cases[m], covered[m])
+        if covered[m]:
+            # Then the draw over the candidates is the draw over the row.
+            assert set(np.flatnonzero(kept)) <= set(ids[m].ravel().tolist()), cases[m]
+            assert by_cand[m, 0] == by_row[m, 0] and kept[by_row[m, 0]], (cases[m], by_cand[m], by_row[m])
+        # Whether the candidates decide it: top-k within them and the
+        # nucleus (with top-k's keys under it) above every chunk's floor.
+        floor = np.sort(x[m].reshape(10, 100), axis=1)[:, -8].max() / tm
+        top_k_y = np.sort(y)[-km] if 0 < km < 1000 else -np.inf
+        nucleus_y = y[sampling_filter_probs(x[m], tm, top_k=km, top_p=pm) > 0].min() if 0 < pm < 1 else np.inf
+        decided += bool(km <= 8 and (pm >= 1 or (nucleus_y > floor and (km == 0 or top_k_y > floor))))
+    assert 10 <= decided <= n - 10, decided

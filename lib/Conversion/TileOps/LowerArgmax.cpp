@@ -6,7 +6,8 @@
 // out those below the row's threshold (`above`). et.sample_threshold: the
 // threshold of the top-k, top-p and min-p filters, by radix selects;
 // et.top_logprobs: a row's log-sum-exp and its most likely ids, by the same
-// selects.
+// selects; et.top_candidates: a chunk of a row reduced to its largest
+// entries and sums, over which the two others can run instead of the row.
 // et.penalize: repetition, frequency and presence penalties, once per id
 // of the token's history.
 //
@@ -371,10 +372,12 @@ static Value fromOrderedKey(OpBuilder &b, Location loc, Value key) {
 
 namespace {
 
-/// The worker's threads on one token's row (all of them on the GPU, one on
-/// the host) and the scratch of its radix selects: a count and a mass per
-/// key range of 8 bits, and words the threads share, in shared memory (a
-/// local buffer on the host).
+/// The worker's threads on one token's entries (all of them on the GPU, one
+/// on the host) and the scratch of its radix selects: a count and a mass
+/// per key range of 8 bits, and words the threads share, in shared memory
+/// (a local buffer on the host). The entries are columns of the token's
+/// row of x, or the candidates that et.top_candidates wrote for the row's
+/// chunks.
 struct RowWorker {
   static constexpr int64_t kBins = 256;
   /// Copies of the bins on the GPU (warp w adds into copy w mod 4), folded
@@ -407,12 +410,19 @@ struct RowWorker {
   // [3] free for the op; fwords[0]: the mass left (by mass), [1] free.
   Value counts, mass, words, fwords;
 
-  // The row the worker scans: row `row` of x, `width` columns.
+  // The token's row: row `row` of x, `width` columns.
   Value x, row, width;
+  // The entries scanned: `count` of them; columns from `first` on, or
+  // (candIds set) candidate e = (e / candK, e mod candK) of the row.
+  Value first, count;
+  Value candIds, candVals;
+  int64_t candK = 0;
 
   RowWorker(OpBuilder &b, Location loc, Operation *op, bool gpu, Value x, Value row)
       : b(b), loc(loc), task(op->getParentOfType<TaskOp>()), gpu(gpu), x(x), row(row) {
     width = memref::DimOp::create(b, loc, x, 1);
+    first = h.idx(0);
+    count = width;
     Type i32 = b.getI32Type(), f32 = b.getF32Type(), indexType = b.getIndexType();
     copies = gpu ? kCopies : 1;
     counts = scratch(copies * kBins, i32, "counts");
@@ -422,6 +432,21 @@ struct RowWorker {
     tid = gpu ? ThreadIdOp::create(b, loc, indexType).getResult() : h.idx(0);
     threads = gpu ? NumThreadsOp::create(b, loc, indexType).getResult() : h.idx(1);
     isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, h.idx(0));
+  }
+
+  /// Scan the columns [from, from + n) of the row (n within it).
+  void overRow(Value from, Value n) {
+    candIds = candVals = Value();
+    first = from;
+    count = n;
+  }
+  /// Scan the candidates `ids` / `vals` (tokens x chunks x K) of the row.
+  void overCandidates(Value ids, Value vals) {
+    auto t = cast<MemRefType>(ids.getType());
+    candIds = ids;
+    candVals = vals;
+    candK = t.getDimSize(2);
+    count = h.idx(t.getDimSize(1) * candK);
   }
 
   /// A scratch buffer of n `t`s: on the GPU in the task's shared memory,
@@ -453,42 +478,61 @@ struct RowWorker {
   }
   Value word(int64_t i) { return memref::LoadOp::create(b, loc, words, ValueRange{h.idx(i)}); }
   void setWord(Value v, int64_t i) { memref::StoreOp::create(b, loc, v, words, ValueRange{h.idx(i)}); }
-  /// A scan's loads: kUnroll columns a trip per thread, all issued before
+  /// A scan's loads: kUnroll entries a trip per thread, all issued before
   /// any is used. One SM scans the row, from L2: with a load at a time a
   /// pass over 128K logits took about 100 us, with eight about 35 us
   /// (H100), still far from what the SM can take.
   static constexpr int64_t kUnroll = 8;
 
-  /// Each thread's columns of the row, `threads` apart: every load of a
-  /// trip first, then `use` of each column in column order with its value
-  /// (f32) and whether it is inside the row (a column past the end reads
-  /// the trip's first column, and `use` must not count it). Returns the
-  /// loop's results (`init` carried through `use`'s return values; none by
-  /// default).
+  /// Entry `e` (inside the entries): its column id (index), its value
+  /// (f32) and whether it is one (a candidate past its chunk's columns is
+  /// not).
+  std::tuple<Value, Value, Value> entry(OpBuilder &b, Value e) {
+    if (!candIds) {
+      Value col = arith::AddIOp::create(b, loc, first, e);
+      return {col, toF32(b, loc, memref::LoadOp::create(b, loc, x, ValueRange{row, col})),
+              arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)};
+    }
+    Value k = arith::ConstantIndexOp::create(b, loc, candK);
+    Value chunk = arith::DivUIOp::create(b, loc, e, k), at = arith::RemUIOp::create(b, loc, e, k);
+    Value id = memref::LoadOp::create(b, loc, candIds, ValueRange{row, chunk, at});
+    Value v = memref::LoadOp::create(b, loc, candVals, ValueRange{row, chunk, at});
+    Value is = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32c(b, loc, 0));
+    Value safe = arith::MaxSIOp::create(b, loc, id, i32c(b, loc, 0));
+    return {arith::IndexCastOp::create(b, loc, b.getIndexType(), safe), v, is};
+  }
+
+  /// Each thread's entries, `threads` apart: every load of a trip first,
+  /// then `use` of each entry in order with its column id, its value (f32)
+  /// and whether it is an entry (one past the end reads the trip's first,
+  /// and `use` must not count it). Returns the loop's results (`init`
+  /// carried through `use`'s return values; none by default).
   ValueRange overColumns(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, Value, ValueRange)> use,
                          ValueRange init = {}) {
     Value step = arith::MulIOp::create(b, loc, threads, h.idx(kUnroll));
     auto loop = scf::ForOp::create(
-        b, loc, tid, width, step, init, [&](OpBuilder &b, Location loc, Value j, ValueRange acc) {
-          SmallVector<Value> cols, inside, got;
+        b, loc, tid, count, step, init, [&](OpBuilder &b, Location loc, Value e, ValueRange acc) {
+          SmallVector<std::tuple<Value, Value, Value>> got;
+          SmallVector<Value> inside;
           for (int64_t u = 0; u < kUnroll; ++u) {
-            Value at = u ? arith::AddIOp::create(b, loc, j, arith::MulIOp::create(b, loc, threads, h.idx(u)))
+            Value at = u ? arith::AddIOp::create(b, loc, e, arith::MulIOp::create(b, loc, threads, h.idx(u)))
                                .getResult()
-                         : j;
-            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, width);
-            cols.push_back(arith::SelectOp::create(b, loc, in, at, j));
+                         : e;
+            Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, at, count);
             inside.push_back(in);
-            got.push_back(memref::LoadOp::create(b, loc, x, ValueRange{row, cols.back()}));
+            got.push_back(entry(b, arith::SelectOp::create(b, loc, in, at, e)));
           }
           SmallVector<Value> carried(acc.begin(), acc.end());
-          for (int64_t u = 0; u < kUnroll; ++u)
-            carried = use(b, cols[u], toF32(b, loc, got[u]), inside[u], carried);
+          for (int64_t u = 0; u < kUnroll; ++u) {
+            auto [id, v, is] = got[u];
+            carried = use(b, id, v, arith::AndIOp::create(b, loc, inside[u], is), carried);
+          }
           scf::YieldOp::create(b, loc, carried);
         });
     return loop.getResults();
   }
-  /// `overColumns` with side effects only: `use` runs where the column is
-  /// inside the row.
+  /// `overColumns` with side effects only: `use` runs where the entry is
+  /// one.
   void forColumns(function_ref<void(OpBuilder &, Value, Value)> use) {
     overColumns([&](OpBuilder &b, Value j, Value v, Value inside, ValueRange) {
       auto ifOp = scf::IfOp::create(b, loc, inside, /*withElse=*/false);
@@ -576,12 +620,12 @@ struct RowWorker {
   /// lowest non-empty one if rounding never gets there), into word 1, and
   /// what is left of the target inside it into word 2 (by count) or
   /// fwords[0] (by mass). The first level's target is `target` (by count)
-  /// or `target` times the mass of the bins (by mass); a later level's is
-  /// what the level before left.
+  /// or `target` times the mass of the bins, or `total` where it is not
+  /// negative (by mass); a later level's is what the level before left.
   /// On the host thread 0 goes over the bins; on the GPU warp 0, each lane
   /// over 8 bins with a scan over the lanes between (thread 0 alone going
   /// over 256 bins took longer than a pass over a chunk of logits).
-  void chooseBin(bool firstLevel, bool byMass, Value target) {
+  void chooseBin(bool firstLevel, bool byMass, Value target, Value total) {
     Type i32 = b.getI32Type();
     Value zero = byMass ? h.f32(0.0) : i32c(b, loc, 0);
     Value bins = byMass ? mass : counts;
@@ -641,7 +685,11 @@ struct RowWorker {
         return byMass ? memref::LoadOp::create(b, loc, fwords, ValueRange{h.idx(0)}).getResult() : word(2);
       if (!byMass)
         return target;
-      return arith::MulFOp::create(b, loc, target, sumOfBins).getResult();
+      Value useTotal = total ? arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, total, h.f32(0.0)).getResult()
+                             : Value();
+      return arith::MulFOp::create(b, loc, target,
+                                   useTotal ? arith::SelectOp::create(b, loc, useTotal, total, sumOfBins).getResult()
+                                            : sumOfBins);
     };
     if (!gpu) {
       Value totalBins = scf::ForOp::create(b, loc, h.idx(0), h.idx(kBins), h.idx(1), ValueRange{zero},
@@ -712,16 +760,16 @@ struct RowWorker {
     store(b, arith::SelectOp::create(b, loc, reached, chosen, none), lowest, left, w);
   }
 
-  /// One radix select where `on`, over the in-play columns, 8 bits a level
+  /// One radix select where `on`, over the in-play entries, 8 bits a level
   /// from bit `topShift` + 7 down: the key whose range holds the target,
-  /// counted from the largest key down (by count: `target` columns, an
-  /// i32; by mass: the fraction `target` (f32) of the in-play mass, each
-  /// column weighing exp(y - maxY)). Returns the key
+  /// counted from the largest key down (by count: `target` entries, an
+  /// i32; by mass: the fraction `target` (f32) of the in-play mass, or of
+  /// `total` if given, each entry weighing exp(y - maxY)). Returns the key
   /// (0 where `on` is false). After it, by count, word(2) is what is left
-  /// of the target among the columns of that key, and counts[word(1)] how
-  /// many in-play columns have it.
+  /// of the target among the entries of that key, and counts[word(1)] how
+  /// many in-play entries have it.
   Value select(Value on, int topShift, function_ref<Column(OpBuilder &, Value, Value)> column, Value target,
-               bool byMass, Value maxY = Value()) {
+               bool byMass, Value maxY = Value(), Value total = Value()) {
     Type i32 = b.getI32Type();
     auto ifOp = scf::IfOp::create(b, loc, TypeRange{i32}, on, /*withElse=*/true);
     OpBuilder::InsertionGuard guard(b);
@@ -761,7 +809,7 @@ struct RowWorker {
         foldCopies(byMass ? mass : counts, byMass);
         barrier();
       }
-      chooseBin(shift == topShift, byMass, target);
+      chooseBin(shift == topShift, byMass, target, total);
       barrier();
       Value chosen = word(1);
       prefix = arith::OrIOp::create(b, loc, prefix, arith::ShLIOp::create(b, loc, chosen, i32c(b, loc, shift)));
@@ -772,19 +820,19 @@ struct RowWorker {
     return ifOp.getResult(0);
   }
 
-  /// The `take` largest values of the row (take > 0; equal values in
-  /// increasing column) into `listIds` / `listVals` (in no order), on
-  /// every thread after it: a select by count for the key of the take-th,
-  /// one over 24 bits of (2^24 - 1 - column) among the columns of that key
-  /// when more of them tie than are left to take, and a pass that gathers
-  /// them.
-  void takeLargest(Value take, Value listIds, Value listVals) {
+  /// The `take` largest values of the entries (take > 0; equal values in
+  /// increasing id) into `listIds` / `listVals` (in no order), on every
+  /// thread after it: a select by count for the key of the take-th, one
+  /// over 24 bits of (2^24 - 1 - id) among the entries of that key when
+  /// more of them tie than are left to take, and a pass that gathers them.
+  /// Returns the key of the take-th largest.
+  Value takeLargest(Value take, Value listIds, Value listVals) {
     Type i32 = b.getI32Type(), indexType = b.getIndexType();
     Value yes = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1);
     Value keyN = select(
         yes, 24, [&](OpBuilder &b, Value, Value v) { return Column{orderedKey(b, loc, v), yes, Value()}; }, take,
         /*byMass=*/false);
-    // Of the `take`, `left` have the key of the take-th; `tied` columns
+    // Of the `take`, `left` have the key of the take-th; `tied` entries
     // have it.
     Value left = word(2);
     Value tied = memref::LoadOp::create(b, loc, counts,
@@ -824,45 +872,120 @@ struct RowWorker {
       memref::StoreOp::create(b, loc, v, listVals, ValueRange{at});
     });
     barrier();
+    return keyN;
   }
 };
 
 } // namespace
 
-/// The row's maximum and sum of exp(x - maximum), on every thread: each
-/// thread's over its columns (online), then over the threads.
-static std::pair<Value, Value> maxAndSum(RowWorker &w) {
+/// Each thread's maximum and sums of exp((x - maximum) * s) for each
+/// scale s of `scales` over the worker's entries (online), then over the
+/// threads: (the maximum, the sums rescaled to it), on every thread.
+static std::pair<Value, SmallVector<Value>> maxAndSums(RowWorker &w, ArrayRef<Value> scales) {
   OpBuilder &b = w.b;
   Location loc = w.loc;
   TileBuilder &h = w.h;
   Value zero = h.f32(0.0), one = h.f32(1.0);
   Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  SmallVector<Value> init{negInf};
+  for (size_t i = 0; i < scales.size(); ++i)
+    init.push_back(zero);
   ValueRange scan = w.overColumns(
       [&](OpBuilder &b, Value, Value x, Value inside, ValueRange st) {
         Value v = arith::SelectOp::create(b, loc, inside, x, negInf);
         Value hi = arith::MaximumFOp::create(b, loc, st[0], v);
         Value lo = arith::MinimumFOp::create(b, loc, st[0], v);
-        // exp(lo - hi), 0 where both are -inf (no mass yet, none added).
-        Value e = arith::SelectOp::create(b, loc,
-                                          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, hi, negInf), zero,
-                                          math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, lo, hi)));
+        Value none = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, hi, negInf);
         Value up = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, st[0]);
-        Value s = arith::SelectOp::create(b, loc, up,
-                                          arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1], e), one),
-                                          arith::AddFOp::create(b, loc, st[1], e));
-        return SmallVector<Value>{hi, s};
+        SmallVector<Value> next{hi};
+        for (size_t i = 0; i < scales.size(); ++i) {
+          // exp((lo - hi) * s), 0 where both are -inf (no mass yet, none
+          // added).
+          Value e = arith::SelectOp::create(
+              b, loc, none, zero,
+              math::ExpOp::create(b, loc,
+                                  arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, lo, hi), scales[i])));
+          next.push_back(arith::SelectOp::create(
+              b, loc, up, arith::AddFOp::create(b, loc, arith::MulFOp::create(b, loc, st[1 + i], e), one),
+              arith::AddFOp::create(b, loc, st[1 + i], e)));
+        }
+        return next;
       },
-      ValueRange{negInf, zero});
+      init);
   Value rowMax = fromOrderedKey(b, loc, w.maxOverThreads(orderedKey(b, loc, scan[0])));
-  Value scaled = arith::MulFOp::create(
-      b, loc, scan[1], math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, scan[0], rowMax)));
-  Value mine = arith::SelectOp::create(
-      b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan[1], zero), scaled, zero);
+  SmallVector<Value> sums;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    Value scaled = arith::MulFOp::create(
+        b, loc, scan[1 + i],
+        math::ExpOp::create(b, loc,
+                            arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, scan[0], rowMax), scales[i])));
+    Value mine = arith::SelectOp::create(
+        b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, scan[1 + i], zero), scaled, zero);
+    sums.push_back(w.sumOverThreads(mine, 0));
+  }
+  return {rowMax, sums};
+}
+
+/// The row's maximum and sum of exp((x - maximum) * s) from the stats of
+/// its chunks (et.top_candidates): stat 0 each chunk's maximum, stat
+/// `which` its sum at that scale; on every thread.
+static std::pair<Value, Value> maxAndSumOfChunks(RowWorker &w, Value stats, int64_t which, Value scale) {
+  OpBuilder &b = w.b;
+  Location loc = w.loc;
+  TileBuilder &h = w.h;
+  Value chunks = h.idx(cast<MemRefType>(stats.getType()).getDimSize(1));
+  Value zero = h.f32(0.0);
+  auto stat = [&](OpBuilder &b, Value c, int64_t i) {
+    return memref::LoadOp::create(b, loc, stats, ValueRange{w.row, c, h.idx(i)}).getResult();
+  };
+  Value key = scf::ForOp::create(b, loc, w.tid, chunks, w.threads, ValueRange{i32c(b, loc, 0)},
+                                 [&](OpBuilder &b, Location loc, Value c, ValueRange acc) {
+                                   Value k = orderedKey(b, loc, stat(b, c, 0));
+                                   scf::YieldOp::create(b, loc, ValueRange{arith::MaxUIOp::create(b, loc, acc[0], k)});
+                                 })
+                  .getResult(0);
+  Value rowMax = fromOrderedKey(b, loc, w.maxOverThreads(key));
+  Value mine = scf::ForOp::create(
+                   b, loc, w.tid, chunks, w.threads, ValueRange{zero},
+                   [&](OpBuilder &b, Location loc, Value c, ValueRange acc) {
+                     Value s = stat(b, c, which);
+                     Value scaled = arith::MulFOp::create(
+                         b, loc, s,
+                         math::ExpOp::create(
+                             b, loc,
+                             arith::MulFOp::create(b, loc, arith::SubFOp::create(b, loc, stat(b, c, 0), rowMax),
+                                                   scale)));
+                     Value add = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, s, zero);
+                     scf::YieldOp::create(b, loc, ValueRange{arith::SelectOp::create(
+                                                      b, loc, add, arith::AddFOp::create(b, loc, acc[0], scaled),
+                                                      acc[0])});
+                   })
+                   .getResult(0);
   return {rowMax, w.sumOverThreads(mine, 0)};
 }
 
+/// The largest floor of the row's chunks (et.top_candidates' stat 3) as a
+/// key of y = floor * invT: entries above it are all candidates.
+static Value floorKeyOfChunks(RowWorker &w, Value stats, Value invT) {
+  OpBuilder &b = w.b;
+  Location loc = w.loc;
+  TileBuilder &h = w.h;
+  Value chunks = h.idx(cast<MemRefType>(stats.getType()).getDimSize(1));
+  Value key = scf::ForOp::create(
+                  b, loc, w.tid, chunks, w.threads, ValueRange{i32c(b, loc, 0)},
+                  [&](OpBuilder &b, Location loc, Value c, ValueRange acc) {
+                    Value f = memref::LoadOp::create(b, loc, stats, ValueRange{w.row, c, h.idx(3)});
+                    Value k = orderedKey(b, loc, arith::MulFOp::create(b, loc, f, invT));
+                    scf::YieldOp::create(b, loc, ValueRange{arith::MaxUIOp::create(b, loc, acc[0], k)});
+                  })
+                  .getResult(0);
+  return w.maxOverThreads(key);
+}
+
 /// et.sample_threshold: radix selects over the keys of y = x / T (RowWorker),
-/// by count for top-k, then by mass for top-p among the keys top-k keeps.
+/// by count for top-k, then by mass for top-p among the keys top-k keeps;
+/// with candidates, over them first, and over the row where they cannot
+/// decide.
 static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -887,29 +1010,18 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
   Value sampled = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, t, zero);
   Value any = arith::AndIOp::create(b, loc, sampled,
                                     arith::OrIOp::create(b, loc, kOn, arith::OrIOp::create(b, loc, pOn, minOn)));
-  // Greedy tokens and tokens without a filter: -inf, nothing read.
-  auto work = scf::IfOp::create(b, loc, TypeRange{f32}, any, /*withElse=*/true);
+  // Greedy tokens and tokens without a filter: -inf (not covered),
+  // nothing read.
+  auto work = scf::IfOp::create(b, loc, TypeRange{f32, i32}, any, /*withElse=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(work.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{negInf});
+    scf::YieldOp::create(b, loc, ValueRange{negInf, i32c(b, loc, 0)});
   }
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
   Value invT = arith::DivFOp::create(b, loc, one, t);
   auto yOf = [&](OpBuilder &b, Value v) { return arith::MulFOp::create(b, loc, v, invT).getResult(); };
-
-  // The largest key: max(y), each thread's in registers, then over the
-  // threads.
-  Value mine = w.overColumns(
-      [&](OpBuilder &b, Value, Value v, Value inside, ValueRange best) {
-        Value key = arith::SelectOp::create(b, loc, inside, orderedKey(b, loc, yOf(b, v)), i32c(b, loc, 0));
-        return SmallVector<Value>{arith::MaxUIOp::create(b, loc, best[0], key)};
-      },
-      ValueRange{i32c(b, loc, 0)})[0];
-  Value maxY = fromOrderedKey(b, loc, w.maxOverThreads(mine));
-
-  // Top-k over every column, then top-p over the keys at or above its key.
   auto columnAbove = [&](Value floor) {
     return [&, floor](OpBuilder &b, Value, Value v) {
       Value y = yOf(b, v);
@@ -917,20 +1029,86 @@ static void lowerSampleThreshold(SampleThresholdOp op, bool gpu) {
       return RowWorker::Column{key, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, key, floor), y};
     };
   };
-  Value keyK = w.select(kOn, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
-  Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
-  Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
-  Value tau = arith::SelectOp::create(b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key,
-                                                                    i32c(b, loc, 0)),
-                                      negInf, fromOrderedKey(b, loc, key));
-  Value tauMin = arith::SelectOp::create(
-      b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
-  // Every thread has read the shared words (min-p alone reads the maximum
-  // last) before another row op of the tile, sharing them, writes them.
-  w.barrier();
-  scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(b, loc, tau, tauMin)});
+  // The threshold of the keys top-k and top-p chose, and min-p's.
+  auto tauOf = [&](Value keyK, Value keyP, Value maxY) {
+    Value key = arith::MaxUIOp::create(b, loc, keyK, keyP);
+    Value tau = arith::SelectOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, key, i32c(b, loc, 0)), negInf,
+        fromOrderedKey(b, loc, key));
+    Value tauMin = arith::SelectOp::create(
+        b, loc, minOn, arith::AddFOp::create(b, loc, maxY, math::LogOp::create(b, loc, minP)), negInf);
+    return arith::MaximumFOp::create(b, loc, tau, tauMin).getResult();
+  };
+  // Over every column of the row: the largest key, max(y), each thread's
+  // in registers, then over the threads; top-k, then top-p over the keys
+  // at or above its key.
+  auto overRow = [&] {
+    w.overRow(h.idx(0), width);
+    Value mine = w.overColumns(
+        [&](OpBuilder &b, Value, Value v, Value inside, ValueRange best) {
+          Value key = arith::SelectOp::create(b, loc, inside, orderedKey(b, loc, yOf(b, v)), i32c(b, loc, 0));
+          return SmallVector<Value>{arith::MaxUIOp::create(b, loc, best[0], key)};
+        },
+        ValueRange{i32c(b, loc, 0)})[0];
+    Value maxY = fromOrderedKey(b, loc, w.maxOverThreads(mine));
+    Value keyK = w.select(kOn, 24, columnAbove(i32c(b, loc, 0)), k, /*byMass=*/false);
+    Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY);
+    return tauOf(keyK, keyP, maxY);
+  };
+  if (!op.getCandIds()) {
+    scf::YieldOp::create(b, loc, ValueRange{overRow(), i32c(b, loc, 0)});
+  } else {
+    // Over the candidates, with the row's maximum and mass from the
+    // chunks' stats: top-k decides if k <= K (each chunk's K largest hold
+    // its share of the k largest); top-p if its key, and top-k's under
+    // it, are above every chunk's floor (every entry above the floors is
+    // a candidate, so the mass above the key is all there).
+    auto ids = cast<MemRefType>(op.getCandIds().getType());
+    Value stats = op.getCandStats();
+    auto [maxX, massT] = maxAndSumOfChunks(w, stats, 2, invT);
+    Value maxY = yOf(b, maxX);
+    Value floorKey = floorKeyOfChunks(w, stats, invT);
+    w.overCandidates(op.getCandIds(), op.getCandVals());
+    Value kFits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, k, i32c(b, loc, ids.getDimSize(2)));
+    Value keyK = w.select(arith::AndIOp::create(b, loc, kOn, kFits), 24, columnAbove(i32c(b, loc, 0)), k,
+                          /*byMass=*/false);
+    // Without top-k, the mass in play is the row's (from the stats); with
+    // it, that of the candidates it keeps (-1: the bins').
+    Value total = arith::SelectOp::create(b, loc, kOn, h.f32(-1.0), massT);
+    Value keyP = w.select(pOn, 24, columnAbove(keyK), p, /*byMass=*/true, maxY, total);
+    auto above = [&](Value key) { return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, key, floorKey); };
+    Value notK = arith::XOrIOp::create(b, loc, kOn, arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
+    Value notP = arith::XOrIOp::create(b, loc, pOn, arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
+    Value kDecides = arith::OrIOp::create(b, loc, notK, kFits);
+    Value pDecides = arith::OrIOp::create(
+        b, loc, notP,
+        arith::AndIOp::create(b, loc, above(keyP), arith::OrIOp::create(b, loc, notK, above(keyK))));
+    auto decided = scf::IfOp::create(b, loc, TypeRange{f32}, arith::AndIOp::create(b, loc, kDecides, pDecides),
+                                     /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(decided.thenBlock());
+      scf::YieldOp::create(b, loc, ValueRange{tauOf(keyK, keyP, maxY)});
+      b.setInsertionPointToStart(decided.elseBlock());
+      scf::YieldOp::create(b, loc, ValueRange{overRow()});
+    }
+    // Covered: the threshold above every floor, so every column kept is
+    // a candidate.
+    Value tauKey = orderedKey(b, loc, decided.getResult(0));
+    Value covered = arith::ExtUIOp::create(
+        b, loc, i32, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, tauKey, floorKey));
+    scf::YieldOp::create(b, loc, ValueRange{decided.getResult(0), covered});
+  }
   b.setInsertionPointAfter(work);
-  w.onFirst([&] { memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m}); });
+  w.onFirst([&] {
+    memref::StoreOp::create(b, loc, work.getResult(0), op.getThreshold(), ValueRange{m});
+    if (Value covered = op.getCovered())
+      memref::StoreOp::create(b, loc, work.getResult(1), covered, ValueRange{m});
+  });
+  // Every thread has read the shared words (min-p alone reads the maximum
+  // last) before another row op of the tile, sharing them, writes them;
+  // and the threshold is stored before the tile's threads read it.
+  w.barrier();
   op.erase();
 }
 
@@ -971,14 +1149,16 @@ static void writeSorted(RowWorker &w, Value take, Value listIds, Value listVals,
 }
 
 /// et.top_logprobs (RowWorker): the row's maximum and sum of exponentials
-/// (per thread, online, then over the threads), then with n > 0 the n
-/// largest (RowWorker::takeLargest) and thread 0 writing them out, largest
-/// first.
+/// (per thread, online, then over the threads; with candidates, from the
+/// chunks' stats), then with n > 0 the n largest (RowWorker::takeLargest,
+/// over the candidates if there are) and thread 0 writing them out,
+/// largest first.
 static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Value m = op.getToken(), row = op.getRow();
   RowWorker w(b, loc, op, gpu, op.getX(), m);
+  TileBuilder &h = w.h;
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   int64_t entries = op.getIds().getType().getDimSize(1);
   Value listIds = w.scratch(entries, i32, "list_ids"), listVals = w.scratch(entries, f32, "list_values");
@@ -988,7 +1168,16 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
                                 /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.thenBlock());
-  auto [rowMax, sum] = maxAndSum(w);
+  Value one = h.f32(1.0);
+  Value rowMax, sum;
+  if (op.getCandIds()) {
+    std::tie(rowMax, sum) = maxAndSumOfChunks(w, op.getCandStats(), 1, one);
+    w.overCandidates(op.getCandIds(), op.getCandVals());
+  } else {
+    auto [top, sums] = maxAndSums(w, {one});
+    rowMax = top;
+    sum = sums[0];
+  }
   Value lse = arith::AddFOp::create(b, loc, rowMax, math::LogOp::create(b, loc, sum));
   // The n largest (at most the list's entries and the row's width).
   Value take = arith::MinSIOp::create(b, loc, arith::MinSIOp::create(b, loc, n, i32c(b, loc, entries)), widthI32);
@@ -1002,6 +1191,64 @@ static void lowerTopLogprobs(TopLogprobsOp op, bool gpu) {
   }
   w.onFirst([&] { memref::StoreOp::create(b, loc, lse, op.getLse(), ValueRange{m}); });
   // The threads have read the shared words before another op writes them.
+  w.barrier();
+  op.erase();
+}
+
+/// et.top_candidates (RowWorker over the chunk's columns): the maximum and
+/// the sums of exponentials at 1 and 1 / T (online), the K largest
+/// (RowWorker::takeLargest), then the list out on every thread and the
+/// stats on thread 0.
+static void lowerTopCandidates(TopCandidatesOp op, bool gpu) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value m = op.getToken(), slot = op.getSlot();
+  RowWorker w(b, loc, op, gpu, op.getX(), m);
+  TileBuilder &h = w.h;
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  int64_t k = op.getIds().getType().getDimSize(2);
+  Value listIds = w.scratch(k, i32, "list_ids"), listVals = w.scratch(k, f32, "list_values");
+  Value end = arith::MinSIOp::create(b, loc, arith::AddIOp::create(b, loc, op.getCol0(), op.getCols()), w.width);
+  Value n = arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, end, op.getCol0()), h.idx(0));
+  w.overRow(op.getCol0(), n);
+  Value zero = h.f32(0.0), one = h.f32(1.0);
+  Value negInf = h.f32(-std::numeric_limits<float>::infinity());
+  Value t = memref::LoadOp::create(b, loc, op.getTemperature(), ValueRange{m});
+  Value sampled = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, t, zero);
+  Value invT = arith::SelectOp::create(b, loc, sampled, arith::DivFOp::create(b, loc, one, t), one);
+  auto [top, sums] = maxAndSums(w, {one, invT});
+  Value nI32 = arith::IndexCastOp::create(b, loc, i32, n);
+  Value take = arith::MinSIOp::create(b, loc, nI32, i32c(b, loc, k));
+  auto some = scf::IfOp::create(b, loc, TypeRange{i32},
+                                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, take, i32c(b, loc, 0)),
+                                /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(some.thenBlock());
+    scf::YieldOp::create(b, loc, ValueRange{w.takeLargest(take, listIds, listVals)});
+    b.setInsertionPointToStart(some.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{i32c(b, loc, 0)});
+  }
+  threadLoop(b, loc, h.idx(k), [&](OpBuilder &b, Location loc, Value i) {
+    Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, arith::IndexCastOp::create(b, loc, i32, i),
+                                     take);
+    Value safe = arith::SelectOp::create(b, loc, in, i, h.idx(0));
+    Value id = arith::SelectOp::create(b, loc, in, memref::LoadOp::create(b, loc, listIds, ValueRange{safe}),
+                                       i32c(b, loc, -1));
+    Value v = arith::SelectOp::create(b, loc, in, memref::LoadOp::create(b, loc, listVals, ValueRange{safe}), negInf);
+    memref::StoreOp::create(b, loc, id, op.getIds(), ValueRange{m, slot, i});
+    memref::StoreOp::create(b, loc, v, op.getVals(), ValueRange{m, slot, i});
+  });
+  Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, nI32, i32c(b, loc, k));
+  Value floor = arith::SelectOp::create(b, loc, more, fromOrderedKey(b, loc, some.getResult(0)), negInf);
+  Value massT = arith::SelectOp::create(b, loc, sampled, sums[1], zero);
+  w.onFirst([&] {
+    Value values[] = {top, sums[0], massT, floor};
+    for (int64_t i = 0; i < 4; ++i)
+      memref::StoreOp::create(b, loc, values[i], op.getStats(), ValueRange{m, slot, h.idx(i)});
+  });
+  // The threads have read the list and the words before another op
+  // writes them.
   w.barrier();
   op.erase();
 }
@@ -1131,6 +1378,15 @@ struct TopLogprobsLowering : public TileOpLowering<TopLogprobsOp> {
   }
 };
 
+/// et.top_candidates: all threads of the worker on the GPU, one on the host.
+struct TopCandidatesLowering : public TileOpLowering<TopCandidatesOp> {
+  using TileOpLowering::TileOpLowering;
+  LogicalResult matchAndRewrite(TopCandidatesOp op, PatternRewriter &) const override {
+    lowerTopCandidates(op, options.gpu);
+    return success();
+  }
+};
+
 /// et.logit_bias: all threads of the worker on the GPU, one on the host.
 struct LogitBiasLowering : public TileOpLowering<LogitBiasOp> {
   using TileOpLowering::TileOpLowering;
@@ -1165,7 +1421,8 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering, TopLogprobsLowering, LogitBiasLowering, PenalizeLowering>(
+  patterns.add<ArgmaxLowering, SampleThresholdLowering, TopLogprobsLowering, TopCandidatesLowering, LogitBiasLowering,
+               PenalizeLowering>(
       patterns.getContext(), options);
 }
 } // namespace mlir::et::tile

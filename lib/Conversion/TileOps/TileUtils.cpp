@@ -37,7 +37,7 @@ Value butterflySum(OpBuilder &b, Location loc, Value v, int64_t width) {
 
 bool isTileOp(Operation *op) {
   return isa<LinearOp, MatmulOp, PrefetchOp, SiluMulOp, RMSNormOp, EmbeddingOp, KVAppendOp, RoPEOp, RoPEIntoOp,
-             ArgmaxOp, SampleThresholdOp, TopLogprobsOp, LogitBiasOp, PenalizeOp, RouterTopKOp, AttentionSplitOp, AttentionMergeOp, AttentionPrefillOp>(op);
+             ArgmaxOp, SampleThresholdOp, TopLogprobsOp, TopCandidatesOp, LogitBiasOp, PenalizeOp, RouterTopKOp, AttentionSplitOp, AttentionMergeOp, AttentionPrefillOp>(op);
 }
 
 /// The buffer a memref value views: through subviews, reshapes and casts

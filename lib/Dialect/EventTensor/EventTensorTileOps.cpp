@@ -324,8 +324,6 @@ LogicalResult ArgmaxOp::verify() {
     return success();
   if (!getSeed() || !getCounter())
     return emitOpError("sample needs a temperature, a seed and a counter per token");
-  if (getFrom())
-    return emitOpError("samples in its first stage only (the tiles' keys), not with 'from'");
   for (Value perToken : {getTemperature(), getSeed(), getCounter()})
     if (!sameDim(cast<MemRefType>(perToken.getType()).getDimSize(0), x.getDimSize(0)))
       return emitOpError("sample's temperature, seed and counter must have one entry per token of x, got ")
@@ -337,6 +335,38 @@ LogicalResult ArgmaxOp::verify() {
   return success();
 }
 
+/// Shapes of a chunked candidate list (et.top_candidates and the ops that
+/// read one).
+static LogicalResult verifyCandidateShapes(Operation *op, MemRefType x, MemRefType ids, MemRefType vals,
+                                           MemRefType stats, int64_t minK) {
+  int64_t chunks = ids.getDimSize(1), k = ids.getDimSize(2);
+  if (ShapedType::isDynamic(chunks) || ShapedType::isDynamic(k) || chunks < 1 || k < 1 ||
+      vals.getDimSize(1) != chunks || vals.getDimSize(2) != k)
+    return op->emitOpError("candidate ids and values need the same static chunks and entries (C x K >= 1), got ")
+           << ids << " and " << vals;
+  if (k < minK)
+    return op->emitOpError("candidates must hold at least ") << minK << " entries a chunk, got " << ids;
+  if (stats.getDimSize(1) != chunks || stats.getDimSize(2) != 4)
+    return op->emitOpError("candidate stats need 4 values per chunk of the candidates, got ") << stats << " for "
+                                                                                              << ids;
+  for (MemRefType t : {ids, vals, stats})
+    if (!sameDim(t.getDimSize(0), x.getDimSize(0)))
+      return op->emitOpError("candidates must have one row per token of x, got ") << t << " for " << x;
+  return success();
+}
+
+/// The candidates of `et.top_candidates` that `op` reads (`ids`, `vals`:
+/// one row per token of `x`, C chunks of K; `stats`: C chunks of 4), if it
+/// has them; `minK` is the least K the op needs.
+static LogicalResult verifyCandidates(Operation *op, MemRefType x, Value idsV, Value valsV, Value statsV,
+                                      int64_t minK = 1) {
+  if (!idsV)
+    return success();
+  auto ids = cast<MemRefType>(idsV.getType()), vals = cast<MemRefType>(valsV.getType()),
+       stats = cast<MemRefType>(statsV.getType());
+  return verifyCandidateShapes(op, x, ids, vals, stats, minK);
+}
+
 LogicalResult SampleThresholdOp::verify() {
   if (failed(verifyInTask(*this)))
     return failure();
@@ -346,7 +376,10 @@ LogicalResult SampleThresholdOp::verify() {
       return emitOpError("temperature, top_k, top_p, min_p and threshold must have one entry per token of x, "
                          "got ")
              << perToken.getType() << " for " << x;
-  return success();
+  if (Value covered = getCovered())
+    if (!sameDim(cast<MemRefType>(covered.getType()).getDimSize(0), x.getDimSize(0)))
+      return emitOpError("covered must have one entry per token of x, got ") << covered.getType() << " for " << x;
+  return verifyCandidates(*this, x, getCandIds(), getCandVals(), getCandStats());
 }
 
 LogicalResult LogitBiasOp::verify() {
@@ -380,7 +413,20 @@ LogicalResult TopLogprobsOp::verify() {
   // The selects among equal logits go over 24 bits of the id.
   if (!ShapedType::isDynamic(x.getDimSize(1)) && x.getDimSize(1) > (int64_t{1} << 24))
     return emitOpError("rows of x must have at most 2^24 columns, got ") << x;
-  return success();
+  return verifyCandidates(*this, x, getCandIds(), getCandVals(), getCandStats(), n);
+}
+
+LogicalResult TopCandidatesOp::verify() {
+  if (failed(verifyInTask(*this)))
+    return failure();
+  auto x = getX().getType();
+  if (!sameDim(getTemperature().getType().getDimSize(0), x.getDimSize(0)))
+    return emitOpError("temperature must have one entry per token of x, got ") << getTemperature().getType()
+                                                                                 << " for " << x;
+  // The select among equal logits goes over 24 bits of the id.
+  if (!ShapedType::isDynamic(x.getDimSize(1)) && x.getDimSize(1) > (int64_t{1} << 24))
+    return emitOpError("rows of x must have at most 2^24 columns, got ") << x;
+  return verifyCandidateShapes(*this, x, getIds().getType(), getVals().getType(), getStats().getType(), 1);
 }
 
 LogicalResult PenalizeOp::verify() {

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 
-__all__ = ["KernelLayout", "MAX_TOP_LOGPROBS", "MIN_SPLIT_LEN", "MIN_SPLIT_LEN_ONE_ROW", "cache_shape", "kernel_layout"]
+__all__ = ["KernelLayout", "MAX_TOP_LOGPROBS", "MIN_SPLIT_LEN", "MIN_SPLIT_LEN_ONE_ROW", "SAMPLE_CANDIDATES", "cache_shape",
+           "kernel_layout"]
 
 #: The shortest attention split the defaults choose, at compile time and at
 #: run time: a tile has a fixed cost of a few us, so shorter splits cost
@@ -39,6 +40,11 @@ MAX_LOGIT_BIAS = 256
 #: The most likely ids a row may ask for with each token's log-probability
 #: (et.top_logprobs; the OpenAI API's chat completions allow 20).
 MAX_TOP_LOGPROBS = 20
+#: Candidates per vocabulary chunk (et.top_candidates) of a row that asks
+#: for log-probabilities or filters: the row's threshold and top ids come
+#: from them. At least MAX_TOP_LOGPROBS; top-k up to it is decided there
+#: (50, a common top-k, included), a larger one scans the whole row.
+SAMPLE_CANDIDATES = 64
 #: A row's `finished` word in such a kernel: 0 while it runs, else why it
 #: stopped (kernel/steps.py writes it, the session reads it): a stop id, its
 #: budget of new tokens, the compiled context, a token outside the

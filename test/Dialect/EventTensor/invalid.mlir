@@ -670,16 +670,6 @@ et.kernel @argmax_from(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1x
 }
 // -----
 
-et.kernel @argmax_sample_from(%x: memref<1x8xf32>, %v: memref<1x1xf32>, %i: memref<1x1xi32>, %f: memref<1x8xi32>,
-                               %t: memref<1xf32>, %s: memref<1xi64>, %n: memref<1xi32>) {
-  %c = arith.constant 1 : index
-  et.task @t tiles(%tt) in (%c) {
-    // expected-error @+1 {{samples in its first stage only (the tiles' keys), not with 'from'}}
-    et.argmax %x, %v, %i cols(%c, %c) slot(%c) from(%f) sample(%t, %s, %n : memref<1xf32>, memref<1xi64>, memref<1xi32>) : memref<1x8xf32>, memref<1x1xf32>, memref<1x1xi32>, memref<1x8xi32>
-  }
-}
-// -----
-
 et.kernel @argmax_sample_rows(%x: memref<2x8xf32>, %v: memref<2x1xf32>, %i: memref<2x1xi32>,
                               %t: memref<3xf32>, %s: memref<2xi64>, %n: memref<2xi32>) {
   %c = arith.constant 1 : index
@@ -848,6 +838,103 @@ et.kernel @top_logprobs_width(%x: memref<2x16777217xf32>, %n: memref<2xi32>, %l:
   et.task @t tiles(%m) in (%c) {
     // expected-error @+1 {{rows of x must have at most 2^24 columns, got 'memref<2x16777217xf32>'}}
     et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) : memref<2x16777217xf32>, memref<2xi32>, memref<2xf32>, memref<4x5xi32>, memref<4x5xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_temperature(%x: memref<2x8xf32>, %t: memref<3xf32>, %i: memref<2x3x4xi32>, %v: memref<2x3x4xf32>, %s: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{temperature must have one entry per token of x, got 'memref<3xf32>' for 'memref<2x8xf32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x8xf32>, memref<3xf32>, memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x3x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_width(%x: memref<2x16777217xf32>, %t: memref<2xf32>, %i: memref<2x3x4xi32>, %v: memref<2x3x4xf32>, %s: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{rows of x must have at most 2^24 columns, got 'memref<2x16777217xf32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x16777217xf32>, memref<2xf32>, memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x3x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_entries(%x: memref<2x8xf32>, %t: memref<2xf32>, %i: memref<2x3x4xi32>, %v: memref<2x3x5xf32>, %s: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidate ids and values need the same static chunks and entries (C x K >= 1), got 'memref<2x3x4xi32>' and 'memref<2x3x5xf32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x8xf32>, memref<2xf32>, memref<2x3x4xi32>, memref<2x3x5xf32>, memref<2x3x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_dynamic(%x: memref<2x8xf32>, %t: memref<2xf32>, %i: memref<2x3x?xi32>, %v: memref<2x3x?xf32>, %s: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidate ids and values need the same static chunks and entries (C x K >= 1), got 'memref<2x3x?xi32>' and 'memref<2x3x?xf32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x8xf32>, memref<2xf32>, memref<2x3x?xi32>, memref<2x3x?xf32>, memref<2x3x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_stats(%x: memref<2x8xf32>, %t: memref<2xf32>, %i: memref<2x3x4xi32>, %v: memref<2x3x4xf32>, %s: memref<2x3x3xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidate stats need 4 values per chunk of the candidates, got 'memref<2x3x3xf32>' for 'memref<2x3x4xi32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x8xf32>, memref<2xf32>, memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x3x3xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_stats_chunks(%x: memref<2x8xf32>, %t: memref<2xf32>, %i: memref<2x3x4xi32>, %v: memref<2x3x4xf32>, %s: memref<2x2x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidate stats need 4 values per chunk of the candidates, got 'memref<2x2x4xf32>' for 'memref<2x3x4xi32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x8xf32>, memref<2xf32>, memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x2x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_rows(%x: memref<2x8xf32>, %t: memref<2xf32>, %i: memref<3x3x4xi32>, %v: memref<3x3x4xf32>, %s: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidates must have one row per token of x, got 'memref<3x3x4xi32>' for 'memref<2x8xf32>'}}
+    et.top_candidates %x token(%m) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%m) : memref<2x8xf32>, memref<2xf32>, memref<3x3x4xi32>, memref<3x3x4xf32>, memref<2x3x4xf32>
+  }
+}
+// -----
+
+et.kernel @top_candidates_outside(%x: memref<2x8xf32>, %t: memref<2xf32>, %i: memref<2x3x4xi32>, %v: memref<2x3x4xf32>, %s: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  // expected-error @+1 {{'et.top_candidates' op must be nested in an 'et.task' body}}
+  et.top_candidates %x token(%c) cols(%c, %c) temperature(%t) into(%i, %v, %s) slot(%c) : memref<2x8xf32>, memref<2xf32>, memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x3x4xf32>
+}
+// -----
+
+et.kernel @top_logprobs_candidates_k(%x: memref<2x8xf32>, %n: memref<2xi32>, %l: memref<2xf32>, %ids: memref<4x5xi32>, %v: memref<4x5xf32>, %ci: memref<2x3x4xi32>, %cv: memref<2x3x4xf32>, %cs: memref<2x3x4xf32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidates must hold at least 5 entries a chunk, got 'memref<2x3x4xi32>'}}
+    et.top_logprobs %x token(%m) count(%n) into(%l, %ids, %v) row(%m) candidates(%ci, %cv, %cs : memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x3x4xf32>) : memref<2x8xf32>, memref<2xi32>, memref<2xf32>, memref<4x5xi32>, memref<4x5xf32>
+  }
+}
+// -----
+
+et.kernel @sample_threshold_candidates_rows(%x: memref<2x8xf32>, %t: memref<2xf32>, %k: memref<2xi32>, %p: memref<2xf32>, %mp: memref<2xf32>, %tau: memref<2xf32>, %ci: memref<1x3x4xi32>, %cv: memref<1x3x4xf32>, %cs: memref<1x3x4xf32>, %cov: memref<?xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{candidates must have one row per token of x, got 'memref<1x3x4xi32>' for 'memref<2x8xf32>'}}
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) candidates(%ci, %cv, %cs, %cov : memref<1x3x4xi32>, memref<1x3x4xf32>, memref<1x3x4xf32>, memref<?xi32>) : memref<2x8xf32>, memref<2xf32>, memref<2xi32>, memref<2xf32>, memref<2xf32>, memref<2xf32>
+  }
+}
+// -----
+
+et.kernel @sample_threshold_covered(%x: memref<2x8xf32>, %t: memref<2xf32>, %k: memref<2xi32>, %p: memref<2xf32>, %mp: memref<2xf32>, %tau: memref<2xf32>, %ci: memref<2x3x4xi32>, %cv: memref<2x3x4xf32>, %cs: memref<2x3x4xf32>, %cov: memref<3xi32>) {
+  %c = arith.constant 1 : index
+  et.task @t tiles(%m) in (%c) {
+    // expected-error @+1 {{covered must have one entry per token of x, got 'memref<3xi32>' for 'memref<2x8xf32>'}}
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) candidates(%ci, %cv, %cs, %cov : memref<2x3x4xi32>, memref<2x3x4xf32>, memref<2x3x4xf32>, memref<3xi32>) : memref<2x8xf32>, memref<2xf32>, memref<2xi32>, memref<2xf32>, memref<2xf32>, memref<2xf32>
   }
 }
 // -----

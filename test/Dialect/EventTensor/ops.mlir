@@ -397,6 +397,27 @@ et.kernel @top_logprobs(%x: memref<?x64xf32>, %n: memref<?xi32>, %lse: memref<?x
   }
 }
 
+// A chunk of a token's logits reduced to its candidates; the log-probabilities
+// and the threshold from every chunk's candidates.
+// CHECK-LABEL: et.kernel @candidates
+// CHECK: et.top_candidates %{{.*}} token(%{{.*}}) cols(%{{.*}}, %{{.*}}) temperature(%{{.*}}) into(%{{.*}}, %{{.*}}, %{{.*}}) slot(%{{.*}}) : memref<?x64xf32>, memref<?xf32>, memref<?x4x16xi32>, memref<?x4x16xf32>, memref<?x4x4xf32>
+// CHECK: et.top_logprobs %{{.*}} candidates(%{{.*}}, %{{.*}}, %{{.*}} : memref<?x4x16xi32>, memref<?x4x16xf32>, memref<?x4x4xf32>) : memref<?x64xf32>
+// CHECK: et.sample_threshold %{{.*}} into(%{{.*}}) candidates(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<?x4x16xi32>, memref<?x4x16xf32>, memref<?x4x4xf32>, memref<?xi32>) : memref<?x64xf32>
+et.kernel @candidates(%x: memref<?x64xf32>, %t: memref<?xf32>, %ci: memref<?x4x16xi32>, %cv: memref<?x4x16xf32>,
+                      %cs: memref<?x4x4xf32>, %n: memref<?xi32>, %lse: memref<?xf32>, %ids: memref<40x5xi32>,
+                      %v: memref<40x5xf32>, %k: memref<?xi32>, %p: memref<?xf32>, %mp: memref<?xf32>,
+                      %tau: memref<?xf32>, %cov: memref<?xi32>, %rows: index) {
+  %c0 = arith.constant 0 : index
+  %c16 = arith.constant 16 : index
+  et.task @chunk tiles(%m) in (%rows) {
+    et.top_candidates %x token(%m) cols(%c0, %c16) temperature(%t) into(%ci, %cv, %cs) slot(%c0) : memref<?x64xf32>, memref<?xf32>, memref<?x4x16xi32>, memref<?x4x16xf32>, memref<?x4x4xf32>
+  }
+  et.task @row tiles(%m) in (%rows) {
+    et.top_logprobs %x token(%m) count(%n) into(%lse, %ids, %v) row(%m) candidates(%ci, %cv, %cs : memref<?x4x16xi32>, memref<?x4x16xf32>, memref<?x4x4xf32>) : memref<?x64xf32>, memref<?xi32>, memref<?xf32>, memref<40x5xi32>, memref<40x5xf32>
+    et.sample_threshold %x token(%m) temperature(%t) top_k(%k) top_p(%p) min_p(%mp) into(%tau) candidates(%ci, %cv, %cs, %cov : memref<?x4x16xi32>, memref<?x4x16xf32>, memref<?x4x4xf32>, memref<?xi32>) : memref<?x64xf32>, memref<?xf32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>
+  }
+}
+
 // The penalties of a token's history, before its filters.
 // CHECK-LABEL: et.kernel @penalized
 // CHECK: et.penalize %{{.*}} token(%{{.*}}) history(%{{.*}}, %{{.*}}, %{{.*}}) outputs_from(%{{.*}}) repetition(%{{.*}}) frequency(%{{.*}}) presence(%{{.*}}) counts(%{{.*}}) : memref<?x64xf32>, memref<4x33xi32>, memref<?xi32>, memref<?xf32>, memref<?xf32>, memref<?xf32>, memref<?x64xi32>

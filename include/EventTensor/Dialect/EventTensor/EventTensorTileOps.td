@@ -523,6 +523,11 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
     tiles' results finishes the sample. A token with `T <= 0` is greedy,
     bit for bit as without `sample`.
 
+    With `from(%idx)` as well, `x` holds gathered columns of a row and entry
+    `j`'s noise is that of column `idx[m, j]`: a draw over the candidates of `et.top_candidates`,
+    whose index is the column's, is the draw over the whole row wherever
+    every column the threshold keeps is among them.
+
     With `key_offset(%o)` as well, column `j`'s noise is that of column
     `j + o` (the counter's first word): x holding columns `[o, o + n)` of a
     wider row (a device's share of the vocabulary) then draws the keys
@@ -572,7 +577,7 @@ def ET_ArgmaxOp : ET_Op<"argmax", [AttrSizedOperandSegments,
   let hasVerifier = 1;
 }
 
-def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
+def ET_SampleThresholdOp : ET_Op<"sample_threshold", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "the logit threshold of a token's top-k, top-p and min-p sampling filters";
   let description = [{
@@ -597,6 +602,19 @@ def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
     of each key range in shared memory, so the threshold is exact up to the
     order of f32 additions of the mass.
 
+    With `candidates(%ids, %vals, %stats, %covered)` (what
+    `et.top_candidates` wrote for every chunk of the token's row), the
+    selects go over the chunks' candidates instead of the row, and the
+    maximum and the mass of the whole row come from the chunks' stats: the
+    same threshold, from a few thousand entries instead of the vocabulary,
+    wherever the candidates decide it (top-k with `k <= K`; top-p where the
+    nucleus ends above every chunk's floor; min-p always). Where they do
+    not, the op scans the row as without them. `covered[m]` (i32) is then 1
+    where the threshold is above every chunk's floor, so that every column
+    the filters keep is a candidate and a draw over the candidates alone
+    (`et.argmax ... from(%ids) sample(...) above(...)` over them) is the
+    draw over the row; else 0.
+
     Example:
 
     ```mlir
@@ -610,10 +628,17 @@ def ET_SampleThresholdOp : ET_Op<"sample_threshold", [
                        Arg<MemRefRankOf<[I32], [1]>, "", [MemRead]>:$top_k,
                        Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$top_p,
                        Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$min_p,
-                       Arg<MemRefRankOf<[F32], [1]>, "", [MemWrite]>:$threshold);
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemWrite]>:$threshold,
+                       Arg<Optional<MemRefRankOf<[I32], [3]>>, "", [MemRead]>:$cand_ids,
+                       Arg<Optional<MemRefRankOf<[F32], [3]>>, "", [MemRead]>:$cand_vals,
+                       Arg<Optional<MemRefRankOf<[F32], [3]>>, "", [MemRead]>:$cand_stats,
+                       Arg<Optional<MemRefRankOf<[I32], [1]>>, "", [MemWrite]>:$covered);
   let assemblyFormat = [{
     $x `token` `(` $token `)` `temperature` `(` $temperature `)` `top_k` `(` $top_k `)` `top_p` `(` $top_p `)`
-    `min_p` `(` $min_p `)` `into` `(` $threshold `)` attr-dict `:` type($x) `,` type($temperature) `,`
+    `min_p` `(` $min_p `)` `into` `(` $threshold `)`
+    (`candidates` `(` $cand_ids^ `,` $cand_vals `,` $cand_stats `,` $covered `:` type($cand_ids) `,`
+      type($cand_vals) `,` type($cand_stats) `,` type($covered) `)`)?
+    attr-dict `:` type($x) `,` type($temperature) `,`
     type($top_k) `,` type($top_p) `,` type($min_p) `,` type($threshold)
   }];
   let hasVerifier = 1;
@@ -649,7 +674,7 @@ def ET_LogitBiasOp : ET_Op<"logit_bias", [
   let hasVerifier = 1;
 }
 
-def ET_TopLogprobsOp : ET_Op<"top_logprobs", [
+def ET_TopLogprobsOp : ET_Op<"top_logprobs", [AttrSizedOperandSegments,
     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
   let summary = "a token's log-sum-exp and its most likely ids with their log-probabilities";
   let description = [{
@@ -670,6 +695,12 @@ def ET_TopLogprobsOp : ET_Op<"top_logprobs", [
     more of them tie than are left to take (ids below 2^24), then one pass
     that gathers the ids at or above it; thread 0 orders them.
 
+    With `candidates(%ids, %vals, %stats)` (what `et.top_candidates` wrote
+    for every chunk of the token's row, `K` candidates a chunk, `N <= K`),
+    the log-sum-exp comes from the chunks' stats and the selects go over
+    the candidates: every id of the row's N largest is one of its chunk's
+    K largest, so the result is the same.
+
     Example:
 
     ```mlir
@@ -684,10 +715,60 @@ def ET_TopLogprobsOp : ET_Op<"top_logprobs", [
                        Arg<MemRefRankOf<[F32], [1]>, "", [MemWrite]>:$lse,
                        Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$ids,
                        Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$values,
-                       Index:$row);
+                       Index:$row,
+                       Arg<Optional<MemRefRankOf<[I32], [3]>>, "", [MemRead]>:$cand_ids,
+                       Arg<Optional<MemRefRankOf<[F32], [3]>>, "", [MemRead]>:$cand_vals,
+                       Arg<Optional<MemRefRankOf<[F32], [3]>>, "", [MemRead]>:$cand_stats);
   let assemblyFormat = [{
     $x `token` `(` $token `)` `count` `(` $count `)` `into` `(` $lse `,` $ids `,` $values `)` `row` `(` $row `)`
+    (`candidates` `(` $cand_ids^ `,` $cand_vals `,` $cand_stats `:` type($cand_ids) `,` type($cand_vals) `,`
+      type($cand_stats) `)`)?
     attr-dict `:` type($x) `,` type($count) `,` type($lse) `,` type($ids) `,` type($values)
+  }];
+  let hasVerifier = 1;
+}
+
+def ET_TopCandidatesOp : ET_Op<"top_candidates", [
+    MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "a chunk of a token's logits reduced to its largest entries and its sums";
+  let description = [{
+    For token `m` of `x` (its logits, one row per token) and its columns
+    `[col0, col0 + cols)` (below the row length; chunk `slot` of the row),
+    writes to `ids[m, slot, 0..K)` the ids of the chunk's `K` largest
+    logits (equal logits in increasing id; in no order) and to
+    `vals[m, slot, 0..K)` their logits (id -1 and -inf past the chunk's
+    columns), and to `stats[m, slot, 0..4)`: the chunk's largest logit
+    `c`, `sum exp(x - c)`, `sum exp((x - c) / T)` at the token's
+    temperature `T = temperature[m]` (0 where `T <= 0`), and its floor: the
+    `K`-th largest logit if the chunk has more than `K` columns, else -inf;
+    every column whose logit is above the floor is a candidate.
+
+    A tile per chunk, then `et.top_logprobs` and `et.sample_threshold`
+    with `candidates(...)` over all of the row's chunks: they read a few
+    thousand candidates instead of every logit on one worker. The op runs
+    on all threads of the worker: one online pass for the sums, radix
+    selects for the `K`-th largest (as `et.top_logprobs`), one pass that
+    gathers the candidates.
+
+    Example:
+
+    ```mlir
+    // chunk %t of 126 chunks of 1018 columns, 64 candidates each
+    et.top_candidates %logits token(%m) cols(%c0, %c1018) temperature(%temp) into(%ids, %vals, %stats) slot(%t)
+        : memref<?x128256xf32>, memref<?xf32>, memref<?x126x64xi32>, memref<?x126x64xf32>, memref<?x126x4xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16, F32], [2]>, "", [MemRead]>:$x,
+                       Index:$token, Index:$col0, Index:$cols,
+                       Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$temperature,
+                       Arg<MemRefRankOf<[I32], [3]>, "", [MemWrite]>:$ids,
+                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$vals,
+                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$stats,
+                       Index:$slot);
+  let assemblyFormat = [{
+    $x `token` `(` $token `)` `cols` `(` $col0 `,` $cols `)` `temperature` `(` $temperature `)`
+    `into` `(` $ids `,` $vals `,` $stats `)` `slot` `(` $slot `)` attr-dict `:` type($x) `,` type($temperature) `,`
+    type($ids) `,` type($vals) `,` type($stats)
   }];
   let hasVerifier = 1;
 }

@@ -5,7 +5,7 @@ that it depends on."""
 
 from __future__ import annotations
 
-from ..layout import MAX_LOGIT_BIAS, MAX_STOP_IDS, MAX_TOP_LOGPROBS
+from ..layout import MAX_LOGIT_BIAS, MAX_STOP_IDS, MAX_TOP_LOGPROBS, SAMPLE_CANDIDATES
 from .moe import expert_buffers
 from .tiles import norm_scratch_rows
 from ...ir import IntegerType
@@ -99,6 +99,13 @@ def decode_arguments(ctx) -> tuple[list, tuple]:
                  ("out_logprobs", mr([lay.cache_slots, lay.cache_len + 1], f32)),
                  ("out_top_ids", mr([lists, MAX_TOP_LOGPROBS], i32)),
                  ("out_top_logprobs", mr([lists, MAX_TOP_LOGPROBS], f32))]
+        # Each asking row's chunks reduced to their largest logits (ids and
+        # values) and their sums (et.top_candidates), which the row's
+        # threshold and log-probabilities read.
+        C, K = lay.argmax_chunks, SAMPLE_CANDIDATES
+        # Whether a filtered row's kept columns are all among them.
+        args += [("cand_ids", mr([DYN, C, K], i32)), ("cand_vals", mr([DYN, C, K], f32)),
+                 ("cand_stats", mr([DYN, C, 4], f32)), ("sample_covered", mr([DYN], i32))]
     # Steps in one launch (`kernel.steps`): the step budget, the stop flag,
     # the host's request to end the launch after the current step, each
     # row's budget of new tokens, stop ids and finish reason, and every
