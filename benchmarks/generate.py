@@ -112,16 +112,19 @@ def logprob_check(session: DecodeSession, prompt: list, tokens: list, entries: l
     """Each of `entries` (the Logprobs of `tokens`, generated greedy after
     `prompt`) against the reference's over the raw logits of one step() at
     that position: the worst absolute error of the token's log-probability
-    and of the top ids', and how many top-id lists agree (ties in the
-    low bits of the logits may order two ids either way)."""
-    worst, worst_top, same = 0.0, 0.0, 0
+    and of the top ids', how many top-id lists agree (ties in the low
+    bits of the logits may order two ids either way, or swap the last one
+    for another) and how many of the reference's ids the lists hold."""
+    worst, worst_top, same, held = 0.0, 0.0, 0, 0
     for token, entry, (_, x) in zip(tokens, entries, raw_steps(session, prompt, tokens)):
         lse, ids, values = top_logprobs(x, k)
         worst = max(worst, abs(entry.logprob - (x[token] - lse)))
         got = dict(entry.top)
         worst_top = max([worst_top, *(abs(got[i] - v) for i, v in zip(ids.tolist(), values) if i in got)])
         same += [i for i, _ in entry.top] == ids.tolist()
-    return {"tokens": len(tokens), "worst_logprob_error": worst, "worst_top_error": worst_top, "top_ids_agree": same}
+        held += len(set(got) & set(ids.tolist()))
+    return {"tokens": len(tokens), "worst_logprob_error": worst, "worst_top_error": worst_top, "top_ids_agree": same,
+            "top_ids_held": held, "top_ids": k * len(tokens)}
 
 
 def main():
