@@ -2148,9 +2148,8 @@ def test_filter_row_ops_are_outlined():
     """The row ops that greedy rows skip sit in regions marked et.outline,
     so that the worker conversion gives them functions of their own
     (docs/lowering.md): the sample_filter task's biases and penalties, the
-    argmax_part tiles' candidates, the sample task's log-probabilities,
-    threshold and draw over the candidates, and the redraw task's draw
-    over a chunk; no other task is outlined."""
+    argmax_part tiles' candidates and the sample task's log-probabilities,
+    threshold and draw; no other task is outlined."""
     from event_tensor.ir import Context
     from event_tensor.model.builder import build_decode_kernel, kernel_layout
 
@@ -2163,9 +2162,9 @@ def test_filter_row_ops_are_outlined():
     starts = sorted(tasks.values()) + [len(text)]
     body = {name: text[at:starts[starts.index(at) + 1]] for name, at in tasks.items()}
     outlined = [name for name, t in body.items() if "et.outline" in t]
-    assert outlined == ["sample_filter", "argmax_part", "sample", "redraw"], outlined
+    assert outlined == ["sample_filter", "argmax_part", "sample"], outlined
     want = {"sample_filter": ("et.logit_bias", "et.penalize"), "argmax_part": ("et.top_candidates",),
-            "sample": ("et.top_logprobs", "et.sample_threshold", "et.argmax"), "redraw": ("et.argmax",)}
+            "sample": ("et.top_logprobs", "et.sample_threshold", "et.argmax")}
     for name, ops in want.items():
         region = body[name]
         region = region[region.index("scf.execute_region"):region.index("et.outline")]

@@ -156,31 +156,31 @@ def head_tasks(ctx, prev: str) -> None:
             # Row m's entry of a per-row buffer, as a one-entry view.
             return memref.subview(A[name], [m], [1], [1], result_type=strided([1], elt, [1], DYN))
 
-        def sampling_of(m):
-            # Row m's sampling arguments, as one-entry views.
-            return dict(temperature=one("temperature", m, ctx.f32), seed=one("seed", m, IntegerType.get_signless(64)),
-                        counter=one("positions", m, ctx.i32), threshold=one("threshold", m, ctx.f32))
-
-        def covered_draw(m):
-            # A filtered row's token, drawn above its threshold over the
-            # candidates (they hold every column it keeps) into its chunk 0
-            # slot, the other chunks' to -inf.
+        def draw(m):
+            # A filtered row's token, drawn above its threshold into its
+            # chunk 0 candidate (the other chunks' to -inf): over the
+            # candidates if they hold every column it keeps, else over
+            # the whole row.
+            per_row = dict(temperature=one("temperature", m, ctx.f32), seed=one("seed", m, IntegerType.get_signless(64)),
+                           counter=one("positions", m, ctx.i32), threshold=one("threshold", m, ctx.f32))
             out = (ctx.one_row(A["part_val"], m, C, ctx.f32), ctx.one_row(A["part_idx"], m, C, ctx.i32))
             n = C * SAMPLE_CANDIDATES
-            et.argmax(ctx.one_row(ctx.collapse(A["cand_vals"], n), m, n, ctx.f32), *out, const(0), const(n),
-                      const(0), from_=ctx.one_row(ctx.collapse(A["cand_ids"], n), m, n, ctx.i32), **sampling_of(m))
+            covered = cmpi("ne", load("sample_covered", m), 0)
+            choice = scf.IfOp(covered, [], has_else=True)
+            with InsertionPoint(choice.then_block):
+                et.argmax(ctx.one_row(ctx.collapse(A["cand_vals"], n), m, n, ctx.f32), *out, const(0), const(n),
+                          const(0), from_=ctx.one_row(ctx.collapse(A["cand_ids"], n), m, n, ctx.i32), **per_row)
+                scf.YieldOp([])
+            with InsertionPoint(choice.else_block):
+                et.argmax(ctx.one_row(A["logits"], m, V_lm, ctx.f32), *out, const(0), const(V_lm), const(0),
+                          **per_row)
+                scf.YieldOp([])
             tid, threads = et.ThreadIdOp(ctx.idx).result, et.NumThreadsOp(ctx.idx).result
             fill = scf.ForOp(arith.AddIOp(tid, const(1)).result, const(C), threads)
             with InsertionPoint(fill.body):
                 memref.StoreOp(arith.ConstantOp(ctx.f32, float("-inf")).result, A["part_val"],
                                [m, fill.induction_variable])
                 scf.YieldOp([])
-
-        def filtered(m):
-            return cmpf("OGT", load("threshold", m), float("-inf"))
-
-        def covered(m):
-            return cmpi("ne", load("sample_covered", m), 0)
 
         def sample_row(m):
             # The log-probabilities of the logits the sampler sees (before
@@ -195,32 +195,9 @@ def head_tasks(ctx, prev: str) -> None:
                             **cands)
             et.sample_threshold(A["logits"], m, A["temperature"], A["top_k"], A["top_p"], A["min_p"],
                                 A["threshold"], covered=A["sample_covered"], **cands)
-            ctx.guarded(arith.AndIOp(filtered(m), covered(m)).result, lambda: covered_draw(m))
+            ctx.guarded(cmpf("OGT", load("threshold", m), float("-inf")), lambda: draw(m))
         task("sample", [ctx.B], ["argmax_part"], per_row(sample_row, when=asks), nbytes=0, flops=0)
-
-        def redraw(t):
-            # A filtered row whose candidates do not hold every column it
-            # keeps: each chunk's draw above the threshold, a tile per chunk
-            # as argmax_part (one worker over the row took 0.1-0.2 ms).
-            col0 = arith.MulIOp(t, const(chunk)).result
-
-            def chunk_draw(m):
-                et.argmax(ctx.one_row(A["logits"], m, V_lm, ctx.f32), ctx.one_row(A["part_val"], m, C, ctx.f32),
-                          ctx.one_row(A["part_idx"], m, C, ctx.i32), col0, const(chunk), t, **sampling_of(m))
-            def rows():
-                loop = scf.ForOp(const(0), ctx.batch, const(1))
-                with InsertionPoint(loop.body):
-                    m = loop.induction_variable
-                    # (asks first: the threshold of a row that skipped the
-                    # sample tile is a stale one.)
-                    ctx.guarded(asks(m), lambda: ctx.guarded(
-                        arith.AndIOp(filtered(m), arith.XOrIOp(covered(m), arith.ConstantOp(
-                            IntegerType.get_signless(1), 1).result).result).result,
-                        lambda: chunk_draw(m)))
-                    scf.YieldOp([])
-            ctx.outlined(rows)
-        task("redraw", [C], ["sample"], redraw, nbytes=4 * chunk, flops=chunk)
-        last = "redraw"
+        last = "sample"
     advance = advance_body(ctx) if tp == 1 else None
 
     def final_argmax(t):
