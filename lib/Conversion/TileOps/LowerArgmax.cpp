@@ -1359,48 +1359,14 @@ static void lowerPenalize(PenalizeOp op, bool gpu) {
 
 namespace {
 
-/// et.sample_threshold: all threads of the worker on the GPU, one on the
-/// host.
-struct SampleThresholdLowering : public TileOpLowering<SampleThresholdOp> {
-  using TileOpLowering::TileOpLowering;
-  LogicalResult matchAndRewrite(SampleThresholdOp op, PatternRewriter &) const override {
-    lowerSampleThreshold(op, options.gpu);
-    return success();
-  }
-};
-
-/// et.top_logprobs: all threads of the worker on the GPU, one on the host.
-struct TopLogprobsLowering : public TileOpLowering<TopLogprobsOp> {
-  using TileOpLowering::TileOpLowering;
-  LogicalResult matchAndRewrite(TopLogprobsOp op, PatternRewriter &) const override {
-    lowerTopLogprobs(op, options.gpu);
-    return success();
-  }
-};
-
-/// et.top_candidates: all threads of the worker on the GPU, one on the host.
-struct TopCandidatesLowering : public TileOpLowering<TopCandidatesOp> {
-  using TileOpLowering::TileOpLowering;
-  LogicalResult matchAndRewrite(TopCandidatesOp op, PatternRewriter &) const override {
-    lowerTopCandidates(op, options.gpu);
-    return success();
-  }
-};
-
-/// et.logit_bias: all threads of the worker on the GPU, one on the host.
-struct LogitBiasLowering : public TileOpLowering<LogitBiasOp> {
-  using TileOpLowering::TileOpLowering;
-  LogicalResult matchAndRewrite(LogitBiasOp op, PatternRewriter &) const override {
-    lowerLogitBias(op, options.gpu);
-    return success();
-  }
-};
-
-/// et.penalize: all threads of the worker on the GPU, one on the host.
-struct PenalizeLowering : public TileOpLowering<PenalizeOp> {
-  using TileOpLowering::TileOpLowering;
-  LogicalResult matchAndRewrite(PenalizeOp op, PatternRewriter &) const override {
-    lowerPenalize(op, options.gpu);
+/// A row op (et.sample_threshold, et.top_logprobs, et.top_candidates,
+/// et.logit_bias, et.penalize): all threads of the worker on the GPU, one
+/// on the host.
+template <typename OpTy, void (*lower)(OpTy, bool)>
+struct RowOpLowering : public TileOpLowering<OpTy> {
+  using TileOpLowering<OpTy>::TileOpLowering;
+  LogicalResult matchAndRewrite(OpTy op, PatternRewriter &) const override {
+    lower(op, this->options.gpu);
     return success();
   }
 };
@@ -1421,8 +1387,9 @@ struct ArgmaxLowering : public TileOpLowering<ArgmaxOp> {
 } // namespace
 
 void populateArgmaxLoweringPatterns(RewritePatternSet &patterns, const TileLoweringOptions &options) {
-  patterns.add<ArgmaxLowering, SampleThresholdLowering, TopLogprobsLowering, TopCandidatesLowering, LogitBiasLowering,
-               PenalizeLowering>(
+  patterns.add<ArgmaxLowering, RowOpLowering<SampleThresholdOp, lowerSampleThreshold>,
+               RowOpLowering<TopLogprobsOp, lowerTopLogprobs>, RowOpLowering<TopCandidatesOp, lowerTopCandidates>,
+               RowOpLowering<LogitBiasOp, lowerLogitBias>, RowOpLowering<PenalizeOp, lowerPenalize>>(
       patterns.getContext(), options);
 }
 } // namespace mlir::et::tile
