@@ -237,7 +237,7 @@ class Attention:
         ctx = self.ctx
         inside = arith.CmpIOp(arith.CmpIPredicate.ult, b, ctx.batch).result
         b = arith.SelectOp(inside, b, ctx.const(0)).result
-        return memref.subview(ctx.A["positions"], [b], [1], [1], result_type=strided([1], ctx.i32, [1]))
+        return ctx.entry(ctx.A["positions"], b, ctx.i32)
 
     def rotate_kv(self, l, b, g, n: int):
         """KV heads [g, g + n) of row b: their keys normalized (Qwen3),

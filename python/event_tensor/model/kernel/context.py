@@ -188,6 +188,11 @@ class DecodeContext:
             buf, [], [self.batch], [], static_offsets=[0, 0], static_sizes=[DYN, H], static_strides=[1, 1]).result
 
     @staticmethod
+    def entry(buf, b, elt):
+        """Entry b of a [rows] buffer as a [1] view."""
+        return memref.subview(buf, [b], [1], [1], result_type=strided([1], elt, [1]))
+
+    @staticmethod
     def one_row(buf, b, width: int, elt):
         """Row b of a [rows, width] buffer as a [1, width] view (a static
         view when b is the int 0)."""

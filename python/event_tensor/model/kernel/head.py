@@ -18,7 +18,6 @@ from ...dialects import arith, et, memref, scf
 from ...ir import InsertionPoint, IntegerType
 from ..layout import SAMPLE_CANDIDATES
 from .linear import linear_body, norm_input
-from .views import DYN, strided
 from .steps import advance_body
 
 __all__ = ["head_tasks"]
@@ -152,28 +151,26 @@ def head_tasks(ctx, prev: str) -> None:
         candidates, cand_val, cand_idx = tp * C, A["all_val"], A["all_idx"]
         last = "gather"
     else:
-        def one(name, m, elt):
-            # Row m's entry of a per-row buffer, as a one-entry view.
-            return memref.subview(A[name], [m], [1], [1], result_type=strided([1], elt, [1], DYN))
-
         def draw(m):
             # A filtered row's token, drawn above its threshold into its
             # chunk 0 candidate (the other chunks' to -inf): over the
             # candidates if they hold every column it keeps, else over
             # the whole row.
-            per_row = dict(temperature=one("temperature", m, ctx.f32), seed=one("seed", m, IntegerType.get_signless(64)),
-                           counter=one("positions", m, ctx.i32), threshold=one("threshold", m, ctx.f32))
+            sampling = dict(temperature=ctx.entry(A["temperature"], m, ctx.f32),
+                            seed=ctx.entry(A["seed"], m, IntegerType.get_signless(64)),
+                            counter=ctx.entry(A["positions"], m, ctx.i32),
+                            threshold=ctx.entry(A["threshold"], m, ctx.f32))
             out = (ctx.one_row(A["part_val"], m, C, ctx.f32), ctx.one_row(A["part_idx"], m, C, ctx.i32))
             n = C * SAMPLE_CANDIDATES
             covered = cmpi("ne", load("sample_covered", m), 0)
             choice = scf.IfOp(covered, [], has_else=True)
             with InsertionPoint(choice.then_block):
                 et.argmax(ctx.one_row(ctx.collapse(A["cand_vals"], n), m, n, ctx.f32), *out, const(0), const(n),
-                          const(0), from_=ctx.one_row(ctx.collapse(A["cand_ids"], n), m, n, ctx.i32), **per_row)
+                          const(0), from_=ctx.one_row(ctx.collapse(A["cand_ids"], n), m, n, ctx.i32), **sampling)
                 scf.YieldOp([])
             with InsertionPoint(choice.else_block):
                 et.argmax(ctx.one_row(A["logits"], m, V_lm, ctx.f32), *out, const(0), const(V_lm), const(0),
-                          **per_row)
+                          **sampling)
                 scf.YieldOp([])
             tid, threads = et.ThreadIdOp(ctx.idx).result, et.NumThreadsOp(ctx.idx).result
             fill = scf.ForOp(arith.AddIOp(tid, const(1)).result, const(C), threads)
