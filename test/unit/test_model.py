@@ -10,7 +10,8 @@ import pytest
 
 from event_tensor import model
 from event_tensor.build import PREFETCH_BYTES
-from event_tensor.reference import logit_bias, penalize, top_logprobs
+from event_tensor.model.layout import SAMPLE_CANDIDATES
+from event_tensor.reference import logit_bias, penalize, sampling_filter_probs, top_logprobs
 from event_tensor.model.weights import read_safetensors, write_safetensors
 from event_tensor.model.cli import Progress
 
@@ -161,6 +162,35 @@ def test_generate_samples_in_the_kernel(compiled, monkeypatch):
                        (dict(top_k=[1, 2, 3]), "top_k must be one value or one per prompt")):
         with pytest.raises(ValueError, match=match):
             session.generate(prompts, 2, temperature=1.0, **bad)
+    session.close()
+
+
+def test_filtered_rows_the_candidates_miss_draw_inside_their_filters(compiled):
+    """A filtered row whose kept columns the candidates do not hold (the
+    tiny vocabulary of 256 is one chunk of 64 candidates; top-p 0.6 at
+    temperature 2 keeps about 100 columns) draws over the row: every token
+    is one the filter keeps, by the reference's filter over the logits of
+    one step() at a time (a draw that ignored the threshold lands outside
+    with probability about 0.4 a token), and the draws are not the greedy
+    tokens."""
+    config, weights, path = compiled
+    session = model.DecodeSession(path, weights)
+    prompts, temperature, top_p = [[1, 2, 3], [4, 5, 6, 7]], 2.0, 0.6
+    greedy = session.generate(prompts, 12)
+    session.reset()
+    got = session.generate(prompts, 12, temperature=temperature, seed=[11, 12], top_p=top_p)
+    assert got.tokens != greedy.tokens
+    for b, prompt in enumerate(prompts):
+        session.reset()
+        session.prefill([prompt[:-1]])
+        seq = list(prompt)
+        for token in got.tokens[b]:
+            session.step([seq[-1]], [len(seq) - 1], [0])
+            logits = session.last_logits()[0]
+            assert (sampling_filter_probs(logits, temperature, top_p=top_p) > 0).sum() > SAMPLE_CANDIDATES
+            # (0.01 of slack for float32 sums at the nucleus' edge.)
+            assert sampling_filter_probs(logits, temperature, top_p=top_p + 0.01)[token] > 0, (b, seq, token)
+            seq.append(token)
     session.close()
 
 
