@@ -165,6 +165,20 @@ def test_generate_samples_in_the_kernel(compiled, monkeypatch):
     session.close()
 
 
+def _replayed(session, prompt, tokens):
+    """Each of `tokens` (generated after `prompt`) with the sequence before
+    it and the raw logits one greedy step() gives there, the session's slot
+    0 fed again from the prompt."""
+    session.reset()
+    if len(prompt) > 1:
+        session.prefill([prompt[:-1]])
+    seq = list(prompt)
+    for token in tokens:
+        session.step([seq[-1]], [len(seq) - 1], [0])
+        yield token, list(seq), session.last_logits()[0]
+        seq.append(token)
+
+
 def test_filtered_rows_the_candidates_miss_draw_inside_their_filters(compiled):
     """A filtered row whose kept columns the candidates do not hold (the
     tiny vocabulary of 256 is one chunk of 64 candidates; top-p 0.6 at
@@ -181,16 +195,10 @@ def test_filtered_rows_the_candidates_miss_draw_inside_their_filters(compiled):
     got = session.generate(prompts, 12, temperature=temperature, seed=[11, 12], top_p=top_p)
     assert got.tokens != greedy.tokens
     for b, prompt in enumerate(prompts):
-        session.reset()
-        session.prefill([prompt[:-1]])
-        seq = list(prompt)
-        for token in got.tokens[b]:
-            session.step([seq[-1]], [len(seq) - 1], [0])
-            logits = session.last_logits()[0]
+        for token, seq, logits in _replayed(session, prompt, got.tokens[b]):
             assert (sampling_filter_probs(logits, temperature, top_p=top_p) > 0).sum() > SAMPLE_CANDIDATES
             # (0.01 of slack for float32 sums at the nucleus' edge.)
             assert sampling_filter_probs(logits, temperature, top_p=top_p + 0.01)[token] > 0, (b, seq, token)
-            seq.append(token)
     session.close()
 
 
@@ -211,15 +219,10 @@ def test_penalties_follow_the_reference_token_by_token(compiled, monkeypatch):
     assert got.tokens != greedy.tokens
     assert got.tokens == _stepwise(session, monkeypatch, prompts, 10, **penalties).tokens
     for b, prompt in enumerate(prompts):
-        session.reset()
-        session.prefill([prompt[:-1]])
-        seq = list(prompt)
-        for token in got.tokens[b]:
-            session.step([seq[-1]], [len(seq) - 1], [0])
-            want = penalize(session.last_logits()[0], seq, len(prompt),
+        for token, seq, logits in _replayed(session, prompt, got.tokens[b]):
+            want = penalize(logits, seq, len(prompt),
                             *(penalties[k][b] for k in ("repetition_penalty", "frequency_penalty", "presence_penalty")))
             assert token == int(np.argmax(want)), (b, seq)
-            seq.append(token)
     # Penalties off through the same path: the greedy tokens.
     session.reset()
     assert session.generate(prompts, 10, repetition_penalty=1.0, temperature=[0.0, 1e-9],
@@ -264,16 +267,11 @@ def test_logit_bias_follows_the_reference_token_by_token(compiled, monkeypatch):
     got = session.generate(prompts, 8, logit_bias=bias, **penalties)
     assert got.tokens[0] != greedy.tokens[0] and got.tokens[1] == greedy.tokens[1]
     assert got.tokens == _stepwise(session, monkeypatch, prompts, 8, logit_bias=bias, **penalties).tokens
-    session.reset()
-    session.prefill([prompts[0][:-1]])
-    seq = list(prompts[0])
     ids, values = list(bias[0]), list(bias[0].values())
-    for token in got.tokens[0]:
-        session.step([seq[-1]], [len(seq) - 1], [0])
-        want = penalize(logit_bias(session.last_logits()[0], ids, values), seq, len(prompts[0]),
+    for token, seq, logits in _replayed(session, prompts[0], got.tokens[0]):
+        want = penalize(logit_bias(logits, ids, values), seq, len(prompts[0]),
                         frequency=penalties["frequency_penalty"][0])
         assert token == int(np.argmax(want)), seq
-        seq.append(token)
     session.reset()
     assert session.generate(prompts, 8).tokens == greedy.tokens
     vocab = config.vocab_size
@@ -321,13 +319,8 @@ def test_logprobs_follow_the_reference_token_by_token(compiled):
                 assert got.logprobs[b] is None
                 continue
             assert len(got.logprobs[b]) == len(got.tokens[b])
-            session.reset()
-            if len(prompts[b]) > 1:
-                session.prefill([prompts[b][:-1]], slots=[0])
-            seq = list(prompts[b])
-            for token, entry in zip(got.tokens[b], got.logprobs[b]):
-                session.step([seq[-1]], [len(seq) - 1], [0])
-                x = session.last_logits()[0].astype(np.float64)
+            for (token, seq, logits), entry in zip(_replayed(session, prompts[b], got.tokens[b]), got.logprobs[b]):
+                x = logits.astype(np.float64)
                 if "logit_bias" in kwargs:
                     x = logit_bias(x, list(bias), list(bias.values()))
                 x = penalize(x, seq, len(prompts[b]), frequency=kwargs.get("frequency_penalty", 0.0))
@@ -335,7 +328,6 @@ def test_logprobs_follow_the_reference_token_by_token(compiled):
                 np.testing.assert_allclose(entry.logprob, x[token] - lse, rtol=1e-4, atol=1e-4)
                 assert [i for i, _ in entry.top] == ids.tolist(), (kwargs, seq)
                 np.testing.assert_allclose([v for _, v in entry.top], values, rtol=1e-4, atol=1e-4)
-                seq.append(token)
     session.reset()
     for bad in (21, -1, True, "3", [1, 2, 3]):
         with pytest.raises(ValueError, match="logprobs must be|logprobs must be one value"):
