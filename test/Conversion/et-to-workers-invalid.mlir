@@ -87,3 +87,21 @@ et.kernel @staged_on_cpu(%w: memref<64x64xbf16>) {
   }
 }
 
+// -----
+
+// The worker lowering takes a launch's step count from the kernel's arguments,
+// not from data the kernel reads.
+et.kernel @device_step_count(%counts: memref<1xindex>, %stop: memref<1xi32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = et.extent.load %counts[%c0] : memref<1xindex>
+  %done = et.event.create() : !et.event<>
+  // expected-error @+1 {{step count is computed from data read on the device; the worker lowering needs it from the kernel's arguments}}
+  et.repeat %n until %stop after %done : memref<1xi32>, !et.event<>
+  et.task @a tiles(%i) in (%c1) {
+    et.event.signal %done[] : !et.event<>
+  }
+  et.schedule dynamic workers(1) {
+    et.run @a
+  }
+}
