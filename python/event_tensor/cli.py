@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from . import __version__
@@ -11,6 +12,15 @@ from . import __version__
 def _cmd_version(args: argparse.Namespace) -> int:
     print(f"event-tensor {__version__}")
     return 0
+
+
+def _report(err, path: str) -> None:
+    """Prints a compile error of the input at `path`, its diagnostics'
+    positions in the parsed text (`-:line:col`) named by the file."""
+    text = str(err)
+    if path != "-":
+        text = re.sub(r"(?m)^-:(\d+:\d+:)", lambda m: f"{path}:{m[1]}", text)
+    print(f"event-tensor: error: {text}", file=sys.stderr)
 
 
 def _read_input(path: str) -> str:
@@ -35,7 +45,7 @@ def _cmd_opt(args: argparse.Namespace) -> int:
             if args.pass_pipeline:
                 run_pipeline(module, args.pass_pipeline, name="input")
         except EventTensorCompileError as err:
-            print(f"event-tensor: error: {err}", file=sys.stderr)
+            _report(err, args.input)
             return 1
         out = str(module)
     if args.output and args.output != "-":
@@ -85,7 +95,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             run_pipeline(module, pipeline, name="input")
             plans = [analysis.schedule_plan(k, sizes) for k in analysis.kernels(module)]
         except (EventTensorCompileError, ValueError, TypeError) as err:
-            print(f"event-tensor: error: {err}", file=sys.stderr)
+            _report(err, args.input)
             return 1
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:

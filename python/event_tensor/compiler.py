@@ -9,6 +9,7 @@ reproduces the failure with `et-opt`.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Optional
 
@@ -47,19 +48,32 @@ def _note_text(message: str) -> str:
     return f"{kept}\n  ... ({len(lines) - MAX_NOTE_LINES} more lines)"
 
 
+_FILE_LINE_COL = re.compile(r'^loc\("(.*)":(\d+):(\d+)\)$')
+
+
+def _where(location) -> str:
+    """A diagnostic's location as compilers print one (file:line:col), or
+    MLIR's own form where it is not a file position."""
+    text = str(location)
+    m = _FILE_LINE_COL.match(text)
+    return f"{m[1]}:{m[2]}:{m[3]}" if m else text
+
+
 def _diagnostic_lines(err) -> list[str]:
     lines = []
     for diag in getattr(err, "error_diagnostics", []):
-        lines.append(f"{diag.location}: error: {diag.message}")
+        lines.append(f"{_where(diag.location)}: error: {diag.message}")
         for note in diag.notes:
-            lines.append(f"{note.location}: note: {_note_text(note.message)}")
+            lines.append(f"{_where(note.location)}: note: {_note_text(note.message)}")
     if not lines:
         lines.append(str(err))
     return lines
 
 
 def parse(text: str, context: Optional[Context] = None) -> Module:
-    """Parses and verifies `text`; raises EventTensorCompileError on failure."""
+    """Parses and verifies `text`; raises EventTensorCompileError on failure.
+    The module's locations name the source "-" (`-:line:col` in
+    diagnostics)."""
     from .ir import MLIRError
 
     try:

@@ -35,3 +35,24 @@ def test_schedule_errors(capsys):
     assert main(["schedule", path, "--workers", "0"]) == 1
     assert "needs a worker count in [1, 1048576], got 0" in capsys.readouterr().err
     assert main(["schedule", "/nonexistent.mlir"]) == 2
+
+
+def test_errors_point_into_the_input_file(tmp_path, capsys, monkeypatch):
+    """A parse error, and a pass's error with its notes, name the input file
+    at the op's line and column (stdin stays `-`)."""
+    import io
+
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("et.kernel @k( {\n")
+    assert main(["opt", str(bad)]) == 1
+    assert f"{bad}:1:14: error: expected non-function type" in capsys.readouterr().err
+    waits = tmp_path / "waits.mlir"
+    waits.write_text("et.kernel @k() {\n  %c1 = arith.constant 1 : index\n  %e = et.event.create() : !et.event<>\n"
+                     "  et.task @a tiles(%i) in (%c1) {\n    et.event.wait %e[] : !et.event<>\n  }\n}\n")
+    assert main(["opt", str(waits), "--pass-pipeline", "builtin.module(et.kernel(et-verify-event-graph))"]) == 1
+    err = capsys.readouterr().err
+    assert f"{waits}:5:5: error: 'et.event.wait' op waits on an event that no task signals" in err
+    assert f"{waits}:3:8: note: event created here" in err
+    monkeypatch.setattr("sys.stdin", io.StringIO("et.kernel @k( {\n"))
+    assert main(["opt", "-"]) == 1
+    assert "\n-:1:14: error: expected non-function type" in capsys.readouterr().err

@@ -856,6 +856,8 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert main(["run", str(art), "--random-weights", "--stop", "99999"]) == 2
     assert "stop id 99999 is not a token id" in capsys.readouterr().err
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
+    assert "nope.json: neither a config.json, a directory holding one, nor a preset (demo, tiny-llama" \
+        in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(["compile", "tiny-qwen3", "-o", str(art), "--device", "cpu", "--workers", "0"])
     assert exit_info.value.code == 2 and "must be a positive integer, got 0" in capsys.readouterr().err

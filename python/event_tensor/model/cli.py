@@ -119,10 +119,13 @@ def _device(choice: str) -> str:
 
 
 def _config_from(spec: str):
-    from .config import PRESETS, ModelConfig, preset
+    from .config import PRESETS, ConfigError, ModelConfig, preset
 
     if spec in PRESETS:
         return preset(spec)
+    if not Path(spec).exists():
+        raise ConfigError(f"{spec}: neither a config.json, a directory holding one, nor a preset "
+                          f"({', '.join(PRESETS)})")
     return ModelConfig.from_hf(spec)
 
 
@@ -588,6 +591,8 @@ def print_logprobs(tokens, entries, show=str, out=None) -> None:
 
 def add_commands(sub) -> None:
     """Adds the model commands to the CLI's subparsers."""
+    from .config import PRESETS
+
     device_help = "where to run: cpu (host worker threads), cuda, or auto (cuda when available)"
 
     p = sub.add_parser("demo", help="compile a built-in Llama-shaped model, run and check it (the default)",
@@ -609,7 +614,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("compile", help="compile a model's decode step into one megakernel artifact",
                        description="Compile the decode step (every layer, final norm, LM head, greedy argmax) "
                        "of a Llama-3 or Qwen3 model into one persistent kernel. CONFIG is a Hugging Face "
-                       "config.json (or its directory), or a preset: demo, tiny-llama, tiny-qwen3, llama-3.2-1b, qwen3-0.6b "
+                       f"config.json (or its directory), or a preset: {', '.join(PRESETS)} "
                        "(shapes only; weights come at run time). Batch size and "
                        "context length are runtime values up to the compiled maxima.")
     p.add_argument("config", help="config.json, a directory holding one, or a preset name")
