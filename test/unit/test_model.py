@@ -865,6 +865,10 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     # takes random ones; a check that fails exits 1.
     assert main(["run", str(art), "--steps", "1"]) == 2
     assert "or --random-weights to run with random bf16 weights" in capsys.readouterr().err
+    for argv in (["--iters", "0"], ["--warmup", "-1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", str(art), *argv])
+        assert exit_info.value.code == 2 and "must be a" in capsys.readouterr().err
     assert main(["bench", str(art), "--iters", "1", "--warmup", "0"]) == 0
     assert "no --weights given: random bf16 weights" in capsys.readouterr().err
     import event_tensor.model.cli as model_cli
@@ -980,6 +984,17 @@ def test_cli_demo_runs_and_checks(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "-> OK" in out and "tokens/s" in out and "where the time went" in out
     assert (tmp_path / "event-tensor-demo" / "demo.trace.json").exists()
+    # Bad values are errors that name them, before anything is compiled.
+    for argv, message in ((["--prompt", "1,x"], "--prompt must be token ids"),
+                          (["--prompt", "99999"], "--prompt token 99999 is outside the vocabulary"),
+                          (["--steps", "200"], "prompt (4) + steps (200) exceed the context 64"),
+                          (["--context", "100000"], "max_context 100000 exceeds the model's max_position_embeddings")):
+        assert main(["demo", "--device", "cpu", *argv]) == 2, argv
+        assert message in capsys.readouterr().err
+    for argv in (["--steps", "0"], ["--batch", "0"], ["--seed", "-1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["demo", "--device", "cpu", *argv])
+        assert exit_info.value.code == 2 and "must be a" in capsys.readouterr().err
 
 
 def test_progress_bar_counts(capsys):

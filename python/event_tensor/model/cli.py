@@ -60,15 +60,22 @@ class _LazyProgress:
             self.bar.done()
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: an int of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+def _int_at_least(least: int, what: str):
+    """An argparse type: an int of at least `least` (`what` names it in the
+    error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {what}, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be a {what}, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _int_at_least(1, "positive integer")
+_nonnegative_int = _int_at_least(0, "non-negative integer")
 
 
 def _float_type(ok, expected: str):
@@ -244,11 +251,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .session import DecodeSession
     from .weights import random_weights
 
+    config = demo_config()
     try:
         device = _device(args.device)
+        prompts = _parse_prompt(args.prompt, config.vocab_size, args.batch)
     except ValueError as err:
         return _err(str(err))
-    config = demo_config()
+    steps = args.steps
+    if len(prompts[0]) + steps > args.context:
+        return _err(f"prompt ({len(prompts[0])}) + steps ({steps}) exceed the context {args.context}")
     out = Path(args.out)
     workers = (args.workers or default_workers("cpu")) if device == "cpu" else default_workers(device)
     print(f"EventTensor demo: a Llama-shaped model ({config.num_layers} layers, hidden {config.hidden_size}, "
@@ -257,16 +268,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
           + (f" ({workers} host worker threads)" if device == "cpu" else ""))
     weights = random_weights(config, seed=args.seed)
     start = time.perf_counter()
-    path = compile_model(config, target=device, max_batch=args.batch, max_context=args.context, workers=workers,
-                         profile=True, **({"threads_per_worker": 512} if device == "cuda" else {}))
+    try:
+        path = compile_model(config, target=device, max_batch=args.batch, max_context=args.context,
+                             workers=workers, profile=True,
+                             **({"threads_per_worker": 512} if device == "cuda" else {}))
+    except ValueError as err:
+        return _err(str(err))
     compile_s = time.perf_counter() - start
     print(f"compiled in {compile_s:.2f} s -> {path}")
     session = DecodeSession(path, weights)
     ref = ReferenceModel(config, weights, max_batch=args.batch, max_context=args.context)
-    prompts = _parse_prompt(args.prompt, config.vocab_size, args.batch)
-    steps = args.steps
-    if len(prompts[0]) + steps > args.context:
-        return _err(f"prompt ({len(prompts[0])}) + steps ({steps}) exceed the context {args.context}")
     progress = Progress(len(prompts[0]) + steps - 1, "checking every step against the numpy reference")
     c = _check_steps(session, ref, prompts, steps, progress)
     progress.done()
@@ -601,13 +612,13 @@ def add_commands(sub) -> None:
                        "the numpy reference, print tokens/s and where the time went, and write the step's "
                        "trace (Chrome JSON and Gantt PNG).")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help=device_help)
-    p.add_argument("--steps", type=int, default=8, help="decode steps after the prompt (default 8)")
-    p.add_argument("--batch", type=int, default=2, help="sequences decoded together (default 2)")
-    p.add_argument("--context", type=int, default=64, help="compiled max context (default 64)")
+    p.add_argument("--steps", type=_positive_int, default=8, help="decode steps after the prompt (default 8)")
+    p.add_argument("--batch", type=_positive_int, default=2, help="sequences decoded together (default 2)")
+    p.add_argument("--context", type=_positive_int, default=64, help="compiled max context (default 64)")
     p.add_argument("--workers", type=_positive_int, help="host worker threads on cpu (default: the available cores, "
                    "at least 4)")
     p.add_argument("--prompt", default="1, 5, 9, 2", help="prompt token ids (default '1, 5, 9, 2')")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of the random weights")
     p.add_argument("--out", default="event-tensor-demo", help="directory for the trace files")
     p.set_defaults(func=cmd_demo)
 
@@ -673,7 +684,7 @@ def add_commands(sub) -> None:
         p.add_argument("--random-weights", action="store_true",
                        help="random bf16 weights (run needs this or --weights; bench and trace take random "
                        "weights without --weights)")
-        p.add_argument("--weight-seed", type=int, default=0, help="seed of the random weights")
+        p.add_argument("--weight-seed", type=_nonnegative_int, default=0, help="seed of the random weights")
         p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
 
     p = sub.add_parser("run", help="generation with a compiled model",
@@ -696,8 +707,8 @@ def add_commands(sub) -> None:
                        description="Time decode steps of a compiled model at one batch size and position.")
     artifact_args(p)
     p.add_argument("--position", type=int, default=0, help="position of the decoded token (context - 1)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=_nonnegative_int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--iters", type=_positive_int, default=20, help="timed steps (default 20)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tune", help="measure tile configurations and write a tuning table",
