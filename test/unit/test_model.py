@@ -1100,6 +1100,10 @@ def test_session_names_missing_or_misshaped_weights(compiled):
     packed["ln2"] = packed["ln2"][:, :8]
     with pytest.raises(ValueError, match=r"weight 'ln2' has shape \[2, 8\], the artifact expects \[2, 64\]"):
         model.DecodeSession(path, packed)
+    # Checkpoint names: the missing tensor named, the embedding's too.
+    for name in ("model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight"):
+        with pytest.raises(ValueError, match=f"no tensor '{re.escape(name)}' among the"):
+            model.DecodeSession(path, {k: v for k, v in weights.items() if k != name})
 
 
 def test_cuda_model_stages_kv_when_a_split_fits(tmp_path):

@@ -218,7 +218,10 @@ class DecodeSession:
         self.artifact = self.artifacts[0]
         self.launcher = self.launchers[0]
         self.device = "cuda" if self.artifact.target == "cuda" else "cpu"
-        packed = pack(self.config, weights) if "model.embed_tokens.weight" in weights else weights
+        # Hugging Face names (model.*, lm_head.*) are packed here; packed
+        # tensors go as they are.
+        hf_named = any(isinstance(k, str) and k.startswith(("model.", "lm_head.")) for k in weights)
+        packed = pack(self.config, weights) if hf_named else weights
         shards = tp_shards(self.config, packed, self.tp) if self.tp > 1 else [packed]
         # Per device, per variant: the buffer of each argument. Variants
         # share every buffer of the same name and shape (weights, KV

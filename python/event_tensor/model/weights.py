@@ -261,29 +261,37 @@ def pack(config: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, np.nd
     def bf(a):
         return np.ascontiguousarray(np.asarray(a).astype(BF16))
 
+    def get(name):
+        try:
+            return weights[name]
+        except KeyError:
+            raise WeightError(f"no tensor '{name}' among the {len(weights)} weights given (the model has "
+                              f"{config.num_layers} layers{'' if config.tie_word_embeddings else ' and its own lm_head'})"
+                              ) from None
+
     def stack(suffix):
-        return bf(np.stack([np.asarray(weights[f"model.layers.{i}.{suffix}"]) for i in range(config.num_layers)]))
+        return bf(np.stack([np.asarray(get(f"model.layers.{i}.{suffix}")) for i in range(config.num_layers)]))
 
     packed = {
-        "embed": bf(weights["model.embed_tokens.weight"]),
+        "embed": bf(get("model.embed_tokens.weight")),
         "ln1": stack("input_layernorm.weight"),
         "wq": stack("self_attn.q_proj.weight"),
         "wk": stack("self_attn.k_proj.weight"),
         "wv": stack("self_attn.v_proj.weight"),
         "wo": stack("self_attn.o_proj.weight"),
         "ln2": stack("post_attention_layernorm.weight"),
-        "final_norm": bf(weights["model.norm.weight"]),
+        "final_norm": bf(get("model.norm.weight")),
     }
     if config.moe:
         def experts(proj):
-            return bf(np.stack([np.stack([np.asarray(weights[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"])
+            return bf(np.stack([np.stack([np.asarray(get(f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"))
                                           for e in range(config.num_experts)]) for i in range(config.num_layers)]))
         packed.update(router=stack("mlp.gate.weight"), exp_gate=experts("gate_proj"), exp_up=experts("up_proj"),
                       exp_down=experts("down_proj"))
     else:
         packed.update(wg=stack("mlp.gate_proj.weight"), wu=stack("mlp.up_proj.weight"),
                       wd=stack("mlp.down_proj.weight"))
-    packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else bf(weights["lm_head.weight"])
+    packed["lm_head"] = packed["embed"] if config.tie_word_embeddings else bf(get("lm_head.weight"))
     if config.qk_norm:
         packed["q_norm"] = stack("self_attn.q_norm.weight")
         packed["k_norm"] = stack("self_attn.k_norm.weight")
