@@ -865,7 +865,7 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     # takes random ones; a check that fails exits 1.
     assert main(["run", str(art), "--steps", "1"]) == 2
     assert "or --random-weights to run with random bf16 weights" in capsys.readouterr().err
-    for argv in (["--iters", "0"], ["--warmup", "-1"]):
+    for argv in (["--iters", "0"], ["--warmup", "-1"], ["--batch", "0"]):
         with pytest.raises(SystemExit) as exit_info:
             main(["bench", str(art), *argv])
         assert exit_info.value.code == 2 and "must be a" in capsys.readouterr().err

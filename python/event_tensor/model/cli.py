@@ -685,7 +685,7 @@ def add_commands(sub) -> None:
                        help="random bf16 weights (run needs this or --weights; bench and trace take random "
                        "weights without --weights)")
         p.add_argument("--weight-seed", type=_nonnegative_int, default=0, help="seed of the random weights")
-        p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+        p.add_argument("--batch", type=_positive_int, default=1, help="sequences (default 1)")
 
     p = sub.add_parser("run", help="generation with a compiled model",
                        description="Run a prompt and generate with a compiled model artifact: greedy, or "
