@@ -846,6 +846,11 @@ def test_cli_generate(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "nope"), "--device", "cpu"]) == 2
     assert "not a directory" in capsys.readouterr().err
+    # No --max-context: 1024, or the model's max_position_embeddings (256
+    # here) where that is smaller.
+    i = argv.index("--max-context")
+    assert main(argv[:i] + argv[i + 2:]) == 0
+    assert f"context {model.tiny_config('llama').max_position_embeddings};" in capsys.readouterr().err
     # More than 16 sequences on the host: the tensor-core tiles' loops.
     assert main(argv[:-4] + ["--max-batch", "20", "--workers", "2", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert "max batch 20" in capsys.readouterr().err

@@ -28,7 +28,7 @@ def _open(args: argparse.Namespace):
                         gpu_memory_fraction=args.gpu_memory_fraction, reuse_prefixes=not args.no_prefix_reuse)
     print(f"{served.name}: {served.config.num_layers} layers on {device}"
           + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, context "
-          f"{args.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
+          f"{served.session.max_context}; ready in {served.start_s:.1f} s", file=sys.stderr)
     return served
 
 
@@ -101,8 +101,9 @@ def add_commands(sub) -> None:
         p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                        help="where to run: cpu (host worker threads), cuda, or auto (cuda when available)")
         p.add_argument("--max-batch", type=_positive_int, default=4, help="sequences served at once (default 4; up to 64, above 16 on cuda only)")
-        p.add_argument("--max-context", type=_positive_int, default=1024,
-                       help="tokens per sequence, prompt and output (default 1024)")
+        p.add_argument("--max-context", type=_positive_int, default=None,
+                       help="tokens per sequence, prompt and output (default 1024, or the model's "
+                       "max_position_embeddings if smaller)")
         p.add_argument("--workers", type=_positive_int, help="persistent workers (default 132 on cuda; on cpu the available "
                        "cores, at least 4)")
         p.add_argument("--prefill-rows", type=int, default=None,

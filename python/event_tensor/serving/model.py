@@ -37,14 +37,21 @@ class ServedModel:
         self.session.close()
 
 
-def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int = 1024,
+#: The context `open_model` compiles for where none is given (or the
+#: model's max_position_embeddings, if that is smaller).
+DEFAULT_CONTEXT = 1024
+
+
+def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int | None = None,
                workers: int | None = None, prefill_rows: int | None = None, chunk: int = 256,
                cache_dir: str | Path | None = None, name: str | None = None,
                timeout_s: float = 30.0, tp: int = 1, kv_memory: int | None = None,
                gpu_memory_fraction: float | None = None, reuse_prefixes: bool = True) -> ServedModel:
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
-    sequences and `max_context` tokens each, and starts an `Engine` on it.
+    sequences and `max_context` tokens each (default DEFAULT_CONTEXT, or the
+    model's `max_position_embeddings` where that is smaller), and starts an
+    `Engine` on it.
     `prefill_rows` (default `model.compile.default_prefill_rows`: 512 on
     cuda, none on cpu or for a model with experts) adds the prefill kernel that feeds prompts in launches of
     that many positions. `tp` > 1 splits the model over that many GPUs
@@ -61,6 +68,8 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
         raise ValueError(f"{path}: not a directory (a Hugging Face model directory: config.json, *.safetensors, "
                          "tokenizer.json)")
     config = ModelConfig.from_hf(path)
+    if max_context is None:
+        max_context = min(DEFAULT_CONTEXT, config.max_position_embeddings)
     codec = TextCodec(path)
     if codec.vocab_size > config.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {codec.vocab_size} tokens, the model's vocabulary "
