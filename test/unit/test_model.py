@@ -855,6 +855,10 @@ def test_cli_compile_run_bench_trace(tmp_path, capsys):
     assert "--stop must be token ids separated by commas or spaces, got '3, x'" in capsys.readouterr().err
     assert main(["run", str(art), "--random-weights", "--stop", "99999"]) == 2
     assert "stop id 99999 is not a token id" in capsys.readouterr().err
+    # No --max-context: 1024, or the model's max_position_embeddings where
+    # that is smaller (256 for the tiny presets).
+    assert main(["compile", "tiny-llama", "-o", str(tmp_path / "default-context"), "--device", "cpu"]) == 0
+    assert f"max context {model.tiny_config('llama').max_position_embeddings}," in capsys.readouterr().out
     assert main(["compile", str(tmp_path / "nope.json"), "-o", str(art), "--device", "cpu"]) == 2
     assert "nope.json: neither a config.json, a directory holding one, nor a preset (demo, tiny-llama" \
         in capsys.readouterr().err

@@ -316,9 +316,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         from .compile import default_prefill_rows, default_shape_options, default_workers
+        from .layout import default_context
 
         workers = args.workers or default_workers(device)
-        shape = default_shape_options(config, device, args.max_batch, args.max_context, args.tuning_table)
+        max_context = args.max_context if args.max_context is not None else default_context(config)
+        shape = default_shape_options(config, device, args.max_batch, max_context, args.tuning_table)
         if args.specialize is not None:
             shape["specialize"] = args.specialize
         if args.linear_tile is not None:
@@ -328,7 +330,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         prefill_rows = args.prefill_rows
         if prefill_rows is None:
-            prefill_rows = default_prefill_rows(config, device, args.max_context)
+            prefill_rows = default_prefill_rows(config, device, max_context)
         if prefill_rows < 0:
             raise ValueError(f"--prefill-rows must be >= 0, got {prefill_rows}")
         fmt = args.format
@@ -339,7 +341,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         cuda = {"format": fmt} if device == "cuda" else {}
         if device == "cuda" and args.threads is not None:
             cuda["threads_per_worker"] = args.threads
-        out = compile_model(config, target=device, max_batch=args.max_batch, max_context=args.max_context,
+        out = compile_model(config, target=device, max_batch=args.max_batch, max_context=max_context,
                             workers=workers, out_dir=args.output, profile=args.profile,
                             layered=False if args.per_layer else None,
                             tuning_table=args.tuning_table, batch_variants=args.batch_variants,
@@ -352,7 +354,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return _err(str(err))
     print(f"compiled {config.architecture or config.family} ({config.num_layers} layers) for {device}"
           + (f" x {args.tp}" if args.tp > 1 else "") + f", max batch {args.max_batch}, max context "
-          f"{args.max_context}, {workers} workers" + (f", a prefill kernel of {prefill_rows} rows" if prefill_rows
+          f"{max_context}, {workers} workers" + (f", a prefill kernel of {prefill_rows} rows" if prefill_rows
                                                       else "")
           + f" in {time.perf_counter() - start:.2f} s -> {out}")
     return 0
@@ -634,7 +636,8 @@ def add_commands(sub) -> None:
                    help="target: cpu, cuda (no GPU needed to compile for it), or auto (cuda when one is present)")
     p.add_argument("--max-batch", type=int, default=1,
                    help="largest batch (1-64, default 1; above 16 with --linear-tile mma or auto)")
-    p.add_argument("--max-context", type=int, default=1024, help="largest context (default 1024)")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="largest context (default 1024, or the model's max_position_embeddings if smaller)")
     p.add_argument("--workers", type=_positive_int, help="persistent workers (default 132 on cuda; on cpu the "
                    "available cores, at least 4)")
     p.add_argument("--threads", type=int, default=None,

@@ -106,6 +106,16 @@ MAX_BATCH = 64
 MAX_LINEAR_ROWS = 16
 
 
+#: The context a kernel is compiled for where none is given.
+DEFAULT_CONTEXT = 1024
+
+
+def default_context(config: ModelConfig) -> int:
+    """DEFAULT_CONTEXT, or the model's max_position_embeddings where that is
+    smaller (the most `kernel_layout` takes)."""
+    return min(DEFAULT_CONTEXT, config.max_position_embeddings)
+
+
 def kernel_layout(config: ModelConfig, *, max_batch: int, max_context: int, workers: int,
                   split_len: int | None = None, cache_batch: int | None = None,
                   cache_context: int | None = None, min_batch: int = 1) -> KernelLayout:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..model import compile_model
 from ..model.config import ModelConfig
+from ..model.layout import default_context
 from ..model.session import DecodeSession
 from ..model.weights import load_weights
 from .engine import Engine
@@ -37,11 +38,6 @@ class ServedModel:
         self.session.close()
 
 
-#: The context `open_model` compiles for where none is given (or the
-#: model's max_position_embeddings, if that is smaller).
-DEFAULT_CONTEXT = 1024
-
-
 def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4, max_context: int | None = None,
                workers: int | None = None, prefill_rows: int | None = None, chunk: int = 256,
                cache_dir: str | Path | None = None, name: str | None = None,
@@ -49,9 +45,10 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                gpu_memory_fraction: float | None = None, reuse_prefixes: bool = True) -> ServedModel:
     """Compiles (or finds in the cache) the decode kernel of the model in
     `model_dir` for `device` ("cpu" or "cuda"), `max_batch` concurrent
-    sequences and `max_context` tokens each (default DEFAULT_CONTEXT, or the
-    model's `max_position_embeddings` where that is smaller), and starts an
-    `Engine` on it.
+    sequences and `max_context` tokens each (default
+    `model.layout.default_context`: 1024, or the model's
+    max_position_embeddings where that is smaller), and starts an `Engine`
+    on it.
     `prefill_rows` (default `model.compile.default_prefill_rows`: 512 on
     cuda, none on cpu or for a model with experts) adds the prefill kernel that feeds prompts in launches of
     that many positions. `tp` > 1 splits the model over that many GPUs
@@ -69,7 +66,7 @@ def open_model(model_dir: str | Path, *, device: str = "cpu", max_batch: int = 4
                          "tokenizer.json)")
     config = ModelConfig.from_hf(path)
     if max_context is None:
-        max_context = min(DEFAULT_CONTEXT, config.max_position_embeddings)
+        max_context = default_context(config)
     codec = TextCodec(path)
     if codec.vocab_size > config.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {codec.vocab_size} tokens, the model's vocabulary "
